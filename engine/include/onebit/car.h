@@ -1,0 +1,56 @@
+/* The compressed allreduce ("car"): the average of one float vector per rank, exchanged as
+ * 1-bit signs plus block scales with error feedback on both sides (1-bit Adam, Algorithm 1):
+ *
+ *   worker i:  u = x_i + e_i;  q_i = C(u);  e_i = u - q_i        (chunk j of q_i goes to rank j)
+ *   alltoall:  rank j receives chunk j of every q_i
+ *   server j:  w = (1/N) sum_i q_i[j] + e_srv;  q' = C(w);  e_srv = w - q'   (sum in rank order)
+ *   allgather: every rank receives every q' and decodes the same average
+ *
+ * The vector of d elements is padded with zeros to D, a multiple of N*B; rank j serves chunk j
+ * of C = D/N elements. The worker error has D elements, the server error C. Both start at zero
+ * and persist across calls: they are state to checkpoint (ob_car_worker_error/server_error).
+ * Buffers live in the communicator's memory (host for MPI/self, device for NCCL). */
+#ifndef ONEBIT_CAR_H
+#define ONEBIT_CAR_H
+
+#include "onebit/comm.h"
+#include "onebit/compress.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ob_car ob_car;
+
+/* Creates a compressed allreduce for vectors of d elements over `comm` (borrowed: it must
+ * outlive the car). block must be a positive multiple of 32. */
+ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_scale_kind scale,
+                        ob_err *err);
+void ob_car_destroy(ob_car *car); /* accepts NULL */
+
+size_t ob_car_size(const ob_car *car);        /* d */
+size_t ob_car_padded_size(const ob_car *car); /* D */
+size_t ob_car_chunk_size(const ob_car *car);  /* C = D / N */
+size_t ob_car_block_size(const ob_car *car);  /* B */
+/* Bytes one rank sends per call: 2 * (N-1) * ob_packed_bytes(C, B). */
+uint64_t ob_car_bytes_per_call(const ob_car *car);
+
+/* Runs one compressed allreduce: in (d elements, this rank's vector) -> out (d elements, the
+ * decoded average, identical on every rank). in and out may be the same buffer. Collective:
+ * every rank must call it. */
+ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err);
+
+/* The error-feedback buffers, owned by the car, for checkpointing and inspection: the worker
+ * error (D elements) and this rank's server error chunk (C elements). Writable so that a
+ * resumed run can restore them. */
+float *ob_car_worker_error(ob_car *car);
+float *ob_car_server_error(ob_car *car);
+
+/* Sets both error buffers to zero. */
+ob_status ob_car_reset_errors(ob_car *car, ob_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_CAR_H */

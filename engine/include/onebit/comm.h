@@ -1,0 +1,111 @@
+/* Communicators: the collectives data-parallel training needs, behind one interface.
+ *
+ * Backends:
+ *   - MPI  (host memory): ranks of MPI_COMM_WORLD; the CPU path and the rank bootstrap.
+ *   - self (host memory): a world of one process, no MPI needed (tools and unit tests).
+ *   - NCCL (device memory, builds with CUDA only): collectives on a CUDA stream; the NCCL
+ *     unique id is broadcast over MPI.
+ *
+ * Every call counts the bytes this rank sends, so communication volume is measured rather than
+ * assumed. What is counted per call, with N ranks:
+ *   allreduce_sum_f32(count):  the ring algorithm's 2*(N-1)/N * 4*count bytes (the MPI backend
+ *                              runs exactly that ring: a reduce-scatter then an allgather);
+ *   alltoall(bytes_per_peer):  (N-1) * bytes_per_peer (the block for itself is a local copy);
+ *   allgather(bytes_per_peer): (N-1) * bytes_per_peer;
+ *   bcast(bytes):              (N-1) * bytes at the root, 0 elsewhere;
+ *   barrier:                   0.
+ * A world of one sends nothing.
+ *
+ * All collectives are blocking from the caller's point of view (the NCCL backend synchronises
+ * its stream before returning) and must be called by every rank in the same order. */
+#ifndef ONEBIT_COMM_H
+#define ONEBIT_COMM_H
+
+#include "onebit/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ob_comm ob_comm;
+
+/* Where a communicator's buffers must live. */
+typedef enum ob_mem_kind {
+    OB_MEM_HOST = 0,
+    OB_MEM_DEVICE = 1,
+} ob_mem_kind;
+
+/* Collective kinds, to index the per-kind counters. */
+typedef enum ob_comm_op {
+    OB_COMM_ALLREDUCE = 0,
+    OB_COMM_ALLTOALL,
+    OB_COMM_ALLGATHER,
+    OB_COMM_BCAST,
+    OB_COMM_BARRIER,
+    OB_COMM_NUM_OPS
+} ob_comm_op;
+
+typedef struct ob_comm_counters {
+    uint64_t bytes_sent;                  /* total over every collective */
+    uint64_t op_bytes[OB_COMM_NUM_OPS];   /* per collective kind */
+    uint64_t op_calls[OB_COMM_NUM_OPS];
+} ob_comm_counters;
+
+/* Creates an MPI communicator over a duplicate of MPI_COMM_WORLD. MPI must be initialised by
+ * the caller (MPI_Init) and finalised after ob_comm_destroy. Errors of MPI calls are returned,
+ * not fatal. */
+ob_status ob_comm_create_mpi(ob_comm **out, ob_err *err);
+
+/* Creates a world of one: rank 0 of size 1, host memory, no MPI calls. */
+ob_status ob_comm_create_self(ob_comm **out, ob_err *err);
+
+/* Creates an NCCL communicator on CUDA device `device` over the ranks of MPI_COMM_WORLD (MPI
+ * initialised by the caller). Buffers passed to it must be device memory. Returns
+ * OB_ERR_UNSUPPORTED in a build without CUDA, OB_ERR_CUDA when no usable device exists. */
+ob_status ob_comm_create_nccl(ob_comm **out, int device, ob_err *err);
+
+/* Frees the communicator (not MPI itself). Accepts NULL. */
+void ob_comm_destroy(ob_comm *comm);
+
+int ob_comm_rank(const ob_comm *comm);
+int ob_comm_size(const ob_comm *comm);
+const char *ob_comm_backend(const ob_comm *comm); /* "mpi", "self" or "nccl" */
+ob_mem_kind ob_comm_memory(const ob_comm *comm);
+/* The CUDA stream (a cudaStream_t) the NCCL backend runs on; NULL for host backends. */
+void *ob_comm_stream(const ob_comm *comm);
+
+/* In-place sum of `count` floats over all ranks; every rank ends with bitwise identical values. */
+ob_status ob_comm_allreduce_sum_f32(ob_comm *comm, float *buf, size_t count, ob_err *err);
+
+/* Rank r sends bytes [p*bytes_per_peer, (p+1)*bytes_per_peer) of `send` to rank p and receives
+ * rank p's block for it at the same offset of `recv`. send and recv must not overlap. */
+ob_status ob_comm_alltoall(ob_comm *comm, const void *send, void *recv, size_t bytes_per_peer,
+                           ob_err *err);
+
+/* Every rank contributes `bytes_per_peer` bytes; recv receives rank p's block at offset
+ * p*bytes_per_peer. send may point at this rank's own block inside recv. */
+ob_status ob_comm_allgather(ob_comm *comm, const void *send, void *recv, size_t bytes_per_peer,
+                            ob_err *err);
+
+/* Broadcasts `bytes` bytes of buf from rank `root` to every rank. */
+ob_status ob_comm_bcast(ob_comm *comm, void *buf, size_t bytes, int root, ob_err *err);
+
+ob_status ob_comm_barrier(ob_comm *comm, ob_err *err);
+
+/* Snapshot of the byte and call counters since creation. */
+void ob_comm_get_counters(const ob_comm *comm, ob_comm_counters *out);
+/* Bytes sent since creation (the same as counters.bytes_sent). */
+uint64_t ob_comm_bytes_sent(const ob_comm *comm);
+
+/* Ends every rank of the job (MPI_Abort for MPI-based backends) with `code`. For a rank that
+ * hit an unrecoverable error while the others wait in a collective. Does not return for MPI. */
+void ob_comm_abort(ob_comm *comm, int code);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_COMM_H */

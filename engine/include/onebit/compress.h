@@ -1,0 +1,59 @@
+/* 1-bit compression with error feedback: the CPU kernels.
+ *
+ * A buffer of n elements (n a multiple of the block size B, B a multiple of 32) compresses to
+ * a "packed" message laid out as
+ *     uint32_t bits[n / 32];   sign of element 32*w + k in bit k of word w (1: >= 0, 0: < 0)
+ *     float    scales[n / B];  one scale per block of B elements
+ * which is ob_packed_bytes(n, B) bytes. Element k decodes to scales[k / B] * (bit ? +1 : -1).
+ * sign(0) = sign(-0) = +1.
+ *
+ * The CUDA build provides the same kernels for device memory in onebit/compress_cuda.h; both
+ * are tested against the plain loops in tests/. */
+#ifndef ONEBIT_COMPRESS_H
+#define ONEBIT_COMPRESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* How a block's scale is computed from the values u being compressed. */
+typedef enum ob_scale_kind {
+    OB_SCALE_L1 = 0, /* mean |u|: the paper's ||u||_1 / ||sign(u)||_1, keeps the L1 magnitude */
+    OB_SCALE_L2 = 1, /* ||u||_2 / sqrt(B), as DeepSpeed's implementation does */
+} ob_scale_kind;
+
+/* Bytes of a packed message for n elements with blocks of `block`. */
+size_t ob_packed_bytes(size_t n, size_t block);
+
+/* Error-feedback compression of one message:
+ *     u = x + e;  per block: s = scale(u);  q = s * sign(u);  e = u - q
+ * writing the signs and scales of q to `packed` (ob_packed_bytes(n, block) bytes) and the new
+ * error back into e. x has x_len <= n elements; positions x_len..n-1 are taken as x = 0 (the
+ * padding of the flat buffer). x may be NULL when x_len is 0. n must be a multiple of block,
+ * block a multiple of 32. x and e are borrowed; e is updated in place. */
+void ob_compress_ef(const float *x, size_t x_len, float *e, size_t n, size_t block,
+                    ob_scale_kind kind, void *packed);
+
+/* Decodes a packed message of n elements into out (n floats). */
+void ob_decompress(const void *packed, size_t n, size_t block, float *out);
+
+/* out = (sum over i = 0..nsrc-1 of decode(packed[i])) / nsrc, summed in index order so that
+ * every caller that averages the same messages gets bitwise the same result. The packed
+ * messages are nsrc consecutive messages of ob_packed_bytes(n, block) bytes each. */
+void ob_decompress_average(const void *packed, size_t nsrc, size_t n, size_t block, float *out);
+
+/* Packs sign bits of u (n elements, any n): bit k of word k/32 set where u[k] >= 0. The unused
+ * high bits of the last word are zero. */
+void ob_sign_pack(const float *u, size_t n, uint32_t *bits);
+
+/* Unpacks n signs to +1.0f / -1.0f. */
+void ob_sign_unpack(const uint32_t *bits, size_t n, float *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_COMPRESS_H */

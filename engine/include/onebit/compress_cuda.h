@@ -1,0 +1,36 @@
+/* 1-bit compression kernels for device memory: the same contracts and packed layout as the CPU
+ * kernels in onebit/compress.h, launched asynchronously on a CUDA stream (a cudaStream_t passed
+ * as void*, NULL for the default stream). Present in builds with CUDA (ONEBIT_HAVE_CUDA); in
+ * other builds every function returns OB_ERR_UNSUPPORTED. Pointers are device memory. */
+#ifndef ONEBIT_COMPRESS_CUDA_H
+#define ONEBIT_COMPRESS_CUDA_H
+
+#include "onebit/compress.h"
+#include "onebit/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Number of usable CUDA devices; 0 in a build without CUDA or on a machine without a GPU. */
+int ob_cuda_device_count(void);
+
+ob_status ob_cuda_compress_ef(const float *x, size_t x_len, float *e, size_t n, size_t block,
+                              ob_scale_kind kind, void *packed, void *stream, ob_err *err);
+ob_status ob_cuda_decompress(const void *packed, size_t n, size_t block, float *out,
+                             void *stream, ob_err *err);
+ob_status ob_cuda_decompress_average(const void *packed, size_t nsrc, size_t n, size_t block,
+                                     float *out, void *stream, ob_err *err);
+
+/* Device memory helpers used by the device path of the compressed allreduce. */
+ob_status ob_cuda_alloc(void **ptr, size_t bytes, ob_err *err); /* zero-filled */
+void ob_cuda_free(void *ptr);
+ob_status ob_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream, ob_err *err);
+ob_status ob_cuda_memset0(void *dst, size_t bytes, void *stream, ob_err *err);
+ob_status ob_cuda_sync(void *stream, ob_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_COMPRESS_CUDA_H */

@@ -1,0 +1,143 @@
+/* Optimizers over one flat float32 parameter buffer, data-parallel over an ob_comm.
+ *
+ *   adam         Adam with the gradient averaged by an fp32 allreduce every step; optional
+ *                bias correction, decoupled weight decay.
+ *   onebit_adam  1-bit Adam (Tang et al., 2021, Algorithm 1): Adam as above during a warmup of
+ *                T_w steps, then v is frozen (v_Tw) and only the momentum crosses the network,
+ *                compressed to one bit per element with worker and server error feedback
+ *                (onebit/car.h). T_w is fixed or detected from the stability of ||v||_1.
+ *     modes of onebit_adam, for the paper's comparisons:
+ *       OB_ONEBIT_COMPRESSED    the algorithm (default);
+ *       OB_ONEBIT_UNCOMPRESSED  same warmup and freeze, fp32 allreduce of the momentum after the
+ *                               freeze ("compression=off", the paper's 1-bit Adam (32-bits));
+ *       OB_ONEBIT_NAIVE         no freeze: the *gradient* is compressed with error feedback
+ *                               every step and v keeps updating from the compressed gradient
+ *                               (the paper's Figure 1 baseline).
+ *
+ * Step numbering: a step is one call to ob_optim_step; t counts completed steps (the step in
+ * progress is t+1). The freeze happens at the end of step T_w: steps 1..T_w are warmup steps,
+ * steps T_w+1.. are compression steps.
+ *
+ * Auto freeze (freeze_step == 0): after every warmup step t, r_t = ||v_t||_1 / ||v_{t-Delta}||_1
+ * with Delta = ceil(1/(1-beta2)); freeze at the first t with t >= max(lr_warmup_steps, Delta,
+ * freeze_min_steps), t > Delta (so that v_{t-Delta} exists) and threshold <= r_t <= 1/threshold.
+ * With bias correction on, the frozen v is the corrected v_hat, so the step size does not jump.
+ *
+ * The optimizer works on host memory (a host communicator: MPI or self). */
+#ifndef ONEBIT_OPTIM_H
+#define ONEBIT_OPTIM_H
+
+#include "onebit/comm.h"
+#include "onebit/compress.h"
+#include "onebit/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ob_optim_kind {
+    OB_OPTIM_ADAM = 0,
+    OB_OPTIM_ONEBIT_ADAM = 1,
+} ob_optim_kind;
+
+typedef enum ob_onebit_mode {
+    OB_ONEBIT_COMPRESSED = 0,
+    OB_ONEBIT_UNCOMPRESSED = 1,
+    OB_ONEBIT_NAIVE = 2,
+} ob_onebit_mode;
+
+typedef enum ob_phase {
+    OB_PHASE_WARMUP = 0,
+    OB_PHASE_COMPRESSION = 1,
+} ob_phase;
+
+typedef struct ob_optim_config {
+    ob_optim_kind kind;
+    double beta1;          /* [0, 1), default 0.9 */
+    double beta2;          /* [0, 1), default 0.999 */
+    double eps;            /* > 0, default 1e-8 */
+    double weight_decay;   /* >= 0, decoupled (AdamW style), default 0 */
+    int bias_correction;   /* default 1 for adam, 0 for onebit_adam (as the paper and BERT) */
+
+    /* onebit_adam only */
+    ob_onebit_mode mode;     /* default OB_ONEBIT_COMPRESSED */
+    long freeze_step;        /* > 0: T_w fixed; 0: detect automatically (default) */
+    double freeze_threshold; /* auto: (0, 1], default 0.96 */
+    long freeze_min_steps;   /* auto: no freeze before this step, default 0 */
+    long lr_warmup_steps;    /* auto: no freeze before the LR warmup ends, default 0 */
+    size_t block_size;       /* scale block B, positive multiple of 32, default 2048 */
+    ob_scale_kind scale;     /* default OB_SCALE_L1 */
+} ob_optim_config;
+
+/* Fills cfg with the defaults for `kind`. */
+void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind);
+
+/* Checks every field; the message names the first offending field. */
+ob_status ob_optim_config_validate(const ob_optim_config *cfg, ob_err *err);
+
+/* Delta = ceil(1/(1-beta2)), computed so that the decimal betas people write (0.999 -> 1000)
+ * are not pushed up by binary rounding. */
+long ob_optim_freeze_delta(double beta2);
+
+const char *ob_optim_kind_name(ob_optim_kind kind);    /* "adam", "onebit_adam" */
+const char *ob_onebit_mode_name(ob_onebit_mode mode);  /* "compressed", "uncompressed", "naive" */
+const char *ob_phase_name(ob_phase phase);             /* "warmup", "compression" */
+
+typedef struct ob_optim ob_optim;
+
+/* Creates an optimizer for the d parameters at `params` (borrowed: updated in place by every
+ * step, must outlive the optimizer) over `comm` (borrowed, host memory). Collective when the
+ * communicator has several ranks (it allocates nothing remote, but callers should create
+ * optimizers in the same order on every rank). Parameters should be identical on all ranks. */
+ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *comm,
+                          float *params, size_t d, ob_err *err);
+void ob_optim_destroy(ob_optim *opt); /* accepts NULL */
+
+/* One optimizer step with this rank's local gradient `grad` (d floats, borrowed, not modified)
+ * and learning rate lr. Collective: every rank calls it with the same lr. */
+ob_status ob_optim_step(ob_optim *opt, const float *grad, float lr, ob_err *err);
+
+typedef struct ob_optim_stats {
+    long step;               /* completed steps */
+    ob_phase phase;          /* phase of the next step */
+    long freeze_step;        /* T_w, or -1 while still in warmup (or never, for naive) */
+    double freeze_ratio;     /* last ||v_t||_1/||v_{t-Delta}||_1; NaN when not computed */
+    double v_l1_norm;        /* last ||v_t||_1 computed (0 when not computed) */
+    uint64_t bytes_sent;     /* by this rank's collectives in all steps so far */
+    uint64_t bytes_last_step;
+} ob_optim_stats;
+
+void ob_optim_get_stats(const ob_optim *opt, ob_optim_stats *out);
+
+/* The optimizer's state for checkpointing. Pointers are owned by the optimizer and writable:
+ * a resumed run writes the saved values into them, then calls ob_optim_set_progress. */
+typedef struct ob_optim_state {
+    size_t d;
+    size_t padded_size;     /* D, 0 when no compressed allreduce is used */
+    size_t chunk_size;      /* C, 0 when no compressed allreduce is used */
+    float *exp_avg;         /* m (d) */
+    float *exp_avg_sq;      /* v (d); after the freeze, v_Tw */
+    float *worker_error;    /* (D) or NULL */
+    float *server_error;    /* (C) or NULL */
+    double *v_norm_history; /* (Delta) ring of ||v_t||_1, slot t % Delta; NULL unless auto freeze */
+    size_t v_norm_history_len;
+} ob_optim_state;
+
+void ob_optim_get_state(ob_optim *opt, ob_optim_state *out);
+
+/* Sets the step counter and the freeze step (-1: not frozen) after a restore. */
+ob_status ob_optim_set_progress(ob_optim *opt, long step, long freeze_step, ob_err *err);
+
+/* Warm start: takes v_Tw (d floats, copied) from an earlier run and enters the compression
+ * phase now, skipping the warmup. Only for onebit_adam in the compressed or uncompressed
+ * modes. */
+ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, ob_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_OPTIM_H */

@@ -1,0 +1,48 @@
+/* Status codes and error messages shared by every onebit library.
+ *
+ * Functions that can fail return an ob_status (0 on success, a negative code otherwise) and,
+ * when the caller passes a non-NULL ob_err, fill it with a readable message naming the failing
+ * call and where it failed. The ob_err is owned by the caller; the library never allocates it,
+ * never prints and never exits. */
+#ifndef ONEBIT_STATUS_H
+#define ONEBIT_STATUS_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ob_status {
+    OB_OK = 0,
+    OB_ERR_INVALID_ARG = -1, /* a parameter or a field of a spec is out of range or malformed */
+    OB_ERR_NOMEM = -2,       /* an allocation failed */
+    OB_ERR_IO = -3,          /* reading or writing a file failed */
+    OB_ERR_COMM = -4,        /* a collective or the transport under it failed */
+    OB_ERR_STATE = -5,       /* the call is not valid in the object's current state */
+    OB_ERR_UNSUPPORTED = -6, /* the build or the backend does not provide this */
+    OB_ERR_CORRUPT = -7,     /* data failed a validity check (format, checksum, size) */
+    OB_ERR_CUDA = -8,        /* a CUDA runtime or NCCL call failed */
+    OB_ERR_NOT_FOUND = -9,   /* a named file, dataset or object does not exist */
+    OB_ERR_NUMERIC = -10,    /* a value became NaN or infinite */
+} ob_status;
+
+/* Static, human-readable name of a status code ("invalid argument", ...). Never NULL. */
+const char *ob_strerror(ob_status status);
+
+#define OB_ERR_MSG_LEN 512
+
+/* A caller-owned error record: the code of the first failure and its message. */
+typedef struct ob_err {
+    ob_status code;
+    char msg[OB_ERR_MSG_LEN];
+} ob_err;
+
+/* Resets an error record to OB_OK with an empty message. Accepts NULL. */
+void ob_err_clear(ob_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_STATUS_H */

@@ -1,0 +1,236 @@
+/* Compressed allreduce (see onebit/car.h), written once over ob_comm with the CPU kernels for
+ * host communicators and the CUDA kernels for device communicators. */
+#include "onebit/car.h"
+#include "onebit/compress_cuda.h"
+#include "internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct ob_car {
+    ob_comm *comm; /* borrowed */
+    int device;    /* buffers and kernels on the GPU */
+    int nranks, rank;
+    size_t d, D, C, B;
+    ob_scale_kind scale;
+    size_t msg; /* packed bytes of one chunk */
+
+    float *worker_err;      /* (D) */
+    float *server_err;      /* (C) */
+    float *avg;             /* (C) server average of the received chunks */
+    float *tail;            /* (C) decode target for the chunk that straddles d */
+    unsigned char *send;    /* (N, msg) this rank's compressed chunks, chunk j for rank j */
+    unsigned char *recv;    /* (N, msg) chunk `rank` of every rank's message */
+    unsigned char *gather;  /* (N, msg) every server's recompressed chunk */
+};
+
+/* --- memory and kernels of either kind ---------------------------------------------------- */
+
+static ob_status buf_alloc(ob_car *car, void **p, size_t bytes, ob_err *err)
+{
+    if (car->device) return ob_cuda_alloc(p, bytes, err);
+    *p = ob__calloc_aligned(bytes);
+    if (!*p) return OB_ERR(err, OB_ERR_NOMEM, "compressed allreduce buffer of %zu bytes", bytes);
+    return OB_OK;
+}
+
+static void buf_free(ob_car *car, void *p)
+{
+    if (car->device)
+        ob_cuda_free(p);
+    else
+        ob__free(p);
+}
+
+static ob_status k_compress(ob_car *car, const float *x, size_t x_len, float *e, size_t n,
+                            void *packed, ob_err *err)
+{
+    if (car->device)
+        return ob_cuda_compress_ef(x, x_len, e, n, car->B, car->scale, packed,
+                                   ob_comm_stream(car->comm), err);
+    ob_compress_ef(x, x_len, e, n, car->B, car->scale, packed);
+    return OB_OK;
+}
+
+static ob_status k_average(ob_car *car, const void *packed, float *out, ob_err *err)
+{
+    if (car->device)
+        return ob_cuda_decompress_average(packed, (size_t)car->nranks, car->C, car->B, out,
+                                          ob_comm_stream(car->comm), err);
+    ob_decompress_average(packed, (size_t)car->nranks, car->C, car->B, out);
+    return OB_OK;
+}
+
+static ob_status k_decode(ob_car *car, const void *packed, float *out, ob_err *err)
+{
+    if (car->device)
+        return ob_cuda_decompress(packed, car->C, car->B, out, ob_comm_stream(car->comm), err);
+    ob_decompress(packed, car->C, car->B, out);
+    return OB_OK;
+}
+
+static ob_status k_copy(ob_car *car, void *dst, const void *src, size_t bytes, ob_err *err)
+{
+    if (car->device) return ob_cuda_memcpy(dst, src, bytes, ob_comm_stream(car->comm), err);
+    memcpy(dst, src, bytes);
+    return OB_OK;
+}
+
+static ob_status k_zero(ob_car *car, void *dst, size_t bytes, ob_err *err)
+{
+    if (car->device) return ob_cuda_memset0(dst, bytes, ob_comm_stream(car->comm), err);
+    memset(dst, 0, bytes);
+    return OB_OK;
+}
+
+/* --- lifecycle ----------------------------------------------------------------------------- */
+
+ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_scale_kind scale,
+                        ob_err *err)
+{
+    *out = NULL;
+    if (!comm) return OB_ERR(err, OB_ERR_INVALID_ARG, "compressed allreduce: NULL communicator");
+    if (d == 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "compressed allreduce: size d is 0");
+    if (block == 0 || block % 32 != 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "block_size %zu: must be a positive multiple of 32", block);
+    if (scale != OB_SCALE_L1 && scale != OB_SCALE_L2)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "scale kind %d: must be l1 or l2", (int)scale);
+
+    ob_car *car = calloc(1, sizeof *car);
+    if (!car) return OB_ERR(err, OB_ERR_NOMEM, "compressed allreduce");
+    car->comm = comm;
+    car->device = ob_comm_memory(comm) == OB_MEM_DEVICE;
+    car->nranks = ob_comm_size(comm);
+    car->rank = ob_comm_rank(comm);
+    car->d = d;
+    car->B = block;
+    car->scale = scale;
+    car->D = ob__round_up(d, (size_t)car->nranks * block);
+    car->C = car->D / (size_t)car->nranks;
+    car->msg = ob_packed_bytes(car->C, block);
+
+    size_t n = (size_t)car->nranks;
+    ob_status st;
+    if ((st = buf_alloc(car, (void **)&car->worker_err, car->D * sizeof(float), err)) ||
+        (st = buf_alloc(car, (void **)&car->server_err, car->C * sizeof(float), err)) ||
+        (st = buf_alloc(car, (void **)&car->avg, car->C * sizeof(float), err)) ||
+        (st = buf_alloc(car, (void **)&car->tail, car->C * sizeof(float), err)) ||
+        (st = buf_alloc(car, (void **)&car->send, n * car->msg, err)) ||
+        (st = buf_alloc(car, (void **)&car->recv, n * car->msg, err)) ||
+        (st = buf_alloc(car, (void **)&car->gather, n * car->msg, err)))
+        goto fail;
+    *out = car;
+    return OB_OK;
+fail:
+    ob_car_destroy(car);
+    return st;
+}
+
+void ob_car_destroy(ob_car *car)
+{
+    if (!car) return;
+    buf_free(car, car->worker_err);
+    buf_free(car, car->server_err);
+    buf_free(car, car->avg);
+    buf_free(car, car->tail);
+    buf_free(car, car->send);
+    buf_free(car, car->recv);
+    buf_free(car, car->gather);
+    free(car);
+}
+
+size_t ob_car_size(const ob_car *car)
+{
+    return car->d;
+}
+
+size_t ob_car_padded_size(const ob_car *car)
+{
+    return car->D;
+}
+
+size_t ob_car_chunk_size(const ob_car *car)
+{
+    return car->C;
+}
+
+size_t ob_car_block_size(const ob_car *car)
+{
+    return car->B;
+}
+
+uint64_t ob_car_bytes_per_call(const ob_car *car)
+{
+    return 2u * (uint64_t)(car->nranks - 1) * car->msg;
+}
+
+float *ob_car_worker_error(ob_car *car)
+{
+    return car->worker_err;
+}
+
+float *ob_car_server_error(ob_car *car)
+{
+    return car->server_err;
+}
+
+ob_status ob_car_reset_errors(ob_car *car, ob_err *err)
+{
+    ob_status st = k_zero(car, car->worker_err, car->D * sizeof(float), err);
+    if (st == OB_OK) st = k_zero(car, car->server_err, car->C * sizeof(float), err);
+    return st;
+}
+
+/* --- the collective ------------------------------------------------------------------------ */
+
+/* Elements of chunk j that lie inside the unpadded vector. */
+static size_t chunk_valid(const ob_car *car, size_t j)
+{
+    size_t lo = j * car->C;
+    if (lo >= car->d) return 0;
+    return car->d - lo < car->C ? car->d - lo : car->C;
+}
+
+ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err)
+{
+    size_t n = (size_t)car->nranks, C = car->C, msg = car->msg;
+    ob_status st;
+
+    /* 1. Worker: compress x + e chunk by chunk, chunk j addressed to rank j. */
+    for (size_t j = 0; j < n; j++) {
+        size_t valid = chunk_valid(car, j);
+        st = k_compress(car, valid ? in + j * C : NULL, valid, car->worker_err + j * C, C,
+                        car->send + j * msg, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: worker compression");
+    }
+    /* 2. Alltoall: this rank receives its chunk from every rank. */
+    st = ob_comm_alltoall(car->comm, car->send, car->recv, msg, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: alltoall");
+
+    /* 3. Server: average in rank order, add the server error, recompress. */
+    unsigned char *mine = car->gather + (size_t)car->rank * msg;
+    if ((st = k_average(car, car->recv, car->avg, err)) ||
+        (st = k_compress(car, car->avg, C, car->server_err, C, mine, err)))
+        return OB_WRAP(err, st, "compressed allreduce: server compression");
+
+    /* 4. Allgather the recompressed chunks; every rank decodes the same average. */
+    st = ob_comm_allgather(car->comm, mine, car->gather, msg, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: allgather");
+    for (size_t j = 0; j < n; j++) {
+        size_t valid = chunk_valid(car, j);
+        if (valid == 0) break;
+        if (valid == C) {
+            st = k_decode(car, car->gather + j * msg, out + j * C, err);
+        } else { /* the straddling chunk: decode whole, keep the part inside d */
+            st = k_decode(car, car->gather + j * msg, car->tail, err);
+            if (st == OB_OK) st = k_copy(car, out + j * C, car->tail, valid * sizeof(float), err);
+        }
+        if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: decode");
+    }
+    if (car->device) {
+        st = ob_cuda_sync(ob_comm_stream(car->comm), err);
+        if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: stream sync");
+    }
+    return OB_OK;
+}

@@ -1,0 +1,120 @@
+/* Front end of the communicator interface: argument checks, byte counters, dispatch. */
+#include "comm_internal.h"
+#include "internal.h"
+
+#include <stdlib.h>
+
+ob_comm *ob__comm_alloc(const ob__comm_ops *ops, const char *backend, ob_mem_kind mem)
+{
+    ob_comm *c = calloc(1, sizeof *c);
+    if (!c) return NULL;
+    c->ops = ops;
+    c->backend = backend;
+    c->mem = mem;
+    c->size = 1;
+    return c;
+}
+
+void ob_comm_destroy(ob_comm *comm)
+{
+    if (!comm) return;
+    if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
+    free(comm);
+}
+
+int ob_comm_rank(const ob_comm *comm)
+{
+    return comm->rank;
+}
+
+int ob_comm_size(const ob_comm *comm)
+{
+    return comm->size;
+}
+
+const char *ob_comm_backend(const ob_comm *comm)
+{
+    return comm->backend;
+}
+
+ob_mem_kind ob_comm_memory(const ob_comm *comm)
+{
+    return comm->mem;
+}
+
+void *ob_comm_stream(const ob_comm *comm)
+{
+    return comm->stream;
+}
+
+static ob_status count(ob_comm *c, ob_comm_op op, uint64_t bytes, ob_status st)
+{
+    if (st != OB_OK) return st;
+    c->counters.bytes_sent += bytes;
+    c->counters.op_bytes[op] += bytes;
+    c->counters.op_calls[op] += 1;
+    return OB_OK;
+}
+
+ob_status ob_comm_allreduce_sum_f32(ob_comm *comm, float *buf, size_t n, ob_err *err)
+{
+    if (n > 0 && !buf) return OB_ERR(err, OB_ERR_INVALID_ARG, "allreduce: NULL buffer");
+    uint64_t sent = 0;
+    ob_status st = n ? comm->ops->allreduce_sum_f32(comm, buf, n, &sent, err) : OB_OK;
+    return count(comm, OB_COMM_ALLREDUCE, sent, st);
+}
+
+ob_status ob_comm_alltoall(ob_comm *comm, const void *send, void *recv, size_t bytes_per_peer,
+                           ob_err *err)
+{
+    if (bytes_per_peer > 0 && (!send || !recv))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "alltoall: NULL buffer");
+    uint64_t sent = 0;
+    ob_status st = bytes_per_peer
+                       ? comm->ops->alltoall(comm, send, recv, bytes_per_peer, &sent, err)
+                       : OB_OK;
+    return count(comm, OB_COMM_ALLTOALL, sent, st);
+}
+
+ob_status ob_comm_allgather(ob_comm *comm, const void *send, void *recv, size_t bytes_per_peer,
+                            ob_err *err)
+{
+    if (bytes_per_peer > 0 && (!send || !recv))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "allgather: NULL buffer");
+    uint64_t sent = 0;
+    ob_status st = bytes_per_peer
+                       ? comm->ops->allgather(comm, send, recv, bytes_per_peer, &sent, err)
+                       : OB_OK;
+    return count(comm, OB_COMM_ALLGATHER, sent, st);
+}
+
+ob_status ob_comm_bcast(ob_comm *comm, void *buf, size_t bytes, int root, ob_err *err)
+{
+    if (root < 0 || root >= comm->size)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "bcast: root %d outside [0, %d)", root,
+                      comm->size);
+    if (bytes > 0 && !buf) return OB_ERR(err, OB_ERR_INVALID_ARG, "bcast: NULL buffer");
+    uint64_t sent = 0;
+    ob_status st = bytes ? comm->ops->bcast(comm, buf, bytes, root, &sent, err) : OB_OK;
+    return count(comm, OB_COMM_BCAST, sent, st);
+}
+
+ob_status ob_comm_barrier(ob_comm *comm, ob_err *err)
+{
+    return count(comm, OB_COMM_BARRIER, 0, comm->ops->barrier(comm, err));
+}
+
+void ob_comm_get_counters(const ob_comm *comm, ob_comm_counters *out)
+{
+    *out = comm->counters;
+}
+
+uint64_t ob_comm_bytes_sent(const ob_comm *comm)
+{
+    return comm->counters.bytes_sent;
+}
+
+void ob_comm_abort(ob_comm *comm, int code)
+{
+    comm->ops->abort(comm, code);
+}

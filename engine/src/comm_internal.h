@@ -1,0 +1,38 @@
+/* The backend interface behind ob_comm: each backend fills an ops table; comm.c validates
+ * arguments and keeps the byte counters so that no backend has to. */
+#ifndef ONEBIT_COMM_INTERNAL_H
+#define ONEBIT_COMM_INTERNAL_H
+
+#include "onebit/comm.h"
+
+/* Each collective adds the bytes this rank sent to *sent (only called with a non-empty
+ * buffer; comm.c has checked the arguments). */
+typedef struct ob__comm_ops {
+    ob_status (*allreduce_sum_f32)(ob_comm *c, float *buf, size_t count, uint64_t *sent,
+                                   ob_err *err);
+    ob_status (*alltoall)(ob_comm *c, const void *send, void *recv, size_t bytes, uint64_t *sent,
+                          ob_err *err);
+    ob_status (*allgather)(ob_comm *c, const void *send, void *recv, size_t bytes,
+                           uint64_t *sent, ob_err *err);
+    ob_status (*bcast)(ob_comm *c, void *buf, size_t bytes, int root, uint64_t *sent,
+                       ob_err *err);
+    ob_status (*barrier)(ob_comm *c, ob_err *err);
+    void (*abort)(ob_comm *c, int code);
+    void (*destroy)(ob_comm *c); /* frees impl only */
+} ob__comm_ops;
+
+struct ob_comm {
+    const ob__comm_ops *ops;
+    const char *backend;
+    void *impl; /* backend state, owned */
+    int rank;
+    int size;
+    ob_mem_kind mem;
+    void *stream;
+    ob_comm_counters counters;
+};
+
+/* Allocates an ob_comm shell with the given ops; the backend then fills rank/size/impl. */
+ob_comm *ob__comm_alloc(const ob__comm_ops *ops, const char *backend, ob_mem_kind mem);
+
+#endif /* ONEBIT_COMM_INTERNAL_H */

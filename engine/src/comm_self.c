@@ -1,0 +1,61 @@
+/* A world of one process: every collective is the identity (or a local copy) and sends
+ * nothing. Lets single-process tools and tests run the same code paths without MPI. */
+#include "comm_internal.h"
+#include "internal.h"
+
+#include <string.h>
+
+static ob_status self_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *sent,
+                                ob_err *err)
+{
+    return OB_OK;
+}
+
+static ob_status self_copy(ob_comm *c, const void *send, void *recv, size_t bytes,
+                           uint64_t *sent, ob_err *err)
+{
+    if (send != recv) memmove(recv, send, bytes);
+    return OB_OK;
+}
+
+static ob_status self_bcast(ob_comm *c, void *buf, size_t bytes, int root, uint64_t *sent,
+                            ob_err *err)
+{
+    return OB_OK;
+}
+
+static ob_status self_barrier(ob_comm *c, ob_err *err)
+{
+    return OB_OK;
+}
+
+static void self_abort(ob_comm *c, int code)
+{
+    /* Nobody else to stop: the caller's own error handling ends the process. */
+}
+
+static const ob__comm_ops self_ops = {
+    .allreduce_sum_f32 = self_allreduce,
+    .alltoall = self_copy,
+    .allgather = self_copy,
+    .bcast = self_bcast,
+    .barrier = self_barrier,
+    .abort = self_abort,
+    .destroy = NULL,
+};
+
+ob_status ob_comm_create_self(ob_comm **out, ob_err *err)
+{
+    *out = ob__comm_alloc(&self_ops, "self", OB_MEM_HOST);
+    if (!*out) return OB_ERR(err, OB_ERR_NOMEM, "self communicator");
+    return OB_OK;
+}
+
+#ifndef ONEBIT_HAVE_CUDA
+ob_status ob_comm_create_nccl(ob_comm **out, int device, ob_err *err)
+{
+    *out = NULL;
+    return OB_ERR(err, OB_ERR_UNSUPPORTED,
+                  "the NCCL communicator needs a build with CUDA (configure with ONEBIT_CUDA=ON)");
+}
+#endif

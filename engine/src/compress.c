@@ -1,0 +1,160 @@
+/* CPU kernels of the 1-bit compression (see onebit/compress.h for the layout and contracts).
+ *
+ * Written for speed: each block of B elements is visited twice, the second time from L1 (a
+ * 2048-float block is 8 KiB), so the buffers stream through memory once. Loops are branch-free
+ * and shaped for the vectoriser; the hot ones are compiled for AVX2 as well as the baseline ISA
+ * and picked at load time. Block scales are accumulated in double so that the scale is the
+ * correctly rounded mean for all practical purposes, independent of summation order. */
+#include "onebit/compress.h"
+
+#include <math.h>
+#include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OB_MULTIVERSION __attribute__((target_clones("avx2", "default")))
+#else
+#define OB_MULTIVERSION
+#endif
+
+size_t ob_packed_bytes(size_t n, size_t block)
+{
+    return n / 32 * sizeof(uint32_t) + n / block * sizeof(float);
+}
+
+static inline uint32_t *packed_bits(void *packed)
+{
+    return (uint32_t *)packed;
+}
+
+static inline float *packed_scales(void *packed, size_t n)
+{
+    return (float *)((char *)packed + n / 32 * sizeof(uint32_t));
+}
+
+/* Sum of |u| (or u^2) over one block, in eight double lanes: vectorisable without
+ * reassociating a single accumulator. B is a multiple of 32. */
+OB_MULTIVERSION
+static double block_norm(const float *u, size_t B, int l2)
+{
+    double acc[8] = {0};
+    if (l2) {
+        for (size_t i = 0; i < B; i += 8)
+            for (int l = 0; l < 8; l++) acc[l] += (double)u[i + l] * (double)u[i + l];
+    } else {
+        for (size_t i = 0; i < B; i += 8)
+            for (int l = 0; l < 8; l++) acc[l] += fabs((double)u[i + l]);
+    }
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* e[i] += x[i] for the nx <= B elements of the block that lie inside x. */
+OB_MULTIVERSION
+static void add_into(float *e, const float *x, size_t nx)
+{
+    for (size_t i = 0; i < nx; i++) e[i] = x[i] + e[i];
+}
+
+/* Packs the signs of u (held in e) into words and replaces e by u - s*sign(u). */
+OB_MULTIVERSION
+static void quantize_block(float *e, size_t B, float s, uint32_t *bits)
+{
+    for (size_t w = 0; w < B / 32; w++) {
+        float *u = e + 32 * w;
+        uint32_t word = 0;
+        for (uint32_t k = 0; k < 32; k++) {
+            uint32_t pos = u[k] >= 0.0f; /* true for +0 and -0: sign(0) = +1 */
+            word |= pos << k;
+            u[k] = u[k] - (pos ? s : -s);
+        }
+        bits[w] = word;
+    }
+}
+
+void ob_compress_ef(const float *x, size_t x_len, float *e, size_t n, size_t block,
+                    ob_scale_kind kind, void *packed)
+{
+    uint32_t *bits = packed_bits(packed);
+    float *scales = packed_scales(packed, n);
+    int l2 = kind == OB_SCALE_L2;
+    for (size_t b = 0; b < n / block; b++) {
+        size_t off = b * block;
+        size_t nx = x_len > off ? x_len - off : 0;
+        if (nx > block) nx = block;
+        if (nx) add_into(e + off, x + off, nx); /* u = x + e, kept in e */
+        double acc = block_norm(e + off, block, l2);
+        float s = l2 ? (float)sqrt(acc / (double)block) : (float)(acc / (double)block);
+        scales[b] = s;
+        quantize_block(e + off, block, s, bits + off / 32);
+    }
+}
+
+/* out[k] = s * sign(bit k) for one block. */
+OB_MULTIVERSION
+static void decode_block(const uint32_t *bits, float s, size_t B, float *out)
+{
+    for (size_t w = 0; w < B / 32; w++) {
+        uint32_t word = bits[w];
+        for (uint32_t k = 0; k < 32; k++) out[32 * w + k] = ((word >> k) & 1u) ? s : -s;
+    }
+}
+
+/* out[k] += s * sign(bit k) for one block. */
+OB_MULTIVERSION
+static void accumulate_decoded_block(const uint32_t *bits, float s, size_t B, float *out)
+{
+    for (size_t w = 0; w < B / 32; w++) {
+        uint32_t word = bits[w];
+        for (uint32_t k = 0; k < 32; k++) out[32 * w + k] += ((word >> k) & 1u) ? s : -s;
+    }
+}
+
+void ob_decompress(const void *packed, size_t n, size_t block, float *out)
+{
+    const uint32_t *bits = packed_bits((void *)packed);
+    const float *scales = packed_scales((void *)packed, n);
+    for (size_t b = 0; b < n / block; b++)
+        decode_block(bits + b * block / 32, scales[b], block, out + b * block);
+}
+
+OB_MULTIVERSION
+static void divide_block(float *out, size_t B, float nsrc)
+{
+    for (size_t i = 0; i < B; i++) out[i] = out[i] / nsrc;
+}
+
+void ob_decompress_average(const void *packed, size_t nsrc, size_t n, size_t block, float *out)
+{
+    size_t msg = ob_packed_bytes(n, block);
+    const char *base = packed;
+    /* Block-outer so each output block stays in L1 while every source is added to it, in
+     * source order. */
+    for (size_t b = 0; b < n / block; b++) {
+        float *ob = out + b * block;
+        for (size_t i = 0; i < nsrc; i++) {
+            void *p = (void *)(base + i * msg);
+            const uint32_t *bits = packed_bits(p) + b * block / 32;
+            float s = packed_scales(p, n)[b];
+            if (i == 0)
+                decode_block(bits, s, block, ob);
+            else
+                accumulate_decoded_block(bits, s, block, ob);
+        }
+        divide_block(ob, block, (float)nsrc);
+    }
+}
+
+void ob_sign_pack(const float *u, size_t n, uint32_t *bits)
+{
+    size_t words = (n + 31) / 32;
+    for (size_t w = 0; w < words; w++) {
+        uint32_t word = 0;
+        size_t lim = n - 32 * w < 32 ? n - 32 * w : 32;
+        for (size_t k = 0; k < lim; k++) word |= (uint32_t)(u[32 * w + k] >= 0.0f) << k;
+        bits[w] = word;
+    }
+}
+
+void ob_sign_unpack(const uint32_t *bits, size_t n, float *out)
+{
+    for (size_t k = 0; k < n; k++) out[k] = ((bits[k / 32] >> (k % 32)) & 1u) ? 1.0f : -1.0f;
+}

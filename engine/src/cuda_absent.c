@@ -1,0 +1,54 @@
+/* The device entry points of onebit/compress_cuda.h in a build without CUDA: each reports
+ * OB_ERR_UNSUPPORTED so that callers can fall back to the host path with a clear message. */
+#include "onebit/compress_cuda.h"
+#include "internal.h"
+
+#define NO_CUDA(err) OB_ERR((err), OB_ERR_UNSUPPORTED, "this build has no CUDA support")
+
+int ob_cuda_device_count(void)
+{
+    return 0;
+}
+
+ob_status ob_cuda_compress_ef(const float *x, size_t x_len, float *e, size_t n, size_t block,
+                              ob_scale_kind kind, void *packed, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_decompress(const void *packed, size_t n, size_t block, float *out,
+                             void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_decompress_average(const void *packed, size_t nsrc, size_t n, size_t block,
+                                     float *out, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_alloc(void **ptr, size_t bytes, ob_err *err)
+{
+    *ptr = NULL;
+    return NO_CUDA(err);
+}
+
+void ob_cuda_free(void *ptr)
+{
+}
+
+ob_status ob_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_memset0(void *dst, size_t bytes, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_sync(void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}

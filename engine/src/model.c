@@ -1,0 +1,314 @@
+/* The public model API: configuration defaults and validation, creation, the parameter tensor
+ * table, deterministic initialisation, and the checks on a batch before a kind's forward and
+ * backward pass (model_mlp.c, model_transformer.c) runs. */
+#include "internal.h"
+#include "model_internal.h"
+#include "onebit/rng.h"
+
+#include <limits.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Upper bounds that keep every sgemm dimension and leading dimension within an int and every
+ * size product far from overflow; all are far beyond what fits in memory anyway. */
+#define MAX_BATCH ((size_t)1 << 24)
+#define MAX_FEATURES ((size_t)1 << 24) /* input_dim, num_classes, hidden widths */
+#define MAX_LAYERS ((size_t)1024)
+#define MAX_D_MODEL ((size_t)1 << 16)
+#define MAX_CONTEXT ((size_t)1 << 16)
+
+void ob_model_config_default(ob_model_config *cfg, ob_model_kind kind)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->kind = kind;
+    cfg->max_batch = 32;
+    cfg->input_dim = 784;
+    cfg->num_classes = 10;
+    if (kind == OB_MODEL_MLP) {
+        cfg->hidden[0] = 256;
+        cfg->hidden[1] = 128;
+        cfg->num_hidden = 2;
+    }
+    cfg->activation = OB_ACT_RELU;
+    cfg->n_layer = 2;
+    cfg->n_head = 4;
+    cfg->d_model = 128;
+    cfg->context = 128;
+    cfg->tied_output = 1;
+}
+
+/* ---- validation -------------------------------------------------------------------------- */
+
+/* Fails with a message naming the field when v is outside [lo, hi]. */
+static ob_status check_range(const char *field, size_t v, size_t lo, size_t hi, ob_err *err)
+{
+    if (v < lo || v > hi)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "ob_model_config.%s = %zu is out of range: must be in [%zu, %zu]", field, v,
+                      lo, hi);
+    return OB_OK;
+}
+
+static ob_status check_cls_config(const ob_model_config *cfg, ob_err *err)
+{
+    ob_status st;
+    if ((st = check_range("input_dim", cfg->input_dim, 1, MAX_FEATURES, err))) return st;
+    if ((st = check_range("num_classes", cfg->num_classes, 2, MAX_FEATURES, err))) return st;
+    if (cfg->kind != OB_MODEL_MLP) return OB_OK;
+
+    if (cfg->num_hidden < 1 || cfg->num_hidden > OB_MODEL_MAX_HIDDEN)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "ob_model_config.num_hidden = %zu is out of range: an MLP needs 1 to %d "
+                      "hidden layers (OB_MODEL_SOFTMAX has none)",
+                      cfg->num_hidden, OB_MODEL_MAX_HIDDEN);
+    for (size_t i = 0; i < cfg->num_hidden; i++) {
+        if (cfg->hidden[i] < 1 || cfg->hidden[i] > MAX_FEATURES)
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "ob_model_config.hidden[%zu] = %zu is out of range: must be in [1, %zu]",
+                          i, cfg->hidden[i], MAX_FEATURES);
+    }
+    if (cfg->activation != OB_ACT_RELU && cfg->activation != OB_ACT_TANH &&
+        cfg->activation != OB_ACT_GELU)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "ob_model_config.activation = %d is not an ob_activation (RELU, TANH, GELU)",
+                      (int)cfg->activation);
+    return OB_OK;
+}
+
+static ob_status check_tf_config(const ob_model_config *cfg, ob_err *err)
+{
+    ob_status st;
+    if ((st = check_range("n_layer", cfg->n_layer, 1, MAX_LAYERS, err))) return st;
+    if ((st = check_range("d_model", cfg->d_model, 1, MAX_D_MODEL, err))) return st;
+    if ((st = check_range("n_head", cfg->n_head, 1, cfg->d_model, err))) return st;
+    if (cfg->d_model % cfg->n_head != 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "ob_model_config.d_model = %zu is not a multiple of n_head = %zu",
+                      cfg->d_model, cfg->n_head);
+    if ((st = check_range("context", cfg->context, 1, MAX_CONTEXT, err))) return st;
+    /* B * T is the row count of every sgemm, which takes an int. */
+    if (cfg->max_batch > (size_t)INT_MAX / cfg->context)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "ob_model_config.max_batch = %zu is too large: max_batch * context (%zu) "
+                      "must not exceed %d tokens",
+                      cfg->max_batch, cfg->context, INT_MAX);
+    if (cfg->tied_output != 0 && cfg->tied_output != 1)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "ob_model_config.tied_output = %d must be 0 or 1",
+                      cfg->tied_output);
+    return OB_OK;
+}
+
+static ob_status check_config(const ob_model_config *cfg, ob_err *err)
+{
+    if (cfg->kind != OB_MODEL_SOFTMAX && cfg->kind != OB_MODEL_MLP &&
+        cfg->kind != OB_MODEL_TRANSFORMER)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "ob_model_config.kind = %d is not an ob_model_kind (SOFTMAX, MLP, "
+                      "TRANSFORMER)",
+                      (int)cfg->kind);
+    ob_status st = check_range("max_batch", cfg->max_batch, 1, MAX_BATCH, err);
+    if (st) return st;
+    return cfg->kind == OB_MODEL_TRANSFORMER ? check_tf_config(cfg, err)
+                                             : check_cls_config(cfg, err);
+}
+
+/* ---- layout helpers shared by the kinds ----------------------------------------------------- */
+
+size_t ob__model_prod(int *overflow, size_t a, size_t b, size_t c, size_t d)
+{
+    size_t f[3] = {b, c, d};
+    size_t p = a;
+    for (int i = 0; i < 3; i++) {
+        if (f[i] != 0 && p > SIZE_MAX / f[i]) {
+            *overflow = 1;
+            return 0;
+        }
+        p *= f[i];
+    }
+    return p;
+}
+
+ob_status ob__model_add_tensor(ob_model *m, const char *name, float init_std, float init_value,
+                               size_t d0, size_t d1, size_t d2, ob_err *err)
+{
+    int overflow = 0;
+    size_t numel = ob__model_prod(&overflow, d0, d1 ? d1 : 1, d2 ? d2 : 1, 1);
+    /* The caller's buffer is indexed in floats and its byte size must fit a size_t too. */
+    if (overflow || numel > SIZE_MAX / sizeof(float) - m->num_params)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "model too large: tensor %s does not fit in a parameter buffer", name);
+    if (m->num_tensors >= OB__MODEL_MAX_TENSORS)
+        return OB_ERR(err, OB_ERR_STATE, "model tensor table is full at %s", name);
+
+    size_t i = m->num_tensors++;
+    ob_model_tensor *t = &m->tensors[i];
+    t->name = name;
+    t->offset = m->num_params;
+    t->numel = numel;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->shape[2] = d2;
+    t->ndim = d2 ? 3 : d1 ? 2 : 1;
+    m->init_std[i] = init_std;
+    m->init_value[i] = init_value;
+    m->num_params += numel;
+    return OB_OK;
+}
+
+ob_status ob__model_alloc_acts(ob_model *m, const ob__act_slot *slots, size_t count, ob_err *err)
+{
+    const size_t line = 64 / sizeof(float); /* each buffer starts on a cache line */
+    size_t total = 0;
+    for (size_t i = 0; i < count; i++) {
+        if (slots[i].floats > SIZE_MAX / sizeof(float) - line - total)
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "model too large: activations for ob_model_config.max_batch = %zu do "
+                          "not fit in memory",
+                          m->cfg.max_batch);
+        total += ob__round_up(slots[i].floats, line);
+    }
+    float *block = ob__calloc_aligned(total * sizeof(float));
+    if (!block)
+        return OB_ERR(err, OB_ERR_NOMEM,
+                      "cannot allocate %zu bytes of activations (ob_model_config.max_batch = %zu)",
+                      total * sizeof(float), m->cfg.max_batch);
+    size_t off = 0;
+    for (size_t i = 0; i < count; i++) {
+        *slots[i].ptr = block + off;
+        off += ob__round_up(slots[i].floats, line);
+    }
+    m->acts_block = block;
+    return OB_OK;
+}
+
+/* ---- public API -------------------------------------------------------------------------- */
+
+ob_status ob_model_create(ob_model **out, const ob_model_config *cfg, ob_err *err)
+{
+    if (!out || !cfg)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "ob_model_create: out and cfg must not be NULL");
+    *out = NULL;
+    ob_status st = check_config(cfg, err);
+    if (st) return st;
+
+    ob_model *m = calloc(1, sizeof *m);
+    if (!m) return OB_ERR(err, OB_ERR_NOMEM, "cannot allocate the model object");
+    m->cfg = *cfg;
+    st = cfg->kind == OB_MODEL_TRANSFORMER ? ob__tf_build(m, err) : ob__cls_build(m, err);
+    if (st) goto fail;
+    *out = m;
+    return OB_OK;
+
+fail:
+    ob_model_destroy(m);
+    return st;
+}
+
+void ob_model_destroy(ob_model *m)
+{
+    if (!m) return;
+    ob__free(m->acts_block);
+    free(m);
+}
+
+const ob_model_config *ob_model_get_config(const ob_model *m)
+{
+    return &m->cfg;
+}
+
+size_t ob_model_num_params(const ob_model *m)
+{
+    return m->num_params;
+}
+
+size_t ob_model_num_tensors(const ob_model *m)
+{
+    return m->num_tensors;
+}
+
+const ob_model_tensor *ob_model_tensor_at(const ob_model *m, size_t i)
+{
+    return i < m->num_tensors ? &m->tensors[i] : NULL;
+}
+
+void ob_model_init_params(const ob_model *m, float *params, uint64_t seed)
+{
+    for (size_t i = 0; i < m->num_tensors; i++) {
+        const ob_model_tensor *t = &m->tensors[i];
+        float *p = params + t->offset;
+        /* One stream per tensor: reshaping one tensor leaves the others' values unchanged. */
+        ob_rng rng;
+        ob_rng_seed(&rng, seed, (uint64_t)i);
+        if (m->init_std[i] > 0.0f) {
+            for (size_t j = 0; j < t->numel; j++)
+                p[j] = m->init_std[i] * ob_rng_normal(&rng);
+        } else {
+            for (size_t j = 0; j < t->numel; j++)
+                p[j] = m->init_value[i];
+        }
+    }
+}
+
+static ob_status check_cls_batch(const ob_model *m, const ob_batch *batch, ob_err *err)
+{
+    if (batch->input_dim != m->cfg.input_dim)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "batch->input_dim = %zu does not match the model's input_dim = %zu",
+                      batch->input_dim, m->cfg.input_dim);
+    if (!batch->x || !batch->y)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "batch->x and batch->y must not be NULL");
+    for (size_t i = 0; i < batch->n; i++) {
+        int32_t y = batch->y[i];
+        if (y < 0 || (size_t)y >= m->cfg.num_classes)
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "batch->y[%zu] = %d is not a class label in [0, %zu)", i, (int)y,
+                          m->cfg.num_classes);
+    }
+    return OB_OK;
+}
+
+static ob_status check_tf_batch(const ob_model *m, const ob_batch *batch, ob_err *err)
+{
+    if (batch->context != m->cfg.context)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "batch->context = %zu does not match the model's context = %zu",
+                      batch->context, m->cfg.context);
+    if (!batch->tokens) return OB_ERR(err, OB_ERR_INVALID_ARG, "batch->tokens must not be NULL");
+    return OB_OK;
+}
+
+ob_status ob_model_forward_backward(ob_model *m, const float *params, const ob_batch *batch,
+                                    float *grad, ob_model_result *res, ob_err *err)
+{
+    if (!m || !params || !batch)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "ob_model_forward_backward: model, params and batch must not be NULL");
+    if (batch->n < 1 || batch->n > m->cfg.max_batch)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "batch->n = %zu is out of range: must be in [1, max_batch = %zu]", batch->n,
+                      m->cfg.max_batch);
+    ob_status st = m->cfg.kind == OB_MODEL_TRANSFORMER ? check_tf_batch(m, batch, err)
+                                                       : check_cls_batch(m, batch, err);
+    if (st) return st;
+
+    ob_model_result r = {0};
+    /* The kernels accumulate parameter gradients, so every step starts from zero. */
+    if (grad) memset(grad, 0, m->num_params * sizeof *grad);
+    if (m->cfg.kind == OB_MODEL_TRANSFORMER)
+        ob__tf_forward_backward(m, params, batch, grad, &r);
+    else
+        ob__cls_forward_backward(m, params, batch, grad, &r);
+    m->have_logits = 1;
+    if (res) *res = r;
+    if (!isfinite(r.loss))
+        return OB_ERR(err, OB_ERR_NUMERIC, "the loss is not finite (%g) over %zu predictions",
+                      r.loss, r.count);
+    return OB_OK;
+}
+
+const float *ob_model_logits(const ob_model *m)
+{
+    return m->have_logits ? m->logits : NULL;
+}

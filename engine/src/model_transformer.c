@@ -1,0 +1,265 @@
+/* Decoder-only byte-level transformer language model (GPT-2 architecture, after llm.c):
+ * token + learned position embeddings, n_layer pre-LN blocks (layer norm -> causal multi-head
+ * self-attention with a fused qkv projection -> output projection -> residual; layer norm ->
+ * 4x MLP with tanh-GELU -> residual), a final layer norm and an output projection that is
+ * either the token embedding (tied) or a matrix of its own. The loss is the mean cross-entropy
+ * of the next byte over all B * T positions. */
+#include "internal.h"
+#include "model_internal.h"
+#include "model_layers.h"
+
+#include <math.h>
+#include <string.h>
+
+#define V OB_MODEL_VOCAB
+
+/* Pointers to every tensor of a flat buffer (parameters or gradients alike). */
+typedef struct tf_tensors {
+    float *wte;      // (V, C)
+    float *wpe;      // (T, C)
+    float *ln1w;     // (L, C)
+    float *ln1b;     // (L, C)
+    float *qkvw;     // (L, 3C, C)
+    float *qkvb;     // (L, 3C)
+    float *attprojw; // (L, C, C)
+    float *attprojb; // (L, C)
+    float *ln2w;     // (L, C)
+    float *ln2b;     // (L, C)
+    float *fcw;      // (L, 4C, C)
+    float *fcb;      // (L, 4C)
+    float *fcprojw;  // (L, C, 4C)
+    float *fcprojb;  // (L, C)
+    float *lnfw;     // (C)
+    float *lnfb;     // (C)
+    float *lm_head;  // (V, C): wte itself when the output is tied
+} tf_tensors;
+
+ob_status ob__tf_build(ob_model *m, ob_err *err)
+{
+    const ob_model_config *cfg = &m->cfg;
+    size_t L = cfg->n_layer, C = cfg->d_model, T = cfg->context, NH = cfg->n_head;
+    size_t B = cfg->max_batch;
+    /* GPT-2 initialisation: 0.02 everywhere, and the projections that write into the residual
+     * stream scaled by 1/sqrt(2 L) so its variance does not grow with depth. */
+    float std = 0.02f, res_std = (float)(0.02 / sqrt(2.0 * (double)L));
+
+    /* The parameter table, in the order of the OB__TF_* indices. */
+    struct {
+        const char *name;
+        float std, value;
+        size_t d0, d1, d2;
+    } table[] = {
+        {"wte", std, 0, V, C, 0},             // (V, C)
+        {"wpe", std, 0, T, C, 0},             // (T, C)
+        {"ln1w", 0, 1, L, C, 0},              // (L, C)
+        {"ln1b", 0, 0, L, C, 0},              // (L, C)
+        {"qkvw", std, 0, L, 3 * C, C},        // (L, 3C, C)
+        {"qkvb", 0, 0, L, 3 * C, 0},          // (L, 3C)
+        {"attprojw", res_std, 0, L, C, C},    // (L, C, C)
+        {"attprojb", 0, 0, L, C, 0},          // (L, C)
+        {"ln2w", 0, 1, L, C, 0},              // (L, C)
+        {"ln2b", 0, 0, L, C, 0},              // (L, C)
+        {"fcw", std, 0, L, 4 * C, C},         // (L, 4C, C)
+        {"fcb", 0, 0, L, 4 * C, 0},           // (L, 4C)
+        {"fcprojw", res_std, 0, L, C, 4 * C}, // (L, C, 4C)
+        {"fcprojb", 0, 0, L, C, 0},           // (L, C)
+        {"lnfw", 0, 1, C, 0, 0},              // (C)
+        {"lnfb", 0, 0, C, 0, 0},              // (C)
+        {"lm_head", std, 0, V, C, 0},         // (V, C), untied only
+    };
+    _Static_assert(sizeof table / sizeof table[0] == OB__TF_LM_HEAD + 1,
+                   "the table and the OB__TF_* indices must list the same tensors");
+    size_t num = sizeof table / sizeof table[0] - (cfg->tied_output ? 1 : 0);
+    for (size_t i = 0; i < num; i++) {
+        ob_status st = ob__model_add_tensor(m, table[i].name, table[i].std, table[i].value,
+                                            table[i].d0, table[i].d1, table[i].d2, err);
+        if (st) return st;
+    }
+
+    /* The activation table. */
+    ob__tf_acts *a = &m->acts.tf;
+    float *targets = NULL;
+    int ovf = 0;
+    size_t BTC = ob__model_prod(&ovf, B, T, C, 1);
+    size_t LBTC = ob__model_prod(&ovf, L, B, T, C);
+    size_t LBT = ob__model_prod(&ovf, L, B, T, 1);
+    size_t BT = ob__model_prod(&ovf, B, T, 1, 1);
+    size_t BTV = ob__model_prod(&ovf, B, T, V, 1);
+    size_t att = ob__model_prod(&ovf, ob__model_prod(&ovf, L, B, NH, 1), T, T, 1);
+    size_t TT = ob__model_prod(&ovf, T, T, 1, 1);
+    /* 3 * LBTC and 4 * LBTC must not wrap either; ob__model_alloc_acts then refuses anything
+     * that does not fit a size_t in bytes. */
+    if (ovf || LBTC > SIZE_MAX / 4)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "model too large: activations for ob_model_config.max_batch = %zu overflow",
+                      B);
+    const ob__act_slot slots[] = {
+        {&a->encoded, BTC},       // (B, T, C)
+        {&a->ln1, LBTC},          // (L, B, T, C)
+        {&a->ln1_mean, LBT},      // (L, B, T)
+        {&a->ln1_rstd, LBT},      // (L, B, T)
+        {&a->qkv, 3 * LBTC},      // (L, B, T, 3C)
+        {&a->atty, LBTC},         // (L, B, T, C)
+        {&a->att, att},           // (L, B, NH, T, T)
+        {&a->residual2, LBTC},    // (L, B, T, C)
+        {&a->ln2, LBTC},          // (L, B, T, C)
+        {&a->ln2_mean, LBT},      // (L, B, T)
+        {&a->ln2_rstd, LBT},      // (L, B, T)
+        {&a->fch, 4 * LBTC},      // (L, B, T, 4C)
+        {&a->fch_gelu, 4 * LBTC}, // (L, B, T, 4C)
+        {&a->residual3, LBTC},    // (L, B, T, C)
+        {&a->lnf, BTC},           // (B, T, C)
+        {&a->lnf_mean, BT},       // (B, T)
+        {&a->lnf_rstd, BT},       // (B, T)
+        {&a->logits, BTV},        // (B, T, V)
+        {&a->probs, BTV},         // (B, T, V)
+        {&a->dres, BTC},          // (B, T, C)
+        {&a->dbtc, BTC},          // (B, T, C)
+        {&a->dqkv, 3 * BTC},      // (B, T, 3C)
+        {&a->dfch, 4 * BTC},      // (B, T, 4C)
+        {&a->datt, TT},           // (T, T)
+        {&targets, BT},           // (B, T) int32, the size of a float
+    };
+    ob_status st = ob__model_alloc_acts(m, slots, sizeof slots / sizeof slots[0], err);
+    if (st) return st;
+    /* The block comes from calloc-style memory with no declared type, so storing int32 values
+     * in this slice is well defined as long as it is only ever read back as int32. */
+    a->targets = (int32_t *)(void *)targets;
+    m->logits = a->logits;
+    return OB_OK;
+}
+
+/* Points every field of out at its tensor inside the flat buffer base. */
+static void tf_tensors_at(const ob_model *m, float *base, tf_tensors *out)
+{
+    const ob_model_tensor *t = m->tensors;
+    float **const fields[] = {
+        &out->wte,      &out->wpe,      &out->ln1w, &out->ln1b, &out->qkvw, &out->qkvb,
+        &out->attprojw, &out->attprojb, &out->ln2w, &out->ln2b, &out->fcw,  &out->fcb,
+        &out->fcprojw,  &out->fcprojb,  &out->lnfw, &out->lnfb,
+    };
+    for (size_t i = 0; i <= OB__TF_LNFB; i++)
+        *fields[i] = base + t[i].offset;
+    out->lm_head = m->cfg.tied_output ? out->wte : base + t[OB__TF_LM_HEAD].offset;
+}
+
+static void tf_forward(ob_model *m, const tf_tensors *p, const ob_batch *batch, size_t B)
+{
+    const ob_model_config *cfg = &m->cfg;
+    const ob__tf_acts *a = &m->acts.tf;
+    size_t L = cfg->n_layer, C = cfg->d_model, T = cfg->context, NH = cfg->n_head;
+    size_t BT = B * T;
+
+    ob__embed_forward(a->encoded, batch->tokens, T + 1, p->wte, p->wpe, B, T, C);
+    for (size_t l = 0; l < L; l++) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;
+        float *ln1 = a->ln1 + l * BT * C;
+        float *qkv = a->qkv + l * BT * 3 * C;
+        float *atty = a->atty + l * BT * C;
+        float *residual2 = a->residual2 + l * BT * C;
+        float *ln2 = a->ln2 + l * BT * C;
+        float *fch = a->fch + l * BT * 4 * C;
+        float *fch_gelu = a->fch_gelu + l * BT * 4 * C;
+        float *residual3 = a->residual3 + l * BT * C;
+
+        ob__layernorm_forward(ln1, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, residual,
+                              p->ln1w + l * C, p->ln1b + l * C, BT, C);
+        ob__linear_forward(qkv, ln1, p->qkvw + l * 3 * C * C, p->qkvb + l * 3 * C, BT, C, 3 * C);
+        ob__attention_forward(atty, a->att + l * B * NH * T * T, qkv, B, T, C, NH);
+        memcpy(residual2, residual, BT * C * sizeof(float));
+        ob__linear_forward_add(residual2, atty, p->attprojw + l * C * C, p->attprojb + l * C, BT, C,
+                               C);
+        ob__layernorm_forward(ln2, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, residual2,
+                              p->ln2w + l * C, p->ln2b + l * C, BT, C);
+        ob__linear_forward(fch, ln2, p->fcw + l * 4 * C * C, p->fcb + l * 4 * C, BT, C, 4 * C);
+        ob__act_forward(OB_ACT_GELU, fch_gelu, fch, BT * 4 * C);
+        memcpy(residual3, residual2, BT * C * sizeof(float));
+        ob__linear_forward_add(residual3, fch_gelu, p->fcprojw + l * C * 4 * C, p->fcprojb + l * C,
+                               BT, 4 * C, C);
+    }
+    ob__layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, a->residual3 + (L - 1) * BT * C,
+                          p->lnfw, p->lnfb, BT, C);
+    ob__linear_forward(a->logits, a->lnf, p->lm_head, NULL, BT, C, V);
+}
+
+static void tf_backward(ob_model *m, const tf_tensors *p, const tf_tensors *g,
+                        const ob_batch *batch, size_t B)
+{
+    const ob_model_config *cfg = &m->cfg;
+    const ob__tf_acts *a = &m->acts.tf;
+    size_t L = cfg->n_layer, C = cfg->d_model, T = cfg->context, NH = cfg->n_head;
+    size_t BT = B * T;
+
+    /* a->probs already holds d loss / d logits. For a tied output, g->lm_head is g->wte and the
+     * embedding gradient below adds to it. */
+    ob__linear_backward(a->dbtc, g->lm_head, NULL, a->probs, a->lnf, p->lm_head, BT, C, V);
+    memset(a->dres, 0, BT * C * sizeof(float));
+    ob__layernorm_backward(a->dres, g->lnfw, g->lnfb, a->dbtc, a->residual3 + (L - 1) * BT * C,
+                           p->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
+
+    /* dres is d loss / d residual3[l] on entry to each block and d loss / d residual3[l - 1]
+     * (the block's input) on exit: the skip connections pass it through unchanged and each
+     * branch adds its share through the layer norm's backward. */
+    for (size_t l = L; l-- > 0;) {
+        const float *residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;
+        const float *ln1 = a->ln1 + l * BT * C;
+        const float *qkv = a->qkv + l * BT * 3 * C;
+        const float *atty = a->atty + l * BT * C;
+        const float *residual2 = a->residual2 + l * BT * C;
+        const float *ln2 = a->ln2 + l * BT * C;
+        const float *fch = a->fch + l * BT * 4 * C;
+        const float *fch_gelu = a->fch_gelu + l * BT * 4 * C;
+
+        /* MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). */
+        ob__linear_backward(a->dfch, g->fcprojw + l * C * 4 * C, g->fcprojb + l * C, a->dres,
+                            fch_gelu, p->fcprojw + l * C * 4 * C, BT, 4 * C, C);
+        ob__act_backward(OB_ACT_GELU, a->dfch, a->dfch, fch, fch_gelu, BT * 4 * C);
+        ob__linear_backward(a->dbtc, g->fcw + l * 4 * C * C, g->fcb + l * 4 * C, a->dfch, ln2,
+                            p->fcw + l * 4 * C * C, BT, C, 4 * C);
+        ob__layernorm_backward(a->dres, g->ln2w + l * C, g->ln2b + l * C, a->dbtc, residual2,
+                               p->ln2w + l * C, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
+
+        /* Attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual)))). */
+        ob__linear_backward(a->dbtc, g->attprojw + l * C * C, g->attprojb + l * C, a->dres, atty,
+                            p->attprojw + l * C * C, BT, C, C);
+        ob__attention_backward(a->dqkv, a->datt, a->dbtc, qkv, a->att + l * B * NH * T * T, B, T, C,
+                               NH);
+        ob__linear_backward(a->dbtc, g->qkvw + l * 3 * C * C, g->qkvb + l * 3 * C, a->dqkv, ln1,
+                            p->qkvw + l * 3 * C * C, BT, C, 3 * C);
+        ob__layernorm_backward(a->dres, g->ln1w + l * C, g->ln1b + l * C, a->dbtc, residual,
+                               p->ln1w + l * C, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
+    }
+    ob__embed_backward(g->wte, g->wpe, a->dres, batch->tokens, T + 1, B, T, C);
+}
+
+void ob__tf_forward_backward(ob_model *m, const float *params, const ob_batch *batch, float *grad,
+                             ob_model_result *res)
+{
+    const ob__tf_acts *a = &m->acts.tf;
+    size_t B = batch->n, T = m->cfg.context;
+    size_t BT = B * T;
+
+    /* The parameters are only read; the struct of pointers is shared with the gradients. */
+    tf_tensors p;
+    tf_tensors_at(m, (float *)(uintptr_t)params, &p);
+
+    /* Position t predicts byte t + 1 of the row. */
+    for (size_t b = 0; b < B; b++) {
+        for (size_t t = 0; t < T; t++)
+            a->targets[b * T + t] = batch->tokens[b * (T + 1) + t + 1];
+    }
+    tf_forward(m, &p, batch, B);
+
+    double loss_sum = 0.0;
+    size_t correct = 0;
+    ob__xent_forward(a->probs, &loss_sum, &correct, a->logits, a->targets, BT, V);
+    res->loss = loss_sum / (double)BT;
+    res->correct = correct;
+    res->count = BT;
+    if (!grad) return;
+
+    tf_tensors g;
+    tf_tensors_at(m, grad, &g);
+    ob__xent_backward(a->probs, a->targets, BT, V, 1.0f / (float)BT);
+    tf_backward(m, &p, &g, batch, B);
+}

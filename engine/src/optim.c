@@ -1,0 +1,386 @@
+/* Adam and 1-bit Adam over a flat parameter buffer (see onebit/optim.h for the algorithm). */
+#include "onebit/optim.h"
+#include "onebit/car.h"
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ob_optim {
+    ob_optim_config cfg;
+    ob_comm *comm; /* borrowed */
+    float *x;      /* (d) parameters, borrowed */
+    size_t d;
+
+    float *m; /* (d) exp_avg */
+    float *v; /* (d) exp_avg_sq, v_Tw after the freeze */
+    float *g; /* (d) scratch: averaged gradient or momentum to exchange */
+    ob_car *car; /* compressed allreduce: onebit_adam compressed and naive modes */
+
+    long step;        /* completed steps */
+    long freeze_step; /* -1 until frozen */
+    long delta;       /* auto freeze: Delta */
+    double *norms;    /* (delta) ring of ||v_t||_1 at slot t % delta */
+    double last_ratio, last_norm;
+    uint64_t bytes_sent, bytes_last;
+};
+
+void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
+{
+    memset(cfg, 0, sizeof *cfg);
+    cfg->kind = kind;
+    cfg->beta1 = 0.9;
+    cfg->beta2 = 0.999;
+    cfg->eps = 1e-8;
+    cfg->weight_decay = 0.0;
+    cfg->bias_correction = kind == OB_OPTIM_ADAM;
+    cfg->mode = OB_ONEBIT_COMPRESSED;
+    cfg->freeze_step = 0;
+    cfg->freeze_threshold = 0.96;
+    cfg->freeze_min_steps = 0;
+    cfg->lr_warmup_steps = 0;
+    cfg->block_size = 2048;
+    cfg->scale = OB_SCALE_L1;
+}
+
+const char *ob_optim_kind_name(ob_optim_kind kind)
+{
+    switch (kind) {
+    case OB_OPTIM_ADAM: return "adam";
+    case OB_OPTIM_ONEBIT_ADAM: return "onebit_adam";
+    }
+    return "unknown";
+}
+
+const char *ob_onebit_mode_name(ob_onebit_mode mode)
+{
+    switch (mode) {
+    case OB_ONEBIT_COMPRESSED: return "compressed";
+    case OB_ONEBIT_UNCOMPRESSED: return "uncompressed";
+    case OB_ONEBIT_NAIVE: return "naive";
+    }
+    return "unknown";
+}
+
+const char *ob_phase_name(ob_phase phase)
+{
+    return phase == OB_PHASE_COMPRESSION ? "compression" : "warmup";
+}
+
+long ob_optim_freeze_delta(double beta2)
+{
+    /* 1/(1-0.999) is 1000.0000000000009 in binary; shave a relative 1e-9 before ceil. */
+    double x = 1.0 / (1.0 - beta2);
+    return (long)ceil(x * (1.0 - 1e-9));
+}
+
+ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
+{
+#define BAD(...) OB_ERR(err, OB_ERR_INVALID_ARG, __VA_ARGS__)
+    if (c->kind != OB_OPTIM_ADAM && c->kind != OB_OPTIM_ONEBIT_ADAM)
+        return BAD("optimizer: unknown kind %d (expected adam or onebit_adam)", (int)c->kind);
+    if (!(c->beta1 >= 0.0 && c->beta1 < 1.0)) return BAD("beta1 = %g: must be in [0, 1)", c->beta1);
+    if (!(c->beta2 >= 0.0 && c->beta2 < 1.0)) return BAD("beta2 = %g: must be in [0, 1)", c->beta2);
+    if (!(c->eps > 0.0 && isfinite(c->eps))) return BAD("eps = %g: must be > 0", c->eps);
+    if (!(c->weight_decay >= 0.0 && isfinite(c->weight_decay)))
+        return BAD("weight_decay = %g: must be >= 0", c->weight_decay);
+    if (c->bias_correction != 0 && c->bias_correction != 1)
+        return BAD("bias_correction = %d: must be 0 or 1", c->bias_correction);
+    if (c->kind == OB_OPTIM_ADAM) return OB_OK;
+
+    if (c->mode != OB_ONEBIT_COMPRESSED && c->mode != OB_ONEBIT_UNCOMPRESSED &&
+        c->mode != OB_ONEBIT_NAIVE)
+        return BAD("mode %d: expected compressed, uncompressed or naive", (int)c->mode);
+    if (c->freeze_step < 0) return BAD("freeze_step = %ld: must be >= 0 (0: auto)", c->freeze_step);
+    if (c->mode == OB_ONEBIT_NAIVE && c->freeze_step > 0)
+        return BAD("freeze_step = %ld: the naive mode never freezes v; leave it 0",
+                   c->freeze_step);
+    if (!(c->freeze_threshold > 0.0 && c->freeze_threshold <= 1.0))
+        return BAD("freeze_threshold = %g: must be in (0, 1]", c->freeze_threshold);
+    if (c->freeze_min_steps < 0)
+        return BAD("freeze_min_steps = %ld: must be >= 0", c->freeze_min_steps);
+    if (c->lr_warmup_steps < 0)
+        return BAD("lr_warmup_steps = %ld: must be >= 0", c->lr_warmup_steps);
+    if (c->block_size == 0 || c->block_size % 32 != 0)
+        return BAD("block_size = %zu: must be a positive multiple of 32", c->block_size);
+    if (c->scale != OB_SCALE_L1 && c->scale != OB_SCALE_L2)
+        return BAD("scale %d: expected l1 or l2", (int)c->scale);
+    return OB_OK;
+#undef BAD
+}
+
+static int uses_car(const ob_optim_config *c)
+{
+    return c->kind == OB_OPTIM_ONEBIT_ADAM &&
+           (c->mode == OB_ONEBIT_COMPRESSED || c->mode == OB_ONEBIT_NAIVE);
+}
+
+static int auto_freeze(const ob_optim_config *c)
+{
+    return c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode != OB_ONEBIT_NAIVE && c->freeze_step == 0;
+}
+
+ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *comm,
+                          float *params, size_t d, ob_err *err)
+{
+    *out = NULL;
+    ob_status st = ob_optim_config_validate(cfg, err);
+    if (st != OB_OK) return st;
+    if (!comm || !params || d == 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "optimizer: need a communicator and d > 0 params");
+    if (ob_comm_memory(comm) != OB_MEM_HOST)
+        return OB_ERR(err, OB_ERR_UNSUPPORTED,
+                      "optimizer: the %s communicator uses device memory; the optimizer runs on "
+                      "host memory (use the mpi backend)",
+                      ob_comm_backend(comm));
+
+    ob_optim *o = calloc(1, sizeof *o);
+    if (!o) return OB_ERR(err, OB_ERR_NOMEM, "optimizer");
+    o->cfg = *cfg;
+    o->comm = comm;
+    o->x = params;
+    o->d = d;
+    o->freeze_step = -1;
+    o->last_ratio = NAN;
+    o->m = ob__calloc_aligned(d * sizeof(float));
+    o->v = ob__calloc_aligned(d * sizeof(float));
+    o->g = ob__calloc_aligned(d * sizeof(float));
+    if (!o->m || !o->v || !o->g) {
+        st = OB_ERR(err, OB_ERR_NOMEM, "optimizer state for %zu parameters", d);
+        goto fail;
+    }
+    if (auto_freeze(cfg)) {
+        o->delta = ob_optim_freeze_delta(cfg->beta2);
+        o->norms = calloc((size_t)o->delta, sizeof(double));
+        if (!o->norms) {
+            st = OB_ERR(err, OB_ERR_NOMEM, "optimizer: ring of %ld norms", o->delta);
+            goto fail;
+        }
+    }
+    if (uses_car(cfg)) {
+        st = ob_car_create(&o->car, comm, d, cfg->block_size, cfg->scale, err);
+        if (st != OB_OK) goto fail;
+    }
+    *out = o;
+    return OB_OK;
+fail:
+    ob_optim_destroy(o);
+    return st;
+}
+
+void ob_optim_destroy(ob_optim *o)
+{
+    if (!o) return;
+    ob__free(o->m);
+    ob__free(o->v);
+    ob__free(o->g);
+    free(o->norms);
+    ob_car_destroy(o->car);
+    free(o);
+}
+
+/* --- kernels ------------------------------------------------------------------------------- */
+
+/* The coefficients of one update, rounded to float once from the double configuration (1-b
+ * is formed in double: 1 - 0.999f would be off by 1e-5 relative). */
+typedef struct coeffs {
+    float b1, a1, b2, a2; /* beta and 1 - beta */
+    float c1, c2;         /* bias corrections 1/(1-beta^t), 1 when disabled */
+    float lr, eps, wd;
+} coeffs;
+
+/* Adam: m, v from the averaged gradient g, then the decoupled-decay update of x. */
+static void adam_update(float *restrict x, float *restrict m, float *restrict v,
+                        const float *restrict g, size_t d, coeffs k)
+{
+    float b1 = k.b1, a1 = k.a1, b2 = k.b2, a2 = k.a2, c1 = k.c1, c2 = k.c2;
+    float lr = k.lr, eps = k.eps, wd = k.wd;
+    for (size_t i = 0; i < d; i++) {
+        float gi = g[i];
+        float mi = b1 * m[i] + a1 * gi;
+        float vi = b2 * v[i] + a2 * (gi * gi);
+        m[i] = mi;
+        v[i] = vi;
+        x[i] = x[i] - lr * ((mi * c1) / (sqrtf(vi * c2) + eps) + wd * x[i]);
+    }
+}
+
+/* Preconditioned momentum step with the frozen variance. */
+static void frozen_update(float *restrict x, const float *restrict m, const float *restrict v,
+                          size_t d, float lr, float eps, float wd)
+{
+    for (size_t i = 0; i < d; i++) x[i] = x[i] - lr * (m[i] / (sqrtf(v[i]) + eps) + wd * x[i]);
+}
+
+static void momentum_update(float *restrict m, const float *restrict g, size_t d, float b1,
+                            float a1)
+{
+    for (size_t i = 0; i < d; i++) m[i] = b1 * m[i] + a1 * g[i];
+}
+
+static double l1_norm(const float *v, size_t d)
+{
+    double acc[4] = {0};
+    size_t i = 0;
+    for (; i + 4 <= d; i += 4)
+        for (int l = 0; l < 4; l++) acc[l] += fabs((double)v[i + (size_t)l]);
+    for (; i < d; i++) acc[0] += fabs((double)v[i]);
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+/* g = mean over ranks of src (fp32 ring allreduce). */
+static ob_status average(ob_optim *o, const float *src, float *dst, ob_err *err)
+{
+    if (dst != src) memcpy(dst, src, o->d * sizeof(float));
+    ob_status st = ob_comm_allreduce_sum_f32(o->comm, dst, o->d, err);
+    if (st != OB_OK) return st;
+    int n = ob_comm_size(o->comm);
+    if (n > 1) {
+        float inv = 1.0f / (float)n;
+        for (size_t i = 0; i < o->d; i++) dst[i] *= inv;
+    }
+    return OB_OK;
+}
+
+/* --- the step ------------------------------------------------------------------------------ */
+
+static void freeze(ob_optim *o, long t)
+{
+    o->freeze_step = t;
+    if (o->cfg.bias_correction) {
+        /* Keep v_hat so the first compression step uses the same scale as the last warmup. */
+        float c2 = (float)(1.0 / (1.0 - pow(o->cfg.beta2, (double)t)));
+        for (size_t i = 0; i < o->d; i++) o->v[i] *= c2;
+    }
+}
+
+/* After warmup step t: record ||v_t||_1 and decide whether to freeze. */
+static void maybe_freeze(ob_optim *o, long t)
+{
+    const ob_optim_config *c = &o->cfg;
+    if (c->kind != OB_OPTIM_ONEBIT_ADAM || c->mode == OB_ONEBIT_NAIVE) return;
+    if (c->freeze_step > 0) {
+        if (t >= c->freeze_step) freeze(o, t);
+        return;
+    }
+    double norm = l1_norm(o->v, o->d);
+    size_t slot = (size_t)(t % o->delta);
+    double old = t > o->delta ? o->norms[slot] : 0.0;
+    o->norms[slot] = norm;
+    o->last_norm = norm;
+    o->last_ratio = old > 0.0 ? norm / old : NAN;
+
+    long earliest = c->lr_warmup_steps;
+    if (o->delta > earliest) earliest = o->delta;
+    if (c->freeze_min_steps > earliest) earliest = c->freeze_min_steps;
+    double lo = c->freeze_threshold, hi = 1.0 / c->freeze_threshold;
+    if (t >= earliest && t > o->delta && o->last_ratio >= lo && o->last_ratio <= hi)
+        freeze(o, t);
+}
+
+ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
+{
+    if (!grad) return OB_ERR(err, OB_ERR_INVALID_ARG, "optimizer step: NULL gradient");
+    if (!isfinite(lr) || lr < 0.0f)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "optimizer step: learning rate %g", (double)lr);
+
+    const ob_optim_config *c = &o->cfg;
+    long t = o->step + 1;
+    coeffs k = {
+        .b1 = (float)c->beta1, .a1 = (float)(1.0 - c->beta1),
+        .b2 = (float)c->beta2, .a2 = (float)(1.0 - c->beta2),
+        .c1 = 1.0f, .c2 = 1.0f,
+        .lr = lr, .eps = (float)c->eps, .wd = (float)c->weight_decay,
+    };
+    if (c->bias_correction) {
+        k.c1 = (float)(1.0 / (1.0 - pow(c->beta1, (double)t)));
+        k.c2 = (float)(1.0 / (1.0 - pow(c->beta2, (double)t)));
+    }
+    uint64_t before = ob_comm_bytes_sent(o->comm);
+    ob_status st = OB_OK;
+
+    if (c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode == OB_ONEBIT_NAIVE) {
+        /* Error-compensated 1-bit gradient, Adam on top, v never frozen. */
+        st = ob_car_allreduce(o->car, grad, o->g, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld (naive)", t);
+        adam_update(o->x, o->m, o->v, o->g, o->d, k);
+    } else if (o->freeze_step < 0) {
+        /* Warmup (and plain Adam): fp32 average of the gradients. */
+        st = average(o, grad, o->g, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld (warmup allreduce)", t);
+        adam_update(o->x, o->m, o->v, o->g, o->d, k);
+        maybe_freeze(o, t);
+    } else {
+        /* Compression phase: local momentum, exchanged compressed (or fp32), frozen v. */
+        momentum_update(o->m, grad, o->d, k.b1, k.a1);
+        if (c->mode == OB_ONEBIT_COMPRESSED)
+            st = ob_car_allreduce(o->car, o->m, o->m, err);
+        else
+            st = average(o, o->m, o->m, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld (momentum exchange)", t);
+        frozen_update(o->x, o->m, o->v, o->d, lr, k.eps, k.wd);
+    }
+    o->step = t;
+    o->bytes_last = ob_comm_bytes_sent(o->comm) - before;
+    o->bytes_sent += o->bytes_last;
+    return OB_OK;
+}
+
+void ob_optim_get_stats(const ob_optim *o, ob_optim_stats *s)
+{
+    s->step = o->step;
+    s->phase = o->freeze_step >= 0 ? OB_PHASE_COMPRESSION : OB_PHASE_WARMUP;
+    s->freeze_step = o->freeze_step;
+    s->freeze_ratio = o->last_ratio;
+    s->v_l1_norm = o->last_norm;
+    s->bytes_sent = o->bytes_sent;
+    s->bytes_last_step = o->bytes_last;
+}
+
+void ob_optim_get_state(ob_optim *o, ob_optim_state *s)
+{
+    memset(s, 0, sizeof *s);
+    s->d = o->d;
+    s->exp_avg = o->m;
+    s->exp_avg_sq = o->v;
+    if (o->car) {
+        s->padded_size = ob_car_padded_size(o->car);
+        s->chunk_size = ob_car_chunk_size(o->car);
+        s->worker_error = ob_car_worker_error(o->car);
+        s->server_error = ob_car_server_error(o->car);
+    }
+    s->v_norm_history = o->norms;
+    s->v_norm_history_len = o->norms ? (size_t)o->delta : 0;
+}
+
+ob_status ob_optim_set_progress(ob_optim *o, long step, long freeze_step, ob_err *err)
+{
+    if (step < 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: step %ld < 0", step);
+    if (freeze_step > step)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: freeze_step %ld after step %ld",
+                      freeze_step, step);
+    if (freeze_step >= 0 && (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer never freezes",
+                      o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
+    o->step = step;
+    o->freeze_step = freeze_step < 0 ? -1 : freeze_step;
+    return OB_OK;
+}
+
+ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, ob_err *err)
+{
+    if (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "warm start needs onebit_adam in the compressed or uncompressed mode");
+    if (!v_frozen) return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: NULL variance");
+    for (size_t i = 0; i < o->d; i++) {
+        if (!(v_frozen[i] >= 0.0f) || !isfinite(v_frozen[i]))
+            return OB_ERR(err, OB_ERR_CORRUPT,
+                          "warm start: variance element %zu is %g (must be finite and >= 0)", i,
+                          (double)v_frozen[i]);
+    }
+    memcpy(o->v, v_frozen, o->d * sizeof(float));
+    o->freeze_step = o->step;
+    return OB_OK;
+}

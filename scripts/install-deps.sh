@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs every Debian package onebit needs to build, test and run. Idempotent: packages already
+# present are left alone, so running it twice costs one `apt-get update` and nothing else.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config git ca-certificates
+  # engine: MPI collectives and launch, BLAS for the models
+  libopenmpi-dev openmpi-bin libopenblas-dev
+  # checkpoints
+  libhdf5-dev
+  # service and CLI
+  libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
+  libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libyaml-dev
+  # tests and data
+  libcmocka-dev zlib1g-dev
+  # data: Fashion-MNIST (IDX) and the default text corpus (fortunes)
+  dataset-fashion-mnist fortunes
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages already installed"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "install-deps: installing ${missing[*]}"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

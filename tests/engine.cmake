@@ -1,0 +1,5 @@
+# Engine core: compression kernels, optimizers, communicators and the compressed allreduce.
+ob_add_unit_test(test_compress test_compress.c)
+ob_add_unit_test(test_adam test_adam.c)
+ob_add_unit_test(test_freeze test_freeze.c)
+ob_add_mpi_test(test_car_mpi test_car_mpi.c NP 1 2 3 4 5)

@@ -1,0 +1,1 @@
+ob_add_unit_test(test_model_grad test_model_grad.c)

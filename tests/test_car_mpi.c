@@ -1,0 +1,409 @@
+/* Multi-rank tests of the MPI communicator, the compressed allreduce and the optimizer's
+ * traffic. Run by ctest under mpirun with 1 to 5 ranks.
+ *
+ * The compressed allreduce is checked against a single-process simulation of all ranks of
+ * Algorithm 1, written here from the paper's equations with plain loops (every rank simulates
+ * the whole world, so no communication is trusted). */
+#include "mpi_harness.h"
+
+#include "onebit/car.h"
+#include "onebit/comm.h"
+#include "onebit/optim.h"
+#include "onebit/rng.h"
+
+#include <stdint.h>
+#include <string.h>
+
+/* Input of rank r at step t: normal values, every 13th exactly zero (sign(0) = +1 path). */
+static void make_input(float *x, size_t d, int r, int t, uint64_t seed)
+{
+    ob_rng rng;
+    ob_rng_seed(&rng, seed + 1000003u * (uint64_t)t, (uint64_t)r);
+    for (size_t k = 0; k < d; k++) {
+        float z = ob_rng_normal(&rng) * (1.0f + 0.25f * (float)t);
+        x[k] = (k % 13 == 5) ? 0.0f : z;
+    }
+}
+
+/* ---- the reference: Algorithm 1 for all ranks, in one process ---------------------------- */
+
+typedef struct sim {
+    int n;
+    size_t d, D, C, B;
+    int l2;
+    float *ew; /* (n, D) worker errors */
+    float *es; /* (n, C) server errors, row j for server j */
+    float *q;  /* (n, D) compressed worker messages, decoded */
+    float *mbar; /* (D) */
+} sim;
+
+static void sim_init(sim *s, int n, size_t d, size_t B, int l2)
+{
+    s->n = n;
+    s->d = d;
+    s->B = B;
+    s->l2 = l2;
+    size_t nb = (size_t)n * B;
+    s->D = (d + nb - 1) / nb * nb;
+    s->C = s->D / (size_t)n;
+    s->ew = calloc((size_t)n * s->D, sizeof(float));
+    s->es = calloc((size_t)n * s->C, sizeof(float));
+    s->q = calloc((size_t)n * s->D, sizeof(float));
+    s->mbar = calloc(s->D, sizeof(float));
+}
+
+static void sim_free(sim *s)
+{
+    free(s->ew);
+    free(s->es);
+    free(s->q);
+    free(s->mbar);
+}
+
+/* C_omega with error feedback on one block: u is overwritten by the new error, q by the
+ * quantised values. */
+static void sim_compress_block(float *u_then_e, float *q, size_t B, int l2)
+{
+    double acc = 0.0;
+    for (size_t k = 0; k < B; k++)
+        acc += l2 ? (double)u_then_e[k] * u_then_e[k] : fabs((double)u_then_e[k]);
+    float scale = l2 ? (float)sqrt(acc / (double)B) : (float)(acc / (double)B);
+    for (size_t k = 0; k < B; k++) {
+        float u = u_then_e[k];
+        q[k] = u >= 0.0f ? scale : -scale;
+        u_then_e[k] = u - q[k];
+    }
+}
+
+/* One step: xs holds every rank's d-element input, rank-major. */
+static void sim_step(sim *s, const float *xs)
+{
+    for (int i = 0; i < s->n; i++) {
+        float *e = s->ew + (size_t)i * s->D, *q = s->q + (size_t)i * s->D;
+        for (size_t k = 0; k < s->D; k++) e[k] = (k < s->d ? xs[(size_t)i * s->d + k] : 0.0f) + e[k];
+        for (size_t b = 0; b < s->D; b += s->B) sim_compress_block(e + b, q + b, s->B, s->l2);
+    }
+    for (int j = 0; j < s->n; j++) {
+        float *es = s->es + (size_t)j * s->C;
+        for (size_t k = 0; k < s->C; k++) {
+            size_t g = (size_t)j * s->C + k;
+            float acc = 0.0f;
+            for (int i = 0; i < s->n; i++) acc += s->q[(size_t)i * s->D + g];
+            es[k] = acc / (float)s->n + es[k];
+        }
+        for (size_t b = 0; b < s->C; b += s->B)
+            sim_compress_block(es + b, s->mbar + (size_t)j * s->C + b, s->B, s->l2);
+    }
+}
+
+/* ---- cases --------------------------------------------------------------------------------- */
+
+static void test_comm_collectives(mpi_harness *h)
+{
+    ob_comm *c = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    if (!c) return;
+    int n = h->size, r = h->rank;
+    MH_CHECK(h, ob_comm_rank(c) == r && ob_comm_size(c) == n, "rank/size");
+
+    size_t counts[] = {1, 7, 1000, (size_t)n * 1000, 100003};
+    for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+        size_t cnt = counts[ci];
+        float *buf = malloc(cnt * sizeof(float));
+        for (size_t k = 0; k < cnt; k++) buf[k] = (float)((r + 1) * (int)(k % 7 + 1));
+        uint64_t before = ob_comm_bytes_sent(c);
+        MH_CHECK(h, ob_comm_allreduce_sum_f32(c, buf, cnt, &err) == OB_OK, "%s", err.msg);
+        uint64_t sent = ob_comm_bytes_sent(c) - before;
+        long bad = 0;
+        for (size_t k = 0; k < cnt; k++) {
+            float want = (float)(n * (n + 1) / 2 * (int)(k % 7 + 1));
+            if (buf[k] != want) bad++;
+        }
+        MH_CHECK(h, bad == 0, "allreduce of %zu floats: %ld wrong sums", cnt, bad);
+        if (cnt % (size_t)n == 0)
+            MH_CHECK(h, sent == 2ull * (uint64_t)(n - 1) * (cnt / (size_t)n) * 4u,
+                     "allreduce of %zu floats counted %llu bytes", cnt, (unsigned long long)sent);
+        /* Over all ranks the ring sends every element 2(N-1) times. */
+        unsigned long long total = 0, mine = sent;
+        MPI_Allreduce(&mine, &total, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+        MH_CHECK(h, total == 2ull * (unsigned long long)(n - 1) * cnt * 4u,
+                 "allreduce total bytes %llu for %zu floats", total, cnt);
+        free(buf);
+    }
+
+    /* alltoall: block p of rank r carries (r, p); the receiver checks both. */
+    size_t per = 12;
+    int *send = malloc((size_t)n * per * sizeof(int)), *recv = malloc((size_t)n * per * sizeof(int));
+    for (int p = 0; p < n; p++)
+        for (size_t k = 0; k < per; k++) send[(size_t)p * per + k] = r * 10000 + p * 100 + (int)k;
+    uint64_t before = ob_comm_bytes_sent(c);
+    MH_CHECK(h, ob_comm_alltoall(c, send, recv, per * sizeof(int), &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_comm_bytes_sent(c) - before == (uint64_t)(n - 1) * per * sizeof(int),
+             "alltoall bytes");
+    long bad = 0;
+    for (int p = 0; p < n; p++)
+        for (size_t k = 0; k < per; k++)
+            if (recv[(size_t)p * per + k] != p * 10000 + r * 100 + (int)k) bad++;
+    MH_CHECK(h, bad == 0, "alltoall: %ld wrong values", bad);
+
+    /* allgather, out of place and in place */
+    for (int inplace = 0; inplace < 2; inplace++) {
+        int mine[3] = {r, r * 2, r * 3};
+        memset(recv, 0xff, (size_t)n * 3 * sizeof(int));
+        const void *src = mine;
+        if (inplace) {
+            memcpy(recv + 3 * r, mine, sizeof mine);
+            src = recv + 3 * r;
+        }
+        MH_CHECK(h, ob_comm_allgather(c, src, recv, sizeof mine, &err) == OB_OK, "%s", err.msg);
+        bad = 0;
+        for (int p = 0; p < n; p++)
+            if (recv[3 * p] != p || recv[3 * p + 1] != 2 * p || recv[3 * p + 2] != 3 * p) bad++;
+        MH_CHECK(h, bad == 0, "allgather (in place %d): %ld wrong blocks", inplace, bad);
+    }
+
+    double payload[2] = {r == n - 1 ? 3.25 : 0.0, r == n - 1 ? -1.5 : 0.0};
+    before = ob_comm_bytes_sent(c);
+    MH_CHECK(h, ob_comm_bcast(c, payload, sizeof payload, n - 1, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, payload[0] == 3.25 && payload[1] == -1.5, "bcast value");
+    MH_CHECK(h, ob_comm_bytes_sent(c) - before == (r == n - 1 ? (uint64_t)(n - 1) * sizeof payload : 0),
+             "bcast bytes");
+    MH_CHECK(h, ob_comm_bcast(c, payload, sizeof payload, n, &err) == OB_ERR_INVALID_ARG,
+             "bcast with root out of range must be rejected");
+    MH_CHECK(h, ob_comm_barrier(c, &err) == OB_OK, "%s", err.msg);
+    free(send);
+    free(recv);
+    ob_comm_destroy(c);
+}
+
+typedef struct car_case {
+    size_t d, B;
+    ob_scale_kind scale;
+} car_case;
+
+static void check_car_case(mpi_harness *h, ob_comm *c, car_case cc)
+{
+    int n = h->size, r = h->rank;
+    ob_err err = {0};
+    ob_car *car = NULL;
+    MH_CHECK(h, ob_car_create(&car, c, cc.d, cc.B, cc.scale, &err) == OB_OK, "%s", err.msg);
+    if (!car) return;
+    sim s;
+    sim_init(&s, n, cc.d, cc.B, cc.scale == OB_SCALE_L2);
+    MH_CHECK(h, ob_car_padded_size(car) == s.D && ob_car_chunk_size(car) == s.C,
+             "d=%zu: padded %zu chunk %zu, expected %zu %zu", cc.d, ob_car_padded_size(car),
+             ob_car_chunk_size(car), s.D, s.C);
+
+    float *xs = malloc((size_t)n * cc.d * sizeof(float));
+    float *out = malloc(cc.d * sizeof(float));
+    long mism = 0, err_mism = 0;
+    for (int t = 0; t < 5; t++) {
+        for (int i = 0; i < n; i++) make_input(xs + (size_t)i * cc.d, cc.d, i, t, 42 + cc.d);
+        sim_step(&s, xs);
+        /* in == out aliasing, as the optimizer uses it */
+        memcpy(out, xs + (size_t)r * cc.d, cc.d * sizeof(float));
+        MH_CHECK(h, ob_car_allreduce(car, out, out, &err) == OB_OK, "%s", err.msg);
+        for (size_t k = 0; k < cc.d; k++)
+            if (!mh_close(out[k], s.mbar[k], 1e-6, 1e-30)) {
+                if (mism++ < 3)
+                    fprintf(stderr, "[rank %d] d=%zu B=%zu step %d elem %zu: car %.9g sim %.9g\n",
+                            r, cc.d, cc.B, t, k, out[k], s.mbar[k]);
+            }
+        const float *ew = ob_car_worker_error(car), *es = ob_car_server_error(car);
+        for (size_t k = 0; k < s.D; k++)
+            if (!mh_close(ew[k], s.ew[(size_t)r * s.D + k], 1e-5, 1e-6)) err_mism++;
+        for (size_t k = 0; k < s.C; k++)
+            if (!mh_close(es[k], s.es[(size_t)r * s.C + k], 1e-5, 1e-6)) err_mism++;
+    }
+    MH_CHECK(h, mism == 0, "d=%zu B=%zu %s: %ld outputs differ from the simulation", cc.d, cc.B,
+             cc.scale == OB_SCALE_L2 ? "l2" : "l1", mism);
+    MH_CHECK(h, err_mism == 0, "d=%zu B=%zu: %ld error-buffer elements differ", cc.d, cc.B,
+             err_mism);
+    free(xs);
+    free(out);
+    sim_free(&s);
+    ob_car_destroy(car);
+}
+
+static void test_car_matches_simulation(mpi_harness *h)
+{
+    ob_comm *c = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    if (!c) return;
+    car_case cases[] = {
+        {1, 32, OB_SCALE_L1},      {37, 32, OB_SCALE_L1},      {1000, 64, OB_SCALE_L2},
+        {5003, 32, OB_SCALE_L1},   {20011, 2048, OB_SCALE_L1}, {70001, 256, OB_SCALE_L2},
+        {4096 * 5, 1024, OB_SCALE_L1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_car_case(h, c, cases[i]);
+    ob_comm_destroy(c);
+}
+
+static void test_car_rejects_bad_block(mpi_harness *h)
+{
+    ob_comm *c = NULL;
+    ob_err err = {0};
+    ob_comm_create_mpi(&c, &err);
+    ob_car *car = NULL;
+    ob_err_clear(&err);
+    MH_CHECK(h, ob_car_create(&car, c, 100, 48, OB_SCALE_L1, &err) == OB_ERR_INVALID_ARG,
+             "block 48 accepted");
+    MH_CHECK(h, strstr(err.msg, "block_size") != NULL, "message should name block_size: %s",
+             err.msg);
+    MH_CHECK(h, car == NULL, "no object on failure");
+    ob_comm_destroy(c);
+}
+
+/* Sum over steps of the decoded averages equals the sum of the true averages minus the final
+ * errors: sum_t mbar_t = sum_t avg_i x_i,t - mean_i e_i,T - e_srv,T. */
+static void test_error_feedback_telescopes(mpi_harness *h)
+{
+    int n = h->size, r = h->rank;
+    size_t d = 10007, B = 64;
+    int T = 25;
+    ob_comm *c = NULL;
+    ob_car *car = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_car_create(&car, c, d, B, OB_SCALE_L1, &err) == OB_OK, "%s", err.msg);
+    if (!car) return;
+    size_t D = ob_car_padded_size(car), C = ob_car_chunk_size(car);
+    double *sum_bar = calloc(d, sizeof(double)), *sum_avg = calloc(d, sizeof(double));
+    float *x = malloc(d * sizeof(float)), *out = malloc(d * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        for (int i = 0; i < n; i++) {
+            make_input(x, d, i, t, 7);
+            for (size_t k = 0; k < d; k++) sum_avg[k] += (double)x[k] / n;
+        }
+        make_input(x, d, r, t, 7);
+        MH_CHECK(h, ob_car_allreduce(car, x, out, &err) == OB_OK, "%s", err.msg);
+        for (size_t k = 0; k < d; k++) sum_bar[k] += out[k];
+    }
+    double *ew_sum = calloc(D, sizeof(double)), *ew_mine = calloc(D, sizeof(double));
+    const float *ew = ob_car_worker_error(car);
+    for (size_t k = 0; k < D; k++) ew_mine[k] = ew[k];
+    MPI_Allreduce(ew_mine, ew_sum, (int)D, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    float *es_all = malloc(D * sizeof(float));
+    MPI_Allgather(ob_car_server_error(car), (int)C, MPI_FLOAT, es_all, (int)C, MPI_FLOAT,
+                  MPI_COMM_WORLD);
+    long bad = 0;
+    double worst = 0.0;
+    for (size_t k = 0; k < d; k++) {
+        double predicted = sum_avg[k] - ew_sum[k] / n - es_all[k];
+        double diff = fabs(sum_bar[k] - predicted);
+        if (diff > worst) worst = diff;
+        if (diff > 2e-4 * (1.0 + fabs(sum_avg[k]))) bad++;
+    }
+    MH_CHECK(h, bad == 0, "%ld of %zu elements break the telescoping identity (worst %.3g)", bad,
+             d, worst);
+    /* The identity is not vacuous: the errors are of the order of the values. */
+    double mag = 0.0;
+    for (size_t k = 0; k < d; k++) mag += fabs(es_all[k]) + fabs(ew_sum[k]);
+    MH_CHECK(h, mag / d > 1e-2, "error buffers suspiciously small (%g)", mag / d);
+    if (r == 0) printf("  telescoping: worst |difference| %.3g over %d steps\n", worst, T);
+    free(sum_bar);
+    free(sum_avg);
+    free(x);
+    free(out);
+    free(ew_sum);
+    free(ew_mine);
+    free(es_all);
+    ob_car_destroy(car);
+    ob_comm_destroy(c);
+}
+
+/* d = 1M parameters: one warmup step (fp32 allreduce) against one compression step. */
+static void test_bytes_compression_vs_warmup(mpi_harness *h)
+{
+    int n = h->size;
+    size_t d = 1000000;
+    ob_comm *c = NULL;
+    ob_optim *opt = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    float *x = calloc(d, sizeof(float)), *g = malloc(d * sizeof(float));
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.freeze_step = 1;
+    MH_CHECK(h, ob_optim_create(&opt, &cfg, c, x, d, &err) == OB_OK, "%s", err.msg);
+    if (!opt) return;
+    make_input(g, d, h->rank, 0, 99);
+    ob_optim_stats st1, st2;
+    MH_CHECK(h, ob_optim_step(opt, g, 1e-3f, &err) == OB_OK, "%s", err.msg);
+    ob_optim_get_stats(opt, &st1);
+    MH_CHECK(h, st1.phase == OB_PHASE_COMPRESSION && st1.freeze_step == 1, "froze at 1");
+    MH_CHECK(h, ob_optim_step(opt, g, 1e-3f, &err) == OB_OK, "%s", err.msg);
+    ob_optim_get_stats(opt, &st2);
+    uint64_t warm = st1.bytes_last_step, comp = st2.bytes_last_step;
+    if (n == 1) {
+        MH_CHECK(h, warm == 0 && comp == 0, "a world of one sends nothing");
+    } else {
+        double ratio = (double)warm / (double)comp;
+        size_t D = (d + (size_t)n * 2048 - 1) / ((size_t)n * 2048) * ((size_t)n * 2048);
+        uint64_t expect_comp = 2ull * (uint64_t)(n - 1) * (D / (size_t)n / 8 + 4 * D / (size_t)n / 2048);
+        MH_CHECK(h, comp == expect_comp, "compression step sent %llu bytes, expected %llu",
+                 (unsigned long long)comp, (unsigned long long)expect_comp);
+        MH_CHECK(h, ratio >= 30.0, "warmup/compression bytes ratio %.2f < 30", ratio);
+        if (h->rank == 0)
+            printf("  bytes per step, d=%zu, N=%d: warmup %llu, compression %llu, ratio %.2f\n", d,
+                   n, (unsigned long long)warm, (unsigned long long)comp, ratio);
+    }
+    MH_CHECK(h, st2.bytes_sent == warm + comp, "cumulative bytes");
+    free(x);
+    free(g);
+    ob_optim_destroy(opt);
+    ob_comm_destroy(c);
+}
+
+/* Every mode keeps the replicas in lockstep: parameters are bitwise identical on all ranks. */
+static void test_replicas_stay_identical(mpi_harness *h)
+{
+    ob_onebit_mode modes[] = {OB_ONEBIT_COMPRESSED, OB_ONEBIT_UNCOMPRESSED, OB_ONEBIT_NAIVE};
+    size_t d = 3001;
+    for (size_t mi = 0; mi < 3; mi++) {
+        ob_comm *c = NULL;
+        ob_optim *opt = NULL;
+        ob_err err = {0};
+        ob_comm_create_mpi(&c, &err);
+        float *x = malloc(d * sizeof(float)), *g = malloc(d * sizeof(float));
+        for (size_t k = 0; k < d; k++) x[k] = (float)k * 1e-3f;
+        ob_optim_config cfg;
+        ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+        cfg.mode = modes[mi];
+        cfg.freeze_step = modes[mi] == OB_ONEBIT_NAIVE ? 0 : 3;
+        cfg.block_size = 64;
+        MH_CHECK(h, ob_optim_create(&opt, &cfg, c, x, d, &err) == OB_OK, "%s", err.msg);
+        for (int t = 0; t < 8 && opt; t++) {
+            make_input(g, d, h->rank, t, 5);
+            MH_CHECK(h, ob_optim_step(opt, g, 1e-2f, &err) == OB_OK, "%s", err.msg);
+        }
+        float *ref = malloc(d * sizeof(float));
+        memcpy(ref, x, d * sizeof(float));
+        MPI_Bcast(ref, (int)d, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        MH_CHECK(h, memcmp(ref, x, d * sizeof(float)) == 0, "mode %s: params differ from rank 0",
+                 ob_onebit_mode_name(modes[mi]));
+        int moved = 0;
+        for (size_t k = 0; k < d; k++) moved += x[k] != (float)k * 1e-3f;
+        MH_CHECK(h, moved > (int)d / 2, "mode %s: parameters did not move", ob_onebit_mode_name(modes[mi]));
+        free(ref);
+        free(x);
+        free(g);
+        ob_optim_destroy(opt);
+        ob_comm_destroy(c);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    mpi_harness h;
+    mpi_harness_init(&h, &argc, &argv);
+    MH_RUN(&h, test_comm_collectives);
+    MH_RUN(&h, test_car_matches_simulation);
+    MH_RUN(&h, test_car_rejects_bad_block);
+    MH_RUN(&h, test_error_feedback_telescopes);
+    MH_RUN(&h, test_bytes_compression_vs_warmup);
+    MH_RUN(&h, test_replicas_stay_identical);
+    return mpi_harness_finish(&h);
+}

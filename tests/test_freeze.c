@@ -1,0 +1,255 @@
+/* The freeze of 1-bit Adam: auto-detection at the predicted step, the LR-warmup and min-step
+ * guards, a fixed T_w, bias-corrected v_Tw, warm start, and the compression-phase update. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "onebit/optim.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define D 64
+
+typedef struct run {
+    ob_comm *comm;
+    ob_optim *opt;
+    float x[D], g[D];
+} run;
+
+static void run_start(run *r, const ob_optim_config *cfg)
+{
+    memset(r, 0, sizeof *r);
+    assert_int_equal(ob_comm_create_self(&r->comm, NULL), OB_OK);
+    ob_err err = {0};
+    assert_int_equal(ob_optim_create(&r->opt, cfg, r->comm, r->x, D, &err), OB_OK);
+}
+
+static void run_end(run *r)
+{
+    ob_optim_destroy(r->opt);
+    ob_comm_destroy(r->comm);
+}
+
+static ob_optim_stats stats(run *r)
+{
+    ob_optim_stats s;
+    ob_optim_get_stats(r->opt, &s);
+    return s;
+}
+
+/* With a constant gradient c, v_t = c^2 (1 - b2^t), so the ratio of norms is
+ * r_t = (1 - b2^t) / (1 - b2^(t - Delta)): falling towards 1 as t grows. */
+static double ratio_const(double b2, long delta, long t)
+{
+    return (1.0 - pow(b2, (double)t)) / (1.0 - pow(b2, (double)(t - delta)));
+}
+
+/* First t >= earliest with t > Delta and r_t <= 1/threshold. */
+static long predict(double b2, long delta, double thr, long earliest)
+{
+    for (long t = 1;; t++)
+        if (t >= earliest && t > delta && ratio_const(b2, delta, t) <= 1.0 / thr) return t;
+}
+
+/* Steps until the freeze (or limit); checks the phase before it. Returns the freeze step. */
+static long step_until_freeze(run *r, long limit)
+{
+    for (long t = 1; t <= limit; t++) {
+        assert_int_equal(stats(r).phase, OB_PHASE_WARMUP);
+        assert_int_equal(ob_optim_step(r->opt, r->g, 1e-4f, NULL), OB_OK);
+        ob_optim_stats s = stats(r);
+        if (s.phase == OB_PHASE_COMPRESSION) {
+            assert_int_equal(s.freeze_step, t);
+            return t;
+        }
+    }
+    return -1;
+}
+
+static void test_auto_freeze_at_predicted_step(void **state)
+{
+    double b2 = 0.99, thr = 0.9;
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.beta2 = b2;
+    cfg.freeze_threshold = thr;
+    long delta = ob_optim_freeze_delta(b2);
+    assert_int_equal(delta, 100);
+    long want = predict(b2, delta, thr, 0);
+    /* The prediction is not on a knife edge, so float rounding cannot move it. */
+    assert_true(1.0 / thr - ratio_const(b2, delta, want) > 1e-4);
+    assert_true(ratio_const(b2, delta, want - 1) - 1.0 / thr > 1e-4);
+
+    run r;
+    run_start(&r, &cfg);
+    for (int i = 0; i < D; i++) r.g[i] = (i % 2) ? 0.5f : -0.5f;
+    long got = step_until_freeze(&r, 2000);
+    assert_int_equal(got, want);
+    ob_optim_stats s = stats(&r);
+    assert_true(fabs(s.freeze_ratio - ratio_const(b2, delta, want)) < 1e-4);
+    run_end(&r);
+}
+
+static void test_no_freeze_before_lr_warmup_or_min_steps(void **state)
+{
+    double b2 = 0.99, thr = 0.9;
+    long delta = 100, stable = predict(b2, delta, thr, 0);
+    for (int guard = 0; guard < 2; guard++) {
+        ob_optim_config cfg;
+        ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+        cfg.beta2 = b2;
+        cfg.freeze_threshold = thr;
+        if (guard == 0)
+            cfg.lr_warmup_steps = stable + 57;
+        else
+            cfg.freeze_min_steps = stable + 31;
+        run r;
+        run_start(&r, &cfg);
+        for (int i = 0; i < D; i++) r.g[i] = 0.25f;
+        long got = step_until_freeze(&r, 2000);
+        assert_int_equal(got, guard == 0 ? stable + 57 : stable + 31);
+        run_end(&r);
+    }
+}
+
+/* Shrinking gradients: ||v|| keeps falling, the ratio stays below the band, no freeze. */
+static void test_no_freeze_while_variance_falls(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.beta2 = 0.95; /* Delta 20 */
+    /* Precondition, in double: with g_t = 0.5^t the ratio never enters [0.96, 1/0.96]. */
+    double v[301] = {0};
+    for (long t = 1; t <= 300; t++) {
+        double g = pow(0.5, (double)t);
+        v[t] = 0.95 * v[t - 1] + 0.05 * g * g;
+        if (t > 20) assert_true(v[t] / v[t - 20] < 0.9);
+    }
+    run r;
+    run_start(&r, &cfg);
+    for (long t = 1; t <= 300; t++) {
+        float mag = (float)pow(0.5, (double)t);
+        for (int i = 0; i < D; i++) r.g[i] = mag;
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-4f, NULL), OB_OK);
+        assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP);
+    }
+    assert_true(stats(&r).freeze_ratio < 0.96);
+    run_end(&r);
+}
+
+static void test_fixed_freeze_and_bias_corrected_v(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.freeze_step = 7;
+    cfg.bias_correction = 1;
+    cfg.mode = OB_ONEBIT_UNCOMPRESSED;
+    run r;
+    run_start(&r, &cfg);
+    double vref[D] = {0}, mref[D] = {0};
+    for (long t = 1; t <= 7; t++) {
+        for (int i = 0; i < D; i++) {
+            r.g[i] = (float)((i + 1) * (t % 3 + 1)) * 0.01f;
+            mref[i] = 0.9 * mref[i] + 0.1 * r.g[i];
+            vref[i] = 0.999 * vref[i] + 0.001 * (double)r.g[i] * r.g[i];
+        }
+        assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP);
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+    }
+    ob_optim_stats s = stats(&r);
+    assert_int_equal(s.phase, OB_PHASE_COMPRESSION);
+    assert_int_equal(s.freeze_step, 7);
+    ob_optim_state st;
+    ob_optim_get_state(r.opt, &st);
+    double c2 = 1.0 / (1.0 - pow(0.999, 7));
+    for (int i = 0; i < D; i++) assert_true(fabs(st.exp_avg_sq[i] - vref[i] * c2) <= 1e-5 * vref[i] * c2);
+
+    /* Compression phase (one rank, fp32 exchange): x -= lr * m / (sqrt(v_Tw) + eps), v fixed. */
+    float x_before[D];
+    memcpy(x_before, r.x, sizeof x_before);
+    for (int i = 0; i < D; i++) r.g[i] = 0.3f;
+    assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+    for (int i = 0; i < D; i++) {
+        double m = 0.9 * mref[i] + 0.1 * 0.3;
+        double want = x_before[i] - 1e-3 * m / (sqrt(vref[i] * c2) + 1e-8);
+        assert_true(fabs(r.x[i] - want) <= 1e-5 * fmax(1.0, fabs(want)));
+        assert_true(fabs(st.exp_avg_sq[i] - vref[i] * c2) <= 1e-5 * vref[i] * c2);
+    }
+    run_end(&r);
+}
+
+static void test_warm_start(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    run r;
+    run_start(&r, &cfg);
+    float v[D];
+    for (int i = 0; i < D; i++) v[i] = 1e-4f * (float)(i + 1);
+    ob_err err = {0};
+    v[3] = -1.0f;
+    assert_int_equal(ob_optim_warm_start(r.opt, v, &err), OB_ERR_CORRUPT);
+    assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP); /* rejected: nothing changed */
+    v[3] = NAN;
+    assert_int_equal(ob_optim_warm_start(r.opt, v, &err), OB_ERR_CORRUPT);
+    v[3] = 4e-4f;
+    assert_int_equal(ob_optim_warm_start(r.opt, v, &err), OB_OK);
+    ob_optim_stats s = stats(&r);
+    assert_int_equal(s.phase, OB_PHASE_COMPRESSION);
+    assert_int_equal(s.freeze_step, 0);
+    /* First step is a compression step with the given variance. */
+    for (int i = 0; i < D; i++) r.g[i] = 1.0f;
+    assert_int_equal(ob_optim_step(r.opt, r.g, 1e-2f, NULL), OB_OK);
+    ob_optim_state st;
+    ob_optim_get_state(r.opt, &st);
+    assert_true(st.exp_avg_sq[10] == v[10]);
+    assert_non_null(st.worker_error);
+    run_end(&r);
+
+    ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
+    run_start(&r, &cfg);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, &err), OB_ERR_INVALID_ARG);
+    run_end(&r);
+}
+
+/* The naive mode never freezes and keeps updating v from the compressed gradient. */
+static void test_naive_never_freezes(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.mode = OB_ONEBIT_NAIVE;
+    cfg.block_size = 32;
+    run r;
+    run_start(&r, &cfg);
+    ob_optim_state st;
+    ob_optim_get_state(r.opt, &st);
+    float v_prev = 0.0f;
+    for (long t = 1; t <= 50; t++) {
+        for (int i = 0; i < D; i++) r.g[i] = (float)((i * 7 + t) % 11) - 5.0f;
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+        assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP);
+        assert_true(st.exp_avg_sq[0] != v_prev);
+        v_prev = st.exp_avg_sq[0];
+    }
+    /* v moves with the compressed gradient: every element of a block shares |g| = scale, so
+     * v is the same across a block whose gradient history had equal scales. */
+    assert_true(st.exp_avg_sq[0] == st.exp_avg_sq[1]);
+    run_end(&r);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_auto_freeze_at_predicted_step),
+        cmocka_unit_test(test_no_freeze_before_lr_warmup_or_min_steps),
+        cmocka_unit_test(test_no_freeze_while_variance_falls),
+        cmocka_unit_test(test_fixed_freeze_and_bias_corrected_v),
+        cmocka_unit_test(test_warm_start),
+        cmocka_unit_test(test_naive_never_freezes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
