@@ -16,6 +16,8 @@ packages=(
   libcmocka-dev zlib1g-dev
   # data: Fashion-MNIST (IDX) and the default text corpus (fortunes)
   dataset-fashion-mnist fortunes
+  # experiments: tables and plots
+  jq gnuplot-nox
 )
 
 missing=()

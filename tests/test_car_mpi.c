@@ -360,9 +360,11 @@ static void test_bytes_compression_vs_warmup(mpi_harness *h)
 /* Every mode keeps the replicas in lockstep: parameters are bitwise identical on all ranks. */
 static void test_replicas_stay_identical(mpi_harness *h)
 {
-    ob_onebit_mode modes[] = {OB_ONEBIT_COMPRESSED, OB_ONEBIT_UNCOMPRESSED, OB_ONEBIT_NAIVE};
+    /* the fourth entry is the compressed mode with precondition */
+    ob_onebit_mode modes[] = {OB_ONEBIT_COMPRESSED, OB_ONEBIT_UNCOMPRESSED, OB_ONEBIT_NAIVE,
+                              OB_ONEBIT_COMPRESSED};
     size_t d = 3001;
-    for (size_t mi = 0; mi < 3; mi++) {
+    for (size_t mi = 0; mi < 4; mi++) {
         ob_comm *c = NULL;
         ob_optim *opt = NULL;
         ob_err err = {0};
@@ -374,6 +376,7 @@ static void test_replicas_stay_identical(mpi_harness *h)
         cfg.mode = modes[mi];
         cfg.freeze_step = modes[mi] == OB_ONEBIT_NAIVE ? 0 : 3;
         cfg.block_size = 64;
+        cfg.precondition = mi == 3;
         MH_CHECK(h, ob_optim_create(&opt, &cfg, c, x, d, &err) == OB_OK, "%s", err.msg);
         for (int t = 0; t < 8 && opt; t++) {
             make_input(g, d, h->rank, t, 5);

@@ -241,6 +241,45 @@ static void test_naive_never_freezes(void **state)
     run_end(&r);
 }
 
+/* A coordinate with tiny v_Tw: the 1-bit code hands it +-s of its block, so the plain
+ * compressed step moves it by about lr * s / sqrt(v) -- far beyond any Adam step -- while the
+ * preconditioned variant keeps every step near lr. */
+static double max_tiny_step(int precondition)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.freeze_step = 20;
+    cfg.block_size = 64;
+    cfg.precondition = precondition;
+    run r;
+    run_start(&r, &cfg);
+    double worst = 0.0;
+    float lr = 1e-3f;
+    for (long t = 1; t <= 40; t++) {
+        for (int i = 0; i < D; i++) r.g[i] = ((i + t) % 2 ? 1.0f : -1.0f) * (i == 0 ? 1e-6f : 1.0f);
+        float before = r.x[0];
+        assert_int_equal(ob_optim_step(r.opt, r.g, lr, NULL), OB_OK);
+        if (t > 20) worst = fmax(worst, fabs((double)r.x[0] - before));
+    }
+    run_end(&r);
+    return worst / lr;
+}
+
+static void test_precondition_bounds_tiny_variance_steps(void **state)
+{
+    double plain = max_tiny_step(0), pre = max_tiny_step(1);
+    assert_true(plain > 1000.0); /* the failure mode exists */
+    assert_true(pre < 10.0);     /* and the option removes it */
+
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.precondition = 1;
+    cfg.mode = OB_ONEBIT_NAIVE;
+    ob_err err = {0};
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "precondition"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,6 +289,7 @@ int main(void)
         cmocka_unit_test(test_fixed_freeze_and_bias_corrected_v),
         cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_naive_never_freezes),
+        cmocka_unit_test(test_precondition_bounds_tiny_variance_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

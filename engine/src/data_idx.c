@@ -148,7 +148,7 @@ typedef struct idx_split {
 static ob_status load_split(const char *images, const char *labels, idx_split *out, ob_err *err)
 {
     gzFile gi = NULL, gl = NULL;
-    uint32_t dims[3], nl = 0;
+    uint32_t dims[3] = {0, 0, 0}, nl = 0;
     ob_status st = idx_open(images, &gi, err);
     if (st != OB_OK) goto fail;
     st = idx_open(labels, &gl, err);

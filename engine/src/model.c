@@ -19,6 +19,16 @@
 #define MAX_D_MODEL ((size_t)1 << 16)
 #define MAX_CONTEXT ((size_t)1 << 16)
 
+const char *ob_model_kind_name(ob_model_kind kind)
+{
+    switch (kind) {
+    case OB_MODEL_SOFTMAX: return "softmax";
+    case OB_MODEL_MLP: return "mlp";
+    case OB_MODEL_TRANSFORMER: return "transformer";
+    }
+    return "unknown";
+}
+
 void ob_model_config_default(ob_model_config *cfg, ob_model_kind kind)
 {
     memset(cfg, 0, sizeof *cfg);

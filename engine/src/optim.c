@@ -16,6 +16,7 @@ struct ob_optim {
     float *m; /* (d) exp_avg */
     float *v; /* (d) exp_avg_sq, v_Tw after the freeze */
     float *g; /* (d) scratch: averaged gradient or momentum to exchange */
+    float *den; /* (d) sqrt(v_Tw) + eps, computed when v is frozen; NULL before */
     ob_car *car; /* compressed allreduce: onebit_adam compressed and naive modes */
 
     long step;        /* completed steps */
@@ -106,6 +107,10 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
         return BAD("block_size = %zu: must be a positive multiple of 32", c->block_size);
     if (c->scale != OB_SCALE_L1 && c->scale != OB_SCALE_L2)
         return BAD("scale %d: expected l1 or l2", (int)c->scale);
+    if (c->precondition != 0 && c->precondition != 1)
+        return BAD("precondition = %d: must be 0 or 1", c->precondition);
+    if (c->precondition && c->mode != OB_ONEBIT_COMPRESSED)
+        return BAD("precondition: only for the compressed mode");
     return OB_OK;
 #undef BAD
 }
@@ -146,7 +151,8 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
     o->m = ob__calloc_aligned(d * sizeof(float));
     o->v = ob__calloc_aligned(d * sizeof(float));
     o->g = ob__calloc_aligned(d * sizeof(float));
-    if (!o->m || !o->v || !o->g) {
+    o->den = ob__calloc_aligned(d * sizeof(float));
+    if (!o->m || !o->v || !o->g || !o->den) {
         st = OB_ERR(err, OB_ERR_NOMEM, "optimizer state for %zu parameters", d);
         goto fail;
     }
@@ -175,6 +181,7 @@ void ob_optim_destroy(ob_optim *o)
     ob__free(o->m);
     ob__free(o->v);
     ob__free(o->g);
+    ob__free(o->den);
     free(o->norms);
     ob_car_destroy(o->car);
     free(o);
@@ -206,11 +213,29 @@ static void adam_update(float *restrict x, float *restrict m, float *restrict v,
     }
 }
 
-/* Preconditioned momentum step with the frozen variance. */
-static void frozen_update(float *restrict x, const float *restrict m, const float *restrict v,
-                          size_t d, float lr, float eps, float wd)
+/* Preconditioned momentum step with the frozen variance: den = sqrt(v_Tw) + eps. */
+static void frozen_update(float *restrict x, const float *restrict m, const float *restrict den,
+                          size_t d, float lr, float wd)
 {
-    for (size_t i = 0; i < d; i++) x[i] = x[i] - lr * (m[i] / (sqrtf(v[i]) + eps) + wd * x[i]);
+    for (size_t i = 0; i < d; i++) x[i] = x[i] - lr * (m[i] / den[i] + wd * x[i]);
+}
+
+/* Step with an already preconditioned direction p (= m / den). */
+static void direct_update(float *restrict x, const float *restrict p, size_t d, float lr, float wd)
+{
+    for (size_t i = 0; i < d; i++) x[i] = x[i] - lr * (p[i] + wd * x[i]);
+}
+
+static void divide(float *restrict out, const float *restrict a, const float *restrict den,
+                   size_t d)
+{
+    for (size_t i = 0; i < d; i++) out[i] = a[i] / den[i];
+}
+
+static void multiply(float *restrict out, const float *restrict a, const float *restrict den,
+                     size_t d)
+{
+    for (size_t i = 0; i < d; i++) out[i] = a[i] * den[i];
 }
 
 static void momentum_update(float *restrict m, const float *restrict g, size_t d, float b1,
@@ -245,6 +270,13 @@ static ob_status average(ob_optim *o, const float *src, float *dst, ob_err *err)
 
 /* --- the step ------------------------------------------------------------------------------ */
 
+/* den = sqrt(v) + eps, once per freeze (v no longer changes). */
+static void compute_den(ob_optim *o)
+{
+    float eps = (float)o->cfg.eps;
+    for (size_t i = 0; i < o->d; i++) o->den[i] = sqrtf(o->v[i]) + eps;
+}
+
 static void freeze(ob_optim *o, long t)
 {
     o->freeze_step = t;
@@ -253,6 +285,7 @@ static void freeze(ob_optim *o, long t)
         float c2 = (float)(1.0 / (1.0 - pow(o->cfg.beta2, (double)t)));
         for (size_t i = 0; i < o->d; i++) o->v[i] *= c2;
     }
+    compute_den(o);
 }
 
 /* After warmup step t: record ||v_t||_1 and decide whether to freeze. */
@@ -314,12 +347,20 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
     } else {
         /* Compression phase: local momentum, exchanged compressed (or fp32), frozen v. */
         momentum_update(o->m, grad, o->d, k.b1, k.a1);
-        if (c->mode == OB_ONEBIT_COMPRESSED)
-            st = ob_car_allreduce(o->car, o->m, o->m, err);
-        else
-            st = average(o, o->m, o->m, err);
-        if (st != OB_OK) return OB_WRAP(err, st, "step %ld (momentum exchange)", t);
-        frozen_update(o->x, o->m, o->v, o->d, lr, k.eps, k.wd);
+        if (c->precondition) {
+            divide(o->g, o->m, o->den, o->d);
+            st = ob_car_allreduce(o->car, o->g, o->g, err);
+            if (st != OB_OK) return OB_WRAP(err, st, "step %ld (momentum exchange)", t);
+            multiply(o->m, o->g, o->den, o->d);
+            direct_update(o->x, o->g, o->d, lr, k.wd);
+        } else {
+            if (c->mode == OB_ONEBIT_COMPRESSED)
+                st = ob_car_allreduce(o->car, o->m, o->m, err);
+            else
+                st = average(o, o->m, o->m, err);
+            if (st != OB_OK) return OB_WRAP(err, st, "step %ld (momentum exchange)", t);
+            frozen_update(o->x, o->m, o->den, o->d, lr, k.wd);
+        }
     }
     o->step = t;
     o->bytes_last = ob_comm_bytes_sent(o->comm) - before;
@@ -365,6 +406,7 @@ ob_status ob_optim_set_progress(ob_optim *o, long step, long freeze_step, ob_err
                       o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
     o->step = step;
     o->freeze_step = freeze_step < 0 ? -1 : freeze_step;
+    if (o->freeze_step >= 0) compute_den(o); /* v was restored before this call */
     return OB_OK;
 }
 
@@ -382,5 +424,6 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, ob_err *err)
     }
     memcpy(o->v, v_frozen, o->d * sizeof(float));
     o->freeze_step = o->step;
+    compute_den(o);
     return OB_OK;
 }

@@ -67,6 +67,9 @@ typedef struct ob_model_config {
  * context 128, tied output. cfg is caller-owned. */
 void ob_model_config_default(ob_model_config *cfg, ob_model_kind kind);
 
+/* "softmax", "mlp", "transformer". */
+const char *ob_model_kind_name(ob_model_kind kind);
+
 /* Checks cfg and creates a model with activation memory for cfg->max_batch examples. Every field
  * that applies to cfg->kind is validated; on a bad value it returns OB_ERR_INVALID_ARG and
  * err->msg names the field. OB_ERR_NOMEM when the activations cannot be allocated.

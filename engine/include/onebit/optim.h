@@ -13,6 +13,13 @@
  *       OB_ONEBIT_NAIVE         no freeze: the *gradient* is compressed with error feedback
  *                               every step and v keeps updating from the compressed gradient
  *                               (the paper's Figure 1 baseline).
+ *     precondition (compressed mode, off by default): compress p = m / (sqrt(v_Tw) + eps)
+ *       instead of m, step x -= lr * p_bar, and keep m = p_bar * (sqrt(v_Tw) + eps). Since v_Tw
+ *       is frozen and identical on every rank this is the same linear algorithm in exact
+ *       arithmetic, but the sign compression then sees values of Adam's step size on every
+ *       coordinate. Without it a coordinate whose v_Tw is tiny (a ReLU unit that rarely fires)
+ *       receives +-s of its block from the 1-bit code, i.e. a step of lr * s / (sqrt(v) + eps)
+ *       that can be orders of magnitude larger than any Adam step (see docs/experiments).
  *
  * Step numbering: a step is one call to ob_optim_step; t counts completed steps (the step in
  * progress is t+1). The freeze happens at the end of step T_w: steps 1..T_w are warmup steps,
@@ -70,6 +77,7 @@ typedef struct ob_optim_config {
     long lr_warmup_steps;    /* auto: no freeze before the LR warmup ends, default 0 */
     size_t block_size;       /* scale block B, positive multiple of 32, default 2048 */
     ob_scale_kind scale;     /* default OB_SCALE_L1 */
+    int precondition;        /* compress m / (sqrt(v_Tw) + eps) instead of m; default 0 */
 } ob_optim_config;
 
 /* Fills cfg with the defaults for `kind`. */

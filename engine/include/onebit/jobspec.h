@@ -1,0 +1,163 @@
+/* The training job spec: what one data-parallel job trains (model, data, optimizer, batch size,
+ * steps, learning-rate schedule, seed, evaluation, logging, checkpoints), written as JSON or as
+ * YAML.
+ *
+ * Both formats map onto the same tree: YAML is read into the JSON data model (plain scalars
+ * typed by the YAML 1.2 core schema: null/~, true/false, integers, finite floats such as 1e-3;
+ * quoted scalars are strings; .inf/.nan, anchors, aliases, tags and multi-document streams are
+ * rejected), and one validator walks that tree. The validator is strict: an unknown or
+ * misspelled field, a field of another model/data/optimizer type, a value of the wrong type or
+ * out of range, a missing required field, and a model that does not fit the data are rejected
+ * with a message that names the field by its path ("optimizer.betta1: unknown field",
+ * "batch_size: expected a positive integer, got \"64\""). Syntax errors name the line and
+ * column. Duplicate keys are rejected in both formats. A rejected spec changes nothing: the
+ * output struct is written only on success.
+ *
+ * Schema (defaults in brackets, ? marks an optional field):
+ *
+ *   name?          string [""]: at most 127 characters from [A-Za-z0-9._-]
+ *   model:
+ *     type         softmax | mlp | transformer                                     (required)
+ *     hidden?      mlp: list of 1..8 widths > 0 [[256, 128]]
+ *     activation?  mlp: relu | tanh | gelu [relu]
+ *     layers?      transformer [2]        heads?   transformer [4] (must divide d_model)
+ *     d_model?     transformer [128]      context? transformer [128]
+ *     tied_output? transformer, bool [true]
+ *   data:
+ *     type         fashion_mnist | idx | text | synthetic_classification | synthetic_text
+ *                                                                                  (required)
+ *     path?        fashion_mnist: directory [OB_FASHION_MNIST_DIR]; idx: directory holding the
+ *                  four standard IDX names (required); text: file or directory [OB_FORTUNES_DIR]
+ *     normalize?   fashion_mnist, idx: standardize | unit [standardize]
+ *     eval_fraction? text, in (0, 1) [0.1]          max_bytes? text, 0 = no cap [0]
+ *     n_train? [4096] n_eval? [1024] input_dim? [32] num_classes? [4] noise? [1.0]
+ *                  synthetic_classification
+ *     train_bytes? [200000] eval_bytes? [20000] alphabet? [16] p_follow? [0.8]
+ *                  synthetic_text (train_bytes >= 2 * model.context, eval_bytes > model.context)
+ *     softmax and mlp need fashion_mnist, idx or synthetic_classification; the transformer
+ *     needs text or synthetic_text. Synthetic data is drawn from the job's seed.
+ *   optimizer:
+ *     type         adam | onebit_adam                                              (required)
+ *     beta1? beta2? eps? weight_decay? bias_correction? (bool)  [ob_optim_config_default]
+ *     onebit_adam only:
+ *       compression?      on | off | naive [on] (OB_ONEBIT_COMPRESSED, _UNCOMPRESSED, _NAIVE)
+ *       freeze_step?      "auto" | integer > 0 ["auto", stored as 0]
+ *       freeze_threshold? [0.96]   freeze_min_steps? [0]   block_size? [2048]
+ *       scale?            l1 | l2 [l1]
+ *     optim.lr_warmup_steps is set from lr.warmup_steps (the auto-freeze guard).
+ *   batch_size     per-rank examples per step, 1 .. 2^24                           (required)
+ *   steps          optimizer steps, > 0                                            (required)
+ *   lr?:
+ *     schedule?    constant | warmup_step_decay | cosine [constant]
+ *     peak? [1e-3]  warmup_steps? [0]
+ *     decay_rate? [0.99]  decay_every? [520]   warmup_step_decay only
+ *     min_lr? [0]                              cosine only
+ *     lr.total_steps is set from steps.
+ *   seed?          integer in [0, 2^63 - 1] [1]
+ *   eval?:         { interval? [0: only at the end], max_examples? [0: the whole eval split] }
+ *   log_interval?  steps between progress logs, > 0 [10]
+ *   checkpoint?:   { dir? [""], interval? [0: none], keep? [3], >= 1 }
+ *
+ * Fields the spec does not set: model.input_dim and model.num_classes come from the dataset
+ * and model.max_batch from batch_size; the worker fills them in (a parsed spec holds 0 there).
+ * Fields that do not apply to the chosen kinds hold the defaults of ob_model_config_default,
+ * ob_optim_config_default and ob_lr_schedule_default for the chosen kind, or 0 in ob_data_spec,
+ * so that equal specs are memcmp-equal structs. */
+#ifndef ONEBIT_JOBSPEC_H
+#define ONEBIT_JOBSPEC_H
+
+#include "onebit/data.h"
+#include "onebit/model.h"
+#include "onebit/optim.h"
+#include "onebit/schedule.h"
+#include "onebit/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OB_JOBSPEC_MAX_BYTES ((size_t)1 << 20) /* largest spec text accepted: 1 MiB */
+#define OB_JOBSPEC_NAME_LEN 128                /* name buffer, terminator included */
+#define OB_JOBSPEC_PATH_LEN 4096               /* path buffers, terminator included */
+
+typedef enum ob_data_kind {
+    OB_DATA_FASHION_MNIST = 0,        /* IDX files in a directory, default OB_FASHION_MNIST_DIR */
+    OB_DATA_IDX = 1,                  /* IDX files in a named directory */
+    OB_DATA_TEXT = 2,                 /* bytes of a file or directory, default OB_FORTUNES_DIR */
+    OB_DATA_SYNTH_CLASSIFICATION = 3, /* ob_dataset_synthetic_classification */
+    OB_DATA_SYNTH_TEXT = 4,           /* ob_dataset_synthetic_text */
+} ob_data_kind;
+
+/* Where the job's data comes from. Fields that do not apply to `kind` are 0. */
+typedef struct ob_data_spec {
+    ob_data_kind kind;
+    char path[OB_JOBSPEC_PATH_LEN]; /* fashion_mnist, idx, text */
+    ob_feature_norm norm;           /* fashion_mnist, idx */
+    double eval_fraction;           /* text */
+    size_t max_bytes;               /* text, 0 = no cap */
+    /* synthetic_classification: every field; seed = the job's seed. */
+    ob_synth_classification_spec synth_cls;
+    /* synthetic_text: every field; context = model.context, seed = the job's seed. */
+    ob_synth_text_spec synth_text;
+} ob_data_spec;
+
+typedef struct ob_jobspec {
+    char name[OB_JOBSPEC_NAME_LEN];
+    ob_model_config model; /* kind and architecture; input_dim, num_classes, max_batch are 0 */
+    ob_data_spec data;
+    ob_optim_config optim; /* lr_warmup_steps = lr.warmup_steps */
+    ob_lr_schedule lr;     /* total_steps = steps */
+    size_t batch_size;     /* per rank */
+    long steps;
+    uint64_t seed;
+    long eval_interval;       /* 0: evaluate only at the end */
+    size_t eval_max_examples; /* 0: the whole eval split */
+    long log_interval;
+    char checkpoint_dir[OB_JOBSPEC_PATH_LEN]; /* "" : the coordinator decides */
+    long checkpoint_interval;                 /* 0: no checkpoints */
+    int checkpoint_keep;
+} ob_jobspec;
+
+/* The spec before any field is read: every optional field at its default (model mlp, data
+ * fashion_mnist, optimizer adam, the kinds' defaults), batch_size and steps 0 (required, so a
+ * defaulted spec alone is not valid). s is caller-owned; padding bytes are zeroed. */
+void ob_jobspec_default(ob_jobspec *s);
+
+typedef enum ob_spec_format {
+    OB_SPEC_AUTO = 0, /* JSON if the first character other than white space is '{', else YAML */
+    OB_SPEC_JSON = 1,
+    OB_SPEC_YAML = 2,
+} ob_spec_format;
+
+/* Parses and validates a spec of len bytes at text (borrowed; need not be NUL-terminated; at most
+ * OB_JOBSPEC_MAX_BYTES). On success *out (caller-owned) receives the spec with every default
+ * filled in. On failure returns OB_ERR_INVALID_ARG (OB_ERR_NOMEM when memory runs out), err
+ * names the field or the line and column, and *out is not touched. err may be NULL. */
+ob_status ob_jobspec_parse(ob_jobspec *out, const char *text, size_t len, ob_spec_format fmt,
+                           ob_err *err);
+
+/* Reads the file at path (borrowed) and parses it: JSON for a ".json" name, YAML for ".yaml" or
+ * ".yml", else OB_SPEC_AUTO. Errors as ob_jobspec_parse, with the path in front of the message,
+ * plus OB_ERR_NOT_FOUND (no such file), OB_ERR_IO (unreadable, not a regular file) and
+ * OB_ERR_INVALID_ARG (larger than OB_JOBSPEC_MAX_BYTES). *out is written only on success. */
+ob_status ob_jobspec_load(ob_jobspec *out, const char *path, ob_err *err);
+
+/* Canonical JSON of a spec: one line, every field of the chosen kinds with its value (defaults
+ * filled in), keys in schema order, numbers in the fewest digits that read back exactly. For a
+ * struct from ob_jobspec_parse, parsing the text back gives a memcmp-identical struct.
+ * On success *out is a NUL-terminated string from malloc, owned by the caller (free()).
+ * OB_ERR_INVALID_ARG when s is not a valid spec (the output is checked by the same validator),
+ * OB_ERR_NOMEM; *out is then NULL. */
+ob_status ob_jobspec_to_json(const ob_jobspec *s, char **out, ob_err *err);
+
+/* Spec names of the kinds ("fashion_mnist", ..., "synthetic_text"); "unknown" otherwise. */
+const char *ob_data_kind_name(ob_data_kind kind);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_JOBSPEC_H */

@@ -1,0 +1,312 @@
+/* The data-parallel training loop (see onebit/trainer.h). */
+#include "onebit/trainer.h"
+#include "onebit/schedule.h"
+#include "internal.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+struct ob_trainer {
+    ob_jobspec spec;
+    ob_comm *comm; /* borrowed */
+    ob_dataset *ds;
+    ob_loader *train;
+    ob_loader *eval; /* NULL when the data has no held-out split */
+    ob_model *model;
+    float *params; /* (d) */
+    float *grad;   /* (d) */
+    size_t d;
+    ob_optim *opt;
+    int is_text;
+};
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Opens the dataset the spec names; text datasets are cut at the model's context. */
+static ob_status open_data(ob_trainer *t, ob_err *err)
+{
+    const ob_data_spec *ds = &t->spec.data;
+    const char *path = ds->path[0] ? ds->path : NULL;
+    ob_status st = OB_ERR_INVALID_ARG;
+    switch (ds->kind) {
+    case OB_DATA_FASHION_MNIST:
+    case OB_DATA_IDX: {
+        ob_idx_options o;
+        ob_idx_options_default(&o);
+        o.norm = ds->norm;
+        if (ds->kind == OB_DATA_IDX) o.num_classes = 0;
+        st = ob_dataset_open_idx_dir(&t->ds, path, &o, err);
+        break;
+    }
+    case OB_DATA_TEXT: {
+        ob_text_options o;
+        ob_text_options_default(&o);
+        o.context = t->spec.model.context;
+        o.eval_fraction = ds->eval_fraction;
+        o.max_bytes = ds->max_bytes;
+        st = ob_dataset_open_text(&t->ds, path, &o, err);
+        break;
+    }
+    case OB_DATA_SYNTH_CLASSIFICATION: {
+        ob_synth_classification_spec s = ds->synth_cls;
+        s.seed = t->spec.seed;
+        st = ob_dataset_synthetic_classification(&t->ds, &s, err);
+        break;
+    }
+    case OB_DATA_SYNTH_TEXT: {
+        ob_synth_text_spec s = ds->synth_text;
+        s.seed = t->spec.seed;
+        s.context = t->spec.model.context;
+        st = ob_dataset_synthetic_text(&t->ds, &s, err);
+        break;
+    }
+    }
+    if (st != OB_OK) return OB_WRAP(err, st, "data");
+    t->is_text = ob_dataset_get_kind(t->ds) == OB_DATASET_TEXT;
+    return OB_OK;
+}
+
+static ob_status build(ob_trainer *t, ob_err *err)
+{
+    ob_status st = open_data(t, err);
+    if (st != OB_OK) return st;
+    int rank = ob_comm_rank(t->comm), n = ob_comm_size(t->comm);
+    const ob_jobspec *s = &t->spec;
+
+    st = ob_loader_create(&t->train, t->ds, OB_SPLIT_TRAIN, rank, n, s->batch_size, s->seed, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "train loader (batch_size %zu x %d ranks)",
+                                    s->batch_size, n);
+    if (ob_dataset_num_examples(t->ds, OB_SPLIT_EVAL) > 0) {
+        st = ob_loader_create_pass(&t->eval, t->ds, OB_SPLIT_EVAL, rank, n, s->batch_size,
+                                   s->eval_max_examples, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "eval loader");
+    }
+
+    ob_model_config mc = s->model;
+    mc.max_batch = s->batch_size;
+    if (!t->is_text) {
+        mc.input_dim = ob_dataset_input_dim(t->ds);
+        mc.num_classes = (size_t)ob_dataset_num_classes(t->ds);
+    }
+    st = ob_model_create(&t->model, &mc, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "model");
+    t->d = ob_model_num_params(t->model);
+    t->params = ob__calloc_aligned(t->d * sizeof(float));
+    t->grad = ob__calloc_aligned(t->d * sizeof(float));
+    if (!t->params || !t->grad)
+        return OB_ERR(err, OB_ERR_NOMEM, "parameters and gradients of %zu floats", t->d);
+    /* Same seed on every rank: identical replicas without a broadcast. */
+    ob_model_init_params(t->model, t->params, s->seed);
+
+    ob_optim_config oc = s->optim;
+    st = ob_optim_create(&t->opt, &oc, t->comm, t->params, t->d, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "optimizer");
+    return OB_OK;
+}
+
+ob_status ob_trainer_create(ob_trainer **out, const ob_jobspec *spec, ob_comm *comm, ob_err *err)
+{
+    *out = NULL;
+    ob_trainer *t = calloc(1, sizeof *t);
+    if (!t) return OB_ERR(err, OB_ERR_NOMEM, "trainer");
+    t->spec = *spec;
+    t->comm = comm;
+    ob_status st = build(t, err);
+
+    /* Agree on the outcome, so no rank waits in a collective for one that gave up. */
+    float failed = st != OB_OK ? 1.0f : 0.0f;
+    ob_status ast = ob_comm_allreduce_sum_f32(comm, &failed, 1, st == OB_OK ? err : NULL);
+    if (st == OB_OK && ast != OB_OK) st = OB_WRAP(err, ast, "setup agreement");
+    if (st == OB_OK && failed > 0.0f)
+        st = OB_ERR(err, OB_ERR_STATE, "setup failed on %d other rank(s)", (int)failed);
+    if (st != OB_OK) {
+        ob_trainer_destroy(t);
+        return st;
+    }
+    *out = t;
+    return OB_OK;
+}
+
+void ob_trainer_destroy(ob_trainer *t)
+{
+    if (!t) return;
+    ob_optim_destroy(t->opt);
+    ob_model_destroy(t->model);
+    ob_loader_destroy(t->train);
+    ob_loader_destroy(t->eval);
+    ob_dataset_destroy(t->ds);
+    ob__free(t->params);
+    ob__free(t->grad);
+    free(t);
+}
+
+float *ob_trainer_params(ob_trainer *t)
+{
+    return t->params;
+}
+
+size_t ob_trainer_num_params(const ob_trainer *t)
+{
+    return t->d;
+}
+
+ob_optim *ob_trainer_optim(ob_trainer *t)
+{
+    return t->opt;
+}
+
+ob_model *ob_trainer_model(ob_trainer *t)
+{
+    return t->model;
+}
+
+const ob_dataset *ob_trainer_dataset(const ob_trainer *t)
+{
+    return t->ds;
+}
+
+static void fill_optim_fields(ob_trainer *t, ob_train_event *ev)
+{
+    ob_optim_stats os;
+    ob_optim_get_stats(t->opt, &os);
+    ev->step = os.step;
+    ev->total_steps = t->spec.steps;
+    ev->phase = os.phase;
+    ev->bytes_sent = os.bytes_sent;
+    ev->bytes_step = os.bytes_last_step;
+    ev->freeze_ratio = os.freeze_ratio;
+    ev->freeze_step = os.freeze_step;
+    ev->is_text = t->is_text;
+}
+
+ob_status ob_trainer_evaluate(ob_trainer *t, ob_train_event *out, ob_err *err)
+{
+    memset(out, 0, sizeof *out);
+    out->kind = OB_EVENT_EVAL;
+    fill_optim_fields(t, out);
+    out->eval_loss = NAN;
+    out->eval_accuracy = NAN;
+    if (!t->eval) return OB_OK;
+    ob_loader_rewind(t->eval);
+    double loss_sum = 0.0, correct = 0.0, count = 0.0;
+    for (;;) {
+        ob_batch b;
+        ob_status st = ob_loader_next(t->eval, &b, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "evaluation batch");
+        if (b.n == 0) break;
+        ob_model_result r;
+        st = ob_model_forward_backward(t->model, t->params, &b, NULL, &r, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "evaluation at step %ld", out->step);
+        loss_sum += r.loss * (double)r.count;
+        correct += (double)r.correct;
+        count += (double)r.count;
+    }
+    float sums[3] = {(float)loss_sum, (float)correct, (float)count};
+    ob_status st = ob_comm_allreduce_sum_f32(t->comm, sums, 3, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "evaluation sums");
+    out->eval_count = (size_t)sums[2];
+    if (sums[2] > 0.0f) {
+        out->eval_loss = (double)sums[0] / (double)sums[2];
+        out->eval_accuracy = (double)sums[1] / (double)sums[2];
+    }
+    return OB_OK;
+}
+
+ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_train_summary *out,
+                         ob_err *err)
+{
+    const ob_jobspec *s = &t->spec;
+    int n = ob_comm_size(t->comm);
+    ob_train_summary sum;
+    memset(&sum, 0, sizeof sum);
+    sum.num_params = t->d;
+    sum.final_train_loss = NAN;
+    ob_optim_stats os;
+    ob_optim_get_stats(t->opt, &os);
+
+    double t_start = now_s(), t_window = t_start, loss_window = 0.0;
+    long steps_window = 0, first_step = os.step + 1;
+    uint64_t bytes_warm = 0, bytes_comp = 0;
+    for (long step = first_step; step <= s->steps; step++) {
+        ob_batch b;
+        ob_model_result r;
+        ob_status st = ob_loader_next(t->train, &b, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld: training batch", step);
+        st = ob_model_forward_backward(t->model, t->params, &b, t->grad, &r, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
+        if (!isfinite(r.loss))
+            return OB_ERR(err, OB_ERR_NUMERIC, "step %ld: the training loss is %g", step, r.loss);
+
+        ob_phase before = os.phase;
+        float lr = (float)ob_lr_at(&s->lr, step);
+        st = ob_optim_step(t->opt, t->grad, lr, err);
+        if (st != OB_OK) return st;
+        ob_optim_get_stats(t->opt, &os);
+        if (before == OB_PHASE_WARMUP)
+            bytes_warm += os.bytes_last_step;
+        else
+            bytes_comp += os.bytes_last_step;
+        loss_window += r.loss;
+        steps_window++;
+
+        if (before == OB_PHASE_WARMUP && os.phase == OB_PHASE_COMPRESSION && cb) {
+            ob_train_event ev = {0};
+            ev.kind = OB_EVENT_FREEZE;
+            fill_optim_fields(t, &ev);
+            cb(&ev, user);
+        }
+        if ((s->log_interval > 0 && step % s->log_interval == 0) || step == s->steps) {
+            float mean = (float)(loss_window / (double)steps_window);
+            st = ob_comm_allreduce_sum_f32(t->comm, &mean, 1, err);
+            if (st != OB_OK) return OB_WRAP(err, st, "step %ld: loss reduction", step);
+            double tnow = now_s();
+            ob_train_event ev = {0};
+            ev.kind = OB_EVENT_STEP;
+            fill_optim_fields(t, &ev);
+            ev.loss = (double)mean / n;
+            ev.lr = lr;
+            ev.samples_per_s =
+                (double)steps_window * (double)s->batch_size * n / fmax(tnow - t_window, 1e-9);
+            sum.final_train_loss = ev.loss;
+            if (cb) cb(&ev, user);
+            t_window = tnow;
+            loss_window = 0.0;
+            steps_window = 0;
+        }
+        if (s->eval_interval > 0 && step % s->eval_interval == 0 && step != s->steps) {
+            ob_train_event ev;
+            st = ob_trainer_evaluate(t, &ev, err);
+            if (st != OB_OK) return st;
+            if (cb && t->eval) cb(&ev, user);
+            t_window = now_s(); /* evaluation time is not training throughput */
+        }
+    }
+    double wall = now_s() - t_start;
+
+    ob_train_event ev;
+    ob_status st = ob_trainer_evaluate(t, &ev, err);
+    if (st != OB_OK) return st;
+    if (cb && t->eval) cb(&ev, user);
+
+    ob_optim_get_stats(t->opt, &os);
+    sum.steps = os.step;
+    sum.freeze_step = os.freeze_step;
+    sum.eval_loss = ev.eval_loss;
+    sum.eval_accuracy = ev.eval_accuracy;
+    sum.eval_count = ev.eval_count;
+    sum.bytes_sent = os.bytes_sent;
+    sum.bytes_warmup = bytes_warm;
+    sum.bytes_compression = bytes_comp;
+    sum.wall_seconds = wall;
+    long done = os.step - first_step + 1;
+    sum.samples_per_s = done > 0 ? (double)done * (double)s->batch_size * n / fmax(wall, 1e-9) : 0;
+    if (out) *out = sum;
+    return OB_OK;
+}
