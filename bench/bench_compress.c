@@ -11,30 +11,13 @@
 #include "onebit/compress.h"
 #include "onebit/rng.h"
 
+#include "bench_util.h"
+
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 static void *xalloc(size_t bytes)
 {
@@ -95,20 +78,20 @@ int main(int argc, char **argv)
     double *t_comp = malloc((size_t)reps * sizeof(double));
     double *t_avg = malloc((size_t)reps * sizeof(double));
     for (int r = -1; r < reps; r++) { /* r = -1: warm-up, not recorded */
-        double t0 = now();
+        double t0 = bench_now();
         memcpy(dst, x, n * sizeof(float));
-        double t1 = now();
+        double t1 = bench_now();
         ob_compress_ef(x, n, e, n, block, scale, packed);
-        double t2 = now();
+        double t2 = bench_now();
         ob_decompress_average(packed, nsrc, n, block, out);
-        double t3 = now();
+        double t3 = bench_now();
         if (r >= 0) {
             t_copy[r] = t1 - t0;
             t_comp[r] = t2 - t1;
             t_avg[r] = t3 - t2;
         }
     }
-    double tc = median(t_copy, reps), tk = median(t_comp, reps), ta = median(t_avg, reps);
+    double tc = bench_median(t_copy, reps), tk = bench_median(t_comp, reps), ta = bench_median(t_avg, reps);
     double b_copy = 8.0 * (double)n, b_comp = 12.0 * (double)n + (double)msg;
     double b_avg = (double)nsrc * (double)msg + 4.0 * (double)n;
 
