@@ -87,9 +87,9 @@ label() {
         echo "| $(label "$v") | diverged: ${why:-no summary} (last logged step ${last:-none}) | | | | | | | |"
         continue
       fi
-      jq -r --arg label "$(label "$v")" --argjson ae "$adam_eval" --argjson ab "$adam_bytes" \
+      jq -r --arg name "$(label "$v")" --argjson ae "$adam_eval" --argjson ab "$adam_bytes" \
         'select(.event=="summary") |
-         "| \($label) | \(.final_train_loss*10000|round/10000) | \(.eval_loss*10000|round/10000) | \(((.eval_loss/$ae - 1)*1000|round)/10)% | \(.eval_accuracy*10000|round/10000) | \(.freeze_step // "—") | \(.bytes_sent) | \((.bytes_sent/$ab*1000|round)/1000)x | \(.wall_seconds*10|round/10) |"' "$f"
+         "| \($name) | \(.final_train_loss*10000|round/10000) | \(.eval_loss*10000|round/10000) | \(((.eval_loss/$ae - 1)*1000|round)/10)% | \(.eval_accuracy*10000|round/10000) | \(.freeze_step // "—") | \(.bytes_sent) | \((.bytes_sent/$ab*1000|round)/1000)x | \(.wall_seconds*10|round/10) |"' "$f"
     done
   done
 } > "$OUT/results.md"
@@ -102,15 +102,20 @@ for w in mlp transformer; do
     [ -f "$f" ] || continue
     jq -r 'select(.event=="step") | "\(.step) \(.loss)"' "$f" > "$OUT/logs/$w-$v.train.dat"
     jq -r 'select(.event=="eval") | "\(.step) \(.eval_loss)"' "$f" > "$OUT/logs/$w-$v.eval.dat"
+    # gnuplot needs a point; a run that diverged before its first evaluation gets a blank line
+    [ -s "$OUT/logs/$w-$v.eval.dat" ] || echo "0 NaN" > "$OUT/logs/$w-$v.eval.dat"
   done
   for fmt in svg png; do
     if [ "$fmt" = svg ]; then term="svg size 900,420 dynamic"; else term="pngcairo size 900,420"; fi
     gnuplot <<GP
 set terminal $term
 set output "$OUT/$w-loss.$fmt"
+set termoption noenhanced
 set multiplot layout 1,2 title "$w: $RANKS ranks, same seed and steps"
-set xlabel "step"; set ylabel "train loss"; set grid; set key top right
+set xlabel "step"; set ylabel "train loss (log scale)"; set grid; set key top right
+set logscale y
 plot for [v in "$VARIANTS"] "$OUT/logs/$w-".v.".train.dat" using 1:2 with lines title v
+unset logscale y
 set ylabel "eval loss"
 plot for [v in "$VARIANTS"] "$OUT/logs/$w-".v.".eval.dat" using 1:2 with linespoints title v
 unset multiplot
