@@ -5,7 +5,8 @@
 # naive 1-bit, each with 4 ranks, the same seed and the same steps; then write
 # the table (docs/experiments/results.md) and the loss curves (docs/experiments/*.svg, *.png).
 #
-# usage: experiments/run.sh [--ranks N] [--only mlp|transformer] [--skip-runs]
+# usage: experiments/run.sh [--ranks N] [--only mlp|transformer|extras] [--skip-runs]
+#   --only extras runs only the MLP seeds and ablations (a few minutes)
 #   --skip-runs   rebuild table and plots from the logs already in docs/experiments/logs/
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +18,7 @@ while [ $# -gt 0 ]; do
     --ranks) RANKS=$2; shift 2 ;;
     --only) ONLY=$2; shift 2 ;;
     --skip-runs) SKIP_RUNS=1; shift ;;
-    *) echo "usage: $0 [--ranks N] [--only mlp|transformer] [--skip-runs]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--ranks N] [--only mlp|transformer|extras] [--skip-runs]" >&2; exit 2 ;;
   esac
 done
 
@@ -28,8 +29,20 @@ done
 OUT=docs/experiments
 mkdir -p "$OUT/logs"
 WORKLOADS="mlp transformer"
-[ -n "$ONLY" ] && WORKLOADS=$ONLY
+case "$ONLY" in
+  "") ;;
+  mlp|transformer) WORKLOADS=$ONLY ;;
+  extras) WORKLOADS="" ;;
+  *) echo "experiments: --only takes mlp, transformer or extras" >&2; exit 2 ;;
+esac
 VARIANTS="adam onebit onebit_pre onebit_fp32 naive"
+# name:base spec:sed expression
+EXTRAS="mlp-adam-seed2:mlp-adam:s/^seed: 1/seed: 2/
+mlp-onebit_pre-seed2:mlp-onebit_pre:s/^seed: 1/seed: 2/
+mlp-adam-seed3:mlp-adam:s/^seed: 1/seed: 3/
+mlp-onebit_pre-seed3:mlp-onebit_pre:s/^seed: 1/seed: 3/
+mlp-onebit_pre-block256:mlp-onebit_pre:s/^  precondition: true/  precondition: true\n  block_size: 256/
+mlp-onebit_pre-freeze600:mlp-onebit_pre:s/^  freeze_step: auto/  freeze_step: 600/"
 
 if [ "$SKIP_RUNS" -eq 0 ]; then
   BUILD=${BUILD_DIR:-build-experiments}
@@ -49,6 +62,18 @@ if [ "$SKIP_RUNS" -eq 0 ]; then
         "$OUT/logs/$w-$v.jsonl"
     done
   done
+
+  # MLP extras: two more seeds of adam and onebit_pre (how much of a gap is seed noise), and
+  # onebit_pre with smaller blocks or a later freeze. Specs are derived from the committed ones.
+  if [ -z "$ONLY" ] || [ "$ONLY" = extras ]; then
+    while IFS= read -r x; do
+      IFS=: read -r name base expr <<< "$x"
+      sed -e "$expr" -e "s/^name: .*/name: $name/" "experiments/specs/$base.yaml" > "$OUT/logs/$name.yaml"
+      echo "== extra $name ($RANKS ranks)"
+      mpirun --oversubscribe -np "$RANKS" "$BUILD/bin/onebit-worker" --spec "$OUT/logs/$name.yaml" \
+        > "$OUT/logs/$name.jsonl" 2> "$OUT/logs/$name.err" < /dev/null || echo "   failed"
+    done <<< "$EXTRAS"
+  fi
 fi
 
 label() {
@@ -92,6 +117,30 @@ label() {
          "| \($name) | \(.final_train_loss*10000|round/10000) | \(.eval_loss*10000|round/10000) | \(((.eval_loss/$ae - 1)*1000|round)/10)% | \(.eval_accuracy*10000|round/10000) | \(.freeze_step // "—") | \(.bytes_sent) | \((.bytes_sent/$ab*1000|round)/1000)x | \(.wall_seconds*10|round/10) |"' "$f"
     done
   done
+  if [ -f "$OUT/logs/mlp-adam-seed2.jsonl" ]; then
+    ev() { jq -r 'select(.event=="summary") | .eval_loss' "$OUT/logs/$1.jsonl" 2>/dev/null; }
+    echo
+    echo "## mlp: seeds and ablations of onebit_adam with precondition"
+    echo
+    echo "| run | adam eval loss | onebit_pre eval loss | difference |"
+    echo "|---|---|---|---|"
+    for sd in 1 2 3; do
+      suffix=""; [ "$sd" = 1 ] || suffix="-seed$sd"
+      a=$(ev "mlp-adam$suffix"); b=$(ev "mlp-onebit_pre$suffix")
+      [ -n "$a" ] && [ -n "$b" ] && awk -v s="$sd" -v a="$a" -v b="$b" \
+        'BEGIN { printf "| seed %s | %.4f | %.4f | %+.1f%% |\n", s, a, b, (b / a - 1) * 100 }'
+    done
+    a1=$(ev mlp-adam); a2=$(ev mlp-adam-seed2); a3=$(ev mlp-adam-seed3)
+    b1=$(ev mlp-onebit_pre); b2=$(ev mlp-onebit_pre-seed2); b3=$(ev mlp-onebit_pre-seed3)
+    awk -v a="$a1 $a2 $a3" -v b="$b1 $b2 $b3" 'BEGIN { n = split(a, x); split(b, y);
+      for (i = 1; i <= n; i++) { sa += x[i]; sb += y[i] }
+      printf "| mean of %d seeds | %.4f | %.4f | %+.1f%% |\n", n, sa / n, sb / n, (sb / sa - 1) * 100 }'
+    for ab in block256 freeze600; do
+      b=$(ev "mlp-onebit_pre-$ab")
+      [ -n "$b" ] && awk -v n="$ab" -v a="$a1" -v b="$b" \
+        'BEGIN { printf "| seed 1, onebit_pre %s | %.4f | %.4f | %+.1f%% |\n", n, a, b, (b / a - 1) * 100 }'
+    done
+  fi
 } > "$OUT/results.md"
 
 # Curves: train loss per logged step and eval loss, one plot per workload.
