@@ -94,15 +94,6 @@ static ob_status wait_stream(nccl_impl *m, const char *what, ob_err *err)
     }
 }
 
-/* Element range [lo, hi) of ring chunk k: the split of comm_mpi.c (sizes differ by at most
- * one, the larger chunks first). */
-static void chunk_range(size_t count, int n, int k, size_t *lo, size_t *hi)
-{
-    size_t base = count / (size_t)n, extra = count % (size_t)n, uk = (size_t)k;
-    *lo = uk * base + (uk < extra ? uk : extra);
-    *hi = *lo + base + (uk < extra ? 1 : 0);
-}
-
 /* The bytes this rank sends in the MPI backend's ring: chunks r, r-1, ..., r-N+2 in the
  * reduce-scatter and r+1, r, ..., r-N+3 in the allgather. */
 static uint64_t ring_bytes(size_t count, int n, int r)
@@ -110,9 +101,9 @@ static uint64_t ring_bytes(size_t count, int n, int r)
     uint64_t sent = 0;
     for (int s = 0; s < n - 1; s++) {
         size_t lo, hi;
-        chunk_range(count, n, (r - s + n) % n, &lo, &hi);
+        ob__ring_chunk(count, n, ob__ring_rs_chunk(r, s, n), &lo, &hi);
         sent += (uint64_t)(hi - lo) * sizeof(float);
-        chunk_range(count, n, (r - s + 1 + n) % n, &lo, &hi);
+        ob__ring_chunk(count, n, ob__ring_ag_chunk(r, s, n), &lo, &hi);
         sent += (uint64_t)(hi - lo) * sizeof(float);
     }
     return sent;

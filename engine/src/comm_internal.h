@@ -32,6 +32,29 @@ struct ob_comm {
     ob_comm_counters counters;
 };
 
+/* Element range [lo, hi) of ring chunk k when `count` elements are split into n ring chunks:
+ * sizes differ by at most one element, the larger chunks first. The MPI backend's ring
+ * allreduce uses this split, and the NCCL backend counts its allreduce bytes with it, so that
+ * both report the same traffic. */
+static inline void ob__ring_chunk(size_t count, int n, int k, size_t *lo, size_t *hi)
+{
+    size_t base = count / (size_t)n, extra = count % (size_t)n, uk = (size_t)k;
+    *lo = uk * base + (uk < extra ? uk : extra);
+    *hi = *lo + base + (uk < extra ? 1 : 0);
+}
+
+/* Step s (0 <= s < n-1) of the ring allreduce on rank r sends chunk (r - s) mod n in the
+ * reduce-scatter and chunk (r - s + 1) mod n in the allgather. */
+static inline int ob__ring_rs_chunk(int r, int s, int n)
+{
+    return ((r - s) % n + n) % n;
+}
+
+static inline int ob__ring_ag_chunk(int r, int s, int n)
+{
+    return ((r - s + 1) % n + n) % n;
+}
+
 /* Allocates an ob_comm shell with the given ops; the backend then fills rank/size/impl. */
 ob_comm *ob__comm_alloc(const ob__comm_ops *ops, const char *backend, ob_mem_kind mem);
 

@@ -42,15 +42,6 @@ static mpi_impl *impl_of(ob_comm *c)
     return (mpi_impl *)c->impl;
 }
 
-/* Element range [lo, hi) of ring chunk k: `count` split into `n` chunks that differ by at most
- * one element, the larger ones first. */
-static void chunk_range(size_t count, int n, int k, size_t *lo, size_t *hi)
-{
-    size_t base = count / (size_t)n, extra = count % (size_t)n, uk = (size_t)k;
-    *lo = uk * base + (uk < extra ? uk : extra);
-    *hi = *lo + base + (uk < extra ? 1 : 0);
-}
-
 /* Sends `send_n` floats to `to` while receiving `recv_n` floats from `from`, in pieces that fit
  * an int count. Nonblocking pairs, so that a rank with nothing to send still receives (and the
  * piece counts of the two directions need not agree); an empty side posts nothing, which its
@@ -96,10 +87,10 @@ static ob_status mpi_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *s
 
     /* Reduce-scatter: after step s, chunk (r - s - 1) holds the sum of s + 2 ranks' values. */
     for (int s = 0; s < n - 1; s++) {
-        int ks = (r - s + n) % n, kr = (r - s - 1 + 2 * n) % n;
+        /* we receive what the left neighbour sends: its reduce-scatter chunk of this step */
         size_t slo, shi, rlo, rhi;
-        chunk_range(count, n, ks, &slo, &shi);
-        chunk_range(count, n, kr, &rlo, &rhi);
+        ob__ring_chunk(count, n, ob__ring_rs_chunk(r, s, n), &slo, &shi);
+        ob__ring_chunk(count, n, ob__ring_rs_chunk(left, s, n), &rlo, &rhi);
         ob_status st = sendrecv_f32(m, buf + slo, shi - slo, right, m->scratch, rhi - rlo, left,
                                     err);
         if (st != OB_OK) return st;
@@ -110,10 +101,9 @@ static ob_status mpi_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *s
     }
     /* Allgather: rank r now owns the finished chunk (r + 1) mod n; pass finished chunks on. */
     for (int s = 0; s < n - 1; s++) {
-        int ks = (r - s + 1 + n) % n, kr = (r - s + n) % n;
         size_t slo, shi, rlo, rhi;
-        chunk_range(count, n, ks, &slo, &shi);
-        chunk_range(count, n, kr, &rlo, &rhi);
+        ob__ring_chunk(count, n, ob__ring_ag_chunk(r, s, n), &slo, &shi);
+        ob__ring_chunk(count, n, ob__ring_ag_chunk(left, s, n), &rlo, &rhi);
         ob_status st = sendrecv_f32(m, buf + slo, shi - slo, right, buf + rlo, rhi - rlo, left,
                                     err);
         if (st != OB_OK) return st;
