@@ -2,4 +2,5 @@
 ob_add_unit_test(test_compress test_compress.c)
 ob_add_unit_test(test_adam test_adam.c)
 ob_add_unit_test(test_freeze test_freeze.c)
+ob_add_unit_test(test_schedule test_schedule.c)
 ob_add_mpi_test(test_car_mpi test_car_mpi.c NP 1 2 3 4 5)
