@@ -110,7 +110,8 @@ static void on_event(const ob_train_event *ev, void *user)
                    "  (%7.1f KB/step)",
                    ev->step, ev->total_steps, phase, ev->loss, ev->lr, ev->samples_per_s,
                    (double)ev->bytes_sent / 1e6, (double)ev->bytes_step / 1e3);
-            if (isfinite(ev->freeze_ratio)) printf("  v-ratio %.4f", ev->freeze_ratio);
+            if (ev->phase == OB_PHASE_WARMUP && isfinite(ev->freeze_ratio))
+                printf("  v-ratio %.4f", ev->freeze_ratio);
             printf("\n");
             break;
         case OB_EVENT_EVAL:
