@@ -47,10 +47,14 @@ int main(int argc, char **argv)
             usage();
             return 2;
         }
-        if (!strcmp(a, "--n")) n = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--block")) block = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--sources")) nsrc = strtoull(v, NULL, 10);
-        else if (!strcmp(a, "--reps")) reps = atoi(v);
+        if (!strcmp(a, "--n"))
+            n = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--block"))
+            block = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--sources"))
+            nsrc = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--reps"))
+            reps = atoi(v);
         else if (!strcmp(a, "--scale") && (!strcmp(v, "l1") || !strcmp(v, "l2")))
             scale = !strcmp(v, "l2") ? OB_SCALE_L2 : OB_SCALE_L1;
         else {
@@ -71,8 +75,10 @@ int main(int argc, char **argv)
     unsigned char *packed = xalloc(nsrc * msg);
     ob_rng rng;
     ob_rng_seed(&rng, 1, 0);
-    for (size_t i = 0; i < n; i++) x[i] = ob_rng_normal(&rng);
-    for (size_t s = 0; s < nsrc; s++) ob_compress_ef(x, n, e, n, block, scale, packed + s * msg);
+    for (size_t i = 0; i < n; i++)
+        x[i] = ob_rng_normal(&rng);
+    for (size_t s = 0; s < nsrc; s++)
+        ob_compress_ef(x, n, e, n, block, scale, packed + s * msg);
 
     double *t_copy = malloc((size_t)reps * sizeof(double));
     double *t_comp = malloc((size_t)reps * sizeof(double));
@@ -91,7 +97,8 @@ int main(int argc, char **argv)
             t_avg[r] = t3 - t2;
         }
     }
-    double tc = bench_median(t_copy, reps), tk = bench_median(t_comp, reps), ta = bench_median(t_avg, reps);
+    double tc = bench_median(t_copy, reps), tk = bench_median(t_comp, reps),
+           ta = bench_median(t_avg, reps);
     double b_copy = 8.0 * (double)n, b_comp = 12.0 * (double)n + (double)msg;
     double b_avg = (double)nsrc * (double)msg + 4.0 * (double)n;
 

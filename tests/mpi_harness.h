@@ -28,18 +28,18 @@ static inline void mpi_harness_init(mpi_harness *h, int *argc, char ***argv)
     h->case_failures_at_start = 0;
 }
 
-#define MH_CHECK(h, cond, ...)                                                                 \
-    do {                                                                                       \
-        (h)->checks++;                                                                         \
-        if (!(cond)) {                                                                         \
-            (h)->failures++;                                                                   \
-            if ((h)->failures <= 20) {                                                         \
-                fprintf(stderr, "[rank %d] %s:%d: check failed: %s: ", (h)->rank, __FILE__,    \
-                        __LINE__, #cond);                                                      \
-                fprintf(stderr, __VA_ARGS__);                                                  \
-                fputc('\n', stderr);                                                           \
-            }                                                                                  \
-        }                                                                                      \
+#define MH_CHECK(h, cond, ...)                                                                     \
+    do {                                                                                           \
+        (h)->checks++;                                                                             \
+        if (!(cond)) {                                                                             \
+            (h)->failures++;                                                                       \
+            if ((h)->failures <= 20) {                                                             \
+                fprintf(stderr, "[rank %d] %s:%d: check failed: %s: ", (h)->rank, __FILE__,        \
+                        __LINE__, #cond);                                                          \
+                fprintf(stderr, __VA_ARGS__);                                                      \
+                fputc('\n', stderr);                                                               \
+            }                                                                                      \
+        }                                                                                          \
     } while (0)
 
 /* |a - b| <= rel * max(|a|, |b|) + abs_floor */
@@ -49,20 +49,20 @@ static inline int mh_close(double a, double b, double rel, double abs_floor)
 }
 
 /* Runs one named case on every rank; a case passes when no rank failed a check in it. */
-#define MH_RUN(h, fn)                                                                          \
-    do {                                                                                       \
-        long before_ = (h)->failures;                                                          \
-        fn(h);                                                                                 \
-        long mine_ = (h)->failures - before_, all_ = 0;                                        \
-        MPI_Allreduce(&mine_, &all_, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);                    \
-        if (all_ == 0) {                                                                       \
-            (h)->cases_passed++;                                                               \
-            if ((h)->rank == 0) printf("[ PASSED ] %s (np=%d)\n", #fn, (h)->size);             \
-        } else {                                                                               \
-            (h)->cases_failed++;                                                               \
-            if ((h)->rank == 0) printf("[ FAILED ] %s (np=%d)\n", #fn, (h)->size);             \
-        }                                                                                      \
-        fflush(stdout);                                                                        \
+#define MH_RUN(h, fn)                                                                              \
+    do {                                                                                           \
+        long before_ = (h)->failures;                                                              \
+        fn(h);                                                                                     \
+        long mine_ = (h)->failures - before_, all_ = 0;                                            \
+        MPI_Allreduce(&mine_, &all_, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);                        \
+        if (all_ == 0) {                                                                           \
+            (h)->cases_passed++;                                                                   \
+            if ((h)->rank == 0) printf("[ PASSED ] %s (np=%d)\n", #fn, (h)->size);                 \
+        } else {                                                                                   \
+            (h)->cases_failed++;                                                                   \
+            if ((h)->rank == 0) printf("[ FAILED ] %s (np=%d)\n", #fn, (h)->size);                 \
+        }                                                                                          \
+        fflush(stdout);                                                                            \
     } while (0)
 
 static inline int mpi_harness_finish(mpi_harness *h)

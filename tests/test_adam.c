@@ -21,8 +21,8 @@ static ob_comm *self_comm(void)
 }
 
 /* Adam in double from the textbook equations (Kingma & Ba, with decoupled decay). */
-static void ref_adam(double *x, double *m, double *v, const double *g, size_t d, int t,
-                     double lr, double b1, double b2, double eps, double wd, int bc)
+static void ref_adam(double *x, double *m, double *v, const double *g, size_t d, int t, double lr,
+                     double b1, double b2, double eps, double wd, int bc)
 {
     for (size_t i = 0; i < d; i++) {
         m[i] = b1 * m[i] + (1 - b1) * g[i];
@@ -43,7 +43,8 @@ static void run_against_reference(int bias_correction, double wd)
     double *rv = calloc(d, sizeof(double)), *rg = malloc(d * sizeof(double));
     ob_rng rng;
     ob_rng_seed(&rng, 77, 0);
-    for (size_t i = 0; i < d; i++) rx[i] = x[i] = ob_rng_normal(&rng);
+    for (size_t i = 0; i < d; i++)
+        rx[i] = x[i] = ob_rng_normal(&rng);
 
     ob_optim_config cfg;
     ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
@@ -54,7 +55,8 @@ static void run_against_reference(int bias_correction, double wd)
     ob_err err = {0};
     assert_int_equal(ob_optim_create(&opt, &cfg, c, x, d, &err), OB_OK);
     for (int t = 1; t <= T; t++) {
-        for (size_t i = 0; i < d; i++) rg[i] = g[i] = ob_rng_normal(&rng) * (float)(1 + i % 5);
+        for (size_t i = 0; i < d; i++)
+            rg[i] = g[i] = ob_rng_normal(&rng) * (float)(1 + i % 5);
         float lr = 1e-2f * (float)t / (float)T;
         assert_int_equal(ob_optim_step(opt, g, lr, &err), OB_OK);
         ref_adam(rx, rm, rv, rg, d, t, lr, 0.9, 0.99, 1e-8, wd, bias_correction);
@@ -113,7 +115,8 @@ static void test_adam_first_step_closed_form(void **state)
         assert_int_equal(ob_optim_step(opt, g, 0.01f, NULL), OB_OK);
         for (int i = 0; i < 4; i++) {
             double a = fabs((double)g[i]);
-            /* bc: |m_hat| = |g|, sqrt(v_hat) = |g|; no bc: |m| = 0.1|g|, sqrt(v) = sqrt(0.001)|g| */
+            /* bc: |m_hat| = |g|, sqrt(v_hat) = |g|; no bc: |m| = 0.1|g|, sqrt(v) = sqrt(0.001)|g|
+             */
             double step = bc ? a / (a + 1e-8) : 0.1 * a / (sqrt(0.001) * a + 1e-8);
             double want = 1.0 - 0.01 * step * (g[i] > 0 ? 1.0 : -1.0);
             assert_true(fabs(x[i] - want) < 1e-6);

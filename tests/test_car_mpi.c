@@ -31,9 +31,9 @@ typedef struct sim {
     int n;
     size_t d, D, C, B;
     int l2;
-    float *ew; /* (n, D) worker errors */
-    float *es; /* (n, C) server errors, row j for server j */
-    float *q;  /* (n, D) compressed worker messages, decoded */
+    float *ew;   /* (n, D) worker errors */
+    float *es;   /* (n, C) server errors, row j for server j */
+    float *q;    /* (n, D) compressed worker messages, decoded */
     float *mbar; /* (D) */
 } sim;
 
@@ -80,15 +80,18 @@ static void sim_step(sim *s, const float *xs)
 {
     for (int i = 0; i < s->n; i++) {
         float *e = s->ew + (size_t)i * s->D, *q = s->q + (size_t)i * s->D;
-        for (size_t k = 0; k < s->D; k++) e[k] = (k < s->d ? xs[(size_t)i * s->d + k] : 0.0f) + e[k];
-        for (size_t b = 0; b < s->D; b += s->B) sim_compress_block(e + b, q + b, s->B, s->l2);
+        for (size_t k = 0; k < s->D; k++)
+            e[k] = (k < s->d ? xs[(size_t)i * s->d + k] : 0.0f) + e[k];
+        for (size_t b = 0; b < s->D; b += s->B)
+            sim_compress_block(e + b, q + b, s->B, s->l2);
     }
     for (int j = 0; j < s->n; j++) {
         float *es = s->es + (size_t)j * s->C;
         for (size_t k = 0; k < s->C; k++) {
             size_t g = (size_t)j * s->C + k;
             float acc = 0.0f;
-            for (int i = 0; i < s->n; i++) acc += s->q[(size_t)i * s->D + g];
+            for (int i = 0; i < s->n; i++)
+                acc += s->q[(size_t)i * s->D + g];
             es[k] = acc / (float)s->n + es[k];
         }
         for (size_t b = 0; b < s->C; b += s->B)
@@ -111,7 +114,8 @@ static void test_comm_collectives(mpi_harness *h)
     for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
         size_t cnt = counts[ci];
         float *buf = malloc(cnt * sizeof(float));
-        for (size_t k = 0; k < cnt; k++) buf[k] = (float)((r + 1) * (int)(k % 7 + 1));
+        for (size_t k = 0; k < cnt; k++)
+            buf[k] = (float)((r + 1) * (int)(k % 7 + 1));
         uint64_t before = ob_comm_bytes_sent(c);
         MH_CHECK(h, ob_comm_allreduce_sum_f32(c, buf, cnt, &err) == OB_OK, "%s", err.msg);
         uint64_t sent = ob_comm_bytes_sent(c) - before;
@@ -134,9 +138,11 @@ static void test_comm_collectives(mpi_harness *h)
 
     /* alltoall: block p of rank r carries (r, p); the receiver checks both. */
     size_t per = 12;
-    int *send = malloc((size_t)n * per * sizeof(int)), *recv = malloc((size_t)n * per * sizeof(int));
+    int *send = malloc((size_t)n * per * sizeof(int)),
+        *recv = malloc((size_t)n * per * sizeof(int));
     for (int p = 0; p < n; p++)
-        for (size_t k = 0; k < per; k++) send[(size_t)p * per + k] = r * 10000 + p * 100 + (int)k;
+        for (size_t k = 0; k < per; k++)
+            send[(size_t)p * per + k] = r * 10000 + p * 100 + (int)k;
     uint64_t before = ob_comm_bytes_sent(c);
     MH_CHECK(h, ob_comm_alltoall(c, send, recv, per * sizeof(int), &err) == OB_OK, "%s", err.msg);
     MH_CHECK(h, ob_comm_bytes_sent(c) - before == (uint64_t)(n - 1) * per * sizeof(int),
@@ -167,8 +173,9 @@ static void test_comm_collectives(mpi_harness *h)
     before = ob_comm_bytes_sent(c);
     MH_CHECK(h, ob_comm_bcast(c, payload, sizeof payload, n - 1, &err) == OB_OK, "%s", err.msg);
     MH_CHECK(h, payload[0] == 3.25 && payload[1] == -1.5, "bcast value");
-    MH_CHECK(h, ob_comm_bytes_sent(c) - before == (r == n - 1 ? (uint64_t)(n - 1) * sizeof payload : 0),
-             "bcast bytes");
+    MH_CHECK(
+        h, ob_comm_bytes_sent(c) - before == (r == n - 1 ? (uint64_t)(n - 1) * sizeof payload : 0),
+        "bcast bytes");
     MH_CHECK(h, ob_comm_bcast(c, payload, sizeof payload, n, &err) == OB_ERR_INVALID_ARG,
              "bcast with root out of range must be rejected");
     MH_CHECK(h, ob_comm_barrier(c, &err) == OB_OK, "%s", err.msg);
@@ -199,7 +206,8 @@ static void check_car_case(mpi_harness *h, ob_comm *c, car_case cc)
     float *out = malloc(cc.d * sizeof(float));
     long mism = 0, err_mism = 0;
     for (int t = 0; t < 5; t++) {
-        for (int i = 0; i < n; i++) make_input(xs + (size_t)i * cc.d, cc.d, i, t, 42 + cc.d);
+        for (int i = 0; i < n; i++)
+            make_input(xs + (size_t)i * cc.d, cc.d, i, t, 42 + cc.d);
         sim_step(&s, xs);
         /* in == out aliasing, as the optimizer uses it */
         memcpy(out, xs + (size_t)r * cc.d, cc.d * sizeof(float));
@@ -233,11 +241,12 @@ static void test_car_matches_simulation(mpi_harness *h)
     MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
     if (!c) return;
     car_case cases[] = {
-        {1, 32, OB_SCALE_L1},      {37, 32, OB_SCALE_L1},      {1000, 64, OB_SCALE_L2},
-        {5003, 32, OB_SCALE_L1},   {20011, 2048, OB_SCALE_L1}, {70001, 256, OB_SCALE_L2},
+        {1, 32, OB_SCALE_L1},          {37, 32, OB_SCALE_L1},      {1000, 64, OB_SCALE_L2},
+        {5003, 32, OB_SCALE_L1},       {20011, 2048, OB_SCALE_L1}, {70001, 256, OB_SCALE_L2},
         {4096 * 5, 1024, OB_SCALE_L1},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) check_car_case(h, c, cases[i]);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
+        check_car_case(h, c, cases[i]);
     ob_comm_destroy(c);
 }
 
@@ -275,15 +284,18 @@ static void test_error_feedback_telescopes(mpi_harness *h)
     for (int t = 0; t < T; t++) {
         for (int i = 0; i < n; i++) {
             make_input(x, d, i, t, 7);
-            for (size_t k = 0; k < d; k++) sum_avg[k] += (double)x[k] / n;
+            for (size_t k = 0; k < d; k++)
+                sum_avg[k] += (double)x[k] / n;
         }
         make_input(x, d, r, t, 7);
         MH_CHECK(h, ob_car_allreduce(car, x, out, &err) == OB_OK, "%s", err.msg);
-        for (size_t k = 0; k < d; k++) sum_bar[k] += out[k];
+        for (size_t k = 0; k < d; k++)
+            sum_bar[k] += out[k];
     }
     double *ew_sum = calloc(D, sizeof(double)), *ew_mine = calloc(D, sizeof(double));
     const float *ew = ob_car_worker_error(car);
-    for (size_t k = 0; k < D; k++) ew_mine[k] = ew[k];
+    for (size_t k = 0; k < D; k++)
+        ew_mine[k] = ew[k];
     MPI_Allreduce(ew_mine, ew_sum, (int)D, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     float *es_all = malloc(D * sizeof(float));
     MPI_Allgather(ob_car_server_error(car), (int)C, MPI_FLOAT, es_all, (int)C, MPI_FLOAT,
@@ -296,11 +308,12 @@ static void test_error_feedback_telescopes(mpi_harness *h)
         if (diff > worst) worst = diff;
         if (diff > 2e-4 * (1.0 + fabs(sum_avg[k]))) bad++;
     }
-    MH_CHECK(h, bad == 0, "%ld of %zu elements break the telescoping identity (worst %.3g)", bad,
-             d, worst);
+    MH_CHECK(h, bad == 0, "%ld of %zu elements break the telescoping identity (worst %.3g)", bad, d,
+             worst);
     /* The identity is not vacuous: the errors are of the order of the values. */
     double mag = 0.0;
-    for (size_t k = 0; k < d; k++) mag += fabs(es_all[k]) + fabs(ew_sum[k]);
+    for (size_t k = 0; k < d; k++)
+        mag += fabs(es_all[k]) + fabs(ew_sum[k]);
     MH_CHECK(h, mag / d > 1e-2, "error buffers suspiciously small (%g)", mag / d);
     if (r == 0) printf("  telescoping: worst |difference| %.3g over %d steps\n", worst, T);
     free(sum_bar);
@@ -342,7 +355,8 @@ static void test_bytes_compression_vs_warmup(mpi_harness *h)
     } else {
         double ratio = (double)warm / (double)comp;
         size_t D = (d + (size_t)n * 2048 - 1) / ((size_t)n * 2048) * ((size_t)n * 2048);
-        uint64_t expect_comp = 2ull * (uint64_t)(n - 1) * (D / (size_t)n / 8 + 4 * D / (size_t)n / 2048);
+        uint64_t expect_comp =
+            2ull * (uint64_t)(n - 1) * (D / (size_t)n / 8 + 4 * D / (size_t)n / 2048);
         MH_CHECK(h, comp == expect_comp, "compression step sent %llu bytes, expected %llu",
                  (unsigned long long)comp, (unsigned long long)expect_comp);
         MH_CHECK(h, ratio >= 30.0, "warmup/compression bytes ratio %.2f < 30", ratio);
@@ -370,7 +384,8 @@ static void test_replicas_stay_identical(mpi_harness *h)
         ob_err err = {0};
         ob_comm_create_mpi(&c, &err);
         float *x = malloc(d * sizeof(float)), *g = malloc(d * sizeof(float));
-        for (size_t k = 0; k < d; k++) x[k] = (float)k * 1e-3f;
+        for (size_t k = 0; k < d; k++)
+            x[k] = (float)k * 1e-3f;
         ob_optim_config cfg;
         ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
         cfg.mode = modes[mi];
@@ -388,8 +403,10 @@ static void test_replicas_stay_identical(mpi_harness *h)
         MH_CHECK(h, memcmp(ref, x, d * sizeof(float)) == 0, "mode %s: params differ from rank 0",
                  ob_onebit_mode_name(modes[mi]));
         int moved = 0;
-        for (size_t k = 0; k < d; k++) moved += x[k] != (float)k * 1e-3f;
-        MH_CHECK(h, moved > (int)d / 2, "mode %s: parameters did not move", ob_onebit_mode_name(modes[mi]));
+        for (size_t k = 0; k < d; k++)
+            moved += x[k] != (float)k * 1e-3f;
+        MH_CHECK(h, moved > (int)d / 2, "mode %s: parameters did not move",
+                 ob_onebit_mode_name(modes[mi]));
         free(ref);
         free(x);
         free(g);

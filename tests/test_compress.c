@@ -17,7 +17,8 @@ static float *random_vec(size_t n, uint64_t seed, float scale)
     float *v = malloc(n * sizeof(float));
     ob_rng rng;
     ob_rng_seed(&rng, seed, 0);
-    for (size_t i = 0; i < n; i++) v[i] = scale * ob_rng_normal(&rng);
+    for (size_t i = 0; i < n; i++)
+        v[i] = scale * ob_rng_normal(&rng);
     return v;
 }
 
@@ -39,7 +40,8 @@ static void test_error_feedback_invariant(void **state)
     size_t n = 4096, B = 256;
     float *x = random_vec(n, 1, 1.0f), *e = random_vec(n, 2, 0.1f);
     float *u = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) u[i] = x[i] + e[i];
+    for (size_t i = 0; i < n; i++)
+        u[i] = x[i] + e[i];
     void *packed = malloc(ob_packed_bytes(n, B));
     ob_compress_ef(x, n, e, n, B, OB_SCALE_L1, packed);
     for (size_t i = 0; i < n; i++) {
@@ -109,7 +111,8 @@ static void test_l1_scale_preserves_magnitude(void **state)
     float *x = random_vec(n, 5, 1.0f), *e = calloc(n, sizeof(float));
     void *packed = malloc(ob_packed_bytes(n, B));
     double l1 = 0.0;
-    for (size_t i = 0; i < n; i++) l1 += fabs((double)x[i]);
+    for (size_t i = 0; i < n; i++)
+        l1 += fabs((double)x[i]);
     ob_compress_ef(x, n, e, n, B, OB_SCALE_L1, packed);
     double q1 = (double)scale_of(packed, n, 0) * (double)n;
     assert_true(fabs(q1 - l1) <= 1e-6 * l1);
@@ -128,7 +131,8 @@ static void test_sign_of_zero_is_plus(void **state)
     }
     void *packed = malloc(ob_packed_bytes(n, B));
     ob_compress_ef(x, n, e, n, B, OB_SCALE_L1, packed);
-    for (size_t i = 0; i < n; i++) assert_int_equal(bit_of(packed, i), i % 3 == 2 ? 0u : 1u);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(bit_of(packed, i), i % 3 == 2 ? 0u : 1u);
 
     uint32_t bits[1];
     float z[3] = {0.0f, -0.0f, -1e-30f};
@@ -147,7 +151,8 @@ static void test_pack_unpack_ragged(void **state)
         bits[words] = 0xdeadbeefu; /* guard word must survive */
         ob_sign_pack(u, n, bits);
         ob_sign_unpack(bits, n, back);
-        for (size_t i = 0; i < n; i++) assert_true(back[i] == (u[i] >= 0.0f ? 1.0f : -1.0f));
+        for (size_t i = 0; i < n; i++)
+            assert_true(back[i] == (u[i] >= 0.0f ? 1.0f : -1.0f));
         if (n % 32) assert_int_equal(bits[words - 1] >> (n % 32), 0u); /* unused bits zero */
         assert_int_equal(bits[words], 0xdeadbeefu);
         free(u);
@@ -162,12 +167,14 @@ static void test_padding_tail(void **state)
     size_t n = 128, B = 64, xl = 70;
     float *x = random_vec(xl, 9, 1.0f), *e = random_vec(n, 10, 0.5f);
     float *u = malloc(n * sizeof(float)), *e_ref = malloc(n * sizeof(float));
-    for (size_t i = 0; i < n; i++) u[i] = (i < xl ? x[i] : 0.0f) + e[i];
+    for (size_t i = 0; i < n; i++)
+        u[i] = (i < xl ? x[i] : 0.0f) + e[i];
     void *packed = malloc(ob_packed_bytes(n, B));
     ob_compress_ef(x, xl, e, n, B, OB_SCALE_L1, packed);
     for (size_t b = 0; b < n / B; b++) {
         double acc = 0.0;
-        for (size_t i = b * B; i < (b + 1) * B; i++) acc += fabs((double)u[i]);
+        for (size_t i = b * B; i < (b + 1) * B; i++)
+            acc += fabs((double)u[i]);
         float s = (float)(acc / B);
         assert_true(scale_of(packed, n, b) == s);
         for (size_t i = b * B; i < (b + 1) * B; i++) {

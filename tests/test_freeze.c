@@ -86,7 +86,8 @@ static void test_auto_freeze_at_predicted_step(void **state)
 
     run r;
     run_start(&r, &cfg);
-    for (int i = 0; i < D; i++) r.g[i] = (i % 2) ? 0.5f : -0.5f;
+    for (int i = 0; i < D; i++)
+        r.g[i] = (i % 2) ? 0.5f : -0.5f;
     long got = step_until_freeze(&r, 2000);
     assert_int_equal(got, want);
     ob_optim_stats s = stats(&r);
@@ -109,7 +110,8 @@ static void test_no_freeze_before_lr_warmup_or_min_steps(void **state)
             cfg.freeze_min_steps = stable + 31;
         run r;
         run_start(&r, &cfg);
-        for (int i = 0; i < D; i++) r.g[i] = 0.25f;
+        for (int i = 0; i < D; i++)
+            r.g[i] = 0.25f;
         long got = step_until_freeze(&r, 2000);
         assert_int_equal(got, guard == 0 ? stable + 57 : stable + 31);
         run_end(&r);
@@ -133,7 +135,8 @@ static void test_no_freeze_while_variance_falls(void **state)
     run_start(&r, &cfg);
     for (long t = 1; t <= 300; t++) {
         float mag = (float)pow(0.5, (double)t);
-        for (int i = 0; i < D; i++) r.g[i] = mag;
+        for (int i = 0; i < D; i++)
+            r.g[i] = mag;
         assert_int_equal(ob_optim_step(r.opt, r.g, 1e-4f, NULL), OB_OK);
         assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP);
     }
@@ -166,12 +169,14 @@ static void test_fixed_freeze_and_bias_corrected_v(void **state)
     ob_optim_state st;
     ob_optim_get_state(r.opt, &st);
     double c2 = 1.0 / (1.0 - pow(0.999, 7));
-    for (int i = 0; i < D; i++) assert_true(fabs(st.exp_avg_sq[i] - vref[i] * c2) <= 1e-5 * vref[i] * c2);
+    for (int i = 0; i < D; i++)
+        assert_true(fabs(st.exp_avg_sq[i] - vref[i] * c2) <= 1e-5 * vref[i] * c2);
 
     /* Compression phase (one rank, fp32 exchange): x -= lr * m / (sqrt(v_Tw) + eps), v fixed. */
     float x_before[D];
     memcpy(x_before, r.x, sizeof x_before);
-    for (int i = 0; i < D; i++) r.g[i] = 0.3f;
+    for (int i = 0; i < D; i++)
+        r.g[i] = 0.3f;
     assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
     for (int i = 0; i < D; i++) {
         double m = 0.9 * mref[i] + 0.1 * 0.3;
@@ -189,7 +194,8 @@ static void test_warm_start(void **state)
     run r;
     run_start(&r, &cfg);
     float v[D];
-    for (int i = 0; i < D; i++) v[i] = 1e-4f * (float)(i + 1);
+    for (int i = 0; i < D; i++)
+        v[i] = 1e-4f * (float)(i + 1);
     ob_err err = {0};
     v[3] = -1.0f;
     assert_int_equal(ob_optim_warm_start(r.opt, v, &err), OB_ERR_CORRUPT);
@@ -202,7 +208,8 @@ static void test_warm_start(void **state)
     assert_int_equal(s.phase, OB_PHASE_COMPRESSION);
     assert_int_equal(s.freeze_step, 0);
     /* First step is a compression step with the given variance. */
-    for (int i = 0; i < D; i++) r.g[i] = 1.0f;
+    for (int i = 0; i < D; i++)
+        r.g[i] = 1.0f;
     assert_int_equal(ob_optim_step(r.opt, r.g, 1e-2f, NULL), OB_OK);
     ob_optim_state st;
     ob_optim_get_state(r.opt, &st);
@@ -229,7 +236,8 @@ static void test_naive_never_freezes(void **state)
     ob_optim_get_state(r.opt, &st);
     float v_prev = 0.0f;
     for (long t = 1; t <= 50; t++) {
-        for (int i = 0; i < D; i++) r.g[i] = (float)((i * 7 + t) % 11) - 5.0f;
+        for (int i = 0; i < D; i++)
+            r.g[i] = (float)((i * 7 + t) % 11) - 5.0f;
         assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
         assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP);
         assert_true(st.exp_avg_sq[0] != v_prev);
@@ -256,7 +264,8 @@ static double max_tiny_step(int precondition)
     double worst = 0.0;
     float lr = 1e-3f;
     for (long t = 1; t <= 40; t++) {
-        for (int i = 0; i < D; i++) r.g[i] = ((i + t) % 2 ? 1.0f : -1.0f) * (i == 0 ? 1e-6f : 1.0f);
+        for (int i = 0; i < D; i++)
+            r.g[i] = ((i + t) % 2 ? 1.0f : -1.0f) * (i == 0 ? 1e-6f : 1.0f);
         float before = r.x[0];
         assert_int_equal(ob_optim_step(r.opt, r.g, lr, NULL), OB_OK);
         if (t > 20) worst = fmax(worst, fabs((double)r.x[0] - before));

@@ -15,13 +15,13 @@ struct ob_car {
     ob_scale_kind scale;
     size_t msg; /* packed bytes of one chunk */
 
-    float *worker_err;      /* (D) */
-    float *server_err;      /* (C) */
-    float *avg;             /* (C) server average of the received chunks */
-    float *tail;            /* (C) decode target for the chunk that straddles d */
-    unsigned char *send;    /* (N, msg) this rank's compressed chunks, chunk j for rank j */
-    unsigned char *recv;    /* (N, msg) chunk `rank` of every rank's message */
-    unsigned char *gather;  /* (N, msg) every server's recompressed chunk */
+    float *worker_err;     /* (D) */
+    float *server_err;     /* (C) */
+    float *avg;            /* (C) server average of the received chunks */
+    float *tail;           /* (C) decode target for the chunk that straddles d */
+    unsigned char *send;   /* (N, msg) this rank's compressed chunks, chunk j for rank j */
+    unsigned char *recv;   /* (N, msg) chunk `rank` of every rank's message */
+    unsigned char *gather; /* (N, msg) every server's recompressed chunk */
 };
 
 /* --- memory and kernels of either kind ---------------------------------------------------- */
@@ -92,8 +92,8 @@ ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_
     if (!comm) return OB_ERR(err, OB_ERR_INVALID_ARG, "compressed allreduce: NULL communicator");
     if (d == 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "compressed allreduce: size d is 0");
     if (block == 0 || block % 32 != 0)
-        return OB_ERR(err, OB_ERR_INVALID_ARG,
-                      "block_size %zu: must be a positive multiple of 32", block);
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "block_size %zu: must be a positive multiple of 32",
+                      block);
     if (scale != OB_SCALE_L1 && scale != OB_SCALE_L2)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "scale kind %d: must be l1 or l2", (int)scale);
 

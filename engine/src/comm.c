@@ -70,9 +70,8 @@ ob_status ob_comm_alltoall(ob_comm *comm, const void *send, void *recv, size_t b
     if (bytes_per_peer > 0 && (!send || !recv))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "alltoall: NULL buffer");
     uint64_t sent = 0;
-    ob_status st = bytes_per_peer
-                       ? comm->ops->alltoall(comm, send, recv, bytes_per_peer, &sent, err)
-                       : OB_OK;
+    ob_status st =
+        bytes_per_peer ? comm->ops->alltoall(comm, send, recv, bytes_per_peer, &sent, err) : OB_OK;
     return count(comm, OB_COMM_ALLTOALL, sent, st);
 }
 
@@ -82,17 +81,15 @@ ob_status ob_comm_allgather(ob_comm *comm, const void *send, void *recv, size_t 
     if (bytes_per_peer > 0 && (!send || !recv))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "allgather: NULL buffer");
     uint64_t sent = 0;
-    ob_status st = bytes_per_peer
-                       ? comm->ops->allgather(comm, send, recv, bytes_per_peer, &sent, err)
-                       : OB_OK;
+    ob_status st =
+        bytes_per_peer ? comm->ops->allgather(comm, send, recv, bytes_per_peer, &sent, err) : OB_OK;
     return count(comm, OB_COMM_ALLGATHER, sent, st);
 }
 
 ob_status ob_comm_bcast(ob_comm *comm, void *buf, size_t bytes, int root, ob_err *err)
 {
     if (root < 0 || root >= comm->size)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "bcast: root %d outside [0, %d)", root,
-                      comm->size);
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "bcast: root %d outside [0, %d)", root, comm->size);
     if (bytes > 0 && !buf) return OB_ERR(err, OB_ERR_INVALID_ARG, "bcast: NULL buffer");
     uint64_t sent = 0;
     ob_status st = bytes ? comm->ops->bcast(comm, buf, bytes, root, &sent, err) : OB_OK;

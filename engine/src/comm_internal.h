@@ -12,10 +12,9 @@ typedef struct ob__comm_ops {
                                    ob_err *err);
     ob_status (*alltoall)(ob_comm *c, const void *send, void *recv, size_t bytes, uint64_t *sent,
                           ob_err *err);
-    ob_status (*allgather)(ob_comm *c, const void *send, void *recv, size_t bytes,
-                           uint64_t *sent, ob_err *err);
-    ob_status (*bcast)(ob_comm *c, void *buf, size_t bytes, int root, uint64_t *sent,
-                       ob_err *err);
+    ob_status (*allgather)(ob_comm *c, const void *send, void *recv, size_t bytes, uint64_t *sent,
+                           ob_err *err);
+    ob_status (*bcast)(ob_comm *c, void *buf, size_t bytes, int root, uint64_t *sent, ob_err *err);
     ob_status (*barrier)(ob_comm *c, ob_err *err);
     void (*abort)(ob_comm *c, int code);
     void (*destroy)(ob_comm *c); /* frees impl only */

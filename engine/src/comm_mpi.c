@@ -31,10 +31,10 @@ static ob_status mpi_fail(ob_err *err, int rc, const char *call, const char *fil
     return ob__err_set(err, OB_ERR_COMM, file, line, "%s failed: %s", call, text);
 }
 
-#define MPI_CHECK(err, call)                                                                  \
-    do {                                                                                      \
-        int rc_ = (call);                                                                     \
-        if (rc_ != MPI_SUCCESS) return mpi_fail((err), rc_, #call, __FILE__, __LINE__);       \
+#define MPI_CHECK(err, call)                                                                       \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ != MPI_SUCCESS) return mpi_fail((err), rc_, #call, __FILE__, __LINE__);            \
     } while (0)
 
 static mpi_impl *impl_of(ob_comm *c)
@@ -91,12 +91,13 @@ static ob_status mpi_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *s
         size_t slo, shi, rlo, rhi;
         ob__ring_chunk(count, n, ob__ring_rs_chunk(r, s, n), &slo, &shi);
         ob__ring_chunk(count, n, ob__ring_rs_chunk(left, s, n), &rlo, &rhi);
-        ob_status st = sendrecv_f32(m, buf + slo, shi - slo, right, m->scratch, rhi - rlo, left,
-                                    err);
+        ob_status st =
+            sendrecv_f32(m, buf + slo, shi - slo, right, m->scratch, rhi - rlo, left, err);
         if (st != OB_OK) return st;
         float *dst = buf + rlo;
         const float *src = m->scratch;
-        for (size_t i = 0; i < rhi - rlo; i++) dst[i] += src[i];
+        for (size_t i = 0; i < rhi - rlo; i++)
+            dst[i] += src[i];
         *sent += (uint64_t)(shi - slo) * sizeof(float);
     }
     /* Allgather: rank r now owns the finished chunk (r + 1) mod n; pass finished chunks on. */
@@ -104,8 +105,8 @@ static ob_status mpi_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *s
         size_t slo, shi, rlo, rhi;
         ob__ring_chunk(count, n, ob__ring_ag_chunk(r, s, n), &slo, &shi);
         ob__ring_chunk(count, n, ob__ring_ag_chunk(left, s, n), &rlo, &rhi);
-        ob_status st = sendrecv_f32(m, buf + slo, shi - slo, right, buf + rlo, rhi - rlo, left,
-                                    err);
+        ob_status st =
+            sendrecv_f32(m, buf + slo, shi - slo, right, buf + rlo, rhi - rlo, left, err);
         if (st != OB_OK) return st;
         *sent += (uint64_t)(shi - slo) * sizeof(float);
     }
@@ -115,8 +116,8 @@ static ob_status mpi_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *s
 static ob_status check_int_count(size_t bytes, const char *what, ob_err *err)
 {
     if (bytes > (size_t)INT_MAX)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: %zu bytes per peer exceeds the MPI limit",
-                      what, bytes);
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: %zu bytes per peer exceeds the MPI limit", what,
+                      bytes);
     return OB_OK;
 }
 

@@ -5,14 +5,13 @@
 
 #include <string.h>
 
-static ob_status self_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *sent,
-                                ob_err *err)
+static ob_status self_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *sent, ob_err *err)
 {
     return OB_OK;
 }
 
-static ob_status self_copy(ob_comm *c, const void *send, void *recv, size_t bytes,
-                           uint64_t *sent, ob_err *err)
+static ob_status self_copy(ob_comm *c, const void *send, void *recv, size_t bytes, uint64_t *sent,
+                           ob_err *err)
 {
     if (send != recv) memmove(recv, send, bytes);
     return OB_OK;

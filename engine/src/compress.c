@@ -39,10 +39,12 @@ static double block_norm(const float *u, size_t B, int l2)
     double acc[8] = {0};
     if (l2) {
         for (size_t i = 0; i < B; i += 8)
-            for (int l = 0; l < 8; l++) acc[l] += (double)u[i + l] * (double)u[i + l];
+            for (int l = 0; l < 8; l++)
+                acc[l] += (double)u[i + l] * (double)u[i + l];
     } else {
         for (size_t i = 0; i < B; i += 8)
-            for (int l = 0; l < 8; l++) acc[l] += fabs((double)u[i + l]);
+            for (int l = 0; l < 8; l++)
+                acc[l] += fabs((double)u[i + l]);
     }
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
 }
@@ -51,7 +53,8 @@ static double block_norm(const float *u, size_t B, int l2)
 OB_MULTIVERSION
 static void add_into(float *e, const float *x, size_t nx)
 {
-    for (size_t i = 0; i < nx; i++) e[i] = x[i] + e[i];
+    for (size_t i = 0; i < nx; i++)
+        e[i] = x[i] + e[i];
 }
 
 /* Packs the signs of u (held in e) into words and replaces e by u - s*sign(u). */
@@ -94,7 +97,8 @@ static void decode_block(const uint32_t *bits, float s, size_t B, float *out)
 {
     for (size_t w = 0; w < B / 32; w++) {
         uint32_t word = bits[w];
-        for (uint32_t k = 0; k < 32; k++) out[32 * w + k] = ((word >> k) & 1u) ? s : -s;
+        for (uint32_t k = 0; k < 32; k++)
+            out[32 * w + k] = ((word >> k) & 1u) ? s : -s;
     }
 }
 
@@ -104,7 +108,8 @@ static void accumulate_decoded_block(const uint32_t *bits, float s, size_t B, fl
 {
     for (size_t w = 0; w < B / 32; w++) {
         uint32_t word = bits[w];
-        for (uint32_t k = 0; k < 32; k++) out[32 * w + k] += ((word >> k) & 1u) ? s : -s;
+        for (uint32_t k = 0; k < 32; k++)
+            out[32 * w + k] += ((word >> k) & 1u) ? s : -s;
     }
 }
 
@@ -119,7 +124,8 @@ void ob_decompress(const void *packed, size_t n, size_t block, float *out)
 OB_MULTIVERSION
 static void divide_block(float *out, size_t B, float nsrc)
 {
-    for (size_t i = 0; i < B; i++) out[i] = out[i] / nsrc;
+    for (size_t i = 0; i < B; i++)
+        out[i] = out[i] / nsrc;
 }
 
 void ob_decompress_average(const void *packed, size_t nsrc, size_t n, size_t block, float *out)
@@ -149,12 +155,14 @@ void ob_sign_pack(const float *u, size_t n, uint32_t *bits)
     for (size_t w = 0; w < words; w++) {
         uint32_t word = 0;
         size_t lim = n - 32 * w < 32 ? n - 32 * w : 32;
-        for (size_t k = 0; k < lim; k++) word |= (uint32_t)(u[32 * w + k] >= 0.0f) << k;
+        for (size_t k = 0; k < lim; k++)
+            word |= (uint32_t)(u[32 * w + k] >= 0.0f) << k;
         bits[w] = word;
     }
 }
 
 void ob_sign_unpack(const uint32_t *bits, size_t n, float *out)
 {
-    for (size_t k = 0; k < n; k++) out[k] = ((bits[k / 32] >> (k % 32)) & 1u) ? 1.0f : -1.0f;
+    for (size_t k = 0; k < n; k++)
+        out[k] = ((bits[k / 32] >> (k % 32)) & 1u) ? 1.0f : -1.0f;
 }

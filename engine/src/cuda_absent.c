@@ -16,8 +16,8 @@ ob_status ob_cuda_compress_ef(const float *x, size_t x_len, float *e, size_t n, 
     return NO_CUDA(err);
 }
 
-ob_status ob_cuda_decompress(const void *packed, size_t n, size_t block, float *out,
-                             void *stream, ob_err *err)
+ob_status ob_cuda_decompress(const void *packed, size_t n, size_t block, float *out, void *stream,
+                             ob_err *err)
 {
     return NO_CUDA(err);
 }
@@ -34,9 +34,7 @@ ob_status ob_cuda_alloc(void **ptr, size_t bytes, ob_err *err)
     return NO_CUDA(err);
 }
 
-void ob_cuda_free(void *ptr)
-{
-}
+void ob_cuda_free(void *ptr) {}
 
 ob_status ob_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream, ob_err *err)
 {

@@ -10,8 +10,8 @@
 
 /* Records a new failure: err (if non-NULL) gets code and "<formatted message> (file:line)",
  * replacing whatever it held. Returns code. */
-ob_status ob__err_set(ob_err *err, ob_status code, const char *file, int line, const char *fmt,
-                      ...) __attribute__((format(printf, 5, 6)));
+ob_status ob__err_set(ob_err *err, ob_status code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 /* Passes on a failure that an inner call already recorded in err, putting our context in
  * front ("outer: inner"), so the message reads like a trace, outermost first. Returns code. */

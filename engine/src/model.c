@@ -22,9 +22,12 @@
 const char *ob_model_kind_name(ob_model_kind kind)
 {
     switch (kind) {
-    case OB_MODEL_SOFTMAX: return "softmax";
-    case OB_MODEL_MLP: return "mlp";
-    case OB_MODEL_TRANSFORMER: return "transformer";
+    case OB_MODEL_SOFTMAX:
+        return "softmax";
+    case OB_MODEL_MLP:
+        return "mlp";
+    case OB_MODEL_TRANSFORMER:
+        return "transformer";
     }
     return "unknown";
 }

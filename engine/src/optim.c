@@ -13,10 +13,10 @@ struct ob_optim {
     float *x;      /* (d) parameters, borrowed */
     size_t d;
 
-    float *m; /* (d) exp_avg */
-    float *v; /* (d) exp_avg_sq, v_Tw after the freeze */
-    float *g; /* (d) scratch: averaged gradient or momentum to exchange */
-    float *den; /* (d) sqrt(v_Tw) + eps, computed when v is frozen; NULL before */
+    float *m;    /* (d) exp_avg */
+    float *v;    /* (d) exp_avg_sq, v_Tw after the freeze */
+    float *g;    /* (d) scratch: averaged gradient or momentum to exchange */
+    float *den;  /* (d) sqrt(v_Tw) + eps, computed when v is frozen; NULL before */
     ob_car *car; /* compressed allreduce: onebit_adam compressed and naive modes */
 
     long step;        /* completed steps */
@@ -48,8 +48,10 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
 const char *ob_optim_kind_name(ob_optim_kind kind)
 {
     switch (kind) {
-    case OB_OPTIM_ADAM: return "adam";
-    case OB_OPTIM_ONEBIT_ADAM: return "onebit_adam";
+    case OB_OPTIM_ADAM:
+        return "adam";
+    case OB_OPTIM_ONEBIT_ADAM:
+        return "onebit_adam";
     }
     return "unknown";
 }
@@ -57,9 +59,12 @@ const char *ob_optim_kind_name(ob_optim_kind kind)
 const char *ob_onebit_mode_name(ob_onebit_mode mode)
 {
     switch (mode) {
-    case OB_ONEBIT_COMPRESSED: return "compressed";
-    case OB_ONEBIT_UNCOMPRESSED: return "uncompressed";
-    case OB_ONEBIT_NAIVE: return "naive";
+    case OB_ONEBIT_COMPRESSED:
+        return "compressed";
+    case OB_ONEBIT_UNCOMPRESSED:
+        return "uncompressed";
+    case OB_ONEBIT_NAIVE:
+        return "naive";
     }
     return "unknown";
 }
@@ -95,8 +100,7 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
         return BAD("mode %d: expected compressed, uncompressed or naive", (int)c->mode);
     if (c->freeze_step < 0) return BAD("freeze_step = %ld: must be >= 0 (0: auto)", c->freeze_step);
     if (c->mode == OB_ONEBIT_NAIVE && c->freeze_step > 0)
-        return BAD("freeze_step = %ld: the naive mode never freezes v; leave it 0",
-                   c->freeze_step);
+        return BAD("freeze_step = %ld: the naive mode never freezes v; leave it 0", c->freeze_step);
     if (!(c->freeze_threshold > 0.0 && c->freeze_threshold <= 1.0))
         return BAD("freeze_threshold = %g: must be in (0, 1]", c->freeze_threshold);
     if (c->freeze_min_steps < 0)
@@ -126,8 +130,8 @@ static int auto_freeze(const ob_optim_config *c)
     return c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode != OB_ONEBIT_NAIVE && c->freeze_step == 0;
 }
 
-ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *comm,
-                          float *params, size_t d, ob_err *err)
+ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *comm, float *params,
+                          size_t d, ob_err *err)
 {
     *out = NULL;
     ob_status st = ob_optim_config_validate(cfg, err);
@@ -217,31 +221,36 @@ static void adam_update(float *restrict x, float *restrict m, float *restrict v,
 static void frozen_update(float *restrict x, const float *restrict m, const float *restrict den,
                           size_t d, float lr, float wd)
 {
-    for (size_t i = 0; i < d; i++) x[i] = x[i] - lr * (m[i] / den[i] + wd * x[i]);
+    for (size_t i = 0; i < d; i++)
+        x[i] = x[i] - lr * (m[i] / den[i] + wd * x[i]);
 }
 
 /* Step with an already preconditioned direction p (= m / den). */
 static void direct_update(float *restrict x, const float *restrict p, size_t d, float lr, float wd)
 {
-    for (size_t i = 0; i < d; i++) x[i] = x[i] - lr * (p[i] + wd * x[i]);
+    for (size_t i = 0; i < d; i++)
+        x[i] = x[i] - lr * (p[i] + wd * x[i]);
 }
 
 static void divide(float *restrict out, const float *restrict a, const float *restrict den,
                    size_t d)
 {
-    for (size_t i = 0; i < d; i++) out[i] = a[i] / den[i];
+    for (size_t i = 0; i < d; i++)
+        out[i] = a[i] / den[i];
 }
 
 static void multiply(float *restrict out, const float *restrict a, const float *restrict den,
                      size_t d)
 {
-    for (size_t i = 0; i < d; i++) out[i] = a[i] * den[i];
+    for (size_t i = 0; i < d; i++)
+        out[i] = a[i] * den[i];
 }
 
 static void momentum_update(float *restrict m, const float *restrict g, size_t d, float b1,
                             float a1)
 {
-    for (size_t i = 0; i < d; i++) m[i] = b1 * m[i] + a1 * g[i];
+    for (size_t i = 0; i < d; i++)
+        m[i] = b1 * m[i] + a1 * g[i];
 }
 
 static double l1_norm(const float *v, size_t d)
@@ -249,8 +258,10 @@ static double l1_norm(const float *v, size_t d)
     double acc[4] = {0};
     size_t i = 0;
     for (; i + 4 <= d; i += 4)
-        for (int l = 0; l < 4; l++) acc[l] += fabs((double)v[i + (size_t)l]);
-    for (; i < d; i++) acc[0] += fabs((double)v[i]);
+        for (int l = 0; l < 4; l++)
+            acc[l] += fabs((double)v[i + (size_t)l]);
+    for (; i < d; i++)
+        acc[0] += fabs((double)v[i]);
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
@@ -263,7 +274,8 @@ static ob_status average(ob_optim *o, const float *src, float *dst, ob_err *err)
     int n = ob_comm_size(o->comm);
     if (n > 1) {
         float inv = 1.0f / (float)n;
-        for (size_t i = 0; i < o->d; i++) dst[i] *= inv;
+        for (size_t i = 0; i < o->d; i++)
+            dst[i] *= inv;
     }
     return OB_OK;
 }
@@ -274,7 +286,8 @@ static ob_status average(ob_optim *o, const float *src, float *dst, ob_err *err)
 static void compute_den(ob_optim *o)
 {
     float eps = (float)o->cfg.eps;
-    for (size_t i = 0; i < o->d; i++) o->den[i] = sqrtf(o->v[i]) + eps;
+    for (size_t i = 0; i < o->d; i++)
+        o->den[i] = sqrtf(o->v[i]) + eps;
 }
 
 static void freeze(ob_optim *o, long t)
@@ -283,7 +296,8 @@ static void freeze(ob_optim *o, long t)
     if (o->cfg.bias_correction) {
         /* Keep v_hat so the first compression step uses the same scale as the last warmup. */
         float c2 = (float)(1.0 / (1.0 - pow(o->cfg.beta2, (double)t)));
-        for (size_t i = 0; i < o->d; i++) o->v[i] *= c2;
+        for (size_t i = 0; i < o->d; i++)
+            o->v[i] *= c2;
     }
     compute_den(o);
 }
@@ -308,8 +322,7 @@ static void maybe_freeze(ob_optim *o, long t)
     if (o->delta > earliest) earliest = o->delta;
     if (c->freeze_min_steps > earliest) earliest = c->freeze_min_steps;
     double lo = c->freeze_threshold, hi = 1.0 / c->freeze_threshold;
-    if (t >= earliest && t > o->delta && o->last_ratio >= lo && o->last_ratio <= hi)
-        freeze(o, t);
+    if (t >= earliest && t > o->delta && o->last_ratio >= lo && o->last_ratio <= hi) freeze(o, t);
 }
 
 ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
@@ -321,10 +334,15 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
     const ob_optim_config *c = &o->cfg;
     long t = o->step + 1;
     coeffs k = {
-        .b1 = (float)c->beta1, .a1 = (float)(1.0 - c->beta1),
-        .b2 = (float)c->beta2, .a2 = (float)(1.0 - c->beta2),
-        .c1 = 1.0f, .c2 = 1.0f,
-        .lr = lr, .eps = (float)c->eps, .wd = (float)c->weight_decay,
+        .b1 = (float)c->beta1,
+        .a1 = (float)(1.0 - c->beta1),
+        .b2 = (float)c->beta2,
+        .a2 = (float)(1.0 - c->beta2),
+        .c1 = 1.0f,
+        .c2 = 1.0f,
+        .lr = lr,
+        .eps = (float)c->eps,
+        .wd = (float)c->weight_decay,
     };
     if (c->bias_correction) {
         k.c1 = (float)(1.0 / (1.0 - pow(c->beta1, (double)t)));

@@ -19,7 +19,8 @@ static inline uint64_t rotl(uint64_t x, int k)
 void ob_rng_seed(ob_rng *rng, uint64_t seed, uint64_t stream)
 {
     uint64_t x = seed ^ (stream * 0xD1B54A32D192ED03ull);
-    for (int i = 0; i < 4; i++) rng->s[i] = splitmix64(&x);
+    for (int i = 0; i < 4; i++)
+        rng->s[i] = splitmix64(&x);
 }
 
 uint64_t ob_rng_next(ob_rng *rng)

@@ -18,9 +18,12 @@ void ob_lr_schedule_default(ob_lr_schedule *s)
 const char *ob_lr_kind_name(ob_lr_kind kind)
 {
     switch (kind) {
-    case OB_LR_CONSTANT: return "constant";
-    case OB_LR_WARMUP_STEP_DECAY: return "warmup_step_decay";
-    case OB_LR_COSINE: return "cosine";
+    case OB_LR_CONSTANT:
+        return "constant";
+    case OB_LR_WARMUP_STEP_DECAY:
+        return "warmup_step_decay";
+    case OB_LR_COSINE:
+        return "cosine";
     }
     return "unknown";
 }
@@ -54,7 +57,8 @@ double ob_lr_at(const ob_lr_schedule *s, long t)
     if (t <= s->warmup_steps) return s->peak * (double)t / (double)s->warmup_steps;
     long after = t - s->warmup_steps;
     switch (s->kind) {
-    case OB_LR_CONSTANT: return s->peak;
+    case OB_LR_CONSTANT:
+        return s->peak;
     case OB_LR_WARMUP_STEP_DECAY:
         return s->peak * pow(s->decay_rate, (double)(after / s->decay_every));
     case OB_LR_COSINE: {

@@ -9,17 +9,28 @@
 const char *ob_strerror(ob_status status)
 {
     switch (status) {
-    case OB_OK: return "ok";
-    case OB_ERR_INVALID_ARG: return "invalid argument";
-    case OB_ERR_NOMEM: return "out of memory";
-    case OB_ERR_IO: return "I/O error";
-    case OB_ERR_COMM: return "communication error";
-    case OB_ERR_STATE: return "invalid state";
-    case OB_ERR_UNSUPPORTED: return "unsupported";
-    case OB_ERR_CORRUPT: return "corrupt data";
-    case OB_ERR_CUDA: return "CUDA error";
-    case OB_ERR_NOT_FOUND: return "not found";
-    case OB_ERR_NUMERIC: return "numeric error";
+    case OB_OK:
+        return "ok";
+    case OB_ERR_INVALID_ARG:
+        return "invalid argument";
+    case OB_ERR_NOMEM:
+        return "out of memory";
+    case OB_ERR_IO:
+        return "I/O error";
+    case OB_ERR_COMM:
+        return "communication error";
+    case OB_ERR_STATE:
+        return "invalid state";
+    case OB_ERR_UNSUPPORTED:
+        return "unsupported";
+    case OB_ERR_CORRUPT:
+        return "corrupt data";
+    case OB_ERR_CUDA:
+        return "CUDA error";
+    case OB_ERR_NOT_FOUND:
+        return "not found";
+    case OB_ERR_NUMERIC:
+        return "numeric error";
     }
     return "unknown status";
 }
@@ -31,8 +42,7 @@ void ob_err_clear(ob_err *err)
     err->msg[0] = '\0';
 }
 
-ob_status ob__err_set(ob_err *err, ob_status code, const char *file, int line, const char *fmt,
-                      ...)
+ob_status ob__err_set(ob_err *err, ob_status code, const char *file, int line, const char *fmt, ...)
 {
     if (!err) return code;
     const char *base = strrchr(file, '/');

@@ -81,8 +81,8 @@ static ob_status build(ob_trainer *t, ob_err *err)
     const ob_jobspec *s = &t->spec;
 
     st = ob_loader_create(&t->train, t->ds, OB_SPLIT_TRAIN, rank, n, s->batch_size, s->seed, err);
-    if (st != OB_OK) return OB_WRAP(err, st, "train loader (batch_size %zu x %d ranks)",
-                                    s->batch_size, n);
+    if (st != OB_OK)
+        return OB_WRAP(err, st, "train loader (batch_size %zu x %d ranks)", s->batch_size, n);
     if (ob_dataset_num_examples(t->ds, OB_SPLIT_EVAL) > 0) {
         st = ob_loader_create_pass(&t->eval, t->ds, OB_SPLIT_EVAL, rank, n, s->batch_size,
                                    s->eval_max_examples, err);

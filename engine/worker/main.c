@@ -32,11 +32,10 @@ typedef struct printer {
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: onebit-worker --spec FILE [--format json|text] [--check]\n"
-            "  --spec FILE     job spec, JSON or YAML (see examples/)\n"
-            "  --format F      progress as JSON lines (default) or text\n"
-            "  --check         validate the spec, print it with defaults filled, and exit\n");
+    fprintf(f, "usage: onebit-worker --spec FILE [--format json|text] [--check]\n"
+               "  --spec FILE     job spec, JSON or YAML (see examples/)\n"
+               "  --format F      progress as JSON lines (default) or text\n"
+               "  --check         validate the spec, print it with defaults filled, and exit\n");
 }
 
 /* Returns 0 on success, 2 on a bad command line (message printed by rank 0). */
@@ -54,7 +53,9 @@ static int parse_args(int argc, char **argv, worker_opts *o, int rank)
             else if (!strcmp(v, "text"))
                 o->format = FORMAT_TEXT;
             else {
-                if (rank == 0) fprintf(stderr, "onebit-worker: --format: expected json or text, got '%s'\n", v);
+                if (rank == 0)
+                    fprintf(stderr, "onebit-worker: --format: expected json or text, got '%s'\n",
+                            v);
                 return 2;
             }
         } else if (!strcmp(a, "--check")) {
@@ -116,9 +117,10 @@ static void on_event(const ob_train_event *ev, void *user)
             break;
         case OB_EVENT_EVAL:
             if (ev->is_text)
-                printf("eval @ %ld: loss %.4f nats/byte = %.4f bits/byte, accuracy %.4f (%zu bytes)\n",
-                       ev->step, ev->eval_loss, ev->eval_loss / log(2.0), ev->eval_accuracy,
-                       ev->eval_count);
+                printf(
+                    "eval @ %ld: loss %.4f nats/byte = %.4f bits/byte, accuracy %.4f (%zu bytes)\n",
+                    ev->step, ev->eval_loss, ev->eval_loss / log(2.0), ev->eval_accuracy,
+                    ev->eval_count);
             else
                 printf("eval @ %ld: loss %.4f, accuracy %.4f (%zu examples)\n", ev->step,
                        ev->eval_loss, ev->eval_accuracy, ev->eval_count);
@@ -149,7 +151,8 @@ static void on_event(const ob_train_event *ev, void *user)
         json_object_set_new(o, "step", json_integer(ev->step));
         json_object_set_new(o, "eval_loss", num(ev->eval_loss));
         json_object_set_new(o, "eval_accuracy", num(ev->eval_accuracy));
-        if (ev->is_text) json_object_set_new(o, "eval_bits_per_byte", num(ev->eval_loss / log(2.0)));
+        if (ev->is_text)
+            json_object_set_new(o, "eval_bits_per_byte", num(ev->eval_loss / log(2.0)));
         json_object_set_new(o, "eval_count", json_integer((json_int_t)ev->eval_count));
         break;
     case OB_EVENT_FREEZE:
@@ -161,8 +164,8 @@ static void on_event(const ob_train_event *ev, void *user)
     emit_json(o);
 }
 
-static void print_start(const printer *p, const ob_jobspec *spec, const char *spec_json,
-                        int world, size_t params)
+static void print_start(const printer *p, const ob_jobspec *spec, const char *spec_json, int world,
+                        size_t params)
 {
     if (p->rank != 0) return;
     if (p->format == FORMAT_TEXT) {
@@ -170,7 +173,8 @@ static void print_start(const printer *p, const ob_jobspec *spec, const char *sp
                "%zu parameters\n",
                spec->name, ob_model_kind_name(spec->model.kind), ob_data_kind_name(spec->data.kind),
                ob_optim_kind_name(spec->optim.kind),
-               spec->optim.kind == OB_OPTIM_ONEBIT_ADAM ? ob_onebit_mode_name(spec->optim.mode) : "fp32",
+               spec->optim.kind == OB_OPTIM_ONEBIT_ADAM ? ob_onebit_mode_name(spec->optim.mode)
+                                                        : "fp32",
                world, spec->batch_size, spec->steps, params);
         fflush(stdout);
         return;
@@ -202,7 +206,8 @@ static void print_summary(const printer *p, const ob_train_summary *s, int is_te
     json_t *o = json_object();
     json_object_set_new(o, "event", json_string("summary"));
     json_object_set_new(o, "steps", json_integer(s->steps));
-    json_object_set_new(o, "freeze_step", s->freeze_step >= 0 ? json_integer(s->freeze_step) : json_null());
+    json_object_set_new(o, "freeze_step",
+                        s->freeze_step >= 0 ? json_integer(s->freeze_step) : json_null());
     json_object_set_new(o, "final_train_loss", num(s->final_train_loss));
     json_object_set_new(o, "eval_loss", num(s->eval_loss));
     json_object_set_new(o, "eval_accuracy", num(s->eval_accuracy));
@@ -273,7 +278,8 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto done;
     }
-    print_summary(&pr, &summary, ob_dataset_get_kind(ob_trainer_dataset(trainer)) == OB_DATASET_TEXT);
+    print_summary(&pr, &summary,
+                  ob_dataset_get_kind(ob_trainer_dataset(trainer)) == OB_DATASET_TEXT);
 done:
     ob_trainer_destroy(trainer);
     ob_comm_destroy(comm);

@@ -49,8 +49,8 @@ typedef enum ob_comm_op {
 } ob_comm_op;
 
 typedef struct ob_comm_counters {
-    uint64_t bytes_sent;                  /* total over every collective */
-    uint64_t op_bytes[OB_COMM_NUM_OPS];   /* per collective kind */
+    uint64_t bytes_sent;                /* total over every collective */
+    uint64_t op_bytes[OB_COMM_NUM_OPS]; /* per collective kind */
     uint64_t op_calls[OB_COMM_NUM_OPS];
 } ob_comm_counters;
 

@@ -17,8 +17,8 @@ int ob_cuda_device_count(void);
 
 ob_status ob_cuda_compress_ef(const float *x, size_t x_len, float *e, size_t n, size_t block,
                               ob_scale_kind kind, void *packed, void *stream, ob_err *err);
-ob_status ob_cuda_decompress(const void *packed, size_t n, size_t block, float *out,
-                             void *stream, ob_err *err);
+ob_status ob_cuda_decompress(const void *packed, size_t n, size_t block, float *out, void *stream,
+                             ob_err *err);
 ob_status ob_cuda_decompress_average(const void *packed, size_t nsrc, size_t n, size_t block,
                                      float *out, void *stream, ob_err *err);
 

@@ -63,11 +63,11 @@ typedef enum ob_phase {
 
 typedef struct ob_optim_config {
     ob_optim_kind kind;
-    double beta1;          /* [0, 1), default 0.9 */
-    double beta2;          /* [0, 1), default 0.999 */
-    double eps;            /* > 0, default 1e-8 */
-    double weight_decay;   /* >= 0, decoupled (AdamW style), default 0 */
-    int bias_correction;   /* default 1 for adam, 0 for onebit_adam (as the paper and BERT) */
+    double beta1;        /* [0, 1), default 0.9 */
+    double beta2;        /* [0, 1), default 0.999 */
+    double eps;          /* > 0, default 1e-8 */
+    double weight_decay; /* >= 0, decoupled (AdamW style), default 0 */
+    int bias_correction; /* default 1 for adam, 0 for onebit_adam (as the paper and BERT) */
 
     /* onebit_adam only */
     ob_onebit_mode mode;     /* default OB_ONEBIT_COMPRESSED */
@@ -90,9 +90,9 @@ ob_status ob_optim_config_validate(const ob_optim_config *cfg, ob_err *err);
  * are not pushed up by binary rounding. */
 long ob_optim_freeze_delta(double beta2);
 
-const char *ob_optim_kind_name(ob_optim_kind kind);    /* "adam", "onebit_adam" */
-const char *ob_onebit_mode_name(ob_onebit_mode mode);  /* "compressed", "uncompressed", "naive" */
-const char *ob_phase_name(ob_phase phase);             /* "warmup", "compression" */
+const char *ob_optim_kind_name(ob_optim_kind kind);   /* "adam", "onebit_adam" */
+const char *ob_onebit_mode_name(ob_onebit_mode mode); /* "compressed", "uncompressed", "naive" */
+const char *ob_phase_name(ob_phase phase);            /* "warmup", "compression" */
 
 typedef struct ob_optim ob_optim;
 
@@ -100,8 +100,8 @@ typedef struct ob_optim ob_optim;
  * step, must outlive the optimizer) over `comm` (borrowed, host memory). Collective when the
  * communicator has several ranks (it allocates nothing remote, but callers should create
  * optimizers in the same order on every rank). Parameters should be identical on all ranks. */
-ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *comm,
-                          float *params, size_t d, ob_err *err);
+ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *comm, float *params,
+                          size_t d, ob_err *err);
 void ob_optim_destroy(ob_optim *opt); /* accepts NULL */
 
 /* One optimizer step with this rank's local gradient `grad` (d floats, borrowed, not modified)
@@ -109,12 +109,12 @@ void ob_optim_destroy(ob_optim *opt); /* accepts NULL */
 ob_status ob_optim_step(ob_optim *opt, const float *grad, float lr, ob_err *err);
 
 typedef struct ob_optim_stats {
-    long step;               /* completed steps */
-    ob_phase phase;          /* phase of the next step */
-    long freeze_step;        /* T_w, or -1 while still in warmup (or never, for naive) */
-    double freeze_ratio;     /* last ||v_t||_1/||v_{t-Delta}||_1; NaN when not computed */
-    double v_l1_norm;        /* last ||v_t||_1 computed (0 when not computed) */
-    uint64_t bytes_sent;     /* by this rank's collectives in all steps so far */
+    long step;           /* completed steps */
+    ob_phase phase;      /* phase of the next step */
+    long freeze_step;    /* T_w, or -1 while still in warmup (or never, for naive) */
+    double freeze_ratio; /* last ||v_t||_1/||v_{t-Delta}||_1; NaN when not computed */
+    double v_l1_norm;    /* last ||v_t||_1 computed (0 when not computed) */
+    uint64_t bytes_sent; /* by this rank's collectives in all steps so far */
     uint64_t bytes_last_step;
 } ob_optim_stats;
 

@@ -22,12 +22,12 @@ typedef enum ob_lr_kind {
 
 typedef struct ob_lr_schedule {
     ob_lr_kind kind;
-    double peak;        /* > 0 */
-    long warmup_steps;  /* >= 0 */
-    double decay_rate;  /* warmup_step_decay: (0, 1], default 0.99 */
-    long decay_every;   /* warmup_step_decay: > 0, default 520 */
-    double min_lr;      /* cosine: [0, peak], default 0 */
-    long total_steps;   /* cosine: > warmup_steps (the job's steps) */
+    double peak;       /* > 0 */
+    long warmup_steps; /* >= 0 */
+    double decay_rate; /* warmup_step_decay: (0, 1], default 0.99 */
+    long decay_every;  /* warmup_step_decay: > 0, default 520 */
+    double min_lr;     /* cosine: [0, peak], default 0 */
+    long total_steps;  /* cosine: > warmup_steps (the job's steps) */
 } ob_lr_schedule;
 
 /* Defaults: constant, peak 1e-3, no warmup, decay 0.99 every 520, min_lr 0, total 0. */

@@ -20,27 +20,27 @@ extern "C" {
 typedef struct ob_trainer ob_trainer;
 
 typedef enum ob_train_event_kind {
-    OB_EVENT_STEP = 0, /* a logged training step */
-    OB_EVENT_EVAL = 1, /* an evaluation on the held-out split */
+    OB_EVENT_STEP = 0,   /* a logged training step */
+    OB_EVENT_EVAL = 1,   /* an evaluation on the held-out split */
     OB_EVENT_FREEZE = 2, /* the variance was frozen at this step (1-bit Adam) */
 } ob_train_event_kind;
 
 typedef struct ob_train_event {
     ob_train_event_kind kind;
-    long step;              /* completed steps */
+    long step; /* completed steps */
     long total_steps;
-    ob_phase phase;         /* phase of the next step */
-    double loss;            /* STEP: mean train loss over ranks and the steps since the last log */
-    double lr;              /* STEP: learning rate of this step */
-    double samples_per_s;   /* STEP: all ranks, since the last log */
-    uint64_t bytes_sent;    /* optimizer traffic of this rank so far */
-    uint64_t bytes_step;    /* optimizer traffic of this rank in this step */
-    double freeze_ratio;    /* ||v_t||_1/||v_{t-Delta}||_1 (NaN when not computed) */
-    long freeze_step;       /* -1 until frozen */
-    double eval_loss;       /* EVAL: mean loss per example / per predicted byte (nats) */
-    double eval_accuracy;   /* EVAL: argmax accuracy (examples or bytes) */
-    size_t eval_count;      /* EVAL: examples or predicted bytes evaluated */
-    int is_text;            /* loss is per byte: bits per byte = loss / ln 2 */
+    ob_phase phase;       /* phase of the next step */
+    double loss;          /* STEP: mean train loss over ranks and the steps since the last log */
+    double lr;            /* STEP: learning rate of this step */
+    double samples_per_s; /* STEP: all ranks, since the last log */
+    uint64_t bytes_sent;  /* optimizer traffic of this rank so far */
+    uint64_t bytes_step;  /* optimizer traffic of this rank in this step */
+    double freeze_ratio;  /* ||v_t||_1/||v_{t-Delta}||_1 (NaN when not computed) */
+    long freeze_step;     /* -1 until frozen */
+    double eval_loss;     /* EVAL: mean loss per example / per predicted byte (nats) */
+    double eval_accuracy; /* EVAL: argmax accuracy (examples or bytes) */
+    size_t eval_count;    /* EVAL: examples or predicted bytes evaluated */
+    int is_text;          /* loss is per byte: bits per byte = loss / ln 2 */
 } ob_train_event;
 
 typedef void (*ob_train_callback)(const ob_train_event *ev, void *user);
@@ -48,7 +48,7 @@ typedef void (*ob_train_callback)(const ob_train_event *ev, void *user);
 typedef struct ob_train_summary {
     long steps;
     long freeze_step;
-    double final_train_loss;   /* mean over the last log interval */
+    double final_train_loss; /* mean over the last log interval */
     double eval_loss, eval_accuracy;
     size_t eval_count;
     uint64_t bytes_sent, bytes_warmup, bytes_compression; /* this rank, optimizer traffic */
