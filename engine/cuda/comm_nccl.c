@@ -56,14 +56,6 @@ static ob_status nccl_fail(ob_err *err, ncclComm_t comm, ncclResult_t rc, const 
                        last && *last ? ": " : "", last && *last ? last : "");
 }
 
-static ob_status mpi_fail(ob_err *err, int rc, const char *call, const char *file, int line)
-{
-    char text[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
-    return ob__err_set(err, OB_ERR_COMM, file, line, "%s failed: %s", call, text);
-}
-
 #define CUDA_CHECK(err, call)                                                                      \
     do {                                                                                           \
         cudaError_t rc_ = (call);                                                                  \
@@ -240,7 +232,7 @@ static ob_status all_ready(MPI_Comm world, ob_status local, ob_err *err)
 {
     int ok = local == OB_OK, all_ok = 0;
     int rc = MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, world);
-    if (rc != MPI_SUCCESS) return mpi_fail(err, rc, "MPI_Allreduce", __FILE__, __LINE__);
+    if (rc != MPI_SUCCESS) return ob__mpi_fail(err, rc, "MPI_Allreduce", __FILE__, __LINE__);
     if (local != OB_OK) return local;
     if (!all_ok)
         return OB_ERR(err, OB_ERR_COMM, "NCCL communicator: another rank failed to set up");
@@ -264,7 +256,7 @@ static ob_status share_unique_id(MPI_Comm world, int rank, ncclUniqueId *id, ob_
     }
     int rc = MPI_Bcast(&msg, (int)sizeof msg, MPI_BYTE, 0, world);
     if (rc != MPI_SUCCESS)
-        return mpi_fail(err, rc, "MPI_Bcast of the NCCL unique id", __FILE__, __LINE__);
+        return ob__mpi_fail(err, rc, "MPI_Bcast of the NCCL unique id", __FILE__, __LINE__);
     if (st != OB_OK) return st;
     if (!msg.ok)
         return OB_ERR(err, OB_ERR_COMM, "NCCL communicator: rank 0 could not create the id");
@@ -295,7 +287,7 @@ ob_status ob_comm_create_nccl(ob_comm **out, int device, ob_err *err)
     /* A private duplicate with MPI_ERRORS_RETURN for the bootstrap only. */
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &world);
     if (rc != MPI_SUCCESS) {
-        st = mpi_fail(err, rc, "MPI_Comm_dup", __FILE__, __LINE__);
+        st = ob__mpi_fail(err, rc, "MPI_Comm_dup", __FILE__, __LINE__);
         goto fail;
     }
     MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);

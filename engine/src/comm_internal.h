@@ -54,6 +54,10 @@ static inline int ob__ring_ag_chunk(int r, int s, int n)
     return ((r - s + 1) % n + n) % n;
 }
 
+/* Records a failed MPI call (MPI's own message for code rc) as OB_ERR_COMM; returns it. Used
+ * by every backend that talks MPI (the MPI backend, and NCCL's bootstrap). */
+ob_status ob__mpi_fail(ob_err *err, int rc, const char *call, const char *file, int line);
+
 /* Allocates an ob_comm shell with the given ops; the backend then fills rank/size/impl. */
 ob_comm *ob__comm_alloc(const ob__comm_ops *ops, const char *backend, ob_mem_kind mem);
 

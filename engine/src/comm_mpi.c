@@ -23,7 +23,7 @@ typedef struct mpi_impl {
     size_t scratch_len;
 } mpi_impl;
 
-static ob_status mpi_fail(ob_err *err, int rc, const char *call, const char *file, int line)
+ob_status ob__mpi_fail(ob_err *err, int rc, const char *call, const char *file, int line)
 {
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
@@ -34,7 +34,7 @@ static ob_status mpi_fail(ob_err *err, int rc, const char *call, const char *fil
 #define MPI_CHECK(err, call)                                                                       \
     do {                                                                                           \
         int rc_ = (call);                                                                          \
-        if (rc_ != MPI_SUCCESS) return mpi_fail((err), rc_, #call, __FILE__, __LINE__);            \
+        if (rc_ != MPI_SUCCESS) return ob__mpi_fail((err), rc_, #call, __FILE__, __LINE__);            \
     } while (0)
 
 static mpi_impl *impl_of(ob_comm *c)
@@ -207,7 +207,7 @@ ob_status ob_comm_create_mpi(ob_comm **out, ob_err *err)
     c->impl = m;
     int rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
     if (rc != MPI_SUCCESS) {
-        st = mpi_fail(err, rc, "MPI_Comm_dup", __FILE__, __LINE__);
+        st = ob__mpi_fail(err, rc, "MPI_Comm_dup", __FILE__, __LINE__);
         goto fail;
     }
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
