@@ -31,6 +31,10 @@ const char *ob_strerror(ob_status status)
         return "not found";
     case OB_ERR_NUMERIC:
         return "numeric error";
+    case OB_ERR_UNAUTHENTICATED:
+        return "unauthenticated";
+    case OB_ERR_TOO_LARGE:
+        return "too large";
     }
     return "unknown status";
 }

@@ -25,6 +25,8 @@ typedef enum ob_status {
     OB_ERR_CUDA = -8,        /* a CUDA runtime or NCCL call failed */
     OB_ERR_NOT_FOUND = -9,   /* a named file, dataset or object does not exist */
     OB_ERR_NUMERIC = -10,    /* a value became NaN or infinite */
+    OB_ERR_UNAUTHENTICATED = -11, /* a request came without the credentials the service needs */
+    OB_ERR_TOO_LARGE = -12,       /* a request or message is larger than the limit */
 } ob_status;
 
 /* Static, human-readable name of a status code ("invalid argument", ...). Never NULL. */

@@ -1,0 +1,112 @@
+/* The coordinator's picture of a training job: its state machine, progress, attempts and events.
+ *
+ * These are plain value structs shared by the store, the service functions and the two APIs.
+ * Fixed-size strings keep them copyable; the only heap members are ob_job.spec_json and
+ * ob_job.attempts, released by ob_job_clear. The numbers of ob_job_state are those of
+ * onebit.v1.JobState. */
+#ifndef ONEBIT_JOB_H
+#define ONEBIT_JOB_H
+
+#include "onebit/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ob_job_state {
+    OB_JOB_UNSPECIFIED = 0,
+    OB_JOB_PENDING = 1,    /* accepted; waits for worker slots */
+    OB_JOB_RUNNING = 2,    /* an attempt runs */
+    OB_JOB_RESTARTING = 3, /* an attempt ended; the next starts after a backoff */
+    OB_JOB_SUCCEEDED = 4,
+    OB_JOB_FAILED = 5,
+    OB_JOB_CANCELLED = 6,
+} ob_job_state;
+
+#define OB_JOB_STATE_COUNT 7
+#define OB_JOB_ID_LEN 64
+#define OB_JOB_MSG_LEN 512
+#define OB_JOB_PATH_LEN 1024
+
+/* "PENDING", "RUNNING", ... ("UNSPECIFIED" for anything else). Static string. */
+const char *ob_job_state_name(ob_job_state s);
+
+/* Reads "RUNNING" or "JOB_STATE_RUNNING" (any case) into *out. OB_ERR_INVALID_ARG otherwise. */
+ob_status ob_job_state_parse(const char *text, ob_job_state *out);
+
+/* 1 for SUCCEEDED, FAILED and CANCELLED: the job will not change again. */
+int ob_job_state_final(ob_job_state s);
+
+typedef struct ob_progress {
+    int64_t step, total_steps;
+    double loss;
+    char phase[16]; /* "warmup", "compression" or "" */
+    int64_t freeze_step;
+    double samples_per_s;
+    int64_t bytes_sent;         /* per rank */
+    int64_t bytes_uncompressed; /* what an fp32 ring allreduce would have sent */
+    double lr;
+    double freeze_ratio;
+} ob_progress;
+
+typedef struct ob_attempt {
+    int number; /* 1, 2, ... */
+    int64_t started_ms, ended_ms;
+    int64_t start_step;
+    int pgid;      /* process group of the attempt's processes; 0 when none */
+    int exit_code; /* of the launcher's process; -1 when it did not exit normally */
+    char exit_reason[OB_JOB_MSG_LEN]; /* "" while it runs */
+} ob_attempt;
+
+typedef struct ob_job {
+    int64_t seq; /* store order: 1, 2, ... */
+    char id[OB_JOB_ID_LEN];
+    char name[128];
+    ob_job_state state;
+    char *spec_json; /* canonical spec (owned, malloc) */
+    int world_size;
+    int max_restarts;
+    int restarts;
+    int cancel_requested;
+    int64_t created_ms, updated_ms, started_ms, finished_ms;
+    int64_t next_attempt_ms; /* RESTARTING: when the next attempt may start */
+    char message[OB_JOB_MSG_LEN];
+    ob_progress progress;
+    int64_t ckpt_step, ckpt_ms; /* newest checkpoint; step 0 when none */
+    char ckpt_path[OB_JOB_PATH_LEN];
+    ob_attempt *attempts; /* owned, malloc; oldest first */
+    size_t n_attempts;
+} ob_job;
+
+/* Frees what a job owns (spec_json, attempts) and zeroes it. Accepts NULL. */
+void ob_job_clear(ob_job *job);
+
+/* Deep copy: dst (caller-owned, its previous contents ignored) gets its own spec and attempts.
+ * OB_ERR_NOMEM leaves dst zeroed. */
+ob_status ob_job_copy(ob_job *dst, const ob_job *src, ob_err *err);
+
+/* Frees an array of n jobs from the store (each cleared, then the array). Accepts NULL. */
+void ob_job_array_free(ob_job *jobs, size_t n);
+
+/* One entry of a job's history. */
+typedef struct ob_job_event {
+    int64_t seq; /* 1, 2, ... per job */
+    char job_id[OB_JOB_ID_LEN];
+    int64_t time_ms;
+    char kind[16]; /* "state", "attempt", "step", "freeze", "eval", "checkpoint" */
+    ob_job_state state;
+    char message[OB_JOB_MSG_LEN];
+    ob_progress progress;
+} ob_job_event;
+
+/* Milliseconds since the Unix epoch. */
+int64_t ob_now_ms(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_JOB_H */

@@ -1,0 +1,65 @@
+/* The durable job store: jobs, their attempts and their events in one SQLite database in WAL
+ * mode, so that a coordinator killed at any point and started again finds every job with its
+ * history as of its last committed change.
+ *
+ * An ob_store is one connection; it is not meant to be shared by threads without a lock (the
+ * service holds its lock around every call). Each call is one transaction: it either happens
+ * completely or not at all. */
+#ifndef ONEBIT_STORE_H
+#define ONEBIT_STORE_H
+
+#include "onebit/job.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ob_store ob_store;
+
+/* Opens (creating if needed) the database at path (borrowed), in WAL mode, and creates the
+ * schema when it is missing. *out is owned by the caller (ob_store_close). OB_ERR_IO when SQLite
+ * cannot open or set up the file; OB_ERR_CORRUPT when the file is not a onebit store. */
+ob_status ob_store_open(ob_store **out, const char *path, ob_err *err);
+
+/* Closes the database. Accepts NULL. */
+void ob_store_close(ob_store *s);
+
+/* Inserts a new job. job (borrowed) supplies name, state, spec_json, world_size, max_restarts,
+ * message and the times; the store assigns job->seq, and job->id when it is empty
+ * ("job-000001" style). A first event (kind "state") records the initial state. */
+ob_status ob_store_create_job(ob_store *s, ob_job *job, ob_err *err);
+
+/* Reads the job with this id (borrowed) into *out (caller-owned; ob_job_clear it), attempts
+ * included. OB_ERR_NOT_FOUND when there is none. */
+ob_status ob_store_get_job(ob_store *s, const char *id, ob_job *out, ob_err *err);
+
+/* Jobs in store order with seq > after_seq, only those in state (OB_JOB_UNSPECIFIED: any),
+ * at most limit of them. *out is a malloc'd array of *n jobs owned by the caller
+ * (ob_job_array_free); *more is 1 when further jobs match. */
+ob_status ob_store_list_jobs(ob_store *s, ob_job_state state, int64_t after_seq, int limit,
+                             ob_job **out, size_t *n, int *more, ob_err *err);
+
+/* Writes every mutable field of job (borrowed: state, counters, times, message, progress,
+ * checkpoint) and, when ev is non-NULL, appends ev as the job's next event (ev->seq and
+ * ev->job_id are filled in), in one transaction. OB_ERR_NOT_FOUND for an unknown id. */
+ob_status ob_store_update_job(ob_store *s, const ob_job *job, ob_job_event *ev, ob_err *err);
+
+/* Inserts or replaces attempt a->number of the job (borrowed). */
+ob_status ob_store_put_attempt(ob_store *s, const char *job_id, const ob_attempt *a, ob_err *err);
+
+/* Events of a job with seq > after_seq, oldest first, at most limit. *out is a malloc'd array
+ * (free()) of *n events; NULL when there are none. */
+ob_status ob_store_list_events(ob_store *s, const char *job_id, int64_t after_seq, int limit,
+                               ob_job_event **out, size_t *n, ob_err *err);
+
+/* The number of jobs in each state, indexed by ob_job_state. */
+ob_status ob_store_count_states(ob_store *s, int64_t counts[OB_JOB_STATE_COUNT], ob_err *err);
+
+/* The number of jobs in the store. */
+ob_status ob_store_count_jobs(ob_store *s, int64_t *n, ob_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_STORE_H */

@@ -1,0 +1,14 @@
+# The coordinator: unit tests of the store and the status table, and black-box tests of the
+# real onebitd driven over gRPC and REST.
+
+# ob_add_service_test(<name> <source>...): a cmocka test linked against libonebit_service.
+function(ob_add_service_test name)
+  add_executable(${name} ${ARGN})
+  target_link_libraries(${name} PRIVATE onebit_service PkgConfig::CMOCKA m)
+  target_include_directories(${name} PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+  add_test(NAME ${name} COMMAND ${name})
+  set_tests_properties(${name} PROPERTIES TIMEOUT 120)
+endfunction()
+
+ob_add_service_test(test_store test_store.c)
+ob_add_service_test(test_status_map test_status_map.c)
