@@ -1,0 +1,136 @@
+/* The coordinator's service functions: what both APIs (gRPC and REST) call, and the supervisor
+ * that launches, watches and restarts jobs.
+ *
+ * An ob_service owns the job store, the running attempts and the launcher; all of its state is
+ * guarded by one lock, taken by each function below and by the supervisor thread's ticks. Every
+ * function validates its input completely before it changes anything, so a rejected request
+ * leaves the store as it was. Results are copies owned by the caller. */
+#ifndef ONEBIT_SERVICE_H
+#define ONEBIT_SERVICE_H
+
+#include "onebit/job.h"
+#include "onebit/launcher.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ob_service ob_service;
+
+typedef struct ob_service_config {
+    const char *state_dir; /* jobs.db, jobs/<id>/ (spec, log), checkpoints/ (created) */
+    int slots;             /* ranks that may run at once; jobs beyond wait as PENDING */
+    int default_max_restarts;
+    int64_t progress_timeout_ms; /* an attempt with no progress for this long ends; 0: never */
+    int64_t backoff_ms;          /* first restart delay; doubles per restart */
+    int64_t backoff_max_ms;
+    int64_t cancel_grace_ms; /* SIGTERM, then SIGKILL after this long */
+    int64_t tick_ms;         /* supervisor period */
+    const char *report_addr; /* host:port workers report to; NULL or "": they do not */
+    ob_launcher *launcher;   /* borrowed; outlives the service */
+} ob_service_config;
+
+/* Defaults: state "./var", 4 slots, 3 restarts, no progress timeout, 1 s backoff up to 60 s,
+ * 10 s grace, 100 ms ticks. */
+void ob_service_config_default(ob_service_config *cfg);
+
+/* Opens the store under cfg->state_dir (strings copied) and recovers what an earlier
+ * coordinator left: jobs that were RUNNING or RESTARTING have their old processes stopped and
+ * are queued to resume from their newest checkpoint. *out is owned by the caller. */
+ob_status ob_service_create(ob_service **out, const ob_service_config *cfg, ob_err *err);
+
+/* Starts the supervisor thread. */
+ob_status ob_service_start(ob_service *svc, ob_err *err);
+
+/* Stops the supervisor: running attempts get SIGTERM (they checkpoint and exit), SIGKILL after
+ * the grace period; their jobs stay RUNNING in the store and resume at the next start. */
+void ob_service_stop(ob_service *svc);
+
+/* Stops (if started) and frees. Accepts NULL. */
+void ob_service_destroy(ob_service *svc);
+
+typedef struct ob_submit_req {
+    const char *spec; /* JSON or YAML text, borrowed */
+    size_t spec_len;
+    int world_size;   /* 0: the default (one rank) */
+    int max_restarts; /* -1: the service default */
+} ob_submit_req;
+
+/* Validates the spec and the request (every invalid field named, "; "-separated) and stores a
+ * PENDING job; *out (caller-owned, ob_job_clear) receives it. OB_ERR_INVALID_ARG changes
+ * nothing. */
+ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *out, ob_err *err);
+
+/* The job with this id into *out (caller-owned). OB_ERR_NOT_FOUND. */
+ob_status ob_service_get(ob_service *svc, const char *id, ob_job *out, ob_err *err);
+
+#define OB_PAGE_TOKEN_LEN 32
+
+/* One page of jobs in submission order: at most page_size (0: 50; at most 1000), only those in
+ * state (OB_JOB_UNSPECIFIED: all), after page_token ("" or NULL: the first page; otherwise a
+ * token from an earlier call). *jobs is owned by the caller (ob_job_array_free); next_token is
+ * "" on the last page. A malformed token or page size is OB_ERR_INVALID_ARG. */
+ob_status ob_service_list(ob_service *svc, ob_job_state state, int page_size,
+                          const char *page_token, ob_job **jobs, size_t *n,
+                          char next_token[OB_PAGE_TOKEN_LEN], ob_err *err);
+
+/* Cancels a job: PENDING and RESTARTING jobs become CANCELLED at once; a RUNNING job's workers
+ * get SIGTERM (they checkpoint and exit), SIGKILL after the grace period, and the job becomes
+ * CANCELLED when they are gone. *out gets the job as it is after the request. A job already in
+ * a final state: OB_ERR_STATE. */
+ob_status ob_service_cancel(ob_service *svc, const char *id, ob_job *out, ob_err *err);
+
+/* Events of a job after after_seq (at most limit), oldest first. *evs is malloc'd (free()).
+ * OB_ERR_NOT_FOUND for an unknown job. */
+ob_status ob_service_events(ob_service *svc, const char *id, int64_t after_seq, int limit,
+                            ob_job_event **evs, size_t *n, ob_err *err);
+
+/* Waits until the event counter exceeds seen (some job has a new event), the service stops, or
+ * timeout_ms passes.
+ * Returns 1 when there may be new events, 0 on timeout, -1 when the service is stopping. */
+int ob_service_wait(ob_service *svc, int64_t seen, int timeout_ms);
+
+/* A counter that grows with every event of any job; pass it to ob_service_wait. */
+int64_t ob_service_event_counter(ob_service *svc);
+
+/* A progress report from a job's workers (WorkerService, or a line of their log). */
+typedef struct ob_report {
+    char job_id[OB_JOB_ID_LEN];
+    char kind[16];        /* start, step, freeze, eval, checkpoint, summary */
+    ob_progress progress; /* step: every field; others: step (and freeze_step for freeze) */
+    int64_t num_params;   /* start */
+    int world_size;       /* start */
+    int64_t ckpt_step;    /* checkpoint */
+    char ckpt_path[OB_JOB_PATH_LEN];
+    double eval_loss, eval_accuracy; /* eval */
+} ob_report;
+
+/* Applies a report to the job's current attempt. *cancel_requested (may be NULL) is set when
+ * the job is being cancelled. OB_ERR_NOT_FOUND for an unknown job, OB_ERR_STATE when the job has
+ * no running attempt. */
+ob_status ob_service_report(ob_service *svc, const ob_report *r, int *cancel_requested,
+                            ob_err *err);
+
+typedef struct ob_checkpoint_info {
+    int64_t step;
+    int64_t time_ms;
+    char path[OB_JOB_PATH_LEN];
+} ob_checkpoint_info;
+
+/* The job's complete checkpoints (renamed step-XXXXXXXX directories), newest first. *out is
+ * malloc'd (free()), NULL when there are none. OB_ERR_NOT_FOUND for an unknown job. */
+ob_status ob_service_checkpoints(ob_service *svc, const char *id, ob_checkpoint_info **out,
+                                 size_t *n, ob_err *err);
+
+/* Prometheus text exposition of the service's metrics. *out is malloc'd (free()). */
+ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err);
+
+/* Parses one line of a worker's JSON progress output into *r (job_id left empty). Returns 1
+ * for a progress event, 0 for anything else (other output, malformed lines). */
+int ob_report_parse_line(const char *line, size_t len, ob_report *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_SERVICE_H */

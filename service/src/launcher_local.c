@@ -1,0 +1,316 @@
+/* The local launcher: `mpirun -np N [args] onebit-worker ...` started with posix_spawn (fork and
+ * gRPC's threads do not mix) in a new process group, its output appended to the job's log.
+ *
+ * Signals: SIGTERM goes to the worker ranks themselves, not to mpirun, so that they can finish
+ * their step, write a checkpoint and exit 0 without mpirun cutting them short; any other
+ * signal (SIGKILL) goes to the whole group. */
+#include "onebit/launcher.h"
+#include "svc_internal.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+extern char **environ;
+
+typedef struct local_launcher {
+    ob_launcher base;
+    char *mpirun;
+    char *worker;
+    char **mpirun_args; /* NULL-terminated */
+    size_t n_mpirun_args;
+} local_launcher;
+
+/* Calls fn(pid, user) for every process whose process group is pgid. */
+static void for_each_in_group(int pgid, void (*fn)(int pid, void *user), void *user)
+{
+    DIR *d = opendir("/proc");
+    if (!d) return;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        char *end;
+        long pid = strtol(de->d_name, &end, 10);
+        if (*end || pid <= 0) continue;
+        char path[64], buf[512];
+        snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+        FILE *f = fopen(path, "r");
+        if (!f) continue;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        /* "pid (comm) state ppid pgrp ...": comm may hold spaces, so read after the last ')'. */
+        char *p = strrchr(buf, ')');
+        char state;
+        int ppid, pgrp;
+        if (!p || sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) continue;
+        if (pgrp == pgid && state != 'Z') fn((int)pid, user);
+    }
+    closedir(d);
+}
+
+typedef struct term_ctx {
+    int leader;
+    int sent;
+} term_ctx;
+
+static void term_one(int pid, void *user)
+{
+    term_ctx *t = user;
+    if (pid == t->leader) return;
+    if (kill(pid, SIGTERM) == 0) t->sent++;
+}
+
+static ob_status local_signal(ob_launcher *l, const ob_launch_handle *h, int sig, ob_err *err)
+{
+    (void)l;
+    if (h->pgid <= 0) return OB_OK;
+    if (sig == SIGTERM) {
+        term_ctx t = {.leader = h->pid};
+        for_each_in_group(h->pgid, term_one, &t);
+        if (t.sent > 0) return OB_OK;
+        /* No ranks (yet or any more): stop mpirun itself. */
+    }
+    if (kill(-h->pgid, sig) != 0 && errno != ESRCH)
+        return OB_ERR(err, OB_ERR_IO, "kill(-%d, %d): %s", h->pgid, sig, strerror(errno));
+    return OB_OK;
+}
+
+static void count_one(int pid, void *user)
+{
+    (void)pid;
+    (*(int *)user)++;
+}
+
+static int local_alive(ob_launcher *l, const ob_launch_handle *h)
+{
+    (void)l;
+    if (h->pgid <= 0) return 0;
+    int n = 0;
+    for_each_in_group(h->pgid, count_one, &n);
+    return n > 0;
+}
+
+typedef struct stale_ctx {
+    const char *needle;
+    int found;
+} stale_ctx;
+
+/* Whether the process's command line mentions needle (arguments are NUL-separated). */
+static void match_cmdline(int pid, void *user)
+{
+    stale_ctx *c = user;
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    for (size_t i = 0; i < n; i++)
+        if (buf[i] == '\0') buf[i] = ' ';
+    buf[n] = '\0';
+    if (strstr(buf, c->needle)) c->found++;
+}
+
+static void sleep_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static void local_stop_stale(ob_launcher *l, const ob_launch_handle *h, const char *job_id)
+{
+    if (h->pgid <= 1) return;
+    /* A process group id can be reused: only a group whose processes run this job's spec
+     * (".../jobs/<id>/spec.json") is ours to stop. */
+    char needle[OB_ERR_MSG_LEN];
+    snprintf(needle, sizeof needle, "/jobs/%s/", job_id);
+    stale_ctx c = {.needle = needle};
+    for_each_in_group(h->pgid, match_cmdline, &c);
+    if (!c.found) return;
+    kill(-h->pgid, SIGKILL);
+    for (int i = 0; i < 100 && local_alive(l, h); i++)
+        sleep_ms(20);
+}
+
+static ob_status local_poll(ob_launcher *l, const ob_launch_handle *h, ob_launch_exit *ex,
+                            ob_err *err)
+{
+    (void)l;
+    memset(ex, 0, sizeof *ex);
+    ex->exit_code = -1;
+    int st = 0;
+    pid_t r = waitpid(h->pid, &st, WNOHANG);
+    if (r == 0) return OB_OK;
+    if (r < 0) {
+        if (errno == ECHILD) { /* not our child (any more): done when nothing is left */
+            ex->done = !local_alive(l, h);
+            return OB_OK;
+        }
+        return OB_ERR(err, OB_ERR_IO, "waitpid(%d): %s", h->pid, strerror(errno));
+    }
+    ex->done = 1;
+    if (WIFEXITED(st)) ex->exit_code = WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) ex->term_signal = WTERMSIG(st);
+    return OB_OK;
+}
+
+/* The child's environment: ours, plus what Open MPI needs in containers unless already set. */
+static char **child_env(void)
+{
+    static const char *const extra[] = {
+        "OMPI_MCA_btl_vader_single_copy_mechanism=none",
+        "OMPI_MCA_mpi_yield_when_idle=1",
+        "OPENBLAS_NUM_THREADS=1",
+        "OMPI_ALLOW_RUN_AS_ROOT=1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+    };
+    size_t n_extra = sizeof extra / sizeof extra[0];
+    if (geteuid() != 0) n_extra -= 2;
+    size_t n = 0;
+    while (environ && environ[n])
+        n++;
+    char **env = calloc(n + n_extra + 1, sizeof *env);
+    if (!env) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        env[k++] = environ[i];
+    for (size_t i = 0; i < n_extra; i++) {
+        size_t keylen = (size_t)(strchr(extra[i], '=') - extra[i]);
+        int present = 0;
+        for (size_t j = 0; j < n && !present; j++)
+            present = !strncmp(environ[j], extra[i], keylen + 1);
+        if (!present) env[k++] = (char *)extra[i];
+    }
+    env[k] = NULL;
+    return env;
+}
+
+static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch_handle *h,
+                             ob_err *err)
+{
+    local_launcher *ll = (local_launcher *)l;
+    ob_status rc = OB_OK;
+    char np[16];
+    snprintf(np, sizeof np, "%d", req->world_size);
+    const char *argv[64];
+    size_t a = 0;
+    argv[a++] = ll->mpirun;
+    argv[a++] = "-np";
+    argv[a++] = np;
+    for (size_t i = 0; i < ll->n_mpirun_args && a < 40; i++)
+        argv[a++] = ll->mpirun_args[i];
+    argv[a++] = ll->worker;
+    argv[a++] = "--spec";
+    argv[a++] = req->spec_path;
+    argv[a++] = "--format";
+    argv[a++] = "json";
+    argv[a++] = "--job-id";
+    argv[a++] = req->job_id;
+    argv[a++] = "--checkpoint-dir";
+    argv[a++] = req->checkpoint_dir;
+    if (req->resume) argv[a++] = "--resume";
+    if (req->report_addr && req->report_addr[0]) {
+        argv[a++] = "--report";
+        argv[a++] = req->report_addr;
+    }
+    argv[a] = NULL;
+
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    char **env = child_env();
+    if (!env) return OB_ERR(err, OB_ERR_NOMEM, "environment for job %s", req->job_id);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_addopen(&fa, 1, req->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    /* A process group of its own (pgid = its pid): cancel and restart signal all of it. The
+     * coordinator's blocked signals and ignored dispositions are not passed on. */
+    sigset_t none, all;
+    sigemptyset(&none);
+    sigemptyset(&all);
+    const int dfl[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGCHLD};
+    for (size_t i = 0; i < sizeof dfl / sizeof dfl[0]; i++)
+        sigaddset(&all, dfl[i]);
+    posix_spawnattr_setpgroup(&at, 0);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &all);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+    pid_t pid;
+    int e = posix_spawnp(&pid, ll->mpirun, &fa, &at, (char *const *)argv, env);
+    if (e != 0) {
+        rc = OB_ERR(err, OB_ERR_IO, "starting %s for job %s: %s", ll->mpirun, req->job_id,
+                    strerror(e));
+    } else {
+        h->pid = pid;
+        h->pgid = pid;
+    }
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    free(env);
+    return rc;
+}
+
+static void local_destroy(ob_launcher *l)
+{
+    local_launcher *ll = (local_launcher *)l;
+    if (!ll) return;
+    free(ll->mpirun);
+    free(ll->worker);
+    for (size_t i = 0; i < ll->n_mpirun_args; i++)
+        free(ll->mpirun_args[i]);
+    free(ll->mpirun_args);
+    free(ll);
+}
+
+static const ob_launcher_ops local_ops = {
+    .start = local_start,
+    .poll = local_poll,
+    .signal = local_signal,
+    .alive = local_alive,
+    .stop_stale = local_stop_stale,
+    .destroy = local_destroy,
+};
+
+ob_status ob_local_launcher_create(ob_launcher **out, const ob_local_launcher_config *cfg,
+                                   ob_err *err)
+{
+    *out = NULL;
+    local_launcher *ll = calloc(1, sizeof *ll);
+    if (!ll) return OB_ERR(err, OB_ERR_NOMEM, "allocating the local launcher");
+    ll->base.ops = &local_ops;
+    size_t n = 0;
+    while (cfg->mpirun_args && cfg->mpirun_args[n])
+        n++;
+    if (n > 32) {
+        local_destroy(&ll->base);
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "at most 32 extra mpirun arguments, got %zu", n);
+    }
+    ll->mpirun = strdup(cfg->mpirun ? cfg->mpirun : "mpirun");
+    ll->worker = strdup(cfg->worker ? cfg->worker : "onebit-worker");
+    ll->mpirun_args = calloc(n + 1, sizeof *ll->mpirun_args);
+    if (!ll->mpirun || !ll->worker || !ll->mpirun_args) goto fail;
+    for (size_t i = 0; i < n; i++) {
+        if (!(ll->mpirun_args[i] = strdup(cfg->mpirun_args[i]))) goto fail;
+        ll->n_mpirun_args++;
+    }
+    *out = &ll->base;
+    return OB_OK;
+fail:
+    local_destroy(&ll->base);
+    return OB_ERR(err, OB_ERR_NOMEM, "allocating the local launcher");
+}
+
+void ob_launcher_destroy(ob_launcher *l)
+{
+    if (l) l->ops->destroy(l);
+}
