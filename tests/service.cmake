@@ -12,3 +12,15 @@ endfunction()
 
 ob_add_service_test(test_store test_store.c)
 ob_add_service_test(test_status_map test_status_map.c)
+
+# obrpc: the gRPC client the black-box tests drive onebitd with.
+pkg_check_modules(OB_TEST_JANSSON REQUIRED IMPORTED_TARGET jansson)
+add_executable(obrpc obrpc.c)
+target_link_libraries(obrpc PRIVATE onebit_rpc PkgConfig::OB_TEST_JANSSON)
+
+# The real onebitd over the wire (gRPC and REST), supervising real mpirun processes.
+add_test(NAME test_onebitd
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_onebitd.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
+set_tests_properties(test_onebitd PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 300
+                     PROCESSORS 2)

@@ -1,9 +1,10 @@
 /* The local launcher: `mpirun -np N [args] onebit-worker ...` started with posix_spawn (fork and
  * gRPC's threads do not mix) in a new process group, its output appended to the job's log.
  *
- * Signals: SIGTERM goes to the worker ranks themselves, not to mpirun, so that they can finish
- * their step, write a checkpoint and exit 0 without mpirun cutting them short; any other
- * signal (SIGKILL) goes to the whole group. */
+ * The processes of an attempt are mpirun's process group plus every process with the attempt's
+ * spec path among its arguments: Open MPI starts each rank in a process group of its own.
+ * SIGTERM goes to the ranks themselves, not to mpirun, so that they can finish their step, write
+ * a checkpoint and exit 0 without mpirun cutting them short; SIGKILL goes to all of them. */
 #include "onebit/launcher.h"
 #include "svc_internal.h"
 
@@ -29,8 +30,22 @@ typedef struct local_launcher {
     size_t n_mpirun_args;
 } local_launcher;
 
-/* Calls fn(pid, user) for every process whose process group is pgid. */
-static void for_each_in_group(int pgid, void (*fn)(int pid, void *user), void *user)
+/* Whether the NUL-separated argument list buf[0..n) holds an argument equal to arg. */
+static int has_arg(const char *buf, size_t n, const char *arg)
+{
+    for (size_t i = 0; i < n;) {
+        const char *a = buf + i;
+        size_t len = strnlen(a, n - i);
+        if (!strcmp(a, arg)) return 1;
+        i += len + 1;
+    }
+    return 0;
+}
+
+/* Calls fn(pid, user) for every live process of the attempt: those in mpirun's process group
+ * and those with the attempt's spec path among their arguments (the ranks, in groups of their
+ * own, and whatever they started with it). */
+static void for_each_member(const ob_launch_handle *h, void (*fn)(int pid, void *user), void *user)
 {
     DIR *d = opendir("/proc");
     if (!d) return;
@@ -39,47 +54,59 @@ static void for_each_in_group(int pgid, void (*fn)(int pid, void *user), void *u
         char *end;
         long pid = strtol(de->d_name, &end, 10);
         if (*end || pid <= 0) continue;
-        char path[64], buf[512];
+        char path[64], buf[8192];
         snprintf(path, sizeof path, "/proc/%ld/stat", pid);
         FILE *f = fopen(path, "r");
         if (!f) continue;
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        size_t n = fread(buf, 1, 1023, f);
         fclose(f);
         buf[n] = '\0';
         /* "pid (comm) state ppid pgrp ...": comm may hold spaces, so read after the last ')'. */
         char *p = strrchr(buf, ')');
         char state;
         int ppid, pgrp;
-        if (!p || sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) != 3) continue;
-        if (pgrp == pgid && state != 'Z') fn((int)pid, user);
+        if (!p || sscanf(p + 1, " %c %d %d", &state, &ppid, &pgrp) != 3 || state == 'Z') continue;
+        int member = h->pgid > 1 && pgrp == h->pgid;
+        if (!member && h->spec_path[0]) {
+            snprintf(path, sizeof path, "/proc/%ld/cmdline", pid);
+            f = fopen(path, "r");
+            if (!f) continue;
+            n = fread(buf, 1, sizeof buf - 1, f);
+            fclose(f);
+            buf[n] = '\0';
+            member = has_arg(buf, n, h->spec_path);
+        }
+        if (member) fn((int)pid, user);
     }
     closedir(d);
 }
 
-typedef struct term_ctx {
-    int leader;
+typedef struct sig_ctx {
+    int leader; /* skipped when >0 */
+    int sig;
     int sent;
-} term_ctx;
+} sig_ctx;
 
-static void term_one(int pid, void *user)
+static void signal_one(int pid, void *user)
 {
-    term_ctx *t = user;
+    sig_ctx *t = user;
     if (pid == t->leader) return;
-    if (kill(pid, SIGTERM) == 0) t->sent++;
+    if (kill(pid, t->sig) == 0) t->sent++;
 }
 
 static ob_status local_signal(ob_launcher *l, const ob_launch_handle *h, int sig, ob_err *err)
 {
     (void)l;
-    if (h->pgid <= 0) return OB_OK;
-    if (sig == SIGTERM) {
-        term_ctx t = {.leader = h->pid};
-        for_each_in_group(h->pgid, term_one, &t);
-        if (t.sent > 0) return OB_OK;
-        /* No ranks (yet or any more): stop mpirun itself. */
+    (void)err;
+    if (h->pid <= 0) return OB_OK;
+    /* SIGTERM goes to the ranks only: mpirun would answer it by killing them before their
+     * final checkpoint. Without ranks (not started yet, or gone), mpirun itself is told. */
+    sig_ctx t = {.leader = sig == SIGTERM ? h->pid : 0, .sig = sig};
+    for_each_member(h, signal_one, &t);
+    if (sig != SIGTERM || t.sent == 0) {
+        kill(h->pid, sig);
+        if (h->pgid > 1) kill(-h->pgid, sig);
     }
-    if (kill(-h->pgid, sig) != 0 && errno != ESRCH)
-        return OB_ERR(err, OB_ERR_IO, "kill(-%d, %d): %s", h->pgid, sig, strerror(errno));
     return OB_OK;
 }
 
@@ -92,31 +119,9 @@ static void count_one(int pid, void *user)
 static int local_alive(ob_launcher *l, const ob_launch_handle *h)
 {
     (void)l;
-    if (h->pgid <= 0) return 0;
     int n = 0;
-    for_each_in_group(h->pgid, count_one, &n);
+    for_each_member(h, count_one, &n);
     return n > 0;
-}
-
-typedef struct stale_ctx {
-    const char *needle;
-    int found;
-} stale_ctx;
-
-/* Whether the process's command line mentions needle (arguments are NUL-separated). */
-static void match_cmdline(int pid, void *user)
-{
-    stale_ctx *c = user;
-    char path[64], buf[4096];
-    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    for (size_t i = 0; i < n; i++)
-        if (buf[i] == '\0') buf[i] = ' ';
-    buf[n] = '\0';
-    if (strstr(buf, c->needle)) c->found++;
 }
 
 static void sleep_ms(long ms)
@@ -125,18 +130,17 @@ static void sleep_ms(long ms)
     nanosleep(&ts, NULL);
 }
 
-static void local_stop_stale(ob_launcher *l, const ob_launch_handle *h, const char *job_id)
+static void local_stop_stale(ob_launcher *l, const ob_launch_handle *h, const ob_launch_req *req)
 {
-    if (h->pgid <= 1) return;
-    /* A process group id can be reused: only a group whose processes run this job's spec
-     * (".../jobs/<id>/spec.json") is ours to stop. */
-    char needle[OB_ERR_MSG_LEN];
-    snprintf(needle, sizeof needle, "/jobs/%s/", job_id);
-    stale_ctx c = {.needle = needle};
-    for_each_in_group(h->pgid, match_cmdline, &c);
-    if (!c.found) return;
-    kill(-h->pgid, SIGKILL);
-    for (int i = 0; i < 100 && local_alive(l, h); i++)
+    /* Process group ids are reused: only processes that run this job's spec are ours, so the
+     * group is left out and the spec path alone identifies them. */
+    ob_launch_handle mine;
+    memset(&mine, 0, sizeof mine);
+    ob__strlcpy(mine.spec_path, req->spec_path, sizeof mine.spec_path);
+    (void)h;
+    sig_ctx t = {.sig = SIGKILL};
+    for_each_member(&mine, signal_one, &t);
+    for (int i = 0; i < 100 && local_alive(l, &mine); i++)
         sleep_ms(20);
 }
 
@@ -253,6 +257,7 @@ static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch
     } else {
         h->pid = pid;
         h->pgid = pid;
+        ob__strlcpy(h->spec_path, req->spec_path, sizeof h->spec_path);
     }
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);

@@ -5,6 +5,7 @@
  * runs tick() every cfg.tick_ms: it reads the workers' progress from their logs (when they do
  * not report over WorkerService), reaps ended attempts, enforces the progress timeout and the
  * cancel grace period, and starts PENDING and RESTARTING jobs while slots are free. */
+#define _XOPEN_SOURCE 700 /* realpath */
 #include "onebit/service.h"
 #include "onebit/jobspec.h"
 #include "onebit/store.h"
@@ -39,6 +40,7 @@ typedef struct run {
     int64_t kill_at_ms;               /* after SIGTERM: when to send SIGKILL; 0: not stopping */
     char stop_reason[OB_JOB_MSG_LEN]; /* why we stopped it (timeout, cancel, shutdown) */
     char last_text[256];              /* the last line of the log that was not progress */
+    char worker_error[256];           /* the last line a worker or mpirun wrote about a failure */
     int64_t total_steps;
     int reported; /* has used WorkerService: ignore its log lines */
     int world_size;
@@ -253,7 +255,10 @@ static ob_status recover(ob_service *svc, ob_err *err)
                 ob_attempt *a = j->n_attempts ? &j->attempts[j->n_attempts - 1] : NULL;
                 if (a && a->ended_ms == 0) {
                     ob_launch_handle h = {.pid = a->pgid, .pgid = a->pgid};
-                    svc->cfg.launcher->ops->stop_stale(svc->cfg.launcher, &h, j->id);
+                    char spec_path[OB_JOB_PATH_LEN];
+                    job_path(svc, j->id, "spec.json", spec_path, sizeof spec_path);
+                    ob_launch_req req = {.job_id = j->id, .spec_path = spec_path};
+                    svc->cfg.launcher->ops->stop_stale(svc->cfg.launcher, &h, &req);
                     a->ended_ms = ob_now_ms();
                     a->exit_code = -1;
                     ob__strlcpy(a->exit_reason, "coordinator restarted", sizeof a->exit_reason);
@@ -289,6 +294,16 @@ ob_status ob_service_create(ob_service **out, const ob_service_config *cfg, ob_e
         rc = OB_ERR(err, OB_ERR_NOMEM, "allocating the service");
         goto fail;
     }
+    /* An absolute state path: the workers' command lines carry it, and a coordinator started
+     * again from another directory must recognise them. */
+    if ((rc = mkdirs(svc->state_dir, err))) goto fail;
+    char *abs = realpath(svc->state_dir, NULL);
+    if (!abs) {
+        rc = OB_ERR(err, OB_ERR_IO, "state directory %s: %s", svc->state_dir, strerror(errno));
+        goto fail;
+    }
+    free(svc->state_dir);
+    svc->state_dir = abs;
     svc->jobs_dir = path_join(svc->state_dir, "jobs");
     svc->ckpt_dir = path_join(svc->state_dir, "checkpoints");
     char *db = path_join(svc->state_dir, "jobs.db");
@@ -558,60 +573,11 @@ ob_status ob_service_checkpoints(ob_service *svc, const char *id, ob_checkpoint_
 
 /* ---- progress --------------------------------------------------------------------------- */
 
-static double jnum(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    return json_is_number(v) ? json_number_value(v) : 0.0;
-}
-
 static int64_t jint(const json_t *o, const char *key)
 {
     const json_t *v = json_object_get(o, key);
     if (json_is_integer(v)) return json_integer_value(v);
     return json_is_number(v) ? (int64_t)json_number_value(v) : 0;
-}
-
-int ob_report_parse_line(const char *line, size_t len, ob_report *r)
-{
-    memset(r, 0, sizeof *r);
-    if (len < 2 || line[0] != '{') return 0;
-    json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
-    if (!o) return 0;
-    const char *ev = json_string_value(json_object_get(o, "event"));
-    int ok = 1;
-    if (!ev) {
-        ok = 0;
-    } else if (!strcmp(ev, "step")) {
-        ob_progress *p = &r->progress;
-        p->step = jint(o, "step");
-        p->loss = jnum(o, "loss");
-        ob__strlcpy(p->phase, json_string_value(json_object_get(o, "phase")), sizeof p->phase);
-        p->samples_per_s = jnum(o, "samples_per_s");
-        p->bytes_sent = jint(o, "bytes_sent");
-        p->lr = jnum(o, "lr");
-        p->freeze_ratio = jnum(o, "freeze_ratio");
-    } else if (!strcmp(ev, "start")) {
-        r->num_params = jint(o, "num_params");
-        r->world_size = (int)jint(o, "world_size");
-    } else if (!strcmp(ev, "freeze")) {
-        r->progress.step = r->progress.freeze_step = jint(o, "step");
-        r->progress.freeze_ratio = jnum(o, "freeze_ratio");
-    } else if (!strcmp(ev, "eval")) {
-        r->progress.step = jint(o, "step");
-        r->eval_loss = jnum(o, "eval_loss");
-        r->eval_accuracy = jnum(o, "eval_accuracy");
-    } else if (!strcmp(ev, "checkpoint")) {
-        r->progress.step = r->ckpt_step = jint(o, "step");
-        ob__strlcpy(r->ckpt_path, json_string_value(json_object_get(o, "path")),
-                    sizeof r->ckpt_path);
-    } else if (!strcmp(ev, "summary")) {
-        r->progress.step = jint(o, "steps");
-    } else {
-        ok = 0;
-    }
-    if (ok) ob__strlcpy(r->kind, ev, sizeof r->kind);
-    json_decref(o);
-    return ok;
 }
 
 /* Applies one progress report to its job. Called with the lock held. */
@@ -685,6 +651,16 @@ done:
     return rc;
 }
 
+/* Remembers the lines that best explain a failure: the workers' own messages and mpirun's
+ * account of a rank that died, rather than the banners around them. */
+static void note_text_line(run *r)
+{
+    const char *l = r->line;
+    if (!strncmp(l, "onebit-worker", 13) || strstr(l, "mpirun noticed") || strstr(l, "rror"))
+        ob__strlcpy(r->worker_error, l, sizeof r->worker_error);
+    if (strspn(l, "-= ") != strlen(l)) ob__strlcpy(r->last_text, l, sizeof r->last_text);
+}
+
 /* Reads what the workers appended to the log since the last tick; progress lines are applied
  * unless the workers report over WorkerService. */
 static void read_log(ob_service *svc, run *r)
@@ -711,7 +687,7 @@ static void read_log(ob_service *svc, run *r)
                     apply_report(svc, r, &rep, NULL);
                 }
             } else if (r->line_len > 0) {
-                ob__strlcpy(r->last_text, r->line, sizeof r->last_text);
+                note_text_line(r);
             }
             r->line_len = 0;
             r->line_overflow = 0;
@@ -866,8 +842,9 @@ static void finish_attempt(ob_service *svc, run *r, const ob_launch_exit *ex)
         snprintf(reason, sizeof reason, "completed");
     else if (r->stop_reason[0])
         snprintf(reason, sizeof reason, "%.200s (%s)", r->stop_reason, status);
-    else if (r->last_text[0])
-        snprintf(reason, sizeof reason, "workers failed (%s): %.250s", status, r->last_text);
+    else if (r->worker_error[0] || r->last_text[0])
+        snprintf(reason, sizeof reason, "workers failed (%s): %.250s", status,
+                 r->worker_error[0] ? r->worker_error : r->last_text);
     else
         snprintf(reason, sizeof reason, "workers failed (%s)", status);
 
@@ -977,6 +954,17 @@ static void *supervisor_main(void *arg)
     }
     pthread_mutex_unlock(&svc->mu);
     return NULL;
+}
+
+ob_status ob_service_set_report_addr(ob_service *svc, const char *addr, ob_err *err)
+{
+    char *copy = strdup(addr ? addr : "");
+    if (!copy) return OB_ERR(err, OB_ERR_NOMEM, "copying the report address");
+    pthread_mutex_lock(&svc->mu);
+    free(svc->report_addr);
+    svc->report_addr = copy;
+    pthread_mutex_unlock(&svc->mu);
+    return OB_OK;
 }
 
 ob_status ob_service_start(ob_service *svc, ob_err *err)

@@ -2,6 +2,8 @@
 #include "onebit/status_map.h"
 
 #include <stddef.h>
+#include <stdio.h>
+#include <string.h>
 
 typedef struct row {
     ob_status status;
@@ -47,4 +49,32 @@ int ob_status_http(ob_status s)
 const char *ob_status_code_name(ob_status s)
 {
     return find(s)->name;
+}
+
+/* Whether msg[0..n) ends in " (name.c:123)". */
+static size_t location_suffix(const char *msg, size_t n)
+{
+    if (n < 6 || msg[n - 1] != ')') return 0;
+    size_t i = n - 1;
+    while (i > 0 && msg[i - 1] >= '0' && msg[i - 1] <= '9')
+        i--;
+    if (i == n - 1 || i < 4 || msg[i - 1] != ':') return 0;
+    size_t colon = i - 1;
+    if (colon < 3 || strncmp(msg + colon - 2, ".c", 2) != 0) return 0;
+    size_t open = colon;
+    while (open > 0 && msg[open - 1] != '(' && msg[open - 1] != ' ')
+        open--;
+    if (open < 2 || msg[open - 1] != '(' || msg[open - 2] != ' ') return 0;
+    return n - (open - 2);
+}
+
+void ob_status_public_message(const char *msg, char *out, size_t cap)
+{
+    if (!cap) return;
+    if (!msg) msg = "";
+    size_t n = strlen(msg);
+    n -= location_suffix(msg, n);
+    if (n >= cap) n = cap - 1;
+    memcpy(out, msg, n);
+    out[n] = '\0';
 }

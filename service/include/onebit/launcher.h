@@ -32,7 +32,10 @@ typedef struct ob_launch_req {
  * restarted coordinator can stop what an earlier one left behind. */
 typedef struct ob_launch_handle {
     int pid;  /* the launcher process (mpirun) */
-    int pgid; /* its process group: every process of the attempt */
+    int pgid; /* its process group */
+    /* The spec path every process of the attempt carries on its command line (Open MPI puts
+     * each rank in a process group of its own, so the group alone does not find them). */
+    char spec_path[1024];
 } ob_launch_handle;
 
 /* How an attempt ended. */
@@ -53,9 +56,9 @@ typedef struct ob_launcher_ops {
     ob_status (*signal)(ob_launcher *l, const ob_launch_handle *h, int sig, ob_err *err);
     /* 1 when some process of the attempt is still alive. */
     int (*alive)(ob_launcher *l, const ob_launch_handle *h);
-    /* Stops (SIGKILL) whatever is left of an attempt of job_id that an earlier coordinator
-     * started, when it can tell the processes are that job's. */
-    void (*stop_stale)(ob_launcher *l, const ob_launch_handle *h, const char *job_id);
+    /* Stops (SIGKILL) whatever is left of an attempt of req->job_id that an earlier coordinator
+     * started (h as the store kept it), when it can tell the processes are that job's. */
+    void (*stop_stale)(ob_launcher *l, const ob_launch_handle *h, const ob_launch_req *req);
     void (*destroy)(ob_launcher *l);
 } ob_launcher_ops;
 

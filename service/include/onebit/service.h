@@ -10,6 +10,7 @@
 
 #include "onebit/job.h"
 #include "onebit/launcher.h"
+#include "onebit/report.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,6 +39,9 @@ void ob_service_config_default(ob_service_config *cfg);
  * coordinator left: jobs that were RUNNING or RESTARTING have their old processes stopped and
  * are queued to resume from their newest checkpoint. *out is owned by the caller. */
 ob_status ob_service_create(ob_service **out, const ob_service_config *cfg, ob_err *err);
+
+/* Sets the host:port (copied) that workers report progress to; before ob_service_start. */
+ob_status ob_service_set_report_addr(ob_service *svc, const char *addr, ob_err *err);
 
 /* Starts the supervisor thread. */
 ob_status ob_service_start(ob_service *svc, ob_err *err);
@@ -93,18 +97,6 @@ int ob_service_wait(ob_service *svc, int64_t seen, int timeout_ms);
 /* A counter that grows with every event of any job; pass it to ob_service_wait. */
 int64_t ob_service_event_counter(ob_service *svc);
 
-/* A progress report from a job's workers (WorkerService, or a line of their log). */
-typedef struct ob_report {
-    char job_id[OB_JOB_ID_LEN];
-    char kind[16];        /* start, step, freeze, eval, checkpoint, summary */
-    ob_progress progress; /* step: every field; others: step (and freeze_step for freeze) */
-    int64_t num_params;   /* start */
-    int world_size;       /* start */
-    int64_t ckpt_step;    /* checkpoint */
-    char ckpt_path[OB_JOB_PATH_LEN];
-    double eval_loss, eval_accuracy; /* eval */
-} ob_report;
-
 /* Applies a report to the job's current attempt. *cancel_requested (may be NULL) is set when
  * the job is being cancelled. OB_ERR_NOT_FOUND for an unknown job, OB_ERR_STATE when the job has
  * no running attempt. */
@@ -124,10 +116,6 @@ ob_status ob_service_checkpoints(ob_service *svc, const char *id, ob_checkpoint_
 
 /* Prometheus text exposition of the service's metrics. *out is malloc'd (free()). */
 ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err);
-
-/* Parses one line of a worker's JSON progress output into *r (job_id left empty). Returns 1
- * for a progress event, 0 for anything else (other output, malformed lines). */
-int ob_report_parse_line(const char *line, size_t len, ob_report *r);
 
 #ifdef __cplusplus
 }

@@ -5,6 +5,8 @@
 
 #include "onebit/status.h"
 
+#include <stddef.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,6 +19,10 @@ int ob_status_http(ob_status s);
 
 /* The gRPC code name ("INVALID_ARGUMENT"), used as the "code" of REST error bodies. */
 const char *ob_status_code_name(ob_status s);
+
+/* An error message as the APIs show it: msg (borrowed, may be NULL) without the trailing
+ * " (file.c:123)" that error records carry for developers. Writes into out[cap]. */
+void ob_status_public_message(const char *msg, char *out, size_t cap);
 
 #ifdef __cplusplus
 }

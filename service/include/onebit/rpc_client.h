@@ -1,0 +1,79 @@
+/* A small gRPC client on the gRPC C core: unary and server-streaming calls carrying messages
+ * the caller has already encoded (protobuf-c), with an optional bearer token.
+ *
+ * Workers use it to report progress (ob_reporter, below); the tests use it to drive onebitd
+ * over the wire, including with bytes that are not a valid message. One client may be used by
+ * one thread at a time. grpc_init is called by create and grpc_shutdown by destroy. */
+#ifndef ONEBIT_RPC_CLIENT_H
+#define ONEBIT_RPC_CLIENT_H
+
+#include "onebit/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ob_rpc_client ob_rpc_client;
+
+/* Connects (lazily) to target ("host:port"), borrowed. token (borrowed, may be NULL or "") is
+ * sent as "authorization: Bearer TOKEN" on every call. *out is owned by the caller. */
+ob_status ob_rpc_client_create(ob_rpc_client **out, const char *target, const char *token,
+                               ob_err *err);
+
+/* Closes the channel. Accepts NULL. */
+void ob_rpc_client_destroy(ob_rpc_client *c);
+
+/* The outcome of a call that reached the server (or failed in the transport). */
+typedef struct ob_rpc_result {
+    int code;          /* grpc_status_code: 0 OK, 3 INVALID_ARGUMENT, ... */
+    char details[512]; /* the status message */
+} ob_rpc_result;
+
+/* Unary call of method ("/pkg.Service/Method") with req_len bytes at req (borrowed). On return
+ * *res holds the status; when it is OK, *resp (malloc'd, caller frees; may be NULL for an
+ * empty message) holds resp_len bytes of the answer. Returns OB_OK whenever a status was
+ * received (check res->code); OB_ERR_COMM when the call could not be made. */
+ob_status ob_rpc_unary(ob_rpc_client *c, const char *method, const void *req, size_t req_len,
+                       void **resp, size_t *resp_len, ob_rpc_result *res, int timeout_ms,
+                       ob_err *err);
+
+/* Called for every message of a stream with its bytes (borrowed); return nonzero to stop
+ * reading (the call is then cancelled). */
+typedef int (*ob_rpc_on_message)(const void *data, size_t len, void *user);
+
+/* Server-streaming call: sends req, then calls on_msg for each message until the stream ends,
+ * on_msg asks to stop, or timeout_ms passes (then res->code is DEADLINE_EXCEEDED, 4). */
+ob_status ob_rpc_server_stream(ob_rpc_client *c, const char *method, const void *req,
+                               size_t req_len, ob_rpc_on_message on_msg, void *user,
+                               ob_rpc_result *res, int timeout_ms, ob_err *err);
+
+/* ---- progress reports (WorkerService) ----------------------------------------------------- */
+
+typedef struct ob_reporter ob_reporter;
+
+/* A reporter for job_id (copied) to the coordinator at target; token as above (NULL: read
+ * ONEBIT_TOKEN from the environment). */
+ob_status ob_reporter_create(ob_reporter **out, const char *target, const char *job_id,
+                             const char *token, ob_err *err);
+
+/* Sends one of the worker's JSON progress lines (borrowed; {"event": ...}) as a
+ * ReportProgress call, waiting at most a second. Failures are not fatal to training: they are
+ * counted and returned, and the caller goes on. *cancel_requested (may be NULL) is set when the
+ * coordinator is cancelling the job. Lines that are not progress events are ignored (OB_OK). */
+ob_status ob_reporter_send_line(ob_reporter *r, const char *json_line, int *cancel_requested,
+                                ob_err *err);
+
+/* Number of reports that failed so far. */
+int ob_reporter_failures(const ob_reporter *r);
+
+/* Accepts NULL. */
+void ob_reporter_destroy(ob_reporter *r);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_RPC_CLIENT_H */

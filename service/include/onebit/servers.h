@@ -1,0 +1,46 @@
+/* The two front ends of onebitd over the same service functions: gRPC (onebit.v1.JobService,
+ * onebit.v1.WorkerService, grpc.health.v1.Health) on the gRPC C core, and REST/JSON (proto3
+ * JSON mapping) on libmicrohttpd. Both are thin: they decode a request, call an ob_service_*
+ * function, and encode its result or its error through the one status table (status_map.h).
+ * With a token set, a call without "authorization: Bearer TOKEN" is refused as
+ * UNAUTHENTICATED / 401 before anything else happens. */
+#ifndef ONEBIT_SERVERS_H
+#define ONEBIT_SERVERS_H
+
+#include "onebit/service.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ob_grpc_server ob_grpc_server;
+
+/* Binds addr ("host:port"; port 0 picks a free one, returned in *bound_port) and starts
+ * `threads` handler threads on one completion queue. svc is borrowed and must outlive the
+ * server; token (copied) may be NULL or "" for none. *out is owned by the caller. */
+ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc, const char *addr,
+                               const char *token, int threads, int *bound_port, ob_err *err);
+
+/* Stops accepting calls, cancels those in progress (streams end), joins the threads and frees
+ * the server. Accepts NULL. */
+void ob_grpc_server_stop(ob_grpc_server *s);
+
+typedef struct ob_rest_server ob_rest_server;
+
+/* Binds addr ("host:port"; port 0 picks a free one, returned in *bound_port) and serves the
+ * REST API, one thread per connection. svc is borrowed; token copied. */
+ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char *addr,
+                               const char *token, int *bound_port, ob_err *err);
+
+/* Ends open event streams, stops the server and frees it. Accepts NULL. */
+void ob_rest_server_stop(ob_rest_server *s);
+
+/* Largest request body or message the servers accept: a spec of OB_JOBSPEC_MAX_BYTES plus room
+ * for the envelope. */
+#define OB_API_MAX_REQUEST ((size_t)1 << 21)
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_SERVERS_H */

@@ -1,0 +1,689 @@
+/* The REST front end on libmicrohttpd, one thread per connection, JSON by jansson in the proto3
+ * JSON mapping (lowerCamelCase names, 64-bit integers as strings, enums by name).
+ *
+ *   POST /v1/jobs                  {"spec": "<JSON or YAML text>" | {...}, "worldSize",
+ * "maxRestarts"} GET  /v1/jobs                  ?pageSize=&pageToken=&state= GET  /v1/jobs/{id}
+ *   POST /v1/jobs/{id}:cancel
+ *   GET  /v1/jobs/{id}/events      ?afterSeq=   server-sent events until the job ends
+ *   GET  /v1/jobs/{id}/checkpoints
+ *   GET  /healthz, GET /metrics    (Prometheus text)
+ *
+ * Errors: {"error": {"code": <HTTP status>, "status": "<gRPC code name>", "message": "..."}},
+ * statuses from the one table in status_map.h. */
+#include "onebit/servers.h"
+#include "onebit/status_map.h"
+#include "svc_internal.h"
+
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+
+struct ob_rest_server {
+    struct MHD_Daemon *daemon;
+    ob_service *svc;
+    char *token;
+    atomic_int stopping; /* read by the event streams' threads */
+};
+
+/* Per-request state: the body as it arrives. */
+typedef struct request {
+    char *body;
+    size_t len, cap;
+    int too_large;
+} request;
+
+/* ---- JSON of the API types --------------------------------------------------------------- */
+
+static json_t *i64(int64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", (long long)v);
+    return json_string(buf);
+}
+
+static json_t *dbl(double v)
+{
+    if (isnan(v)) return json_string("NaN");
+    if (isinf(v)) return json_string(v > 0 ? "Infinity" : "-Infinity");
+    return json_real(v);
+}
+
+static json_t *state_json(ob_job_state s)
+{
+    char buf[48];
+    snprintf(buf, sizeof buf, "JOB_STATE_%s", ob_job_state_name(s));
+    return json_string(buf);
+}
+
+static json_t *progress_json(const ob_progress *p)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "step", i64(p->step));
+    json_object_set_new(o, "totalSteps", i64(p->total_steps));
+    json_object_set_new(o, "loss", dbl(p->loss));
+    json_object_set_new(o, "phase", json_string(p->phase));
+    json_object_set_new(o, "freezeStep", i64(p->freeze_step));
+    json_object_set_new(o, "samplesPerS", dbl(p->samples_per_s));
+    json_object_set_new(o, "bytesSent", i64(p->bytes_sent));
+    json_object_set_new(o, "bytesUncompressed", i64(p->bytes_uncompressed));
+    json_object_set_new(o, "lr", dbl(p->lr));
+    json_object_set_new(o, "freezeRatio", dbl(p->freeze_ratio));
+    return o;
+}
+
+static json_t *checkpoint_json(int64_t step, const char *path, int64_t ms)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "step", i64(step));
+    json_object_set_new(o, "path", json_string(path));
+    json_object_set_new(o, "timeUnixMs", i64(ms));
+    return o;
+}
+
+static json_t *job_json(const ob_job *j)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(j->id));
+    json_object_set_new(o, "name", json_string(j->name));
+    json_object_set_new(o, "state", state_json(j->state));
+    json_object_set_new(o, "specJson", json_string(j->spec_json ? j->spec_json : ""));
+    json_object_set_new(o, "worldSize", json_integer(j->world_size));
+    json_object_set_new(o, "maxRestarts", json_integer(j->max_restarts));
+    json_object_set_new(o, "restarts", json_integer(j->restarts));
+    json_object_set_new(o, "progress", progress_json(&j->progress));
+    if (j->ckpt_step > 0)
+        json_object_set_new(o, "lastCheckpoint",
+                            checkpoint_json(j->ckpt_step, j->ckpt_path, j->ckpt_ms));
+    json_t *att = json_array();
+    for (size_t i = 0; i < j->n_attempts; i++) {
+        const ob_attempt *a = &j->attempts[i];
+        json_t *x = json_object();
+        json_object_set_new(x, "number", json_integer(a->number));
+        json_object_set_new(x, "startedUnixMs", i64(a->started_ms));
+        json_object_set_new(x, "endedUnixMs", i64(a->ended_ms));
+        json_object_set_new(x, "startStep", i64(a->start_step));
+        json_object_set_new(x, "exitCode", json_integer(a->exit_code));
+        json_object_set_new(x, "exitReason", json_string(a->exit_reason));
+        json_array_append_new(att, x);
+    }
+    json_object_set_new(o, "attempts", att);
+    json_object_set_new(o, "createdUnixMs", i64(j->created_ms));
+    json_object_set_new(o, "updatedUnixMs", i64(j->updated_ms));
+    json_object_set_new(o, "startedUnixMs", i64(j->started_ms));
+    json_object_set_new(o, "finishedUnixMs", i64(j->finished_ms));
+    json_object_set_new(o, "message", json_string(j->message));
+    return o;
+}
+
+static json_t *event_json(const ob_job_event *e)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "seq", i64(e->seq));
+    json_object_set_new(o, "jobId", json_string(e->job_id));
+    json_object_set_new(o, "timeUnixMs", i64(e->time_ms));
+    json_object_set_new(o, "kind", json_string(e->kind));
+    json_object_set_new(o, "state", state_json(e->state));
+    json_object_set_new(o, "message", json_string(e->message));
+    json_object_set_new(o, "progress", progress_json(&e->progress));
+    return o;
+}
+
+/* ---- responses ---------------------------------------------------------------------------- */
+
+static enum MHD_Result send_text(struct MHD_Connection *conn, int http, const char *type,
+                                 char *text /* taken */)
+{
+    if (!text) {
+        static const char oom[] = "{\"error\":{\"code\":503,\"status\":\"RESOURCE_EXHAUSTED\","
+                                  "\"message\":\"out of memory\"}}";
+        struct MHD_Response *r =
+            MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        enum MHD_Result ret = MHD_queue_response(conn, 503, r);
+        MHD_destroy_response(r);
+        return ret;
+    }
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)http, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result send_json(struct MHD_Connection *conn, int http, json_t *o /* taken */)
+{
+    char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+    json_decref(o);
+    if (text) {
+        size_t n = strlen(text);
+        char *t = realloc(text, n + 2);
+        if (t) {
+            t[n] = '\n';
+            t[n + 1] = '\0';
+            text = t;
+        }
+    }
+    return send_text(conn, http, "application/json", text);
+}
+
+static enum MHD_Result send_error_http(struct MHD_Connection *conn, int http, const char *status,
+                                       const char *msg)
+{
+    json_t *e = json_object();
+    json_object_set_new(e, "code", json_integer(http));
+    json_object_set_new(e, "status", json_string(status));
+    char text[OB_ERR_MSG_LEN];
+    ob_status_public_message(msg, text, sizeof text);
+    json_object_set_new(e, "message", json_string(text));
+    json_t *o = json_object();
+    json_object_set_new(o, "error", e);
+    return send_json(conn, http, o);
+}
+
+static enum MHD_Result send_error(struct MHD_Connection *conn, ob_status st, const char *msg)
+{
+    return send_error_http(conn, ob_status_http(st), ob_status_code_name(st), msg);
+}
+
+/* ---- request fields ----------------------------------------------------------------------- */
+
+/* Reads an int32 query parameter; 0 when absent. */
+static ob_status query_int(struct MHD_Connection *conn, const char *name, long long lo,
+                           long long hi, long long *out, ob_err *err)
+{
+    *out = 0;
+    const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
+    if (!v || !v[0]) return OB_OK;
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (*end || errno || x < lo || x > hi)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "%s: expected an integer from %lld to %lld, got '%.40s'", name, lo, hi, v);
+    *out = x;
+    return OB_OK;
+}
+
+/* Reads an int32 JSON field: a number, or a string holding one (proto3 JSON accepts both). */
+static int json_int32(const json_t *v, int *out)
+{
+    if (json_is_integer(v)) {
+        json_int_t x = json_integer_value(v);
+        if (x < INT32_MIN || x > INT32_MAX) return -1;
+        *out = (int)x;
+        return 0;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        char *end;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (!s[0] || *end || errno || x < INT32_MIN || x > INT32_MAX) return -1;
+        *out = (int)x;
+        return 0;
+    }
+    return -1;
+}
+
+static void add_problem(char *buf, size_t cap, const char *text)
+{
+    size_t len = strlen(buf);
+    if (len && len + 2 < cap) {
+        strcat(buf, "; ");
+        len += 2;
+    }
+    ob__strlcpy(buf + len, text, cap - len);
+}
+
+/* ---- routes ------------------------------------------------------------------------------- */
+
+static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn, request *rq)
+{
+    json_error_t jerr;
+    json_t *o = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, &jerr);
+    char msg[OB_ERR_MSG_LEN];
+    if (!o) {
+        snprintf(msg, sizeof msg, "body: malformed JSON at line %d column %d: %.300s", jerr.line,
+                 jerr.column, jerr.text);
+        return send_error(conn, OB_ERR_INVALID_ARG, msg);
+    }
+    if (!json_is_object(o)) {
+        json_decref(o);
+        return send_error(conn, OB_ERR_INVALID_ARG, "body: expected a JSON object");
+    }
+    char problems[OB_ERR_MSG_LEN - 16] = "";
+    ob_submit_req req = {.max_restarts = -1};
+    char *spec_text = NULL;
+    const char *key;
+    json_t *v;
+    json_object_foreach(o, key, v)
+    {
+        char text[300];
+        if (!strcmp(key, "spec")) {
+            if (json_is_string(v)) {
+                req.spec = json_string_value(v);
+                req.spec_len = json_string_length(v);
+            } else if (json_is_object(v)) {
+                spec_text = json_dumps(v, JSON_COMPACT | JSON_PRESERVE_ORDER);
+                req.spec = spec_text;
+                req.spec_len = spec_text ? strlen(spec_text) : 0;
+            } else {
+                add_problem(problems, sizeof problems,
+                            "spec: expected the spec as a string (JSON or YAML) or an object");
+            }
+        } else if (!strcmp(key, "worldSize") || !strcmp(key, "world_size")) {
+            if (json_int32(v, &req.world_size) != 0) {
+                snprintf(text, sizeof text, "%.40s: expected an integer", key);
+                add_problem(problems, sizeof problems, text);
+            }
+        } else if (!strcmp(key, "maxRestarts") || !strcmp(key, "max_restarts")) {
+            if (json_int32(v, &req.max_restarts) != 0) {
+                snprintf(text, sizeof text, "%.40s: expected an integer", key);
+                add_problem(problems, sizeof problems, text);
+            }
+        } else {
+            snprintf(text, sizeof text, "%.100s: unknown field", key);
+            add_problem(problems, sizeof problems, text);
+        }
+    }
+    enum MHD_Result ret;
+    if (problems[0]) {
+        ret = send_error(conn, OB_ERR_INVALID_ARG, problems);
+    } else {
+        ob_job j;
+        ob_err err;
+        ob_status rc = ob_service_submit(s->svc, &req, &j, &err);
+        if (rc) {
+            ret = send_error(conn, rc, err.msg);
+        } else {
+            ret = send_json(conn, 200, job_json(&j));
+            ob_job_clear(&j);
+        }
+    }
+    free(spec_text);
+    json_decref(o);
+    return ret;
+}
+
+static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn)
+{
+    ob_err err;
+    long long page_size;
+    if (query_int(conn, "pageSize", 0, 1000, &page_size, &err))
+        return send_error(conn, OB_ERR_INVALID_ARG, err.msg);
+    ob_job_state state = OB_JOB_UNSPECIFIED;
+    const char *st = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "state");
+    if (st && st[0] && ob_job_state_parse(st, &state) != OB_OK) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "state: expected PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED or CANCELLED, "
+                 "got '%.40s'",
+                 st);
+        return send_error(conn, OB_ERR_INVALID_ARG, msg);
+    }
+    const char *token = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "pageToken");
+    ob_job *jobs = NULL;
+    size_t n = 0;
+    char next[OB_PAGE_TOKEN_LEN];
+    ob_status rc = ob_service_list(s->svc, state, (int)page_size, token, &jobs, &n, next, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, job_json(&jobs[i]));
+    ob_job_array_free(jobs, n);
+    json_t *o = json_object();
+    json_object_set_new(o, "jobs", arr);
+    json_object_set_new(o, "nextPageToken", json_string(next));
+    return send_json(conn, 200, o);
+}
+
+static enum MHD_Result do_checkpoints(ob_rest_server *s, struct MHD_Connection *conn,
+                                      const char *id)
+{
+    ob_checkpoint_info *ck = NULL;
+    size_t n = 0;
+    ob_err err;
+    ob_status rc = ob_service_checkpoints(s->svc, id, &ck, &n, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(arr, checkpoint_json(ck[i].step, ck[i].path, ck[i].time_ms));
+    free(ck);
+    json_t *o = json_object();
+    json_object_set_new(o, "checkpoints", arr);
+    return send_json(conn, 200, o);
+}
+
+/* Server-sent events: the history after afterSeq, then new events as they come. */
+typedef struct sse {
+    ob_rest_server *srv;
+    char job_id[OB_JOB_ID_LEN];
+    int64_t last_seq;
+    char *pending;
+    size_t len, off;
+    int done;
+    int64_t last_write_ms;
+} sse;
+
+/* Appends text to the stream's pending bytes. */
+static int sse_append(sse *e, const char *text)
+{
+    size_t n = strlen(text);
+    char *p = realloc(e->pending, e->len + n + 1);
+    if (!p) return -1;
+    memcpy(p + e->len, text, n + 1);
+    e->pending = p;
+    e->len += n;
+    return 0;
+}
+
+/* Formats the job's next events; returns how many. */
+static int sse_fill(sse *e)
+{
+    ob_job_event *evs = NULL;
+    size_t n = 0;
+    ob_err err;
+    free(e->pending);
+    e->pending = NULL;
+    e->len = e->off = 0;
+    if (ob_service_events(e->srv->svc, e->job_id, e->last_seq, 16, &evs, &n, &err) != OB_OK) {
+        e->done = 1;
+        return 0;
+    }
+    for (size_t i = 0; i < n && !e->done; i++) {
+        json_t *o = event_json(&evs[i]);
+        char *data = json_dumps(o, JSON_COMPACT);
+        json_decref(o);
+        char head[128];
+        snprintf(head, sizeof head, "id: %lld\nevent: %s\ndata: ", (long long)evs[i].seq,
+                 evs[i].kind);
+        if (!data || sse_append(e, head) || sse_append(e, data) || sse_append(e, "\n\n")) {
+            free(data);
+            e->done = 1;
+            break;
+        }
+        free(data);
+        e->last_seq = evs[i].seq;
+        if (!strcmp(evs[i].kind, "state") && ob_job_state_final(evs[i].state)) e->done = 1;
+    }
+    free(evs);
+    return (int)n;
+}
+
+static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    sse *e = cls;
+    for (;;) {
+        if (e->off < e->len) {
+            size_t n = e->len - e->off;
+            if (n > max) n = max;
+            memcpy(buf, e->pending + e->off, n);
+            e->off += n;
+            e->last_write_ms = ob_now_ms();
+            return (ssize_t)n;
+        }
+        if (e->done || e->srv->stopping) return MHD_CONTENT_READER_END_OF_STREAM;
+        int64_t seen = ob_service_event_counter(e->srv->svc);
+        if (sse_fill(e) > 0) continue;
+        if (e->done) continue;
+        if (ob_now_ms() - e->last_write_ms > 15000) { /* keeps proxies from closing the stream */
+            if (sse_append(e, ": keepalive\n\n")) return MHD_CONTENT_READER_END_WITH_ERROR;
+            continue;
+        }
+        if (ob_service_wait(e->srv->svc, seen, 500) < 0) return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+}
+
+static void sse_free(void *cls)
+{
+    sse *e = cls;
+    free(e->pending);
+    free(e);
+}
+
+static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn, const char *id)
+{
+    ob_err err;
+    long long after;
+    if (query_int(conn, "afterSeq", 0, INT64_MAX, &after, &err))
+        return send_error(conn, OB_ERR_INVALID_ARG, err.msg);
+    ob_job j;
+    ob_status rc = ob_service_get(s->svc, id, &j, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    ob_job_clear(&j);
+    sse *e = calloc(1, sizeof *e);
+    if (!e) return send_error(conn, OB_ERR_NOMEM, "out of memory");
+    e->srv = s;
+    ob__strlcpy(e->job_id, id, sizeof e->job_id);
+    e->last_seq = after;
+    e->last_write_ms = ob_now_ms();
+    struct MHD_Response *r =
+        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, e, sse_free);
+    if (!r) {
+        sse_free(e);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static int authorized(const ob_rest_server *s, struct MHD_Connection *conn)
+{
+    if (!s->token) return 1;
+    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
+    h += 7;
+    size_t tl = strlen(s->token);
+    if (strlen(h) != tl) return 0;
+    unsigned diff = 0;
+    for (size_t i = 0; i < tl; i++)
+        diff |= (unsigned)(h[i] ^ s->token[i]);
+    return diff == 0;
+}
+
+static enum MHD_Result wrong_method(struct MHD_Connection *conn, const char *method,
+                                    const char *url)
+{
+    char msg[300];
+    snprintf(msg, sizeof msg, "method %.10s is not allowed on %.200s", method, url);
+    return send_error_http(conn, 405, "UNIMPLEMENTED", msg);
+}
+
+static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, const char *url,
+                             const char *method, request *rq)
+{
+    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
+    char msg[OB_ERR_MSG_LEN];
+    if (!authorized(s, conn)) {
+        return send_error(conn, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token");
+    }
+    if (rq->too_large) {
+        snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
+        return send_error(conn, OB_ERR_TOO_LARGE, msg);
+    }
+    if (!strcmp(url, "/healthz")) {
+        if (!get) return wrong_method(conn, method, url);
+        return send_text(conn, 200, "application/json", strdup("{\"status\":\"SERVING\"}\n"));
+    }
+    if (!strcmp(url, "/metrics")) {
+        if (!get) return wrong_method(conn, method, url);
+        char *text = NULL;
+        ob_err err;
+        ob_status rc = ob_service_metrics(s->svc, &text, &err);
+        if (rc) return send_error(conn, rc, err.msg);
+        return send_text(conn, 200, "text/plain; version=0.0.4", text);
+    }
+    if (!strcmp(url, "/v1/jobs")) {
+        if (post) return do_submit(s, conn, rq);
+        if (get) return do_list(s, conn);
+        return wrong_method(conn, method, url);
+    }
+    if (!strncmp(url, "/v1/jobs/", 9) && url[9]) {
+        char id[OB_JOB_ID_LEN + 32];
+        const char *rest = url + 9;
+        size_t idlen = strcspn(rest, "/:");
+        if (idlen == 0 || idlen >= OB_JOB_ID_LEN) {
+            snprintf(msg, sizeof msg, "no job with id '%.*s'", (int)(idlen > 64 ? 64 : idlen),
+                     rest);
+            return send_error(conn, OB_ERR_NOT_FOUND, msg);
+        }
+        memcpy(id, rest, idlen);
+        id[idlen] = '\0';
+        const char *tail = rest + idlen;
+        ob_err err;
+        ob_job j;
+        if (!tail[0]) {
+            if (!get) return wrong_method(conn, method, url);
+            ob_status rc = ob_service_get(s->svc, id, &j, &err);
+            if (rc) return send_error(conn, rc, err.msg);
+            enum MHD_Result ret = send_json(conn, 200, job_json(&j));
+            ob_job_clear(&j);
+            return ret;
+        }
+        if (!strcmp(tail, ":cancel")) {
+            if (!post) return wrong_method(conn, method, url);
+            ob_status rc = ob_service_cancel(s->svc, id, &j, &err);
+            if (rc) return send_error(conn, rc, err.msg);
+            enum MHD_Result ret = send_json(conn, 200, job_json(&j));
+            ob_job_clear(&j);
+            return ret;
+        }
+        if (!strcmp(tail, "/events")) {
+            if (!get) return wrong_method(conn, method, url);
+            return do_events(s, conn, id);
+        }
+        if (!strcmp(tail, "/checkpoints")) {
+            if (!get) return wrong_method(conn, method, url);
+            return do_checkpoints(s, conn, id);
+        }
+    }
+    snprintf(msg, sizeof msg, "no such resource: %.10s %.300s", method, url);
+    return send_error(conn, OB_ERR_NOT_FOUND, msg);
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload,
+                                  size_t *upload_size, void **con_cls)
+{
+    (void)version;
+    ob_rest_server *s = cls;
+    request *rq = *con_cls;
+    if (!rq) {
+        rq = calloc(1, sizeof *rq);
+        if (!rq) return MHD_NO;
+        *con_cls = rq;
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+        *upload_size = 0;
+        if (rq->too_large || rq->len + n > OB_API_MAX_REQUEST) {
+            rq->too_large = 1; /* keep reading (and dropping) so that the answer can be sent */
+            return MHD_YES;
+        }
+        if (rq->len + n + 1 > rq->cap) {
+            size_t ncap = (rq->len + n + 1) * 2;
+            if (ncap > OB_API_MAX_REQUEST + 1) ncap = OB_API_MAX_REQUEST + 1;
+            char *b = realloc(rq->body, ncap);
+            if (!b) return MHD_NO;
+            rq->body = b;
+            rq->cap = ncap;
+        }
+        memcpy(rq->body + rq->len, upload, n);
+        rq->len += n;
+        rq->body[rq->len] = '\0';
+        return MHD_YES;
+    }
+    return route(s, conn, url, method, rq);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    (void)cls;
+    (void)conn;
+    (void)toe;
+    request *rq = *con_cls;
+    if (rq) {
+        free(rq->body);
+        free(rq);
+        *con_cls = NULL;
+    }
+}
+
+ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char *addr,
+                               const char *token, int *bound_port, ob_err *err)
+{
+    *out = NULL;
+    char host[256];
+    const char *colon = strrchr(addr, ':');
+    if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host || !colon[1])
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "REST address '%s': expected HOST:PORT", addr);
+    memcpy(host, addr, (size_t)(colon - addr));
+    host[colon - addr] = '\0';
+    char *h = host;
+    if (h[0] == '[' && h[strlen(h) - 1] == ']') { /* [::1]:8080 */
+        h[strlen(h) - 1] = '\0';
+        h++;
+    }
+    struct addrinfo hints, *ai = NULL;
+    memset(&hints, 0, sizeof hints);
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+    int g = getaddrinfo(h, colon + 1, &hints, &ai);
+    if (g != 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "REST address '%s': %s", addr, gai_strerror(g));
+    ob_rest_server *s = calloc(1, sizeof *s);
+    if (!s || (token && token[0] && !(s->token = strdup(token)))) {
+        freeaddrinfo(ai);
+        if (s) free(s);
+        return OB_ERR(err, OB_ERR_NOMEM, "allocating the REST server");
+    }
+    s->svc = svc;
+    unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD;
+    if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
+    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
+                                 ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    freeaddrinfo(ai);
+    if (!s->daemon) {
+        free(s->token);
+        free(s);
+        return OB_ERR(err, OB_ERR_IO, "REST: cannot listen on %s", addr);
+    }
+    if (bound_port) {
+        const union MHD_DaemonInfo *info =
+            MHD_get_daemon_info(s->daemon, MHD_DAEMON_INFO_BIND_PORT);
+        *bound_port = info ? info->port : 0;
+    }
+    *out = s;
+    return OB_OK;
+}
+
+void ob_rest_server_stop(ob_rest_server *s)
+{
+    if (!s) return;
+    s->stopping = 1;
+    MHD_stop_daemon(s->daemon);
+    free(s->token);
+    free(s);
+}

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# Black-box tests of onebitd: the real daemon on free ports with a temporary state directory,
+# driven over gRPC (obrpc, a C client on the gRPC C core) and REST (curl), launching workers with
+# the real mpirun. Workers are tests/fake_worker.sh: the worker's command line, progress lines,
+# checkpoints and SIGTERM behaviour, minus the training, so that supervision is tested quickly.
+# usage: test_onebitd.sh ONEBITD OBRPC FAKE_WORKER
+set -u
+ONEBITD=$1
+OBRPC=$2
+FAKE=$3
+TMP=$(mktemp -d)
+PID=""
+passed=0
+failed=0
+cleanup() {
+  [ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null
+  pkill -KILL -f "$TMP/" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
+bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
+
+# start_daemon STATE_DIR [onebitd options]: serves on free ports; sets PID, GRPC, REST.
+start_daemon() {
+  local state=$1; shift
+  rm -f "$TMP/ready"
+  "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$state" --ready-file "$TMP/ready" \
+    --worker "$FAKE" --backoff 0.2 --cancel-grace 5 "$@" >> "$TMP/onebitd.log" 2>&1 &
+  PID=$!
+  for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
+  GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")
+  REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
+}
+stop_daemon() {
+  kill -TERM "$PID" 2>/dev/null
+  for _ in $(seq 200); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
+  wait "$PID" 2>/dev/null
+  PID=""
+}
+rpc() { "$OBRPC" "$GRPC" "$@"; }
+# http METHOD PATH [curl args]: prints the body, then the status on the last line.
+http() { local m=$1 p=$2; shift 2; curl -s -X "$m" -w '\n%{http_code}' "$@" "http://$REST$p"; }
+state_of() { curl -s "http://$REST/v1/jobs/$1" | jq -r .state; }
+# wait_state ID STATE SECONDS
+wait_state() {
+  local n=$(($3 * 20))
+  for _ in $(seq $n); do
+    [ "$(state_of "$1")" = "$2" ] && return 0
+    sleep 0.05
+  done
+  return 1
+}
+job_count() { curl -s "http://$REST/v1/jobs?pageSize=1000" | jq '.jobs | length'; }
+
+spec() { # spec FILE STEPS INTERVAL
+  printf 'name: t\nmodel: {type: mlp, hidden: [8]}\ndata: {type: synthetic_classification}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: %s\nlog_interval: 5\ncheckpoint: {interval: %s}\n' "$2" "$3" > "$1"
+}
+spec "$TMP/short.yaml" 40 10
+spec "$TMP/long.yaml" 4000 20
+
+export OMPI_MCA_rmaps_base_oversubscribe=1
+# The fake workers read their behaviour from this file when they start.
+export FAKE_CONTROL=$TMP/control
+control() { printf '%s\n' "$@" > "$FAKE_CONTROL"; }
+control "FAKE_STEP_S=0.01"
+start_daemon "$TMP/var" --slots 4 --max-restarts 2
+[ -n "$GRPC" ] || { echo "onebitd did not start"; cat "$TMP/onebitd.log"; exit 1; }
+
+# --- health ----------------------------------------------------------------------------------
+out=$(rpc health 2> "$TMP/err"); rc=$?
+check "gRPC Health.Check serving" '[ $rc -eq 0 ] && [ "$(echo "$out" | jq .status)" = 1 ]' "rc=$rc $out"
+rpc health no.such.Service > /dev/null 2> "$TMP/err"; rc=$?
+check "Health.Check of an unknown service: NOT_FOUND" '[ $rc -eq 5 ] && grep -q "unknown service" "$TMP/err"' "rc=$rc"
+out=$(rpc health-watch 2> "$TMP/err")
+check "Health.Watch streams SERVING" '[ "$(echo "$out" | jq .status)" = 1 ]' "$out $(cat "$TMP/err")"
+out=$(http GET /healthz)
+check "REST /healthz" '[ "$(echo "$out" | tail -1)" = 200 ] && echo "$out" | head -1 | jq -e ".status == \"SERVING\"" >/dev/null' "$out"
+
+# --- submit over gRPC: runs to SUCCEEDED, progress moves ----------------------------------------
+control "FAKE_STEP_S=0.02"
+out=$(rpc submit "$TMP/short.yaml" 2 2> "$TMP/err"); rc=$?
+id1=$(echo "$out" | jq -r .id)
+check "SubmitJob over gRPC" '[ $rc -eq 0 ] && [ "$id1" = job-000001 ] && [ "$(echo "$out" | jq -r .state)" = PENDING ]' "rc=$rc $out $(cat "$TMP/err")"
+steps=""
+for _ in $(seq 200); do
+  j=$(rpc get "$id1" 2>/dev/null)
+  steps="$steps $(echo "$j" | jq .progress.step)"
+  [ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && break
+  sleep 0.02
+done
+distinct=$(echo $steps | tr ' ' '\n' | sort -un | wc -l)
+check "gRPC job SUCCEEDED" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ]' "$j"
+check "GetJob shows progress moving" '[ "$distinct" -ge 3 ]' "steps seen: $steps"
+check "final progress and checkpoint" '[ "$(echo "$j" | jq .progress.step)" = 40 ] && [ "$(echo "$j" | jq .checkpoint_step)" = 40 ] && [ "$(echo "$j" | jq ".attempts | length")" = 1 ]' "$j"
+out=$(rpc checkpoints "$id1" 2>/dev/null)
+check "ListCheckpoints newest first" '[ "$(echo "$out" | jq -c "[.checkpoints[].step]")" = "[40,30,20,10]" ]' "$out"
+
+# --- watch over gRPC and SSE: full history, ends at the final state ------------------------------
+out=$(OBRPC_TIMEOUT_MS=5000 rpc watch "$id1" 2> "$TMP/err"); rc=$?
+check "WatchJob replays the history and ends OK" '[ $rc -eq 0 ] && [ "$(echo "$out" | tail -1 | jq -r .state)" = SUCCEEDED ] && echo "$out" | jq -s -e "map(select(.kind==\"step\")) | length > 2" >/dev/null' "rc=$rc $(tail -2 <<< "$out") $(cat "$TMP/err")"
+out=$(curl -s -N --max-time 5 "http://$REST/v1/jobs/$id1/events"); rc=$?
+check "REST events (SSE) end at the final state" '[ $rc -eq 0 ] && echo "$out" | grep -q "^event: checkpoint" && echo "$out" | grep "^data:" | tail -1 | grep -q JOB_STATE_SUCCEEDED' "rc=$rc $(echo "$out" | tail -3)"
+
+# --- submit over REST ------------------------------------------------------------------------
+body=$(jq -n --rawfile s "$TMP/short.yaml" '{spec: $s, worldSize: 1}')
+out=$(http POST /v1/jobs -d "$body")
+id2=$(echo "$out" | head -1 | jq -r .id)
+check "POST /v1/jobs" '[ "$(echo "$out" | tail -1)" = 200 ] && [ "$id2" = job-000002 ]' "$out"
+check "REST job SUCCEEDED" 'wait_state "$id2" JOB_STATE_SUCCEEDED 20' "$(state_of "$id2")"
+body=$(jq -n '{spec: {model: {type: "softmax"}, data: {type: "synthetic_classification"}, optimizer: {type: "adam"}, batch_size: 4, steps: 10}, maxRestarts: 0}')
+out=$(http POST /v1/jobs -d "$body")
+id3=$(echo "$out" | head -1 | jq -r .id)
+check "POST /v1/jobs with the spec as an object" '[ "$(echo "$out" | tail -1)" = 200 ] && [ "$(echo "$out" | head -1 | jq .maxRestarts)" = 0 ]' "$out"
+wait_state "$id3" JOB_STATE_SUCCEEDED 20
+
+# --- list: paging and the state filter ---------------------------------------------------------
+out=$(http GET '/v1/jobs?pageSize=2')
+tok=$(echo "$out" | head -1 | jq -r .nextPageToken)
+out2=$(http GET "/v1/jobs?pageSize=2&pageToken=$tok")
+check "REST list pages" '[ "$(echo "$out" | head -1 | jq -c "[.jobs[].id]")" = "[\"job-000001\",\"job-000002\"]" ] && [ "$(echo "$out2" | head -1 | jq -c "[.jobs[].id]")" = "[\"job-000003\"]" ] && [ "$(echo "$out2" | head -1 | jq -r .nextPageToken)" = "" ]' "$out $out2"
+out=$(rpc list 4 2 2>/dev/null)
+tok=$(echo "$out" | jq -r .next_page_token)
+out2=$(rpc list 4 2 "$tok" 2>/dev/null)
+check "gRPC ListJobs pages with a state filter" '[ "$(echo "$out" | jq ".jobs | length")" = 2 ] && [ "$(echo "$out2" | jq ".jobs | length")" = 1 ] && [ "$(echo "$out2" | jq -r .next_page_token)" = "" ]' "$out $out2"
+out=$(http GET '/v1/jobs?state=RUNNING')
+check "REST list filtered by state" '[ "$(echo "$out" | head -1 | jq ".jobs | length")" = 0 ]' "$out"
+
+# --- bad input: the right status, a clear message, nothing stored, still serving ----------------
+before=$(job_count)
+rpc raw /onebit.v1.JobService/SubmitJob ffffffffff > /dev/null 2> "$TMP/err"; rc=$?
+check "malformed protobuf: INVALID_ARGUMENT" '[ $rc -eq 3 ] && grep -q "malformed onebit.v1.SubmitJobRequest" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
+rpc raw /onebit.v1.JobService/Frobnicate 00 > /dev/null 2> "$TMP/err"; rc=$?
+check "unknown method: UNIMPLEMENTED" '[ $rc -eq 12 ] && grep -q "unknown method /onebit.v1.JobService/Frobnicate" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
+sed 's/optimizer: {type: adam}/optimizer: {type: adam, betta1: 0.9}/' "$TMP/short.yaml" > "$TMP/typo.yaml"
+rpc submit "$TMP/typo.yaml" 9 > /dev/null 2> "$TMP/err"; rc=$?
+check "invalid spec fields over gRPC: every field named" '[ $rc -eq 3 ] && grep -q "spec: optimizer.betta1: unknown field" "$TMP/err" && grep -q "world_size: 9 ranks exceed" "$TMP/err" && ! grep -q "\.c:[0-9]" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
+out=$(http POST /v1/jobs -d "$(jq -n --rawfile s "$TMP/typo.yaml" '{spec: $s, worldSize: -1}')")
+check "invalid spec fields over REST: 400 naming them" '[ "$(echo "$out" | tail -1)" = 400 ] && echo "$out" | head -1 | jq -r .error.message | grep -q "optimizer.betta1: unknown field.*world_size: expected 1 to" && [ "$(echo "$out" | head -1 | jq -r .error.status)" = INVALID_ARGUMENT ]' "$out"
+out=$(http POST /v1/jobs -d '{"spec": "x", "worldsize": 2, "maxRestarts": "many"}')
+check "unknown and mistyped request fields: 400" '[ "$(echo "$out" | tail -1)" = 400 ] && echo "$out" | head -1 | grep -q "worldsize: unknown field" && echo "$out" | head -1 | grep -q "maxRestarts: expected an integer"' "$out"
+out=$(http POST /v1/jobs -d '{"spec": ')
+check "garbage JSON: 400" '[ "$(echo "$out" | tail -1)" = 400 ] && echo "$out" | head -1 | grep -q "malformed JSON at line 1"' "$out"
+out=$(http POST /v1/jobs -d '[1,2]')
+check "JSON that is not an object: 400" '[ "$(echo "$out" | tail -1)" = 400 ]' "$out"
+head -c 3000000 /dev/zero | tr '\0' 'a' | sed 's/^/{"spec":"/; s/$/"}/' > "$TMP/big.json"
+out=$(http POST /v1/jobs --data-binary @"$TMP/big.json" -H 'Content-Type: application/json')
+check "oversized JSON: 413" '[ "$(echo "$out" | tail -1)" = 413 ] && echo "$out" | head -1 | grep -q "larger than the limit"' "$(echo "$out" | tail -c 300)"
+rpc get job-424242 > /dev/null 2> "$TMP/err"; rc=$?
+check "unknown job id over gRPC: NOT_FOUND" '[ $rc -eq 5 ] && grep -q "no job with id .job-424242." "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
+rpc watch job-424242 > /dev/null 2> "$TMP/err"; rc=$?
+check "WatchJob of an unknown job: NOT_FOUND" '[ $rc -eq 5 ]' "rc=$rc"
+for p in "GET /v1/jobs/job-424242" "POST /v1/jobs/job-424242:cancel" "GET /v1/jobs/job-424242/events" "GET /v1/jobs/nope/checkpoints"; do
+  out=$(http $p)
+  check "unknown job id over REST: $p -> 404" '[ "$(echo "$out" | tail -1)" = 404 ] && [ "$(echo "$out" | head -1 | jq -r .error.status)" = NOT_FOUND ]' "$out"
+done
+out=$(http GET '/v1/jobs?state=SLEEPING')
+check "bad state filter: 400" '[ "$(echo "$out" | tail -1)" = 400 ]' "$out"
+out=$(http GET '/v1/jobs?pageToken=abc')
+check "bad page token: 400" '[ "$(echo "$out" | tail -1)" = 400 ] && echo "$out" | grep -q pageToken\\\|page_token' "$out"
+out=$(http GET /v2/nothing)
+check "unknown route: 404" '[ "$(echo "$out" | tail -1)" = 404 ]' "$out"
+out=$(http DELETE /v1/jobs)
+check "wrong method: 405" '[ "$(echo "$out" | tail -1)" = 405 ]' "$out"
+rpc cancel "$id1" > /dev/null 2> "$TMP/err"; rc=$?
+check "cancel of a finished job: FAILED_PRECONDITION" '[ $rc -eq 9 ] && grep -q "already SUCCEEDED" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
+check "bad input changed nothing, the service still serves" '[ "$(job_count)" = "$before" ] && rpc health > /dev/null 2>&1' "jobs $before -> $(job_count)"
+
+# --- a rank killed mid-run: restart from the checkpoint, SUCCEEDED ------------------------------
+control "FAKE_STEP_S=0.01" "FAKE_CRASH_AT=25"
+out=$(rpc submit "$TMP/short.yaml" 2 2>/dev/null)
+idc=$(echo "$out" | jq -r .id)
+wait_state "$idc" JOB_STATE_SUCCEEDED 30
+j=$(rpc get "$idc" 2>/dev/null)
+check "killed rank: the job restarts and succeeds" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && [ "$(echo "$j" | jq .restarts)" = 1 ] && [ "$(echo "$j" | jq ".attempts | length")" = 2 ]' "$j"
+check "killed rank: the attempt and its reason are recorded" '[ "$(echo "$j" | jq .attempts[0].exit_code)" != 0 ] && echo "$j" | jq -r .attempts[0].exit_reason | grep -q "workers failed" && [ "$(echo "$j" | jq .attempts[1].start_step)" -ge 20 ] && [ "$(echo "$j" | jq .attempts[1].start_step)" -le 25 ]' "$j"
+
+# --- cancel: CANCELLED, a final checkpoint, no process left -----------------------------------
+control "FAKE_STEP_S=0.01"
+out=$(rpc submit "$TMP/long.yaml" 2 2>/dev/null)
+idl=$(echo "$out" | jq -r .id)
+wait_state "$idl" JOB_STATE_RUNNING 10
+for _ in $(seq 100); do [ "$(rpc get "$idl" 2>/dev/null | jq .progress.step)" -ge 30 ] && break; sleep 0.05; done
+out=$(http POST "/v1/jobs/$idl:cancel")
+check "POST :cancel answers 200" '[ "$(echo "$out" | tail -1)" = 200 ]' "$out"
+wait_state "$idl" JOB_STATE_CANCELLED 10
+j=$(rpc get "$idl" 2>/dev/null)
+ck=$(rpc checkpoints "$idl" 2>/dev/null | jq '.checkpoints[0].step')
+check "cancel: CANCELLED with a final checkpoint" '[ "$(echo "$j" | jq -r .state)" = CANCELLED ] && [ "$ck" -gt 0 ] && [ $((ck % 20)) -ne 0 -o "$ck" -ge 30 ]' "$j ck=$ck"
+check "cancel: no process of the job is left" '! pgrep -f "jobs/$idl/" > /dev/null' "$(pgrep -af "jobs/$idl/")"
+
+# --- metrics -----------------------------------------------------------------------------------
+out=$(curl -s "http://$REST/metrics")
+check "metrics: jobs by state, restarts, bytes" 'echo "$out" | grep -q "^onebit_jobs{state=\"SUCCEEDED\"} 4$" && echo "$out" | grep -q "^onebit_jobs{state=\"CANCELLED\"} 1$" && echo "$out" | grep -q "^onebit_job_restarts_total 1$" && echo "$out" | grep -q "^onebit_bytes_sent_total [1-9]"' "$out"
+
+# --- SIGKILL onebitd mid-run and start it again: the job is still there and completes -----------
+control "FAKE_STEP_S=0.02"
+out=$(rpc submit "$TMP/long.yaml" 2 2>/dev/null)
+idk=$(echo "$out" | jq -r .id)
+for _ in $(seq 200); do [ "$(rpc get "$idk" 2>/dev/null | jq .checkpoint_step)" -ge 20 ] && break; sleep 0.05; done
+kill -KILL "$PID"; wait "$PID" 2>/dev/null; PID=""
+sed -i 's/steps: 4000/steps: 60/' "$TMP/long.yaml"
+start_daemon "$TMP/var" --slots 4 --max-restarts 2
+j=$(rpc get "$idk" 2>/dev/null)
+check "after SIGKILL of onebitd the job is still there" '[ "$(echo "$j" | jq -r .id)" = "$idk" ] && [ "$(job_count)" = 6 ]' "$j"
+wait_state "$idk" JOB_STATE_RUNNING 10
+sleep 0.3
+check "the survivors of the old attempt are stopped" '! pgrep -af "jobs/$idk/" | grep -v -- --resume' "$(pgrep -af "jobs/$idk/")"
+
+j=$(rpc get "$idk" 2>/dev/null)
+check "the job resumes from its checkpoint" '[ "$(echo "$j" | jq ".attempts | length")" = 2 ] && [ "$(echo "$j" | jq .attempts[1].start_step)" -ge 20 ] && echo "$j" | jq -r .attempts[0].exit_reason | grep -q "coordinator restarted"' "$j"
+idk_cancel=$(rpc cancel "$idk" 2>/dev/null | jq -r .id)
+wait_state "$idk" JOB_STATE_CANCELLED 15
+check "and can still be driven (cancelled here)" '[ "$(state_of "$idk")" = JOB_STATE_CANCELLED ]' "$(state_of "$idk")"
+stop_daemon
+
+# --- slots: a job waits as PENDING while the ranks are taken ------------------------------------
+control "FAKE_STEP_S=0.01"
+start_daemon "$TMP/var2" --slots 2
+a=$(rpc submit "$TMP/long.yaml" 2 2>/dev/null | jq -r .id)
+b=$(rpc submit "$TMP/short.yaml" 2 2>/dev/null | jq -r .id)
+wait_state "$a" JOB_STATE_RUNNING 10
+sleep 0.5
+check "over capacity: the second job waits as PENDING" '[ "$(state_of "$b")" = JOB_STATE_PENDING ]' "$(state_of "$b")"
+rpc cancel "$a" > /dev/null 2>&1
+check "it runs once the slots are free" 'wait_state "$b" JOB_STATE_SUCCEEDED 20' "$(state_of "$b")"
+stop_daemon
+
+# --- no progress within the timeout ends the attempt -------------------------------------------
+control "FAKE_HANG_AT=12"
+start_daemon "$TMP/var3" --progress-timeout 1 --max-restarts 0 --cancel-grace 1
+h=$(rpc submit "$TMP/short.yaml" 1 2>/dev/null | jq -r .id)
+check "no progress: FAILED with the reason" 'wait_state "$h" JOB_STATE_FAILED 15 && rpc get "$h" 2>/dev/null | jq -r .message | grep -q "no progress report for"' "$(rpc get "$h" 2>/dev/null)"
+control "FAKE_STEP_S=0.01"
+stop_daemon
+
+# --- token: every call without it is refused on both APIs --------------------------------------
+echo "s3cret-token" > "$TMP/token"
+start_daemon "$TMP/var4" --token-file "$TMP/token"
+ONEBIT_TOKEN= rpc health > /dev/null 2> "$TMP/err"; rc=$?
+check "no token over gRPC: UNAUTHENTICATED" '[ $rc -eq 16 ]' "rc=$rc $(cat "$TMP/err")"
+ONEBIT_TOKEN=wrong rpc list > /dev/null 2> "$TMP/err"; rc=$?
+check "wrong token over gRPC: UNAUTHENTICATED" '[ $rc -eq 16 ]' "rc=$rc"
+ONEBIT_TOKEN=s3cret-token rpc list > /dev/null 2> "$TMP/err"; rc=$?
+check "the token over gRPC: OK" '[ $rc -eq 0 ]' "rc=$rc $(cat "$TMP/err")"
+out=$(http POST /v1/jobs -d "$(jq -n --rawfile s "$TMP/short.yaml" '{spec: $s}')")
+check "no token over REST: 401, nothing created" '[ "$(echo "$out" | tail -1)" = 401 ] && [ "$(curl -s -H "Authorization: Bearer s3cret-token" "http://$REST/v1/jobs" | jq ".jobs | length")" = 0 ]' "$out"
+out=$(http GET /metrics -H "Authorization: Bearer s3cret-token")
+check "the token over REST: 200" '[ "$(echo "$out" | tail -1)" = 200 ]' "$(echo "$out" | tail -1)"
+t0=$(date +%s%N)
+stop_daemon
+t1=$(date +%s%N)
+check "SIGTERM: a clean shutdown" '[ $(((t1 - t0) / 1000000)) -lt 8000 ] && grep -q "shutting down" "$TMP/onebitd.log"' "$(((t1 - t0) / 1000000)) ms"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
