@@ -8,7 +8,7 @@ packages=(
   # engine: MPI collectives and launch, BLAS for the models
   libopenmpi-dev openmpi-bin libopenblas-dev
   # checkpoints
-  libhdf5-dev
+  libhdf5-dev hdf5-tools
   # service and CLI
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libyaml-dev

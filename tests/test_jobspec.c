@@ -822,6 +822,52 @@ static void test_yaml_typing(void **state)
     free(b);
 }
 
+/* checkpoint.async and warm_start: parsed, validated, printed back. */
+static void test_checkpoint_and_warm_start(void **state)
+{
+    (void)state;
+    const char *base = "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
+                       "batch_size: 4\nsteps: 10\n";
+    char text[1024];
+    ob_jobspec s;
+    snprintf(text, sizeof text,
+             "%soptimizer: {type: onebit_adam}\ncheckpoint: {dir: /ck, interval: 5, async: true}\n"
+             "warm_start: {from: /ck/old/step-00000100, params: true}\n",
+             base);
+    parse_ok(&s, text, OB_SPEC_YAML);
+    assert_int_equal(s.checkpoint_async, 1);
+    assert_int_equal(s.checkpoint_interval, 5);
+    assert_string_equal(s.warm_start_from, "/ck/old/step-00000100");
+    assert_int_equal(s.warm_start_params, 1);
+    check_round_trip(&s);
+    char *json = NULL;
+    assert_int_equal(ob_jobspec_to_json(&s, &json, NULL), OB_OK);
+    assert_non_null(strstr(json, "\"warm_start\":{\"from\":\"/ck/old/step-00000100\","
+                                 "\"params\":true}"));
+    free(json);
+
+    snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x}\n", base);
+    parse_ok(&s, text, OB_SPEC_YAML);
+    assert_int_equal(s.warm_start_params, 0);
+
+    snprintf(text, sizeof text, "%soptimizer: {type: adam}\nwarm_start: {from: /x}\n", base);
+    expect_error(OB_SPEC_YAML, text, "warm_start: needs optimizer.type onebit_adam");
+    snprintf(text, sizeof text,
+             "%soptimizer: {type: onebit_adam, compression: naive}\nwarm_start: {from: /x}\n",
+             base);
+    expect_error(OB_SPEC_YAML, text, "warm_start: needs optimizer.type onebit_adam");
+    snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\nwarm_start: {params: true}\n",
+             base);
+    expect_error(OB_SPEC_YAML, text, "warm_start.from: missing required field");
+    snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\nwarm_start: {from: \"\"}\n",
+             base);
+    expect_error(OB_SPEC_YAML, text, "warm_start.from");
+    snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\nwarm_start: {form: /x}\n", base);
+    expect_error(OB_SPEC_YAML, text, "warm_start.form: unknown field");
+    snprintf(text, sizeof text, "%soptimizer: {type: adam}\ncheckpoint: {async: 1}\n", base);
+    expect_error(OB_SPEC_YAML, text, "checkpoint.async");
+}
+
 static void test_to_json(void **state)
 {
     (void)state;
@@ -852,7 +898,7 @@ static void test_to_json(void **state)
                         "\"batch_size\":16,\"steps\":7,\"lr\":{\"schedule\":\"constant\","
                         "\"peak\":0.001,\"warmup_steps\":0},\"seed\":123,\"eval\":{\"interval\":0,"
                         "\"max_examples\":0},\"log_interval\":10,\"checkpoint\":{\"dir\":\"\","
-                        "\"interval\":0,\"keep\":3}}");
+                        "\"interval\":0,\"keep\":3,\"async\":false}}");
     free(json);
 
     /* An out-of-range enum is refused, not printed as "unknown". */
@@ -1061,6 +1107,7 @@ int main(void)
         cmocka_unit_test(test_freeze_step),
         cmocka_unit_test(test_syntax_errors),
         cmocka_unit_test(test_yaml_typing),
+        cmocka_unit_test(test_checkpoint_and_warm_start),
         cmocka_unit_test(test_to_json),
         cmocka_unit_test(test_specs_build),
         cmocka_unit_test(test_load_files),

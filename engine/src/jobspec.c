@@ -334,7 +334,7 @@ typedef struct field {
 static const field top_fields[] = {
     {"name", ALL},       {"model", ALL},        {"data", ALL},       {"optimizer", ALL},
     {"batch_size", ALL}, {"steps", ALL},        {"lr", ALL},         {"seed", ALL},
-    {"eval", ALL},       {"log_interval", ALL}, {"checkpoint", ALL},
+    {"eval", ALL},       {"log_interval", ALL}, {"checkpoint", ALL}, {"warm_start", ALL},
 };
 #define MLP K(OB_MODEL_MLP)
 #define TF K(OB_MODEL_TRANSFORMER)
@@ -379,7 +379,9 @@ static const field lr_fields[] = {
     {"min_lr", K(OB_LR_COSINE)},
 };
 static const field eval_fields[] = {{"interval", ALL}, {"max_examples", ALL}};
-static const field checkpoint_fields[] = {{"dir", ALL}, {"interval", ALL}, {"keep", ALL}};
+static const field checkpoint_fields[] = {
+    {"dir", ALL}, {"interval", ALL}, {"keep", ALL}, {"async", ALL}};
+static const field warm_start_fields[] = {{"from", ALL}, {"params", ALL}};
 
 /* Levenshtein distance, for "did you mean" hints; long strings count as far apart. */
 static size_t edit_distance(const char *a, const char *b)
@@ -725,9 +727,31 @@ static ob_status read_eval_ckpt(const json_t *ev, const json_t *ck, ob_jobspec *
          (st = get_path(ck, "checkpoint", "dir", 1, s->checkpoint_dir, sizeof s->checkpoint_dir,
                         err)) ||
          (st = get_long(ck, "checkpoint", "interval", 0, LONG_MAX, &s->checkpoint_interval, err)) ||
-         (st = get_int(ck, "checkpoint", "keep", 1, INT_MAX, &keep, err))))
+         (st = get_int(ck, "checkpoint", "keep", 1, INT_MAX, &keep, err)) ||
+         (st = get_bool(ck, "checkpoint", "async", &s->checkpoint_async, err))))
         return st;
     s->checkpoint_keep = (int)keep;
+    return OB_OK;
+}
+
+/* warm_start: the variance v_Tw (and optionally the parameters) of an earlier checkpoint; the
+ * optimizer must be onebit_adam with a variance to freeze. */
+static ob_status read_warm_start(const json_t *ws, ob_jobspec *s, ob_err *err)
+{
+    if (!ws) return OB_OK;
+    ob_status st;
+    if ((st = check_fields(ws, "warm_start", warm_start_fields, COUNT(warm_start_fields), NULL, 0,
+                           0, err)))
+        return st;
+    if (!json_object_get(ws, "from")) return missing(err, "warm_start", "from", "");
+    if ((st = get_path(ws, "warm_start", "from", 0, s->warm_start_from, sizeof s->warm_start_from,
+                       err)) ||
+        (st = get_bool(ws, "warm_start", "params", &s->warm_start_params, err)))
+        return st;
+    if (s->optim.kind != OB_OPTIM_ONEBIT_ADAM || s->optim.mode == OB_ONEBIT_NAIVE)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "warm_start: needs optimizer.type onebit_adam with compression on or off "
+                      "(it starts in the compression phase with a frozen variance)");
     return OB_OK;
 }
 
@@ -744,13 +768,14 @@ static ob_status validate(const json_t *root, ob_jobspec *s, ob_err *err)
     ob_status st = check_fields(root, "", top_fields, COUNT(top_fields), NULL, 0, 0, err);
     if (st) return st;
 
-    const json_t *model, *data, *optim, *lr, *ev, *ck;
+    const json_t *model, *data, *optim, *lr, *ev, *ck, *ws;
     if ((st = get_section(root, "model", 1, &model, err)) ||
         (st = get_section(root, "data", 1, &data, err)) ||
         (st = get_section(root, "optimizer", 1, &optim, err)) ||
         (st = get_section(root, "lr", 0, &lr, err)) ||
         (st = get_section(root, "eval", 0, &ev, err)) ||
-        (st = get_section(root, "checkpoint", 0, &ck, err)))
+        (st = get_section(root, "checkpoint", 0, &ck, err)) ||
+        (st = get_section(root, "warm_start", 0, &ws, err)))
         return st;
     if (!json_object_get(root, "batch_size")) return missing(err, "", "batch_size", "");
     if (!json_object_get(root, "steps")) return missing(err, "", "steps", "");
@@ -765,7 +790,7 @@ static ob_status validate(const json_t *root, ob_jobspec *s, ob_err *err)
 
     if ((st = read_model(model, s, err)) || (st = read_data(data, s, err)) ||
         (st = read_lr(lr, s, err)) || (st = read_optim(optim, s, err)) ||
-        (st = read_eval_ckpt(ev, ck, s, err)))
+        (st = read_eval_ckpt(ev, ck, s, err)) || (st = read_warm_start(ws, s, err)))
         return st;
     return OB_OK;
 }
@@ -1331,7 +1356,16 @@ static json_t *spec_tree(builder *b, const ob_jobspec *s)
     put_str(b, ck, "dir", dir);
     put_int(b, ck, "interval", s->checkpoint_interval);
     put_int(b, ck, "keep", s->checkpoint_keep);
+    put(b, ck, "async", json_boolean(s->checkpoint_async));
     put(b, root, "checkpoint", ck);
+    if (s->warm_start_from[0]) {
+        char from[OB_JOBSPEC_PATH_LEN];
+        snprintf(from, sizeof from, "%.*s", (int)sizeof from - 1, s->warm_start_from);
+        json_t *ws = json_object();
+        put_str(b, ws, "from", from);
+        put(b, ws, "params", json_boolean(s->warm_start_params));
+        put(b, root, "warm_start", ws);
+    }
     if (!root) b->failed = 1;
     return root;
 }

@@ -413,17 +413,31 @@ void ob_optim_get_state(ob_optim *o, ob_optim_state *s)
     s->v_norm_history_len = o->norms ? (size_t)o->delta : 0;
 }
 
-ob_status ob_optim_set_progress(ob_optim *o, long step, long freeze_step, ob_err *err)
+void ob_optim_get_progress(const ob_optim *o, ob_optim_progress *p)
 {
-    if (step < 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: step %ld < 0", step);
-    if (freeze_step > step)
+    p->step = o->step;
+    p->freeze_step = o->freeze_step;
+    p->last_ratio = o->last_ratio;
+    p->last_norm = o->last_norm;
+    p->bytes_sent = o->bytes_sent;
+}
+
+ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err *err)
+{
+    if (p->step < 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: step %ld < 0", p->step);
+    if (p->freeze_step > p->step)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: freeze_step %ld after step %ld",
-                      freeze_step, step);
-    if (freeze_step >= 0 && (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
+                      p->freeze_step, p->step);
+    if (p->freeze_step >= 0 &&
+        (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer never freezes",
                       o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
-    o->step = step;
-    o->freeze_step = freeze_step < 0 ? -1 : freeze_step;
+    o->step = p->step;
+    o->freeze_step = p->freeze_step < 0 ? -1 : p->freeze_step;
+    o->last_ratio = p->last_ratio;
+    o->last_norm = p->last_norm;
+    o->bytes_sent = p->bytes_sent;
+    o->bytes_last = 0;
     if (o->freeze_step >= 0) compute_den(o); /* v was restored before this call */
     return OB_OK;
 }

@@ -1,28 +1,13 @@
 /* The data-parallel training loop (see onebit/trainer.h). */
-#include "onebit/trainer.h"
+#include "trainer_internal.h"
 #include "onebit/schedule.h"
-#include "internal.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
-struct ob_trainer {
-    ob_jobspec spec;
-    ob_comm *comm; /* borrowed */
-    ob_dataset *ds;
-    ob_loader *train;
-    ob_loader *eval; /* NULL when the data has no held-out split */
-    ob_model *model;
-    float *params; /* (d) */
-    float *grad;   /* (d) */
-    size_t d;
-    ob_optim *opt;
-    int is_text;
-};
-
-static double now_s(void)
+double ob__now_s(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -118,7 +103,12 @@ ob_status ob_trainer_create(ob_trainer **out, const ob_jobspec *spec, ob_comm *c
     if (!t) return OB_ERR(err, OB_ERR_NOMEM, "trainer");
     t->spec = *spec;
     t->comm = comm;
-    ob_status st = build(t, err);
+    t->pending_step = -1;
+    t->last_ckpt_step = -1;
+    t->last_loss = NAN;
+    t->last_lr = NAN;
+    ob_status st = ob_jobspec_to_json(spec, &t->spec_json, err);
+    if (st == OB_OK) st = build(t, err);
 
     /* Agree on the outcome, so no rank waits in a collective for one that gave up. */
     float failed = st != OB_OK ? 1.0f : 0.0f;
@@ -137,6 +127,8 @@ ob_status ob_trainer_create(ob_trainer **out, const ob_jobspec *spec, ob_comm *c
 void ob_trainer_destroy(ob_trainer *t)
 {
     if (!t) return;
+    ob__trainer_ckpt_destroy(t);
+    free(t->spec_json);
     ob_optim_destroy(t->opt);
     ob_model_destroy(t->model);
     ob_loader_destroy(t->train);
@@ -219,22 +211,50 @@ ob_status ob_trainer_evaluate(ob_trainer *t, ob_train_event *out, ob_err *err)
     return OB_OK;
 }
 
-ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_train_summary *out,
+void ob_trainer_set_stop_flag(ob_trainer *t, const volatile sig_atomic_t *flag)
+{
+    t->stop_flag = flag;
+}
+
+void ob_trainer_set_fault_injection(ob_trainer *t, const ob_fault_injection *f)
+{
+    if (f)
+        t->fault = *f;
+    else
+        memset(&t->fault, 0, sizeof t->fault);
+}
+
+/* The per-step control reduction: stop requests and async checkpoint completion, so that every
+ * rank takes the same decision at the same step. Sets *stop. */
+static ob_status control(ob_trainer *t, long step, int *stop, ob_train_callback cb, void *user,
                          ob_err *err)
+{
+    float ctl[3] = {t->stop_flag && *t->stop_flag ? 1.0f : 0.0f, 0.0f, 0.0f};
+    ob__trainer_ckpt_local_done(t, &ctl[1], &ctl[2]);
+    ob_status st = ob_comm_allreduce_sum_f32(t->comm, ctl, 3, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "step %ld: control", step);
+    *stop = ctl[0] > 0.0f;
+    return ob__trainer_ckpt_poll(t, ctl[1], ctl[2], cb, user, err);
+}
+
+static void inject_fault(const ob_trainer *t, long step)
+{
+    if (t->fault.step > 0 && t->fault.step == step && t->fault.rank == ob_comm_rank(t->comm))
+        raise(t->fault.signal);
+}
+
+/* Training steps first_step .. spec.steps; returns early (*stopped = 1) on a stop request. */
+static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int *stopped,
+                            ob_err *err)
 {
     const ob_jobspec *s = &t->spec;
     int n = ob_comm_size(t->comm);
-    ob_train_summary sum;
-    memset(&sum, 0, sizeof sum);
-    sum.num_params = t->d;
-    sum.final_train_loss = NAN;
     ob_optim_stats os;
     ob_optim_get_stats(t->opt, &os);
-
-    double t_start = now_s(), t_window = t_start, loss_window = 0.0;
-    long steps_window = 0, first_step = os.step + 1;
-    uint64_t bytes_warm = 0, bytes_comp = 0;
-    for (long step = first_step; step <= s->steps; step++) {
+    double t_window = ob__now_s(), loss_window = 0.0;
+    long steps_window = 0;
+    *stopped = 0;
+    for (long step = os.step + 1; step <= s->steps; step++) {
         ob_batch b;
         ob_model_result r;
         ob_status st = ob_loader_next(t->train, &b, err);
@@ -250,9 +270,10 @@ ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_tra
         if (st != OB_OK) return st;
         ob_optim_get_stats(t->opt, &os);
         if (before == OB_PHASE_WARMUP)
-            bytes_warm += os.bytes_last_step;
+            t->bytes_warmup += os.bytes_last_step;
         else
-            bytes_comp += os.bytes_last_step;
+            t->bytes_compression += os.bytes_last_step;
+        t->last_lr = lr;
         loss_window += r.loss;
         steps_window++;
 
@@ -262,11 +283,16 @@ ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_tra
             fill_optim_fields(t, &ev);
             cb(&ev, user);
         }
-        if ((s->log_interval > 0 && step % s->log_interval == 0) || step == s->steps) {
+        inject_fault(t, step);
+        int stop = 0;
+        st = control(t, step, &stop, cb, user, err);
+        if (st != OB_OK) return st;
+
+        if ((s->log_interval > 0 && step % s->log_interval == 0) || step == s->steps || stop) {
             float mean = (float)(loss_window / (double)steps_window);
             st = ob_comm_allreduce_sum_f32(t->comm, &mean, 1, err);
             if (st != OB_OK) return OB_WRAP(err, st, "step %ld: loss reduction", step);
-            double tnow = now_s();
+            double tnow = ob__now_s();
             ob_train_event ev = {0};
             ev.kind = OB_EVENT_STEP;
             fill_optim_fields(t, &ev);
@@ -274,38 +300,90 @@ ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_tra
             ev.lr = lr;
             ev.samples_per_s =
                 (double)steps_window * (double)s->batch_size * n / fmax(tnow - t_window, 1e-9);
-            sum.final_train_loss = ev.loss;
+            t->last_loss = ev.loss;
             if (cb) cb(&ev, user);
             t_window = tnow;
             loss_window = 0.0;
             steps_window = 0;
+        }
+        if (stop && step < s->steps) { /* at the last step, finishing is stopping */
+            *stopped = 1;
+            return OB_OK;
         }
         if (s->eval_interval > 0 && step % s->eval_interval == 0 && step != s->steps) {
             ob_train_event ev;
             st = ob_trainer_evaluate(t, &ev, err);
             if (st != OB_OK) return st;
             if (cb && t->eval) cb(&ev, user);
-            t_window = now_s(); /* evaluation time is not training throughput */
+            t_window = ob__now_s(); /* evaluation time is not training throughput */
+        }
+        if (t->job_dir[0] && s->checkpoint_interval > 0 && step % s->checkpoint_interval == 0 &&
+            step != s->steps) {
+            st = ob__trainer_checkpoint(t, s->checkpoint_async, cb, user, err);
+            if (st != OB_OK) return st;
+            t_window = ob__now_s(); /* nor is checkpoint time */
         }
     }
-    double wall = now_s() - t_start;
+    return OB_OK;
+}
+
+ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_train_summary *out,
+                         ob_err *err)
+{
+    const ob_jobspec *s = &t->spec;
+    int n = ob_comm_size(t->comm);
+    ob_train_summary sum;
+    memset(&sum, 0, sizeof sum);
+    sum.num_params = t->d;
+    ob_optim_stats os;
+    ob_optim_get_stats(t->opt, &os);
+    sum.first_step = os.step + 1;
+
+    t->t_start = ob__now_s();
+    int stopped = 0;
+    ob_status st = train_loop(t, cb, user, &stopped, err);
+    double wall = ob__now_s() - t->t_start;
+    if (st != OB_OK) return st;
+
+    /* A checkpoint of the last step: on a stop request, or at the end of a job that keeps
+     * checkpoints (unless the last periodic one already holds it). */
+    ob_optim_get_stats(t->opt, &os);
+    if (t->job_dir[0]) {
+        st = ob__trainer_ckpt_flush(t, cb, user, err);
+        if (st == OB_OK && t->last_ckpt_step != os.step)
+            st = ob__trainer_checkpoint(t, 0, cb, user, err);
+        if (st != OB_OK) return st;
+    } else if (stopped && cb) {
+        ob_train_event ev = {0};
+        ev.kind = OB_EVENT_NOTICE;
+        fill_optim_fields(t, &ev);
+        ev.message = "stopped without a checkpoint: no checkpoint directory was given";
+        cb(&ev, user);
+    }
 
     ob_train_event ev;
-    ob_status st = ob_trainer_evaluate(t, &ev, err);
-    if (st != OB_OK) return st;
-    if (cb && t->eval) cb(&ev, user);
+    if (!stopped) {
+        st = ob_trainer_evaluate(t, &ev, err);
+        if (st != OB_OK) return st;
+        if (cb && t->eval) cb(&ev, user);
+    } else {
+        memset(&ev, 0, sizeof ev);
+        ev.eval_loss = ev.eval_accuracy = NAN;
+    }
 
-    ob_optim_get_stats(t->opt, &os);
     sum.steps = os.step;
     sum.freeze_step = os.freeze_step;
+    sum.final_train_loss = t->last_loss;
     sum.eval_loss = ev.eval_loss;
     sum.eval_accuracy = ev.eval_accuracy;
     sum.eval_count = ev.eval_count;
     sum.bytes_sent = os.bytes_sent;
-    sum.bytes_warmup = bytes_warm;
-    sum.bytes_compression = bytes_comp;
+    sum.bytes_warmup = t->bytes_warmup;
+    sum.bytes_compression = t->bytes_compression;
     sum.wall_seconds = wall;
-    long done = os.step - first_step + 1;
+    sum.stopped = stopped;
+    sum.last_checkpoint = t->last_ckpt_step;
+    long done = os.step - sum.first_step + 1;
     sum.samples_per_s = done > 0 ? (double)done * (double)s->batch_size * n / fmax(wall, 1e-9) : 0;
     if (out) *out = sum;
     return OB_OK;

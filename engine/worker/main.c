@@ -1,10 +1,17 @@
 /* onebit-worker: trains one job spec data-parallel, one process per MPI rank.
  *
- *   mpirun -np 4 onebit-worker --spec job.yaml
+ *   mpirun -np 4 onebit-worker --spec job.yaml [--job-id ID] [--checkpoint-dir DIR] [--resume]
  *
  * Rank 0 prints progress on stdout, one JSON object per line (--format json, the default, read
  * by the coordinator) or as aligned text (--format text); errors go to stderr. Exit status: 0
- * success, 1 training failure, 2 bad command line or job spec (nothing started). */
+ * success (also after SIGTERM: the ranks finish the step, checkpoint and stop), 1 training
+ * failure, 2 bad command line or job spec (nothing started).
+ *
+ * Checkpoints go to <DIR>/<ID>/step-XXXXXXXX/ (DIR: --checkpoint-dir, else the spec's
+ * checkpoint.dir; ID: --job-id, else the spec's name, else "job").
+ *
+ * Fault injection for tests: ONEBIT_FAULT_INJECT=SIG:STEP[:RANK] makes rank RANK (default 0)
+ * raise SIGKILL or SIGTERM (SIG = KILL or TERM) right after completing step STEP. */
 #include "onebit/comm.h"
 #include "onebit/jobspec.h"
 #include "onebit/trainer.h"
@@ -13,6 +20,7 @@
 #include <jansson.h>
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +31,20 @@ typedef struct worker_opts {
     const char *spec_path;
     out_format format;
     int check_only;
+    const char *job_id;
+    const char *checkpoint_dir;
+    int resume;
 } worker_opts;
+
+/* Set by SIGTERM and SIGINT; the trainer polls it after every step. A signal handler can only
+ * reach a file-scope object. */
+static volatile sig_atomic_t stop_requested;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    stop_requested = 1;
+}
 
 typedef struct printer {
     out_format format;
@@ -33,9 +54,14 @@ typedef struct printer {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: onebit-worker --spec FILE [--format json|text] [--check]\n"
-               "  --spec FILE     job spec, JSON or YAML (see examples/)\n"
-               "  --format F      progress as JSON lines (default) or text\n"
-               "  --check         validate the spec, print it with defaults filled, and exit\n");
+               "                     [--job-id ID] [--checkpoint-dir DIR] [--resume]\n"
+               "  --spec FILE          job spec, JSON or YAML (see examples/)\n"
+               "  --format F           progress as JSON lines (default) or text\n"
+               "  --check              validate the spec, print it with defaults filled, and exit\n"
+               "  --job-id ID          checkpoint sub-directory [the spec's name, else \"job\"]\n"
+               "  --checkpoint-dir DIR checkpoint root [the spec's checkpoint.dir]\n"
+               "  --resume             continue from the newest valid checkpoint, if any\n"
+               "SIGTERM or SIGINT: finish the step, checkpoint, exit 0.\n");
 }
 
 /* Returns 0 on success, 2 on a bad command line (message printed by rank 0). */
@@ -60,6 +86,12 @@ static int parse_args(int argc, char **argv, worker_opts *o, int rank)
             }
         } else if (!strcmp(a, "--check")) {
             o->check_only = 1;
+        } else if (!strcmp(a, "--job-id") && i + 1 < argc) {
+            o->job_id = argv[++i];
+        } else if (!strcmp(a, "--checkpoint-dir") && i + 1 < argc) {
+            o->checkpoint_dir = argv[++i];
+        } else if (!strcmp(a, "--resume")) {
+            o->resume = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             if (rank == 0) usage(stdout);
             return 1;
@@ -102,7 +134,13 @@ static void emit_json(json_t *obj)
 static void on_event(const ob_train_event *ev, void *user)
 {
     const printer *p = user;
-    if (p->rank != 0) return;
+    if (p->rank != 0) {
+        /* Rank 0 reports for everyone, except a checkpoint this rank may have failed. */
+        if (ev->kind == OB_EVENT_CHECKPOINT && !ev->ckpt_ok && ev->message)
+            fprintf(stderr, "onebit-worker[%d]: checkpoint of step %ld failed: %s\n", p->rank,
+                    ev->step, ev->message);
+        return;
+    }
     const char *phase = ob_phase_name(ev->phase);
     if (p->format == FORMAT_TEXT) {
         switch (ev->kind) {
@@ -128,6 +166,21 @@ static void on_event(const ob_train_event *ev, void *user)
         case OB_EVENT_FREEZE:
             printf("freeze @ %ld: variance frozen, compression phase begins (v-ratio %.4f)\n",
                    ev->step, ev->freeze_ratio);
+            break;
+        case OB_EVENT_CHECKPOINT:
+            if (ev->ckpt_ok)
+                printf("checkpoint @ %ld: %s (%.1f MB, %s, loop stalled %.3f s, write %.3f s)\n",
+                       ev->step, ev->path, (double)ev->ckpt_bytes / 1e6,
+                       ev->ckpt_async ? "async" : "sync", ev->stall_seconds, ev->write_seconds);
+            else
+                printf("checkpoint @ %ld FAILED: %s\n", ev->step, ev->message);
+            break;
+        case OB_EVENT_RESUME:
+            printf("resume: continuing after step %ld from %s (written by %d ranks)\n", ev->step,
+                   ev->path, ev->from_world_size);
+            break;
+        case OB_EVENT_NOTICE:
+            printf("note: %s\n", ev->message);
             break;
         }
         fflush(stdout);
@@ -160,6 +213,32 @@ static void on_event(const ob_train_event *ev, void *user)
         json_object_set_new(o, "step", json_integer(ev->step));
         json_object_set_new(o, "freeze_ratio", num(ev->freeze_ratio));
         break;
+    case OB_EVENT_CHECKPOINT:
+        json_object_set_new(o, "event", json_string("checkpoint"));
+        json_object_set_new(o, "step", json_integer(ev->step));
+        json_object_set_new(o, "ok", json_boolean(ev->ckpt_ok));
+        if (ev->ckpt_ok) {
+            json_object_set_new(o, "path", json_string(ev->path));
+            json_object_set_new(o, "async", json_boolean(ev->ckpt_async));
+            json_object_set_new(o, "bytes", json_integer((json_int_t)ev->ckpt_bytes));
+            json_object_set_new(o, "stall_seconds", num(ev->stall_seconds));
+            json_object_set_new(o, "write_seconds", num(ev->write_seconds));
+        } else {
+            json_object_set_new(o, "error", json_string(ev->message ? ev->message : "failed"));
+        }
+        break;
+    case OB_EVENT_RESUME:
+        json_object_set_new(o, "event", json_string("resume"));
+        json_object_set_new(o, "step", json_integer(ev->step));
+        json_object_set_new(o, "path", json_string(ev->path));
+        json_object_set_new(o, "from_world_size", json_integer(ev->from_world_size));
+        json_object_set_new(o, "phase", json_string(phase));
+        break;
+    case OB_EVENT_NOTICE:
+        json_object_set_new(o, "event", json_string("notice"));
+        json_object_set_new(o, "step", json_integer(ev->step));
+        json_object_set_new(o, "message", json_string(ev->message ? ev->message : ""));
+        break;
     }
     emit_json(o);
 }
@@ -191,6 +270,12 @@ static void print_start(const printer *p, const ob_jobspec *spec, const char *sp
 static void print_summary(const printer *p, const ob_train_summary *s, int is_text)
 {
     if (p->rank != 0) return;
+    if (p->format == FORMAT_TEXT && s->stopped) {
+        printf("stopped after step %ld (signal); last checkpoint: step %ld\n", s->steps,
+               s->last_checkpoint);
+        fflush(stdout);
+        return;
+    }
     if (p->format == FORMAT_TEXT) {
         printf("done: %ld steps in %.1f s (%.0f samples/s); final train loss %.4f; eval loss %.4f",
                s->steps, s->wall_seconds, s->samples_per_s, s->final_train_loss, s->eval_loss);
@@ -218,7 +303,74 @@ static void print_summary(const printer *p, const ob_train_summary *s, int is_te
     json_object_set_new(o, "wall_seconds", num(s->wall_seconds));
     json_object_set_new(o, "samples_per_s", num(s->samples_per_s));
     json_object_set_new(o, "num_params", json_integer((json_int_t)s->num_params));
+    json_object_set_new(o, "first_step", json_integer(s->first_step));
+    json_object_set_new(o, "stopped", json_boolean(s->stopped));
+    json_object_set_new(o, "last_checkpoint",
+                        s->last_checkpoint >= 0 ? json_integer(s->last_checkpoint) : json_null());
     emit_json(o);
+}
+
+/* A job id names a directory: [A-Za-z0-9._-], 1..127 characters, not "." or "..". */
+static int valid_job_id(const char *id)
+{
+    size_t n = strlen(id);
+    if (n == 0 || n > 127 || !strcmp(id, ".") || !strcmp(id, "..")) return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = id[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return 1;
+}
+
+/* Resolves <root>/<job id> into job_dir ("" when the job keeps no checkpoints). Returns 0, or 2
+ * with a message (printed by rank 0) for a bad combination. */
+static int checkpoint_dir(const worker_opts *o, const ob_jobspec *spec, char *job_dir, size_t cap,
+                          int rank)
+{
+    const char *root = o->checkpoint_dir ? o->checkpoint_dir : spec->checkpoint_dir;
+    const char *id = o->job_id ? o->job_id : (spec->name[0] ? spec->name : "job");
+    const char *problem = NULL;
+    job_dir[0] = '\0';
+    if (!root[0]) {
+        if (spec->checkpoint_interval > 0)
+            problem = "checkpoint.interval is set but there is no checkpoint directory (set "
+                      "checkpoint.dir or --checkpoint-dir)";
+        else if (o->resume)
+            problem = "--resume needs a checkpoint directory (checkpoint.dir or "
+                      "--checkpoint-dir)";
+    } else if (!valid_job_id(id)) {
+        problem = "--job-id: use 1 to 127 characters from [A-Za-z0-9._-]";
+    } else if ((size_t)snprintf(job_dir, cap, "%s/%s", root, id) >= cap - 32) {
+        problem = "checkpoint directory name too long";
+    }
+    if (problem) {
+        if (rank == 0) fprintf(stderr, "onebit-worker: %s\n", problem);
+        return 2;
+    }
+    return 0;
+}
+
+/* ONEBIT_FAULT_INJECT=SIG:STEP[:RANK]; returns 0 when unset or valid, 2 when malformed. */
+static int fault_from_env(ob_fault_injection *f, int rank)
+{
+    memset(f, 0, sizeof *f);
+    const char *v = getenv("ONEBIT_FAULT_INJECT");
+    if (!v || !v[0]) return 0;
+    char sig[8] = {0};
+    long step = 0;
+    int target = 0, n = sscanf(v, "%7[A-Z]:%ld:%d", sig, &step, &target);
+    if (n < 2 || step <= 0 || target < 0 || (strcmp(sig, "KILL") && strcmp(sig, "TERM"))) {
+        if (rank == 0)
+            fprintf(stderr,
+                    "onebit-worker: ONEBIT_FAULT_INJECT='%s': expected KILL|TERM:STEP[:RANK]\n", v);
+        return 2;
+    }
+    f->step = step;
+    f->rank = target;
+    f->signal = strcmp(sig, "KILL") ? SIGTERM : SIGKILL;
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -229,6 +381,13 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &world);
     /* Several ranks share a machine's cores: one BLAS thread each unless told otherwise. */
     if (!getenv("OPENBLAS_NUM_THREADS")) openblas_set_num_threads(1);
+
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
 
     worker_opts opts;
     int rc = parse_args(argc, argv, &opts, rank);
@@ -254,12 +413,20 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 0;
     }
+    char job_dir[4096];
+    ob_fault_injection fault;
+    if (checkpoint_dir(&opts, &spec, job_dir, sizeof job_dir, rank) != 0 ||
+        fault_from_env(&fault, rank) != 0) {
+        free(spec_json);
+        MPI_Finalize();
+        return 2;
+    }
 
     printer pr = {opts.format, rank};
     ob_comm *comm = NULL;
     ob_trainer *trainer = NULL;
     ob_train_summary summary;
-    int exit_code = 0;
+    int exit_code = 0, resumed = 0;
     st = ob_comm_create_mpi(&comm, &err);
     if (st == OB_OK) st = ob_trainer_create(&trainer, &spec, comm, &err);
     if (st != OB_OK) {
@@ -269,7 +436,21 @@ int main(int argc, char **argv)
         exit_code = 1;
         goto done;
     }
+    ob_trainer_set_stop_flag(trainer, &stop_requested);
+    ob_trainer_set_fault_injection(trainer, &fault);
     print_start(&pr, &spec, spec_json, world, ob_trainer_num_params(trainer));
+    if (job_dir[0]) st = ob_trainer_enable_checkpoints(trainer, job_dir, &err);
+    if (st == OB_OK && opts.resume)
+        st = ob_trainer_resume(trainer, job_dir, on_event, &pr, &resumed, &err);
+    if (st == OB_OK && !resumed) st = ob_trainer_warm_start(trainer, on_event, &pr, &err);
+    if (st != OB_OK) {
+        /* Collective and agreed: every rank returns; the one that failed says why. */
+        if (st != OB_ERR_STATE || world == 1 || rank == 0)
+            fprintf(stderr, "onebit-worker[%d]: %s failed: %s\n", rank,
+                    opts.resume && !resumed ? "resume" : "warm start", err.msg);
+        exit_code = 1;
+        goto done;
+    }
     st = ob_trainer_run(trainer, on_event, &pr, &summary, &err);
     if (st != OB_OK) {
         fprintf(stderr, "onebit-worker[%d]: training failed: %s\n", rank, err.msg);
@@ -280,6 +461,14 @@ int main(int argc, char **argv)
     }
     print_summary(&pr, &summary,
                   ob_dataset_get_kind(ob_trainer_dataset(trainer)) == OB_DATASET_TEXT);
+    if (job_dir[0] && summary.last_checkpoint != summary.steps) {
+        /* The state of the last step is not on disk: a supervisor must not take this run as
+         * complete. */
+        if (rank == 0)
+            fprintf(stderr, "onebit-worker: the checkpoint of step %ld could not be written\n",
+                    summary.steps);
+        exit_code = 1;
+    }
 done:
     ob_trainer_destroy(trainer);
     ob_comm_destroy(comm);

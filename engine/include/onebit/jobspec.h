@@ -56,7 +56,15 @@
  *   seed?          integer in [0, 2^63 - 1] [1]
  *   eval?:         { interval? [0: only at the end], max_examples? [0: the whole eval split] }
  *   log_interval?  steps between progress logs, > 0 [10]
- *   checkpoint?:   { dir? [""], interval? [0: none], keep? [3], >= 1 }
+ *   checkpoint?:   { dir? [""], interval? [0: none], keep? [3], >= 1, async? [false] }
+ *                  dir is the root: the worker writes under <dir>/<job id>/ (onebit/checkpoint.h);
+ *                  with a directory the worker also saves at the end and when stopped by
+ *                  SIGTERM; async writes in a background thread while training goes on
+ *   warm_start?:   { from (required): a checkpoint directory (step-XXXXXXXX) or a job's
+ *                  checkpoint directory (its newest valid checkpoint), params? [false] }
+ *                  onebit_adam (compression on or off) only: the job takes the checkpoint's
+ *                  frozen variance v_Tw (and with params: true its parameters) and starts in
+ *                  the compression phase
  *
  * Fields the spec does not set: model.input_dim and model.num_classes come from the dataset
  * and model.max_batch from batch_size; the worker fills them in (a parsed spec holds 0 there).
@@ -119,6 +127,9 @@ typedef struct ob_jobspec {
     char checkpoint_dir[OB_JOBSPEC_PATH_LEN]; /* "" : the coordinator decides */
     long checkpoint_interval;                 /* 0: no checkpoints */
     int checkpoint_keep;
+    int checkpoint_async;                      /* write in a background thread */
+    char warm_start_from[OB_JOBSPEC_PATH_LEN]; /* "" : no warm start */
+    int warm_start_params;                     /* also take the parameters */
 } ob_jobspec;
 
 /* The spec before any field is read: every optional field at its default (model mlp, data

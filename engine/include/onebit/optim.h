@@ -136,8 +136,22 @@ typedef struct ob_optim_state {
 
 void ob_optim_get_state(ob_optim *opt, ob_optim_state *out);
 
-/* Sets the step counter and the freeze step (-1: not frozen) after a restore. */
-ob_status ob_optim_set_progress(ob_optim *opt, long step, long freeze_step, ob_err *err);
+/* Where an optimizer stands, besides its arrays: what a checkpoint saves and a resume restores. */
+typedef struct ob_optim_progress {
+    long step;           /* completed steps */
+    long freeze_step;    /* -1: not frozen */
+    double last_ratio;   /* freeze detector's last ratio (NaN: none) */
+    double last_norm;    /* freeze detector's last ||v_t||_1 */
+    uint64_t bytes_sent; /* traffic so far, for the statistics */
+} ob_optim_progress;
+
+void ob_optim_get_progress(const ob_optim *opt, ob_optim_progress *out);
+
+/* Restores the progress after the arrays of ob_optim_get_state were written: the step counter,
+ * the freeze step (a frozen optimizer recomputes its sqrt(v_Tw) + eps from the restored v) and
+ * the statistics. OB_ERR_INVALID_ARG (nothing changed) when the values do not fit the
+ * optimizer: a negative step, a freeze after the step, a freeze of adam or naive. */
+ob_status ob_optim_set_progress(ob_optim *opt, const ob_optim_progress *p, ob_err *err);
 
 /* Warm start: takes v_Tw (d floats, copied) from an earlier run and enters the compression
  * phase now, skipping the warmup. Only for onebit_adam in the compressed or uncompressed

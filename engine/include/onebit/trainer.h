@@ -3,7 +3,13 @@
  * A trainer loads this rank's shard of the data, builds the model (parameters initialised
  * identically on every rank from the job seed), the optimizer over the communicator, and runs
  * the steps of the spec, reporting progress through a callback (called on every rank; the
- * worker prints rank 0's). Everything is deterministic for a given spec and world size. */
+ * worker prints rank 0's). Everything is deterministic for a given spec and world size.
+ *
+ * Checkpoints (onebit/checkpoint.h): with ob_trainer_enable_checkpoints the trainer saves every
+ * checkpoint.interval steps, at the end, and when the stop flag is raised (it finishes the
+ * step, saves and returns). ob_trainer_resume continues from the newest checkpoint that
+ * verifies, bit-exact at the same world size; ob_trainer_warm_start starts the compression
+ * phase from an earlier run's frozen variance. */
 #ifndef ONEBIT_TRAINER_H
 #define ONEBIT_TRAINER_H
 
@@ -13,6 +19,8 @@
 #include "onebit/model.h"
 #include "onebit/optim.h"
 
+#include <signal.h>
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -20,9 +28,12 @@ extern "C" {
 typedef struct ob_trainer ob_trainer;
 
 typedef enum ob_train_event_kind {
-    OB_EVENT_STEP = 0,   /* a logged training step */
-    OB_EVENT_EVAL = 1,   /* an evaluation on the held-out split */
-    OB_EVENT_FREEZE = 2, /* the variance was frozen at this step (1-bit Adam) */
+    OB_EVENT_STEP = 0,       /* a logged training step */
+    OB_EVENT_EVAL = 1,       /* an evaluation on the held-out split */
+    OB_EVENT_FREEZE = 2,     /* the variance was frozen at this step (1-bit Adam) */
+    OB_EVENT_CHECKPOINT = 3, /* a checkpoint of `step` was committed at `path` (or failed) */
+    OB_EVENT_RESUME = 4,     /* training continues from the checkpoint at `path` */
+    OB_EVENT_NOTICE = 5,     /* something the user should know: `message` */
 } ob_train_event_kind;
 
 typedef struct ob_train_event {
@@ -41,6 +52,15 @@ typedef struct ob_train_event {
     double eval_accuracy; /* EVAL: argmax accuracy (examples or bytes) */
     size_t eval_count;    /* EVAL: examples or predicted bytes evaluated */
     int is_text;          /* loss is per byte: bits per byte = loss / ln 2 */
+    /* CHECKPOINT and RESUME; the strings are borrowed for the duration of the callback. */
+    const char *path;     /* checkpoint directory */
+    const char *message;  /* NOTICE: the text; CHECKPOINT: NULL on success, else why it failed */
+    int ckpt_ok;          /* CHECKPOINT: committed */
+    int ckpt_async;       /* CHECKPOINT: written by the background thread */
+    double stall_seconds; /* CHECKPOINT: time the training loop stood still for it */
+    double write_seconds; /* CHECKPOINT: rank 0's time writing and syncing its files */
+    uint64_t ckpt_bytes;  /* CHECKPOINT: array bytes in the checkpoint, all ranks */
+    int from_world_size;  /* RESUME: world size that wrote the checkpoint */
 } ob_train_event;
 
 typedef void (*ob_train_callback)(const ob_train_event *ev, void *user);
@@ -55,7 +75,18 @@ typedef struct ob_train_summary {
     double wall_seconds;
     double samples_per_s;
     size_t num_params;
+    int stopped;          /* 1: the stop flag ended the run early (after a checkpoint) */
+    long first_step;      /* first step this run trained (> 1 after a resume) */
+    long last_checkpoint; /* step of the newest committed checkpoint, -1 none */
 } ob_train_summary;
+
+/* Fault injection for tests: after completing step `step`, rank `rank` raises `signal` (e.g.
+ * SIGKILL: the rank dies there; SIGTERM: the stop path). step 0 disables. */
+typedef struct ob_fault_injection {
+    long step;
+    int rank;
+    int signal;
+} ob_fault_injection;
 
 /* Creates a trainer for `spec` (copied) on `comm` (borrowed, host memory). Collective: it
  * checks that every rank set up successfully, so that a failure on one rank (a missing file,
@@ -71,6 +102,33 @@ ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_tra
 /* Evaluates on the held-out split (eval.max_examples of it, sharded over the ranks): mean loss
  * and accuracy summed over every rank. Collective. */
 ob_status ob_trainer_evaluate(ob_trainer *t, ob_train_event *out, ob_err *err);
+
+/* Enables checkpoints under job_dir (copied; created when first needed): every
+ * spec.checkpoint_interval steps (0: none), at the end, and on a stop request, keeping the
+ * newest spec.checkpoint_keep, written in a background thread when spec.checkpoint_async. */
+ob_status ob_trainer_enable_checkpoints(ob_trainer *t, const char *job_dir, ob_err *err);
+
+/* A flag (borrowed; typically set by a SIGTERM handler) polled after every step: once any rank
+ * sees it non-zero, all ranks finish the step, checkpoint and return from ob_trainer_run with
+ * summary.stopped = 1. NULL: none. */
+void ob_trainer_set_stop_flag(ob_trainer *t, const volatile sig_atomic_t *flag);
+
+void ob_trainer_set_fault_injection(ob_trainer *t, const ob_fault_injection *f);
+
+/* Continues from the newest checkpoint of job_dir that verifies (rank 0 chooses; passed-over
+ * checkpoints are reported as NOTICE events with the reason). Restores parameters, m, v, the
+ * error-feedback buffers (re-sharded when the world size differs), the freeze detector, the
+ * step, the data position and the counters, and emits RESUME. *resumed = 0 (and OB_OK) when
+ * there is no usable checkpoint: the run starts from step 0. A checkpoint written by a spec
+ * that differs in anything but steps, eval, log_interval, checkpoint and name is refused
+ * (OB_ERR_INVALID_ARG). Collective; on failure every rank returns the error. */
+ob_status ob_trainer_resume(ob_trainer *t, const char *job_dir, ob_train_callback cb, void *user,
+                            int *resumed, ob_err *err);
+
+/* Applies the spec's warm_start: takes v_Tw (and, with warm_start.params, the parameters) of
+ * the named checkpoint and enters the compression phase with zero errors. Call before
+ * training, instead of resuming. Collective. */
+ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user, ob_err *err);
 
 /* Borrowed views for inspection and checkpointing. */
 float *ob_trainer_params(ob_trainer *t);

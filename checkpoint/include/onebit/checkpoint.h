@@ -1,0 +1,174 @@
+/* HDF5 checkpoints of a data-parallel job: write, commit atomically, list, verify, read, and
+ * re-shard the error-feedback buffers for another world size.
+ *
+ * A job's checkpoints live in one directory (the "job directory", <root>/<job-id>), one
+ * sub-directory per checkpoint:
+ *
+ *   <job dir>/step-00001200/state.h5        rank 0: parameters, m, v (v_Tw after the freeze),
+ *                                           freeze-detector history, the job spec, metadata
+ *   <job dir>/step-00001200/rank-00000.h5   every rank: its worker error (D) and the server
+ *   <job dir>/step-00001200/rank-00001.h5   error chunk it owns (C)
+ *
+ * Files are written under step-XXXXXXXX.tmp/, each fsynced, then the directory is fsynced,
+ * renamed to step-XXXXXXXX/ and the job directory fsynced: a checkpoint either exists whole or
+ * not at all, and only renamed directories count. Every dataset is chunked with HDF5's
+ * Fletcher32 filter and the files use the HDF5 1.10 format, whose object headers (and so the
+ * attributes) carry checksums too: a flipped byte fails the read. docs/CHECKPOINTS.md gives the
+ * schema; `h5dump -A state.h5` shows it.
+ *
+ * This library knows nothing of MPI: the caller (the trainer) decides which rank writes what
+ * and when to commit. Errors are ob_status codes with messages naming the file and the check
+ * that failed (OB_ERR_CORRUPT for anything that does not verify, OB_ERR_NOT_FOUND for a
+ * missing file, OB_ERR_IO for a failed system call). All functions are thread-safe. */
+#ifndef ONEBIT_CHECKPOINT_H
+#define ONEBIT_CHECKPOINT_H
+
+#include "onebit/status.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define OB_CKPT_FORMAT_VERSION 1
+#define OB_CKPT_PATH_LEN 4096 /* path buffers, terminator included */
+
+/* Everything about a checkpoint except the large arrays: the attributes of state.h5. */
+typedef struct ob_ckpt_meta {
+    uint32_t format_version; /* OB_CKPT_FORMAT_VERSION when written by this build */
+    long step;               /* completed optimizer steps */
+    int phase;               /* ob_phase of the next step: 0 warmup, 1 compression */
+    long freeze_step;        /* T_w, -1 while in warmup */
+    int world_size;          /* ranks that wrote it: one rank file each */
+    uint64_t num_params;     /* d */
+    uint64_t padded_size;    /* D, 0 when the optimizer has no compressed allreduce */
+    uint64_t chunk_size;     /* C = D / world_size, 0 likewise */
+    uint64_t block_size;     /* B of the compressed allreduce, 0 likewise */
+    uint64_t seed;           /* the job's seed */
+    /* Freeze detector and statistics: restored so that a resumed run reports what the
+     * uninterrupted run would have. */
+    double last_ratio;   /* last ||v_t||_1 / ||v_{t-Delta}||_1, NaN when never computed */
+    double last_norm;    /* last ||v_t||_1 */
+    uint64_t bytes_sent; /* optimizer traffic of rank 0 so far */
+    uint64_t bytes_warmup, bytes_compression;
+    double lr;         /* learning rate of the last step (the schedule is a function of step) */
+    double train_loss; /* mean train loss of the last logged window, NaN when none */
+    /* Train loader position (ob_loader_position): shared by every rank. */
+    uint64_t loader_epoch, loader_index;
+    uint64_t loader_rng[4];
+    double wall_seconds;         /* training time before this checkpoint, all attempts */
+    uint64_t v_norm_history_len; /* read only: entries of /optim/v_norm_history (0: none) */
+} ob_ckpt_meta;
+
+/* The arrays of state.h5. Pointers are borrowed (written: read from; read: written into, each
+ * with room for the sizes in the meta). v_norm_history may be NULL with length 0. */
+typedef struct ob_ckpt_arrays {
+    float *params;     /* (d) */
+    float *exp_avg;    /* (d) m */
+    float *exp_avg_sq; /* (d) v; v_Tw after the freeze */
+    double *v_norm_history;
+    size_t v_norm_history_len; /* Delta, or 0 */
+} ob_ckpt_arrays;
+
+/* --- Names and directories ------------------------------------------------------------------ */
+
+/* Writes "<job_dir>/step-XXXXXXXX" (tmp = 0) or ".../step-XXXXXXXX.tmp" (tmp = 1) into out
+ * (OB_CKPT_PATH_LEN bytes). OB_ERR_INVALID_ARG when it does not fit or step is out of range. */
+ob_status ob_ckpt_step_dir(char *out, const char *job_dir, long step, int tmp, ob_err *err);
+
+/* Creates dir and its missing parents (mode 0755). An existing directory is fine. */
+ob_status ob_ckpt_mkdirs(const char *dir, ob_err *err);
+
+/* Prepares the temporary directory of checkpoint `step` in job_dir (creating job_dir if
+ * needed): a leftover one from an earlier attempt is removed first. Call on one rank, before
+ * any rank writes into it; the path goes to out (OB_CKPT_PATH_LEN bytes). */
+ob_status ob_ckpt_prepare(const char *job_dir, long step, char *out, ob_err *err);
+
+/* Commits checkpoint `step`: fsyncs its temporary directory, renames it to step-XXXXXXXX
+ * (replacing an older checkpoint of the same step), fsyncs job_dir. Call on one rank after
+ * every rank's files are written and synced. */
+ob_status ob_ckpt_commit(const char *job_dir, long step, ob_err *err);
+
+/* Removes the temporary directory of checkpoint `step` (a failed write). */
+ob_status ob_ckpt_discard(const char *job_dir, long step, ob_err *err);
+
+/* Keeps the newest `keep` (>= 1) committed checkpoints of job_dir and removes the older ones,
+ * along with temporary directories of steps before the newest committed one. *removed (may be
+ * NULL) receives the number of checkpoints removed. */
+ob_status ob_ckpt_prune(const char *job_dir, int keep, int *removed, ob_err *err);
+
+/* One entry of a job directory. */
+typedef struct ob_ckpt_entry {
+    long step;
+    int committed; /* 0: a step-XXXXXXXX.tmp directory (incomplete, never used) */
+    char path[OB_CKPT_PATH_LEN];
+} ob_ckpt_entry;
+
+/* Lists the checkpoint directories of job_dir, newest step first (for one step, the committed
+ * one before its .tmp). Other names are ignored. *out is malloc'd, owned by the caller (free());
+ * NULL with *n = 0 when there are none. A missing job_dir gives an empty list. */
+ob_status ob_ckpt_list(const char *job_dir, ob_ckpt_entry **out, size_t *n, ob_err *err);
+
+/* --- Writing -------------------------------------------------------------------------------- */
+
+/* Writes <dir>/state.h5 (dir from ob_ckpt_prepare) with the metadata, the arrays (sizes from
+ * meta->num_params and arrays->v_norm_history_len) and the job spec (spec_json: NUL-terminated
+ * canonical JSON, borrowed), and fsyncs it. Everything is borrowed. */
+ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *meta,
+                              const ob_ckpt_arrays *arrays, const char *spec_json, ob_err *err);
+
+/* Writes <dir>/rank-XXXXX.h5 for `rank` of meta->world_size: the worker error (padded_size
+ * floats) and the server error chunk (chunk_size floats), and fsyncs it. With padded_size 0
+ * (no compressed allreduce) the file holds only the step and rank: it marks the rank as done.
+ * Arrays are borrowed and may be NULL when padded_size is 0. */
+ob_status ob_ckpt_write_rank(const char *dir, const ob_ckpt_meta *meta, int rank,
+                             const float *worker_error, const float *server_error, ob_err *err);
+
+/* --- Reading -------------------------------------------------------------------------------- */
+
+/* Reads the metadata of <dir>/state.h5 into *meta and, if spec_json is non-NULL, the spec (a
+ * NUL-terminated string from malloc, owned by the caller). Checks the magic, the format version
+ * and that the sizes are consistent; reads no large array. */
+ob_status ob_ckpt_read_meta(const char *dir, ob_ckpt_meta *meta, char **spec_json, ob_err *err);
+
+/* Reads the arrays of <dir>/state.h5 into arrays (caller-owned buffers of the sizes meta
+ * gives; v_norm_history is read when non-NULL, and then its length must match). Fletcher32
+ * is checked on every chunk. */
+ob_status ob_ckpt_read_state(const char *dir, const ob_ckpt_meta *meta,
+                             const ob_ckpt_arrays *arrays, ob_err *err);
+
+/* Verifies a committed checkpoint completely: the metadata, every dataset of state.h5 and of
+ * each of its world_size rank files (presence, step, sizes, checksums). On success *meta (may
+ * be NULL) receives the metadata. The message of a failure names the file and the reason. */
+ob_status ob_ckpt_verify(const char *dir, ob_ckpt_meta *meta, ob_err *err);
+
+/* Called by ob_ckpt_find_latest for every checkpoint it passes over, newest first: path, and
+ * why (a message). user is passed through. */
+typedef void (*ob_ckpt_skip_fn)(const char *path, const char *reason, void *user);
+
+/* Finds the newest checkpoint of job_dir that verifies: its directory goes to out
+ * (OB_CKPT_PATH_LEN bytes) and its metadata to *meta (may be NULL). Incomplete (.tmp) and
+ * failing checkpoints are passed over, each reported through skip (may be NULL).
+ * OB_ERR_NOT_FOUND when there is none. */
+ob_status ob_ckpt_find_latest(const char *job_dir, char *out, ob_ckpt_meta *meta,
+                              ob_ckpt_skip_fn skip, void *user, ob_err *err);
+
+/* Reads the error-feedback buffers that rank `rank` of `world_size` needs from the checkpoint
+ * at dir, whose metadata is *meta:
+ *   - the same world size: this rank's own file, bit for bit;
+ *   - another world size: worker_error = the element-wise mean of the old ranks' worker errors
+ *     (what the server averages), and server_error = this rank's slice of the concatenation of
+ *     the old server chunks; elements at index >= d (the padding) are set to 0 in both.
+ * padded_size and chunk_size are this run's D and C (d = meta->num_params, and D = C *
+ * world_size >= d). worker_error gets D floats, server_error C floats (caller-owned). */
+ob_status ob_ckpt_read_errors(const char *dir, const ob_ckpt_meta *meta, int rank, int world_size,
+                              size_t padded_size, size_t chunk_size, float *worker_error,
+                              float *server_error, ob_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_CHECKPOINT_H */

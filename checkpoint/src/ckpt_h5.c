@@ -1,0 +1,633 @@
+/* The HDF5 files of a checkpoint: state.h5 (rank 0) and rank-XXXXX.h5 (every rank).
+ *
+ * Files use the HDF5 1.10 format (object headers with checksums, so attributes are covered),
+ * and every dataset is chunked with the Fletcher32 filter, so a damaged byte fails the read
+ * instead of coming back as a wrong number. Every value read is checked against what the
+ * metadata promises (types, sizes, ranges) before it is trusted. */
+#include "ckpt_internal.h"
+
+#include <hdf5.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Chunks of at most 1 Mi elements: a checksum per 4 MiB of floats. */
+#define CHUNK_ELEMS ((hsize_t)1 << 20)
+
+/* --- HDF5 errors ------------------------------------------------------------------------------ */
+
+typedef struct h5_first {
+    char desc[160];
+    char func[64];
+    int have;
+} h5_first;
+
+static herr_t walk_first(unsigned n, const H5E_error2_t *e, void *data)
+{
+    h5_first *f = data;
+    if (n == 0 && e) {
+        snprintf(f->desc, sizeof f->desc, "%s", e->desc ? e->desc : "");
+        snprintf(f->func, sizeof f->func, "%s", e->func_name ? e->func_name : "");
+        f->have = 1;
+    }
+    return 0;
+}
+
+/* Records a failed HDF5 call: what we were doing, on which path, and HDF5's innermost reason
+ * (e.g. "data error detected by fletcher32 checksum"). */
+static ob_status h5_fail(ob_err *err, ob_status code, const char *file, int line, const char *what,
+                         const char *path)
+{
+    h5_first f = {{0}, {0}, 0};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_first, &f);
+    H5Eclear2(H5E_DEFAULT);
+    if (f.have)
+        return ob__err_set(err, code, file, line, "%s: %s: %s (in %s)", path, what, f.desc, f.func);
+    return ob__err_set(err, code, file, line, "%s: %s failed", path, what);
+}
+#define H5_FAIL(err, code, what, path) h5_fail((err), (code), __FILE__, __LINE__, (what), (path))
+
+/* HDF5 prints its error stack to stderr unless told not to; the setting is per thread in a
+ * thread-safe build, so every entry point says it. */
+static void h5_quiet(void)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+static void h5_close(hid_t *id, herr_t (*fn)(hid_t))
+{
+    if (*id >= 0) fn(*id);
+    *id = H5I_INVALID_HID;
+}
+
+/* --- writing ---------------------------------------------------------------------------------- */
+
+static hid_t create_file(const char *path, ob_err *err)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    hid_t f = H5I_INVALID_HID;
+    if (fapl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0)
+        f = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    if (f < 0) H5_FAIL(err, OB_ERR_IO, "create", path);
+    if (fapl >= 0) H5Pclose(fapl);
+    return f;
+}
+
+static ob_status write_attr(hid_t loc, const char *name, hid_t file_type, hid_t mem_type,
+                            const void *val, hsize_t count, const char *path, ob_err *err)
+{
+    hid_t space = count == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &count, NULL);
+    hid_t a = space >= 0 ? H5Acreate2(loc, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT)
+                         : H5I_INVALID_HID;
+    herr_t rc = a >= 0 ? H5Awrite(a, mem_type, val) : -1;
+    if (a >= 0) H5Aclose(a);
+    if (space >= 0) H5Sclose(space);
+    if (rc < 0) return H5_FAIL(err, OB_ERR_IO, name, path);
+    return OB_OK;
+}
+
+static ob_status attr_i64(hid_t loc, const char *name, int64_t v, const char *path, ob_err *err)
+{
+    return write_attr(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, 1, path, err);
+}
+
+static ob_status attr_u64(hid_t loc, const char *name, uint64_t v, const char *path, ob_err *err)
+{
+    return write_attr(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v, 1, path, err);
+}
+
+static ob_status attr_f64(hid_t loc, const char *name, double v, const char *path, ob_err *err)
+{
+    return write_attr(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v, 1, path, err);
+}
+
+static ob_status attr_str(hid_t loc, const char *name, const char *s, const char *path, ob_err *err)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0 || H5Tset_size(t, strlen(s) + 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLTERM) < 0) {
+        if (t >= 0) H5Tclose(t);
+        return H5_FAIL(err, OB_ERR_IO, name, path);
+    }
+    ob_status st = write_attr(loc, name, t, t, s, 1, path, err);
+    H5Tclose(t);
+    return st;
+}
+
+/* A 1-D dataset of n elements, chunked, with the Fletcher32 checksum filter. */
+static ob_status write_dataset(hid_t f, const char *name, hid_t file_type, hid_t mem_type,
+                               const void *data, size_t n, const char *path, ob_err *err)
+{
+    hsize_t dims = n, chunk = n < CHUNK_ELEMS ? n : CHUNK_ELEMS;
+    hid_t space = H5Screate_simple(1, &dims, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    hid_t ds = H5I_INVALID_HID;
+    herr_t rc = -1;
+    if (space >= 0 && dcpl >= 0 && lcpl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0 &&
+        H5Pset_fletcher32(dcpl) >= 0 && H5Pset_create_intermediate_group(lcpl, 1) >= 0)
+        ds = H5Dcreate2(f, name, file_type, space, lcpl, dcpl, H5P_DEFAULT);
+    if (ds >= 0) rc = H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    h5_close(&ds, H5Dclose);
+    h5_close(&lcpl, H5Pclose);
+    h5_close(&dcpl, H5Pclose);
+    h5_close(&space, H5Sclose);
+    if (rc < 0) return H5_FAIL(err, OB_ERR_IO, name, path);
+    return OB_OK;
+}
+
+/* Closes the file (flushing it) and fsyncs it. */
+static ob_status finish_file(hid_t *f, const char *path, ob_err *err)
+{
+    herr_t rc = H5Fclose(*f);
+    *f = H5I_INVALID_HID;
+    if (rc < 0) return H5_FAIL(err, OB_ERR_IO, "close", path);
+    return ob__ckpt_fsync_path(path, 0, err);
+}
+
+static ob_status write_common_attrs(hid_t f, const ob_ckpt_meta *m, const char *path, ob_err *err)
+{
+    ob_status st;
+    if ((st = attr_str(f, "magic", OB_CKPT_MAGIC, path, err)) ||
+        (st = attr_i64(f, "format_version", OB_CKPT_FORMAT_VERSION, path, err)) ||
+        (st = attr_i64(f, "step", m->step, path, err)) ||
+        (st = attr_i64(f, "world_size", m->world_size, path, err)) ||
+        (st = attr_u64(f, "num_params", m->num_params, path, err)) ||
+        (st = attr_u64(f, "padded_size", m->padded_size, path, err)) ||
+        (st = attr_u64(f, "chunk_size", m->chunk_size, path, err)))
+        return st;
+    return OB_OK;
+}
+
+ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_ckpt_arrays *a,
+                              const char *spec_json, ob_err *err)
+{
+    h5_quiet();
+    char path[OB_CKPT_PATH_LEN];
+    ob_status st = ob__ckpt_join(path, dir, OB_CKPT_STATE_FILE, err);
+    if (st != OB_OK) return st;
+    if (!a->params || !a->exp_avg || !a->exp_avg_sq || m->num_params == 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: no parameters to write", path);
+    hid_t f = create_file(path, err);
+    if (f < 0) return OB_ERR_IO;
+    size_t d = (size_t)m->num_params;
+    if ((st = write_common_attrs(f, m, path, err)) ||
+        (st = attr_i64(f, "phase", m->phase, path, err)) ||
+        (st = attr_i64(f, "freeze_step", m->freeze_step, path, err)) ||
+        (st = attr_u64(f, "block_size", m->block_size, path, err)) ||
+        (st = attr_u64(f, "seed", m->seed, path, err)) ||
+        (st = attr_f64(f, "last_ratio", m->last_ratio, path, err)) ||
+        (st = attr_f64(f, "last_norm", m->last_norm, path, err)) ||
+        (st = attr_u64(f, "bytes_sent", m->bytes_sent, path, err)) ||
+        (st = attr_u64(f, "bytes_warmup", m->bytes_warmup, path, err)) ||
+        (st = attr_u64(f, "bytes_compression", m->bytes_compression, path, err)) ||
+        (st = attr_f64(f, "lr", m->lr, path, err)) ||
+        (st = attr_f64(f, "train_loss", m->train_loss, path, err)) ||
+        (st = attr_f64(f, "wall_seconds", m->wall_seconds, path, err)) ||
+        (st = attr_u64(f, "loader_epoch", m->loader_epoch, path, err)) ||
+        (st = attr_u64(f, "loader_index", m->loader_index, path, err)) ||
+        (st = write_attr(f, "loader_rng", H5T_STD_U64LE, H5T_NATIVE_UINT64, m->loader_rng, 4, path,
+                         err)) ||
+        (st = attr_str(f, "spec_json", spec_json ? spec_json : "", path, err)))
+        goto fail;
+    if ((st = write_dataset(f, "/model/params", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, a->params, d,
+                            path, err)) ||
+        (st = write_dataset(f, "/optim/exp_avg", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, a->exp_avg, d,
+                            path, err)) ||
+        (st = write_dataset(f, "/optim/exp_avg_sq", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, a->exp_avg_sq,
+                            d, path, err)))
+        goto fail;
+    if (a->v_norm_history_len > 0 &&
+        (st = write_dataset(f, "/optim/v_norm_history", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                            a->v_norm_history, a->v_norm_history_len, path, err)))
+        goto fail;
+    return finish_file(&f, path, err);
+fail:
+    h5_close(&f, H5Fclose);
+    return st;
+}
+
+static ob_status rank_path(char *out, const char *dir, int rank, ob_err *err)
+{
+    char name[32];
+    snprintf(name, sizeof name, "rank-%05d.h5", rank);
+    return ob__ckpt_join(out, dir, name, err);
+}
+
+ob_status ob_ckpt_write_rank(const char *dir, const ob_ckpt_meta *m, int rank,
+                             const float *worker_error, const float *server_error, ob_err *err)
+{
+    h5_quiet();
+    char path[OB_CKPT_PATH_LEN];
+    ob_status st = rank_path(path, dir, rank, err);
+    if (st != OB_OK) return st;
+    if (rank < 0 || rank >= m->world_size)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "rank %d of %d", rank, m->world_size);
+    if (m->padded_size > 0 && (!worker_error || !server_error))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: missing error buffers", path);
+    hid_t f = create_file(path, err);
+    if (f < 0) return OB_ERR_IO;
+    if ((st = write_common_attrs(f, m, path, err)) || (st = attr_i64(f, "rank", rank, path, err)))
+        goto fail;
+    if (m->padded_size > 0 &&
+        ((st = write_dataset(f, "/optim/worker_error", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                             worker_error, (size_t)m->padded_size, path, err)) ||
+         (st = write_dataset(f, "/optim/server_error", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                             server_error, (size_t)m->chunk_size, path, err))))
+        goto fail;
+    return finish_file(&f, path, err);
+fail:
+    h5_close(&f, H5Fclose);
+    return st;
+}
+
+/* --- reading ---------------------------------------------------------------------------------- */
+
+static ob_status open_file(const char *path, hid_t *out, ob_err *err)
+{
+    *out = H5I_INVALID_HID;
+    FILE *probe = fopen(path, "rb");
+    if (!probe) return OB_ERR(err, OB_ERR_NOT_FOUND, "%s: missing", path);
+    fclose(probe);
+    *out = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (*out < 0) return H5_FAIL(err, OB_ERR_CORRUPT, "not a readable HDF5 file", path);
+    return OB_OK;
+}
+
+/* Reads a numeric attribute of `count` elements (scalar when count is 1). */
+static ob_status read_attr(hid_t loc, const char *name, hid_t mem_type, void *val, hsize_t count,
+                           const char *path, ob_err *err)
+{
+    if (H5Aexists(loc, name) <= 0)
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' is missing", path, name);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t space = a >= 0 ? H5Aget_space(a) : H5I_INVALID_HID;
+    hssize_t npoints = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+    hid_t type = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+    H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
+    H5T_class_t want = H5Tget_class(mem_type);
+    ob_status st = OB_OK;
+    if (a < 0 || space < 0 || type < 0)
+        st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
+    else if (npoints != (hssize_t)count || cls != want)
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' has the wrong type or size", path,
+                    name);
+    else if (H5Aread(a, mem_type, val) < 0)
+        st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
+    h5_close(&type, H5Tclose);
+    h5_close(&space, H5Sclose);
+    h5_close(&a, H5Aclose);
+    return st;
+}
+
+static ob_status read_i64(hid_t loc, const char *name, int64_t *v, const char *path, ob_err *err)
+{
+    return read_attr(loc, name, H5T_NATIVE_INT64, v, 1, path, err);
+}
+
+static ob_status read_u64(hid_t loc, const char *name, uint64_t *v, const char *path, ob_err *err)
+{
+    return read_attr(loc, name, H5T_NATIVE_UINT64, v, 1, path, err);
+}
+
+static ob_status read_f64(hid_t loc, const char *name, double *v, const char *path, ob_err *err)
+{
+    return read_attr(loc, name, H5T_NATIVE_DOUBLE, v, 1, path, err);
+}
+
+/* Reads a fixed-length string attribute; *out is malloc'd. */
+static ob_status read_str(hid_t loc, const char *name, char **out, const char *path, ob_err *err)
+{
+    *out = NULL;
+    if (H5Aexists(loc, name) <= 0)
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' is missing", path, name);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t type = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+    ob_status st = OB_OK;
+    if (type < 0 || H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) != 0) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' is not a fixed-length string", path,
+                    name);
+    } else {
+        size_t n = H5Tget_size(type);
+        char *s = n > 0 && n <= (1u << 24) ? calloc(1, n + 1) : NULL;
+        if (!s)
+            st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' of %zu bytes", path, name, n);
+        else if (H5Aread(a, type, s) < 0) {
+            free(s);
+            st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
+        } else {
+            *out = s;
+        }
+    }
+    h5_close(&type, H5Tclose);
+    h5_close(&a, H5Aclose);
+    return st;
+}
+
+/* Reads a 1-D dataset of exactly n elements of the float class with the given element size.
+ * With buf NULL it reads into scratch memory (verification). */
+static ob_status read_dataset(hid_t f, const char *name, hid_t mem_type, void *buf, size_t n,
+                              const char *path, ob_err *err)
+{
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    if (ds < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: dataset %s is missing or unreadable", path, name);
+    }
+    hid_t space = H5Dget_space(ds), type = H5Dget_type(ds);
+    hsize_t dims[2] = {0, 0};
+    int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+    if (rank == 1) H5Sget_simple_extent_dims(space, dims, NULL);
+    ob_status st = OB_OK;
+    void *scratch = NULL;
+    if (rank != 1 || dims[0] != (hsize_t)n) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: dataset %s has shape (%llu), expected (%zu)", path,
+                    name, (unsigned long long)dims[0], n);
+    } else if (type < 0 || H5Tget_class(type) != H5T_FLOAT ||
+               H5Tget_size(type) != H5Tget_size(mem_type)) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: dataset %s has the wrong element type", path, name);
+    } else {
+        if (!buf) buf = scratch = malloc(n * H5Tget_size(mem_type));
+        if (!buf)
+            st = OB_ERR(err, OB_ERR_NOMEM, "%s: reading %s", path, name);
+        else if (H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+            st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
+    }
+    free(scratch);
+    h5_close(&type, H5Tclose);
+    h5_close(&space, H5Sclose);
+    h5_close(&ds, H5Dclose);
+    return st;
+}
+
+/* Attributes both kinds of file carry; checks magic and version. */
+static ob_status read_common_attrs(hid_t f, ob_ckpt_meta *m, const char *path, ob_err *err)
+{
+    char *magic = NULL;
+    ob_status st = read_str(f, "magic", &magic, path, err);
+    if (st != OB_OK) return st;
+    int ok = !strcmp(magic, OB_CKPT_MAGIC);
+    free(magic);
+    if (!ok) return OB_ERR(err, OB_ERR_CORRUPT, "%s: not a onebit checkpoint (bad magic)", path);
+    int64_t version, step, world;
+    if ((st = read_i64(f, "format_version", &version, path, err))) return st;
+    if (version != OB_CKPT_FORMAT_VERSION)
+        return OB_ERR(err, version > OB_CKPT_FORMAT_VERSION ? OB_ERR_UNSUPPORTED : OB_ERR_CORRUPT,
+                      "%s: format version %" PRId64 ", this build reads version %d", path, version,
+                      OB_CKPT_FORMAT_VERSION);
+    if ((st = read_i64(f, "step", &step, path, err)) ||
+        (st = read_i64(f, "world_size", &world, path, err)) ||
+        (st = read_u64(f, "num_params", &m->num_params, path, err)) ||
+        (st = read_u64(f, "padded_size", &m->padded_size, path, err)) ||
+        (st = read_u64(f, "chunk_size", &m->chunk_size, path, err)))
+        return st;
+    if (step < 0 || step > 999999999 || world < 1 || world > 1000000)
+        return OB_ERR(err, OB_ERR_CORRUPT,
+                      "%s: step %" PRId64 " or world size %" PRId64 " out of range", path, step,
+                      world);
+    m->format_version = (uint32_t)version;
+    m->step = (long)step;
+    m->world_size = (int)world;
+    return OB_OK;
+}
+
+/* Size rules every valid checkpoint satisfies. */
+static ob_status check_sizes(const ob_ckpt_meta *m, const char *path, ob_err *err)
+{
+    if (m->num_params == 0 || m->num_params > ((uint64_t)1 << 40))
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: num_params %" PRIu64 " out of range", path,
+                      m->num_params);
+    if (m->padded_size == 0) {
+        if (m->chunk_size != 0)
+            return OB_ERR(err, OB_ERR_CORRUPT, "%s: chunk_size without padded_size", path);
+        return OB_OK;
+    }
+    if (m->padded_size < m->num_params ||
+        m->chunk_size * (uint64_t)m->world_size != m->padded_size || m->block_size == 0 ||
+        m->chunk_size % m->block_size != 0)
+        return OB_ERR(err, OB_ERR_CORRUPT,
+                      "%s: inconsistent sizes d %" PRIu64 ", D %" PRIu64 ", C %" PRIu64
+                      ", B %" PRIu64 ", world %d",
+                      path, m->num_params, m->padded_size, m->chunk_size, m->block_size,
+                      m->world_size);
+    return OB_OK;
+}
+
+static ob_status history_len(hid_t f, size_t *len, const char *path, ob_err *err);
+
+static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, const char *path,
+                                ob_err *err)
+{
+    memset(m, 0, sizeof *m);
+    int64_t phase, freeze;
+    ob_status st;
+    if ((st = read_common_attrs(f, m, path, err)) ||
+        (st = read_i64(f, "phase", &phase, path, err)) ||
+        (st = read_i64(f, "freeze_step", &freeze, path, err)) ||
+        (st = read_u64(f, "block_size", &m->block_size, path, err)) ||
+        (st = read_u64(f, "seed", &m->seed, path, err)) ||
+        (st = read_f64(f, "last_ratio", &m->last_ratio, path, err)) ||
+        (st = read_f64(f, "last_norm", &m->last_norm, path, err)) ||
+        (st = read_u64(f, "bytes_sent", &m->bytes_sent, path, err)) ||
+        (st = read_u64(f, "bytes_warmup", &m->bytes_warmup, path, err)) ||
+        (st = read_u64(f, "bytes_compression", &m->bytes_compression, path, err)) ||
+        (st = read_f64(f, "lr", &m->lr, path, err)) ||
+        (st = read_f64(f, "train_loss", &m->train_loss, path, err)) ||
+        (st = read_f64(f, "wall_seconds", &m->wall_seconds, path, err)) ||
+        (st = read_u64(f, "loader_epoch", &m->loader_epoch, path, err)) ||
+        (st = read_u64(f, "loader_index", &m->loader_index, path, err)) ||
+        (st = read_attr(f, "loader_rng", H5T_NATIVE_UINT64, m->loader_rng, 4, path, err)))
+        return st;
+    if (phase < 0 || phase > 1 || freeze < -1 || freeze > m->step)
+        return OB_ERR(err, OB_ERR_CORRUPT,
+                      "%s: phase %" PRId64 " / freeze step %" PRId64 " do not fit step %ld", path,
+                      phase, freeze, m->step);
+    m->phase = (int)phase;
+    m->freeze_step = (long)freeze;
+    size_t hist;
+    if ((st = check_sizes(m, path, err)) || (st = history_len(f, &hist, path, err))) return st;
+    m->v_norm_history_len = hist;
+    if (spec_json) return read_str(f, "spec_json", spec_json, path, err);
+    return OB_OK;
+}
+
+ob_status ob_ckpt_read_meta(const char *dir, ob_ckpt_meta *meta, char **spec_json, ob_err *err)
+{
+    h5_quiet();
+    if (spec_json) *spec_json = NULL;
+    char path[OB_CKPT_PATH_LEN];
+    ob_status st = ob__ckpt_join(path, dir, OB_CKPT_STATE_FILE, err);
+    if (st != OB_OK) return st;
+    hid_t f;
+    if ((st = open_file(path, &f, err)) != OB_OK) return st;
+    ob_ckpt_meta m;
+    st = read_meta_file(f, &m, spec_json, path, err);
+    H5Fclose(f);
+    if (st == OB_OK) *meta = m;
+    return st;
+}
+
+/* Length of the freeze-detector history stored in state.h5 (0 when absent). */
+static ob_status history_len(hid_t f, size_t *len, const char *path, ob_err *err)
+{
+    *len = 0;
+    htri_t ex = H5Lexists(f, "/optim", H5P_DEFAULT) > 0
+                    ? H5Lexists(f, "/optim/v_norm_history", H5P_DEFAULT)
+                    : 0;
+    if (ex < 0) return H5_FAIL(err, OB_ERR_CORRUPT, "v_norm_history", path);
+    if (ex == 0) return OB_OK;
+    hid_t ds = H5Dopen2(f, "/optim/v_norm_history", H5P_DEFAULT);
+    hid_t space = ds >= 0 ? H5Dget_space(ds) : H5I_INVALID_HID;
+    hssize_t n = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+    h5_close(&space, H5Sclose);
+    h5_close(&ds, H5Dclose);
+    if (n < 0 || n > (1 << 24)) return H5_FAIL(err, OB_ERR_CORRUPT, "v_norm_history", path);
+    *len = (size_t)n;
+    return OB_OK;
+}
+
+static ob_status read_state_arrays(hid_t f, const ob_ckpt_meta *m, const ob_ckpt_arrays *a,
+                                   const char *path, ob_err *err)
+{
+    size_t d = (size_t)m->num_params, hist;
+    ob_status st;
+    if ((st = read_dataset(f, "/model/params", H5T_NATIVE_FLOAT, a ? a->params : NULL, d, path,
+                           err)) ||
+        (st = read_dataset(f, "/optim/exp_avg", H5T_NATIVE_FLOAT, a ? a->exp_avg : NULL, d, path,
+                           err)) ||
+        (st = read_dataset(f, "/optim/exp_avg_sq", H5T_NATIVE_FLOAT, a ? a->exp_avg_sq : NULL, d,
+                           path, err)) ||
+        (st = history_len(f, &hist, path, err)))
+        return st;
+    if (a && a->v_norm_history && a->v_norm_history_len != hist)
+        return OB_ERR(err, OB_ERR_CORRUPT,
+                      "%s: freeze-detector history of %zu entries, this run needs %zu", path, hist,
+                      a->v_norm_history_len);
+    if (hist > 0)
+        st = read_dataset(f, "/optim/v_norm_history", H5T_NATIVE_DOUBLE,
+                          a ? a->v_norm_history : NULL, hist, path, err);
+    return st;
+}
+
+ob_status ob_ckpt_read_state(const char *dir, const ob_ckpt_meta *meta, const ob_ckpt_arrays *a,
+                             ob_err *err)
+{
+    h5_quiet();
+    char path[OB_CKPT_PATH_LEN];
+    ob_status st = ob__ckpt_join(path, dir, OB_CKPT_STATE_FILE, err);
+    if (st != OB_OK) return st;
+    hid_t f;
+    if ((st = open_file(path, &f, err)) != OB_OK) return st;
+    st = read_state_arrays(f, meta, a, path, err);
+    H5Fclose(f);
+    return st;
+}
+
+/* Opens rank file `rank` of the checkpoint and checks it belongs to it (step, sizes, rank). */
+static ob_status open_rank(const char *dir, const ob_ckpt_meta *m, int rank, char *path, hid_t *out,
+                           ob_err *err)
+{
+    hid_t f;
+    ob_status st = rank_path(path, dir, rank, err);
+    if (st == OB_OK) st = open_file(path, &f, err);
+    if (st != OB_OK) return st;
+    ob_ckpt_meta r;
+    memset(&r, 0, sizeof r);
+    int64_t file_rank = -1;
+    st = read_common_attrs(f, &r, path, err);
+    if (st == OB_OK) st = read_i64(f, "rank", &file_rank, path, err);
+    if (st == OB_OK && (r.step != m->step || r.world_size != m->world_size || file_rank != rank ||
+                        r.num_params != m->num_params || r.padded_size != m->padded_size ||
+                        r.chunk_size != m->chunk_size))
+        st = OB_ERR(err, OB_ERR_CORRUPT,
+                    "%s: written for step %ld, rank %" PRId64 " of %d; the checkpoint is step "
+                    "%ld, rank %d of %d",
+                    path, r.step, file_rank, r.world_size, m->step, rank, m->world_size);
+    if (st != OB_OK) {
+        H5Fclose(f);
+        return st;
+    }
+    *out = f;
+    return OB_OK;
+}
+
+static ob_status read_rank_arrays(const char *dir, const ob_ckpt_meta *m, int rank, float *we,
+                                  float *se, ob_err *err)
+{
+    char path[OB_CKPT_PATH_LEN];
+    hid_t f;
+    ob_status st = open_rank(dir, m, rank, path, &f, err);
+    if (st != OB_OK) return st;
+    if (m->padded_size > 0) {
+        st = read_dataset(f, "/optim/worker_error", H5T_NATIVE_FLOAT, we, (size_t)m->padded_size,
+                          path, err);
+        if (st == OB_OK)
+            st = read_dataset(f, "/optim/server_error", H5T_NATIVE_FLOAT, se, (size_t)m->chunk_size,
+                              path, err);
+    }
+    H5Fclose(f);
+    return st;
+}
+
+ob_status ob_ckpt_verify(const char *dir, ob_ckpt_meta *meta, ob_err *err)
+{
+    h5_quiet();
+    ob_ckpt_meta m;
+    char *spec = NULL;
+    ob_status st = ob_ckpt_read_meta(dir, &m, &spec, err);
+    free(spec);
+    if (st == OB_OK) st = ob_ckpt_read_state(dir, &m, NULL, err);
+    for (int r = 0; st == OB_OK && r < m.world_size; r++)
+        st = read_rank_arrays(dir, &m, r, NULL, NULL, err);
+    if (st == OB_OK && meta) *meta = m;
+    return st;
+}
+
+ob_status ob_ckpt_read_errors(const char *dir, const ob_ckpt_meta *m, int rank, int world_size,
+                              size_t D, size_t C, float *we, float *se, ob_err *err)
+{
+    h5_quiet();
+    size_t d = (size_t)m->num_params;
+    if (world_size < 1 || rank < 0 || rank >= world_size || C * (size_t)world_size != D || D < d)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "re-shard: rank %d of %d with D %zu, C %zu for d %zu", rank, world_size, D, C,
+                      d);
+    if (m->padded_size == 0) { /* no error feedback was running: start from zero */
+        memset(we, 0, D * sizeof *we);
+        memset(se, 0, C * sizeof *se);
+        return OB_OK;
+    }
+    if (world_size == m->world_size && D == m->padded_size)
+        return read_rank_arrays(dir, m, rank, we, se, err);
+
+    /* Another world size: mean of the old worker errors, and this rank's slice of the old
+     * server chunks laid end to end; the padding starts from zero. */
+    size_t Dold = (size_t)m->padded_size, Cold = (size_t)m->chunk_size;
+    double *sum = calloc(d, sizeof *sum);
+    float *wbuf = malloc(Dold * sizeof *wbuf), *sbuf = malloc(Cold * sizeof *sbuf);
+    ob_status st = OB_OK;
+    if (!sum || !wbuf || !sbuf) st = OB_ERR(err, OB_ERR_NOMEM, "re-shard buffers for d %zu", d);
+    memset(se, 0, C * sizeof *se);
+    size_t lo = (size_t)rank * C, hi = lo + C < d ? lo + C : d;
+    for (int r = 0; st == OB_OK && r < m->world_size; r++) {
+        st = read_rank_arrays(dir, m, r, wbuf, sbuf, err);
+        if (st != OB_OK) break;
+        for (size_t i = 0; i < d; i++)
+            sum[i] += (double)wbuf[i];
+        /* Old chunk r covers [r*Cold, (r+1)*Cold); copy what falls in [lo, hi). */
+        size_t olo = (size_t)r * Cold, ohi = olo + Cold;
+        size_t a = olo > lo ? olo : lo, b = ohi < hi ? ohi : hi;
+        for (size_t i = a; i < b; i++)
+            se[i - lo] = sbuf[i - olo];
+    }
+    if (st == OB_OK) {
+        for (size_t i = 0; i < d; i++)
+            we[i] = (float)(sum[i] / (double)m->world_size);
+        memset(we + d, 0, (D - d) * sizeof *we);
+    }
+    free(sum);
+    free(wbuf);
+    free(sbuf);
+    return st;
+}

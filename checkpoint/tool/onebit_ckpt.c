@@ -1,0 +1,246 @@
+/* onebit-ckpt: look into checkpoints without training.
+ *
+ *   onebit-ckpt info DIR            metadata of one checkpoint and whether it verifies
+ *   onebit-ckpt list JOB_DIR        every checkpoint of a job, newest first, verified
+ *   onebit-ckpt diff A B [--only LIST]
+ *                                   compares two checkpoints array by array, bit for bit
+ *                                   (LIST: params,exp_avg,exp_avg_sq,v_norm_history,errors)
+ *
+ * Exit status: 0 (verifies / identical), 1 (does not verify / differs), 2 (bad usage). */
+#include "onebit/checkpoint.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: onebit-ckpt info DIR\n"
+               "       onebit-ckpt list JOB_DIR\n"
+               "       onebit-ckpt diff A B [--only params,exp_avg,exp_avg_sq,v_norm_history,"
+               "errors]\n");
+}
+
+static const char *phase_name(int phase)
+{
+    return phase == 1 ? "compression" : "warmup";
+}
+
+static int cmd_info(const char *dir)
+{
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    char *spec = NULL;
+    if (ob_ckpt_read_meta(dir, &m, &spec, &err) != OB_OK) {
+        fprintf(stderr, "onebit-ckpt: %s\n", err.msg);
+        return 1;
+    }
+    ob_status vst = ob_ckpt_verify(dir, NULL, &err);
+    printf("checkpoint      %s\n", dir);
+    printf("format version  %u\n", m.format_version);
+    printf("step            %ld\n", m.step);
+    printf("phase           %s\n", phase_name(m.phase));
+    if (m.freeze_step >= 0)
+        printf("freeze step     %ld\n", m.freeze_step);
+    else
+        printf("freeze step     - (not frozen)\n");
+    printf("world size      %d\n", m.world_size);
+    printf("parameters      %llu\n", (unsigned long long)m.num_params);
+    if (m.padded_size)
+        printf("error buffers   D %llu, C %llu, block %llu\n", (unsigned long long)m.padded_size,
+               (unsigned long long)m.chunk_size, (unsigned long long)m.block_size);
+    printf("train loss      %.6g (lr %.6g)\n", m.train_loss, m.lr);
+    printf("bytes sent      %llu (warmup %llu, compression %llu)\n",
+           (unsigned long long)m.bytes_sent, (unsigned long long)m.bytes_warmup,
+           (unsigned long long)m.bytes_compression);
+    printf("spec            %s\n", spec ? spec : "");
+    printf("verifies        %s\n", vst == OB_OK ? "yes" : err.msg);
+    free(spec);
+    return vst == OB_OK ? 0 : 1;
+}
+
+static int cmd_list(const char *job_dir)
+{
+    ob_err err = {0};
+    ob_ckpt_entry *list;
+    size_t n;
+    if (ob_ckpt_list(job_dir, &list, &n, &err) != OB_OK) {
+        fprintf(stderr, "onebit-ckpt: %s\n", err.msg);
+        return 1;
+    }
+    printf("%-10s %-12s %-6s %s\n", "STEP", "PHASE", "RANKS", "STATUS");
+    for (size_t i = 0; i < n; i++) {
+        ob_ckpt_meta m;
+        if (!list[i].committed) {
+            printf("%-10ld %-12s %-6s incomplete (.tmp, never committed)\n", list[i].step, "-",
+                   "-");
+            continue;
+        }
+        ob_status st = ob_ckpt_verify(list[i].path, &m, &err);
+        if (st == OB_OK)
+            printf("%-10ld %-12s %-6d ok\n", list[i].step, phase_name(m.phase), m.world_size);
+        else
+            printf("%-10ld %-12s %-6s CORRUPT: %s\n", list[i].step, "-", "-", err.msg);
+    }
+    free(list);
+    return 0;
+}
+
+/* Compares n elements bitwise; prints the first difference. Returns 1 when they differ. */
+static int differ(const char *what, const void *a, const void *b, size_t n, size_t elem)
+{
+    if (memcmp(a, b, n * elem) == 0) return 0;
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp((const char *)a + i * elem, (const char *)b + i * elem, elem) == 0) continue;
+        double x = elem == 4 ? ((const float *)a)[i] : ((const double *)a)[i];
+        double y = elem == 4 ? ((const float *)b)[i] : ((const double *)b)[i];
+        printf("%s differs first at element %zu: %.9g vs %.9g\n", what, i, x, y);
+        break;
+    }
+    return 1;
+}
+
+static int wanted(const char *only, const char *name)
+{
+    if (!only) return 1;
+    size_t len = strlen(name);
+    for (const char *p = only; (p = strstr(p, name)) != NULL; p += len)
+        if ((p == only || p[-1] == ',') && (p[len] == ',' || p[len] == '\0')) return 1;
+    return 0;
+}
+
+typedef struct loaded {
+    ob_ckpt_meta m;
+    float *params, *mom, *v;
+    double *hist;
+    size_t hist_len;
+} loaded;
+
+static int load(const char *dir, loaded *l)
+{
+    ob_err err = {0};
+    memset(l, 0, sizeof *l);
+    if (ob_ckpt_verify(dir, &l->m, &err) != OB_OK) {
+        fprintf(stderr, "onebit-ckpt: %s\n", err.msg);
+        return 1;
+    }
+    size_t d = (size_t)l->m.num_params;
+    l->params = malloc(d * sizeof(float));
+    l->mom = malloc(d * sizeof(float));
+    l->v = malloc(d * sizeof(float));
+    l->hist_len = (size_t)l->m.v_norm_history_len;
+    l->hist = l->hist_len ? malloc(l->hist_len * sizeof(double)) : NULL;
+    ob_ckpt_arrays a = {l->params, l->mom, l->v, l->hist, l->hist_len};
+    if (!l->params || !l->mom || !l->v || (l->hist_len && !l->hist) ||
+        ob_ckpt_read_state(dir, &l->m, &a, &err) != OB_OK) {
+        fprintf(stderr, "onebit-ckpt: %s: %s\n", dir, err.msg[0] ? err.msg : "out of memory");
+        return 1;
+    }
+    return 0;
+}
+
+static void unload(loaded *l)
+{
+    free(l->params);
+    free(l->mom);
+    free(l->v);
+    free(l->hist);
+}
+
+static int diff_errors(const char *a, const loaded *la, const char *b, const loaded *lb)
+{
+    if (la->m.world_size != lb->m.world_size || la->m.padded_size != lb->m.padded_size) {
+        printf("error buffers: world size %d vs %d (D %llu vs %llu)\n", la->m.world_size,
+               lb->m.world_size, (unsigned long long)la->m.padded_size,
+               (unsigned long long)lb->m.padded_size);
+        return 1;
+    }
+    size_t D = (size_t)la->m.padded_size, C = (size_t)la->m.chunk_size;
+    if (D == 0) return 0;
+    float *wa = malloc(D * sizeof(float)), *wb = malloc(D * sizeof(float));
+    float *sa = malloc(C * sizeof(float)), *sb = malloc(C * sizeof(float));
+    int diff = 0;
+    for (int r = 0; r < la->m.world_size && !diff; r++) {
+        ob_err err = {0};
+        if (!wa || !wb || !sa || !sb ||
+            ob_ckpt_read_errors(a, &la->m, r, la->m.world_size, D, C, wa, sa, &err) != OB_OK ||
+            ob_ckpt_read_errors(b, &lb->m, r, lb->m.world_size, D, C, wb, sb, &err) != OB_OK) {
+            fprintf(stderr, "onebit-ckpt: %s\n", err.msg[0] ? err.msg : "out of memory");
+            diff = 1;
+            break;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "worker_error of rank %d", r);
+        diff |= differ(what, wa, wb, D, sizeof(float));
+        snprintf(what, sizeof what, "server_error of rank %d", r);
+        diff |= differ(what, sa, sb, C, sizeof(float));
+    }
+    free(wa);
+    free(wb);
+    free(sa);
+    free(sb);
+    return diff;
+}
+
+static int cmd_diff(const char *a, const char *b, const char *only)
+{
+    loaded la, lb;
+    if (load(a, &la) != 0) return 1;
+    if (load(b, &lb) != 0) {
+        unload(&la);
+        return 1;
+    }
+    int diff = 0;
+    if (la.m.num_params != lb.m.num_params) {
+        printf("parameters: %llu vs %llu\n", (unsigned long long)la.m.num_params,
+               (unsigned long long)lb.m.num_params);
+        diff = 1;
+    } else {
+        size_t d = (size_t)la.m.num_params;
+        if (wanted(only, "params")) diff |= differ("params", la.params, lb.params, d, 4);
+        if (wanted(only, "exp_avg")) diff |= differ("exp_avg", la.mom, lb.mom, d, 4);
+        if (wanted(only, "exp_avg_sq")) diff |= differ("exp_avg_sq", la.v, lb.v, d, 4);
+        if (wanted(only, "v_norm_history")) {
+            if (la.hist_len != lb.hist_len) {
+                printf("v_norm_history: %zu vs %zu entries\n", la.hist_len, lb.hist_len);
+                diff = 1;
+            } else if (la.hist_len) {
+                diff |= differ("v_norm_history", la.hist, lb.hist, la.hist_len, 8);
+            }
+        }
+        if (wanted(only, "errors")) diff |= diff_errors(a, &la, b, &lb);
+        if (!only && (la.m.step != lb.m.step || la.m.freeze_step != lb.m.freeze_step)) {
+            printf("step %ld vs %ld, freeze step %ld vs %ld\n", la.m.step, lb.m.step,
+                   la.m.freeze_step, lb.m.freeze_step);
+            diff = 1;
+        }
+    }
+    unload(&la);
+    unload(&lb);
+    printf(diff ? "checkpoints differ\n" : "identical\n");
+    return diff;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "info")) return cmd_info(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "list")) return cmd_list(argv[2]);
+    if ((argc == 4 || argc == 6) && !strcmp(argv[1], "diff")) {
+        const char *only = NULL;
+        if (argc == 6) {
+            if (strcmp(argv[4], "--only") != 0) {
+                usage(stderr);
+                return 2;
+            }
+            only = argv[5];
+        }
+        return cmd_diff(argv[2], argv[3], only);
+    }
+    usage(stderr);
+    return 2;
+}

@@ -1,0 +1,684 @@
+/* Checkpoints of a training run: when to save, which rank writes what, the background writer,
+ * the commit protocol, resume (with re-sharding at another world size) and warm start.
+ *
+ * Protocol for a checkpoint of step s (every rank reaches it at the same step):
+ *   1. rank 0 prepares <job>/step-s.tmp/ (removing a leftover), and the ranks agree it worked;
+ *   2. every rank writes rank-XXXXX.h5 (rank 0 also state.h5) and fsyncs it, either now
+ *      (synchronous) or from a snapshot in a background thread (async: the loop goes on);
+ *   3. once every rank reports its files written (synchronous: right away; async: through the
+ *      per-step control reduction), rank 0 fsyncs, renames to step-s/, fsyncs the job
+ *      directory and prunes old checkpoints. A failed write is discarded and reported; the
+ *      previous checkpoint stays the newest.
+ * The files are shared: every rank's files land in one directory (a shared file system when
+ * ranks run on several hosts). */
+#include "trainer_internal.h"
+
+#include <jansson.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* --- the background writer -------------------------------------------------------------------- */
+
+struct ob__ckpt_writer {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int have_job, finished, quit;
+    ob_status result;
+    ob_err err;
+    double seconds;
+    /* The job: a snapshot owned by the writer. */
+    char dir[OB_CKPT_PATH_LEN];
+    ob_ckpt_meta meta;
+    int rank;
+    const char *spec_json; /* borrowed from the trainer */
+    float *params, *m, *v, *we, *se;
+    double *hist;
+    size_t d, D, C, H;
+};
+
+/* Writes this rank's files of a checkpoint (rank 0 also state.h5). */
+static ob_status write_files(const char *dir, const ob_ckpt_meta *meta, const ob_ckpt_arrays *a,
+                             const char *spec_json, int rank, const float *we, const float *se,
+                             ob_err *err)
+{
+    ob_status st = OB_OK;
+    if (rank == 0) st = ob_ckpt_write_state(dir, meta, a, spec_json, err);
+    if (st == OB_OK) st = ob_ckpt_write_rank(dir, meta, rank, we, se, err);
+    return st;
+}
+
+static void *writer_main(void *arg)
+{
+    ob__ckpt_writer *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->have_job && !w->quit)
+            pthread_cond_wait(&w->cv, &w->mu);
+        if (w->quit) break;
+        w->have_job = 0;
+        pthread_mutex_unlock(&w->mu);
+
+        double t0 = ob__now_s();
+        ob_ckpt_arrays a = {w->params, w->m, w->v, w->hist, w->H};
+        ob_err e = {0};
+        ob_status st = write_files(w->dir, &w->meta, &a, w->spec_json, w->rank, w->we, w->se, &e);
+
+        pthread_mutex_lock(&w->mu);
+        w->result = st;
+        w->err = e;
+        w->seconds = ob__now_s() - t0;
+        w->finished = 1;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static void writer_destroy(ob__ckpt_writer *w)
+{
+    if (!w) return;
+    pthread_mutex_lock(&w->mu);
+    w->quit = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    ob__free(w->params);
+    ob__free(w->m);
+    ob__free(w->v);
+    ob__free(w->we);
+    ob__free(w->se);
+    free(w->hist);
+    free(w);
+}
+
+/* Snapshot buffers sized for this trainer (state arrays on rank 0 only), and the thread. */
+static ob_status writer_create(ob_trainer *t, ob__ckpt_writer **out, ob_err *err)
+{
+    ob_optim_state os;
+    ob_optim_get_state(t->opt, &os);
+    ob__ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w) return OB_ERR(err, OB_ERR_NOMEM, "checkpoint writer");
+    w->rank = ob_comm_rank(t->comm);
+    w->d = t->d;
+    w->D = os.padded_size;
+    w->C = os.chunk_size;
+    w->H = os.v_norm_history_len;
+    int ok = 1;
+    if (w->rank == 0) {
+        w->params = ob__calloc_aligned(w->d * sizeof(float));
+        w->m = ob__calloc_aligned(w->d * sizeof(float));
+        w->v = ob__calloc_aligned(w->d * sizeof(float));
+        ok = w->params && w->m && w->v;
+        if (w->H) {
+            w->hist = calloc(w->H, sizeof(double));
+            ok = ok && w->hist;
+        }
+    }
+    if (w->D) {
+        w->we = ob__calloc_aligned(w->D * sizeof(float));
+        w->se = ob__calloc_aligned(w->C * sizeof(float));
+        ok = ok && w->we && w->se;
+    }
+    if (!ok) {
+        ob__free(w->params);
+        ob__free(w->m);
+        ob__free(w->v);
+        ob__free(w->we);
+        ob__free(w->se);
+        free(w->hist);
+        free(w);
+        return OB_ERR(err, OB_ERR_NOMEM, "checkpoint snapshot of %zu parameters", t->d);
+    }
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        w->quit = 1;
+        ob__free(w->params);
+        ob__free(w->m);
+        ob__free(w->v);
+        ob__free(w->we);
+        ob__free(w->se);
+        free(w->hist);
+        free(w);
+        return OB_ERR(err, OB_ERR_IO, "checkpoint writer thread: pthread_create failed");
+    }
+    *out = w;
+    return OB_OK;
+}
+
+void ob__trainer_ckpt_destroy(ob_trainer *t)
+{
+    writer_destroy(t->writer);
+    t->writer = NULL;
+}
+
+/* --- what a checkpoint holds ------------------------------------------------------------------ */
+
+static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
+{
+    ob_optim_progress p;
+    ob_optim_state os;
+    ob_optim_stats stats;
+    ob_loader_position pos;
+    ob_optim_get_progress(t->opt, &p);
+    ob_optim_get_state(t->opt, &os);
+    ob_optim_get_stats(t->opt, &stats);
+    ob_loader_get_position(t->train, &pos);
+    memset(m, 0, sizeof *m);
+    m->format_version = OB_CKPT_FORMAT_VERSION;
+    m->step = p.step;
+    m->phase = (int)stats.phase;
+    m->freeze_step = p.freeze_step;
+    m->world_size = ob_comm_size(t->comm);
+    m->num_params = t->d;
+    m->padded_size = os.padded_size;
+    m->chunk_size = os.chunk_size;
+    m->block_size = os.padded_size ? t->spec.optim.block_size : 0;
+    m->seed = t->spec.seed;
+    m->last_ratio = p.last_ratio;
+    m->last_norm = p.last_norm;
+    m->bytes_sent = p.bytes_sent;
+    m->bytes_warmup = t->bytes_warmup;
+    m->bytes_compression = t->bytes_compression;
+    m->lr = t->last_lr;
+    m->train_loss = t->last_loss;
+    m->loader_epoch = pos.epoch;
+    m->loader_index = pos.index;
+    memcpy(m->loader_rng, pos.rng.s, sizeof m->loader_rng);
+    m->wall_seconds = t->wall_before + (t->t_start > 0 ? ob__now_s() - t->t_start : 0.0);
+}
+
+static uint64_t ckpt_bytes(const ob_ckpt_meta *m, size_t hist)
+{
+    return 3u * m->num_params * sizeof(float) + hist * sizeof(double) +
+           (uint64_t)m->world_size * (m->padded_size + m->chunk_size) * sizeof(float);
+}
+
+ob_status ob_trainer_enable_checkpoints(ob_trainer *t, const char *job_dir, ob_err *err)
+{
+    if (!job_dir || !job_dir[0])
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "checkpoints: empty job directory");
+    if (strlen(job_dir) + 32 >= sizeof t->job_dir)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "checkpoints: directory name too long");
+    snprintf(t->job_dir, sizeof t->job_dir, "%s", job_dir);
+    return OB_OK;
+}
+
+/* Sums a failure flag over the ranks: *nfail ranks failed. */
+static ob_status agree(ob_trainer *t, int failed, int *nfail, ob_err *err)
+{
+    float f = failed ? 1.0f : 0.0f;
+    *nfail = 0;
+    ob_status st = ob_comm_allreduce_sum_f32(t->comm, &f, 1, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "checkpoint agreement");
+    *nfail = (int)f;
+    return OB_OK;
+}
+
+static void emit(ob_trainer *t, ob_train_event *ev, ob_train_callback cb, void *user)
+{
+    if (!cb) return;
+    ob_optim_stats os;
+    ob_optim_get_stats(t->opt, &os);
+    ev->total_steps = t->spec.steps;
+    ev->phase = os.phase;
+    ev->freeze_step = os.freeze_step;
+    ev->bytes_sent = os.bytes_sent;
+    ev->freeze_ratio = os.freeze_ratio;
+    ev->is_text = t->is_text;
+    cb(ev, user);
+}
+
+static void notice(ob_trainer *t, const char *msg, ob_train_callback cb, void *user)
+{
+    ob_train_event ev = {0};
+    ob_optim_stats os;
+    ob_optim_get_stats(t->opt, &os);
+    ev.kind = OB_EVENT_NOTICE;
+    ev.step = os.step;
+    ev.message = msg;
+    emit(t, &ev, cb, user);
+}
+
+/* Step 3 of the protocol, once every rank is done: rank 0 commits (nfail == 0) or discards,
+ * and every rank learns whether the checkpoint exists. Fills the event's outcome. */
+static ob_status finish(ob_trainer *t, long step, int nfail, const ob_err *local,
+                        ob_train_event *ev, char *msg, size_t msg_cap, ob_err *err)
+{
+    int rank = ob_comm_rank(t->comm);
+    int32_t committed = 0;
+    ob_err cerr = {0};
+    msg[0] = '\0';
+    if (rank == 0) {
+        if (nfail == 0) {
+            ob_status st = ob_ckpt_commit(t->job_dir, step, &cerr);
+            if (st == OB_OK) {
+                committed = 1;
+                st = ob_ckpt_prune(t->job_dir, t->spec.checkpoint_keep, NULL, &cerr);
+                if (st != OB_OK) snprintf(msg, msg_cap, "committed, but pruning: %s", cerr.msg);
+            } else {
+                snprintf(msg, msg_cap, "%s", cerr.msg);
+            }
+        } else {
+            ob_ckpt_discard(t->job_dir, step, NULL);
+        }
+    }
+    ob_status st = ob_comm_bcast(t->comm, &committed, sizeof committed, 0, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "checkpoint commit");
+    if (!msg[0] && !committed) {
+        if (local && local->code != OB_OK)
+            snprintf(msg, msg_cap, "%s", local->msg);
+        else if (nfail > 0)
+            snprintf(msg, msg_cap, "writing failed on %d rank(s)", nfail);
+        else
+            snprintf(msg, msg_cap, "the commit failed on rank 0");
+    }
+    ev->kind = OB_EVENT_CHECKPOINT;
+    ev->step = step;
+    ev->ckpt_ok = committed;
+    ev->message = msg[0] ? msg : NULL;
+    if (committed) t->last_ckpt_step = step;
+    return OB_OK;
+}
+
+/* Rank 0 prepares the temporary directory; every rank gets its path. *ok = 0 when it failed
+ * (the event is emitted here). */
+static ob_status begin(ob_trainer *t, long step, char *dir, int *ok, ob_train_callback cb,
+                       void *user, ob_err *err)
+{
+    ob_err perr = {0};
+    ob_status pst = ob_comm_rank(t->comm) == 0 ? ob_ckpt_prepare(t->job_dir, step, dir, &perr)
+                                               : ob_ckpt_step_dir(dir, t->job_dir, step, 1, &perr);
+    int nfail = 0;
+    ob_status st = agree(t, pst != OB_OK, &nfail, err);
+    if (st != OB_OK) return st;
+    *ok = nfail == 0;
+    if (!*ok) {
+        char msg[OB_ERR_MSG_LEN + 64];
+        snprintf(msg, sizeof msg, "%s",
+                 pst != OB_OK ? perr.msg : "preparing the directory failed on rank 0");
+        ob_train_event ev = {0};
+        ev.kind = OB_EVENT_CHECKPOINT;
+        ev.step = step;
+        ev.message = msg;
+        emit(t, &ev, cb, user);
+    }
+    return OB_OK;
+}
+
+ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb, void *user,
+                                 ob_err *err)
+{
+    ob_status st = ob__trainer_ckpt_flush(t, cb, user, err);
+    if (st != OB_OK) return st;
+    double t0 = ob__now_s();
+    ob_ckpt_meta meta;
+    fill_meta(t, &meta);
+    ob_optim_state os;
+    ob_optim_get_state(t->opt, &os);
+    int rank = ob_comm_rank(t->comm), ok;
+    char dir[OB_CKPT_PATH_LEN];
+    st = begin(t, meta.step, dir, &ok, cb, user, err);
+    if (st != OB_OK || !ok) return st;
+
+    if (async) {
+        if (!t->writer && (st = writer_create(t, &t->writer, err)) != OB_OK) return st;
+        ob__ckpt_writer *w = t->writer;
+        pthread_mutex_lock(&w->mu);
+        if (rank == 0) {
+            memcpy(w->params, t->params, t->d * sizeof(float));
+            memcpy(w->m, os.exp_avg, t->d * sizeof(float));
+            memcpy(w->v, os.exp_avg_sq, t->d * sizeof(float));
+            if (w->H) memcpy(w->hist, os.v_norm_history, w->H * sizeof(double));
+        }
+        if (w->D) {
+            memcpy(w->we, os.worker_error, w->D * sizeof(float));
+            memcpy(w->se, os.server_error, w->C * sizeof(float));
+        }
+        memcpy(w->dir, dir, sizeof dir);
+        w->meta = meta;
+        w->spec_json = t->spec_json;
+        w->finished = 0;
+        w->have_job = 1;
+        pthread_cond_broadcast(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+        t->pending_step = meta.step;
+        t->pending_stall = ob__now_s() - t0;
+        return OB_OK;
+    }
+
+    double tw = ob__now_s();
+    ob_ckpt_arrays a = {t->params, os.exp_avg, os.exp_avg_sq, os.v_norm_history,
+                        os.v_norm_history_len};
+    ob_err werr = {0};
+    ob_status wst =
+        write_files(dir, &meta, &a, t->spec_json, rank, os.worker_error, os.server_error, &werr);
+    double write_s = ob__now_s() - tw;
+    int nfail = 0;
+    if ((st = agree(t, wst != OB_OK, &nfail, err)) != OB_OK) return st;
+    ob_train_event ev = {0};
+    char msg[OB_ERR_MSG_LEN + 64];
+    if ((st = finish(t, meta.step, nfail, &werr, &ev, msg, sizeof msg, err)) != OB_OK) return st;
+    char path[OB_CKPT_PATH_LEN];
+    ob_ckpt_step_dir(path, t->job_dir, meta.step, 0, NULL);
+    ev.path = path;
+    ev.stall_seconds = ob__now_s() - t0;
+    ev.write_seconds = write_s;
+    ev.ckpt_bytes = ckpt_bytes(&meta, os.v_norm_history_len);
+    emit(t, &ev, cb, user);
+    return OB_OK;
+}
+
+void ob__trainer_ckpt_local_done(ob_trainer *t, float *ok, float *failed)
+{
+    *ok = *failed = 0.0f;
+    if (t->pending_step < 0 || !t->writer) return;
+    pthread_mutex_lock(&t->writer->mu);
+    if (t->writer->finished) {
+        if (t->writer->result == OB_OK)
+            *ok = 1.0f;
+        else
+            *failed = 1.0f;
+    }
+    pthread_mutex_unlock(&t->writer->mu);
+}
+
+ob_status ob__trainer_ckpt_poll(ob_trainer *t, float done_ok, float done_failed,
+                                ob_train_callback cb, void *user, ob_err *err)
+{
+    if (t->pending_step < 0) return OB_OK;
+    int n = ob_comm_size(t->comm);
+    if ((int)(done_ok + done_failed) < n) return OB_OK; /* still writing somewhere */
+    ob__ckpt_writer *w = t->writer;
+    long step = t->pending_step;
+    t->pending_step = -1;
+    ob_err werr = w->err;
+    ob_train_event ev = {0};
+    char msg[OB_ERR_MSG_LEN + 64];
+    ob_status st = finish(t, step, (int)done_failed, &werr, &ev, msg, sizeof msg, err);
+    if (st != OB_OK) return st;
+    char path[OB_CKPT_PATH_LEN];
+    ob_ckpt_step_dir(path, t->job_dir, step, 0, NULL);
+    ev.path = path;
+    ev.ckpt_async = 1;
+    ev.stall_seconds = t->pending_stall;
+    ev.write_seconds = w->seconds;
+    ev.ckpt_bytes = ckpt_bytes(&w->meta, w->H);
+    emit(t, &ev, cb, user);
+    return OB_OK;
+}
+
+ob_status ob__trainer_ckpt_flush(ob_trainer *t, ob_train_callback cb, void *user, ob_err *err)
+{
+    if (t->pending_step < 0) return OB_OK;
+    ob__ckpt_writer *w = t->writer;
+    pthread_mutex_lock(&w->mu);
+    while (!w->finished)
+        pthread_cond_wait(&w->cv, &w->mu);
+    pthread_mutex_unlock(&w->mu);
+    float done[2];
+    ob__trainer_ckpt_local_done(t, &done[0], &done[1]);
+    ob_status st = ob_comm_allreduce_sum_f32(t->comm, done, 2, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "checkpoint flush");
+    return ob__trainer_ckpt_poll(t, done[0], done[1], cb, user, err);
+}
+
+/* --- resume -------------------------------------------------------------------------------- */
+
+/* Fields a resumed job may change: they do not alter what the saved state means. */
+static const char *const resumable_changes[] = {"name",         "steps",      "eval",
+                                                "log_interval", "checkpoint", "warm_start"};
+
+static ob_status check_spec(const char *saved, const char *current, const char *path, ob_err *err)
+{
+    json_t *a = json_loads(saved, 0, NULL), *b = json_loads(current, 0, NULL);
+    ob_status st = OB_OK;
+    if (!json_is_object(a) || !json_is_object(b)) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: the saved job spec is not valid JSON", path);
+        goto done;
+    }
+    for (size_t i = 0; i < sizeof resumable_changes / sizeof *resumable_changes; i++) {
+        json_object_del(a, resumable_changes[i]);
+        json_object_del(b, resumable_changes[i]);
+    }
+    const char *key;
+    json_t *va;
+    json_object_foreach(a, key, va)
+    {
+        json_t *vb = json_object_get(b, key);
+        if (!vb || !json_equal(va, vb)) {
+            char *sa = json_dumps(va, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            st = OB_ERR(err, OB_ERR_INVALID_ARG,
+                        "%s was written by a different job: '%s' differs (saved: %.200s)", path,
+                        key, sa ? sa : "?");
+            free(sa);
+            goto done;
+        }
+    }
+    if (json_object_size(a) != json_object_size(b))
+        st = OB_ERR(err, OB_ERR_INVALID_ARG, "%s was written by a different job spec", path);
+done:
+    json_decref(a);
+    json_decref(b);
+    return st;
+}
+
+/* Restores this rank's state from the checkpoint at path. */
+static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob_err *err)
+{
+    char *saved = NULL;
+    ob_status st = ob_ckpt_read_meta(path, meta, &saved, err);
+    if (st == OB_OK) st = check_spec(saved, t->spec_json, path, err);
+    free(saved);
+    if (st != OB_OK) return st;
+    if (meta->num_params != t->d)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s holds %llu parameters; the model has %zu", path,
+                      (unsigned long long)meta->num_params, t->d);
+    ob_optim_state os;
+    ob_optim_get_state(t->opt, &os);
+    ob_ckpt_arrays a = {t->params, os.exp_avg, os.exp_avg_sq, os.v_norm_history,
+                        os.v_norm_history_len};
+    st = ob_ckpt_read_state(path, meta, &a, err);
+    if (st == OB_OK && os.padded_size > 0)
+        st = ob_ckpt_read_errors(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm),
+                                 os.padded_size, os.chunk_size, os.worker_error, os.server_error,
+                                 err);
+    if (st != OB_OK) return st;
+    ob_optim_progress p = {meta->step, meta->freeze_step, meta->last_ratio, meta->last_norm,
+                           meta->bytes_sent};
+    if ((st = ob_optim_set_progress(t->opt, &p, err)) != OB_OK) return OB_WRAP(err, st, "%s", path);
+    ob_loader_position pos;
+    memset(&pos, 0, sizeof pos);
+    pos.epoch = meta->loader_epoch;
+    pos.index = meta->loader_index;
+    memcpy(pos.rng.s, meta->loader_rng, sizeof pos.rng.s);
+    if ((st = ob_loader_set_position(t->train, &pos, err)) != OB_OK)
+        return OB_WRAP(err, st, "%s: data position", path);
+    t->bytes_warmup = meta->bytes_warmup;
+    t->bytes_compression = meta->bytes_compression;
+    t->wall_before = meta->wall_seconds;
+    t->last_loss = meta->train_loss;
+    t->last_lr = meta->lr;
+    t->last_ckpt_step = meta->step;
+    return OB_OK;
+}
+
+typedef struct skip_ctx {
+    ob_trainer *t;
+    ob_train_callback cb;
+    void *user;
+} skip_ctx;
+
+static void on_skip(const char *path, const char *reason, void *user)
+{
+    skip_ctx *c = user;
+    char msg[OB_CKPT_PATH_LEN + OB_ERR_MSG_LEN + 32];
+    snprintf(msg, sizeof msg, "skipping checkpoint %s: %s", path, reason);
+    notice(c->t, msg, c->cb, c->user);
+}
+
+/* What rank 0 tells the others about the checkpoint it chose. */
+typedef struct choice {
+    int32_t found;  /* 1: path names a checkpoint */
+    int32_t failed; /* 1: rank 0 could not look (err on rank 0 says why) */
+    char path[OB_CKPT_PATH_LEN];
+} choice;
+
+/* Rank 0 picks the checkpoint (find(dir) on rank 0 only) and broadcasts the choice. */
+static ob_status choose(ob_trainer *t, const char *dir, int direct_ok, choice *c,
+                        ob_train_callback cb, void *user, ob_err *err)
+{
+    memset(c, 0, sizeof *c);
+    ob_err lerr = {0};
+    if (ob_comm_rank(t->comm) == 0) {
+        char state[OB_CKPT_PATH_LEN + 16];
+        struct stat sb;
+        snprintf(state, sizeof state, "%s/state.h5", dir);
+        if (direct_ok && stat(state, &sb) == 0) { /* a checkpoint directory itself */
+            snprintf(c->path, sizeof c->path, "%s", dir);
+            c->found = 1;
+        } else {
+            skip_ctx sc = {t, cb, user};
+            ob_status st = ob_ckpt_find_latest(dir, c->path, NULL, on_skip, &sc, &lerr);
+            if (st == OB_OK)
+                c->found = 1;
+            else if (st != OB_ERR_NOT_FOUND)
+                c->failed = 1;
+        }
+    }
+    ob_status st = ob_comm_bcast(t->comm, c, sizeof *c, 0, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "checkpoint choice");
+    if (c->failed) {
+        if (ob_comm_rank(t->comm) == 0) {
+            if (err) *err = lerr;
+            return lerr.code;
+        }
+        return OB_ERR(err, OB_ERR_IO, "rank 0 could not read the checkpoints in %s", dir);
+    }
+    return OB_OK;
+}
+
+/* Agrees on the outcome of a restore step like ob_trainer_create does. */
+static ob_status agree_outcome(ob_trainer *t, ob_status st, const char *what, ob_err *err)
+{
+    int nfail = 0;
+    ob_status ast = agree(t, st != OB_OK, &nfail, st == OB_OK ? err : NULL);
+    if (st == OB_OK && ast != OB_OK) return ast;
+    if (st == OB_OK && nfail > 0)
+        return OB_ERR(err, OB_ERR_STATE, "%s failed on %d other rank(s)", what, nfail);
+    return st;
+}
+
+ob_status ob_trainer_resume(ob_trainer *t, const char *job_dir, ob_train_callback cb, void *user,
+                            int *resumed, ob_err *err)
+{
+    *resumed = 0;
+    choice c;
+    ob_status st = choose(t, job_dir, 0, &c, cb, user, err);
+    if (st != OB_OK) return st;
+    if (!c.found) {
+        char msg[OB_CKPT_PATH_LEN + 64];
+        snprintf(msg, sizeof msg, "no checkpoint in %s: starting from step 0", job_dir);
+        notice(t, msg, cb, user);
+        return OB_OK;
+    }
+    ob_ckpt_meta meta;
+    st = agree_outcome(t, restore(t, c.path, &meta, err), "resume", err);
+    if (st != OB_OK) return st;
+    *resumed = 1;
+    ob_train_event ev = {0};
+    ev.kind = OB_EVENT_RESUME;
+    ev.step = meta.step;
+    ev.path = c.path;
+    ev.from_world_size = meta.world_size;
+    emit(t, &ev, cb, user);
+    return OB_OK;
+}
+
+/* --- warm start ---------------------------------------------------------------------------- */
+
+/* The "model" sections of two spec JSONs must be equal for the variance to mean the same. */
+static ob_status check_model(const char *saved, const char *current, const char *path, ob_err *err)
+{
+    json_t *a = json_loads(saved, 0, NULL), *b = json_loads(current, 0, NULL);
+    ob_status st = OB_OK;
+    json_t *ma = json_object_get(a, "model"), *mb = json_object_get(b, "model");
+    if (!ma || !mb) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: the saved job spec has no model", path);
+    } else if (!json_equal(ma, mb)) {
+        char *sa = json_dumps(ma, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        st = OB_ERR(err, OB_ERR_INVALID_ARG,
+                    "warm_start.from: %s was written for another model (%.200s)", path,
+                    sa ? sa : "?");
+        free(sa);
+    }
+    json_decref(a);
+    json_decref(b);
+    return st;
+}
+
+static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob_err *err)
+{
+    char *saved = NULL;
+    ob_status st = ob_ckpt_read_meta(path, meta, &saved, err);
+    if (st == OB_OK) st = check_model(saved, t->spec_json, path, err);
+    free(saved);
+    if (st != OB_OK) return st;
+    if (meta->freeze_step < 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "warm_start.from: %s has no frozen variance (step %ld is still in the "
+                      "warmup phase)",
+                      path, meta->step);
+    if (meta->num_params != t->d)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "warm_start.from: %s holds %llu parameters; the "
+                      "model has %zu",
+                      path, (unsigned long long)meta->num_params, t->d);
+    float *params = ob__calloc_aligned(t->d * sizeof(float));
+    float *m = ob__calloc_aligned(t->d * sizeof(float));
+    float *v = ob__calloc_aligned(t->d * sizeof(float));
+    if (!params || !m || !v) {
+        st = OB_ERR(err, OB_ERR_NOMEM, "warm start buffers");
+    } else {
+        ob_ckpt_arrays a = {params, m, v, NULL, 0};
+        st = ob_ckpt_read_state(path, meta, &a, err);
+        if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, err);
+        if (st == OB_OK && t->spec.warm_start_params)
+            memcpy(t->params, params, t->d * sizeof(float));
+    }
+    ob__free(params);
+    ob__free(m);
+    ob__free(v);
+    return st;
+}
+
+ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user, ob_err *err)
+{
+    const char *from = t->spec.warm_start_from;
+    if (!from[0]) return OB_OK;
+    choice c;
+    ob_status st = choose(t, from, 1, &c, cb, user, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "warm_start.from");
+    if (!c.found)
+        return OB_ERR(err, OB_ERR_NOT_FOUND, "warm_start.from: no usable checkpoint in %s", from);
+    ob_ckpt_meta meta;
+    st = agree_outcome(t, load_warm(t, c.path, &meta, err), "warm start", err);
+    if (st != OB_OK) return st;
+    char msg[OB_CKPT_PATH_LEN + 160];
+    snprintf(msg, sizeof msg,
+             "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken, training starts in "
+             "the compression phase",
+             c.path, meta.step, meta.freeze_step,
+             t->spec.warm_start_params ? " and parameters" : "");
+    notice(t, msg, cb, user);
+    return OB_OK;
+}

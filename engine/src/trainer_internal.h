@@ -1,0 +1,67 @@
+/* The trainer's state, shared by trainer.c (setup and the training loop) and trainer_ckpt.c
+ * (checkpoints, resume, warm start). Private to the engine. */
+#ifndef ONEBIT_TRAINER_INTERNAL_H
+#define ONEBIT_TRAINER_INTERNAL_H
+
+#include "onebit/checkpoint.h"
+#include "onebit/trainer.h"
+#include "internal.h"
+
+#include <signal.h>
+
+typedef struct ob__ckpt_writer ob__ckpt_writer;
+
+struct ob_trainer {
+    ob_jobspec spec;
+    char *spec_json; /* canonical JSON of spec, saved in every checkpoint */
+    ob_comm *comm;   /* borrowed */
+    ob_dataset *ds;
+    ob_loader *train;
+    ob_loader *eval; /* NULL when the data has no held-out split */
+    ob_model *model;
+    float *params; /* (d) */
+    float *grad;   /* (d) */
+    size_t d;
+    ob_optim *opt;
+    int is_text;
+
+    /* Totals carried across attempts (restored from a checkpoint). */
+    uint64_t bytes_warmup, bytes_compression;
+    double wall_before; /* training seconds of earlier attempts */
+    double last_loss;   /* mean train loss of the last logged window */
+    double last_lr;
+    double t_start; /* when this attempt's training began */
+
+    /* Checkpoints: job_dir[0] == 0 when disabled. */
+    char job_dir[OB_CKPT_PATH_LEN];
+    ob__ckpt_writer *writer; /* background writer, created on the first async checkpoint */
+    long pending_step;       /* step of an async checkpoint still being written, or -1 */
+    double pending_stall;    /* seconds the loop stood still for it */
+    long last_ckpt_step;     /* newest committed (or pending) checkpoint, -1 none */
+    const volatile sig_atomic_t *stop_flag; /* borrowed; non-zero: checkpoint and stop */
+    ob_fault_injection fault;
+};
+
+double ob__now_s(void);
+
+/* Called after every step with the values of the step's control reduction: stop requests and
+ * how many ranks finished their part of the pending async checkpoint (ok / failed). Commits
+ * the pending checkpoint once every rank is done. */
+ob_status ob__trainer_ckpt_poll(ob_trainer *t, float done_ok, float done_failed,
+                                ob_train_callback cb, void *user, ob_err *err);
+
+/* This rank's contribution to the control reduction: (done ok, done failed) of its part of the
+ * pending async checkpoint; (0, 0) while writing or when none is pending. */
+void ob__trainer_ckpt_local_done(ob_trainer *t, float *ok, float *failed);
+
+/* Writes and commits a checkpoint of the current step now (after any pending one). Collective.
+ * Emits OB_EVENT_CHECKPOINT. `async` hands the write to the background thread. */
+ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb, void *user,
+                                 ob_err *err);
+
+/* Waits for a pending async checkpoint and commits it. Collective. */
+ob_status ob__trainer_ckpt_flush(ob_trainer *t, ob_train_callback cb, void *user, ob_err *err);
+
+void ob__trainer_ckpt_destroy(ob_trainer *t);
+
+#endif /* ONEBIT_TRAINER_INTERNAL_H */

@@ -1,0 +1,16 @@
+# Checkpoint library: real HDF5 files in a temporary directory.
+add_executable(test_checkpoint test_checkpoint.c)
+target_link_libraries(test_checkpoint PRIVATE onebit_checkpoint PkgConfig::CMOCKA ${HDF5_C_LIBRARIES} m)
+target_include_directories(test_checkpoint SYSTEM PRIVATE ${HDF5_C_INCLUDE_DIRS} ${HDF5_INCLUDE_DIRS})
+# Paths are built from a short temporary root; truncation cannot happen there.
+target_compile_options(test_checkpoint PRIVATE -Wno-format-truncation)
+add_test(NAME test_checkpoint COMMAND test_checkpoint)
+set_tests_properties(test_checkpoint PROPERTIES TIMEOUT 300)
+
+# Checkpoints through the real worker under mpirun: resume after kills, SIGTERM, async, damage,
+# warm start, resize.
+add_test(NAME test_resume
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_resume.sh $<TARGET_FILE:onebit-worker>
+                 $<TARGET_FILE:onebit-ckpt> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(test_resume PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 900
+                     PROCESSORS 2)

@@ -1,0 +1,622 @@
+/* Checkpoint files and directories (onebit/checkpoint.h), on real HDF5 files in a temporary
+ * directory: round trip, listing and pruning, the newest-valid fallback, every kind of damage
+ * (a flipped byte anywhere, truncation, a missing or foreign rank file, a newer format), and
+ * re-sharding the error buffers to other world sizes. */
+#include "onebit/checkpoint.h"
+
+#include <hdf5.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#define D_PARAMS 1000 /* d: not a multiple of any N * B below, so there is padding */
+#define BLOCK 64
+#define HIST 7
+
+static char root[256];
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+static float frand(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+
+static size_t round_up(size_t n, size_t m)
+{
+    return (n + m - 1) / m * m;
+}
+
+/* A checkpoint's worth of data for world size n, filled with random numbers. */
+typedef struct fixture {
+    ob_ckpt_meta meta;
+    float params[D_PARAMS], m[D_PARAMS], v[D_PARAMS];
+    double hist[HIST];
+    float *we, *se; /* (n, D), (n, C) */
+    int n;
+} fixture;
+
+static fixture *make_fixture(int n, long step)
+{
+    fixture *f = calloc(1, sizeof *f);
+    assert_non_null(f);
+    f->n = n;
+    ob_ckpt_meta *m = &f->meta;
+    m->format_version = OB_CKPT_FORMAT_VERSION;
+    m->step = step;
+    m->phase = step >= 50;
+    m->freeze_step = step >= 50 ? 50 : -1;
+    m->world_size = n;
+    m->num_params = D_PARAMS;
+    m->padded_size = round_up(D_PARAMS, (size_t)n * BLOCK);
+    m->chunk_size = m->padded_size / (size_t)n;
+    m->block_size = BLOCK;
+    m->seed = 42;
+    m->last_ratio = NAN;
+    m->last_norm = 3.5;
+    m->bytes_sent = 123456789;
+    m->bytes_warmup = 1000;
+    m->bytes_compression = 2000;
+    m->lr = 1e-3;
+    m->train_loss = 0.25;
+    m->loader_epoch = 3;
+    m->loader_index = 96;
+    m->loader_rng[0] = 1;
+    m->loader_rng[1] = 2;
+    m->loader_rng[2] = 3;
+    m->loader_rng[3] = 0xffffffffffffffffull;
+    m->wall_seconds = 12.5;
+    for (size_t i = 0; i < D_PARAMS; i++) {
+        f->params[i] = frand();
+        f->m[i] = frand();
+        f->v[i] = fabsf(frand());
+    }
+    for (size_t i = 0; i < HIST; i++)
+        f->hist[i] = 100.0 + (double)i;
+    size_t D = (size_t)m->padded_size, C = (size_t)m->chunk_size;
+    f->we = malloc((size_t)n * D * sizeof(float));
+    f->se = malloc((size_t)n * C * sizeof(float));
+    assert_non_null(f->we);
+    assert_non_null(f->se);
+    for (size_t i = 0; i < (size_t)n * D; i++)
+        f->we[i] = frand() * 1e-3f; /* the padding too: it carries error in real runs */
+    for (size_t i = 0; i < (size_t)n * C; i++)
+        f->se[i] = frand() * 1e-3f;
+    return f;
+}
+
+static void free_fixture(fixture *f)
+{
+    if (!f) return;
+    free(f->we);
+    free(f->se);
+    free(f);
+}
+
+/* Writes and commits the fixture as checkpoint meta.step of job_dir. */
+static void write_fixture(const char *job_dir, const fixture *f)
+{
+    ob_err err = {0};
+    char dir[OB_CKPT_PATH_LEN];
+    ob_ckpt_arrays a = {(float *)f->params, (float *)f->m, (float *)f->v, (double *)f->hist, HIST};
+    size_t D = (size_t)f->meta.padded_size, C = (size_t)f->meta.chunk_size;
+    assert_int_equal(ob_ckpt_prepare(job_dir, f->meta.step, dir, &err), OB_OK);
+    assert_int_equal(ob_ckpt_write_state(dir, &f->meta, &a, "{\"name\":\"t\"}", &err), OB_OK);
+    for (int r = 0; r < f->n; r++)
+        assert_int_equal(ob_ckpt_write_rank(dir, &f->meta, r, f->we + (size_t)r * D,
+                                            f->se + (size_t)r * C, &err),
+                         OB_OK);
+    assert_int_equal(ob_ckpt_commit(job_dir, f->meta.step, &err), OB_OK);
+}
+
+static void job_path(char *out, const char *name)
+{
+    snprintf(out, OB_CKPT_PATH_LEN, "%s/%s", root, name);
+}
+
+static void step_path(char *out, const char *job, long step, const char *file)
+{
+    char jd[OB_CKPT_PATH_LEN];
+    job_path(jd, job);
+    snprintf(out, OB_CKPT_PATH_LEN, "%s/step-%08ld%s%s", jd, step, file ? "/" : "",
+             file ? file : "");
+}
+
+static void copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    assert_non_null(in);
+    assert_non_null(out);
+    char buf[65536];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        assert_int_equal(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+}
+
+static long file_size(const char *path)
+{
+    struct stat sb;
+    assert_int_equal(stat(path, &sb), 0);
+    return (long)sb.st_size;
+}
+
+static void flip_byte(const char *path, long offset)
+{
+    FILE *f = fopen(path, "r+b");
+    assert_non_null(f);
+    assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+    int c = fgetc(f);
+    assert_true(c != EOF);
+    assert_int_equal(fseek(f, offset, SEEK_SET), 0);
+    fputc(c ^ 0x5a, f);
+    fclose(f);
+}
+
+/* File offset of the first chunk of a dataset. */
+static long chunk_offset(const char *path, const char *dataset)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    assert_true(f >= 0);
+    hid_t ds = H5Dopen2(f, dataset, H5P_DEFAULT);
+    assert_true(ds >= 0);
+    hsize_t off[1] = {0}, size = 0;
+    haddr_t addr = 0;
+    unsigned mask = 0;
+    hid_t space = H5Dget_space(ds);
+    assert_true(H5Dget_chunk_info(ds, space, 0, off, &mask, &addr, &size) >= 0);
+    H5Sclose(space);
+    H5Dclose(ds);
+    H5Fclose(f);
+    return (long)addr;
+}
+
+/* ---- tests ------------------------------------------------------------------------------- */
+
+static void test_round_trip(void **state)
+{
+    (void)state;
+    fixture *f = make_fixture(3, 120);
+    char jd[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN];
+    job_path(jd, "roundtrip");
+    write_fixture(jd, f);
+    step_path(dir, "roundtrip", 120, NULL);
+
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    char *spec = NULL;
+    assert_int_equal(ob_ckpt_verify(dir, NULL, &err), OB_OK);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, &spec, &err), OB_OK);
+    assert_string_equal(spec, "{\"name\":\"t\"}");
+    free(spec);
+    assert_int_equal(m.step, 120);
+    assert_int_equal(m.phase, 1);
+    assert_int_equal(m.freeze_step, 50);
+    assert_int_equal(m.world_size, 3);
+    assert_int_equal(m.padded_size, f->meta.padded_size);
+    assert_int_equal(m.chunk_size, f->meta.chunk_size);
+    assert_int_equal(m.bytes_sent, 123456789);
+    assert_int_equal(m.loader_index, 96);
+    assert_int_equal(m.loader_rng[3], 0xffffffffffffffffull);
+    assert_int_equal(m.v_norm_history_len, HIST);
+    assert_true(isnan(m.last_ratio));
+    assert_true(m.wall_seconds == 12.5);
+
+    float p[D_PARAMS], mm[D_PARAMS], v[D_PARAMS];
+    double h[HIST];
+    ob_ckpt_arrays a = {p, mm, v, h, HIST};
+    assert_int_equal(ob_ckpt_read_state(dir, &m, &a, &err), OB_OK);
+    assert_memory_equal(p, f->params, sizeof p);
+    assert_memory_equal(mm, f->m, sizeof mm);
+    assert_memory_equal(v, f->v, sizeof v);
+    assert_memory_equal(h, f->hist, sizeof h);
+
+    /* A history of another length is refused (the run's freeze detector differs). */
+    ob_ckpt_arrays wrong = {p, mm, v, h, HIST - 1};
+    assert_int_equal(ob_ckpt_read_state(dir, &m, &wrong, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "history of 7 entries"));
+
+    /* Same world size: each rank gets its own buffers bit for bit. */
+    size_t D = (size_t)m.padded_size, C = (size_t)m.chunk_size;
+    float *we = malloc(D * sizeof *we), *se = malloc(C * sizeof *se);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(ob_ckpt_read_errors(dir, &m, r, 3, D, C, we, se, &err), OB_OK);
+        assert_memory_equal(we, f->we + (size_t)r * D, D * sizeof *we);
+        assert_memory_equal(se, f->se + (size_t)r * C, C * sizeof *se);
+    }
+    free(we);
+    free(se);
+    free_fixture(f);
+}
+
+static void test_list_and_prune(void **state)
+{
+    (void)state;
+    char jd[OB_CKPT_PATH_LEN], p[OB_CKPT_PATH_LEN];
+    job_path(jd, "prune");
+    for (long s = 10; s <= 30; s += 10) {
+        fixture *f = make_fixture(2, s);
+        write_fixture(jd, f);
+        free_fixture(f);
+    }
+    ob_err err = {0};
+    /* Leftovers: a newer write in progress and an old one that never finished. */
+    assert_int_equal(ob_ckpt_prepare(jd, 40, p, &err), OB_OK);
+    assert_int_equal(ob_ckpt_prepare(jd, 5, p, &err), OB_OK);
+    /* Names that are not checkpoints are left alone. */
+    snprintf(p, sizeof p, "%s/notes.txt", jd);
+    FILE *fp = fopen(p, "w");
+    fputs("x", fp);
+    fclose(fp);
+    snprintf(p, sizeof p, "%s/step-12x", jd);
+    mkdir(p, 0755);
+
+    ob_ckpt_entry *list;
+    size_t n;
+    assert_int_equal(ob_ckpt_list(jd, &list, &n, &err), OB_OK);
+    assert_int_equal(n, 5);
+    long steps[] = {40, 30, 20, 10, 5};
+    int committed[] = {0, 1, 1, 1, 0};
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(list[i].step, steps[i]);
+        assert_int_equal(list[i].committed, committed[i]);
+    }
+    free(list);
+
+    int removed = -1;
+    assert_int_equal(ob_ckpt_prune(jd, 2, &removed, &err), OB_OK);
+    assert_int_equal(removed, 1);
+    assert_int_equal(ob_ckpt_list(jd, &list, &n, &err), OB_OK);
+    assert_int_equal(n, 3); /* 40.tmp (newer: may still be written), 30, 20 */
+    assert_int_equal(list[0].step, 40);
+    assert_int_equal(list[1].step, 30);
+    assert_int_equal(list[2].step, 20);
+    free(list);
+    assert_int_equal(access(p, F_OK), 0);
+    assert_int_equal(ob_ckpt_prune(jd, 0, NULL, &err), OB_ERR_INVALID_ARG);
+
+    /* A missing job directory is an empty list, not an error. */
+    job_path(p, "never-created");
+    assert_int_equal(ob_ckpt_list(p, &list, &n, &err), OB_OK);
+    assert_int_equal(n, 0);
+    assert_null(list);
+}
+
+typedef struct skips {
+    int count;
+    char reasons[8][OB_ERR_MSG_LEN + OB_CKPT_PATH_LEN];
+} skips;
+
+static void record_skip(const char *path, const char *reason, void *user)
+{
+    skips *s = user;
+    if (s->count < 8) snprintf(s->reasons[s->count], sizeof s->reasons[0], "%s: %s", path, reason);
+    s->count++;
+}
+
+/* Damage to the newest checkpoint: it is passed over with its reason, the previous one used. */
+static void check_fallback(const char *job, const char *needle, long expect_step)
+{
+    char jd[OB_CKPT_PATH_LEN], out[OB_CKPT_PATH_LEN];
+    job_path(jd, job);
+    skips s = {0};
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_find_latest(jd, out, &m, record_skip, &s, &err), OB_OK);
+    assert_int_equal(m.step, expect_step);
+    assert_int_equal(s.count, 1);
+    if (!strstr(s.reasons[0], needle)) fail_msg("reason '%s' lacks '%s'", s.reasons[0], needle);
+}
+
+static void make_job(const char *job, int n)
+{
+    char jd[OB_CKPT_PATH_LEN];
+    job_path(jd, job);
+    for (long s = 10; s <= 20; s += 10) {
+        fixture *f = make_fixture(n, s);
+        write_fixture(jd, f);
+        free_fixture(f);
+    }
+}
+
+static void test_fallback_flipped_data(void **state)
+{
+    (void)state;
+    make_job("flip", 2);
+    char p[OB_CKPT_PATH_LEN];
+    step_path(p, "flip", 20, "state.h5");
+    flip_byte(p, chunk_offset(p, "/model/params") + 10);
+    check_fallback("flip", "fletcher32", 10);
+
+    make_job("flip-rank", 3);
+    step_path(p, "flip-rank", 20, "rank-00001.h5");
+    flip_byte(p, chunk_offset(p, "/optim/server_error") + 3);
+    check_fallback("flip-rank", "rank-00001.h5", 10);
+}
+
+static void test_fallback_truncated_missing_foreign(void **state)
+{
+    (void)state;
+    char p[OB_CKPT_PATH_LEN], q[OB_CKPT_PATH_LEN];
+    make_job("trunc", 2);
+    step_path(p, "trunc", 20, "state.h5");
+    assert_int_equal(truncate(p, file_size(p) / 2), 0);
+    check_fallback("trunc", "state.h5", 10);
+
+    make_job("trunc-rank", 2);
+    step_path(p, "trunc-rank", 20, "rank-00001.h5");
+    assert_int_equal(truncate(p, file_size(p) - 100), 0);
+    check_fallback("trunc-rank", "rank-00001.h5", 10);
+
+    make_job("missing", 3);
+    step_path(p, "missing", 20, "rank-00002.h5");
+    assert_int_equal(unlink(p), 0);
+    check_fallback("missing", "rank-00002.h5: missing", 10);
+
+    make_job("empty", 2);
+    step_path(p, "empty", 20, "state.h5");
+    FILE *fp = fopen(p, "w");
+    fclose(fp);
+    check_fallback("empty", "not a readable HDF5 file", 10);
+
+    /* A rank file of another step, copied in by mistake. */
+    make_job("foreign", 2);
+    step_path(p, "foreign", 10, "rank-00001.h5");
+    step_path(q, "foreign", 20, "rank-00001.h5");
+    copy_file(p, q);
+    check_fallback("foreign", "written for step 10", 10);
+
+    /* A .tmp directory newer than everything: never used. */
+    make_job("tmp", 2);
+    char jd[OB_CKPT_PATH_LEN];
+    job_path(jd, "tmp");
+    ob_err err = {0};
+    assert_int_equal(ob_ckpt_prepare(jd, 30, p, &err), OB_OK);
+    check_fallback("tmp", "incomplete", 20);
+
+    /* Nothing usable at all. */
+    make_job("none", 1);
+    for (long s = 10; s <= 20; s += 10) {
+        step_path(p, "none", s, "state.h5");
+        assert_int_equal(unlink(p), 0);
+    }
+    job_path(jd, "none");
+    skips s = {0};
+    assert_int_equal(ob_ckpt_find_latest(jd, p, NULL, record_skip, &s, &err), OB_ERR_NOT_FOUND);
+    assert_int_equal(s.count, 2);
+}
+
+/* Rewrites one integer attribute of a file in place. */
+static void set_attr_i64(const char *path, const char *name, int64_t v)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(f >= 0);
+    hid_t a = H5Aopen(f, name, H5P_DEFAULT);
+    assert_true(a >= 0);
+    assert_true(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+    H5Aclose(a);
+    H5Fclose(f);
+}
+
+static void test_bad_metadata(void **state)
+{
+    (void)state;
+    char p[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN];
+    ob_err err = {0};
+    ob_ckpt_meta m;
+
+    make_job("newer", 1);
+    step_path(p, "newer", 20, "state.h5");
+    step_path(dir, "newer", 20, NULL);
+    set_attr_i64(p, "format_version", OB_CKPT_FORMAT_VERSION + 1);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "format version 2, this build reads version 1"));
+
+    make_job("phase", 1);
+    step_path(p, "phase", 20, "state.h5");
+    step_path(dir, "phase", 20, NULL);
+    set_attr_i64(p, "freeze_step", 25); /* after the step */
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "freeze step 25"));
+
+    make_job("world", 2);
+    step_path(p, "world", 20, "state.h5");
+    step_path(dir, "world", 20, NULL);
+    set_attr_i64(p, "world_size", 3); /* sizes no longer add up */
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "inconsistent sizes"));
+
+    /* Not a checkpoint directory at all. */
+    job_path(dir, "nothing-here");
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_ERR_NOT_FOUND);
+}
+
+/* Every byte of a file flipped in turn (a stride through it): the checkpoint either fails to
+ * verify or reads back exactly as written. Nothing damaged is ever taken as good. */
+static void sweep_file(const char *job, const char *file, const fixture *f, int *detected,
+                       int *harmless)
+{
+    char p[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN], orig[OB_CKPT_PATH_LEN + 8];
+    step_path(p, job, 20, file);
+    step_path(dir, job, 20, NULL);
+    snprintf(orig, sizeof orig, "%s.orig", p);
+    copy_file(p, orig);
+    long size = file_size(p);
+    size_t D = (size_t)f->meta.padded_size, C = (size_t)f->meta.chunk_size;
+    float *we = malloc(D * sizeof *we), *se = malloc(C * sizeof *se);
+    for (long off = 0; off < size; off += 7) {
+        copy_file(orig, p);
+        flip_byte(p, off);
+        ob_err err = {0};
+        ob_ckpt_meta m;
+        if (ob_ckpt_verify(dir, &m, &err) != OB_OK) {
+            (*detected)++;
+            continue;
+        }
+        /* It verified: then everything must be exactly what was written. */
+        float pp[D_PARAMS], mm[D_PARAMS], v[D_PARAMS];
+        double h[HIST];
+        char *spec = NULL;
+        ob_ckpt_arrays a = {pp, mm, v, h, HIST};
+        assert_int_equal(ob_ckpt_read_meta(dir, &m, &spec, &err), OB_OK);
+        assert_int_equal(ob_ckpt_read_state(dir, &m, &a, &err), OB_OK);
+        int same = !memcmp(pp, f->params, sizeof pp) && !memcmp(mm, f->m, sizeof mm) &&
+                   !memcmp(v, f->v, sizeof v) && !memcmp(h, f->hist, sizeof h) &&
+                   !strcmp(spec, "{\"name\":\"t\"}") && m.step == f->meta.step &&
+                   m.freeze_step == f->meta.freeze_step && m.bytes_sent == f->meta.bytes_sent &&
+                   m.loader_index == f->meta.loader_index &&
+                   !memcmp(m.loader_rng, f->meta.loader_rng, sizeof m.loader_rng) &&
+                   m.wall_seconds == f->meta.wall_seconds && m.lr == f->meta.lr;
+        for (int r = 0; same && r < f->n; r++) {
+            assert_int_equal(ob_ckpt_read_errors(dir, &m, r, f->n, D, C, we, se, &err), OB_OK);
+            same = !memcmp(we, f->we + (size_t)r * D, D * sizeof *we) &&
+                   !memcmp(se, f->se + (size_t)r * C, C * sizeof *se);
+        }
+        free(spec);
+        if (!same)
+            fail_msg("%s: byte %ld flipped, the checkpoint verified with other data", p, off);
+        (*harmless)++;
+    }
+    copy_file(orig, p);
+    unlink(orig);
+    free(we);
+    free(se);
+}
+
+static void test_no_silent_corruption(void **state)
+{
+    (void)state;
+    char jd[OB_CKPT_PATH_LEN];
+    job_path(jd, "sweep");
+    fixture *f = make_fixture(2, 20);
+    write_fixture(jd, f);
+    int detected = 0, harmless = 0;
+    sweep_file("sweep", "state.h5", f, &detected, &harmless);
+    sweep_file("sweep", "rank-00001.h5", f, &detected, &harmless);
+    print_message("byte flips: %d detected, %d in unused bytes (data read back identical)\n",
+                  detected, harmless);
+    assert_true(detected > 1000); /* the data chunks alone are most of the files */
+    free_fixture(f);
+}
+
+/* Old world n_old -> new world n_new: the mean worker error and the concatenated server error
+ * over the d real elements are preserved exactly; the padding starts at zero. */
+static void check_reshard(int n_old, int n_new)
+{
+    char jd[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN], job[32];
+    snprintf(job, sizeof job, "reshard-%d-%d", n_old, n_new);
+    job_path(jd, job);
+    fixture *f = make_fixture(n_old, 20);
+    write_fixture(jd, f);
+    step_path(dir, job, 20, NULL);
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_OK);
+
+    size_t d = D_PARAMS, Dold = (size_t)m.padded_size, Cold = (size_t)m.chunk_size;
+    size_t D = round_up(d, (size_t)n_new * BLOCK), C = D / (size_t)n_new;
+    float *we = malloc((size_t)n_new * D * sizeof *we),
+          *se = malloc((size_t)n_new * C * sizeof *se);
+    for (int r = 0; r < n_new; r++)
+        assert_int_equal(ob_ckpt_read_errors(dir, &m, r, n_new, D, C, we + (size_t)r * D,
+                                             se + (size_t)r * C, &err),
+                         OB_OK);
+    for (size_t i = 0; i < d; i++) {
+        double old_mean = 0.0, new_mean = 0.0;
+        for (int r = 0; r < n_old; r++)
+            old_mean += (double)f->we[(size_t)r * Dold + i];
+        for (int r = 0; r < n_new; r++)
+            new_mean += (double)we[(size_t)r * D + i];
+        float want = (float)(old_mean / n_old);
+        double got = new_mean / n_new;
+        if ((double)want != got) fail_msg("mean worker error at %zu: %.9g vs %.9g", i, want, got);
+        /* Server chunks laid end to end: element i of the old and the new concatenation. */
+        float old_s = f->se[(i / Cold) * Cold + i % Cold];
+        float new_s = se[(i / C) * C + i % C];
+        if (memcmp(&old_s, &new_s, sizeof old_s) != 0)
+            fail_msg("server error at %zu: %.9g vs %.9g", i, old_s, new_s);
+    }
+    for (int r = 0; r < n_new; r++)
+        for (size_t i = d; i < D; i++)
+            assert_true(we[(size_t)r * D + i] == 0.0f);
+    for (size_t i = d; i < D; i++)
+        assert_true(se[i] == 0.0f);
+    /* Bad targets are refused. */
+    assert_int_equal(ob_ckpt_read_errors(dir, &m, n_new, n_new, D, C, we, se, &err),
+                     OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_ckpt_read_errors(dir, &m, 0, n_new, D + 1, C, we, se, &err),
+                     OB_ERR_INVALID_ARG);
+    free(we);
+    free(se);
+    free_fixture(f);
+}
+
+static void test_reshard(void **state)
+{
+    (void)state;
+    check_reshard(4, 2);
+    check_reshard(2, 3);
+    check_reshard(3, 5);
+    check_reshard(5, 1);
+}
+
+static void test_names(void **state)
+{
+    (void)state;
+    char out[OB_CKPT_PATH_LEN];
+    ob_err err = {0};
+    assert_int_equal(ob_ckpt_step_dir(out, "/a/b", 1200, 0, &err), OB_OK);
+    assert_string_equal(out, "/a/b/step-00001200");
+    assert_int_equal(ob_ckpt_step_dir(out, "/a/b", 7, 1, &err), OB_OK);
+    assert_string_equal(out, "/a/b/step-00000007.tmp");
+    assert_int_equal(ob_ckpt_step_dir(out, "", 7, 0, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_ckpt_step_dir(out, "/a", -1, 0, &err), OB_ERR_INVALID_ARG);
+    /* A file where a directory should be. */
+    char p[OB_CKPT_PATH_LEN];
+    job_path(p, "a-file");
+    FILE *fp = fopen(p, "w");
+    fclose(fp);
+    assert_int_equal(ob_ckpt_prepare(p, 1, out, &err), OB_ERR_IO);
+}
+
+static int setup(void **state)
+{
+    (void)state;
+    snprintf(root, sizeof root, "/tmp/onebit-test-ckpt-XXXXXX");
+    return mkdtemp(root) ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_names),
+        cmocka_unit_test(test_round_trip),
+        cmocka_unit_test(test_list_and_prune),
+        cmocka_unit_test(test_fallback_flipped_data),
+        cmocka_unit_test(test_fallback_truncated_missing_foreign),
+        cmocka_unit_test(test_bad_metadata),
+        cmocka_unit_test(test_no_silent_corruption),
+        cmocka_unit_test(test_reshard),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

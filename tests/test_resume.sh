@@ -1,0 +1,214 @@
+#!/usr/bin/env bash
+# Black-box tests of checkpoints through the real onebit-worker under mpirun: bit-exact resume
+# after SIGKILL (before and after the freeze) and after SIGTERM, async checkpoints, skipping
+# damaged checkpoints, warm start, resizing, and the errors users see.
+# usage: test_resume.sh WORKER CKPT_TOOL MPIEXEC
+set -u
+WORKER=$1
+CKPT=$2
+MPIEXEC=$3
+TMP=$(mktemp -d)
+trap 'pkill -KILL -f "$TMP/" 2>/dev/null; rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+
+ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
+bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
+# run NP OUT ARGS...: the worker on NP ranks, JSON lines to OUT, stderr to OUT.err
+run() {
+  local np=$1 out=$2
+  shift 2
+  timeout 120 "$MPIEXEC" --oversubscribe -np "$np" "$WORKER" "$@" > "$out" 2> "$out.err"
+}
+field() { jq -r "select(.event==\"$2\") | $3" "$1" | tail -1; }
+# same A B NAME: the two checkpoint directories hold bit-identical training state
+same() {
+  if "$CKPT" diff "$1" "$2" > "$TMP/diff" 2>&1; then ok "$3"; else bad "$3" "$(cat "$TMP/diff")"; fi
+}
+
+# A small 1-bit Adam job: 120 steps, frozen at step 60, a checkpoint every 10 steps.
+spec() { # spec FILE [extra YAML lines...]
+  local f=$1
+  shift
+  {
+    printf 'name: job\n'
+    printf 'model: {type: mlp, hidden: [48]}\n'
+    printf 'data: {type: synthetic_classification, n_train: 2048, n_eval: 512, input_dim: 24, num_classes: 4}\n'
+    printf 'optimizer: {type: onebit_adam, beta2: 0.99, freeze_step: 60, block_size: 64}\n'
+    printf 'batch_size: 16\nsteps: 120\nlog_interval: 10\nseed: 3\n'
+    for l in "$@"; do printf '%s\n' "$l"; done
+  } > "$f"
+}
+spec "$TMP/job.yaml" 'checkpoint: {interval: 10, keep: 20}'
+spec "$TMP/async.yaml" 'checkpoint: {interval: 10, keep: 20, async: true}'
+NP=3
+
+# --- the uninterrupted run ---------------------------------------------------------------------
+run $NP "$TMP/base.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/base"; rc=$?
+BASE="$TMP/base/job/step-00000120"
+n_ckpt=$(jq -s '[.[] | select(.event=="checkpoint" and .ok)] | length' "$TMP/base.jsonl")
+if [ $rc -eq 0 ] && [ -d "$BASE" ] && [ "$n_ckpt" = 12 ] && "$CKPT" info "$BASE" > /dev/null; then
+  ok "uninterrupted run: 12 checkpoints, the last verifies"
+else bad "uninterrupted run" "rc=$rc n=$n_ckpt $(cat "$TMP/base.jsonl.err")"; fi
+if [ -d "$TMP/base/job/step-00000010" ] && ! ls -d "$TMP"/base/job/*.tmp > /dev/null 2>&1; then
+  ok "only committed directories remain"
+else bad "only committed directories remain" "$(ls "$TMP/base/job")"; fi
+
+# --- SIGKILL of one rank before the freeze, then resume: bit-exact -----------------------------
+kill_and_resume() { # NAME SPEC STEP RANK
+  local name=$1 sp=$2 step=$3 rank=$4 dir="$TMP/$1"
+  ONEBIT_FAULT_INJECT="KILL:$step:$rank" run $NP "$TMP/$name-1.jsonl" --spec "$sp" --checkpoint-dir "$dir"; rc=$?
+  local last
+  last=$(field "$TMP/$name-1.jsonl" checkpoint .step)
+  if [ $rc -ne 0 ] && [ ! -d "$dir/job/step-00000120" ]; then ok "$name: the killed run fails (rc=$rc, last checkpoint $last)"
+  else bad "$name: the killed run fails" "rc=$rc"; fi
+  run $NP "$TMP/$name-2.jsonl" --spec "$sp" --checkpoint-dir "$dir" --resume; rc=$?
+  local from
+  from=$(field "$TMP/$name-2.jsonl" resume .step)
+  if [ $rc -eq 0 ] && [ "$from" = "$last" ]; then ok "$name: resumed after step $from"
+  else bad "$name: resume" "rc=$rc from=$from last=$last $(cat "$TMP/$name-2.jsonl.err")"; fi
+  same "$BASE" "$dir/job/step-00000120" "$name: final state identical to the uninterrupted run"
+}
+kill_and_resume kill-warmup "$TMP/job.yaml" 35 1
+kill_and_resume kill-compression "$TMP/job.yaml" 85 2
+
+# --- SIGTERM: finish the step, checkpoint it, exit 0; resume bit-exact ------------------------
+ONEBIT_FAULT_INJECT=TERM:47:1 run $NP "$TMP/term-1.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/term"; rc=$?
+if [ $rc -eq 0 ] && [ "$(field "$TMP/term-1.jsonl" summary .stopped)" = true ] &&
+   [ "$(field "$TMP/term-1.jsonl" summary .last_checkpoint)" = 47 ] &&
+   "$CKPT" info "$TMP/term/job/step-00000047" > /dev/null; then
+  ok "SIGTERM on one rank: every rank stops after step 47 with a checkpoint, exit 0"
+else bad "SIGTERM stop" "rc=$rc $(tail -2 "$TMP/term-1.jsonl") $(cat "$TMP/term-1.jsonl.err")"; fi
+run $NP "$TMP/term-2.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/term" --resume; rc=$?
+if [ $rc -eq 0 ] && [ "$(field "$TMP/term-2.jsonl" summary .first_step)" = 48 ]; then ok "resumed at step 48"
+else bad "resume after SIGTERM" "rc=$rc"; fi
+same "$BASE" "$TMP/term/job/step-00000120" "SIGTERM + resume: final state identical"
+
+# --- async checkpoints: the same bytes, and the same resume ----------------------------------
+run $NP "$TMP/async.jsonl" --spec "$TMP/async.yaml" --checkpoint-dir "$TMP/async"; rc=$?
+n_async=$(jq -s '[.[] | select(.event=="checkpoint" and .ok and .async)] | length' "$TMP/async.jsonl")
+if [ $rc -eq 0 ] && [ "$n_async" = 11 ]; then ok "async: 11 background checkpoints and a final one"
+else bad "async run" "rc=$rc async=$n_async $(cat "$TMP/async.jsonl.err")"; fi
+for s in 00000050 00000100 00000120; do
+  same "$TMP/base/job/step-$s" "$TMP/async/job/step-$s" "async checkpoint $s identical to the synchronous one"
+done
+kill_and_resume kill-async "$TMP/async.yaml" 93 0
+
+# --- damaged checkpoints are skipped with a reason, the previous one used --------------------
+damaged() { # NAME EXPECTED-REASON COMMAND-ON-DIR
+  local name=$1 reason=$2 dir="$TMP/dmg-$1"
+  cp -r "$TMP/base" "$dir"
+  (cd "$dir/job" && eval "$3")
+  run $NP "$TMP/$name.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$dir" --resume; rc=$?
+  local skip from
+  skip=$(jq -r 'select(.event=="notice") | .message' "$TMP/$name.jsonl" | head -1)
+  from=$(field "$TMP/$name.jsonl" resume .step)
+  if [ $rc -eq 0 ] && [ "$from" = 110 ] && [[ "$skip" == *"$reason"* ]]; then
+    ok "$name: skipped ($reason), resumed from step 110"
+  else bad "$name" "rc=$rc from=$from notice='$skip' $(cat "$TMP/$name.jsonl.err")"; fi
+  same "$BASE" "$dir/job/step-00000120" "$name: final state identical"
+}
+# 32 bytes flipped two thirds into the file: inside the arrays.
+flip='f=step-00000120/state.h5; n=$(stat -c %s $f); python3 -c "
+import sys; p=sys.argv[1]; o=int(sys.argv[2])*2//3; b=bytearray(open(p,\"rb\").read())
+for i in range(o, o+32): b[i]^=0x5a
+open(p,\"r+b\").write(b)" $f $n'
+damaged flipped-bytes "Fletcher32 checksum" "$flip"
+damaged truncated "truncated file" 'truncate -s 3000 step-00000120/state.h5'
+damaged missing-rank "rank-00002.h5: missing" 'rm step-00000120/rank-00002.h5'
+damaged leftover-tmp "incomplete" 'mv step-00000120 step-00000120.tmp'
+
+# --- warm start from the frozen variance of the uninterrupted run ----------------------------
+spec "$TMP/warm.yaml" 'log_interval: 1' "warm_start: {from: $TMP/base/job}" 'checkpoint: {interval: 0}'
+sed -i 's/^steps: 120/steps: 20/; /^log_interval: 10/d' "$TMP/warm.yaml"
+run $NP "$TMP/warm.jsonl" --spec "$TMP/warm.yaml" --checkpoint-dir "$TMP/warm"; rc=$?
+p1=$(jq -r 'select(.event=="step" and .step==1) | .phase' "$TMP/warm.jsonl")
+b1=$(jq -r 'select(.event=="step" and .step==1) | .bytes_step' "$TMP/warm.jsonl")
+b20=$(jq -r 'select(.event=="step" and .step==20) | .bytes_step' "$TMP/warm.jsonl")
+nfreeze=$(jq -s '[.[] | select(.event=="freeze")] | length' "$TMP/warm.jsonl")
+if [ $rc -eq 0 ] && [ "$p1" = compression ] && [ "$b1" = "$b20" ] && [ "$nfreeze" = 0 ] &&
+   jq -r 'select(.event=="notice") | .message' "$TMP/warm.jsonl" | grep -q "warm start from $TMP/base/job/step-00000120"; then
+  ok "warm start: step 1 is a compression step ($b1 bytes), no warmup"
+else bad "warm start" "rc=$rc p1=$p1 b1=$b1 b20=$b20 freeze=$nfreeze $(cat "$TMP/warm.jsonl.err")"; fi
+if "$CKPT" diff "$BASE" "$TMP/warm/job/step-00000020" --only exp_avg_sq > "$TMP/diff" 2>&1; then
+  ok "warm start: v equals the source v_Tw bit for bit"
+else bad "warm start v" "$(cat "$TMP/diff")"; fi
+if ! "$CKPT" diff "$BASE" "$TMP/warm/job/step-00000020" --only exp_avg > /dev/null 2>&1; then
+  ok "warm start: momentum starts fresh (differs from the source)"
+else bad "warm start momentum" "m identical to the source"; fi
+
+spec "$TMP/warm-early.yaml" "warm_start: {from: $TMP/base/job/step-00000030}"
+run $NP "$TMP/we.jsonl" --spec "$TMP/warm-early.yaml"; rc=$?
+if [ $rc -eq 1 ] && grep -q "has no frozen variance (step 30 is still in the warmup phase)" "$TMP/we.jsonl.err"; then
+  ok "warm start from a warmup checkpoint refused"
+else bad "warm start from warmup" "rc=$rc $(cat "$TMP/we.jsonl.err")"; fi
+spec "$TMP/warm-model.yaml" "warm_start: {from: $BASE}"
+sed -i 's/hidden: \[48\]/hidden: [40]/' "$TMP/warm-model.yaml"
+run $NP "$TMP/wm.jsonl" --spec "$TMP/warm-model.yaml"; rc=$?
+if [ $rc -eq 1 ] && grep -q "was written for another model" "$TMP/wm.jsonl.err"; then ok "warm start with another model refused"
+else bad "warm start model" "rc=$rc $(cat "$TMP/wm.jsonl.err")"; fi
+spec "$TMP/warm-none.yaml" "warm_start: {from: $TMP/nowhere}"
+run $NP "$TMP/wn.jsonl" --spec "$TMP/warm-none.yaml"; rc=$?
+if [ $rc -eq 1 ] && grep -q "no usable checkpoint in $TMP/nowhere" "$TMP/wn.jsonl.err"; then ok "warm start from nothing refused"
+else bad "warm start from nothing" "rc=$rc $(cat "$TMP/wn.jsonl.err")"; fi
+
+# --- resize: 4 ranks -> 2 -> 3, training goes on ----------------------------------------------
+ONEBIT_FAULT_INJECT=TERM:70:0 run 4 "$TMP/r4.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/resize"; rc4=$?
+ONEBIT_FAULT_INJECT=TERM:95:1 run 2 "$TMP/r2.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/resize" --resume; rc2=$?
+run 3 "$TMP/r3.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/resize" --resume; rc3=$?
+w2=$(field "$TMP/r2.jsonl" resume .from_world_size)
+w3=$(field "$TMP/r3.jsonl" resume .from_world_size)
+acc=$(field "$TMP/r3.jsonl" summary .eval_accuracy)
+if [ $rc4 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ "$w2" = 4 ] && [ "$w3" = 2 ] &&
+   [ "$(field "$TMP/r3.jsonl" summary .steps)" = 120 ] && jq -e "$acc > 0.9" <<< 1 > /dev/null; then
+  ok "resize 4 -> 2 -> 3: resumed at each size, finished (eval accuracy $acc)"
+else bad "resize" "rc=$rc4/$rc2/$rc3 from=$w2/$w3 acc=$acc $(cat "$TMP/r2.jsonl.err" "$TMP/r3.jsonl.err")"; fi
+if [ "$("$CKPT" info "$TMP/resize/job/step-00000120" | awk '/world size/ {print $3}')" = 3 ]; then
+  ok "the resized job writes checkpoints for its new world size"
+else bad "resized layout" "$("$CKPT" info "$TMP/resize/job/step-00000120")"; fi
+
+# --- SIGTERM from outside, to the ranks of a long job ------------------------------------------
+spec "$TMP/long.yaml" 'log_interval: 1000'
+sed -i 's/^steps: 120/steps: 100000000/; /^log_interval: 10$/d' "$TMP/long.yaml"
+"$MPIEXEC" --oversubscribe -np $NP "$WORKER" --spec "$TMP/long.yaml" --checkpoint-dir "$TMP/long" > "$TMP/long.jsonl" 2> "$TMP/long.err" &
+mpid=$!
+for _ in $(seq 100); do grep -q '"event":"step"' "$TMP/long.jsonl" 2> /dev/null && break; sleep 0.1; done
+pkill -TERM -P $mpid -x onebit-worker # the ranks (children of mpirun), not mpirun
+wait $mpid; rc=$?
+stop_step=$(field "$TMP/long.jsonl" summary .last_checkpoint)
+if [ $rc -eq 0 ] && [ "$(field "$TMP/long.jsonl" summary .stopped)" = true ] &&
+   "$CKPT" info "$(printf '%s/long/job/step-%08d' "$TMP" "$stop_step")" > /dev/null; then
+  ok "external SIGTERM: stopped at step $stop_step with a valid checkpoint, exit 0"
+else bad "external SIGTERM" "rc=$rc step=$stop_step $(tail -2 "$TMP/long.jsonl") $(cat "$TMP/long.err")"; fi
+
+# --- what users get wrong ---------------------------------------------------------------------
+run 1 "$TMP/e1" --spec "$TMP/job.yaml"; rc=$?
+if [ $rc -eq 2 ] && grep -q "checkpoint.interval is set but there is no checkpoint directory" "$TMP/e1.err"; then
+  ok "interval without a directory: exit 2"; else bad "interval without a directory" "rc=$rc $(cat "$TMP/e1.err")"; fi
+spec "$TMP/nock.yaml"
+run 1 "$TMP/e2" --spec "$TMP/nock.yaml" --resume; rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--resume needs a checkpoint directory" "$TMP/e2.err"; then
+  ok "--resume without a directory: exit 2"; else bad "--resume without a directory" "rc=$rc"; fi
+run 1 "$TMP/e3" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/x" --job-id ../up; rc=$?
+if [ $rc -eq 2 ] && grep -q -- "--job-id" "$TMP/e3.err"; then ok "bad job id: exit 2"; else bad "bad job id" "rc=$rc"; fi
+ONEBIT_FAULT_INJECT=BOOM:3 run 1 "$TMP/e4" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/x"; rc=$?
+if [ $rc -eq 2 ] && grep -q "ONEBIT_FAULT_INJECT" "$TMP/e4.err"; then ok "bad fault injection: exit 2"; else bad "bad fault injection" "rc=$rc"; fi
+sed 's/beta2: 0.99/beta2: 0.999/' "$TMP/job.yaml" > "$TMP/other.yaml"
+run $NP "$TMP/e5" --spec "$TMP/other.yaml" --checkpoint-dir "$TMP/base" --resume; rc=$?
+if [ $rc -eq 1 ] && grep -q "was written by a different job: 'optimizer' differs" "$TMP/e5.err"; then
+  ok "resume with another optimizer refused"; else bad "resume with another spec" "rc=$rc $(cat "$TMP/e5.err")"; fi
+run $NP "$TMP/e6.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/fresh" --resume; rc=$?
+if [ $rc -eq 0 ] && jq -r 'select(.event=="notice") | .message' "$TMP/e6.jsonl" | grep -q "no checkpoint in $TMP/fresh/job: starting from step 0"; then
+  same "$BASE" "$TMP/fresh/job/step-00000120" "--resume with no checkpoint starts fresh (and equals the uninterrupted run)"
+else bad "--resume with no checkpoint" "rc=$rc $(cat "$TMP/e6.jsonl.err")"; fi
+: > "$TMP/afile" # a file where the checkpoint directory should be
+spec "$TMP/short.yaml" 'checkpoint: {interval: 50}'
+run 1 "$TMP/e7.jsonl" --spec "$TMP/short.yaml" --checkpoint-dir "$TMP/afile"; rc=$?
+nfail=$(jq -s '[.[] | select(.event=="checkpoint" and (.ok|not))] | length' "$TMP/e7.jsonl")
+if [ $rc -eq 1 ] && [ "$nfail" = 3 ] && jq -r 'select(.event=="checkpoint") | .error' "$TMP/e7.jsonl" | grep -q "mkdir" &&
+   grep -q "the checkpoint of step 120 could not be written" "$TMP/e7.jsonl.err"; then
+  ok "unwritable checkpoint directory: every failure reported, training goes on, exit 1"
+else bad "unwritable directory" "rc=$rc nfail=$nfail $(cat "$TMP/e7.jsonl.err")"; fi
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
