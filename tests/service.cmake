@@ -24,3 +24,11 @@ add_test(NAME test_onebitd
                  $<TARGET_FILE:obrpc> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
 set_tests_properties(test_onebitd PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 300
                      PROCESSORS 2)
+
+# End to end with the real onebit-worker: REST and gRPC submits, a killed rank, a cancel and a
+# killed coordinator, with bit-exact final parameters.
+add_test(NAME test_onebitd_e2e
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_onebitd_e2e.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> $<TARGET_FILE:onebit-ckpt> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_onebitd_e2e PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2)

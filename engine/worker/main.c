@@ -14,6 +14,7 @@
  * raise SIGKILL or SIGTERM (SIG = KILL or TERM) right after completing step STEP. */
 #include "onebit/comm.h"
 #include "onebit/jobspec.h"
+#include "onebit/rpc_client.h"
 #include "onebit/trainer.h"
 
 #include <cblas.h>
@@ -34,6 +35,7 @@ typedef struct worker_opts {
     const char *job_id;
     const char *checkpoint_dir;
     int resume;
+    const char *report_addr;
 } worker_opts;
 
 /* Set by SIGTERM and SIGINT; the trainer polls it after every step. A signal handler can only
@@ -45,6 +47,10 @@ static void on_stop_signal(int sig)
     (void)sig;
     stop_requested = 1;
 }
+
+/* Rank 0's progress reports to the coordinator (--report), next to the lines it prints; NULL
+ * without --report. File scope like stop_requested: emit_json is the one place that sends. */
+static ob_reporter *reporter;
 
 typedef struct printer {
     out_format format;
@@ -61,6 +67,7 @@ static void usage(FILE *f)
                "  --job-id ID          checkpoint sub-directory [the spec's name, else \"job\"]\n"
                "  --checkpoint-dir DIR checkpoint root [the spec's checkpoint.dir]\n"
                "  --resume             continue from the newest valid checkpoint, if any\n"
+               "  --report HOST:PORT   also send progress to onebitd's WorkerService\n"
                "SIGTERM or SIGINT: finish the step, checkpoint, exit 0.\n");
 }
 
@@ -92,6 +99,8 @@ static int parse_args(int argc, char **argv, worker_opts *o, int rank)
             o->checkpoint_dir = argv[++i];
         } else if (!strcmp(a, "--resume")) {
             o->resume = 1;
+        } else if (!strcmp(a, "--report") && i + 1 < argc) {
+            o->report_addr = argv[++i];
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             if (rank == 0) usage(stdout);
             return 1;
@@ -126,6 +135,7 @@ static void emit_json(json_t *obj)
         fputs(s, stdout);
         fputc('\n', stdout);
         fflush(stdout);
+        if (reporter) ob_reporter_send_line(reporter, s, NULL, NULL); /* failures are not fatal */
         free(s);
     }
     json_decref(obj);
@@ -422,6 +432,11 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    if (opts.report_addr && rank == 0) {
+        const char *id = opts.job_id ? opts.job_id : (spec.name[0] ? spec.name : "job");
+        if (ob_reporter_create(&reporter, opts.report_addr, id, NULL, &err) != OB_OK)
+            fprintf(stderr, "onebit-worker: --report: %s (continuing without)\n", err.msg);
+    }
     printer pr = {opts.format, rank};
     ob_comm *comm = NULL;
     ob_trainer *trainer = NULL;
@@ -470,6 +485,7 @@ int main(int argc, char **argv)
         exit_code = 1;
     }
 done:
+    ob_reporter_destroy(reporter);
     ob_trainer_destroy(trainer);
     ob_comm_destroy(comm);
     free(spec_json);

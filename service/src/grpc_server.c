@@ -357,6 +357,8 @@ static ob_status h_report(ob_grpc_server *s, const ProtobufCMessage *m, reply *r
     rep.world_size = q->world_size;
     rep.eval_loss = q->eval_loss;
     rep.eval_accuracy = q->eval_accuracy;
+    ob__strlcpy(rep.message, q->message, sizeof rep.message);
+    rep.ckpt_failed = q->checkpoint_failed;
     int cancel = 0;
     ob_status rc = ob_service_report(s->svc, &rep, &cancel, &r->err);
     if (rc) return rc;

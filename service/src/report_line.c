@@ -46,10 +46,16 @@ int ob_report_parse_line(const char *line, size_t len, ob_report *r)
         r->progress.step = jint(o, "step");
         r->eval_loss = jnum(o, "eval_loss");
         r->eval_accuracy = jnum(o, "eval_accuracy");
-    } else if (!strcmp(ev, "checkpoint")) {
+    } else if (!strcmp(ev, "checkpoint") || !strcmp(ev, "resume")) {
         r->progress.step = r->ckpt_step = jint(o, "step");
         ob__strlcpy(r->ckpt_path, json_string_value(json_object_get(o, "path")),
                     sizeof r->ckpt_path);
+        r->ckpt_failed = json_is_false(json_object_get(o, "ok"));
+        ob__strlcpy(r->message, json_string_value(json_object_get(o, "error")), sizeof r->message);
+    } else if (!strcmp(ev, "notice")) {
+        r->progress.step = jint(o, "step");
+        ob__strlcpy(r->message, json_string_value(json_object_get(o, "message")),
+                    sizeof r->message);
     } else if (!strcmp(ev, "summary")) {
         r->progress.step = jint(o, "steps");
     } else {

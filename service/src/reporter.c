@@ -71,6 +71,8 @@ ob_status ob_reporter_send_line(ob_reporter *r, const char *json_line, int *canc
     req.world_size = rep.world_size;
     req.eval_loss = rep.eval_loss;
     req.eval_accuracy = rep.eval_accuracy;
+    req.message = rep.message;
+    req.checkpoint_failed = rep.ckpt_failed;
     size_t len = onebit__v1__report_progress_request__get_packed_size(&req);
     uint8_t *buf = malloc(len ? len : 1);
     if (!buf) return OB_ERR(err, OB_ERR_NOMEM, "packing a progress report");

@@ -46,8 +46,7 @@ typedef struct run {
     int world_size;
     int64_t num_params;
     int64_t start_step;
-    int64_t bytes_base, unc_base; /* the job's byte counters when the attempt began */
-    FILE *log;                    /* read side of the job's log */
+    FILE *log; /* read side of the job's log */
     char line[LINE_MAX_BYTES];
     size_t line_len;
     int line_overflow;
@@ -60,6 +59,7 @@ struct ob_service {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int64_t event_counter;
+    int64_t reports; /* WorkerService reports accepted */
     int stopping;
     int started;
     pthread_t thread;
@@ -599,12 +599,11 @@ static ob_status apply_report(ob_service *svc, run *r, const ob_report *rep, ob_
         *p = rep->progress;
         p->freeze_step = freeze_step;
         p->total_steps = r->total_steps;
-        p->bytes_sent = r->bytes_base + rep->progress.bytes_sent;
-        /* An fp32 ring allreduce sends 2 (N-1)/N * 4 d bytes per rank per step. */
+        /* The worker's own count: it carries on from the checkpoint after a resume. What an
+         * fp32 ring allreduce would have sent for as many steps: 2 (N-1)/N * 4 d per step. */
         int n = r->world_size;
-        int64_t per_step = n > 1 ? (int64_t)(2.0 * (n - 1) / n * 4.0 * (double)r->num_params) : 0;
-        int64_t steps = rep->progress.step - r->start_step;
-        p->bytes_uncompressed = r->unc_base + (steps > 0 ? steps : 0) * per_step;
+        double per_step = n > 1 ? 2.0 * (n - 1) / n * 4.0 * (double)r->num_params : 0.0;
+        p->bytes_uncompressed = (int64_t)(per_step * (double)p->step);
         snprintf(msg, sizeof msg, "step %" PRId64 "/%" PRId64 " loss %.6g", p->step, p->total_steps,
                  p->loss);
     } else if (!strcmp(rep->kind, "freeze")) {
@@ -614,6 +613,22 @@ static ob_status apply_report(ob_service *svc, run *r, const ob_report *rep, ob_
     } else if (!strcmp(rep->kind, "eval")) {
         snprintf(msg, sizeof msg, "eval at step %" PRId64 ": loss %.6g, accuracy %.4f",
                  rep->progress.step, rep->eval_loss, rep->eval_accuracy);
+    } else if (!strcmp(rep->kind, "checkpoint") && rep->ckpt_failed) {
+        snprintf(msg, sizeof msg, "checkpoint of step %" PRId64 " failed: %.400s", rep->ckpt_step,
+                 rep->message);
+    } else if (!strcmp(rep->kind, "notice")) {
+        snprintf(msg, sizeof msg, "%.500s", rep->message);
+    } else if (!strcmp(rep->kind, "resume")) {
+        /* The worker says which checkpoint it took (it skips ones that do not verify). */
+        r->start_step = rep->ckpt_step;
+        p->step = rep->ckpt_step;
+        for (size_t i = 0; i < j.n_attempts; i++) {
+            if (j.attempts[i].number != r->attempt) continue;
+            j.attempts[i].start_step = rep->ckpt_step;
+            ob_store_put_attempt(svc->store, j.id, &j.attempts[i], NULL);
+        }
+        snprintf(msg, sizeof msg, "resumed from step %" PRId64 ": %.400s", rep->ckpt_step,
+                 rep->ckpt_path);
     } else if (!strcmp(rep->kind, "checkpoint")) {
         j.ckpt_step = rep->ckpt_step;
         j.ckpt_ms = ob_now_ms();
@@ -646,6 +661,7 @@ ob_status ob_service_report(ob_service *svc, const ob_report *rep, int *cancel_r
     }
     r->reported = 1;
     rc = apply_report(svc, r, rep, err);
+    if (rc == OB_OK) svc->reports++;
 done:
     pthread_mutex_unlock(&svc->mu);
     return rc;
@@ -768,8 +784,6 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
     r->attempt = number;
     r->world_size = j->world_size;
     r->start_step = resume ? start_step : 0;
-    r->bytes_base = j->progress.bytes_sent;
-    r->unc_base = j->progress.bytes_uncompressed;
     r->total_steps = spec_steps(j->spec_json);
     r->started_ms = r->last_progress_ms = ob_now_ms();
     FILE *lf = fopen(log_path, "a");
@@ -1113,6 +1127,7 @@ ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err)
     pthread_mutex_lock(&svc->mu);
     ob_status rc = ob_store_count_states(svc->store, counts, err);
     int used = used_slots(svc);
+    int64_t reports = svc->reports;
     int64_t after = 0;
     int more = 1;
     while (rc == OB_OK && more) {
@@ -1165,6 +1180,8 @@ ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err)
               "# TYPE onebit_slots_used gauge\nonebit_slots_used %d\n",
               used);
     counter(&b, "onebit_job_restarts_total", "Restarts of every job.", restarts);
+    counter(&b, "onebit_worker_reports_total",
+            "Progress reports received over WorkerService since the coordinator started.", reports);
     counter(&b, "onebit_steps_total", "Training steps reached, summed over jobs.", steps);
     counter(&b, "onebit_bytes_sent_total", "Bytes sent per rank, summed over jobs.", sent);
     counter(&b, "onebit_bytes_uncompressed_total",
