@@ -104,6 +104,11 @@ check "WatchJob replays the history and ends OK" '[ $rc -eq 0 ] && [ "$(echo "$o
 out=$(curl -s -N --max-time 5 "http://$REST/v1/jobs/$id1/events"); rc=$?
 check "REST events (SSE) end at the final state" '[ $rc -eq 0 ] && echo "$out" | grep -q "^event: checkpoint" && echo "$out" | grep "^data:" | tail -1 | grep -q JOB_STATE_SUCCEEDED' "rc=$rc $(echo "$out" | tail -3)"
 
+out=$(OBRPC_TIMEOUT_MS=5000 rpc watch "$id1" 1000 2> "$TMP/err"); rc=$?
+check "WatchJob after the end returns at once" '[ $rc -eq 0 ] && [ -z "$out" ]' "rc=$rc $out $(cat "$TMP/err")"
+out=$(curl -s -N --max-time 5 "http://$REST/v1/jobs/$id1/events?afterSeq=1000"); rc=$?
+check "REST events after the end return at once" '[ $rc -eq 0 ] && [ -z "$out" ]' "rc=$rc $out"
+
 # --- submit over REST ------------------------------------------------------------------------
 body=$(jq -n --rawfile s "$TMP/short.yaml" '{spec: $s, worldSize: 1}')
 out=$(http POST /v1/jobs -d "$body")

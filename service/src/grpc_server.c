@@ -590,12 +590,23 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
     ob_job_event *evs = NULL;
     size_t n = 0;
     ob_err err;
-    ob_status rc = ob_service_events(s->svc, c->job_id, c->last_seq, 1, &evs, &n, &err);
+    /* The state first: a job seen final has its final event stored, so no events after it
+     * means the stream is complete (a watch that starts after the end does not hang). */
+    ob_job j;
+    ob_status rc = ob_service_get(s->svc, c->job_id, &j, &err);
+    int final = rc == OB_OK && ob_job_state_final(j.state);
+    if (rc == OB_OK) {
+        ob_job_clear(&j);
+        rc = ob_service_events(s->svc, c->job_id, c->last_seq, 1, &evs, &n, &err);
+    }
     if (rc) {
         stream_status(c, rc, err.msg);
         return;
     }
-    if (n == 0) return;
+    if (n == 0) {
+        if (final) stream_status(c, OB_OK, "");
+        return;
+    }
     const ob_job_event *e = &evs[0];
     Onebit__V1__Progress prog;
     progress_to_pb(&e->progress, &prog);

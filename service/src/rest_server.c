@@ -399,10 +399,19 @@ static int sse_fill(sse *e)
     free(e->pending);
     e->pending = NULL;
     e->len = e->off = 0;
+    /* The state first: a job seen final has its final event stored (see the gRPC stream). */
+    ob_job j;
+    if (ob_service_get(e->srv->svc, e->job_id, &j, &err) != OB_OK) {
+        e->done = 1;
+        return 0;
+    }
+    int final = ob_job_state_final(j.state);
+    ob_job_clear(&j);
     if (ob_service_events(e->srv->svc, e->job_id, e->last_seq, 16, &evs, &n, &err) != OB_OK) {
         e->done = 1;
         return 0;
     }
+    if (n == 0 && final) e->done = 1;
     for (size_t i = 0; i < n && !e->done; i++) {
         json_t *o = event_json(&evs[i]);
         char *data = json_dumps(o, JSON_COMPACT);
