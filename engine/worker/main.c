@@ -61,6 +61,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: onebit-worker --spec FILE [--format json|text] [--check]\n"
                "                     [--job-id ID] [--checkpoint-dir DIR] [--resume]\n"
+               "                     [--report HOST:PORT]\n"
                "  --spec FILE          job spec, JSON or YAML (see examples/)\n"
                "  --format F           progress as JSON lines (default) or text\n"
                "  --check              validate the spec, print it with defaults filled, and exit\n"
@@ -135,7 +136,9 @@ static void emit_json(json_t *obj)
         fputs(s, stdout);
         fputc('\n', stdout);
         fflush(stdout);
-        if (reporter) ob_reporter_send_line(reporter, s, NULL, NULL); /* failures are not fatal */
+        int cancel = 0; /* the coordinator cancels: stop as on SIGTERM (failures not fatal) */
+        if (reporter && ob_reporter_send_line(reporter, s, &cancel, NULL) == OB_OK && cancel)
+            stop_requested = 1;
         free(s);
     }
     json_decref(obj);
