@@ -60,6 +60,7 @@ spec() { # spec FILE STEPS INTERVAL
 }
 spec "$TMP/short.yaml" 40 10
 spec "$TMP/long.yaml" 4000 20
+spec "$TMP/endless.yaml" 1000000 20
 
 export OMPI_MCA_rmaps_base_oversubscribe=1
 # The fake workers read their behaviour from this file when they start.
@@ -221,10 +222,60 @@ wait_state "$idk" JOB_STATE_CANCELLED 15
 check "and can still be driven (cancelled here)" '[ "$(state_of "$idk")" = JOB_STATE_CANCELLED ]' "$(state_of "$idk")"
 stop_daemon
 
+# --- SIGTERM with open streams: the streams end, the ranks checkpoint, the job resumes later ----
+control "FAKE_STEP_S=0.02"
+start_daemon "$TMP/var5"
+e=$(rpc submit "$TMP/endless.yaml" 2 2>/dev/null | jq -r .id)
+for _ in $(seq 200); do [ "$(rpc get "$e" 2>/dev/null | jq .checkpoint_step)" -ge 20 ] && break; sleep 0.05; done
+OBRPC_TIMEOUT_MS=60000 rpc watch "$e" > "$TMP/watch.out" 2> "$TMP/watch.err" &
+wpid=$!
+curl -s -N --max-time 60 "http://$REST/v1/jobs/$e/events" > "$TMP/sse.out" &
+cpid=$!
+sleep 0.5
+t0=$(date +%s%N)
+stop_daemon
+t1=$(date +%s%N)
+check "SIGTERM with open streams: onebitd exits promptly" '[ $(((t1 - t0) / 1000000)) -lt 8000 ]' "$(((t1 - t0) / 1000000)) ms"
+wrc=0; for _ in $(seq 100); do kill -0 $wpid 2>/dev/null || break; sleep 0.05; done
+kill -0 $wpid 2>/dev/null && wrc=running
+check "the WatchJob stream ended" '[ "$wrc" != running ] && grep -q "^status [0-9]" "$TMP/watch.err" && [ "$(grep -c "\"kind\":\"step\"" "$TMP/watch.out")" -ge 2 ]' "$wrc $(cat "$TMP/watch.err")"
+for _ in $(seq 100); do kill -0 $cpid 2>/dev/null || break; sleep 0.05; done
+check "the SSE stream ended" '! kill -0 $cpid 2>/dev/null && grep -q "^event: step" "$TMP/sse.out"' "$(tail -2 "$TMP/sse.out")"
+ck=$(ls -d "$TMP/var5/checkpoints/$e"/step-???????? | tail -1); ck=$((10#${ck##*step-}))
+check "SIGTERM: the ranks wrote a final checkpoint, nothing is left" '[ $((ck % 20)) -ne 0 ] && ! pgrep -f "jobs/$e/" > /dev/null' "ck=$ck $(pgrep -af "jobs/$e/")"
+start_daemon "$TMP/var5"
+wait_state "$e" JOB_STATE_RUNNING 10
+j=$(rpc get "$e" 2>/dev/null)
+check "restarted: the job resumes from that checkpoint" '[ "$(echo "$j" | jq .attempts[1].start_step)" = "$ck" ] && [ "$(echo "$j" | jq -r .attempts[0].exit_reason)" = "coordinator shut down" ] && [ "$(echo "$j" | jq .restarts)" = 0 ]' "$j"
+rpc cancel "$e" > /dev/null 2>&1
+wait_state "$e" JOB_STATE_CANCELLED 10
+
+# --- random input: every call answered with an error or a result, nothing created --------------
+before=$(job_count)
+methods=(onebit.v1.JobService/SubmitJob onebit.v1.JobService/GetJob onebit.v1.JobService/ListJobs
+         onebit.v1.JobService/CancelJob onebit.v1.JobService/WatchJob
+         onebit.v1.JobService/ListCheckpoints onebit.v1.WorkerService/ReportProgress
+         grpc.health.v1.Health/Check)
+codes=""
+for i in $(seq 48); do
+  hex=$(head -c $((1 + RANDOM % 48)) /dev/urandom | od -An -tx1 | tr -d ' \n')
+  OBRPC_TIMEOUT_MS=2000 rpc raw "/${methods[$((i % 8))]}" "$hex" > /dev/null 2>&1
+  codes="$codes $?"
+done
+check "random protobuf bytes: only OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECONDITION" '! echo $codes | tr " " "\n" | grep -qvE "^(0|3|5|9)$"' "$codes"
+codes=""
+for i in $(seq 24); do
+  head -c $((1 + RANDOM % 200)) /dev/urandom > "$TMP/rand"
+  codes="$codes $(curl -s -o /dev/null -w '%{http_code}' -X POST --data-binary @"$TMP/rand" "http://$REST/v1/jobs")"
+done
+check "random REST bodies: 400" '! echo $codes | tr " " "\n" | grep -qv "^400$"' "$codes"
+check "random input created nothing, the service still serves" '[ "$(job_count)" = "$before" ] && rpc health > /dev/null 2>&1' "$before -> $(job_count)"
+stop_daemon
+
 # --- slots: a job waits as PENDING while the ranks are taken ------------------------------------
 control "FAKE_STEP_S=0.01"
 start_daemon "$TMP/var2" --slots 2
-a=$(rpc submit "$TMP/long.yaml" 2 2>/dev/null | jq -r .id)
+a=$(rpc submit "$TMP/endless.yaml" 2 2>/dev/null | jq -r .id)
 b=$(rpc submit "$TMP/short.yaml" 2 2>/dev/null | jq -r .id)
 wait_state "$a" JOB_STATE_RUNNING 10
 sleep 0.5

@@ -516,6 +516,41 @@ static void test_recovery(void **state)
     ob_job_clear(&j);
 }
 
+static void test_default_world_size(void **state)
+{
+    fx *f = *state;
+    f->cfg.default_world_size = 3;
+    start(f);
+    ob_submit_req req = {good_spec, strlen(good_spec), 0, -1};
+    ob_job j;
+    ob_err err;
+    assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
+    assert_int_equal(j.world_size, 3);
+    assert_int_equal(j.max_restarts, 2);
+    ob_job_clear(&j);
+}
+
+static void test_visible_gpus(void **state)
+{
+    (void)state;
+    const struct {
+        const char *env;
+        int want;
+    } cases[] = {{"0,1", 2},
+                 {"3", 1},
+                 {"", 0},
+                 {"-1", 0},
+                 {"NoDevFiles", 0},
+                 {"0,-1,2", 1},
+                 {"GPU-8a7f,GPU-19c2", 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("CUDA_VISIBLE_DEVICES", cases[i].env, 1);
+        assert_int_equal(ob_visible_gpus(), cases[i].want);
+    }
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    assert_true(ob_visible_gpus() >= 0);
+}
+
 static void test_parse_lines(void **state)
 {
     (void)state;
@@ -559,6 +594,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_progress_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reports, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_default_world_size, setup, teardown),
+        cmocka_unit_test(test_visible_gpus),
         cmocka_unit_test(test_parse_lines),
         cmocka_unit_test(test_public_message),
     };

@@ -20,7 +20,7 @@
 
 typedef struct opts {
     const char *grpc_addr, *rest_addr, *state_dir, *token_file, *worker, *mpirun, *ready_file;
-    int slots, max_restarts, threads;
+    int slots, max_restarts, threads, gpus;
     double progress_timeout_s, backoff_s, backoff_max_s, grace_s;
 } opts;
 
@@ -32,7 +32,8 @@ static void usage(FILE *f)
                "  --state-dir DIR         job store, logs, checkpoints [./var] (ONEBIT_STATE_DIR)\n"
                "  --token-file FILE       require this bearer token on every call\n"
                "                          (ONEBIT_TOKEN gives the token itself)\n"
-               "  --slots N               ranks that may run at once [4] (ONEBIT_SLOTS)\n"
+               "  --slots N               ranks that may run at once [4, or the visible GPUs]\n"
+               "                          (ONEBIT_SLOTS)\n"
                "  --max-restarts N        default restarts per job [3]\n"
                "  --progress-timeout SEC  end an attempt with no progress for SEC [0: never]\n"
                "  --backoff SEC           first restart delay, doubled per restart [1]\n"
@@ -84,7 +85,9 @@ static int parse_args(int argc, char **argv, opts *o)
     o->state_dir = env_or("ONEBIT_STATE_DIR", "./var");
     o->worker = env_or("ONEBIT_WORKER", NULL);
     o->mpirun = env_or("ONEBIT_MPIRUN", "mpirun");
-    o->slots = 4;
+    /* GPU jobs get one rank per visible GPU: that many slots at least. */
+    o->gpus = ob_visible_gpus();
+    o->slots = o->gpus > 4 ? o->gpus : 4;
     o->max_restarts = 3;
     o->threads = 4;
     o->backoff_s = 1;
@@ -226,6 +229,7 @@ int main(int argc, char **argv)
     cfg.state_dir = o.state_dir;
     cfg.slots = o.slots;
     cfg.default_max_restarts = o.max_restarts;
+    cfg.default_world_size = o.gpus > 0 ? o.gpus : 1;
     cfg.progress_timeout_ms = (int64_t)(o.progress_timeout_s * 1000);
     cfg.backoff_ms = (int64_t)(o.backoff_s * 1000);
     cfg.backoff_max_ms = (int64_t)(o.backoff_max_s * 1000);
@@ -241,8 +245,10 @@ int main(int argc, char **argv)
     snprintf(report, sizeof report, "127.0.0.1:%d", grpc_port);
     if (ob_service_set_report_addr(svc, report, &err)) goto fail;
     if (ob_service_start(svc, &err)) goto fail;
-    fprintf(stderr, "onebitd: serving gRPC on port %d, REST on port %d, state in %s, %d slots\n",
-            grpc_port, rest_port, o.state_dir, o.slots);
+    fprintf(stderr,
+            "onebitd: serving gRPC on port %d, REST on port %d, state in %s, %d slots, "
+            "%d ranks per job by default\n",
+            grpc_port, rest_port, o.state_dir, o.slots, cfg.default_world_size);
     if (o.ready_file) {
         char tmp[PATH_MAX];
         snprintf(tmp, sizeof tmp, "%s.tmp", o.ready_file);

@@ -315,6 +315,35 @@ fail:
     return OB_ERR(err, OB_ERR_NOMEM, "allocating the local launcher");
 }
 
+int ob_visible_gpus(void)
+{
+    const char *v = getenv("CUDA_VISIBLE_DEVICES");
+    if (v) {
+        if (!v[0] || !strcmp(v, "NoDevFiles")) return 0;
+        int n = 0;
+        for (const char *p = v; *p;) {
+            size_t len = strcspn(p, ",");
+            /* CUDA stops at the first invalid entry; "-1" hides every device. */
+            if (len == 0 || (len == 2 && !strncmp(p, "-1", 2))) break;
+            n++;
+            p += len;
+            if (*p == ',') p++;
+        }
+        return n;
+    }
+    int n = 0;
+    DIR *d = opendir("/dev");
+    if (!d) return 0;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        const char *name = de->d_name;
+        if (strncmp(name, "nvidia", 6) != 0 || !name[6]) continue;
+        if (strspn(name + 6, "0123456789") == strlen(name + 6)) n++;
+    }
+    closedir(d);
+    return n;
+}
+
 void ob_launcher_destroy(ob_launcher *l)
 {
     if (l) l->ops->destroy(l);

@@ -385,7 +385,8 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
     } else {
         spec_ok = 1;
     }
-    int world = req->world_size ? req->world_size : 1;
+    int default_world = svc->cfg.default_world_size > 0 ? svc->cfg.default_world_size : 1;
+    int world = req->world_size ? req->world_size : default_world;
     if (req->world_size < 0 || req->world_size > MAX_WORLD_SIZE) {
         snprintf(text, sizeof text, "world_size: expected 1 to %d, got %d", MAX_WORLD_SIZE,
                  req->world_size);

@@ -82,6 +82,11 @@ typedef struct ob_local_launcher_config {
 ob_status ob_local_launcher_create(ob_launcher **out, const ob_local_launcher_config *cfg,
                                    ob_err *err);
 
+/* GPUs this machine's workers can see: the entries of CUDA_VISIBLE_DEVICES when it is set ("",
+ * "-1" and "NoDevFiles" mean none), else the /dev/nvidiaN devices. GPU jobs get one rank per
+ * visible GPU by default. */
+int ob_visible_gpus(void);
+
 /* Destroys any launcher. Accepts NULL. Running attempts are not touched. */
 void ob_launcher_destroy(ob_launcher *l);
 

@@ -22,6 +22,7 @@ typedef struct ob_service_config {
     const char *state_dir; /* jobs.db, jobs/<id>/ (spec, log), checkpoints/ (created) */
     int slots;             /* ranks that may run at once; jobs beyond wait as PENDING */
     int default_max_restarts;
+    int default_world_size;      /* ranks of a job that does not say (0: one) */
     int64_t progress_timeout_ms; /* an attempt with no progress for this long ends; 0: never */
     int64_t backoff_ms;          /* first restart delay; doubles per restart */
     int64_t backoff_max_ms;
@@ -56,7 +57,7 @@ void ob_service_destroy(ob_service *svc);
 typedef struct ob_submit_req {
     const char *spec; /* JSON or YAML text, borrowed */
     size_t spec_len;
-    int world_size;   /* 0: the default (one rank) */
+    int world_size;   /* 0: the service's default_world_size */
     int max_restarts; /* -1: the service default */
 } ob_submit_req;
 
