@@ -106,9 +106,12 @@ static void print_answer(const char *cmd, const void *data, size_t len)
         if (!r) return;
         json_t *arr = json_array();
         for (size_t i = 0; i < r->n_checkpoints; i++)
-            json_array_append_new(arr,
-                                  json_pack("{sI ss}", "step", (json_int_t)r->checkpoints[i]->step,
-                                            "path", r->checkpoints[i]->path));
+            json_array_append_new(
+                arr, json_pack("{sI ss si ss sI ss}", "step", (json_int_t)r->checkpoints[i]->step,
+                               "path", r->checkpoints[i]->path, "world_size",
+                               r->checkpoints[i]->world_size, "phase", r->checkpoints[i]->phase,
+                               "freeze_step", (json_int_t)r->checkpoints[i]->freeze_step, "problem",
+                               r->checkpoints[i]->problem));
         print_json(json_pack("{so}", "checkpoints", arr));
         onebit__v1__list_checkpoints_response__free_unpacked(r, NULL);
     } else if (!strcmp(cmd, "raw")) {

@@ -70,6 +70,10 @@ control "FAKE_STEP_S=0.01"
 start_daemon "$TMP/var" --slots 4 --max-restarts 2
 [ -n "$GRPC" ] || { echo "onebitd did not start"; cat "$TMP/onebitd.log"; exit 1; }
 
+# --- one coordinator per state directory ---------------------------------------------------------
+"$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var" > "$TMP/second.out" 2>&1; rc=$?
+check "a second onebitd on the same state directory is refused" '[ $rc -eq 1 ] && grep -q "is in use by another onebitd (pid $PID)" "$TMP/second.out"' "rc=$rc $(cat "$TMP/second.out")"
+
 # --- health ----------------------------------------------------------------------------------
 out=$(rpc health 2> "$TMP/err"); rc=$?
 check "gRPC Health.Check serving" '[ $rc -eq 0 ] && [ "$(echo "$out" | jq .status)" = 1 ]' "rc=$rc $out"

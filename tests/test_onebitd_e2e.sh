@@ -79,7 +79,8 @@ check "REST submit: the job runs to SUCCEEDED" '[ "$(echo "$j" | jq -r .state)" 
 check "GetJob shows progress moving" '[ "$(echo $steps | tr " " "\n" | sort -un | wc -l)" -ge 3 ]' "$steps"
 check "bytes sent far below the fp32 equivalent" '[ "$(echo "$j" | jq .progress.bytes_sent)" -gt 0 ] && [ "$(echo "$j" | jq ".progress.bytes_sent * 4 < .progress.bytes_uncompressed")" = true ]' "$(echo "$j" | jq -c .progress)"
 check "progress came over WorkerService" 'curl -s "http://$REST/metrics" | grep -q "^onebit_worker_reports_total [1-9]"' "$(curl -s "http://$REST/metrics" | grep reports)"
-check "the final checkpoint is listed" '[ "$(rpc checkpoints "$a" 2>/dev/null | jq ".checkpoints[0].step")" = 3000 ]' "$(rpc checkpoints "$a" 2>&1)"
+ck=$(rpc checkpoints "$a" 2>/dev/null)
+check "the checkpoints are listed with their metadata" '[ "$(echo "$ck" | jq -c "[.checkpoints[].step]")" = "[3000,2500,2000,1500,1000,500]" ] && [ "$(echo "$ck" | jq -c ".checkpoints[0] | [.world_size, .phase, .freeze_step, .problem]")" = "[2,\"compression\",50,\"\"]" ]' "$ck"
 
 # --- gRPC submit; SIGKILL one rank mid-run ------------------------------------------------------
 b=$(rpc submit "$TMP/job.yaml" 2 2 2>/dev/null | jq -r .id)

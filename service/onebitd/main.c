@@ -247,7 +247,7 @@ int main(int argc, char **argv)
     if (ob_service_start(svc, &err)) goto fail;
     fprintf(stderr,
             "onebitd: serving gRPC on port %d, REST on port %d, state in %s, %d slots, "
-            "%d ranks per job by default\n",
+            "default ranks per job: %d\n",
             grpc_port, rest_port, o.state_dir, o.slots, cfg.default_world_size);
     if (o.ready_file) {
         char tmp[PATH_MAX];

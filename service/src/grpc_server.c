@@ -315,6 +315,10 @@ static ob_status h_checkpoints(ob_grpc_server *s, const ProtobufCMessage *m, rep
             v[i].step = ck[i].step;
             v[i].path = ck[i].path;
             v[i].time_unix_ms = ck[i].time_ms;
+            v[i].world_size = ck[i].world_size;
+            v[i].phase = ck[i].phase;
+            v[i].freeze_step = ck[i].freeze_step;
+            v[i].problem = ck[i].problem;
             p[i] = &v[i];
         }
         Onebit__V1__ListCheckpointsResponse resp = ONEBIT__V1__LIST_CHECKPOINTS_RESPONSE__INIT;

@@ -359,8 +359,14 @@ static enum MHD_Result do_checkpoints(ob_rest_server *s, struct MHD_Connection *
     ob_status rc = ob_service_checkpoints(s->svc, id, &ck, &n, &err);
     if (rc) return send_error(conn, rc, err.msg);
     json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, checkpoint_json(ck[i].step, ck[i].path, ck[i].time_ms));
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = checkpoint_json(ck[i].step, ck[i].path, ck[i].time_ms);
+        json_object_set_new(c, "worldSize", json_integer(ck[i].world_size));
+        json_object_set_new(c, "phase", json_string(ck[i].phase));
+        json_object_set_new(c, "freezeStep", i64(ck[i].freeze_step));
+        json_object_set_new(c, "problem", json_string(ck[i].problem));
+        json_array_append_new(arr, c);
+    }
     free(ck);
     json_t *o = json_object();
     json_object_set_new(o, "checkpoints", arr);

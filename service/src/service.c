@@ -7,7 +7,9 @@
  * cancel grace period, and starts PENDING and RESTARTING jobs while slots are free. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "onebit/service.h"
+#include "onebit/checkpoint.h"
 #include "onebit/jobspec.h"
+#include "onebit/status_map.h"
 #include "onebit/store.h"
 #include "svc_internal.h"
 
@@ -62,6 +64,7 @@ struct ob_service {
     int64_t reports; /* WorkerService reports accepted */
     int stopping;
     int started;
+    int lock_fd; /* holds the state directory's lock */
     pthread_t thread;
     run *runs;
 };
@@ -180,53 +183,48 @@ static int used_slots(const ob_service *svc)
 
 /* ---- checkpoints on disk ------------------------------------------------------------------ */
 
-static int cmp_ckpt(const void *a, const void *b)
-{
-    const ob_checkpoint_info *x = a, *y = b;
-    return (x->step < y->step) - (x->step > y->step); /* newest first */
-}
-
-/* Complete checkpoints of a job: DIR/<id>/step-XXXXXXXX (a ".tmp" one is unfinished). */
+/* Committed checkpoints of a job, newest first, with their metadata. */
 static ob_status scan_checkpoints(const ob_service *svc, const char *id, ob_checkpoint_info **out,
                                   size_t *n, ob_err *err)
 {
     *out = NULL;
     *n = 0;
-    char dir[OB_JOB_PATH_LEN - 32];
+    char dir[OB_JOB_PATH_LEN];
     snprintf(dir, sizeof dir, "%s/%s", svc->ckpt_dir, id);
-    DIR *d = opendir(dir);
-    if (!d) return OB_OK;
-    ob_checkpoint_info *v = NULL;
-    size_t count = 0, cap = 0;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        const char *name = de->d_name;
-        if (strncmp(name, "step-", 5) != 0 || strlen(name) != 13) continue;
-        int digits = 1;
-        for (int i = 5; i < 13; i++)
-            digits &= name[i] >= '0' && name[i] <= '9';
-        if (!digits) continue;
-        if (count == cap) {
-            size_t ncap = cap ? 2 * cap : 8;
-            ob_checkpoint_info *nv = realloc(v, ncap * sizeof *nv);
-            if (!nv) {
-                free(v);
-                closedir(d);
-                return OB_ERR(err, OB_ERR_NOMEM, "listing checkpoints of %s", id);
-            }
-            v = nv;
-            cap = ncap;
-        }
+    ob_ckpt_entry *e = NULL;
+    size_t ne = 0;
+    ob_status rc = ob_ckpt_list(dir, &e, &ne, err);
+    if (rc) return rc;
+    ob_checkpoint_info *v = ne ? calloc(ne, sizeof *v) : NULL;
+    if (ne && !v) {
+        free(e);
+        return OB_ERR(err, OB_ERR_NOMEM, "listing checkpoints of %s", id);
+    }
+    size_t count = 0;
+    for (size_t i = 0; i < ne; i++) {
+        if (!e[i].committed) continue;
         ob_checkpoint_info *c = &v[count++];
-        memset(c, 0, sizeof *c);
-        c->step = strtoll(name + 5, NULL, 10);
-        snprintf(c->path, sizeof c->path, "%s/%s", dir, name);
+        c->step = e[i].step;
+        ob__strlcpy(c->path, e[i].path, sizeof c->path);
         struct stat st;
         if (stat(c->path, &st) == 0)
             c->time_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+        ob_ckpt_meta meta;
+        ob_err merr;
+        ob_err_clear(&merr);
+        if (ob_ckpt_read_meta(c->path, &meta, NULL, &merr) == OB_OK) {
+            c->world_size = meta.world_size;
+            ob__strlcpy(c->phase, meta.phase == 1 ? "compression" : "warmup", sizeof c->phase);
+            c->freeze_step = meta.freeze_step > 0 ? meta.freeze_step : 0;
+        } else {
+            ob_status_public_message(merr.msg, c->problem, sizeof c->problem);
+        }
     }
-    closedir(d);
-    if (count) qsort(v, count, sizeof *v, cmp_ckpt);
+    free(e);
+    if (!count) {
+        free(v);
+        v = NULL;
+    }
     *out = v;
     *n = count;
     return OB_OK;
@@ -276,6 +274,31 @@ static ob_status recover(ob_service *svc, ob_err *err)
     return OB_OK;
 }
 
+/* One coordinator per state directory: two would launch the same jobs. The lock (fcntl, so
+ * that it goes away with the process, however it ends) is held until ob_service_destroy. */
+static ob_status lock_state_dir(ob_service *svc, ob_err *err)
+{
+    char path[OB_JOB_PATH_LEN];
+    snprintf(path, sizeof path, "%s/onebitd.lock", svc->state_dir);
+    svc->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (svc->lock_fd < 0) return OB_ERR(err, OB_ERR_IO, "opening %s: %s", path, strerror(errno));
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = F_WRLCK;
+    fl.l_whence = SEEK_SET;
+    if (fcntl(svc->lock_fd, F_SETLK, &fl) != 0) {
+        int e = errno;
+        struct flock who = fl;
+        int pid = fcntl(svc->lock_fd, F_GETLK, &who) == 0 ? (int)who.l_pid : 0;
+        if (e == EACCES || e == EAGAIN)
+            return OB_ERR(err, OB_ERR_STATE,
+                          "the state directory %s is in use by another onebitd (pid %d)",
+                          svc->state_dir, pid);
+        return OB_ERR(err, OB_ERR_IO, "locking %s: %s", path, strerror(e));
+    }
+    return OB_OK;
+}
+
 ob_status ob_service_create(ob_service **out, const ob_service_config *cfg, ob_err *err)
 {
     ob_status rc;
@@ -284,6 +307,7 @@ ob_status ob_service_create(ob_service **out, const ob_service_config *cfg, ob_e
     if (cfg->slots <= 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "slots must be positive");
     ob_service *svc = calloc(1, sizeof *svc);
     if (!svc) return OB_ERR(err, OB_ERR_NOMEM, "allocating the service");
+    svc->lock_fd = -1;
     pthread_mutex_init(&svc->mu, NULL);
     pthread_cond_init(&svc->cv, NULL);
     svc->cfg = *cfg;
@@ -304,6 +328,7 @@ ob_status ob_service_create(ob_service **out, const ob_service_config *cfg, ob_e
     }
     free(svc->state_dir);
     svc->state_dir = abs;
+    if ((rc = lock_state_dir(svc, err))) goto fail;
     svc->jobs_dir = path_join(svc->state_dir, "jobs");
     svc->ckpt_dir = path_join(svc->state_dir, "checkpoints");
     char *db = path_join(svc->state_dir, "jobs.db");
@@ -334,6 +359,7 @@ void ob_service_destroy(ob_service *svc)
     while (svc->runs)
         unlink_run(svc, svc->runs);
     ob_store_close(svc->store);
+    if (svc->lock_fd >= 0) close(svc->lock_fd);
     free(svc->state_dir);
     free(svc->jobs_dir);
     free(svc->ckpt_dir);
@@ -793,7 +819,7 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
                 resume ? ", resuming" : "");
         fclose(lf);
     }
-    r->log = fopen(log_path, "r");
+    r->log = fopen(log_path, "re"); /* not inherited by the workers */
     if (r->log) fseek(r->log, 0, SEEK_END);
 
     ob_launch_req req = {

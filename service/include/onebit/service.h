@@ -108,10 +108,16 @@ typedef struct ob_checkpoint_info {
     int64_t step;
     int64_t time_ms;
     char path[OB_JOB_PATH_LEN];
+    int world_size;       /* from its metadata; 0 when that cannot be read */
+    char phase[16];       /* of the next step: "warmup" or "compression" */
+    int64_t freeze_step;  /* 0 before the freeze */
+    char problem[256];    /* why its metadata cannot be read; "" when it can */
 } ob_checkpoint_info;
 
-/* The job's complete checkpoints (renamed step-XXXXXXXX directories), newest first. *out is
- * malloc'd (free()), NULL when there are none. OB_ERR_NOT_FOUND for an unknown job. */
+/* The job's committed checkpoints (renamed step-XXXXXXXX directories, listed by the checkpoint
+ * library), newest first, each with its metadata (only that is read: the arrays are verified by
+ * the worker that resumes). *out is malloc'd (free()), NULL when there are none.
+ * OB_ERR_NOT_FOUND for an unknown job. */
 ob_status ob_service_checkpoints(ob_service *svc, const char *id, ob_checkpoint_info **out,
                                  size_t *n, ob_err *err);
 
