@@ -105,7 +105,8 @@ ob_status ob_store_open(ob_store **out, const char *path, ob_err *err)
     }
     sqlite3_busy_timeout(s->db, 5000);
     /* WAL: a writer never blocks on readers, and a killed process loses at most the
-     * transaction it had not committed. synchronous=FULL also survives a power cut. */
+     * transaction it had not committed. synchronous=FULL also survives a power cut (step
+     * progress is the exception, see ob_store_update_job). */
     if ((rc = exec(s, "PRAGMA journal_mode=WAL", err))) goto fail;
     if ((rc = exec(s, "PRAGMA synchronous=FULL", err))) goto fail;
     if ((rc = exec(s, "BEGIN IMMEDIATE", err))) goto fail;
@@ -197,6 +198,8 @@ static ob_status insert_event(ob_store *s, const char *job_id, ob_job_event *ev,
     sqlite3_finalize(st);
     return rc;
 }
+
+static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, ob_err *err);
 
 ob_status ob_store_create_job(ob_store *s, ob_job *job, ob_err *err)
 {
@@ -411,6 +414,20 @@ fail:
 }
 
 ob_status ob_store_update_job(ob_store *s, const ob_job *j, ob_job_event *ev, ob_err *err)
+{
+    /* Step progress is frequent and cheap to lose: it is committed without an fsync (still
+     * safe when the process is killed; a power cut may lose the last few, and the next
+     * synchronous commit flushes them). Everything else waits for the disk. */
+    int relaxed = ev && !strcmp(ev->kind, "step");
+    if (relaxed &&
+        (sqlite3_exec(s->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL) != SQLITE_OK))
+        relaxed = 0;
+    ob_status rc = update_job_tx(s, j, ev, err);
+    if (relaxed) sqlite3_exec(s->db, "PRAGMA synchronous=FULL", NULL, NULL, NULL);
+    return rc;
+}
+
+static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, ob_err *err)
 {
     sqlite3_stmt *st = NULL;
     ob_status rc = exec(s, "BEGIN IMMEDIATE", err);
