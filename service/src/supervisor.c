@@ -1,0 +1,488 @@
+/* The supervisor: a thread that every cfg.tick_ms reads the workers' progress from their logs
+ * (when they do not report over WorkerService), reaps ended attempts, enforces the progress
+ * timeout and the cancel grace period, and starts PENDING and RESTARTING jobs while slots are
+ * free; and the progress reports themselves. All of it with svc->mu held. */
+#include "onebit/service.h"
+#include "onebit/store.h"
+#include "service_internal.h"
+#include "svc_internal.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- progress --------------------------------------------------------------------------- */
+
+static int64_t jint(const json_t *o, const char *key)
+{
+    const json_t *v = json_object_get(o, key);
+    if (json_is_integer(v)) return json_integer_value(v);
+    return json_is_number(v) ? (int64_t)json_number_value(v) : 0;
+}
+
+/* Applies one progress report to its job. Called with the lock held. */
+static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep, ob_err *err)
+{
+    r->last_progress_ms = ob_now_ms();
+    if (!strcmp(rep->kind, "start")) {
+        if (rep->num_params > 0) r->num_params = rep->num_params;
+        return OB_OK;
+    }
+    if (!strcmp(rep->kind, "summary")) return OB_OK;
+    ob_job j;
+    ob_status rc = ob_store_get_job(svc->store, r->job_id, &j, err);
+    if (rc) return rc;
+    char msg[OB_JOB_MSG_LEN] = "";
+    ob_progress *p = &j.progress;
+    if (!strcmp(rep->kind, "step")) {
+        int64_t freeze_step = p->freeze_step;
+        *p = rep->progress;
+        p->freeze_step = freeze_step;
+        p->total_steps = r->total_steps;
+        /* The worker's own count: it carries on from the checkpoint after a resume. What an
+         * fp32 ring allreduce would have sent for as many steps: 2 (N-1)/N * 4 d per step. */
+        int n = r->world_size;
+        double per_step = n > 1 ? 2.0 * (n - 1) / n * 4.0 * (double)r->num_params : 0.0;
+        p->bytes_uncompressed = (int64_t)(per_step * (double)p->step);
+        snprintf(msg, sizeof msg, "step %" PRId64 "/%" PRId64 " loss %.6g", p->step, p->total_steps,
+                 p->loss);
+    } else if (!strcmp(rep->kind, "freeze")) {
+        p->freeze_step = rep->progress.freeze_step;
+        snprintf(msg, sizeof msg, "variance frozen at step %" PRId64 "; compression phase begins",
+                 p->freeze_step);
+    } else if (!strcmp(rep->kind, "eval")) {
+        snprintf(msg, sizeof msg, "eval at step %" PRId64 ": loss %.6g, accuracy %.4f",
+                 rep->progress.step, rep->eval_loss, rep->eval_accuracy);
+    } else if (!strcmp(rep->kind, "checkpoint") && rep->ckpt_failed) {
+        snprintf(msg, sizeof msg, "checkpoint of step %" PRId64 " failed: %.400s", rep->ckpt_step,
+                 rep->message);
+    } else if (!strcmp(rep->kind, "notice")) {
+        snprintf(msg, sizeof msg, "%.500s", rep->message);
+    } else if (!strcmp(rep->kind, "resume")) {
+        /* The worker says which checkpoint it took (it skips ones that do not verify). */
+        r->start_step = rep->ckpt_step;
+        p->step = rep->ckpt_step;
+        for (size_t i = 0; i < j.n_attempts; i++) {
+            if (j.attempts[i].number != r->attempt) continue;
+            j.attempts[i].start_step = rep->ckpt_step;
+            ob_store_put_attempt(svc->store, j.id, &j.attempts[i], NULL);
+        }
+        snprintf(msg, sizeof msg, "resumed from step %" PRId64 ": %.400s", rep->ckpt_step,
+                 rep->ckpt_path);
+    } else if (!strcmp(rep->kind, "checkpoint")) {
+        j.ckpt_step = rep->ckpt_step;
+        j.ckpt_ms = ob_now_ms();
+        ob__strlcpy(j.ckpt_path, rep->ckpt_path, sizeof j.ckpt_path);
+        snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 ": %.400s", j.ckpt_step,
+                 j.ckpt_path);
+    } else {
+        ob_job_clear(&j);
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "kind: unknown progress kind '%.32s'", rep->kind);
+    }
+    rc = ob__svc_commit(svc, &j, rep->kind, msg, err);
+    ob_job_clear(&j);
+    return rc;
+}
+
+ob_status ob_service_report(ob_service *svc, const ob_report *rep, int *cancel_requested,
+                            ob_err *err)
+{
+    if (cancel_requested) *cancel_requested = 0;
+    ob_job j;
+    pthread_mutex_lock(&svc->mu);
+    ob_status rc = ob_store_get_job(svc->store, rep->job_id, &j, err);
+    if (rc) goto done;
+    if (cancel_requested) *cancel_requested = j.cancel_requested;
+    ob_job_clear(&j);
+    ob__run *r = ob__svc_find_run(svc, rep->job_id);
+    if (!r) {
+        rc = OB_ERR(err, OB_ERR_STATE, "job %s has no running attempt", rep->job_id);
+        goto done;
+    }
+    r->reported = 1;
+    rc = apply_report(svc, r, rep, err);
+    if (rc == OB_OK) svc->reports++;
+done:
+    pthread_mutex_unlock(&svc->mu);
+    return rc;
+}
+
+/* Remembers the lines that best explain a failure: the workers' own messages and mpirun's
+ * account of a rank that died, rather than the banners around them. */
+static void note_text_line(ob__run *r)
+{
+    const char *l = r->line;
+    if (!strncmp(l, "onebit-worker", 13) || strstr(l, "mpirun noticed") || strstr(l, "rror"))
+        ob__strlcpy(r->worker_error, l, sizeof r->worker_error);
+    if (strspn(l, "-= ") != strlen(l)) ob__strlcpy(r->last_text, l, sizeof r->last_text);
+}
+
+/* Reads what the workers appended to the log since the last tick; progress lines are applied
+ * unless the workers report over WorkerService. */
+static void read_log(ob_service *svc, ob__run *r)
+{
+    if (!r->log) return;
+    char buf[8192];
+    size_t n;
+    clearerr(r->log);
+    while ((n = fread(buf, 1, sizeof buf, r->log)) > 0) {
+        for (size_t i = 0; i < n; i++) {
+            char c = buf[i];
+            if (c != '\n') {
+                if (r->line_len + 1 < sizeof r->line)
+                    r->line[r->line_len++] = c;
+                else
+                    r->line_overflow = 1;
+                continue;
+            }
+            r->line[r->line_len] = '\0';
+            ob_report rep;
+            if (!r->line_overflow && ob_report_parse_line(r->line, r->line_len, &rep)) {
+                if (!r->reported) {
+                    ob__strlcpy(rep.job_id, r->job_id, sizeof rep.job_id);
+                    apply_report(svc, r, &rep, NULL);
+                }
+            } else if (r->line_len > 0) {
+                note_text_line(r);
+            }
+            r->line_len = 0;
+            r->line_overflow = 0;
+        }
+    }
+}
+
+/* ---- launching and reaping ---------------------------------------------------------------- */
+
+static ob_status write_file_atomic(const char *path, const char *text, ob_err *err)
+{
+    char tmp[OB_JOB_PATH_LEN + 8];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return OB_ERR(err, OB_ERR_IO, "creating %s: %s", tmp, strerror(errno));
+    int bad = fputs(text, f) < 0 || fputc('\n', f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        unlink(tmp);
+        return OB_ERR(err, OB_ERR_IO, "writing %s: %s", path, strerror(errno));
+    }
+    return OB_OK;
+}
+
+static int64_t spec_steps(const char *spec_json)
+{
+    json_t *o = json_loads(spec_json, 0, NULL);
+    int64_t steps = o ? jint(o, "steps") : 0;
+    json_decref(o);
+    return steps;
+}
+
+static int64_t backoff_ms(const ob_service *svc, int restarts)
+{
+    int64_t d = svc->cfg.backoff_ms;
+    for (int i = 1; i < restarts && d < svc->cfg.backoff_max_ms; i++)
+        d *= 2;
+    return d < svc->cfg.backoff_max_ms ? d : svc->cfg.backoff_max_ms;
+}
+
+/* Ends a failed attempt's job: restart after a backoff while restarts are left, else FAILED. */
+static ob_status retry_or_fail(ob_service *svc, ob_job *j, const char *reason, ob_err *err)
+{
+    char msg[OB_JOB_MSG_LEN];
+    if (j->restarts < j->max_restarts) {
+        j->restarts++;
+        int64_t delay = backoff_ms(svc, j->restarts);
+        j->next_attempt_ms = ob_now_ms() + delay;
+        snprintf(msg, sizeof msg, "%.300s; restart %d of %d in %.1f s from the newest checkpoint",
+                 reason, j->restarts, j->max_restarts, (double)delay / 1000.0);
+        return ob__svc_transition(svc, j, OB_JOB_RESTARTING, msg, err);
+    }
+    snprintf(msg, sizeof msg, "%.400s; no restarts left", reason);
+    return ob__svc_transition(svc, j, OB_JOB_FAILED, msg, err);
+}
+
+static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
+{
+    char dir[OB_JOB_PATH_LEN], spec_path[OB_JOB_PATH_LEN], log_path[OB_JOB_PATH_LEN];
+    snprintf(dir, sizeof dir, "%s/%s", svc->jobs_dir, j->id);
+    ob__svc_job_path(svc, j->id, "spec.json", spec_path, sizeof spec_path);
+    ob__svc_job_path(svc, j->id, "worker.log", log_path, sizeof log_path);
+    ob_status rc = ob__svc_mkdirs(dir, err);
+    if (rc == OB_OK) rc = write_file_atomic(spec_path, j->spec_json, err);
+    if (rc) return rc;
+
+    ob_checkpoint_info *ck = NULL;
+    size_t nck = 0;
+    ob__svc_scan_checkpoints(svc, j->id, &ck, &nck, NULL);
+    int64_t start_step = nck ? ck[0].step : 0;
+    free(ck);
+    int number = (int)j->n_attempts + 1;
+    int resume = j->n_attempts > 0;
+
+    ob__run *r = calloc(1, sizeof *r);
+    if (!r) return OB_ERR(err, OB_ERR_NOMEM, "allocating an attempt");
+    ob__strlcpy(r->job_id, j->id, sizeof r->job_id);
+    r->attempt = number;
+    r->world_size = j->world_size;
+    r->start_step = resume ? start_step : 0;
+    r->total_steps = spec_steps(j->spec_json);
+    r->started_ms = r->last_progress_ms = ob_now_ms();
+    FILE *lf = fopen(log_path, "a");
+    if (lf) {
+        fprintf(lf, "== onebitd: attempt %d of job %s: %d ranks%s\n", number, j->id, j->world_size,
+                resume ? ", resuming" : "");
+        fclose(lf);
+    }
+    r->log = fopen(log_path, "re"); /* not inherited by the workers */
+    if (r->log) fseek(r->log, 0, SEEK_END);
+
+    ob_launch_req req = {
+        .job_id = j->id,
+        .attempt = number,
+        .world_size = j->world_size,
+        .spec_path = spec_path,
+        .checkpoint_dir = svc->ckpt_dir,
+        .resume = resume,
+        .log_path = log_path,
+        .report_addr = svc->report_addr,
+    };
+    ob_attempt a = {.number = number, .started_ms = r->started_ms, .start_step = r->start_step};
+    ob_err lerr;
+    ob_err_clear(&lerr);
+    rc = svc->cfg.launcher->ops->start(svc->cfg.launcher, &req, &r->h, &lerr);
+    if (rc) {
+        /* Counts as a failed attempt: recorded, then the restart policy decides. */
+        a.ended_ms = ob_now_ms();
+        a.exit_code = -1;
+        snprintf(a.exit_reason, sizeof a.exit_reason, "launch failed: %.400s", lerr.msg);
+        ob__svc_free_run(r);
+        rc = ob_store_put_attempt(svc->store, j->id, &a, err);
+        if (rc == OB_OK) rc = retry_or_fail(svc, j, a.exit_reason, err);
+        return rc;
+    }
+    a.pgid = r->h.pgid;
+    rc = ob_store_put_attempt(svc->store, j->id, &a, err);
+    if (j->started_ms == 0) j->started_ms = r->started_ms;
+    char msg[OB_JOB_MSG_LEN];
+    if (resume)
+        snprintf(msg, sizeof msg, "attempt %d: %d ranks, resuming from step %" PRId64, number,
+                 j->world_size, r->start_step);
+    else
+        snprintf(msg, sizeof msg, "attempt %d: %d ranks", number, j->world_size);
+    if (rc == OB_OK) rc = ob__svc_transition(svc, j, OB_JOB_RUNNING, msg, err);
+    r->next = svc->runs;
+    svc->runs = r;
+    return rc;
+}
+
+/* The attempt of r has ended: record why, then finish, restart or fail its job. */
+static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex)
+{
+    ob_launcher *l = svc->cfg.launcher;
+    read_log(svc, r);
+    /* mpirun is gone; no rank of the attempt may outlive it. */
+    if (l->ops->alive(l, &r->h)) l->ops->signal(l, &r->h, SIGKILL, NULL);
+    ob_job j;
+    if (ob_store_get_job(svc->store, r->job_id, &j, NULL) != OB_OK) {
+        ob__svc_unlink_run(svc, r);
+        return;
+    }
+    char status[64], reason[OB_JOB_MSG_LEN];
+    if (ex->term_signal)
+        snprintf(status, sizeof status, "killed by signal %d", ex->term_signal);
+    else
+        snprintf(status, sizeof status, "exit code %d", ex->exit_code);
+    int success = ex->exit_code == 0 && !r->stop_reason[0];
+    if (success)
+        snprintf(reason, sizeof reason, "completed");
+    else if (r->stop_reason[0])
+        snprintf(reason, sizeof reason, "%.200s (%s)", r->stop_reason, status);
+    else if (r->worker_error[0] || r->last_text[0])
+        snprintf(reason, sizeof reason, "workers failed (%s): %.250s", status,
+                 r->worker_error[0] ? r->worker_error : r->last_text);
+    else
+        snprintf(reason, sizeof reason, "workers failed (%s)", status);
+
+    ob_attempt *a = j.n_attempts ? &j.attempts[j.n_attempts - 1] : NULL;
+    if (a && a->number == r->attempt) {
+        a->ended_ms = ob_now_ms();
+        a->exit_code = ex->term_signal ? -1 : ex->exit_code;
+        ob__strlcpy(a->exit_reason, reason, sizeof a->exit_reason);
+        ob_store_put_attempt(svc->store, j.id, a, NULL);
+    }
+    ob_checkpoint_info *ck = NULL;
+    size_t nck = 0;
+    ob__svc_scan_checkpoints(svc, j.id, &ck, &nck, NULL);
+    if (nck && ck[0].step >= j.ckpt_step) {
+        j.ckpt_step = ck[0].step;
+        j.ckpt_ms = ck[0].time_ms;
+        ob__strlcpy(j.ckpt_path, ck[0].path, sizeof j.ckpt_path);
+    }
+    free(ck);
+
+    char msg[OB_JOB_MSG_LEN];
+    if (j.cancel_requested) {
+        if (j.ckpt_step > 0)
+            snprintf(msg, sizeof msg,
+                     "cancelled at step %" PRId64 "; last checkpoint: step %" PRId64,
+                     j.progress.step, j.ckpt_step);
+        else
+            snprintf(msg, sizeof msg, "cancelled at step %" PRId64, j.progress.step);
+        ob__svc_transition(svc, &j, OB_JOB_CANCELLED, msg, NULL);
+    } else if (success) {
+        if (j.progress.total_steps) j.progress.step = j.progress.total_steps;
+        ob__svc_transition(svc, &j, OB_JOB_SUCCEEDED, "completed", NULL);
+    } else {
+        snprintf(msg, sizeof msg, "attempt %d ended: %.400s", r->attempt, reason);
+        retry_or_fail(svc, &j, msg, NULL);
+    }
+    ob_job_clear(&j);
+    ob__svc_unlink_run(svc, r);
+}
+
+/* Starts waiting jobs in submission order while their ranks fit in the free slots; a job that
+ * does not fit holds back those behind it, so that large jobs are not starved. */
+static void schedule(ob_service *svc)
+{
+    int free_slots = svc->cfg.slots - ob__svc_used_slots(svc);
+    const ob_job_state order[] = {OB_JOB_RESTARTING, OB_JOB_PENDING};
+    int64_t now = ob_now_ms();
+    for (size_t s = 0; s < 2 && free_slots > 0; s++) {
+        ob_job *jobs = NULL;
+        size_t n = 0;
+        int more = 0;
+        if (ob_store_list_jobs(svc->store, order[s], 0, 50, &jobs, &n, &more, NULL)) return;
+        for (size_t i = 0; i < n; i++) {
+            ob_job *j = &jobs[i];
+            if (j->state == OB_JOB_RESTARTING && j->next_attempt_ms > now) continue;
+            if (ob__svc_find_run(svc, j->id)) continue;
+            if (j->world_size > free_slots) break;
+            if (launch(svc, j, NULL) == OB_OK && j->state == OB_JOB_RUNNING)
+                free_slots -= j->world_size;
+        }
+        ob_job_array_free(jobs, n);
+    }
+}
+
+static void tick(ob_service *svc)
+{
+    ob_launcher *l = svc->cfg.launcher;
+    int64_t now = ob_now_ms();
+    ob__run *next;
+    for (ob__run *r = svc->runs; r; r = next) {
+        next = r->next;
+        if (!r->reported) read_log(svc, r);
+        ob_launch_exit ex;
+        if (l->ops->poll(l, &r->h, &ex, NULL) == OB_OK && ex.done) {
+            finish_attempt(svc, r, &ex);
+            continue;
+        }
+        int64_t quiet = now - r->last_progress_ms;
+        if (svc->cfg.progress_timeout_ms > 0 && !r->kill_at_ms &&
+            quiet > svc->cfg.progress_timeout_ms) {
+            snprintf(r->stop_reason, sizeof r->stop_reason, "no progress report for %.1f s",
+                     (double)quiet / 1000.0);
+            l->ops->signal(l, &r->h, SIGTERM, NULL);
+            r->kill_at_ms = now + svc->cfg.cancel_grace_ms;
+        } else if (r->kill_at_ms && now >= r->kill_at_ms) {
+            l->ops->signal(l, &r->h, SIGKILL, NULL);
+            r->kill_at_ms = INT64_MAX; /* once */
+        }
+    }
+    if (!svc->stopping) schedule(svc);
+}
+
+static void *supervisor_main(void *arg)
+{
+    ob_service *svc = arg;
+    pthread_mutex_lock(&svc->mu);
+    while (!svc->stopping) {
+        tick(svc);
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += (long)(svc->cfg.tick_ms % 1000) * 1000000L;
+        until.tv_sec += svc->cfg.tick_ms / 1000 + until.tv_nsec / 1000000000L;
+        until.tv_nsec %= 1000000000L;
+        /* Woken early by stop; events from other threads do not need a tick. */
+        while (!svc->stopping && pthread_cond_timedwait(&svc->cv, &svc->mu, &until) != ETIMEDOUT) {
+        }
+    }
+    pthread_mutex_unlock(&svc->mu);
+    return NULL;
+}
+
+ob_status ob_service_set_report_addr(ob_service *svc, const char *addr, ob_err *err)
+{
+    char *copy = strdup(addr ? addr : "");
+    if (!copy) return OB_ERR(err, OB_ERR_NOMEM, "copying the report address");
+    pthread_mutex_lock(&svc->mu);
+    free(svc->report_addr);
+    svc->report_addr = copy;
+    pthread_mutex_unlock(&svc->mu);
+    return OB_OK;
+}
+
+ob_status ob_service_start(ob_service *svc, ob_err *err)
+{
+    if (svc->started) return OB_ERR(err, OB_ERR_STATE, "the service is already started");
+    int e = pthread_create(&svc->thread, NULL, supervisor_main, svc);
+    if (e) return OB_ERR(err, OB_ERR_IO, "starting the supervisor: %s", strerror(e));
+    svc->started = 1;
+    return OB_OK;
+}
+
+void ob_service_stop(ob_service *svc)
+{
+    if (!svc || !svc->started) return;
+    pthread_mutex_lock(&svc->mu);
+    svc->stopping = 1;
+    pthread_cond_broadcast(&svc->cv);
+    pthread_mutex_unlock(&svc->mu);
+    pthread_join(svc->thread, NULL);
+    svc->started = 0;
+
+    /* Ask every attempt to checkpoint and stop; whatever is left after the grace is killed. */
+    ob_launcher *l = svc->cfg.launcher;
+    pthread_mutex_lock(&svc->mu);
+    int64_t deadline = ob_now_ms() + svc->cfg.cancel_grace_ms;
+    for (ob__run *r = svc->runs; r; r = r->next)
+        l->ops->signal(l, &r->h, SIGTERM, NULL);
+    while (svc->runs) {
+        int64_t now = ob_now_ms();
+        ob__run *next;
+        for (ob__run *r = svc->runs; r; r = next) {
+            next = r->next;
+            ob_launch_exit ex;
+            if (now >= deadline) l->ops->signal(l, &r->h, SIGKILL, NULL);
+            if (l->ops->poll(l, &r->h, &ex, NULL) != OB_OK || !ex.done) continue;
+            read_log(svc, r);
+            if (l->ops->alive(l, &r->h)) l->ops->signal(l, &r->h, SIGKILL, NULL);
+            ob_job j;
+            if (ob_store_get_job(svc->store, r->job_id, &j, NULL) == OB_OK) {
+                ob_attempt *a = j.n_attempts ? &j.attempts[j.n_attempts - 1] : NULL;
+                if (a && a->number == r->attempt) {
+                    a->ended_ms = ob_now_ms();
+                    a->exit_code = ex.term_signal ? -1 : ex.exit_code;
+                    ob__strlcpy(a->exit_reason, "coordinator shut down", sizeof a->exit_reason);
+                    ob_store_put_attempt(svc->store, j.id, a, NULL);
+                }
+                /* Stays RUNNING: the next coordinator resumes it from its checkpoint. */
+                ob__svc_commit(svc, &j, "attempt", "coordinator shutting down: workers stopped",
+                               NULL);
+                ob_job_clear(&j);
+            }
+            ob__svc_unlink_run(svc, r);
+        }
+        if (svc->runs) {
+            pthread_mutex_unlock(&svc->mu);
+            struct timespec ts = {0, 20 * 1000000L};
+            nanosleep(&ts, NULL);
+            pthread_mutex_lock(&svc->mu);
+        }
+    }
+    pthread_mutex_unlock(&svc->mu);
+}
