@@ -1,0 +1,536 @@
+/* onebitctl: the command line for onebitd.
+ *
+ *   onebitctl submit -f job.yaml [--np N] [--watch]      onebitctl status JOB
+ *   onebitctl list [--state S]                           onebitctl watch JOB
+ *   onebitctl cancel JOB                                 onebitctl checkpoints JOB
+ *   onebitctl inspect CHECKPOINT_DIR
+ *
+ * gRPC by default (--server / ONEBIT_SERVER, 127.0.0.1:50051); --rest URL uses the REST API.
+ * --token / ONEBIT_TOKEN; -o table|json. Exit status: 0 success (watch: the job succeeded),
+ * 1 the request was refused or the job did not succeed, 2 bad usage, 3 the server cannot be
+ * reached. */
+#include "client.h"
+#include "onebit/checkpoint.h"
+#include "render.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <unistd.h>
+
+enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
+
+typedef struct opts {
+    const char *server, *rest, *token;
+    int json;
+    /* verb arguments */
+    const char *file, *state, *name;
+    int np, max_restarts, watch, limit;
+    const char *model, *data, *optimizer, *lr, *freeze_step;
+    long steps, batch_size;
+    const char *positional[4];
+    int npos;
+} opts;
+
+/* ---- help ------------------------------------------------------------------------------------ */
+
+static const char *const usage_main =
+    "usage: onebitctl [--server HOST:PORT | --rest URL] [--token T] [-o table|json] VERB ...\n"
+    "\n"
+    "Verbs:\n"
+    "  submit       submit a job (-f FILE, or flags for the common fields); prints its id\n"
+    "  status       a job in detail\n"
+    "  list         jobs, newest last (--state S)\n"
+    "  watch        follow a job to its end with a progress bar; exit 0 if it succeeds\n"
+    "  cancel       cancel a job (its workers checkpoint and stop)\n"
+    "  checkpoints  a job's checkpoints, newest first\n"
+    "  inspect      read a checkpoint directory here and verify it (no server needed)\n"
+    "\n"
+    "Options (before or after the verb):\n"
+    "  --server HOST:PORT  gRPC address of onebitd [ONEBIT_SERVER, else 127.0.0.1:50051]\n"
+    "  --rest URL          use the REST API at URL instead (e.g. http://127.0.0.1:8080)\n"
+    "  --token T           bearer token [ONEBIT_TOKEN]\n"
+    "  -o table|json       output for people (default) or scripts (proto3 JSON)\n"
+    "\n"
+    "Exit status: 0 ok, 1 refused or job not successful, 2 bad usage, 3 server unreachable.\n"
+    "'onebitctl VERB --help' shows the verb's options and examples.\n";
+
+typedef struct verb {
+    const char *name;
+    const char *help;
+    int (*run)(obctl_client *c, const opts *o);
+    int needs_server;
+} verb;
+
+static int usage_error(const char *verb_name, const char *fmt, const char *arg)
+{
+    fprintf(stderr, "onebitctl: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nsee 'onebitctl %s--help'\n", verb_name ? verb_name : "");
+    return EXIT_USAGE;
+}
+
+/* ---- outcomes -------------------------------------------------------------------------------- */
+
+static int fail(const ob_err *err)
+{
+    fprintf(stderr, "onebitctl: %s\n", err->msg);
+    return err->code == OB_ERR_COMM ? EXIT_UNREACHABLE : EXIT_FAIL;
+}
+
+/* ---- verbs ----------------------------------------------------------------------------------- */
+
+static volatile sig_atomic_t interrupted;
+
+static void on_sigint(int sig)
+{
+    (void)sig;
+    interrupted = 1;
+}
+
+typedef struct watcher {
+    obctl_client *c;
+    const opts *o;
+    const char *id;
+    int tty, width, restarts, drawn;
+    ob_job_state final_state;
+} watcher;
+
+static int on_event(const ob_job_event *e, void *user)
+{
+    watcher *w = user;
+    if (interrupted) return 1;
+    if (w->o->json) {
+        obctl_print_event_json(stdout, e);
+    } else if (!w->tty) {
+        obctl_print_event_line(stdout, e);
+    } else {
+        if (!strcmp(e->kind, "attempt") || (!strcmp(e->kind, "state") &&
+                                             e->state == OB_JOB_RESTARTING))
+            w->restarts += !strcmp(e->kind, "state");
+        if (strcmp(e->kind, "step") != 0) {
+            /* Events other than steps scroll above the bar. */
+            if (w->drawn) fprintf(stdout, "\r\033[K");
+            obctl_print_event_line(stdout, e);
+        }
+        obctl_draw_bar(stdout, e, w->id, w->restarts, w->width);
+        w->drawn = 1;
+    }
+    if (!strcmp(e->kind, "state") && ob_job_state_final(e->state)) w->final_state = e->state;
+    return 0;
+}
+
+/* Follows a job to its end; prints the summary. Returns the exit status. */
+static int follow(obctl_client *c, const opts *o, const char *id)
+{
+    watcher w = {c, o, id, isatty(STDOUT_FILENO) && !o->json, 100, 0, 0, OB_JOB_UNSPECIFIED};
+    struct winsize ws;
+    if (w.tty && ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 20) w.width = ws.ws_col;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+
+    ob_err err = {0};
+    ob_status st = obctl_watch(c, id, 0, on_event, &w, &err);
+    if (w.drawn) fprintf(stdout, "\n");
+    if (interrupted) {
+        fprintf(stderr, "onebitctl: stopped watching; the job goes on (onebitctl cancel %s to "
+                        "stop it)\n", id);
+        return EXIT_FAIL;
+    }
+    if (st != OB_OK) return fail(&err);
+    ob_job j;
+    if (obctl_get(c, id, &j, &err) != OB_OK) return fail(&err);
+    if (!o->json) obctl_print_summary(stdout, &j);
+    int rc = j.state == OB_JOB_SUCCEEDED ? EXIT_OK : EXIT_FAIL;
+    ob_job_clear(&j);
+    return rc;
+}
+
+/* Reads a whole file (at most 1 MiB, the spec limit) into *out (malloc'd). */
+static int read_file(const char *path, char **out, size_t *len)
+{
+    FILE *f = !strcmp(path, "-") ? stdin : fopen(path, "rb");
+    if (!f) {
+        fprintf(stderr, "onebitctl: %s: %s\n", path, strerror(errno));
+        return EXIT_USAGE;
+    }
+    size_t cap = (1u << 20) + 1;
+    char *buf = malloc(cap + 1);
+    size_t n = buf ? fread(buf, 1, cap, f) : 0;
+    if (f != stdin) fclose(f);
+    if (!buf || n == cap) {
+        free(buf);
+        fprintf(stderr, "onebitctl: %s: larger than 1 MiB\n", path);
+        return EXIT_USAGE;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return EXIT_OK;
+}
+
+/* A spec from flags, as YAML. */
+static int spec_from_flags(const opts *o, char **out, size_t *len)
+{
+    if (!o->model || !o->data || !o->optimizer || o->steps <= 0 || o->batch_size <= 0) {
+        fprintf(stderr, "onebitctl: submit: give -f FILE, or at least --model, --data, "
+                        "--optimizer, --steps and --batch-size\nsee 'onebitctl submit --help'\n");
+        return EXIT_USAGE;
+    }
+    char *s = malloc(2048);
+    if (!s) return EXIT_FAIL;
+    int n = snprintf(s, 2048,
+                     "name: %s\nmodel: {type: %s}\ndata: {type: %s}\n"
+                     "optimizer: {type: %s%s%s}\nbatch_size: %ld\nsteps: %ld\n%s%s%s",
+                     o->name ? o->name : "cli-job", o->model, o->data, o->optimizer,
+                     o->freeze_step ? ", freeze_step: " : "", o->freeze_step ? o->freeze_step : "",
+                     o->batch_size, o->steps, o->lr ? "lr: {peak: " : "", o->lr ? o->lr : "",
+                     o->lr ? "}\n" : "");
+    *out = s;
+    *len = (size_t)n;
+    return EXIT_OK;
+}
+
+static int v_submit(obctl_client *c, const opts *o)
+{
+    char *spec = NULL;
+    size_t len = 0;
+    int rc;
+    if (o->file && (o->model || o->data || o->optimizer || o->steps || o->batch_size))
+        return usage_error("submit ", "%s", "-f FILE and the spec flags exclude each other");
+    rc = o->file ? read_file(o->file, &spec, &len) : spec_from_flags(o, &spec, &len);
+    if (rc != EXIT_OK) return rc;
+    ob_job j;
+    ob_err err = {0};
+    ob_status st = obctl_submit(c, spec, len, o->np, o->max_restarts, &j, &err);
+    free(spec);
+    if (st != OB_OK) return fail(&err);
+    if (o->json && !o->watch)
+        obctl_print_job_json(stdout, &j);
+    else
+        printf("%s\n", j.id);
+    fflush(stdout);
+    char id[OB_JOB_ID_LEN];
+    snprintf(id, sizeof id, "%s", j.id);
+    ob_job_clear(&j);
+    return o->watch ? follow(c, o, id) : EXIT_OK;
+}
+
+static int need_job(const opts *o, const char *verb_name)
+{
+    if (o->npos != 1) {
+        fprintf(stderr, "onebitctl: %s: expected one JOB id\nsee 'onebitctl %s --help'\n",
+                verb_name, verb_name);
+        return EXIT_USAGE;
+    }
+    return EXIT_OK;
+}
+
+static int v_status(obctl_client *c, const opts *o)
+{
+    int rc = need_job(o, "status");
+    if (rc) return rc;
+    ob_job j;
+    ob_err err = {0};
+    if (obctl_get(c, o->positional[0], &j, &err) != OB_OK) return fail(&err);
+    if (o->json)
+        obctl_print_job_json(stdout, &j);
+    else
+        obctl_print_job(stdout, &j);
+    ob_job_clear(&j);
+    return EXIT_OK;
+}
+
+static int v_list(obctl_client *c, const opts *o)
+{
+    ob_job_state state = OB_JOB_UNSPECIFIED;
+    if (o->state && ob_job_state_parse(o->state, &state) != OB_OK)
+        return usage_error("list ", "--state %s: expected PENDING, RUNNING, RESTARTING, "
+                                    "SUCCEEDED, FAILED or CANCELLED", o->state);
+    if (o->npos) return usage_error("list ", "unexpected argument '%s'", o->positional[0]);
+    ob_job *all = NULL;
+    size_t n_all = 0;
+    char token[OB_PAGE_TOKEN_LEN] = "";
+    ob_err err = {0};
+    do { /* every page, up to --limit */
+        ob_job *page;
+        size_t n;
+        char next[OB_PAGE_TOKEN_LEN];
+        if (obctl_list(c, state, 200, token, &page, &n, next, &err) != OB_OK) {
+            ob_job_array_free(all, n_all);
+            return fail(&err);
+        }
+        ob_job *grown = realloc(all, (n_all + n + 1) * sizeof *all);
+        if (!grown) {
+            ob_job_array_free(page, n);
+            ob_job_array_free(all, n_all);
+            fprintf(stderr, "onebitctl: out of memory\n");
+            return EXIT_FAIL;
+        }
+        all = grown;
+        memcpy(all + n_all, page, n * sizeof *page);
+        n_all += n;
+        free(page); /* the jobs moved into all */
+        snprintf(token, sizeof token, "%s", next);
+    } while (token[0] && (o->limit <= 0 || n_all < (size_t)o->limit));
+    size_t shown = o->limit > 0 && n_all > (size_t)o->limit ? (size_t)o->limit : n_all;
+    if (o->json)
+        obctl_print_jobs_json(stdout, all, shown);
+    else if (n_all == 0)
+        printf("no jobs%s%s\n", o->state ? " in state " : "", o->state ? o->state : "");
+    else
+        obctl_print_jobs(stdout, all, shown);
+    ob_job_array_free(all, n_all);
+    return EXIT_OK;
+}
+
+static int v_watch(obctl_client *c, const opts *o)
+{
+    int rc = need_job(o, "watch");
+    return rc ? rc : follow(c, o, o->positional[0]);
+}
+
+static int v_cancel(obctl_client *c, const opts *o)
+{
+    int rc = need_job(o, "cancel");
+    if (rc) return rc;
+    ob_job j;
+    ob_err err = {0};
+    if (obctl_cancel(c, o->positional[0], &j, &err) != OB_OK) return fail(&err);
+    if (o->json)
+        obctl_print_job_json(stdout, &j);
+    else if (ob_job_state_final(j.state))
+        printf("%s %s\n", j.id, ob_job_state_name(j.state));
+    else
+        printf("%s cancelling: its workers checkpoint and stop (onebitctl watch %s)\n", j.id,
+               j.id);
+    ob_job_clear(&j);
+    return EXIT_OK;
+}
+
+static int v_checkpoints(obctl_client *c, const opts *o)
+{
+    int rc = need_job(o, "checkpoints");
+    if (rc) return rc;
+    ob_checkpoint_info *ck;
+    size_t n;
+    ob_err err = {0};
+    if (obctl_checkpoints(c, o->positional[0], &ck, &n, &err) != OB_OK) return fail(&err);
+    if (o->json)
+        obctl_print_checkpoints_json(stdout, ck, n);
+    else if (n == 0)
+        printf("%s has no checkpoints yet\n", o->positional[0]);
+    else
+        obctl_print_checkpoints(stdout, ck, n);
+    free(ck);
+    return EXIT_OK;
+}
+
+static int v_inspect(obctl_client *c, const opts *o)
+{
+    (void)c;
+    if (o->npos != 1) return usage_error("inspect ", "%s", "expected one CHECKPOINT_DIR");
+    const char *dir = o->positional[0];
+    ob_ckpt_meta m;
+    ob_err err = {0}, verr = {0};
+    if (ob_ckpt_read_meta(dir, &m, NULL, &err) != OB_OK) {
+        fprintf(stderr, "onebitctl: %s\n", err.msg);
+        return EXIT_FAIL;
+    }
+    ob_status vst = ob_ckpt_verify(dir, NULL, &verr);
+    if (o->json) {
+        printf("{\"path\": \"%s\", \"step\": %ld, \"phase\": \"%s\", \"freezeStep\": %ld, "
+               "\"worldSize\": %d, \"numParams\": %llu, \"paddedSize\": %llu, \"chunkSize\": "
+               "%llu, \"blockSize\": %llu, \"formatVersion\": %u, \"verifies\": %s",
+               dir, m.step, m.phase ? "compression" : "warmup", m.freeze_step, m.world_size,
+               (unsigned long long)m.num_params, (unsigned long long)m.padded_size,
+               (unsigned long long)m.chunk_size, (unsigned long long)m.block_size,
+               m.format_version, vst == OB_OK ? "true" : "false");
+        printf("}\n");
+    } else {
+        printf("Checkpoint:  %s\n", dir);
+        printf("Step:        %ld\n", m.step);
+        printf("Phase:       %s (of the next step)\n", m.phase ? "compression" : "warmup");
+        if (m.freeze_step >= 0)
+            printf("Freeze step: %ld\n", m.freeze_step);
+        else
+            printf("Freeze step: - (still in the warmup)\n");
+        printf("World size:  %d\n", m.world_size);
+        printf("Parameters:  %llu (%.1f MB each for params, m, v)\n",
+               (unsigned long long)m.num_params, 4e-6 * (double)m.num_params);
+        if (m.padded_size)
+            printf("Errors:      worker %llu, server chunk %llu floats per rank (block %llu)\n",
+                   (unsigned long long)m.padded_size, (unsigned long long)m.chunk_size,
+                   (unsigned long long)m.block_size);
+        printf("Verifies:    %s\n", vst == OB_OK ? "yes" : verr.msg);
+    }
+    return vst == OB_OK ? EXIT_OK : EXIT_FAIL;
+}
+
+static const verb verbs[] = {
+    {"submit",
+     "usage: onebitctl submit -f FILE [--np N] [--max-restarts N] [--watch]\n"
+     "       onebitctl submit --model M --data D --optimizer O --steps N --batch-size B\n"
+     "                        [--lr X] [--freeze-step N|auto] [--name NAME] [--np N] [--watch]\n"
+     "  -f FILE            job spec, YAML or JSON ('-': standard input)\n"
+     "  --np N             ranks (0: one per GPU of the service's machine, else one) [0]\n"
+     "  --max-restarts N   restarts after failures (-1: the service default) [-1]\n"
+     "  --watch            follow the job to its end (exit 0 when it succeeds)\n"
+     "Examples:\n"
+     "  onebitctl submit -f examples/fmnist-mlp-onebit.yaml --np 4 --watch\n"
+     "  onebitctl submit --model mlp --data synthetic_classification --optimizer onebit_adam \\\n"
+     "                   --steps 500 --batch-size 32 --freeze-step 100 --np 2\n",
+     v_submit, 1},
+    {"status",
+     "usage: onebitctl status JOB\n"
+     "  state, attempts, progress, loss, traffic saved, newest checkpoint\n"
+     "Example:\n  onebitctl status job-000001\n  onebitctl status job-000001 -o json | jq .progress\n",
+     v_status, 1},
+    {"list",
+     "usage: onebitctl list [--state S] [--limit N]\n"
+     "  --state S   PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED or CANCELLED\n"
+     "  --limit N   at most N jobs [all]\n"
+     "Example:\n  onebitctl list --state RUNNING\n",
+     v_list, 1},
+    {"watch",
+     "usage: onebitctl watch JOB\n"
+     "  a live progress bar on a terminal (plain lines otherwise, JSON lines with -o json);\n"
+     "  exits 0 when the job succeeds, 1 when it fails or is cancelled. Ctrl-C stops watching,\n"
+     "  not the job.\n"
+     "Example:\n  onebitctl watch job-000001\n",
+     v_watch, 1},
+    {"cancel",
+     "usage: onebitctl cancel JOB\n"
+     "  the job's workers finish their step, checkpoint and stop\n"
+     "Example:\n  onebitctl cancel job-000001\n",
+     v_cancel, 1},
+    {"checkpoints",
+     "usage: onebitctl checkpoints JOB\n"
+     "  the job's committed checkpoints, newest first\n"
+     "Example:\n  onebitctl checkpoints job-000001\n",
+     v_checkpoints, 1},
+    {"inspect",
+     "usage: onebitctl inspect CHECKPOINT_DIR\n"
+     "  reads the HDF5 files here (no server): step, phase, freeze step, sizes, world size,\n"
+     "  and whether every file verifies; exit 1 when it does not\n"
+     "Example:\n  onebitctl inspect var/checkpoints/job-000001/step-00001000\n",
+     v_inspect, 0},
+};
+
+static const verb *find_verb(const char *name)
+{
+    for (size_t i = 0; i < sizeof verbs / sizeof *verbs; i++)
+        if (!strcmp(verbs[i].name, name)) return &verbs[i];
+    return NULL;
+}
+
+/* ---- arguments ------------------------------------------------------------------------------- */
+
+static int parse_long(const char *flag, const char *v, long lo, long hi, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno || end == v || *end || x < lo || x > hi) {
+        fprintf(stderr, "onebitctl: %s: expected an integer in [%ld, %ld], got '%s'\n", flag, lo,
+                hi, v);
+        return 0;
+    }
+    *out = x;
+    return 1;
+}
+
+/* Returns -1 to go on, or an exit status. */
+static int parse(int argc, char **argv, opts *o, const verb **v)
+{
+    memset(o, 0, sizeof *o);
+    o->max_restarts = -1;
+    *v = NULL;
+    int help = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
+        long x;
+#define TAKE(field)                                                                               \
+    do {                                                                                          \
+        if (!val) return usage_error(NULL, "%s needs a value", a);                                \
+        o->field = val;                                                                           \
+        i++;                                                                                      \
+    } while (0)
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) help = 1;
+        else if (!strcmp(a, "--server")) TAKE(server);
+        else if (!strcmp(a, "--rest")) TAKE(rest);
+        else if (!strcmp(a, "--token")) TAKE(token);
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) TAKE(file);
+        else if (!strcmp(a, "--state")) TAKE(state);
+        else if (!strcmp(a, "--name")) TAKE(name);
+        else if (!strcmp(a, "--model")) TAKE(model);
+        else if (!strcmp(a, "--data")) TAKE(data);
+        else if (!strcmp(a, "--optimizer")) TAKE(optimizer);
+        else if (!strcmp(a, "--lr")) TAKE(lr);
+        else if (!strcmp(a, "--freeze-step")) TAKE(freeze_step);
+        else if (!strcmp(a, "--watch") || !strcmp(a, "-w")) o->watch = 1;
+        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
+            if (!val || (strcmp(val, "json") && strcmp(val, "table")))
+                return usage_error(NULL, "-o: expected table or json, got '%s'", val ? val : "");
+            o->json = !strcmp(val, "json");
+            i++;
+        } else if (!strcmp(a, "--np") || !strcmp(a, "--max-restarts") || !strcmp(a, "--limit") ||
+                   !strcmp(a, "--steps") || !strcmp(a, "--batch-size")) {
+            if (!val) return usage_error(NULL, "%s needs a value", a);
+            long lo = !strcmp(a, "--max-restarts") ? -1 : 0;
+            if (!parse_long(a, val, lo, 1L << 30, &x)) return EXIT_USAGE;
+            if (!strcmp(a, "--np")) o->np = (int)x;
+            else if (!strcmp(a, "--max-restarts")) o->max_restarts = (int)x;
+            else if (!strcmp(a, "--limit")) o->limit = (int)x;
+            else if (!strcmp(a, "--steps")) o->steps = x;
+            else o->batch_size = x;
+            i++;
+        } else if (a[0] == '-' && a[1]) {
+            return usage_error(*v ? (*v)->name : NULL, "unknown option '%s'", a);
+        } else if (!*v) {
+            *v = find_verb(a);
+            if (!*v) return usage_error(NULL, "unknown verb '%s'", a);
+        } else if (o->npos < 4) {
+            o->positional[o->npos++] = a;
+        } else {
+            return usage_error((*v)->name, "too many arguments at '%s'", a);
+        }
+#undef TAKE
+    }
+    if (help) {
+        fputs(*v ? (*v)->help : usage_main, stdout);
+        return EXIT_OK;
+    }
+    if (!*v) {
+        fputs(usage_main, stderr);
+        return EXIT_USAGE;
+    }
+    if (!o->server) o->server = getenv("ONEBIT_SERVER");
+    if (!o->server || !o->server[0]) o->server = "127.0.0.1:50051";
+    if (!o->token) o->token = getenv("ONEBIT_TOKEN");
+    return -1;
+}
+
+int main(int argc, char **argv)
+{
+    opts o;
+    const verb *v;
+    int rc = parse(argc, argv, &o, &v);
+    if (rc >= 0) return rc;
+    obctl_client *c = NULL;
+    if (v->needs_server) {
+        ob_err err = {0};
+        ob_status st = o.rest ? obctl_client_rest(&c, o.rest, o.token, &err)
+                              : obctl_client_grpc(&c, o.server, o.token, &err);
+        if (st != OB_OK) return fail(&err);
+    }
+    rc = v->run(c, &o);
+    obctl_client_destroy(c);
+    return rc;
+}

@@ -1,0 +1,63 @@
+/* obctl_client: dispatch to the transport's table (client_grpc.c, client_rest.c). */
+#include "client_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+
+void obctl_client_destroy(obctl_client *c)
+{
+    if (!c) return;
+    c->ops->destroy(c);
+    free(c);
+}
+
+const char *obctl_client_target(const obctl_client *c)
+{
+    return c->target;
+}
+
+ob_status obctl__unreachable(ob_err *err, const obctl_client *c, const char *detail)
+{
+    if (err) {
+        err->code = OB_ERR_COMM;
+        snprintf(err->msg, sizeof err->msg,
+                 "cannot reach onebitd at %.200s (%.120s); is it running? (start it with "
+                 "onebitd, or point --server / ONEBIT_SERVER at it)",
+                 c->target, detail);
+    }
+    return OB_ERR_COMM;
+}
+
+ob_status obctl_submit(obctl_client *c, const char *spec, size_t len, int world_size,
+                       int max_restarts, ob_job *out, ob_err *err)
+{
+    return c->ops->submit(c, spec, len, world_size, max_restarts, out, err);
+}
+
+ob_status obctl_get(obctl_client *c, const char *id, ob_job *out, ob_err *err)
+{
+    return c->ops->get(c, id, out, err);
+}
+
+ob_status obctl_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *err)
+{
+    return c->ops->cancel(c, id, out, err);
+}
+
+ob_status obctl_list(obctl_client *c, ob_job_state state, int page_size, const char *page_token,
+                     ob_job **jobs, size_t *n, char next_token[OB_PAGE_TOKEN_LEN], ob_err *err)
+{
+    return c->ops->list(c, state, page_size, page_token, jobs, n, next_token, err);
+}
+
+ob_status obctl_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info **out, size_t *n,
+                            ob_err *err)
+{
+    return c->ops->checkpoints(c, id, out, n, err);
+}
+
+ob_status obctl_watch(obctl_client *c, const char *id, int64_t after_seq, obctl_on_event on_event,
+                      void *user, ob_err *err)
+{
+    return c->ops->watch(c, id, after_seq, on_event, user, err);
+}

@@ -1,0 +1,48 @@
+/* onebitctl's view of onebitd: the JobService operations over either API, gRPC (gRPC C core +
+ * protobuf-c) or REST (libcurl + jansson), answering the same structs (onebit/job.h).
+ *
+ * Every call returns OB_OK, or the status the server answered with its message in err
+ * (OB_ERR_INVALID_ARG, OB_ERR_NOT_FOUND, OB_ERR_STATE, OB_ERR_UNAUTHENTICATED, ...), or
+ * OB_ERR_COMM with a message saying the server could not be reached. */
+#ifndef ONEBITCTL_CLIENT_H
+#define ONEBITCTL_CLIENT_H
+
+#include "onebit/job.h"
+#include "onebit/service.h" /* ob_checkpoint_info */
+
+#include <stddef.h>
+
+typedef struct obctl_client obctl_client;
+
+/* gRPC to target ("host:port"); token (borrowed, may be NULL) as a bearer token. */
+ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *token,
+                            ob_err *err);
+/* REST to base_url ("http://host:port"). */
+ob_status obctl_client_rest(obctl_client **out, const char *base_url, const char *token,
+                            ob_err *err);
+void obctl_client_destroy(obctl_client *c); /* accepts NULL */
+
+/* Where the client talks to, for messages ("127.0.0.1:50051", "http://..."). */
+const char *obctl_client_target(const obctl_client *c);
+
+/* *out is caller-owned (ob_job_clear). */
+ob_status obctl_submit(obctl_client *c, const char *spec, size_t len, int world_size,
+                       int max_restarts, ob_job *out, ob_err *err);
+ob_status obctl_get(obctl_client *c, const char *id, ob_job *out, ob_err *err);
+ob_status obctl_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *err);
+/* One page; *jobs is caller-owned (ob_job_array_free); next_token "" on the last page. */
+ob_status obctl_list(obctl_client *c, ob_job_state state, int page_size, const char *page_token,
+                     ob_job **jobs, size_t *n, char next_token[OB_PAGE_TOKEN_LEN], ob_err *err);
+/* Newest first; *out is malloc'd (free()). */
+ob_status obctl_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info **out, size_t *n,
+                            ob_err *err);
+
+/* Called for each event; return nonzero to stop watching. */
+typedef int (*obctl_on_event)(const ob_job_event *ev, void *user);
+
+/* The job's events after after_seq, then new ones until the job reaches a final state (the
+ * stream ends), on_event asks to stop, or the connection fails. */
+ob_status obctl_watch(obctl_client *c, const char *id, int64_t after_seq, obctl_on_event on_event,
+                      void *user, ob_err *err);
+
+#endif /* ONEBITCTL_CLIENT_H */

@@ -1,0 +1,32 @@
+/* The two transports behind obctl_client: one table of operations each. */
+#ifndef ONEBITCTL_CLIENT_INTERNAL_H
+#define ONEBITCTL_CLIENT_INTERNAL_H
+
+#include "client.h"
+#include "internal.h" /* OB_ERR */
+
+typedef struct obctl_ops {
+    ob_status (*submit)(obctl_client *c, const char *spec, size_t len, int world_size,
+                        int max_restarts, ob_job *out, ob_err *err);
+    ob_status (*get)(obctl_client *c, const char *id, ob_job *out, ob_err *err);
+    ob_status (*cancel)(obctl_client *c, const char *id, ob_job *out, ob_err *err);
+    ob_status (*list)(obctl_client *c, ob_job_state state, int page_size, const char *token,
+                      ob_job **jobs, size_t *n, char next[OB_PAGE_TOKEN_LEN], ob_err *err);
+    ob_status (*checkpoints)(obctl_client *c, const char *id, ob_checkpoint_info **out,
+                             size_t *n, ob_err *err);
+    ob_status (*watch)(obctl_client *c, const char *id, int64_t after_seq, obctl_on_event cb,
+                       void *user, ob_err *err);
+    void (*destroy)(obctl_client *c);
+} obctl_ops;
+
+struct obctl_client {
+    const obctl_ops *ops;
+    char target[512];
+    char token[512];
+    void *impl;
+};
+
+/* Message for a server that cannot be reached, the same for both transports. */
+ob_status obctl__unreachable(ob_err *err, const obctl_client *c, const char *detail);
+
+#endif /* ONEBITCTL_CLIENT_INTERNAL_H */

@@ -1,0 +1,354 @@
+/* obctl_client over REST: libcurl requests, proto3 JSON answers decoded with job_codec, and the
+ * server-sent event stream of GET /v1/jobs/{id}/events for watch. */
+#include "client_internal.h"
+#include "onebit/job_codec.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ANSWER (64u << 20)
+
+typedef struct buffer {
+    char *data;
+    size_t len, cap;
+    int too_large;
+} buffer;
+
+static size_t collect(char *p, size_t size, size_t nmemb, void *user)
+{
+    buffer *b = user;
+    size_t n = size * nmemb;
+    if (b->len + n + 1 > MAX_ANSWER) {
+        b->too_large = 1;
+        return 0;
+    }
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (!d) return 0;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+    return n;
+}
+
+static ob_status from_http(long http, const buffer *body, ob_err *err)
+{
+    ob_status st;
+    switch (http) {
+    case 400: st = OB_ERR_INVALID_ARG; break;
+    case 401: st = OB_ERR_UNAUTHENTICATED; break;
+    case 404: st = OB_ERR_NOT_FOUND; break;
+    case 409: st = OB_ERR_STATE; break;
+    case 413: st = OB_ERR_TOO_LARGE; break;
+    case 501: st = OB_ERR_UNSUPPORTED; break;
+    case 503: st = OB_ERR_COMM; break;
+    default: st = OB_ERR_IO; break;
+    }
+    /* {"error": {"code", "status", "message"}} */
+    json_t *o = body->data ? json_loads(body->data, 0, NULL) : NULL;
+    const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+    if (err) {
+        err->code = st;
+        snprintf(err->msg, sizeof err->msg, "%s", msg ? msg : "the server answered HTTP error");
+        if (!msg) snprintf(err->msg, sizeof err->msg, "the server answered HTTP %ld", http);
+    }
+    json_decref(o);
+    return st;
+}
+
+typedef struct request {
+    const char *method; /* "GET" or "POST" */
+    const char *path;   /* after the base URL */
+    const char *body;   /* POST body or NULL */
+    /* streaming: called with each chunk instead of collecting */
+    size_t (*on_data)(char *p, size_t size, size_t nmemb, void *user);
+    void *user;
+} request;
+
+/* Performs a request; on success *out holds the parsed JSON answer (unless streaming). */
+static ob_status perform(obctl_client *c, const request *rq, json_t **out, ob_err *err)
+{
+    if (out) *out = NULL;
+    CURL *h = curl_easy_init();
+    if (!h) return OB_ERR(err, OB_ERR_NOMEM, "curl_easy_init");
+    char url[2048], auth[600];
+    snprintf(url, sizeof url, "%s%s", c->target, rq->path);
+    struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
+    if (c->token[0]) {
+        snprintf(auth, sizeof auth, "Authorization: Bearer %s", c->token);
+        hdr = curl_slist_append(hdr, auth);
+    }
+    buffer b = {0};
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+    if (!rq->on_data) curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+    if (!strcmp(rq->method, "POST")) {
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body ? rq->body : "");
+    }
+    /* The body is collected for errors even on a stream: the callback sees the status first. */
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, rq->on_data ? rq->on_data : collect);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, rq->on_data ? rq->user : (void *)&b);
+    char cerr[CURL_ERROR_SIZE] = "";
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
+    CURLcode rc = curl_easy_perform(h);
+    long http = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
+    curl_slist_free_all(hdr);
+    curl_easy_cleanup(h);
+
+    ob_status st = OB_OK;
+    if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
+        rc == CURLE_OPERATION_TIMEDOUT || (rc == CURLE_GOT_NOTHING && http == 0)) {
+        st = obctl__unreachable(err, c, cerr[0] ? cerr : curl_easy_strerror(rc));
+    } else if (rc == CURLE_WRITE_ERROR && rq->on_data && http == 200) {
+        st = OB_OK; /* the stream callback asked to stop */
+    } else if (rc != CURLE_OK && http == 0) {
+        st = OB_ERR(err, OB_ERR_COMM, "%s %s: %s", rq->method, url,
+                    cerr[0] ? cerr : curl_easy_strerror(rc));
+    } else if (http != 200) {
+        st = from_http(http, &b, err);
+    } else if (b.too_large) {
+        st = OB_ERR(err, OB_ERR_TOO_LARGE, "%s: the answer is larger than %u bytes", url, MAX_ANSWER);
+    } else if (out) {
+        json_error_t je;
+        *out = json_loads(b.data ? b.data : "", 0, &je);
+        if (!*out) st = OB_ERR(err, OB_ERR_CORRUPT, "%s: the answer is not JSON (%s)", url, je.text);
+    }
+    free(b.data);
+    return st;
+}
+
+static ob_status job_request(obctl_client *c, const char *method, const char *path,
+                             const char *body, ob_job *out, ob_err *err)
+{
+    json_t *o;
+    request rq = {method, path, body, NULL, NULL};
+    ob_status st = perform(c, &rq, &o, err);
+    if (st != OB_OK) return st;
+    st = ob_job_from_json(o, out, err);
+    json_decref(o);
+    return st;
+}
+
+/* An id as a path segment: our ids are [A-Za-z0-9._-]; anything else is escaped. */
+static ob_status id_path(char *out, size_t cap, const char *id, const char *suffix, ob_err *err)
+{
+    char *esc = curl_easy_escape(NULL, id, 0);
+    if (!esc) return OB_ERR(err, OB_ERR_NOMEM, "job id");
+    int n = snprintf(out, cap, "/v1/jobs/%s%s", esc, suffix);
+    curl_free(esc);
+    if (n < 0 || (size_t)n >= cap) return OB_ERR(err, OB_ERR_INVALID_ARG, "job id too long");
+    return OB_OK;
+}
+
+static ob_status r_submit(obctl_client *c, const char *spec, size_t len, int world_size,
+                          int max_restarts, ob_job *out, ob_err *err)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "spec", json_stringn(spec, len));
+    json_object_set_new(o, "worldSize", json_integer(world_size));
+    json_object_set_new(o, "maxRestarts", json_integer(max_restarts));
+    char *body = json_dumps(o, JSON_COMPACT);
+    json_decref(o);
+    if (!body) return OB_ERR(err, OB_ERR_INVALID_ARG, "the spec is not valid UTF-8 text");
+    ob_status st = job_request(c, "POST", "/v1/jobs", body, out, err);
+    free(body);
+    return st;
+}
+
+static ob_status r_get(obctl_client *c, const char *id, ob_job *out, ob_err *err)
+{
+    char path[512];
+    ob_status st = id_path(path, sizeof path, id, "", err);
+    return st ? st : job_request(c, "GET", path, NULL, out, err);
+}
+
+static ob_status r_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *err)
+{
+    char path[512];
+    ob_status st = id_path(path, sizeof path, id, ":cancel", err);
+    return st ? st : job_request(c, "POST", path, "{}", out, err);
+}
+
+static ob_status r_list(obctl_client *c, ob_job_state state, int page_size, const char *token,
+                        ob_job **jobs, size_t *n, char next[OB_PAGE_TOKEN_LEN], ob_err *err)
+{
+    char path[256];
+    *jobs = NULL;
+    *n = 0;
+    next[0] = '\0';
+    snprintf(path, sizeof path, "/v1/jobs?pageSize=%d&pageToken=%s%s%s", page_size,
+             token ? token : "", state ? "&state=" : "", state ? ob_job_state_name(state) : "");
+    json_t *o;
+    request rq = {"GET", path, NULL, NULL, NULL};
+    ob_status st = perform(c, &rq, &o, err);
+    if (st != OB_OK) return st;
+    const json_t *arr = json_object_get(o, "jobs");
+    size_t count = json_array_size(arr), got = 0;
+    ob_job *js = count ? calloc(count, sizeof *js) : NULL;
+    if (count && !js) st = OB_ERR(err, OB_ERR_NOMEM, "jobs");
+    for (; st == OB_OK && got < count; got++)
+        st = ob_job_from_json(json_array_get(arr, got), &js[got], err);
+    if (st == OB_OK) {
+        const char *t = json_string_value(json_object_get(o, "nextPageToken"));
+        snprintf(next, OB_PAGE_TOKEN_LEN, "%s", t ? t : "");
+        *jobs = js;
+        *n = got;
+    } else {
+        ob_job_array_free(js, got);
+    }
+    json_decref(o);
+    return st;
+}
+
+static ob_status r_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info **out,
+                               size_t *n, ob_err *err)
+{
+    char path[512];
+    *out = NULL;
+    *n = 0;
+    ob_status st = id_path(path, sizeof path, id, "/checkpoints", err);
+    if (st != OB_OK) return st;
+    json_t *o;
+    request rq = {"GET", path, NULL, NULL, NULL};
+    if ((st = perform(c, &rq, &o, err)) != OB_OK) return st;
+    const json_t *arr = json_object_get(o, "checkpoints");
+    size_t count = json_array_size(arr);
+    if (count) {
+        *out = calloc(count, sizeof **out);
+        if (!*out) st = OB_ERR(err, OB_ERR_NOMEM, "checkpoints");
+        for (size_t i = 0; st == OB_OK && i < count; i++)
+            st = ob_checkpoint_info_from_json(json_array_get(arr, i), &(*out)[i], err);
+        if (st == OB_OK)
+            *n = count;
+        else {
+            free(*out);
+            *out = NULL;
+        }
+    }
+    json_decref(o);
+    return st;
+}
+
+/* Server-sent events: "data: <json>" lines, an empty line ends an event. */
+typedef struct sse {
+    obctl_on_event cb;
+    void *user;
+    buffer line;
+    buffer data;
+    int stop;
+    int bad;
+    buffer error_body; /* a non-200 answer is JSON, not events */
+} sse;
+
+static void sse_dispatch(sse *s)
+{
+    if (!s->data.len) return;
+    json_t *o = json_loads(s->data.data, 0, NULL);
+    ob_job_event ev;
+    if (!o || ob_job_event_from_json(o, &ev, NULL) != OB_OK) {
+        s->bad = 1;
+        s->stop = 1;
+    } else if (s->cb(&ev, s->user)) {
+        s->stop = 1;
+    }
+    json_decref(o);
+    s->data.len = 0;
+}
+
+static size_t on_sse(char *p, size_t size, size_t nmemb, void *user)
+{
+    sse *s = user;
+    size_t n = size * nmemb;
+    collect(p, 1, n < 4096 - s->error_body.len ? n : 0, &s->error_body); /* first bytes only */
+    for (size_t i = 0; i < n && !s->stop; i++) {
+        if (p[i] != '\n') {
+            char ch = p[i];
+            if (ch != '\r' && !collect(&ch, 1, 1, &s->line)) return 0;
+            continue;
+        }
+        const char *l = s->line.data ? s->line.data : "";
+        if (s->line.len == 0) {
+            sse_dispatch(s);
+        } else if (!strncmp(l, "data:", 5)) {
+            const char *v = l[5] == ' ' ? l + 6 : l + 5;
+            if (s->data.len) collect("\n", 1, 1, &s->data);
+            collect((char *)v, 1, strlen(v), &s->data);
+        }
+        s->line.len = 0;
+        if (s->line.data) s->line.data[0] = '\0';
+    }
+    return s->stop ? 0 : n;
+}
+
+static ob_status r_watch(obctl_client *c, const char *id, int64_t after_seq, obctl_on_event cb,
+                         void *user, ob_err *err)
+{
+    char path[600], seg[512];
+    ob_status st = id_path(seg, sizeof seg, id, "/events", err);
+    if (st != OB_OK) return st;
+    snprintf(path, sizeof path, "%s?afterSeq=%lld", seg, (long long)after_seq);
+    sse s = {.cb = cb, .user = user};
+    request rq = {"GET", path, NULL, on_sse, &s};
+    /* perform() reads error bodies from its own buffer; a stream keeps its first bytes. */
+    st = perform(c, &rq, NULL, err);
+    if (st != OB_OK && st != OB_ERR_COMM && s.error_body.data) {
+        /* The answer was an error document: give its message. */
+        buffer b = s.error_body;
+        json_t *o = json_loads(b.data, 0, NULL);
+        const char *m = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+        if (m && err) snprintf(err->msg, sizeof err->msg, "%s", m);
+        json_decref(o);
+    }
+    if (st == OB_OK && !s.stop) sse_dispatch(&s);
+    if (st == OB_OK && s.bad) st = OB_ERR(err, OB_ERR_CORRUPT, "the event stream sent something that is not an event");
+    free(s.line.data);
+    free(s.data.data);
+    free(s.error_body.data);
+    return st;
+}
+
+static void r_destroy(obctl_client *c)
+{
+    (void)c;
+    curl_global_cleanup();
+}
+
+static const obctl_ops rest_ops = {r_submit, r_get,   r_cancel, r_list,
+                                   r_checkpoints, r_watch, r_destroy};
+
+ob_status obctl_client_rest(obctl_client **out, const char *base_url, const char *token,
+                            ob_err *err)
+{
+    *out = NULL;
+    size_t len = strlen(base_url);
+    if (len == 0 || len >= 500)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "--rest: expected a URL such as http://127.0.0.1:8080");
+    obctl_client *c = calloc(1, sizeof *c);
+    if (!c) return OB_ERR(err, OB_ERR_NOMEM, "client");
+    if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
+        free(c);
+        return OB_ERR(err, OB_ERR_IO, "curl_global_init failed");
+    }
+    c->ops = &rest_ops;
+    /* "host:port" alone means http://host:port; a trailing slash is dropped. */
+    snprintf(c->target, sizeof c->target, "%s%s", strstr(base_url, "://") ? "" : "http://",
+             base_url);
+    size_t tl = strlen(c->target);
+    if (tl && c->target[tl - 1] == '/') c->target[tl - 1] = '\0';
+    snprintf(c->token, sizeof c->token, "%s", token ? token : "");
+    *out = c;
+    return OB_OK;
+}

@@ -1,0 +1,62 @@
+/* The API types on the wire: jobs, events and checkpoints as proto3 JSON (the REST API, the
+ * CLI's -o json) and as protobuf-c messages (the gRPC API), both directions.
+ *
+ * The REST server and the gRPC server encode with the to_ functions; onebitctl decodes what
+ * either API answered with the from_ functions into the same ob_job / ob_job_event structs, so
+ * everything after the transport is one code path. JSON follows the proto3 mapping: field names
+ * in lowerCamelCase, 64-bit integers as strings (numbers are accepted too), enums by name,
+ * non-finite doubles as "NaN" / "Infinity" / "-Infinity". */
+#ifndef ONEBIT_JOB_CODEC_H
+#define ONEBIT_JOB_CODEC_H
+
+#include "onebit/job.h"
+#include "onebit/service.h" /* ob_checkpoint_info */
+#include "onebit/v1/jobs.pb-c.h"
+
+#include <jansson.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- JSON ---------------------------------------------------------------------------------- */
+
+/* New references owned by the caller (json_decref); NULL when memory runs out. */
+json_t *ob_progress_to_json(const ob_progress *p);
+json_t *ob_job_to_json(const ob_job *j);
+json_t *ob_job_event_to_json(const ob_job_event *e);
+json_t *ob_checkpoint_info_to_json(const ob_checkpoint_info *c);
+
+/* Decoders: *out (caller-owned) is filled on success; OB_ERR_CORRUPT names the field that is
+ * missing or of the wrong type. ob_job_from_json allocates spec_json and attempts
+ * (ob_job_clear frees them); on failure *out is left cleared. Missing optional fields are 0. */
+ob_status ob_job_from_json(const json_t *o, ob_job *out, ob_err *err);
+ob_status ob_job_event_from_json(const json_t *o, ob_job_event *out, ob_err *err);
+ob_status ob_checkpoint_info_from_json(const json_t *o, ob_checkpoint_info *out, ob_err *err);
+
+/* ---- protobuf -------------------------------------------------------------------------------- */
+
+/* A job as a message whose strings point into the ob_job: valid while the job is unchanged;
+ * release with ob_job_pb_release (not protobuf_c_message_free_unpacked). */
+typedef struct ob_job_pb {
+    Onebit__V1__Job job;
+    Onebit__V1__Progress progress;
+    Onebit__V1__Checkpoint ckpt;
+    Onebit__V1__Attempt *attempts;
+    Onebit__V1__Attempt **attempt_ptrs;
+} ob_job_pb;
+
+ob_status ob_job_to_pb(const ob_job *j, ob_job_pb *pb, ob_err *err);
+void ob_job_pb_release(ob_job_pb *pb);
+void ob_progress_to_pb(const ob_progress *p, Onebit__V1__Progress *o);
+
+/* Decoders from unpacked messages (borrowed). Strings are copied (cut to the struct's sizes). */
+ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *out, ob_err *err);
+void ob_job_event_from_pb(const Onebit__V1__JobEvent *m, ob_job_event *out);
+void ob_checkpoint_info_from_pb(const Onebit__V1__Checkpoint *m, ob_checkpoint_info *out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_JOB_CODEC_H */

@@ -1,0 +1,473 @@
+/* Jobs, events and checkpoints to and from proto3 JSON and protobuf-c messages (see
+ * onebit/job_codec.h). */
+#include "onebit/job_codec.h"
+#include "svc_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- JSON out -------------------------------------------------------------------------------- */
+
+static json_t *i64(int64_t v)
+{
+    char buf[32];
+    snprintf(buf, sizeof buf, "%lld", (long long)v);
+    return json_string(buf);
+}
+
+static json_t *dbl(double v)
+{
+    if (isnan(v)) return json_string("NaN");
+    if (isinf(v)) return json_string(v > 0 ? "Infinity" : "-Infinity");
+    return json_real(v);
+}
+
+static json_t *state_json(ob_job_state s)
+{
+    char buf[48];
+    snprintf(buf, sizeof buf, "JOB_STATE_%s", ob_job_state_name(s));
+    return json_string(buf);
+}
+
+json_t *ob_progress_to_json(const ob_progress *p)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "step", i64(p->step));
+    json_object_set_new(o, "totalSteps", i64(p->total_steps));
+    json_object_set_new(o, "loss", dbl(p->loss));
+    json_object_set_new(o, "phase", json_string(p->phase));
+    json_object_set_new(o, "freezeStep", i64(p->freeze_step));
+    json_object_set_new(o, "samplesPerS", dbl(p->samples_per_s));
+    json_object_set_new(o, "bytesSent", i64(p->bytes_sent));
+    json_object_set_new(o, "bytesUncompressed", i64(p->bytes_uncompressed));
+    json_object_set_new(o, "lr", dbl(p->lr));
+    json_object_set_new(o, "freezeRatio", dbl(p->freeze_ratio));
+    return o;
+}
+
+static json_t *checkpoint_json(int64_t step, const char *path, int64_t ms)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "step", i64(step));
+    json_object_set_new(o, "path", json_string(path));
+    json_object_set_new(o, "timeUnixMs", i64(ms));
+    return o;
+}
+
+json_t *ob_checkpoint_info_to_json(const ob_checkpoint_info *c)
+{
+    json_t *o = checkpoint_json(c->step, c->path, c->time_ms);
+    json_object_set_new(o, "worldSize", json_integer(c->world_size));
+    json_object_set_new(o, "phase", json_string(c->phase));
+    json_object_set_new(o, "freezeStep", i64(c->freeze_step));
+    json_object_set_new(o, "problem", json_string(c->problem));
+    return o;
+}
+
+json_t *ob_job_to_json(const ob_job *j)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(j->id));
+    json_object_set_new(o, "name", json_string(j->name));
+    json_object_set_new(o, "state", state_json(j->state));
+    json_object_set_new(o, "specJson", json_string(j->spec_json ? j->spec_json : ""));
+    json_object_set_new(o, "worldSize", json_integer(j->world_size));
+    json_object_set_new(o, "maxRestarts", json_integer(j->max_restarts));
+    json_object_set_new(o, "restarts", json_integer(j->restarts));
+    json_object_set_new(o, "progress", ob_progress_to_json(&j->progress));
+    if (j->ckpt_step > 0)
+        json_object_set_new(o, "lastCheckpoint",
+                            checkpoint_json(j->ckpt_step, j->ckpt_path, j->ckpt_ms));
+    json_t *att = json_array();
+    for (size_t i = 0; i < j->n_attempts; i++) {
+        const ob_attempt *a = &j->attempts[i];
+        json_t *x = json_object();
+        json_object_set_new(x, "number", json_integer(a->number));
+        json_object_set_new(x, "startedUnixMs", i64(a->started_ms));
+        json_object_set_new(x, "endedUnixMs", i64(a->ended_ms));
+        json_object_set_new(x, "startStep", i64(a->start_step));
+        json_object_set_new(x, "exitCode", json_integer(a->exit_code));
+        json_object_set_new(x, "exitReason", json_string(a->exit_reason));
+        json_array_append_new(att, x);
+    }
+    json_object_set_new(o, "attempts", att);
+    json_object_set_new(o, "createdUnixMs", i64(j->created_ms));
+    json_object_set_new(o, "updatedUnixMs", i64(j->updated_ms));
+    json_object_set_new(o, "startedUnixMs", i64(j->started_ms));
+    json_object_set_new(o, "finishedUnixMs", i64(j->finished_ms));
+    json_object_set_new(o, "message", json_string(j->message));
+    return o;
+}
+
+json_t *ob_job_event_to_json(const ob_job_event *e)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "seq", i64(e->seq));
+    json_object_set_new(o, "jobId", json_string(e->job_id));
+    json_object_set_new(o, "timeUnixMs", i64(e->time_ms));
+    json_object_set_new(o, "kind", json_string(e->kind));
+    json_object_set_new(o, "state", state_json(e->state));
+    json_object_set_new(o, "message", json_string(e->message));
+    json_object_set_new(o, "progress", ob_progress_to_json(&e->progress));
+    return o;
+}
+
+/* ---- JSON in --------------------------------------------------------------------------------- */
+
+static ob_status bad(ob_err *err, const char *field, const char *want)
+{
+    return OB_ERR(err, OB_ERR_CORRUPT, "answer field '%s': expected %s", field, want);
+}
+
+/* int64: a string of digits or a number; absent: 0. */
+static ob_status get_i64(const json_t *o, const char *key, int64_t *out, ob_err *err)
+{
+    const json_t *v = json_object_get(o, key);
+    *out = 0;
+    if (!v || json_is_null(v)) return OB_OK;
+    if (json_is_integer(v)) {
+        *out = (int64_t)json_integer_value(v);
+        return OB_OK;
+    }
+    if (json_is_string(v)) {
+        char *end;
+        long long x = strtoll(json_string_value(v), &end, 10);
+        if (end != json_string_value(v) && *end == '\0') {
+            *out = (int64_t)x;
+            return OB_OK;
+        }
+    }
+    return bad(err, key, "a 64-bit integer");
+}
+
+static ob_status get_int(const json_t *o, const char *key, int *out, ob_err *err)
+{
+    int64_t v;
+    ob_status st = get_i64(o, key, &v, err);
+    *out = (int)v;
+    return st;
+}
+
+static ob_status get_dbl(const json_t *o, const char *key, double *out, ob_err *err)
+{
+    const json_t *v = json_object_get(o, key);
+    *out = 0.0;
+    if (!v || json_is_null(v)) return OB_OK;
+    if (json_is_number(v)) {
+        *out = json_number_value(v);
+        return OB_OK;
+    }
+    if (json_is_string(v)) {
+        const char *s = json_string_value(v);
+        if (!strcmp(s, "NaN")) *out = NAN;
+        else if (!strcmp(s, "Infinity")) *out = INFINITY;
+        else if (!strcmp(s, "-Infinity")) *out = -INFINITY;
+        else return bad(err, key, "a number");
+        return OB_OK;
+    }
+    return bad(err, key, "a number");
+}
+
+static ob_status get_str(const json_t *o, const char *key, char *buf, size_t cap, ob_err *err)
+{
+    const json_t *v = json_object_get(o, key);
+    buf[0] = '\0';
+    if (!v || json_is_null(v)) return OB_OK;
+    if (!json_is_string(v)) return bad(err, key, "a string");
+    snprintf(buf, cap, "%s", json_string_value(v));
+    return OB_OK;
+}
+
+static ob_status get_state(const json_t *o, const char *key, ob_job_state *out, ob_err *err)
+{
+    const json_t *v = json_object_get(o, key);
+    *out = OB_JOB_UNSPECIFIED;
+    if (!v || json_is_null(v)) return OB_OK;
+    if (json_is_integer(v)) {
+        *out = (ob_job_state)json_integer_value(v);
+        return OB_OK;
+    }
+    if (!json_is_string(v) || ob_job_state_parse(json_string_value(v), out) != OB_OK)
+        return bad(err, key, "a job state");
+    return OB_OK;
+}
+
+static ob_status progress_from_json(const json_t *o, ob_progress *p, ob_err *err)
+{
+    memset(p, 0, sizeof *p);
+    if (!o) return OB_OK;
+    if (!json_is_object(o)) return bad(err, "progress", "an object");
+    ob_status st;
+    if ((st = get_i64(o, "step", &p->step, err)) ||
+        (st = get_i64(o, "totalSteps", &p->total_steps, err)) ||
+        (st = get_dbl(o, "loss", &p->loss, err)) ||
+        (st = get_str(o, "phase", p->phase, sizeof p->phase, err)) ||
+        (st = get_i64(o, "freezeStep", &p->freeze_step, err)) ||
+        (st = get_dbl(o, "samplesPerS", &p->samples_per_s, err)) ||
+        (st = get_i64(o, "bytesSent", &p->bytes_sent, err)) ||
+        (st = get_i64(o, "bytesUncompressed", &p->bytes_uncompressed, err)) ||
+        (st = get_dbl(o, "lr", &p->lr, err)) ||
+        (st = get_dbl(o, "freezeRatio", &p->freeze_ratio, err)))
+        return st;
+    return OB_OK;
+}
+
+ob_status ob_checkpoint_info_from_json(const json_t *o, ob_checkpoint_info *c, ob_err *err)
+{
+    memset(c, 0, sizeof *c);
+    if (!json_is_object(o)) return bad(err, "checkpoint", "an object");
+    ob_status st;
+    if ((st = get_i64(o, "step", &c->step, err)) ||
+        (st = get_str(o, "path", c->path, sizeof c->path, err)) ||
+        (st = get_i64(o, "timeUnixMs", &c->time_ms, err)) ||
+        (st = get_int(o, "worldSize", &c->world_size, err)) ||
+        (st = get_str(o, "phase", c->phase, sizeof c->phase, err)) ||
+        (st = get_i64(o, "freezeStep", &c->freeze_step, err)) ||
+        (st = get_str(o, "problem", c->problem, sizeof c->problem, err)))
+        return st;
+    return OB_OK;
+}
+
+static ob_status attempts_from_json(const json_t *arr, ob_job *j, ob_err *err)
+{
+    if (!arr || json_is_null(arr)) return OB_OK;
+    if (!json_is_array(arr)) return bad(err, "attempts", "an array");
+    size_t n = json_array_size(arr);
+    if (n == 0) return OB_OK;
+    j->attempts = calloc(n, sizeof *j->attempts);
+    if (!j->attempts) return OB_ERR(err, OB_ERR_NOMEM, "attempts");
+    j->n_attempts = n;
+    for (size_t i = 0; i < n; i++) {
+        const json_t *x = json_array_get(arr, i);
+        ob_attempt *a = &j->attempts[i];
+        ob_status st;
+        if (!json_is_object(x)) return bad(err, "attempts[]", "an object");
+        if ((st = get_int(x, "number", &a->number, err)) ||
+            (st = get_i64(x, "startedUnixMs", &a->started_ms, err)) ||
+            (st = get_i64(x, "endedUnixMs", &a->ended_ms, err)) ||
+            (st = get_i64(x, "startStep", &a->start_step, err)) ||
+            (st = get_int(x, "exitCode", &a->exit_code, err)) ||
+            (st = get_str(x, "exitReason", a->exit_reason, sizeof a->exit_reason, err)))
+            return st;
+    }
+    return OB_OK;
+}
+
+ob_status ob_job_from_json(const json_t *o, ob_job *j, ob_err *err)
+{
+    memset(j, 0, sizeof *j);
+    if (!json_is_object(o)) return bad(err, "job", "an object");
+    const json_t *spec = json_object_get(o, "specJson"), *ck = json_object_get(o, "lastCheckpoint");
+    ob_status st;
+    if ((st = get_str(o, "id", j->id, sizeof j->id, err)) ||
+        (st = get_str(o, "name", j->name, sizeof j->name, err)) ||
+        (st = get_state(o, "state", &j->state, err)) ||
+        (st = get_int(o, "worldSize", &j->world_size, err)) ||
+        (st = get_int(o, "maxRestarts", &j->max_restarts, err)) ||
+        (st = get_int(o, "restarts", &j->restarts, err)) ||
+        (st = progress_from_json(json_object_get(o, "progress"), &j->progress, err)) ||
+        (st = get_i64(o, "createdUnixMs", &j->created_ms, err)) ||
+        (st = get_i64(o, "updatedUnixMs", &j->updated_ms, err)) ||
+        (st = get_i64(o, "startedUnixMs", &j->started_ms, err)) ||
+        (st = get_i64(o, "finishedUnixMs", &j->finished_ms, err)) ||
+        (st = get_str(o, "message", j->message, sizeof j->message, err)))
+        goto fail;
+    if (ck && json_is_object(ck) &&
+        ((st = get_i64(ck, "step", &j->ckpt_step, err)) ||
+         (st = get_i64(ck, "timeUnixMs", &j->ckpt_ms, err)) ||
+         (st = get_str(ck, "path", j->ckpt_path, sizeof j->ckpt_path, err))))
+        goto fail;
+    if (spec && !json_is_string(spec)) {
+        st = bad(err, "specJson", "a string");
+        goto fail;
+    }
+    j->spec_json = strdup(spec ? json_string_value(spec) : "");
+    if (!j->spec_json) {
+        st = OB_ERR(err, OB_ERR_NOMEM, "job");
+        goto fail;
+    }
+    if ((st = attempts_from_json(json_object_get(o, "attempts"), j, err))) goto fail;
+    return OB_OK;
+fail:
+    ob_job_clear(j);
+    return st;
+}
+
+ob_status ob_job_event_from_json(const json_t *o, ob_job_event *e, ob_err *err)
+{
+    memset(e, 0, sizeof *e);
+    if (!json_is_object(o)) return bad(err, "event", "an object");
+    ob_status st;
+    if ((st = get_i64(o, "seq", &e->seq, err)) ||
+        (st = get_str(o, "jobId", e->job_id, sizeof e->job_id, err)) ||
+        (st = get_i64(o, "timeUnixMs", &e->time_ms, err)) ||
+        (st = get_str(o, "kind", e->kind, sizeof e->kind, err)) ||
+        (st = get_state(o, "state", &e->state, err)) ||
+        (st = get_str(o, "message", e->message, sizeof e->message, err)) ||
+        (st = progress_from_json(json_object_get(o, "progress"), &e->progress, err)))
+        return st;
+    return OB_OK;
+}
+
+/* ---- protobuf ------------------------------------------------------------------------------- */
+
+void ob_progress_to_pb(const ob_progress *p, Onebit__V1__Progress *o)
+{
+    onebit__v1__progress__init(o);
+    o->step = p->step;
+    o->total_steps = p->total_steps;
+    o->loss = p->loss;
+    o->phase = (char *)p->phase;
+    o->freeze_step = p->freeze_step;
+    o->samples_per_s = p->samples_per_s;
+    o->bytes_sent = p->bytes_sent;
+    o->bytes_uncompressed = p->bytes_uncompressed;
+    o->lr = p->lr;
+    o->freeze_ratio = p->freeze_ratio;
+}
+
+ob_status ob_job_to_pb(const ob_job *j, ob_job_pb *pb, ob_err *err)
+{
+    memset(pb, 0, sizeof *pb);
+    Onebit__V1__Job *o = &pb->job;
+    onebit__v1__job__init(o);
+    o->id = (char *)j->id;
+    o->name = (char *)j->name;
+    o->state = (Onebit__V1__JobState)j->state;
+    o->spec_json = j->spec_json ? j->spec_json : (char *)"";
+    o->world_size = j->world_size;
+    o->max_restarts = j->max_restarts;
+    o->restarts = j->restarts;
+    ob_progress_to_pb(&j->progress, &pb->progress);
+    o->progress = &pb->progress;
+    if (j->ckpt_step > 0) {
+        onebit__v1__checkpoint__init(&pb->ckpt);
+        pb->ckpt.step = j->ckpt_step;
+        pb->ckpt.path = (char *)j->ckpt_path;
+        pb->ckpt.time_unix_ms = j->ckpt_ms;
+        o->last_checkpoint = &pb->ckpt;
+    }
+    if (j->n_attempts) {
+        pb->attempts = calloc(j->n_attempts, sizeof *pb->attempts);
+        pb->attempt_ptrs = calloc(j->n_attempts, sizeof *pb->attempt_ptrs);
+        if (!pb->attempts || !pb->attempt_ptrs) {
+            ob_job_pb_release(pb);
+            return OB_ERR(err, OB_ERR_NOMEM, "encoding job %s", j->id);
+        }
+        for (size_t i = 0; i < j->n_attempts; i++) {
+            const ob_attempt *a = &j->attempts[i];
+            Onebit__V1__Attempt *x = &pb->attempts[i];
+            onebit__v1__attempt__init(x);
+            x->number = a->number;
+            x->started_unix_ms = a->started_ms;
+            x->ended_unix_ms = a->ended_ms;
+            x->start_step = a->start_step;
+            x->exit_code = a->exit_code;
+            x->exit_reason = (char *)a->exit_reason;
+            pb->attempt_ptrs[i] = x;
+        }
+        o->n_attempts = j->n_attempts;
+        o->attempts = pb->attempt_ptrs;
+    }
+    o->created_unix_ms = j->created_ms;
+    o->updated_unix_ms = j->updated_ms;
+    o->started_unix_ms = j->started_ms;
+    o->finished_unix_ms = j->finished_ms;
+    o->message = (char *)j->message;
+    return OB_OK;
+}
+
+void ob_job_pb_release(ob_job_pb *pb)
+{
+    free(pb->attempts);
+    free(pb->attempt_ptrs);
+    pb->attempts = NULL;
+    pb->attempt_ptrs = NULL;
+}
+
+static void copy_str(char *dst, size_t cap, const char *src)
+{
+    snprintf(dst, cap, "%s", src ? src : "");
+}
+
+static void progress_from_pb(const Onebit__V1__Progress *m, ob_progress *p)
+{
+    memset(p, 0, sizeof *p);
+    if (!m) return;
+    p->step = m->step;
+    p->total_steps = m->total_steps;
+    p->loss = m->loss;
+    copy_str(p->phase, sizeof p->phase, m->phase);
+    p->freeze_step = m->freeze_step;
+    p->samples_per_s = m->samples_per_s;
+    p->bytes_sent = m->bytes_sent;
+    p->bytes_uncompressed = m->bytes_uncompressed;
+    p->lr = m->lr;
+    p->freeze_ratio = m->freeze_ratio;
+}
+
+ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *j, ob_err *err)
+{
+    memset(j, 0, sizeof *j);
+    copy_str(j->id, sizeof j->id, m->id);
+    copy_str(j->name, sizeof j->name, m->name);
+    j->state = (ob_job_state)m->state;
+    j->world_size = m->world_size;
+    j->max_restarts = m->max_restarts;
+    j->restarts = m->restarts;
+    progress_from_pb(m->progress, &j->progress);
+    if (m->last_checkpoint) {
+        j->ckpt_step = m->last_checkpoint->step;
+        j->ckpt_ms = m->last_checkpoint->time_unix_ms;
+        copy_str(j->ckpt_path, sizeof j->ckpt_path, m->last_checkpoint->path);
+    }
+    j->created_ms = m->created_unix_ms;
+    j->updated_ms = m->updated_unix_ms;
+    j->started_ms = m->started_unix_ms;
+    j->finished_ms = m->finished_unix_ms;
+    copy_str(j->message, sizeof j->message, m->message);
+    j->spec_json = strdup(m->spec_json ? m->spec_json : "");
+    if (m->n_attempts) j->attempts = calloc(m->n_attempts, sizeof *j->attempts);
+    if (!j->spec_json || (m->n_attempts && !j->attempts)) {
+        ob_job_clear(j);
+        return OB_ERR(err, OB_ERR_NOMEM, "decoding a job");
+    }
+    j->n_attempts = m->n_attempts;
+    for (size_t i = 0; i < m->n_attempts; i++) {
+        const Onebit__V1__Attempt *x = m->attempts[i];
+        ob_attempt *a = &j->attempts[i];
+        a->number = x->number;
+        a->started_ms = x->started_unix_ms;
+        a->ended_ms = x->ended_unix_ms;
+        a->start_step = x->start_step;
+        a->exit_code = x->exit_code;
+        copy_str(a->exit_reason, sizeof a->exit_reason, x->exit_reason);
+    }
+    return OB_OK;
+}
+
+void ob_job_event_from_pb(const Onebit__V1__JobEvent *m, ob_job_event *e)
+{
+    memset(e, 0, sizeof *e);
+    e->seq = m->seq;
+    copy_str(e->job_id, sizeof e->job_id, m->job_id);
+    e->time_ms = m->time_unix_ms;
+    copy_str(e->kind, sizeof e->kind, m->kind);
+    e->state = (ob_job_state)m->state;
+    copy_str(e->message, sizeof e->message, m->message);
+    progress_from_pb(m->progress, &e->progress);
+}
+
+void ob_checkpoint_info_from_pb(const Onebit__V1__Checkpoint *m, ob_checkpoint_info *c)
+{
+    memset(c, 0, sizeof *c);
+    c->step = m->step;
+    c->time_ms = m->time_unix_ms;
+    copy_str(c->path, sizeof c->path, m->path);
+    c->world_size = m->world_size;
+    copy_str(c->phase, sizeof c->phase, m->phase);
+    c->freeze_step = m->freeze_step;
+    copy_str(c->problem, sizeof c->problem, m->problem);
+}
