@@ -33,3 +33,10 @@ add_test(NAME test_onebitd_e2e
                  $<TARGET_FILE:obrpc> $<TARGET_FILE:onebit-ckpt> ${PROJECT_SOURCE_DIR}/examples)
 set_tests_properties(test_onebitd_e2e PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2)
+
+# onebitctl against a real onebitd running real workers, over gRPC and REST.
+add_test(NAME test_onebitctl
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_onebitctl.sh $<TARGET_FILE:onebitctl>
+                 $<TARGET_FILE:onebitd> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_onebitctl PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2)

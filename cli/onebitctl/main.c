@@ -108,8 +108,8 @@ static int on_event(const ob_job_event *e, void *user)
     } else if (!w->tty) {
         obctl_print_event_line(stdout, e);
     } else {
-        if (!strcmp(e->kind, "attempt") || (!strcmp(e->kind, "state") &&
-                                             e->state == OB_JOB_RESTARTING))
+        if (!strcmp(e->kind, "attempt") ||
+            (!strcmp(e->kind, "state") && e->state == OB_JOB_RESTARTING))
             w->restarts += !strcmp(e->kind, "state");
         if (strcmp(e->kind, "step") != 0) {
             /* Events other than steps scroll above the bar. */
@@ -138,8 +138,10 @@ static int follow(obctl_client *c, const opts *o, const char *id)
     ob_status st = obctl_watch(c, id, 0, on_event, &w, &err);
     if (w.drawn) fprintf(stdout, "\n");
     if (interrupted) {
-        fprintf(stderr, "onebitctl: stopped watching; the job goes on (onebitctl cancel %s to "
-                        "stop it)\n", id);
+        fprintf(stderr,
+                "onebitctl: stopped watching; the job goes on (onebitctl cancel %s to "
+                "stop it)\n",
+                id);
         return EXIT_FAIL;
     }
     if (st != OB_OK) return fail(&err);
@@ -250,8 +252,10 @@ static int v_list(obctl_client *c, const opts *o)
 {
     ob_job_state state = OB_JOB_UNSPECIFIED;
     if (o->state && ob_job_state_parse(o->state, &state) != OB_OK)
-        return usage_error("list ", "--state %s: expected PENDING, RUNNING, RESTARTING, "
-                                    "SUCCEEDED, FAILED or CANCELLED", o->state);
+        return usage_error("list ",
+                           "--state %s: expected PENDING, RUNNING, RESTARTING, "
+                           "SUCCEEDED, FAILED or CANCELLED",
+                           o->state);
     if (o->npos) return usage_error("list ", "unexpected argument '%s'", o->positional[0]);
     ob_job *all = NULL;
     size_t n_all = 0;
@@ -307,8 +311,7 @@ static int v_cancel(obctl_client *c, const opts *o)
     else if (ob_job_state_final(j.state))
         printf("%s %s\n", j.id, ob_job_state_name(j.state));
     else
-        printf("%s cancelling: its workers checkpoint and stop (onebitctl watch %s)\n", j.id,
-               j.id);
+        printf("%s cancelling: its workers checkpoint and stop (onebitctl watch %s)\n", j.id, j.id);
     ob_job_clear(&j);
     return EXIT_OK;
 }
@@ -349,8 +352,8 @@ static int v_inspect(obctl_client *c, const opts *o)
                "%llu, \"blockSize\": %llu, \"formatVersion\": %u, \"verifies\": %s",
                dir, m.step, m.phase ? "compression" : "warmup", m.freeze_step, m.world_size,
                (unsigned long long)m.num_params, (unsigned long long)m.padded_size,
-               (unsigned long long)m.chunk_size, (unsigned long long)m.block_size,
-               m.format_version, vst == OB_OK ? "true" : "false");
+               (unsigned long long)m.chunk_size, (unsigned long long)m.block_size, m.format_version,
+               vst == OB_OK ? "true" : "false");
         printf("}\n");
     } else {
         printf("Checkpoint:  %s\n", dir);
@@ -389,7 +392,8 @@ static const verb verbs[] = {
     {"status",
      "usage: onebitctl status JOB\n"
      "  state, attempts, progress, loss, traffic saved, newest checkpoint\n"
-     "Example:\n  onebitctl status job-000001\n  onebitctl status job-000001 -o json | jq .progress\n",
+     "Example:\n  onebitctl status job-000001\n  onebitctl status job-000001 -o json | jq "
+     ".progress\n",
      v_status, 1},
     {"list",
      "usage: onebitctl list [--state S] [--limit N]\n"
@@ -456,25 +460,38 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         const char *a = argv[i];
         const char *val = i + 1 < argc ? argv[i + 1] : NULL;
         long x;
-#define TAKE(field)                                                                               \
-    do {                                                                                          \
-        if (!val) return usage_error(NULL, "%s needs a value", a);                                \
-        o->field = val;                                                                           \
-        i++;                                                                                      \
+#define TAKE(field)                                                                                \
+    do {                                                                                           \
+        if (!val) return usage_error(NULL, "%s needs a value", a);                                 \
+        o->field = val;                                                                            \
+        i++;                                                                                       \
     } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) help = 1;
-        else if (!strcmp(a, "--server")) TAKE(server);
-        else if (!strcmp(a, "--rest")) TAKE(rest);
-        else if (!strcmp(a, "--token")) TAKE(token);
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file")) TAKE(file);
-        else if (!strcmp(a, "--state")) TAKE(state);
-        else if (!strcmp(a, "--name")) TAKE(name);
-        else if (!strcmp(a, "--model")) TAKE(model);
-        else if (!strcmp(a, "--data")) TAKE(data);
-        else if (!strcmp(a, "--optimizer")) TAKE(optimizer);
-        else if (!strcmp(a, "--lr")) TAKE(lr);
-        else if (!strcmp(a, "--freeze-step")) TAKE(freeze_step);
-        else if (!strcmp(a, "--watch") || !strcmp(a, "-w")) o->watch = 1;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+            help = 1;
+        else if (!strcmp(a, "--server"))
+            TAKE(server);
+        else if (!strcmp(a, "--rest"))
+            TAKE(rest);
+        else if (!strcmp(a, "--token"))
+            TAKE(token);
+        else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
+            TAKE(file);
+        else if (!strcmp(a, "--state"))
+            TAKE(state);
+        else if (!strcmp(a, "--name"))
+            TAKE(name);
+        else if (!strcmp(a, "--model"))
+            TAKE(model);
+        else if (!strcmp(a, "--data"))
+            TAKE(data);
+        else if (!strcmp(a, "--optimizer"))
+            TAKE(optimizer);
+        else if (!strcmp(a, "--lr"))
+            TAKE(lr);
+        else if (!strcmp(a, "--freeze-step"))
+            TAKE(freeze_step);
+        else if (!strcmp(a, "--watch") || !strcmp(a, "-w"))
+            o->watch = 1;
         else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
             if (!val || (strcmp(val, "json") && strcmp(val, "table")))
                 return usage_error(NULL, "-o: expected table or json, got '%s'", val ? val : "");
@@ -485,11 +502,16 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
             if (!val) return usage_error(NULL, "%s needs a value", a);
             long lo = !strcmp(a, "--max-restarts") ? -1 : 0;
             if (!parse_long(a, val, lo, 1L << 30, &x)) return EXIT_USAGE;
-            if (!strcmp(a, "--np")) o->np = (int)x;
-            else if (!strcmp(a, "--max-restarts")) o->max_restarts = (int)x;
-            else if (!strcmp(a, "--limit")) o->limit = (int)x;
-            else if (!strcmp(a, "--steps")) o->steps = x;
-            else o->batch_size = x;
+            if (!strcmp(a, "--np"))
+                o->np = (int)x;
+            else if (!strcmp(a, "--max-restarts"))
+                o->max_restarts = (int)x;
+            else if (!strcmp(a, "--limit"))
+                o->limit = (int)x;
+            else if (!strcmp(a, "--steps"))
+                o->steps = x;
+            else
+                o->batch_size = x;
             i++;
         } else if (a[0] == '-' && a[1]) {
             return usage_error(*v ? (*v)->name : NULL, "unknown option '%s'", a);

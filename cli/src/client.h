@@ -15,8 +15,7 @@
 typedef struct obctl_client obctl_client;
 
 /* gRPC to target ("host:port"); token (borrowed, may be NULL) as a bearer token. */
-ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *token,
-                            ob_err *err);
+ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *token, ob_err *err);
 /* REST to base_url ("http://host:port"). */
 ob_status obctl_client_rest(obctl_client **out, const char *base_url, const char *token,
                             ob_err *err);

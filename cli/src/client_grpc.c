@@ -20,17 +20,35 @@ static ob_status from_grpc(obctl_client *c, const ob_rpc_result *res, ob_err *er
 {
     ob_status st;
     switch (res->code) {
-    case 0: return OB_OK;
-    case 3: st = OB_ERR_INVALID_ARG; break;
-    case 5: st = OB_ERR_NOT_FOUND; break;
-    case 8: st = OB_ERR_TOO_LARGE; break;
-    case 9: st = OB_ERR_STATE; break;
-    case 12: st = OB_ERR_UNSUPPORTED; break;
-    case 15: st = OB_ERR_CORRUPT; break;
-    case 16: st = OB_ERR_UNAUTHENTICATED; break;
+    case 0:
+        return OB_OK;
+    case 3:
+        st = OB_ERR_INVALID_ARG;
+        break;
+    case 5:
+        st = OB_ERR_NOT_FOUND;
+        break;
+    case 8:
+        st = OB_ERR_TOO_LARGE;
+        break;
+    case 9:
+        st = OB_ERR_STATE;
+        break;
+    case 12:
+        st = OB_ERR_UNSUPPORTED;
+        break;
+    case 15:
+        st = OB_ERR_CORRUPT;
+        break;
+    case 16:
+        st = OB_ERR_UNAUTHENTICATED;
+        break;
     case 4: /* deadline */
-    case 14: return obctl__unreachable(err, c, res->details);
-    default: st = OB_ERR_IO; break;
+    case 14:
+        return obctl__unreachable(err, c, res->details);
+    default:
+        st = OB_ERR_IO;
+        break;
     }
     if (err) {
         err->code = st;
@@ -41,8 +59,7 @@ static ob_status from_grpc(obctl_client *c, const ob_rpc_result *res, ob_err *er
 
 /* Packs req, calls method, unpacks the answer with desc into *resp (protobuf_c free). */
 static ob_status call(obctl_client *c, const char *method, const ProtobufCMessage *req,
-                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp,
-                      ob_err *err)
+                      const ProtobufCMessageDescriptor *desc, ProtobufCMessage **resp, ob_err *err)
 {
     size_t len = protobuf_c_message_get_packed_size(req);
     uint8_t *buf = malloc(len ? len : 1);
@@ -135,8 +152,8 @@ static ob_status g_list(obctl_client *c, ob_job_state state, int page_size, cons
     return st;
 }
 
-static ob_status g_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info **out,
-                               size_t *n, ob_err *err)
+static ob_status g_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info **out, size_t *n,
+                               ob_err *err)
 {
     Onebit__V1__ListCheckpointsRequest q = ONEBIT__V1__LIST_CHECKPOINTS_REQUEST__INIT;
     q.id = (char *)id;
@@ -198,7 +215,8 @@ static ob_status g_watch(obctl_client *c, const char *id, int64_t after_seq, obc
         ob_status st = ob_rpc_server_stream(rpc(c), "/onebit.v1.JobService/WatchJob", buf, len,
                                             on_stream_message, &w, &res, WATCH_TIMEOUT_MS, err);
         if (st != OB_OK) return obctl__unreachable(err, c, err ? err->msg : "stream failed");
-        if (w.bad) return OB_ERR(err, OB_ERR_CORRUPT, "WatchJob sent a message that is not an event");
+        if (w.bad)
+            return OB_ERR(err, OB_ERR_CORRUPT, "WatchJob sent a message that is not an event");
         if (w.stopped) return OB_OK;
         if (res.code == 4) continue; /* our own deadline: reconnect after the last event */
         return from_grpc(c, &res, err);
@@ -210,11 +228,10 @@ static void g_destroy(obctl_client *c)
     ob_rpc_client_destroy(rpc(c));
 }
 
-static const obctl_ops grpc_ops = {g_submit, g_get,   g_cancel, g_list,
+static const obctl_ops grpc_ops = {g_submit,      g_get,   g_cancel, g_list,
                                    g_checkpoints, g_watch, g_destroy};
 
-ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *token,
-                            ob_err *err)
+ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *token, ob_err *err)
 {
     *out = NULL;
     obctl_client *c = calloc(1, sizeof *c);

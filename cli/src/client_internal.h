@@ -12,8 +12,8 @@ typedef struct obctl_ops {
     ob_status (*cancel)(obctl_client *c, const char *id, ob_job *out, ob_err *err);
     ob_status (*list)(obctl_client *c, ob_job_state state, int page_size, const char *token,
                       ob_job **jobs, size_t *n, char next[OB_PAGE_TOKEN_LEN], ob_err *err);
-    ob_status (*checkpoints)(obctl_client *c, const char *id, ob_checkpoint_info **out,
-                             size_t *n, ob_err *err);
+    ob_status (*checkpoints)(obctl_client *c, const char *id, ob_checkpoint_info **out, size_t *n,
+                             ob_err *err);
     ob_status (*watch)(obctl_client *c, const char *id, int64_t after_seq, obctl_on_event cb,
                        void *user, ob_err *err);
     void (*destroy)(obctl_client *c);

@@ -44,14 +44,30 @@ static ob_status from_http(long http, const buffer *body, ob_err *err)
 {
     ob_status st;
     switch (http) {
-    case 400: st = OB_ERR_INVALID_ARG; break;
-    case 401: st = OB_ERR_UNAUTHENTICATED; break;
-    case 404: st = OB_ERR_NOT_FOUND; break;
-    case 409: st = OB_ERR_STATE; break;
-    case 413: st = OB_ERR_TOO_LARGE; break;
-    case 501: st = OB_ERR_UNSUPPORTED; break;
-    case 503: st = OB_ERR_COMM; break;
-    default: st = OB_ERR_IO; break;
+    case 400:
+        st = OB_ERR_INVALID_ARG;
+        break;
+    case 401:
+        st = OB_ERR_UNAUTHENTICATED;
+        break;
+    case 404:
+        st = OB_ERR_NOT_FOUND;
+        break;
+    case 409:
+        st = OB_ERR_STATE;
+        break;
+    case 413:
+        st = OB_ERR_TOO_LARGE;
+        break;
+    case 501:
+        st = OB_ERR_UNSUPPORTED;
+        break;
+    case 503:
+        st = OB_ERR_COMM;
+        break;
+    default:
+        st = OB_ERR_IO;
+        break;
     }
     /* {"error": {"code", "status", "message"}} */
     json_t *o = body->data ? json_loads(body->data, 0, NULL) : NULL;
@@ -120,11 +136,13 @@ static ob_status perform(obctl_client *c, const request *rq, json_t **out, ob_er
     } else if (http != 200) {
         st = from_http(http, &b, err);
     } else if (b.too_large) {
-        st = OB_ERR(err, OB_ERR_TOO_LARGE, "%s: the answer is larger than %u bytes", url, MAX_ANSWER);
+        st = OB_ERR(err, OB_ERR_TOO_LARGE, "%s: the answer is larger than %u bytes", url,
+                    MAX_ANSWER);
     } else if (out) {
         json_error_t je;
         *out = json_loads(b.data ? b.data : "", 0, &je);
-        if (!*out) st = OB_ERR(err, OB_ERR_CORRUPT, "%s: the answer is not JSON (%s)", url, je.text);
+        if (!*out)
+            st = OB_ERR(err, OB_ERR_CORRUPT, "%s: the answer is not JSON (%s)", url, je.text);
     }
     free(b.data);
     return st;
@@ -213,8 +231,8 @@ static ob_status r_list(obctl_client *c, ob_job_state state, int page_size, cons
     return st;
 }
 
-static ob_status r_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info **out,
-                               size_t *n, ob_err *err)
+static ob_status r_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info **out, size_t *n,
+                               ob_err *err)
 {
     char path[512];
     *out = NULL;
@@ -313,7 +331,8 @@ static ob_status r_watch(obctl_client *c, const char *id, int64_t after_seq, obc
         json_decref(o);
     }
     if (st == OB_OK && !s.stop) sse_dispatch(&s);
-    if (st == OB_OK && s.bad) st = OB_ERR(err, OB_ERR_CORRUPT, "the event stream sent something that is not an event");
+    if (st == OB_OK && s.bad)
+        st = OB_ERR(err, OB_ERR_CORRUPT, "the event stream sent something that is not an event");
     free(s.line.data);
     free(s.data.data);
     free(s.error_body.data);
@@ -326,7 +345,7 @@ static void r_destroy(obctl_client *c)
     curl_global_cleanup();
 }
 
-static const obctl_ops rest_ops = {r_submit, r_get,   r_cancel, r_list,
+static const obctl_ops rest_ops = {r_submit,      r_get,   r_cancel, r_list,
                                    r_checkpoints, r_watch, r_destroy};
 
 ob_status obctl_client_rest(obctl_client **out, const char *base_url, const char *token,
@@ -335,7 +354,8 @@ ob_status obctl_client_rest(obctl_client **out, const char *base_url, const char
     *out = NULL;
     size_t len = strlen(base_url);
     if (len == 0 || len >= 500)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "--rest: expected a URL such as http://127.0.0.1:8080");
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "--rest: expected a URL such as http://127.0.0.1:8080");
     obctl_client *c = calloc(1, sizeof *c);
     if (!c) return OB_ERR(err, OB_ERR_NOMEM, "client");
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {

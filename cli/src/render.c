@@ -56,8 +56,7 @@ static void fmt_saved(char *out, size_t cap, const ob_progress *p)
     obctl_fmt_bytes(b, sizeof b, (double)p->bytes_uncompressed);
     double ratio = p->bytes_sent > 0 ? (double)p->bytes_uncompressed / (double)p->bytes_sent : 0;
     if (ratio >= 1.005)
-        snprintf(out, cap, "%s sent per rank, %s with an fp32 allreduce (%.2fx less)", a, b,
-                 ratio);
+        snprintf(out, cap, "%s sent per rank, %s with an fp32 allreduce (%.2fx less)", a, b, ratio);
     else
         snprintf(out, cap, "%s sent per rank (as much as an fp32 allreduce)", a);
 }
@@ -84,7 +83,8 @@ void obctl_print_job(FILE *f, const ob_job *j)
         fprintf(f, "Progress:    %lld/%lld steps (%d%%)", (long long)p->step,
                 (long long)p->total_steps, percent(p));
         if (p->phase[0]) fprintf(f, ", %s phase", p->phase);
-        if (p->freeze_step > 0) fprintf(f, " (variance frozen at step %lld)", (long long)p->freeze_step);
+        if (p->freeze_step > 0)
+            fprintf(f, " (variance frozen at step %lld)", (long long)p->freeze_step);
         fprintf(f, "\n");
         if (p->step > 0)
             fprintf(f, "Loss:        %.4f   lr %.3g   %.0f samples/s\n", p->loss, p->lr,
@@ -250,10 +250,10 @@ void obctl_draw_bar(FILE *f, const ob_job_event *e, const char *job_id, int rest
         bars[i] = i < filled ? '#' : '-';
     bars[bar] = '\0';
     fmt_rate(rate, sizeof rate, p->samples_per_s);
-    int n = snprintf(line, sizeof line, "%s %s [%s] %lld/%lld %d%% %s loss %.4f %s samples/s",
-                     job_id, ob_job_state_name(e->state), bars, (long long)p->step,
-                     (long long)p->total_steps, percent(p), p->phase[0] ? p->phase : "-", p->loss,
-                     rate);
+    int n =
+        snprintf(line, sizeof line, "%s %s [%s] %lld/%lld %d%% %s loss %.4f %s/s", job_id,
+                 ob_job_state_name(e->state), bars, (long long)p->step, (long long)p->total_steps,
+                 percent(p), p->phase[0] ? p->phase : "-", p->loss, rate);
     if (p->bytes_sent > 0 && p->bytes_uncompressed > p->bytes_sent && n > 0 && n < 400)
         n += snprintf(line + n, sizeof line - (size_t)n, " comm %.2fx less",
                       (double)p->bytes_uncompressed / (double)p->bytes_sent);

@@ -161,10 +161,14 @@ static ob_status get_dbl(const json_t *o, const char *key, double *out, ob_err *
     }
     if (json_is_string(v)) {
         const char *s = json_string_value(v);
-        if (!strcmp(s, "NaN")) *out = NAN;
-        else if (!strcmp(s, "Infinity")) *out = INFINITY;
-        else if (!strcmp(s, "-Infinity")) *out = -INFINITY;
-        else return bad(err, key, "a number");
+        if (!strcmp(s, "NaN"))
+            *out = NAN;
+        else if (!strcmp(s, "Infinity"))
+            *out = INFINITY;
+        else if (!strcmp(s, "-Infinity"))
+            *out = -INFINITY;
+        else
+            return bad(err, key, "a number");
         return OB_OK;
     }
     return bad(err, key, "a number");

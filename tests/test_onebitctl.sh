@@ -1,0 +1,186 @@
+#!/usr/bin/env bash
+# Black-box tests of onebitctl: the real binary against a real onebitd (free ports, temporary
+# state directory) running real onebit-worker jobs under mpirun, over gRPC and over REST;
+# outputs and exit codes, the failure cases included.
+# usage: test_onebitctl.sh ONEBITCTL ONEBITD EXAMPLES_DIR
+set -u
+CTL=$1
+ONEBITD=$2
+EXAMPLES=$3
+TMP=$(mktemp -d)
+PIDS=()
+passed=0
+failed=0
+cleanup() {
+  for p in "${PIDS[@]}"; do { kill -KILL "$p" && wait "$p"; } 2>/dev/null; done
+  pkill -KILL -f "$TMP/" 2>/dev/null
+  rm -rf "$TMP"
+}
+trap cleanup EXIT
+ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
+bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
+
+# start NAME [onebitd options]: a daemon with its own state; sets GRPC and REST.
+start() {
+  local name=$1
+  shift
+  mkdir -p "$TMP/$name"
+  "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/$name" \
+    --ready-file "$TMP/$name/ready" --backoff 0.2 --cancel-grace 10 "$@" > "$TMP/$name/log" 2>&1 &
+  PIDS+=($!)
+  for _ in $(seq 200); do [ -s "$TMP/$name/ready" ] && break; sleep 0.05; done
+  GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/$name/ready")
+  REST=http://127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/$name/ready")
+}
+# ctl OUT ARGS...: stdout to OUT, stderr to OUT.err; returns onebitctl's status
+ctl() {
+  local out=$1
+  shift
+  timeout 300 "$CTL" "$@" > "$out" 2> "$out.err"
+}
+
+cat > "$TMP/job.yaml" << 'EOF'
+name: ctl-test
+model: {type: mlp, hidden: [32]}
+data: {type: synthetic_classification, n_train: 2048, n_eval: 512, input_dim: 16, num_classes: 4}
+optimizer: {type: onebit_adam, beta2: 0.99, freeze_step: 40, block_size: 64}
+batch_size: 16
+steps: 150
+log_interval: 10
+eval: {interval: 50}
+checkpoint: {interval: 50}
+EOF
+
+start main
+
+# --- help on every verb, with examples --------------------------------------------------------
+allhelp=1
+for v in submit status list watch cancel checkpoints inspect; do
+  "$CTL" "$v" --help > "$TMP/h" 2>&1 && grep -q "^usage: onebitctl $v" "$TMP/h" && grep -q "Example" "$TMP/h" || allhelp=0
+done
+"$CTL" --help > "$TMP/h" 2>&1 && grep -q "Verbs:" "$TMP/h" || allhelp=0
+if [ $allhelp = 1 ]; then ok "--help on every verb, with examples"; else bad "--help" "$(cat "$TMP/h")"; fi
+
+# --- submit and watch over gRPC: the id, the plain progress lines, the summary, exit 0 ---------
+ctl "$TMP/s1" --server "$GRPC" submit -f "$TMP/job.yaml" --np 2 --watch; rc=$?
+ID1=$(head -1 "$TMP/s1")
+if [ $rc -eq 0 ] && [[ "$ID1" == job-* ]] && grep -q "step 150/150 compression" "$TMP/s1" &&
+   grep -q "freeze .*variance frozen at step 40" "$TMP/s1" && grep -q "SUCCEEDED after 150/150 steps" "$TMP/s1" &&
+   grep -q "communication: .* sent per rank, .* with an fp32 allreduce (.*x less)" "$TMP/s1"; then
+  ok "gRPC: submit --watch follows $ID1 to SUCCEEDED, exit 0"
+else bad "gRPC submit --watch" "rc=$rc $(tail -5 "$TMP/s1") $(cat "$TMP/s1.err")"; fi
+
+# --- the same over REST ------------------------------------------------------------------------
+ctl "$TMP/s2" --rest "$REST" submit -f "$TMP/job.yaml" --np 2; rc=$?
+ID2=$(cat "$TMP/s2")
+ctl "$TMP/w2" --rest "$REST" watch "$ID2"; rc2=$?
+if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "SUCCEEDED after 150/150 steps" "$TMP/w2"; then
+  ok "REST: submit, then watch $ID2 to SUCCEEDED"
+else bad "REST submit/watch" "rc=$rc/$rc2 $(cat "$TMP/s2.err" "$TMP/w2.err")"; fi
+
+# --- status, as a table and as JSON, over both transports -------------------------------------
+ctl "$TMP/st" --server "$GRPC" status "$ID1"; rc=$?
+if [ $rc -eq 0 ] && grep -q "^State: *SUCCEEDED" "$TMP/st" && grep -q "^Progress: *150/150 steps (100%), compression phase (variance frozen at step 40)" "$TMP/st" &&
+   grep -q "^Checkpoint: *step 150" "$TMP/st"; then ok "status table"; else bad "status table" "$(cat "$TMP/st" "$TMP/st.err")"; fi
+ctl "$TMP/sj" --rest "$REST" status "$ID1" -o json; rc=$?
+ctl "$TMP/sg" --server "$GRPC" -o json status "$ID1"
+if [ $rc -eq 0 ] && [ "$(jq -r .state "$TMP/sj")" = JOB_STATE_SUCCEEDED ] && [ "$(jq -r .progress.step "$TMP/sj")" = 150 ] &&
+   [ "$(jq -S 'del(.updatedUnixMs)' "$TMP/sj")" = "$(jq -S 'del(.updatedUnixMs)' "$TMP/sg")" ]; then
+  ok "status -o json: the same document over REST and gRPC"
+else bad "status json" "$(head -c 300 "$TMP/sj") / $(head -c 300 "$TMP/sg")"; fi
+
+# --- list, filtered, as JSON --------------------------------------------------------------------
+ctl "$TMP/l" --server "$GRPC" list; rc=$?
+ctl "$TMP/lj" --rest "$REST" list --state SUCCEEDED -o json
+ctl "$TMP/lr" --server "$GRPC" list --state running
+if [ $rc -eq 0 ] && grep -q "^ID  *NAME  *STATE" "$TMP/l" && grep -q "^$ID1 .*ctl-test .*SUCCEEDED .*150/150" "$TMP/l" &&
+   [ "$(jq '.jobs | length' "$TMP/lj")" = 2 ] && grep -q "no jobs in state running" "$TMP/lr"; then
+  ok "list: table, --state filter, JSON"
+else bad "list" "$(cat "$TMP/l" "$TMP/lj" "$TMP/lr" "$TMP/l.err")"; fi
+
+# --- checkpoints and inspect ----------------------------------------------------------------------
+ctl "$TMP/c" --rest "$REST" checkpoints "$ID1"; rc=$?
+CK=$(jq -r '.checkpoints[0].path' <("$CTL" --server "$GRPC" checkpoints "$ID1" -o json))
+if [ $rc -eq 0 ] && grep -q "^150 *compression *40 *2 " "$TMP/c" && [ -d "$CK" ]; then ok "checkpoints: newest first ($CK)"
+else bad "checkpoints" "$(cat "$TMP/c" "$TMP/c.err")"; fi
+ctl "$TMP/i" inspect "$CK"; rc=$?
+if [ $rc -eq 0 ] && grep -q "^Step: *150" "$TMP/i" && grep -q "^Freeze step: *40" "$TMP/i" &&
+   grep -q "^World size: *2" "$TMP/i" && grep -q "^Verifies: *yes" "$TMP/i"; then ok "inspect a checkpoint"
+else bad "inspect" "$(cat "$TMP/i" "$TMP/i.err")"; fi
+cp -r "$CK" "$TMP/broken" && truncate -s 2000 "$TMP/broken/rank-00001.h5"
+ctl "$TMP/ib" inspect "$TMP/broken"; rc=$?
+if [ $rc -eq 1 ] && grep -q "^Verifies: .*rank-00001.h5" "$TMP/ib"; then ok "inspect: a damaged checkpoint does not verify, exit 1"
+else bad "inspect damaged" "rc=$rc $(cat "$TMP/ib")"; fi
+
+# --- a terminal gets a live progress bar ----------------------------------------------------------
+if command -v script > /dev/null; then
+  script -qec "$CTL --server $GRPC submit -f $TMP/job.yaml --np 2 --watch" /dev/null > "$TMP/tty" 2>&1; rc=$?
+  if [ $rc -eq 0 ] && tr '\r' '\n' < "$TMP/tty" | grep -q '^job-[0-9]* RUNNING \[#*-*\] [0-9]*/150'; then
+    ok "watch on a terminal: progress bar"
+  else bad "progress bar" "rc=$rc $(tr '\r' '\n' < "$TMP/tty" | tail -3)"; fi
+fi
+
+# --- submit from flags ------------------------------------------------------------------------------
+ctl "$TMP/f" --server "$GRPC" submit --model softmax --data synthetic_classification \
+  --optimizer onebit_adam --steps 60 --batch-size 8 --freeze-step 20 --lr 1e-3 --name from-flags --np 1 --watch; rc=$?
+if [ $rc -eq 0 ] && grep -q "SUCCEEDED after 60/60" "$TMP/f"; then ok "submit from flags"
+else bad "submit from flags" "rc=$rc $(cat "$TMP/f.err")"; fi
+
+# --- cancel a running job: CANCELLED, watch exits 1 ---------------------------------------------------
+sed 's/^steps: 150/steps: 100000000/; s/^log_interval: 10/log_interval: 2000/; s/^eval: .*//' "$TMP/job.yaml" > "$TMP/long.yaml"
+ID3=$("$CTL" --server "$GRPC" submit -f "$TMP/long.yaml" --np 2)
+for _ in $(seq 200); do
+  [ "$("$CTL" --server "$GRPC" status "$ID3" -o json | jq -r .progress.step)" != 0 ] && break
+  sleep 0.1
+done
+ctl "$TMP/x" --rest "$REST" cancel "$ID3"; rc=$?
+ctl "$TMP/xw" --server "$GRPC" watch "$ID3"; rcw=$?
+if [ $rc -eq 0 ] && grep -q "$ID3 cancelling" "$TMP/x" && [ $rcw -eq 1 ] && grep -q "$ID3 CANCELLED" "$TMP/xw"; then
+  ok "cancel: the job ends CANCELLED; watch exits 1"
+else bad "cancel" "rc=$rc/$rcw $(cat "$TMP/x" "$TMP/x.err"; tail -3 "$TMP/xw")"; fi
+ctl "$TMP/x2" --server "$GRPC" cancel "$ID3"; rc=$?
+if [ $rc -eq 1 ] && grep -q "already CANCELLED" "$TMP/x2.err"; then ok "cancel of a finished job: exit 1 with the reason"
+else bad "second cancel" "rc=$rc $(cat "$TMP/x2.err")"; fi
+
+# --- a job that fails: watch exits 1 and says why ----------------------------------------------------
+printf 'model: {type: mlp}\ndata: {type: idx, path: %s/nodata}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: 5\n' "$TMP" > "$TMP/nodata.yaml"
+ctl "$TMP/fail" --rest "$REST" submit -f "$TMP/nodata.yaml" --np 1 --max-restarts 0 --watch; rc=$?
+if [ $rc -eq 1 ] && grep -q "FAILED after" "$TMP/fail" && grep -q "^reason: " "$TMP/fail"; then ok "a failing job: watch exits 1 with the reason"
+else bad "failing job" "rc=$rc $(tail -3 "$TMP/fail") $(cat "$TMP/fail.err")"; fi
+
+# --- what users get wrong ---------------------------------------------------------------------------
+sed 's/beta2: 0.99/betta2: 0.99/' "$TMP/job.yaml" > "$TMP/typo.yaml"
+for t in "--server $GRPC" "--rest $REST"; do
+  ctl "$TMP/e1" $t submit -f "$TMP/typo.yaml"; rc=$?
+  if [ $rc -eq 1 ] && grep -q "optimizer.betta2: unknown field" "$TMP/e1.err" && [ ! -s "$TMP/e1" ]; then ok "invalid spec refused (${t%% *})"
+  else bad "invalid spec (${t%% *})" "rc=$rc $(cat "$TMP/e1.err")"; fi
+  ctl "$TMP/e2" $t status job-999999; rc=$?
+  if [ $rc -eq 1 ] && grep -q "job-999999" "$TMP/e2.err"; then ok "unknown job: exit 1 (${t%% *})"
+  else bad "unknown job (${t%% *})" "rc=$rc $(cat "$TMP/e2.err")"; fi
+done
+ctl "$TMP/e3" --server 127.0.0.1:1 list; rc=$?
+ctl "$TMP/e4" --rest http://127.0.0.1:1 list; rc2=$?
+if [ $rc -eq 3 ] && [ $rc2 -eq 3 ] && grep -q "cannot reach onebitd at 127.0.0.1:1" "$TMP/e3.err" &&
+   grep -q "cannot reach onebitd at http://127.0.0.1:1" "$TMP/e4.err"; then ok "server unreachable: exit 3 with a hint"
+else bad "unreachable" "rc=$rc/$rc2 $(cat "$TMP/e3.err" "$TMP/e4.err")"; fi
+ONEBIT_SERVER=127.0.0.1:1 ctl "$TMP/e5" list; rc=$?
+if [ $rc -eq 3 ] && grep -q "127.0.0.1:1" "$TMP/e5.err"; then ok "ONEBIT_SERVER is used"; else bad "ONEBIT_SERVER" "rc=$rc"; fi
+usage_ok=1
+for args in "frobnicate" "list --bogus" "status" "submit" "list --state NOPE" "-o yaml list" "submit -f $TMP/none.yaml" "submit -f $TMP/job.yaml --model mlp"; do
+  ctl "$TMP/e6" --server "$GRPC" $args; rc=$?
+  [ $rc -eq 2 ] && [ -s "$TMP/e6.err" ] || { usage_ok=0; echo "  '$args' -> rc=$rc $(cat "$TMP/e6.err")"; }
+done
+if [ $usage_ok = 1 ]; then ok "bad usage: exit 2 with a message"; else bad "bad usage" "see above"; fi
+
+# --- a service with a token ---------------------------------------------------------------------------
+ONEBIT_TOKEN=s3cret start secured
+ctl "$TMP/t1" --server "$GRPC" list; rc=$?
+ctl "$TMP/t2" --rest "$REST" list; rc2=$?
+ctl "$TMP/t3" --server "$GRPC" --token s3cret list; rc3=$?
+ONEBIT_TOKEN=s3cret ctl "$TMP/t4" --rest "$REST" list; rc4=$?
+if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && grep -qi "token" "$TMP/t1.err" && grep -qi "token" "$TMP/t2.err"; then
+  ok "token: refused without it, accepted with --token or ONEBIT_TOKEN (both transports)"
+else bad "token" "rc=$rc/$rc2/$rc3/$rc4 $(cat "$TMP/t1.err" "$TMP/t2.err" "$TMP/t3.err")"; fi
+
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ]
