@@ -115,6 +115,9 @@ check "WatchJob after the end returns at once" '[ $rc -eq 0 ] && [ -z "$out" ]' 
 out=$(curl -s -N --max-time 5 "http://$REST/v1/jobs/$id1/events?afterSeq=1000"); rc=$?
 check "REST events after the end return at once" '[ $rc -eq 0 ] && [ -z "$out" ]' "rc=$rc $out"
 
+out=$(curl -s -N --max-time 5 -H "Last-Event-ID: 13" "http://$REST/v1/jobs/$id1/events")
+check "REST events resume after Last-Event-ID" '[ "$(echo "$out" | grep -c "^id: ")" -ge 1 ] && [ "$(echo "$out" | grep "^id: " | head -1)" = "id: 14" ]' "$out"
+
 # --- submit over REST ------------------------------------------------------------------------
 body=$(jq -n --rawfile s "$TMP/short.yaml" '{spec: $s, worldSize: 1}')
 out=$(http POST /v1/jobs -d "$body")
@@ -295,6 +298,21 @@ start_daemon "$TMP/var3" --progress-timeout 1 --max-restarts 0 --cancel-grace 1
 h=$(rpc submit "$TMP/short.yaml" 1 2>/dev/null | jq -r .id)
 check "no progress: FAILED with the reason" 'wait_state "$h" JOB_STATE_FAILED 15 && rpc get "$h" 2>/dev/null | jq -r .message | grep -q "no progress report for"' "$(rpc get "$h" 2>/dev/null)"
 control "FAKE_STEP_S=0.01"
+stop_daemon
+
+# --- launch failures: recorded as failed attempts, then FAILED with the reason -------------------
+start_daemon "$TMP/var6" --mpirun "$TMP/no-such-mpirun" --max-restarts 1
+f=$(rpc submit "$TMP/short.yaml" 1 2>/dev/null | jq -r .id)
+check "mpirun missing: FAILED, each attempt says why" 'wait_state "$f" JOB_STATE_FAILED 10 && [ "$(rpc get "$f" 2>/dev/null | jq ".attempts | length")" = 2 ] && rpc get "$f" 2>/dev/null | jq -r .attempts[0].exit_reason | grep -q "launch failed: starting $TMP/no-such-mpirun for job $f: No such file or directory"' "$(rpc get "$f" 2>/dev/null)"
+stop_daemon
+rm -f "$TMP/ready"
+"$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var7" --ready-file "$TMP/ready" \
+  --worker "$TMP/no-such-worker" --max-restarts 0 >> "$TMP/onebitd.log" 2>&1 &
+PID=$!
+for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
+GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready"); REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
+f=$(rpc submit "$TMP/short.yaml" 1 2>/dev/null | jq -r .id)
+check "worker missing: FAILED with mpirun's reason" 'wait_state "$f" JOB_STATE_FAILED 15 && rpc get "$f" 2>/dev/null | jq -r .message | grep -q "workers failed (exit code [0-9]*): Executable: $TMP/no-such-worker"' "$(rpc get "$f" 2>/dev/null | jq -r .message)"
 stop_daemon
 
 # --- token: every call without it is refused on both APIs --------------------------------------

@@ -476,6 +476,16 @@ static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn,
     long long after;
     if (query_int(conn, "afterSeq", 0, INT64_MAX, &after, &err))
         return send_error(conn, OB_ERR_INVALID_ARG, err.msg);
+    /* A reconnecting EventSource sends the id of the last event it saw. */
+    const char *last = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
+    if (last && last[0] && !MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "afterSeq")) {
+        char *end;
+        errno = 0;
+        long long v = strtoll(last, &end, 10);
+        if (*end || errno || v < 0)
+            return send_error(conn, OB_ERR_INVALID_ARG, "Last-Event-ID: expected an event number");
+        after = v;
+    }
     ob_job j;
     ob_status rc = ob_service_get(s->svc, id, &j, &err);
     if (rc) return send_error(conn, rc, err.msg);

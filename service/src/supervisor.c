@@ -117,7 +117,8 @@ done:
 static void note_text_line(ob__run *r)
 {
     const char *l = r->line;
-    if (!strncmp(l, "onebit-worker", 13) || strstr(l, "mpirun noticed") || strstr(l, "rror"))
+    if (!strncmp(l, "onebit-worker", 13) || strstr(l, "mpirun noticed") || strstr(l, "rror") ||
+        strstr(l, "Executable:") || strstr(l, "No such file"))
         ob__strlcpy(r->worker_error, l, sizeof r->worker_error);
     if (strspn(l, "-= ") != strlen(l)) ob__strlcpy(r->last_text, l, sizeof r->last_text);
 }
