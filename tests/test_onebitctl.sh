@@ -55,7 +55,7 @@ start main
 
 # --- help on every verb, with examples --------------------------------------------------------
 allhelp=1
-for v in submit status list watch cancel checkpoints inspect; do
+for v in submit status list watch cancel logs checkpoints inspect; do
   "$CTL" "$v" --help > "$TMP/h" 2>&1 && grep -q "^usage: onebitctl $v" "$TMP/h" && grep -q "Example" "$TMP/h" || allhelp=0
 done
 "$CTL" --help > "$TMP/h" 2>&1 && grep -q "Verbs:" "$TMP/h" || allhelp=0
@@ -65,7 +65,7 @@ if [ $allhelp = 1 ]; then ok "--help on every verb, with examples"; else bad "--
 ctl "$TMP/s1" --server "$GRPC" submit -f "$TMP/job.yaml" --np 2 --watch; rc=$?
 ID1=$(head -1 "$TMP/s1")
 if [ $rc -eq 0 ] && [[ "$ID1" == job-* ]] && grep -q "step 150/150 compression" "$TMP/s1" &&
-   grep -q "freeze .*variance frozen at step 40" "$TMP/s1" && grep -q "SUCCEEDED after 150/150 steps" "$TMP/s1" &&
+   grep -q "freeze .*variance frozen at step 40" "$TMP/s1" && grep -q "SUCCEEDED after 150/150 steps; final train loss [0-9.]*; eval loss [0-9.]*, accuracy [0-9.]*" "$TMP/s1" &&
    grep -q "communication: .* sent per rank, .* with an fp32 allreduce (.*x less)" "$TMP/s1"; then
   ok "gRPC: submit --watch follows $ID1 to SUCCEEDED, exit 0"
 else bad "gRPC submit --watch" "rc=$rc $(tail -5 "$TMP/s1") $(cat "$TMP/s1.err")"; fi
@@ -111,6 +111,18 @@ cp -r "$CK" "$TMP/broken" && truncate -s 2000 "$TMP/broken/rank-00001.h5"
 ctl "$TMP/ib" inspect "$TMP/broken"; rc=$?
 if [ $rc -eq 1 ] && grep -q "^Verifies: .*rank-00001.h5" "$TMP/ib"; then ok "inspect: a damaged checkpoint does not verify, exit 1"
 else bad "inspect damaged" "rc=$rc $(cat "$TMP/ib")"; fi
+
+# --- logs: every rank tagged, one rank, JSON lines of rank 0 --------------------------------------
+ctl "$TMP/lg" --server "$GRPC" logs "$ID1"; rc=$?
+ctl "$TMP/lg0" --rest "$REST" logs "$ID1" --rank 0; rc0=$?
+ctl "$TMP/lg1" --server "$GRPC" logs "$ID1" --rank 1; rc1=$?
+if [ $rc -eq 0 ] && [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && grep -q '^\[[0-9]*,0\]<stdout>:{"event":"summary"' "$TMP/lg" &&
+   [ "$(jq -r 'select(.event=="summary") | .steps' "$TMP/lg0")" = 150 ] && ! grep -q '"event"' "$TMP/lg1" &&
+   [ "$(grep -c '^{"event":"step"' "$TMP/lg0")" = 15 ]; then
+  ok "logs: tagged lines, --rank 0 gives rank 0's JSON lines (gRPC and REST)"
+else bad "logs" "rc=$rc/$rc0/$rc1 $(head -3 "$TMP/lg") $(head -3 "$TMP/lg0") $(cat "$TMP/lg.err")"; fi
+ctl "$TMP/lgx" --server "$GRPC" logs job-424242; rc=$?
+if [ $rc -eq 1 ] && grep -q "job-424242" "$TMP/lgx.err"; then ok "logs of an unknown job: exit 1"; else bad "logs unknown" "rc=$rc"; fi
 
 # --- a terminal gets a live progress bar ----------------------------------------------------------
 if command -v script > /dev/null; then

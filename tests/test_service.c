@@ -566,6 +566,15 @@ static void test_parse_lines(void **state)
     const char *eval = "{\"event\":\"eval\",\"step\":50,\"eval_loss\":0.25,\"eval_accuracy\":0.9}";
     assert_int_equal(ob_report_parse_line(eval, strlen(eval), &r), 1);
     assert_true(r.eval_loss == 0.25 && r.eval_accuracy == 0.9);
+    /* Lines tagged by mpirun --tag-output parse the same; a broken tag is not skipped. */
+    const char *tagged = "[1,3]<stdout>:{\"event\":\"resume\",\"step\":70,\"path\":\"/x\"}";
+    assert_int_equal(ob_report_parse_line(tagged, strlen(tagged), &r), 1);
+    assert_int_equal(r.ckpt_step, 70);
+    const char *broken[] = {"[1,3]<stdout>{\"event\":\"resume\"}",
+                            "[1,x]<stdout>:{\"event\":\"resume\"}",
+                            "[1,3<stdout>:{\"event\":\"resume\"}"};
+    for (size_t i = 0; i < sizeof broken / sizeof broken[0]; i++)
+        assert_int_equal(ob_report_parse_line(broken[i], strlen(broken[i]), &r), 0);
 }
 
 static void test_public_message(void **state)

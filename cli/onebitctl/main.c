@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
@@ -28,7 +29,8 @@ typedef struct opts {
     int json;
     /* verb arguments */
     const char *file, *state, *name;
-    int np, max_restarts, watch, limit;
+    int np, max_restarts, watch, limit, follow;
+    long rank; /* logs --rank, -1: every rank */
     const char *model, *data, *optimizer, *lr, *freeze_step;
     long steps, batch_size;
     const char *positional[4];
@@ -46,6 +48,7 @@ static const char *const usage_main =
     "  list         jobs, newest last (--state S)\n"
     "  watch        follow a job to its end with a progress bar; exit 0 if it succeeds\n"
     "  cancel       cancel a job (its workers checkpoint and stop)\n"
+    "  logs         the output of a job's workers (--rank R, -f to follow)\n"
     "  checkpoints  a job's checkpoints, newest first\n"
     "  inspect      read a checkpoint directory here and verify it (no server needed)\n"
     "\n"
@@ -334,6 +337,103 @@ static int v_checkpoints(obctl_client *c, const opts *o)
     return EXIT_OK;
 }
 
+/* The rank of a line tagged by mpirun ("[1,3]<stdout>:..."), and where its text starts; -1 for
+ * an untagged line (mpirun's own messages). */
+static long line_rank(const char *line, const char **text)
+{
+    *text = line;
+    const char *comma, *close;
+    if (line[0] != '[' || !(comma = strchr(line, ',')) || !(close = strchr(comma, ']'))) return -1;
+    const char *colon = strchr(close, ':');
+    if (!colon || close[1] != '<') return -1;
+    char *end;
+    long r = strtol(comma + 1, &end, 10);
+    if (end != close) return -1;
+    *text = colon + 1;
+    return r;
+}
+
+static void print_log_line(const opts *o, const char *line)
+{
+    const char *text;
+    long r = line_rank(line, &text);
+    if (o->rank < 0)
+        puts(line);
+    else if (r == o->rank)
+        puts(text);
+}
+
+static int v_logs(obctl_client *c, const opts *o)
+{
+    int rc = need_job(o, "logs");
+    if (rc) return rc;
+    const char *id = o->positional[0];
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_sigint;
+    sigaction(SIGINT, &sa, NULL);
+    int64_t offset = 0;
+    char *pending = NULL; /* a line not finished yet */
+    size_t plen = 0;
+    ob_err err = {0};
+    rc = EXIT_OK;
+    while (!interrupted) {
+        char *data;
+        size_t len;
+        int64_t next, size;
+        if (obctl_logs(c, id, offset, 0, &data, &len, &next, &size, &err) != OB_OK) {
+            rc = fail(&err);
+            break;
+        }
+        char *joined = realloc(pending, plen + len + 1);
+        if (!joined) {
+            free(data);
+            rc = EXIT_FAIL;
+            break;
+        }
+        pending = joined;
+        if (len) memcpy(pending + plen, data, len);
+        plen += len;
+        pending[plen] = '\0';
+        free(data);
+        char *start = pending, *nl;
+        while ((nl = memchr(start, '\n', plen - (size_t)(start - pending))) != NULL) {
+            *nl = '\0';
+            print_log_line(o, start);
+            start = nl + 1;
+        }
+        plen -= (size_t)(start - pending);
+        memmove(pending, start, plen);
+        fflush(stdout);
+        offset = next;
+        if (offset < size) continue; /* more to read now */
+        if (!o->follow) break;
+        ob_job j;
+        if (obctl_get(c, id, &j, &err) != OB_OK) {
+            rc = fail(&err);
+            break;
+        }
+        int done = ob_job_state_final(j.state);
+        ob_job_clear(&j);
+        if (done) {
+            /* One more read: what the last attempt wrote before the job ended. */
+            if (obctl_logs(c, id, offset, 0, &data, &len, &next, &size, &err) == OB_OK && len) {
+                free(data);
+                continue;
+            }
+            break;
+        }
+        struct timespec pause = {0, 300 * 1000 * 1000};
+        nanosleep(&pause, NULL);
+    }
+    if (plen && rc == EXIT_OK) {
+        pending[plen] = '\0';
+        print_log_line(o, pending);
+    }
+    free(pending);
+    return rc;
+}
+
 static int v_inspect(obctl_client *c, const opts *o)
 {
     (void)c;
@@ -413,6 +513,14 @@ static const verb verbs[] = {
      "  the job's workers finish their step, checkpoint and stop\n"
      "Example:\n  onebitctl cancel job-000001\n",
      v_cancel, 1},
+    {"logs",
+     "usage: onebitctl logs JOB [--rank R] [-f]\n"
+     "  the output of the job's workers, every attempt; lines carry their rank as [job,rank]\n"
+     "  --rank R   only rank R's lines, without the tag\n"
+     "  -f         keep following until the job ends\n"
+     "Examples:\n  onebitctl logs job-000001 --rank 0 -f\n  onebitctl logs job-000001 | grep "
+     "error\n",
+     v_logs, 1},
     {"checkpoints",
      "usage: onebitctl checkpoints JOB\n"
      "  the job's committed checkpoints, newest first\n"
@@ -454,6 +562,7 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
 {
     memset(o, 0, sizeof *o);
     o->max_restarts = -1;
+    o->rank = -1;
     *v = NULL;
     int help = 0;
     for (int i = 1; i < argc; i++) {
@@ -498,7 +607,7 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
             o->json = !strcmp(val, "json");
             i++;
         } else if (!strcmp(a, "--np") || !strcmp(a, "--max-restarts") || !strcmp(a, "--limit") ||
-                   !strcmp(a, "--steps") || !strcmp(a, "--batch-size")) {
+                   !strcmp(a, "--rank") || !strcmp(a, "--steps") || !strcmp(a, "--batch-size")) {
             if (!val) return usage_error(NULL, "%s needs a value", a);
             long lo = !strcmp(a, "--max-restarts") ? -1 : 0;
             if (!parse_long(a, val, lo, 1L << 30, &x)) return EXIT_USAGE;
@@ -510,6 +619,8 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
                 o->limit = (int)x;
             else if (!strcmp(a, "--steps"))
                 o->steps = x;
+            else if (!strcmp(a, "--rank"))
+                o->rank = x;
             else
                 o->batch_size = x;
             i++;

@@ -61,3 +61,11 @@ ob_status obctl_watch(obctl_client *c, const char *id, int64_t after_seq, obctl_
 {
     return c->ops->watch(c, id, after_seq, on_event, user, err);
 }
+
+ob_status obctl_logs(obctl_client *c, const char *id, int64_t offset, int max_bytes, char **data,
+                     size_t *len, int64_t *next, int64_t *size, ob_err *err)
+{
+    *data = NULL;
+    *len = 0;
+    return c->ops->logs(c, id, offset, max_bytes, data, len, next, size, err);
+}

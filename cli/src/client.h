@@ -36,6 +36,11 @@ ob_status obctl_list(obctl_client *c, ob_job_state state, int page_size, const c
 ob_status obctl_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info **out, size_t *n,
                             ob_err *err);
 
+/* Up to max_bytes (0: the server's default) of the job's worker log from offset: *data is
+ * malloc'd (free(); NULL when *len is 0), *next the offset after it, *size the log's size. */
+ob_status obctl_logs(obctl_client *c, const char *id, int64_t offset, int max_bytes, char **data,
+                     size_t *len, int64_t *next, int64_t *size, ob_err *err);
+
 /* Called for each event; return nonzero to stop watching. */
 typedef int (*obctl_on_event)(const ob_job_event *ev, void *user);
 

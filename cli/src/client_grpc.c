@@ -223,13 +223,48 @@ static ob_status g_watch(obctl_client *c, const char *id, int64_t after_seq, obc
     }
 }
 
+static ob_status g_logs(obctl_client *c, const char *id, int64_t offset, int max_bytes, char **data,
+                        size_t *len, int64_t *next, int64_t *size, ob_err *err)
+{
+    Onebit__V1__GetJobLogsRequest q = ONEBIT__V1__GET_JOB_LOGS_REQUEST__INIT;
+    q.id = (char *)id;
+    q.offset = offset;
+    q.max_bytes = max_bytes;
+    ProtobufCMessage *m = NULL;
+    ob_status st = call(c, "/onebit.v1.JobService/GetJobLogs", &q.base,
+                        &onebit__v1__job_logs__descriptor, &m, err);
+    if (st != OB_OK) return st;
+    const Onebit__V1__JobLogs *r = (const Onebit__V1__JobLogs *)m;
+    if (r->data.len) {
+        *data = malloc(r->data.len);
+        if (!*data)
+            st = OB_ERR(err, OB_ERR_NOMEM, "logs");
+        else {
+            memcpy(*data, r->data.data, r->data.len);
+            *len = r->data.len;
+        }
+    }
+    *next = r->next_offset;
+    *size = r->size;
+    protobuf_c_message_free_unpacked(m, NULL);
+    return st;
+}
+
 static void g_destroy(obctl_client *c)
 {
     ob_rpc_client_destroy(rpc(c));
 }
 
-static const obctl_ops grpc_ops = {g_submit,      g_get,   g_cancel, g_list,
-                                   g_checkpoints, g_watch, g_destroy};
+static const obctl_ops grpc_ops = {
+    .submit = g_submit,
+    .get = g_get,
+    .cancel = g_cancel,
+    .list = g_list,
+    .checkpoints = g_checkpoints,
+    .watch = g_watch,
+    .logs = g_logs,
+    .destroy = g_destroy,
+};
 
 ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *token, ob_err *err)
 {

@@ -16,6 +16,8 @@ typedef struct obctl_ops {
                              ob_err *err);
     ob_status (*watch)(obctl_client *c, const char *id, int64_t after_seq, obctl_on_event cb,
                        void *user, ob_err *err);
+    ob_status (*logs)(obctl_client *c, const char *id, int64_t offset, int max_bytes, char **data,
+                      size_t *len, int64_t *next, int64_t *size, ob_err *err);
     void (*destroy)(obctl_client *c);
 } obctl_ops;
 

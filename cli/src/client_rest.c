@@ -339,14 +339,53 @@ static ob_status r_watch(obctl_client *c, const char *id, int64_t after_seq, obc
     return st;
 }
 
+static ob_status r_logs(obctl_client *c, const char *id, int64_t offset, int max_bytes, char **data,
+                        size_t *len, int64_t *next, int64_t *size, ob_err *err)
+{
+    char seg[512], path[640];
+    ob_status st = id_path(seg, sizeof seg, id, "/logs", err);
+    if (st != OB_OK) return st;
+    snprintf(path, sizeof path, "%s?offset=%lld&maxBytes=%d", seg, (long long)offset, max_bytes);
+    json_t *o;
+    request rq = {"GET", path, NULL, NULL, NULL};
+    if ((st = perform(c, &rq, &o, err)) != OB_OK) return st;
+    const char *b64 = json_string_value(json_object_get(o, "data"));
+    const char *nx = json_string_value(json_object_get(o, "nextOffset"));
+    const char *sz = json_string_value(json_object_get(o, "size"));
+    if (!b64 || !nx || !sz) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "logs: the answer lacks data, nextOffset or size");
+    } else {
+        unsigned char *bytes = NULL;
+        size_t n = 0;
+        st = ob_base64_decode(b64, &bytes, &n, err);
+        if (st == OB_OK && n == 0) free(bytes);
+        if (st == OB_OK && n > 0) {
+            *data = (char *)bytes;
+            *len = n;
+        }
+        *next = strtoll(nx, NULL, 10);
+        *size = strtoll(sz, NULL, 10);
+    }
+    json_decref(o);
+    return st;
+}
+
 static void r_destroy(obctl_client *c)
 {
     (void)c;
     curl_global_cleanup();
 }
 
-static const obctl_ops rest_ops = {r_submit,      r_get,   r_cancel, r_list,
-                                   r_checkpoints, r_watch, r_destroy};
+static const obctl_ops rest_ops = {
+    .submit = r_submit,
+    .get = r_get,
+    .cancel = r_cancel,
+    .list = r_list,
+    .checkpoints = r_checkpoints,
+    .watch = r_watch,
+    .logs = r_logs,
+    .destroy = r_destroy,
+};
 
 ob_status obctl_client_rest(obctl_client **out, const char *base_url, const char *token,
                             ob_err *err)

@@ -89,6 +89,9 @@ void obctl_print_job(FILE *f, const ob_job *j)
         if (p->step > 0)
             fprintf(f, "Loss:        %.4f   lr %.3g   %.0f samples/s\n", p->loss, p->lr,
                     p->samples_per_s);
+        if (p->eval_step > 0)
+            fprintf(f, "Eval:        loss %.4f, accuracy %.4f (at step %lld)\n", p->eval_loss,
+                    p->eval_accuracy, (long long)p->eval_step);
         fmt_saved(buf, sizeof buf, p);
         fprintf(f, "Traffic:     %s\n", buf);
     }
@@ -159,6 +162,8 @@ void obctl_print_summary(FILE *f, const ob_job *j)
     fprintf(f, "%s %s after %lld/%lld steps", j->id, ob_job_state_name(j->state),
             (long long)p->step, (long long)p->total_steps);
     if (p->step > 0) fprintf(f, "; final train loss %.4f", p->loss);
+    if (p->eval_step > 0)
+        fprintf(f, "; eval loss %.4f, accuracy %.4f", p->eval_loss, p->eval_accuracy);
     if (p->freeze_step > 0) fprintf(f, "; variance frozen at step %lld", (long long)p->freeze_step);
     if (j->restarts) fprintf(f, "; %d restart%s", j->restarts, j->restarts == 1 ? "" : "s");
     fprintf(f, "\n");

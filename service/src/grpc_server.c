@@ -11,6 +11,7 @@
  * next send when the previous one has completed (one send in flight per call); the stream ends
  * with OK after the event that puts the job in a final state. Shutdown: the server stops
  * accepting, every call is cancelled, the queue is shut down once the last call is freed. */
+#include "onebit/job_codec.h"
 #include "onebit/servers.h"
 #include "onebit/status_map.h"
 #include "onebit/v1/jobs.pb-c.h"
@@ -35,6 +36,7 @@ typedef enum method_id {
     M_CANCEL,
     M_WATCH,
     M_CHECKPOINTS,
+    M_LOGS,
     M_REPORT,
     M_HEALTH_CHECK,
     M_HEALTH_WATCH,
@@ -43,15 +45,11 @@ typedef enum method_id {
 } method_id;
 
 static const char *const method_paths[M_COUNT] = {
-    "/onebit.v1.JobService/SubmitJob",
-    "/onebit.v1.JobService/GetJob",
-    "/onebit.v1.JobService/ListJobs",
-    "/onebit.v1.JobService/CancelJob",
-    "/onebit.v1.JobService/WatchJob",
-    "/onebit.v1.JobService/ListCheckpoints",
-    "/onebit.v1.WorkerService/ReportProgress",
-    "/grpc.health.v1.Health/Check",
-    "/grpc.health.v1.Health/Watch",
+    "/onebit.v1.JobService/SubmitJob",  "/onebit.v1.JobService/GetJob",
+    "/onebit.v1.JobService/ListJobs",   "/onebit.v1.JobService/CancelJob",
+    "/onebit.v1.JobService/WatchJob",   "/onebit.v1.JobService/ListCheckpoints",
+    "/onebit.v1.JobService/GetJobLogs", "/onebit.v1.WorkerService/ReportProgress",
+    "/grpc.health.v1.Health/Check",     "/grpc.health.v1.Health/Watch",
 };
 
 typedef enum tag_kind { TAG_NEW, TAG_DONE, TAG_SEND, TAG_STATUS, TAG_CLOSE, TAG_SHUTDOWN } tag_kind;
@@ -127,84 +125,6 @@ static ProtobufCMessage *unpack_payload(grpc_byte_buffer *bb, const ProtobufCMes
     return m;
 }
 
-/* A job as a message whose strings point into the ob_job (borrowed while it is packed). */
-typedef struct job_pb {
-    Onebit__V1__Job job;
-    Onebit__V1__Progress progress;
-    Onebit__V1__Checkpoint ckpt;
-    Onebit__V1__Attempt *attempts;
-    Onebit__V1__Attempt **attempt_ptrs;
-} job_pb;
-
-static void progress_to_pb(const ob_progress *p, Onebit__V1__Progress *o)
-{
-    onebit__v1__progress__init(o);
-    o->step = p->step;
-    o->total_steps = p->total_steps;
-    o->loss = p->loss;
-    o->phase = (char *)p->phase;
-    o->freeze_step = p->freeze_step;
-    o->samples_per_s = p->samples_per_s;
-    o->bytes_sent = p->bytes_sent;
-    o->bytes_uncompressed = p->bytes_uncompressed;
-    o->lr = p->lr;
-    o->freeze_ratio = p->freeze_ratio;
-}
-
-static int job_to_pb(const ob_job *j, job_pb *pb)
-{
-    memset(pb, 0, sizeof *pb);
-    Onebit__V1__Job *o = &pb->job;
-    onebit__v1__job__init(o);
-    o->id = (char *)j->id;
-    o->name = (char *)j->name;
-    o->state = (Onebit__V1__JobState)j->state;
-    o->spec_json = j->spec_json ? j->spec_json : (char *)"";
-    o->world_size = j->world_size;
-    o->max_restarts = j->max_restarts;
-    o->restarts = j->restarts;
-    progress_to_pb(&j->progress, &pb->progress);
-    o->progress = &pb->progress;
-    if (j->ckpt_step > 0) {
-        onebit__v1__checkpoint__init(&pb->ckpt);
-        pb->ckpt.step = j->ckpt_step;
-        pb->ckpt.path = (char *)j->ckpt_path;
-        pb->ckpt.time_unix_ms = j->ckpt_ms;
-        o->last_checkpoint = &pb->ckpt;
-    }
-    if (j->n_attempts) {
-        pb->attempts = calloc(j->n_attempts, sizeof *pb->attempts);
-        pb->attempt_ptrs = calloc(j->n_attempts, sizeof *pb->attempt_ptrs);
-        if (!pb->attempts || !pb->attempt_ptrs) return -1;
-        for (size_t i = 0; i < j->n_attempts; i++) {
-            const ob_attempt *a = &j->attempts[i];
-            Onebit__V1__Attempt *x = &pb->attempts[i];
-            onebit__v1__attempt__init(x);
-            x->number = a->number;
-            x->started_unix_ms = a->started_ms;
-            x->ended_unix_ms = a->ended_ms;
-            x->start_step = a->start_step;
-            x->exit_code = a->exit_code;
-            x->exit_reason = (char *)a->exit_reason;
-            pb->attempt_ptrs[i] = x;
-        }
-        o->n_attempts = j->n_attempts;
-        o->attempts = pb->attempt_ptrs;
-    }
-    o->created_unix_ms = j->created_ms;
-    o->updated_unix_ms = j->updated_ms;
-    o->started_unix_ms = j->started_ms;
-    o->finished_unix_ms = j->finished_ms;
-    o->message = (char *)j->message;
-    return 0;
-}
-
-static void job_pb_free(job_pb *pb)
-{
-    free(pb->attempts);
-    free(pb->attempt_ptrs);
-}
-
 /* ---- handlers: decode, call the service, encode ------------------------------------------ */
 
 typedef struct reply {
@@ -214,11 +134,11 @@ typedef struct reply {
 
 static ob_status reply_job(reply *r, const ob_job *j)
 {
-    job_pb pb;
+    ob_job_pb pb;
     ob_status rc = OB_OK;
-    if (job_to_pb(j, &pb) != 0 || !(r->bb = pack_message(&pb.job.base)))
+    if (ob_job_to_pb(j, &pb, NULL) != OB_OK || !(r->bb = pack_message(&pb.job.base)))
         rc = OB_ERR(&r->err, OB_ERR_NOMEM, "encoding job %s", j->id);
-    job_pb_free(&pb);
+    ob_job_pb_release(&pb);
     return rc;
 }
 
@@ -271,7 +191,7 @@ static ob_status h_list(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
     ob_status rc = ob_service_list(s->svc, (ob_job_state)q->state, q->page_size, q->page_token,
                                    &jobs, &n, next, &r->err);
     if (rc) return rc;
-    job_pb *pbs = calloc(n ? n : 1, sizeof *pbs);
+    ob_job_pb *pbs = calloc(n ? n : 1, sizeof *pbs);
     Onebit__V1__Job **ptrs = calloc(n ? n : 1, sizeof *ptrs);
     size_t done = 0;
     if (!pbs || !ptrs) {
@@ -279,7 +199,7 @@ static ob_status h_list(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
         goto out;
     }
     for (; done < n; done++) {
-        if (job_to_pb(&jobs[done], &pbs[done]) != 0) {
+        if (ob_job_to_pb(&jobs[done], &pbs[done], NULL) != OB_OK) {
             rc = OB_ERR(&r->err, OB_ERR_NOMEM, "encoding %zu jobs", n);
             done++;
             goto out;
@@ -293,7 +213,7 @@ static ob_status h_list(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
     if (!(r->bb = pack_message(&resp.base))) rc = OB_ERR(&r->err, OB_ERR_NOMEM, "encoding jobs");
 out:
     for (size_t i = 0; pbs && i < done; i++)
-        job_pb_free(&pbs[i]);
+        ob_job_pb_release(&pbs[i]);
     free(pbs);
     free(ptrs);
     ob_job_array_free(jobs, n);
@@ -374,6 +294,26 @@ static ob_status h_report(ob_grpc_server *s, const ProtobufCMessage *m, reply *r
 }
 
 /* Health: "" (the server), and each service onebitd implements. */
+static ob_status h_logs(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
+{
+    const Onebit__V1__GetJobLogsRequest *q = (const Onebit__V1__GetJobLogsRequest *)m;
+    char *data = NULL;
+    size_t len = 0;
+    int64_t size = 0;
+    ob_status rc =
+        ob_service_logs(s->svc, q->id, q->offset, q->max_bytes, &data, &len, &size, &r->err);
+    if (rc) return rc;
+    Onebit__V1__JobLogs resp = ONEBIT__V1__JOB_LOGS__INIT;
+    resp.data.data = (uint8_t *)data;
+    resp.data.len = len;
+    resp.next_offset = q->offset + (int64_t)len;
+    resp.size = size;
+    r->bb = pack_message(&resp.base);
+    free(data);
+    if (!r->bb) return OB_ERR(&r->err, OB_ERR_NOMEM, "encoding logs");
+    return OB_OK;
+}
+
 static int known_service(const char *name)
 {
     return !name[0] || !strcmp(name, "onebit.v1.JobService") ||
@@ -405,6 +345,7 @@ static const struct {
     [M_CANCEL] = {&onebit__v1__cancel_job_request__descriptor, h_cancel},
     [M_WATCH] = {&onebit__v1__watch_job_request__descriptor, NULL},
     [M_CHECKPOINTS] = {&onebit__v1__list_checkpoints_request__descriptor, h_checkpoints},
+    [M_LOGS] = {&onebit__v1__get_job_logs_request__descriptor, h_logs},
     [M_REPORT] = {&onebit__v1__report_progress_request__descriptor, h_report},
     [M_HEALTH_CHECK] = {&grpc__health__v1__health_check_request__descriptor, h_health},
     [M_HEALTH_WATCH] = {&grpc__health__v1__health_check_request__descriptor, NULL},
@@ -613,7 +554,7 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
     }
     const ob_job_event *e = &evs[0];
     Onebit__V1__Progress prog;
-    progress_to_pb(&e->progress, &prog);
+    ob_progress_to_pb(&e->progress, &prog);
     Onebit__V1__JobEvent ev = ONEBIT__V1__JOB_EVENT__INIT;
     ev.seq = e->seq;
     ev.job_id = (char *)e->job_id;

@@ -44,6 +44,9 @@ json_t *ob_progress_to_json(const ob_progress *p)
     json_object_set_new(o, "bytesUncompressed", i64(p->bytes_uncompressed));
     json_object_set_new(o, "lr", dbl(p->lr));
     json_object_set_new(o, "freezeRatio", dbl(p->freeze_ratio));
+    json_object_set_new(o, "evalStep", i64(p->eval_step));
+    json_object_set_new(o, "evalLoss", dbl(p->eval_loss));
+    json_object_set_new(o, "evalAccuracy", dbl(p->eval_accuracy));
     return o;
 }
 
@@ -213,7 +216,10 @@ static ob_status progress_from_json(const json_t *o, ob_progress *p, ob_err *err
         (st = get_i64(o, "bytesSent", &p->bytes_sent, err)) ||
         (st = get_i64(o, "bytesUncompressed", &p->bytes_uncompressed, err)) ||
         (st = get_dbl(o, "lr", &p->lr, err)) ||
-        (st = get_dbl(o, "freezeRatio", &p->freeze_ratio, err)))
+        (st = get_dbl(o, "freezeRatio", &p->freeze_ratio, err)) ||
+        (st = get_i64(o, "evalStep", &p->eval_step, err)) ||
+        (st = get_dbl(o, "evalLoss", &p->eval_loss, err)) ||
+        (st = get_dbl(o, "evalAccuracy", &p->eval_accuracy, err)))
         return st;
     return OB_OK;
 }
@@ -315,6 +321,65 @@ ob_status ob_job_event_from_json(const json_t *o, ob_job_event *e, ob_err *err)
     return OB_OK;
 }
 
+/* ---- base64 ---------------------------------------------------------------------------------- */
+
+static const char b64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+char *ob_base64_encode(const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    char *out = malloc(4 * ((len + 2) / 3) + 1), *o = out;
+    if (!out) return NULL;
+    for (size_t i = 0; i < len; i += 3) {
+        unsigned v = (unsigned)p[i] << 16;
+        if (i + 1 < len) v |= (unsigned)p[i + 1] << 8;
+        if (i + 2 < len) v |= p[i + 2];
+        *o++ = b64[(v >> 18) & 63];
+        *o++ = b64[(v >> 12) & 63];
+        *o++ = i + 1 < len ? b64[(v >> 6) & 63] : '=';
+        *o++ = i + 2 < len ? b64[v & 63] : '=';
+    }
+    *o = '\0';
+    return out;
+}
+
+static int b64_value(char c)
+{
+    const char *p = c ? strchr(b64, c) : NULL;
+    return p ? (int)(p - b64) : -1;
+}
+
+ob_status ob_base64_decode(const char *text, unsigned char **out, size_t *out_len, ob_err *err)
+{
+    size_t n = strlen(text);
+    *out = NULL;
+    *out_len = 0;
+    if (n % 4 != 0)
+        return OB_ERR(err, OB_ERR_CORRUPT, "base64: length %zu is not a multiple of 4", n);
+    unsigned char *buf = malloc(n / 4 * 3 + 1);
+    if (!buf) return OB_ERR(err, OB_ERR_NOMEM, "base64");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i += 4) {
+        int a = b64_value(text[i]), b = b64_value(text[i + 1]);
+        int c = text[i + 2] == '=' ? -2 : b64_value(text[i + 2]);
+        int d = text[i + 3] == '=' ? -2 : b64_value(text[i + 3]);
+        int last = i + 4 == n;
+        if (a < 0 || b < 0 || c == -1 || d == -1 || (!last && (c < 0 || d < 0)) ||
+            (c == -2 && d != -2)) {
+            free(buf);
+            return OB_ERR(err, OB_ERR_CORRUPT, "base64: bad character near offset %zu", i);
+        }
+        unsigned v = (unsigned)a << 18 | (unsigned)b << 12 | (unsigned)(c < 0 ? 0 : c) << 6 |
+                     (unsigned)(d < 0 ? 0 : d);
+        buf[k++] = (unsigned char)(v >> 16);
+        if (c >= 0) buf[k++] = (unsigned char)(v >> 8);
+        if (d >= 0) buf[k++] = (unsigned char)v;
+    }
+    *out = buf;
+    *out_len = k;
+    return OB_OK;
+}
+
 /* ---- protobuf ------------------------------------------------------------------------------- */
 
 void ob_progress_to_pb(const ob_progress *p, Onebit__V1__Progress *o)
@@ -330,6 +395,9 @@ void ob_progress_to_pb(const ob_progress *p, Onebit__V1__Progress *o)
     o->bytes_uncompressed = p->bytes_uncompressed;
     o->lr = p->lr;
     o->freeze_ratio = p->freeze_ratio;
+    o->eval_step = p->eval_step;
+    o->eval_loss = p->eval_loss;
+    o->eval_accuracy = p->eval_accuracy;
 }
 
 ob_status ob_job_to_pb(const ob_job *j, ob_job_pb *pb, ob_err *err)
@@ -410,6 +478,9 @@ static void progress_from_pb(const Onebit__V1__Progress *m, ob_progress *p)
     p->bytes_uncompressed = m->bytes_uncompressed;
     p->lr = m->lr;
     p->freeze_ratio = m->freeze_ratio;
+    p->eval_step = m->eval_step;
+    p->eval_loss = m->eval_loss;
+    p->eval_accuracy = m->eval_accuracy;
 }
 
 ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *j, ob_err *err)

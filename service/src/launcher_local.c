@@ -209,6 +209,8 @@ static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch
     argv[a++] = ll->mpirun;
     argv[a++] = "-np";
     argv[a++] = np;
+    /* Every line of the log names its rank ("[1,0]<stdout>:"), for onebitctl logs --rank. */
+    argv[a++] = "--tag-output";
     for (size_t i = 0; i < ll->n_mpirun_args && a < 40; i++)
         argv[a++] = ll->mpirun_args[i];
     argv[a++] = ll->worker;

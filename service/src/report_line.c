@@ -17,9 +17,26 @@ static int64_t jint(const json_t *o, const char *key)
     return json_is_number(v) ? (int64_t)json_number_value(v) : 0;
 }
 
+/* Length of mpirun's --tag-output prefix "[1,0]<stdout>:" at the start of line (0: none). */
+static size_t tag_length(const char *line, size_t len)
+{
+    static const char out[] = "<stdout>:";
+    size_t i = 0;
+    if (len == 0 || line[0] != '[') return 0;
+    for (i = 1; i < len && line[i] != ']'; i++)
+        if (!(line[i] >= '0' && line[i] <= '9') && line[i] != ',') return 0;
+    if (i >= len) return 0;
+    i++;
+    if (len - i < sizeof out - 1 || memcmp(line + i, out, sizeof out - 1) != 0) return 0;
+    return i + sizeof out - 1;
+}
+
 int ob_report_parse_line(const char *line, size_t len, ob_report *r)
 {
     memset(r, 0, sizeof *r);
+    size_t tag = tag_length(line, len);
+    line += tag;
+    len -= tag;
     if (len < 2 || line[0] != '{') return 0;
     json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
     if (!o) return 0;

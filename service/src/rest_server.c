@@ -10,6 +10,7 @@
  *
  * Errors: {"error": {"code": <HTTP status>, "status": "<gRPC code name>", "message": "..."}},
  * statuses from the one table in status_map.h. */
+#include "onebit/job_codec.h"
 #include "onebit/servers.h"
 #include "onebit/status_map.h"
 #include "svc_internal.h"
@@ -42,99 +43,8 @@ typedef struct request {
 
 /* ---- JSON of the API types --------------------------------------------------------------- */
 
-static json_t *i64(int64_t v)
-{
-    char buf[32];
-    snprintf(buf, sizeof buf, "%lld", (long long)v);
-    return json_string(buf);
-}
-
-static json_t *dbl(double v)
-{
-    if (isnan(v)) return json_string("NaN");
-    if (isinf(v)) return json_string(v > 0 ? "Infinity" : "-Infinity");
-    return json_real(v);
-}
-
-static json_t *state_json(ob_job_state s)
-{
-    char buf[48];
-    snprintf(buf, sizeof buf, "JOB_STATE_%s", ob_job_state_name(s));
-    return json_string(buf);
-}
-
-static json_t *progress_json(const ob_progress *p)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "step", i64(p->step));
-    json_object_set_new(o, "totalSteps", i64(p->total_steps));
-    json_object_set_new(o, "loss", dbl(p->loss));
-    json_object_set_new(o, "phase", json_string(p->phase));
-    json_object_set_new(o, "freezeStep", i64(p->freeze_step));
-    json_object_set_new(o, "samplesPerS", dbl(p->samples_per_s));
-    json_object_set_new(o, "bytesSent", i64(p->bytes_sent));
-    json_object_set_new(o, "bytesUncompressed", i64(p->bytes_uncompressed));
-    json_object_set_new(o, "lr", dbl(p->lr));
-    json_object_set_new(o, "freezeRatio", dbl(p->freeze_ratio));
-    return o;
-}
-
-static json_t *checkpoint_json(int64_t step, const char *path, int64_t ms)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "step", i64(step));
-    json_object_set_new(o, "path", json_string(path));
-    json_object_set_new(o, "timeUnixMs", i64(ms));
-    return o;
-}
-
-static json_t *job_json(const ob_job *j)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "id", json_string(j->id));
-    json_object_set_new(o, "name", json_string(j->name));
-    json_object_set_new(o, "state", state_json(j->state));
-    json_object_set_new(o, "specJson", json_string(j->spec_json ? j->spec_json : ""));
-    json_object_set_new(o, "worldSize", json_integer(j->world_size));
-    json_object_set_new(o, "maxRestarts", json_integer(j->max_restarts));
-    json_object_set_new(o, "restarts", json_integer(j->restarts));
-    json_object_set_new(o, "progress", progress_json(&j->progress));
-    if (j->ckpt_step > 0)
-        json_object_set_new(o, "lastCheckpoint",
-                            checkpoint_json(j->ckpt_step, j->ckpt_path, j->ckpt_ms));
-    json_t *att = json_array();
-    for (size_t i = 0; i < j->n_attempts; i++) {
-        const ob_attempt *a = &j->attempts[i];
-        json_t *x = json_object();
-        json_object_set_new(x, "number", json_integer(a->number));
-        json_object_set_new(x, "startedUnixMs", i64(a->started_ms));
-        json_object_set_new(x, "endedUnixMs", i64(a->ended_ms));
-        json_object_set_new(x, "startStep", i64(a->start_step));
-        json_object_set_new(x, "exitCode", json_integer(a->exit_code));
-        json_object_set_new(x, "exitReason", json_string(a->exit_reason));
-        json_array_append_new(att, x);
-    }
-    json_object_set_new(o, "attempts", att);
-    json_object_set_new(o, "createdUnixMs", i64(j->created_ms));
-    json_object_set_new(o, "updatedUnixMs", i64(j->updated_ms));
-    json_object_set_new(o, "startedUnixMs", i64(j->started_ms));
-    json_object_set_new(o, "finishedUnixMs", i64(j->finished_ms));
-    json_object_set_new(o, "message", json_string(j->message));
-    return o;
-}
-
-static json_t *event_json(const ob_job_event *e)
-{
-    json_t *o = json_object();
-    json_object_set_new(o, "seq", i64(e->seq));
-    json_object_set_new(o, "jobId", json_string(e->job_id));
-    json_object_set_new(o, "timeUnixMs", i64(e->time_ms));
-    json_object_set_new(o, "kind", json_string(e->kind));
-    json_object_set_new(o, "state", state_json(e->state));
-    json_object_set_new(o, "message", json_string(e->message));
-    json_object_set_new(o, "progress", progress_json(&e->progress));
-    return o;
-}
+/* Jobs, events and checkpoints are encoded by job_codec (shared with the gRPC server and the
+ * CLI). */
 
 /* ---- responses ---------------------------------------------------------------------------- */
 
@@ -309,7 +219,7 @@ static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn,
         if (rc) {
             ret = send_error(conn, rc, err.msg);
         } else {
-            ret = send_json(conn, 200, job_json(&j));
+            ret = send_json(conn, 200, ob_job_to_json(&j));
             ob_job_clear(&j);
         }
     }
@@ -342,7 +252,7 @@ static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn)
     if (rc) return send_error(conn, rc, err.msg);
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(arr, job_json(&jobs[i]));
+        json_array_append_new(arr, ob_job_to_json(&jobs[i]));
     ob_job_array_free(jobs, n);
     json_t *o = json_object();
     json_object_set_new(o, "jobs", arr);
@@ -360,12 +270,7 @@ static enum MHD_Result do_checkpoints(ob_rest_server *s, struct MHD_Connection *
     if (rc) return send_error(conn, rc, err.msg);
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
-        json_t *c = checkpoint_json(ck[i].step, ck[i].path, ck[i].time_ms);
-        json_object_set_new(c, "worldSize", json_integer(ck[i].world_size));
-        json_object_set_new(c, "phase", json_string(ck[i].phase));
-        json_object_set_new(c, "freezeStep", i64(ck[i].freeze_step));
-        json_object_set_new(c, "problem", json_string(ck[i].problem));
-        json_array_append_new(arr, c);
+        json_array_append_new(arr, ob_checkpoint_info_to_json(&ck[i]));
     }
     free(ck);
     json_t *o = json_object();
@@ -419,7 +324,7 @@ static int sse_fill(sse *e)
     }
     if (n == 0 && final) e->done = 1;
     for (size_t i = 0; i < n && !e->done; i++) {
-        json_t *o = event_json(&evs[i]);
+        json_t *o = ob_job_event_to_json(&evs[i]);
         char *data = json_dumps(o, JSON_COMPACT);
         json_decref(o);
         char head[128];
@@ -531,6 +436,33 @@ static enum MHD_Result wrong_method(struct MHD_Connection *conn, const char *met
     return send_error_http(conn, 405, "UNIMPLEMENTED", msg);
 }
 
+/* GET /v1/jobs/{id}/logs?offset=N&maxBytes=M: {"data": base64, "nextOffset", "size"}. */
+static enum MHD_Result do_logs(ob_rest_server *s, struct MHD_Connection *conn, const char *id)
+{
+    ob_err err;
+    long long offset, max_bytes;
+    if (query_int(conn, "offset", 0, INT64_MAX, &offset, &err) ||
+        query_int(conn, "maxBytes", 0, OB_LOG_READ_MAX, &max_bytes, &err))
+        return send_error(conn, OB_ERR_INVALID_ARG, err.msg);
+    char *data = NULL;
+    size_t len = 0;
+    int64_t size = 0;
+    ob_status rc = ob_service_logs(s->svc, id, offset, (int)max_bytes, &data, &len, &size, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    char *b64 = ob_base64_encode(data, len);
+    free(data);
+    if (!b64) return send_error(conn, OB_ERR_NOMEM, "encoding logs");
+    json_t *o = json_object();
+    char num[32];
+    json_object_set_new(o, "data", json_string(b64));
+    snprintf(num, sizeof num, "%lld", offset + (long long)len);
+    json_object_set_new(o, "nextOffset", json_string(num));
+    snprintf(num, sizeof num, "%lld", (long long)size);
+    json_object_set_new(o, "size", json_string(num));
+    free(b64);
+    return send_json(conn, 200, o);
+}
+
 static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, const char *url,
                              const char *method, request *rq)
 {
@@ -578,7 +510,7 @@ static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, con
             if (!get) return wrong_method(conn, method, url);
             ob_status rc = ob_service_get(s->svc, id, &j, &err);
             if (rc) return send_error(conn, rc, err.msg);
-            enum MHD_Result ret = send_json(conn, 200, job_json(&j));
+            enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
             ob_job_clear(&j);
             return ret;
         }
@@ -586,7 +518,7 @@ static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, con
             if (!post) return wrong_method(conn, method, url);
             ob_status rc = ob_service_cancel(s->svc, id, &j, &err);
             if (rc) return send_error(conn, rc, err.msg);
-            enum MHD_Result ret = send_json(conn, 200, job_json(&j));
+            enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
             ob_job_clear(&j);
             return ret;
         }
@@ -597,6 +529,10 @@ static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, con
         if (!strcmp(tail, "/checkpoints")) {
             if (!get) return wrong_method(conn, method, url);
             return do_checkpoints(s, conn, id);
+        }
+        if (!strcmp(tail, "/logs")) {
+            if (!get) return wrong_method(conn, method, url);
+            return do_logs(s, conn, id);
         }
     }
     snprintf(msg, sizeof msg, "no such resource: %.10s %.300s", method, url);

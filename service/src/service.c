@@ -548,3 +548,53 @@ ob_status ob_service_checkpoints(ob_service *svc, const char *id, ob_checkpoint_
     pthread_mutex_unlock(&svc->mu);
     return rc;
 }
+
+ob_status ob_service_logs(ob_service *svc, const char *id, int64_t offset, int max_bytes,
+                          char **data, size_t *len, int64_t *size, ob_err *err)
+{
+    *data = NULL;
+    *len = 0;
+    *size = 0;
+    if (offset < 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "offset: %lld < 0", (long long)offset);
+    if (max_bytes < 0 || max_bytes > OB_LOG_READ_MAX)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "max_bytes: %d is not in [0, %d]", max_bytes,
+                      OB_LOG_READ_MAX);
+    if (max_bytes == 0) max_bytes = OB_LOG_READ_DEFAULT;
+    ob_job j;
+    char path[OB_JOB_PATH_LEN];
+    pthread_mutex_lock(&svc->mu);
+    ob_status rc = ob_store_get_job(svc->store, id, &j, err);
+    pthread_mutex_unlock(&svc->mu);
+    if (rc) return rc;
+    ob_job_clear(&j);
+    ob__svc_job_path(svc, id, "worker.log", path, sizeof path);
+    /* The log is only ever appended to: no lock is needed to read a prefix of it. */
+    FILE *f = fopen(path, "rb");
+    if (!f) return OB_OK; /* no attempt yet */
+    if (fseeko(f, 0, SEEK_END) != 0) {
+        fclose(f);
+        return OB_ERR(err, OB_ERR_IO, "%s: %s", path, strerror(errno));
+    }
+    *size = (int64_t)ftello(f);
+    if (offset >= *size) {
+        fclose(f);
+        return OB_OK;
+    }
+    size_t want =
+        (size_t)(*size - offset) < (size_t)max_bytes ? (size_t)(*size - offset) : (size_t)max_bytes;
+    char *buf = malloc(want);
+    if (!buf) {
+        fclose(f);
+        return OB_ERR(err, OB_ERR_NOMEM, "reading %zu bytes of %s", want, path);
+    }
+    size_t got = 0;
+    if (fseeko(f, (off_t)offset, SEEK_SET) == 0) got = fread(buf, 1, want, f);
+    fclose(f);
+    if (got == 0) {
+        free(buf);
+        return OB_OK;
+    }
+    *data = buf;
+    *len = got;
+    return OB_OK;
+}

@@ -31,6 +31,8 @@ static const char *const schema_sql =
     " freeze_step INTEGER NOT NULL DEFAULT 0, samples_per_s REAL NOT NULL DEFAULT 0,"
     " bytes_sent INTEGER NOT NULL DEFAULT 0, bytes_uncompressed INTEGER NOT NULL DEFAULT 0,"
     " lr REAL NOT NULL DEFAULT 0, freeze_ratio REAL NOT NULL DEFAULT 0,"
+    " eval_step INTEGER NOT NULL DEFAULT 0, eval_loss REAL NOT NULL DEFAULT 0,"
+    " eval_accuracy REAL NOT NULL DEFAULT 0,"
     " ckpt_step INTEGER NOT NULL DEFAULT 0, ckpt_ms INTEGER NOT NULL DEFAULT 0,"
     " ckpt_path TEXT NOT NULL DEFAULT '');"
     "CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state, seq);"
@@ -43,7 +45,18 @@ static const char *const schema_sql =
     " state INTEGER NOT NULL, message TEXT NOT NULL,"
     " step INTEGER, total_steps INTEGER, loss REAL, phase TEXT, freeze_step INTEGER,"
     " samples_per_s REAL, bytes_sent INTEGER, bytes_uncompressed INTEGER, lr REAL,"
-    " freeze_ratio REAL, PRIMARY KEY(job_id, seq));";
+    " freeze_ratio REAL, eval_step INTEGER NOT NULL DEFAULT 0, eval_loss REAL NOT NULL DEFAULT 0,"
+    " eval_accuracy REAL NOT NULL DEFAULT 0, PRIMARY KEY(job_id, seq));";
+
+/* Columns added after the first release of the store, added to older databases on open. */
+static const char *const added_columns[][2] = {
+    {"jobs", "eval_step INTEGER NOT NULL DEFAULT 0"},
+    {"jobs", "eval_loss REAL NOT NULL DEFAULT 0"},
+    {"jobs", "eval_accuracy REAL NOT NULL DEFAULT 0"},
+    {"events", "eval_step INTEGER NOT NULL DEFAULT 0"},
+    {"events", "eval_loss REAL NOT NULL DEFAULT 0"},
+    {"events", "eval_accuracy REAL NOT NULL DEFAULT 0"},
+};
 
 /* Converts a SQLite failure into an ob_status with the call and the database's message. */
 #define SQL_ERR(s, err, what)                                                                      \
@@ -91,6 +104,25 @@ static ob_status check_meta(ob_store *s, ob_err *err)
     return exec(s, "INSERT INTO meta(key, value) VALUES('format', 'onebit-store-1')", err);
 }
 
+/* Adds the columns of added_columns that an older database lacks. */
+static ob_status add_columns(ob_store *s, ob_err *err)
+{
+    for (size_t i = 0; i < sizeof added_columns / sizeof *added_columns; i++) {
+        char sql[256], name[64];
+        sscanf(added_columns[i][1], "%63s", name);
+        snprintf(sql, sizeof sql, "SELECT %s FROM %s LIMIT 0", name, added_columns[i][0]);
+        sqlite3_stmt *st = NULL;
+        int have = sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) == SQLITE_OK;
+        sqlite3_finalize(st);
+        if (have) continue;
+        snprintf(sql, sizeof sql, "ALTER TABLE %s ADD COLUMN %s", added_columns[i][0],
+                 added_columns[i][1]);
+        ob_status rc = exec(s, sql, err);
+        if (rc) return rc;
+    }
+    return OB_OK;
+}
+
 ob_status ob_store_open(ob_store **out, const char *path, ob_err *err)
 {
     ob_status rc;
@@ -110,7 +142,8 @@ ob_status ob_store_open(ob_store **out, const char *path, ob_err *err)
     if ((rc = exec(s, "PRAGMA journal_mode=WAL", err))) goto fail;
     if ((rc = exec(s, "PRAGMA synchronous=FULL", err))) goto fail;
     if ((rc = exec(s, "BEGIN IMMEDIATE", err))) goto fail;
-    if ((rc = exec(s, schema_sql, err)) || (rc = check_meta(s, err))) {
+    if ((rc = exec(s, schema_sql, err)) || (rc = add_columns(s, err)) ||
+        (rc = check_meta(s, err))) {
         rollback(s);
         goto fail;
     }
@@ -147,6 +180,9 @@ static void bind_progress(sqlite3_stmt *st, int first, const ob_progress *p)
     sqlite3_bind_int64(st, first + 7, p->bytes_uncompressed);
     sqlite3_bind_double(st, first + 8, p->lr);
     sqlite3_bind_double(st, first + 9, p->freeze_ratio);
+    sqlite3_bind_int64(st, first + 10, p->eval_step);
+    sqlite3_bind_double(st, first + 11, p->eval_loss);
+    sqlite3_bind_double(st, first + 12, p->eval_accuracy);
 }
 
 static void read_progress(sqlite3_stmt *st, int first, ob_progress *p)
@@ -161,11 +197,14 @@ static void read_progress(sqlite3_stmt *st, int first, ob_progress *p)
     p->bytes_uncompressed = sqlite3_column_int64(st, first + 7);
     p->lr = sqlite3_column_double(st, first + 8);
     p->freeze_ratio = sqlite3_column_double(st, first + 9);
+    p->eval_step = sqlite3_column_int64(st, first + 10);
+    p->eval_loss = sqlite3_column_double(st, first + 11);
+    p->eval_accuracy = sqlite3_column_double(st, first + 12);
 }
 
 #define PROGRESS_COLS                                                                              \
     "step, total_steps, loss, phase, freeze_step, samples_per_s, bytes_sent, "                     \
-    "bytes_uncompressed, lr, freeze_ratio"
+    "bytes_uncompressed, lr, freeze_ratio, eval_step, eval_loss, eval_accuracy"
 
 static ob_status insert_event(ob_store *s, const char *job_id, ob_job_event *ev, ob_err *err)
 {
@@ -184,7 +223,7 @@ static ob_status insert_event(ob_store *s, const char *job_id, ob_job_event *ev,
     ob__strlcpy(ev->job_id, job_id, sizeof ev->job_id);
     rc = prepare(s, &st,
                  "INSERT INTO events(job_id, seq, time_ms, kind, state, message, " PROGRESS_COLS
-                 ") VALUES(?,?,?,?,?,?, ?,?,?,?,?,?,?,?,?,?)",
+                 ") VALUES(?,?,?,?,?,?, ?,?,?,?,?,?,?,?,?,?,?,?,?)",
                  err);
     if (rc) return rc;
     sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
@@ -436,8 +475,8 @@ static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, o
                  "UPDATE jobs SET state=?, restarts=?, cancel_requested=?, updated_ms=?,"
                  " started_ms=?, finished_ms=?, next_attempt_ms=?, message=?, ckpt_step=?,"
                  " ckpt_ms=?, ckpt_path=?, step=?, total_steps=?, loss=?, phase=?, freeze_step=?,"
-                 " samples_per_s=?, bytes_sent=?, bytes_uncompressed=?, lr=?, freeze_ratio=?"
-                 " WHERE id=?",
+                 " samples_per_s=?, bytes_sent=?, bytes_uncompressed=?, lr=?, freeze_ratio=?,"
+                 " eval_step=?, eval_loss=?, eval_accuracy=? WHERE id=?",
                  err);
     if (rc) goto fail;
     sqlite3_bind_int(st, 1, j->state);
@@ -452,7 +491,7 @@ static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, o
     sqlite3_bind_int64(st, 10, j->ckpt_ms);
     sqlite3_bind_text(st, 11, j->ckpt_path, -1, SQLITE_STATIC);
     bind_progress(st, 12, &j->progress);
-    sqlite3_bind_text(st, 22, j->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 25, j->id, -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE) {
         rc = SQL_ERR(s, err, "update job");
         goto fail;

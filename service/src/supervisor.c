@@ -40,9 +40,12 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
     char msg[OB_JOB_MSG_LEN] = "";
     ob_progress *p = &j.progress;
     if (!strcmp(rep->kind, "step")) {
-        int64_t freeze_step = p->freeze_step;
+        ob_progress kept = *p;
         *p = rep->progress;
-        p->freeze_step = freeze_step;
+        p->freeze_step = kept.freeze_step;
+        p->eval_step = kept.eval_step;
+        p->eval_loss = kept.eval_loss;
+        p->eval_accuracy = kept.eval_accuracy;
         p->total_steps = r->total_steps;
         /* The worker's own count: it carries on from the checkpoint after a resume. What an
          * fp32 ring allreduce would have sent for as many steps: 2 (N-1)/N * 4 d per step. */
@@ -56,6 +59,9 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
         snprintf(msg, sizeof msg, "variance frozen at step %" PRId64 "; compression phase begins",
                  p->freeze_step);
     } else if (!strcmp(rep->kind, "eval")) {
+        p->eval_step = rep->progress.step;
+        p->eval_loss = rep->eval_loss;
+        p->eval_accuracy = rep->eval_accuracy;
         snprintf(msg, sizeof msg, "eval at step %" PRId64 ": loss %.6g, accuracy %.4f",
                  rep->progress.step, rep->eval_loss, rep->eval_accuracy);
     } else if (!strcmp(rep->kind, "checkpoint") && rep->ckpt_failed) {

@@ -50,6 +50,8 @@ typedef struct ob_progress {
     int64_t bytes_uncompressed; /* what an fp32 ring allreduce would have sent */
     double lr;
     double freeze_ratio;
+    int64_t eval_step; /* step of the latest evaluation; 0: none yet */
+    double eval_loss, eval_accuracy;
 } ob_progress;
 
 typedef struct ob_attempt {

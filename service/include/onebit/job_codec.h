@@ -34,6 +34,12 @@ ob_status ob_job_from_json(const json_t *o, ob_job *out, ob_err *err);
 ob_status ob_job_event_from_json(const json_t *o, ob_job_event *out, ob_err *err);
 ob_status ob_checkpoint_info_from_json(const json_t *o, ob_checkpoint_info *out, ob_err *err);
 
+/* Base64 (RFC 4648, with padding), as proto3 JSON writes bytes fields. encode: a NUL-terminated
+ * string from malloc (NULL when memory runs out). decode: *out from malloc with *out_len bytes;
+ * OB_ERR_CORRUPT for text that is not base64. */
+char *ob_base64_encode(const void *data, size_t len);
+ob_status ob_base64_decode(const char *text, unsigned char **out, size_t *out_len, ob_err *err);
+
 /* ---- protobuf -------------------------------------------------------------------------------- */
 
 /* A job as a message whose strings point into the ob_job: valid while the job is unchanged;

@@ -26,8 +26,9 @@ typedef struct ob_report {
     int ckpt_failed;                 /* checkpoint: it could not be written */
 } ob_report;
 
-/* Parses one line of a worker's JSON progress output into *r (job_id left empty). Returns 1
- * for a progress event, 0 for anything else (other output, malformed lines). */
+/* Parses one line of a worker's JSON progress output into *r (job_id left empty); a leading
+ * mpirun --tag-output tag ("[1,0]<stdout>:") is skipped. Returns 1 for a progress event, 0 for
+ * anything else (other output, malformed lines). */
 int ob_report_parse_line(const char *line, size_t len, ob_report *r);
 
 #ifdef __cplusplus

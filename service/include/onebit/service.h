@@ -121,6 +121,17 @@ typedef struct ob_checkpoint_info {
 ob_status ob_service_checkpoints(ob_service *svc, const char *id, ob_checkpoint_info **out,
                                  size_t *n, ob_err *err);
 
+#define OB_LOG_READ_DEFAULT (64 << 10)
+#define OB_LOG_READ_MAX (1 << 20)
+
+/* Up to max_bytes (0: OB_LOG_READ_DEFAULT; at most OB_LOG_READ_MAX) of the job's worker log from
+ * byte offset on: every rank's output, each line tagged "[<mpi job>,<rank>]<stdout>:" by mpirun.
+ * *data is malloc'd (free(); NULL when *len is 0); *size is the log's size now (0 before the
+ * first attempt). OB_ERR_NOT_FOUND for an unknown job, OB_ERR_INVALID_ARG for a negative
+ * offset or max_bytes out of range. */
+ob_status ob_service_logs(ob_service *svc, const char *id, int64_t offset, int max_bytes,
+                          char **data, size_t *len, int64_t *size, ob_err *err);
+
 /* Prometheus text exposition of the service's metrics. *out is malloc'd (free()). */
 ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err);
 
