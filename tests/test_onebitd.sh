@@ -54,6 +54,14 @@ wait_state() {
   return 1
 }
 job_count() { curl -s "http://$REST/v1/jobs?pageSize=1000" | jq '.jobs | length'; }
+# Everything the store holds, as the API shows it: every job and every event of each (for jobs
+# that have ended, whose event streams end by themselves).
+snapshot() {
+  curl -s "http://$REST/v1/jobs?pageSize=1000"
+  for id in $(curl -s "http://$REST/v1/jobs?pageSize=1000" | jq -r '.jobs[].id'); do
+    curl -s -N --max-time 5 "http://$REST/v1/jobs/$id/events"
+  done
+}
 
 spec() { # spec FILE STEPS INTERVAL
   printf 'name: t\nmodel: {type: mlp, hidden: [8]}\ndata: {type: synthetic_classification}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: %s\nlog_interval: 5\ncheckpoint: {interval: %s}\n' "$2" "$3" > "$1"
@@ -144,6 +152,7 @@ check "REST list filtered by state" '[ "$(echo "$out" | head -1 | jq ".jobs | le
 
 # --- bad input: the right status, a clear message, nothing stored, still serving ----------------
 before=$(job_count)
+snapshot > "$TMP/snap.before"
 rpc raw /onebit.v1.JobService/SubmitJob ffffffffff > /dev/null 2> "$TMP/err"; rc=$?
 check "malformed protobuf: INVALID_ARGUMENT" '[ $rc -eq 3 ] && grep -q "malformed onebit.v1.SubmitJobRequest" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
 rpc raw /onebit.v1.JobService/Frobnicate 00 > /dev/null 2> "$TMP/err"; rc=$?
@@ -180,7 +189,8 @@ out=$(http DELETE /v1/jobs)
 check "wrong method: 405" '[ "$(echo "$out" | tail -1)" = 405 ]' "$out"
 rpc cancel "$id1" > /dev/null 2> "$TMP/err"; rc=$?
 check "cancel of a finished job: FAILED_PRECONDITION" '[ $rc -eq 9 ] && grep -q "already SUCCEEDED" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
-check "bad input changed nothing, the service still serves" '[ "$(job_count)" = "$before" ] && rpc health > /dev/null 2>&1' "jobs $before -> $(job_count)"
+snapshot > "$TMP/snap.after"
+check "bad input changed nothing in the store, the service still serves" '[ "$(job_count)" = "$before" ] && [ "$(wc -c < "$TMP/snap.before")" -gt 1000 ] && cmp -s "$TMP/snap.before" "$TMP/snap.after" && rpc health > /dev/null 2>&1' "jobs $before -> $(job_count); $(diff "$TMP/snap.before" "$TMP/snap.after" | head -5)"
 
 # --- a rank killed mid-run: restart from the checkpoint, SUCCEEDED ------------------------------
 control "FAKE_STEP_S=0.01" "FAKE_CRASH_AT=25"

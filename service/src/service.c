@@ -332,17 +332,6 @@ static void append_problem(char *buf, size_t cap, const char *text)
     ob__strlcpy(buf + len, text, cap - len);
 }
 
-/* The spec parser's message without the trailing " (file.c:123)" it adds for developers. */
-static void strip_location(char *msg)
-{
-    size_t n = strlen(msg);
-    if (n && msg[n - 1] == ')') {
-        char *open = strrchr(msg, '(');
-        if (open && open > msg && open[-1] == ' ' && strchr(open, ':') && strstr(open, ".c:"))
-            open[-1] = '\0';
-    }
-}
-
 ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *out, ob_err *err)
 {
     char problems[OB_ERR_MSG_LEN - 40] = "";
@@ -352,15 +341,19 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
     if (!spec) return OB_ERR(err, OB_ERR_NOMEM, "allocating a job spec");
     ob_err perr;
     ob_err_clear(&perr);
-    int spec_ok = 0;
     if (!req->spec || req->spec_len == 0) {
         append_problem(problems, sizeof problems, "spec: missing required field");
     } else if (ob_jobspec_parse(spec, req->spec, req->spec_len, OB_SPEC_AUTO, &perr) != OB_OK) {
-        strip_location(perr.msg);
-        snprintf(text, sizeof text, "spec: %s", perr.msg);
+        if (perr.code == OB_ERR_NOMEM) {
+            free(spec);
+            if (err) *err = perr;
+            return OB_ERR_NOMEM;
+        }
+        /* The API shows the parser's message without its developer location. */
+        char clean[OB_ERR_MSG_LEN];
+        ob_status_public_message(perr.msg, clean, sizeof clean);
+        snprintf(text, sizeof text, "spec: %.480s", clean);
         append_problem(problems, sizeof problems, text);
-    } else {
-        spec_ok = 1;
     }
     int default_world = svc->cfg.default_world_size > 0 ? svc->cfg.default_world_size : 1;
     int world = req->world_size ? req->world_size : default_world;
@@ -383,7 +376,6 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
         free(spec);
         return OB_ERR(err, OB_ERR_INVALID_ARG, "%s", problems);
     }
-    (void)spec_ok;
     char *json = NULL;
     ob_status rc = ob_jobspec_to_json(spec, &json, err);
     if (rc) {
