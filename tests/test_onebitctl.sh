@@ -107,6 +107,9 @@ ctl "$TMP/i" inspect "$CK"; rc=$?
 if [ $rc -eq 0 ] && grep -q "^Step: *150" "$TMP/i" && grep -q "^Freeze step: *40" "$TMP/i" &&
    grep -q "^World size: *2" "$TMP/i" && grep -q "^Verifies: *yes" "$TMP/i"; then ok "inspect a checkpoint"
 else bad "inspect" "$(cat "$TMP/i" "$TMP/i.err")"; fi
+ctl "$TMP/ij" inspect "$CK" -o json; rc=$?
+if [ $rc -eq 0 ] && [ "$(jq -r '[.step, .freezeStep, .worldSize, .verifies] | join(" ")' "$TMP/ij")" = "150 40 2 true" ]; then
+  ok "inspect -o json"; else bad "inspect json" "$(cat "$TMP/ij")"; fi
 cp -r "$CK" "$TMP/broken" && truncate -s 2000 "$TMP/broken/rank-00001.h5"
 ctl "$TMP/ib" inspect "$TMP/broken"; rc=$?
 if [ $rc -eq 1 ] && grep -q "^Verifies: .*rank-00001.h5" "$TMP/ib"; then ok "inspect: a damaged checkpoint does not verify, exit 1"

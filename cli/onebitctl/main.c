@@ -14,6 +14,7 @@
 #include "render.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -447,14 +448,23 @@ static int v_inspect(obctl_client *c, const opts *o)
     }
     ob_status vst = ob_ckpt_verify(dir, NULL, &verr);
     if (o->json) {
-        printf("{\"path\": \"%s\", \"step\": %ld, \"phase\": \"%s\", \"freezeStep\": %ld, "
-               "\"worldSize\": %d, \"numParams\": %llu, \"paddedSize\": %llu, \"chunkSize\": "
-               "%llu, \"blockSize\": %llu, \"formatVersion\": %u, \"verifies\": %s",
-               dir, m.step, m.phase ? "compression" : "warmup", m.freeze_step, m.world_size,
-               (unsigned long long)m.num_params, (unsigned long long)m.padded_size,
-               (unsigned long long)m.chunk_size, (unsigned long long)m.block_size, m.format_version,
-               vst == OB_OK ? "true" : "false");
-        printf("}\n");
+        json_t *j = json_object();
+        json_object_set_new(j, "path", json_string(dir));
+        json_object_set_new(j, "step", json_integer(m.step));
+        json_object_set_new(j, "phase", json_string(m.phase ? "compression" : "warmup"));
+        json_object_set_new(j, "freezeStep", json_integer(m.freeze_step));
+        json_object_set_new(j, "worldSize", json_integer(m.world_size));
+        json_object_set_new(j, "numParams", json_integer((json_int_t)m.num_params));
+        json_object_set_new(j, "paddedSize", json_integer((json_int_t)m.padded_size));
+        json_object_set_new(j, "chunkSize", json_integer((json_int_t)m.chunk_size));
+        json_object_set_new(j, "blockSize", json_integer((json_int_t)m.block_size));
+        json_object_set_new(j, "formatVersion", json_integer(m.format_version));
+        json_object_set_new(j, "verifies", json_boolean(vst == OB_OK));
+        if (vst != OB_OK) json_object_set_new(j, "problem", json_string(verr.msg));
+        char *text = json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+        if (text) puts(text);
+        free(text);
+        json_decref(j);
     } else {
         printf("Checkpoint:  %s\n", dir);
         printf("Step:        %ld\n", m.step);
