@@ -213,7 +213,7 @@ wait_state "$idl" JOB_STATE_CANCELLED 10
 j=$(rpc get "$idl" 2>/dev/null)
 ck=$(rpc checkpoints "$idl" 2>/dev/null | jq '.checkpoints[0].step')
 check "cancel: CANCELLED with a final checkpoint" '[ "$(echo "$j" | jq -r .state)" = CANCELLED ] && [ "$ck" -ge 30 ] && [ "$(echo "$j" | jq .checkpoint_step)" = "$ck" ]' "$j ck=$ck"
-check "cancel: no process of the job is left" '! pgrep -f "jobs/$idl/" > /dev/null' "$(pgrep -af "jobs/$idl/")"
+check "cancel: no process of the job is left" '! pgrep -f "$TMP/var/jobs/$idl/" > /dev/null' "$(pgrep -af "$TMP/var/jobs/$idl/")"
 
 # --- metrics -----------------------------------------------------------------------------------
 out=$(curl -s "http://$REST/metrics")
@@ -231,7 +231,7 @@ j=$(rpc get "$idk" 2>/dev/null)
 check "after SIGKILL of onebitd the job is still there" '[ "$(echo "$j" | jq -r .id)" = "$idk" ] && [ "$(job_count)" = 6 ]' "$j"
 wait_state "$idk" JOB_STATE_RUNNING 10
 sleep 0.3
-check "the survivors of the old attempt are stopped" '! pgrep -af "jobs/$idk/" | grep -v -- --resume' "$(pgrep -af "jobs/$idk/")"
+check "the survivors of the old attempt are stopped" '! pgrep -af "$TMP/var/jobs/$idk/" | grep -v -- --resume' "$(pgrep -af "$TMP/var/jobs/$idk/")"
 
 j=$(rpc get "$idk" 2>/dev/null)
 check "the job resumes from its checkpoint" '[ "$(echo "$j" | jq ".attempts | length")" = 2 ] && [ "$(echo "$j" | jq .attempts[1].start_step)" -ge 20 ] && echo "$j" | jq -r .attempts[0].exit_reason | grep -q "coordinator restarted"' "$j"
@@ -260,7 +260,7 @@ check "the WatchJob stream ended" '[ "$wrc" != running ] && grep -q "^status [0-
 for _ in $(seq 100); do kill -0 $cpid 2>/dev/null || break; sleep 0.05; done
 check "the SSE stream ended" '! kill -0 $cpid 2>/dev/null && grep -q "^event: step" "$TMP/sse.out"' "$(tail -2 "$TMP/sse.out")"
 ck=$(ls -d "$TMP/var5/checkpoints/$e"/step-???????? | tail -1); ck=$((10#${ck##*step-}))
-check "SIGTERM: the ranks wrote a final checkpoint, nothing is left" '[ "$ck" -ge 20 ] && ! pgrep -f "jobs/$e/" > /dev/null' "ck=$ck $(pgrep -af "jobs/$e/")"
+check "SIGTERM: the ranks wrote a final checkpoint, nothing is left" '[ "$ck" -ge 20 ] && ! pgrep -f "$TMP/var5/jobs/$e/" > /dev/null' "ck=$ck $(pgrep -af "$TMP/var5/jobs/$e/")"
 start_daemon "$TMP/var5"
 wait_state "$e" JOB_STATE_RUNNING 10
 j=$(rpc get "$e" 2>/dev/null)

@@ -48,10 +48,11 @@ wait_step() { # ID STEP SECONDS: until the job has passed STEP
   done
   return 1
 }
-# The ranks of a job: onebit-worker processes whose command line names its spec.
+# The ranks of a job: onebit-worker processes whose command line names its spec (under this
+# test's own state directory: other coordinators may run jobs with the same ids).
 ranks_of() {
   for p in $(pgrep -x onebit-worker); do
-    tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -q "jobs/$1/spec.json" && echo "$p"
+    tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -qF "$TMP/var/jobs/$1/spec.json" && echo "$p"
   done
 }
 submit_rest() { # SPECFILE -> id
@@ -107,7 +108,7 @@ j=$(get "$c")
 last=$(rpc checkpoints "$c" 2>/dev/null | jq '.checkpoints[0].step')
 check "cancel: CANCELLED" '[ "$(echo "$j" | jq -r .state)" = CANCELLED ]' "$j"
 check "cancel: a final checkpoint of the last step" '[ -n "$last" ] && [ "$last" -gt 700 ] && "$CKPT" info "$TMP/var/checkpoints/$c/$(printf step-%08d "$last")" > /dev/null' "last=$last $(echo "$j" | jq -c .progress)"
-check "cancel: no process of the job is left" '[ -z "$(ranks_of "$c")" ] && ! pgrep -f "jobs/$c/" > /dev/null' "$(pgrep -af "jobs/$c/")"
+check "cancel: no process of the job is left" '[ -z "$(ranks_of "$c")" ] && ! pgrep -f "$TMP/var/jobs/$c/" > /dev/null' "$(pgrep -af "$TMP/var/jobs/$c/")"
 
 # --- SIGKILL onebitd mid-run, start it again: the job is still there and completes ---------------
 d=$(submit_rest "$TMP/job.yaml")

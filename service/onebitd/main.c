@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct opts {
@@ -174,6 +175,19 @@ static int load_token(const opts *o, char *tok, size_t cap)
     return 0;
 }
 
+/* One line per change of a job's state on stderr, with a UTC time stamp. */
+static void log_state(void *user, const char *job_id, const char *text)
+{
+    (void)user;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    char when[32];
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    fprintf(stderr, "%s onebitd: %s %s\n", when, job_id, text);
+}
+
 /* onebit-worker next to this executable, when it is there. */
 static void default_worker(char *out, size_t cap)
 {
@@ -235,6 +249,7 @@ int main(int argc, char **argv)
     cfg.backoff_max_ms = (int64_t)(o.backoff_max_s * 1000);
     cfg.cancel_grace_ms = (int64_t)(o.grace_s * 1000);
     cfg.launcher = launcher;
+    cfg.on_state = log_state;
     if (ob_service_create(&svc, &cfg, &err)) goto fail;
     int grpc_port = 0, rest_port = 0;
     if (ob_grpc_server_start(&grpc, svc, o.grpc_addr, token, o.threads, &grpc_port, &err))

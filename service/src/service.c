@@ -97,7 +97,9 @@ ob_status ob__svc_transition(ob_service *svc, ob_job *j, ob_job_state state, con
     if (ob_job_state_final(state)) j->finished_ms = ob_now_ms();
     char text[OB_JOB_MSG_LEN + 64];
     snprintf(text, sizeof text, "%s%s%.400s", ob_job_state_name(state), msg[0] ? ": " : "", msg);
-    return ob__svc_commit(svc, j, "state", text, err);
+    ob_status rc = ob__svc_commit(svc, j, "state", text, err);
+    if (rc == OB_OK && svc->cfg.on_state) svc->cfg.on_state(svc->cfg.on_state_user, j->id, text);
+    return rc;
 }
 
 ob__run *ob__svc_find_run(ob_service *svc, const char *id)
@@ -397,6 +399,8 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
     if (rc == OB_OK) {
         svc->event_counter++;
         pthread_cond_broadcast(&svc->cv);
+        if (svc->cfg.on_state)
+            svc->cfg.on_state(svc->cfg.on_state_user, j.id, "PENDING: submitted");
     }
     pthread_mutex_unlock(&svc->mu);
     if (rc) {

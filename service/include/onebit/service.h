@@ -30,6 +30,10 @@ typedef struct ob_service_config {
     int64_t tick_ms;         /* supervisor period */
     const char *report_addr; /* host:port workers report to; NULL or "": they do not */
     ob_launcher *launcher;   /* borrowed; outlives the service */
+    /* Called (with the service lock held: it must not call back) for every change of a job's
+     * state, with the job id and "STATE: why"; the daemon writes these to its log. NULL: none. */
+    void (*on_state)(void *user, const char *job_id, const char *text);
+    void *on_state_user;
 } ob_service_config;
 
 /* Defaults: state "./var", 4 slots, 3 restarts, no progress timeout, 1 s backoff up to 60 s,
@@ -108,10 +112,10 @@ typedef struct ob_checkpoint_info {
     int64_t step;
     int64_t time_ms;
     char path[OB_JOB_PATH_LEN];
-    int world_size;       /* from its metadata; 0 when that cannot be read */
-    char phase[16];       /* of the next step: "warmup" or "compression" */
-    int64_t freeze_step;  /* 0 before the freeze */
-    char problem[256];    /* why its metadata cannot be read; "" when it can */
+    int world_size;      /* from its metadata; 0 when that cannot be read */
+    char phase[16];      /* of the next step: "warmup" or "compression" */
+    int64_t freeze_step; /* 0 before the freeze */
+    char problem[256];   /* why its metadata cannot be read; "" when it can */
 } ob_checkpoint_info;
 
 /* The job's committed checkpoints (renamed step-XXXXXXXX directories, listed by the checkpoint
