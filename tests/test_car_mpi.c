@@ -184,6 +184,56 @@ static void test_comm_collectives(mpi_harness *h)
     ob_comm_destroy(c);
 }
 
+/* Alltoall and allgather on both sides of the size where the MPI backend switches from the
+ * direct exchange to the step-by-step schedules (60 KiB per block), and far above it. */
+static void test_comm_block_sizes(mpi_harness *h)
+{
+    ob_comm *c = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    if (!c) return;
+    int n = h->size, r = h->rank;
+    size_t pers[] = {15360, 15361, 40000}; /* ints per block: 60 KiB, just above, 156 KiB */
+    for (size_t pi = 0; pi < sizeof pers / sizeof *pers; pi++) {
+        size_t per = pers[pi], bytes = per * sizeof(int);
+        int *send = malloc((size_t)n * bytes), *recv = malloc((size_t)n * bytes);
+        for (int p = 0; p < n; p++)
+            for (size_t k = 0; k < per; k++)
+                send[(size_t)p * per + k] = (r * 64 + p) * 100003 + (int)k;
+        uint64_t before = ob_comm_bytes_sent(c);
+        MH_CHECK(h, ob_comm_alltoall(c, send, recv, bytes, &err) == OB_OK, "%s", err.msg);
+        MH_CHECK(h, ob_comm_bytes_sent(c) - before == (uint64_t)(n - 1) * bytes,
+                 "alltoall of %zu bytes: bytes counted", bytes);
+        long bad = 0;
+        for (int p = 0; p < n; p++)
+            for (size_t k = 0; k < per; k++)
+                if (recv[(size_t)p * per + k] != (p * 64 + r) * 100003 + (int)k) bad++;
+        MH_CHECK(h, bad == 0, "alltoall of %zu bytes per block: %ld wrong values", bytes, bad);
+
+        for (int inplace = 0; inplace < 2; inplace++) {
+            memset(recv, 0xff, (size_t)n * bytes);
+            const int *src = send; /* block 0 of send: this rank's contribution */
+            if (inplace) {
+                memcpy(recv + (size_t)r * per, send, bytes);
+                src = recv + (size_t)r * per;
+            }
+            before = ob_comm_bytes_sent(c);
+            MH_CHECK(h, ob_comm_allgather(c, src, recv, bytes, &err) == OB_OK, "%s", err.msg);
+            MH_CHECK(h, ob_comm_bytes_sent(c) - before == (uint64_t)(n - 1) * bytes,
+                     "allgather of %zu bytes: bytes counted", bytes);
+            bad = 0;
+            for (int p = 0; p < n; p++)
+                for (size_t k = 0; k < per; k++)
+                    if (recv[(size_t)p * per + k] != (p * 64) * 100003 + (int)k) bad++;
+            MH_CHECK(h, bad == 0, "allgather of %zu bytes (in place %d): %ld wrong values", bytes,
+                     inplace, bad);
+        }
+        free(send);
+        free(recv);
+    }
+    ob_comm_destroy(c);
+}
+
 typedef struct car_case {
     size_t d, B;
     ob_scale_kind scale;
@@ -478,6 +528,7 @@ int main(int argc, char **argv)
     mpi_harness h;
     mpi_harness_init(&h, &argc, &argv);
     MH_RUN(&h, test_comm_collectives);
+    MH_RUN(&h, test_comm_block_sizes);
     MH_RUN(&h, test_car_matches_simulation);
     MH_RUN(&h, test_car_rejects_bad_block);
     MH_RUN(&h, test_error_feedback_telescopes);
