@@ -90,16 +90,29 @@ DAT=$LOGS/speedup.dat
   echo "the measurement; the compressed step costs the same whenever the freeze happens). The sweep took $SWEEP_SECONDS s."
   for model in $MODELS; do
     tw=$(summary "auto-$model-onebit" freeze_step)
-    d=$(jq -r 'select(.event=="start") | .num_params' "$LOGS/$(ls "$LOGS" | grep -m1 "^.*-$model-adam-r1.jsonl$")")
+    auto_steps=$(summary "auto-$model-onebit" steps)
     T=${TOTAL[$model]}
+    nofreeze=""
+    # No freeze within a run of at least T steps: 1-bit Adam ran as Adam for all T of them.
+    if [ -z "$tw" ] && [ -n "$auto_steps" ] && [ "$auto_steps" -ge "$T" ]; then
+      tw=$T
+      nofreeze=1
+    fi
+    d=$(jq -r 'select(.event=="start") | .num_params' "$LOGS/$(ls "$LOGS" | grep -m1 "^.*-$model-adam-r1.jsonl$")")
     C=$(( (d + NRANKS * BLOCK - 1) / (NRANKS * BLOCK) * BLOCK ))
     th_adam=$(awk -v d="$d" -v n="$NRANKS" 'BEGIN { printf "%.0f", 2 * (n - 1) / n * 4 * d }')
     th_comp=$(( 2 * (NRANKS - 1) * (C / 8 + 4 * C / BLOCK) ))
     echo
     echo "## $model ($d parameters)"
     echo
-    echo "Freeze step chosen by the run with \`freeze_step: auto\`: **${tw:-none}** (the same at every bandwidth:"
-    echo "training is deterministic). End to end: a run of T = $T steps (as in \`experiments/specs/\`) that freezes there."
+    if [ -n "$nofreeze" ]; then
+      echo "The run with \`freeze_step: auto\` did **not freeze** within its $auto_steps steps: over a run of T = $T steps"
+      echo "(as in \`experiments/specs/\`) 1-bit Adam never reaches its compression stage, and the end-to-end"
+      echo "speedup is that of its warmup steps over Adam's (T_w = T below)."
+    else
+      echo "Freeze step chosen by the run with \`freeze_step: auto\`: **${tw:-none}** (the same at every bandwidth:"
+      echo "training is deterministic). End to end: a run of T = $T steps (as in \`experiments/specs/\`) that freezes there."
+    fi
     echo
     echo "| bandwidth | adam step [ms] | 1-bit warmup step [ms] | 1-bit compressed step [ms] | compression-stage speedup | end-to-end speedup (T=$T, T_w=${tw:-?}) |"
     echo "|---|---|---|---|---|---|"
@@ -129,7 +142,7 @@ DAT=$LOGS/speedup.dat
       ratio=$(awk -v a="${ba:-0}" -v c="${bc:-0}" 'BEGIN { if (c > 0) printf "%.1fx", a / c; else print "—" }')
       echo "| $(rate_label "$rate") | ${ba:-—} | $th_adam | ${bc:-—} | $th_comp | $ratio | $(wire_ratio "$rate-$model-adam-r1") | $(wire_ratio "$rate-$model-onebit-r1") |"
     done
-    if [ -f "$LOGS/auto-$model-adam.jsonl" ] && [ -n "$tw" ]; then
+    if [ -f "$LOGS/auto-$model-adam.jsonl" ] && [ -n "$tw" ] && [ -z "$nofreeze" ]; then
       A=$(summary "auto-$model-onebit" steps)
       wa=$(summary "auto-$model-adam" wall_seconds)
       wo=$(summary "auto-$model-onebit" wall_seconds)
