@@ -93,12 +93,16 @@ obnet_tx_bytes() {
 
 # Removes every namespace and link of ours, also those of a run that was killed.
 obnet_down() {
-  local ns
+  local ns dev
   for ns in $(ip netns list | awk '{print $1}' | grep "^${OBNET_PREFIX}[0-9][0-9]*$" || true); do
     ip netns pids "$ns" 2>/dev/null | while read -r pid; do kill "$pid" 2>/dev/null || true; done
     ip netns del "$ns"
   done
   ip link del "${OBNET_PREFIX}br" 2>/dev/null || true
+  # a namespace that lost its name while still in use keeps its veth pair: delete our end
+  for dev in $(ip -br link | awk '{ sub(/@.*/, "", $1); print $1 }' | grep "^${OBNET_PREFIX}h[0-9][0-9]*$" || true); do
+    ip link del "$dev" 2>/dev/null || true
+  done
   # veth ends disappear with their namespace, asynchronously
   for _ in 1 2 3 4 5 6 7 8 9 10; do
     ip -br link | grep -q "^${OBNET_PREFIX}" || break

@@ -45,6 +45,8 @@ phase_stats() {
   rm -f "$LOGS/.tmp"
 }
 
+# the result line of a bench_car log (Open MPI may print a warning after it)
+carjson() { grep -m1 '^{"bench"' "$1"; }
 summary() { jq -r "select(.event==\"summary\") | .$2 // empty" "$LOGS/$1.jsonl" 2>/dev/null | head -n1; }
 bytes_step() { # FILE STEP: bytes_step of that step event
   jq -r --argjson s "$2" 'select(.event=="step" and .step == $s) | .bytes_step' "$1" 2>/dev/null | head -n1
@@ -71,7 +73,7 @@ rate_label() {
 # the fp32 ring allreduce reached per link in bench_car.
 rate_mbit() {
   case "$1" in
-    unshaped) jq -r '.fp32_link_mbit' "$LOGS/car-after-unshaped-$2.json" 2>/dev/null || echo 10000 ;;
+    unshaped) carjson "$LOGS/car-after-unshaped-$2.json" 2>/dev/null | jq -r '.fp32_link_mbit' || echo 10000 ;;
     *g) echo $((${1%g} * 1000)) ;;
     *m) echo "${1%m}" ;;
   esac
@@ -174,27 +176,39 @@ DAT=$LOGS/speedup.dat
       for rate in $RATES; do
         f=$LOGS/car-after-$rate-$model.json
         [ -f "$f" ] || continue
-        jq -r --arg r "$(rate_label "$rate")" '"| \($r) | \(.fp32_s*10000|round/10) | \(.fp32_link_mbit|round) | \(.car_s*10000|round/10) | \(.car_link_mbit|round) | \(.speedup*100|round/100)x | \(.compress_s*10000|round/10) | \(.alltoall_s*10000|round/10) | \(.server_s*10000|round/10) | \(.allgather_s*10000|round/10) | \(.decode_s*10000|round/10) |"' "$f"
+        carjson "$f" | jq -r --arg r "$(rate_label "$rate")" '"| \($r) | \(.fp32_s*10000|round/10) | \(.fp32_link_mbit|round) | \(.car_s*10000|round/10) | \(.car_link_mbit|round) | \(.speedup*100|round/100)x | \(.compress_s*10000|round/10) | \(.alltoall_s*10000|round/10) | \(.server_s*10000|round/10) | \(.allgather_s*10000|round/10) | \(.decode_s*10000|round/10) |"'
       done
     done
   fi
 
-  if ls "$LOGS"/car-before-*.json >/dev/null 2>&1; then
+  if ls "$LOGS"/carab-before-*.json >/dev/null 2>&1; then
     echo
     echo "## Before and after: the exchanges of the compressed allreduce"
     echo
-    echo "\`before\`: MPI_Alltoall and MPI_Allgather (Open MPI's own choice of algorithm); \`after\`: the"
-    echo "schedules of \`engine/src/comm_mpi.c\` (blocks up to 60 KiB exchanged all at once, larger ones"
-    echo "pairwise / in a ring). Same bench_car, same hosts, run one after the other; times in ms."
+    echo "\`before\`: bench_car built at commit bcf9cf7, whose communicator called MPI_Alltoall and"
+    echo "MPI_Allgather (Open MPI's own choice of algorithm); \`after\`: the schedules of"
+    echo "\`engine/src/comm_mpi.c\` (blocks up to 60 KiB exchanged all at once, larger ones pairwise / in a"
+    echo "ring). Interleaved on the same hosts and links (\`run.sh --car-ab\`): per bandwidth and model, 3"
+    echo "rounds of before then after, 30 calls each; median of the 3 rounds' medians [min–max], ms."
     echo
     echo "| model | bandwidth | before: 1-bit allreduce | alltoall | allgather | after: 1-bit allreduce | alltoall | allgather | faster |"
     echo "|---|---|---|---|---|---|---|---|---|"
     for model in $MODELS; do
       for rate in $RATES; do
-        b=$LOGS/car-before-$rate-$model.json a=$LOGS/car-after-$rate-$model.json
-        [ -f "$b" ] && [ -f "$a" ] || continue
-        jq -r -s --arg m "$model" --arg r "$(rate_label "$rate")" '.[0] as $b | .[1] as $a |
-          "| \($m) | \($r) | \($b.car_s*10000|round/10) | \($b.alltoall_s*10000|round/10) | \($b.allgather_s*10000|round/10) | \($a.car_s*10000|round/10) | \($a.alltoall_s*10000|round/10) | \($a.allgather_s*10000|round/10) | \(($b.car_s/$a.car_s)*100|round/100)x |"' "$b" "$a"
+        ls "$LOGS"/carab-before-"$rate-$model"-r*.json >/dev/null 2>&1 || continue
+        row="| $model | $(rate_label "$rate") |"
+        for side in before after; do
+          for key in car_s alltoall_s allgather_s; do
+            for f in "$LOGS"/carab-"$side-$rate-$model"-r*.json; do carjson "$f" | jq -r ".$key"; done > "$LOGS/.tmp"
+            read -r lo hi <<< "$(minmax < "$LOGS/.tmp")"
+            v=$(median < "$LOGS/.tmp")
+            [ "$side-$key" = before-car_s ] && vb=$v
+            [ "$side-$key" = after-car_s ] && va=$v
+            if [ "$key" = car_s ]; then row+=" $(ms "$v") [$(ms "$lo")–$(ms "$hi")] |"; else row+=" $(ms "$v") |"; fi
+          done
+        done
+        rm -f "$LOGS/.tmp"
+        echo "$row $(awk -v b="$vb" -v a="$va" 'BEGIN { printf "%.2fx", b / a }') |"
       done
     done
   fi
@@ -222,7 +236,7 @@ set logscale x
 set grid
 set key top right
 set yrange [0:*]
-plot $PLOT "$PAPER" using 1:2 with points pt 7 ps 1.2 title "paper, Fig. 9 (BERT-Large, compression stage)"
+plot $PLOT "$PAPER" using 1:2 with points pt 7 ps 1.4 lc rgb "black" title "paper, Fig. 9 (BERT-Large, compression stage)"
 GP
 done
 echo "report: wrote $OUT/results.md and $OUT/speedup.svg, .png"

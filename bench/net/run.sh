@@ -12,13 +12,19 @@
 # end-to-end estimate. Then bench/net/report.sh writes docs/bandwidth/results.md and the plots.
 #
 # usage: sudo bash bench/net/run.sh [--quick] [--repeats R] [--rates "50m 200m 1g unshaped"]
-#                                   [--models "mlp transformer"] [--skip-runs] [--cleanup]
+#                                   [--models "mlp transformer"] [--no-auto] [--skip-runs]
+#                                   [--cleanup]
 #        sudo bash bench/net/run.sh --car-only --car-bin PATH --car-tag NAME
+#        sudo bash bench/net/run.sh --car-ab BEFORE-BIN [--repeats R]
 #   --quick      a smoke run (200m and unshaped, MLP, 1 repeat, few steps; about 2 minutes),
 #                written to build-net/quick/ instead of docs/bandwidth/
 #   --skip-runs  rebuild table and plots from docs/bandwidth/logs/
 #   --car-only   only the bench_car sweep, with another bench_car binary (e.g. one built from an
 #                older commit), logged as logs/car-NAME-RATE-MODEL.json: the before/after table
+#   --car-ab     before/after of the compressed allreduce alone: for every bandwidth and model, R
+#                rounds of BEFORE-BIN (a bench_car built from an older commit) then this tree's
+#                bench_car, one right after the other (logs/carab-{before,after}-RATE-MODEL-rK.json)
+#   --no-auto    keep the auto-freeze logs of an earlier run (to redo some rates or models)
 #   --cleanup    remove namespaces and bridge left by a run that was killed
 # Needs root (ip netns, tc), Open MPI, jq, gnuplot. Environment: BUILD_DIR (default build-net),
 # OBNET_PREFIX / OBNET_SUBNET (names and /24 of the namespaces, default obnet / 10.231.77).
@@ -33,6 +39,8 @@ SKIP_RUNS=0
 CAR_ONLY=0
 CAR_BIN=""
 CAR_TAG=""
+NO_AUTO=0
+CAR_AB=""
 usage() {
   sed -n 's/^# usage: //p; s/^#        //p' "$0" >&2
   exit 2
@@ -44,6 +52,8 @@ while [ $# -gt 0 ]; do
     --rates) RATES=$2; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
     --skip-runs) SKIP_RUNS=1; shift ;;
+    --no-auto) NO_AUTO=1; shift ;;
+    --car-ab) CAR_AB=$2; shift 2 ;;
     --car-only) CAR_ONLY=1; shift ;;
     --car-bin) CAR_BIN=$2; shift 2 ;;
     --car-tag) CAR_TAG=$2; shift 2 ;;
@@ -101,10 +111,12 @@ CAR_BIN=$(realpath "$CAR_BIN")
 source bench/net/netns.sh
 # mpirun runs in the background (netrun waits for it), so that a signal reaches this script at
 # once and the trap can end the job before the namespaces go.
+# The traps are set once the namespaces are ours: a second run that finds them taken must not
+# remove them.
 MPIRUN_PID=""
+obnet_up 4
 trap '[ -z "$MPIRUN_PID" ] || kill "$MPIRUN_PID" 2>/dev/null; wait; obnet_down' EXIT
 trap 'exit 130' INT TERM
-obnet_up 4
 HOSTFILE=$BUILD/net-hosts
 for i in 0 1 2 3; do echo "$(obnet_ip "$i") slots=1"; done > "$HOSTFILE"
 
@@ -181,7 +193,31 @@ run_car() { # TAG RATE MODEL D
 }
 
 T0=$(date +%s)
-if [ "$CAR_ONLY" -eq 0 ]; then
+if [ -n "$CAR_AB" ]; then
+  CAR_AB=$(realpath "$CAR_AB")
+  for rate in $RATES; do
+    obnet_shape "$rate"
+    for model in $MODELS; do
+      d=$(jq -r 'select(.event=="start") | .num_params' "$LOGS/unshaped-$model-adam-r1.jsonl")
+      for ((r = 1; r <= REPEATS; r++)); do
+        for side in before after; do
+          bin=$CAR_BIN
+          [ "$side" = before ] && bin=$CAR_AB
+          netrun "$bin" --d "$d" --iters 30 --warmup 3 --skip-fp32 --format json \
+            > "$LOGS/carab-$side-$rate-$model-r$r.json" 2> /dev/null < /dev/null ||
+            netrun "$bin" --d "$d" --iters 30 --warmup 3 --skip-fp32 --format json \
+              > "$LOGS/carab-$side-$rate-$model-r$r.json" 2> /dev/null < /dev/null || true
+        done
+      done
+      echo "== $rate, $model: before $(cat "$LOGS"/carab-before-"$rate-$model"-r*.json | jq -r '.car_s*10000|round/10' | paste -sd' ') ms," \
+        "after $(cat "$LOGS"/carab-after-"$rate-$model"-r*.json | jq -r '.car_s*10000|round/10' | paste -sd' ') ms"
+    done
+  done
+  echo "== runs took $(($(date +%s) - T0)) s"
+  bash bench/net/report.sh "$OUT"
+  exit 0
+fi
+if [ "$CAR_ONLY" -eq 0 ] && [ "$NO_AUTO" -eq 0 ]; then
   # The freeze step each model's run chooses (auto), and adam over the same steps: unshaped.
   obnet_shape unshaped
   for model in $MODELS; do
