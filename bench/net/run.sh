@@ -16,7 +16,7 @@
 #                                   [--cleanup]
 #        sudo bash bench/net/run.sh --car-only --car-bin PATH --car-tag NAME
 #        sudo bash bench/net/run.sh --car-ab BEFORE-BIN [--repeats R]
-#   --quick      a smoke run (200m and unshaped, MLP, 1 repeat, few steps; about 2 minutes),
+#   --quick      a smoke run (200m and unshaped, MLP, 1 repeat, few steps; about 1 minute),
 #                written to build-net/quick/ instead of docs/bandwidth/
 #   --skip-runs  rebuild table and plots from docs/bandwidth/logs/
 #   --car-only   only the bench_car sweep, with another bench_car binary (e.g. one built from an
