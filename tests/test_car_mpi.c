@@ -184,6 +184,56 @@ static void test_comm_collectives(mpi_harness *h)
     ob_comm_destroy(c);
 }
 
+/* Alltoall and allgather on both sides of the size where the MPI backend switches from the
+ * direct exchange to the step-by-step schedules (60 KiB per block), and far above it. */
+static void test_comm_block_sizes(mpi_harness *h)
+{
+    ob_comm *c = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    if (!c) return;
+    int n = h->size, r = h->rank;
+    size_t pers[] = {15360, 15361, 40000}; /* ints per block: 60 KiB, just above, 156 KiB */
+    for (size_t pi = 0; pi < sizeof pers / sizeof *pers; pi++) {
+        size_t per = pers[pi], bytes = per * sizeof(int);
+        int *send = malloc((size_t)n * bytes), *recv = malloc((size_t)n * bytes);
+        for (int p = 0; p < n; p++)
+            for (size_t k = 0; k < per; k++)
+                send[(size_t)p * per + k] = (r * 64 + p) * 100003 + (int)k;
+        uint64_t before = ob_comm_bytes_sent(c);
+        MH_CHECK(h, ob_comm_alltoall(c, send, recv, bytes, &err) == OB_OK, "%s", err.msg);
+        MH_CHECK(h, ob_comm_bytes_sent(c) - before == (uint64_t)(n - 1) * bytes,
+                 "alltoall of %zu bytes: bytes counted", bytes);
+        long bad = 0;
+        for (int p = 0; p < n; p++)
+            for (size_t k = 0; k < per; k++)
+                if (recv[(size_t)p * per + k] != (p * 64 + r) * 100003 + (int)k) bad++;
+        MH_CHECK(h, bad == 0, "alltoall of %zu bytes per block: %ld wrong values", bytes, bad);
+
+        for (int inplace = 0; inplace < 2; inplace++) {
+            memset(recv, 0xff, (size_t)n * bytes);
+            const int *src = send; /* block 0 of send: this rank's contribution */
+            if (inplace) {
+                memcpy(recv + (size_t)r * per, send, bytes);
+                src = recv + (size_t)r * per;
+            }
+            before = ob_comm_bytes_sent(c);
+            MH_CHECK(h, ob_comm_allgather(c, src, recv, bytes, &err) == OB_OK, "%s", err.msg);
+            MH_CHECK(h, ob_comm_bytes_sent(c) - before == (uint64_t)(n - 1) * bytes,
+                     "allgather of %zu bytes: bytes counted", bytes);
+            bad = 0;
+            for (int p = 0; p < n; p++)
+                for (size_t k = 0; k < per; k++)
+                    if (recv[(size_t)p * per + k] != (p * 64) * 100003 + (int)k) bad++;
+            MH_CHECK(h, bad == 0, "allgather of %zu bytes (in place %d): %ld wrong values", bytes,
+                     inplace, bad);
+        }
+        free(send);
+        free(recv);
+    }
+    ob_comm_destroy(c);
+}
+
 typedef struct car_case {
     size_t d, B;
     ob_scale_kind scale;
@@ -415,15 +465,75 @@ static void test_replicas_stay_identical(mpi_harness *h)
     }
 }
 
+/* The phase timing counts the calls made while it is on, splits their time into non-negative
+ * phases, starts again from zero when turned on again, and leaves the results bit-exact. */
+static void test_car_timing(mpi_harness *h)
+{
+    size_t d = 50003;
+    ob_comm *c = NULL;
+    ob_car *timed = NULL, *plain = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_car_create(&timed, c, d, 256, OB_SCALE_L1, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_car_create(&plain, c, d, 256, OB_SCALE_L1, &err) == OB_OK, "%s", err.msg);
+    if (!timed || !plain) return;
+    float *x = malloc(d * sizeof(float)), *a = malloc(d * sizeof(float)),
+          *b = malloc(d * sizeof(float));
+    ob_car_timing tm;
+    ob_car_get_timing(timed, &tm);
+    MH_CHECK(h, tm.calls == 0 && tm.compress_s == 0.0, "timing is off after create");
+    make_input(x, d, h->rank, 0, 3);
+    MH_CHECK(h, ob_car_allreduce(timed, x, a, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_car_allreduce(plain, x, b, &err) == OB_OK, "%s", err.msg);
+    ob_car_get_timing(timed, &tm);
+    MH_CHECK(h, tm.calls == 0, "a call with timing off was counted");
+
+    ob_car_set_timing(timed, 1);
+    long differ = 0;
+    for (int t = 1; t <= 4; t++) {
+        make_input(x, d, h->rank, t, 3);
+        MH_CHECK(h, ob_car_allreduce(timed, x, a, &err) == OB_OK, "%s", err.msg);
+        MH_CHECK(h, ob_car_allreduce(plain, x, b, &err) == OB_OK, "%s", err.msg);
+        differ += memcmp(a, b, d * sizeof(float)) != 0;
+    }
+    MH_CHECK(h, differ == 0, "timing changed the results of %ld calls", differ);
+    ob_car_get_timing(timed, &tm);
+    MH_CHECK(h, tm.calls == 4, "timed calls %llu, expected 4", (unsigned long long)tm.calls);
+    double ph[5] = {tm.compress_s, tm.alltoall_s, tm.server_s, tm.allgather_s, tm.decode_s};
+    double sum = 0.0;
+    for (int k = 0; k < 5; k++) {
+        MH_CHECK(h, ph[k] >= 0.0 && ph[k] < 60.0, "phase %d: %g s", k, ph[k]);
+        sum += ph[k];
+    }
+    MH_CHECK(h, sum > 0.0, "timed calls took no time");
+    MH_CHECK(h, tm.compress_s > 0.0 && tm.decode_s > 0.0, "compress/decode not timed");
+
+    ob_car_set_timing(timed, 1);
+    ob_car_get_timing(timed, &tm);
+    MH_CHECK(h, tm.calls == 0 && tm.alltoall_s == 0.0, "turning timing on clears the sums");
+    ob_car_set_timing(timed, 0);
+    MH_CHECK(h, ob_car_allreduce(timed, x, a, &err) == OB_OK, "%s", err.msg);
+    ob_car_get_timing(timed, &tm);
+    MH_CHECK(h, tm.calls == 0, "a call after timing was turned off was counted");
+    free(x);
+    free(a);
+    free(b);
+    ob_car_destroy(timed);
+    ob_car_destroy(plain);
+    ob_comm_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
     mpi_harness h;
     mpi_harness_init(&h, &argc, &argv);
     MH_RUN(&h, test_comm_collectives);
+    MH_RUN(&h, test_comm_block_sizes);
     MH_RUN(&h, test_car_matches_simulation);
     MH_RUN(&h, test_car_rejects_bad_block);
     MH_RUN(&h, test_error_feedback_telescopes);
     MH_RUN(&h, test_bytes_compression_vs_warmup);
     MH_RUN(&h, test_replicas_stay_identical);
+    MH_RUN(&h, test_car_timing);
     return mpi_harness_finish(&h);
 }

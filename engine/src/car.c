@@ -6,6 +6,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct ob_car {
     ob_comm *comm; /* borrowed */
@@ -22,6 +23,9 @@ struct ob_car {
     unsigned char *send;   /* (N, msg) this rank's compressed chunks, chunk j for rank j */
     unsigned char *recv;   /* (N, msg) chunk `rank` of every rank's message */
     unsigned char *gather; /* (N, msg) every server's recompressed chunk */
+
+    int timing;        /* per-phase timing on (ob_car_set_timing) */
+    ob_car_timing tim; /* sums while timing is on */
 };
 
 /* --- memory and kernels of either kind ---------------------------------------------------- */
@@ -182,7 +186,40 @@ ob_status ob_car_reset_errors(ob_car *car, ob_err *err)
     return st;
 }
 
+void ob_car_set_timing(ob_car *car, int on)
+{
+    car->timing = on != 0;
+    memset(&car->tim, 0, sizeof car->tim);
+}
+
+void ob_car_get_timing(const ob_car *car, ob_car_timing *out)
+{
+    *out = car->tim;
+}
+
 /* --- the collective ------------------------------------------------------------------------ */
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Ends a timed phase: adds the time since *t0 to *acc and restarts the clock. Does nothing
+ * unless timing is on; on a device communicator it first waits for the phase's kernels. */
+static ob_status phase_end(ob_car *car, double *t0, double *acc, ob_err *err)
+{
+    if (!car->timing) return OB_OK;
+    if (car->device) {
+        ob_status st = ob_cuda_sync(ob_comm_stream(car->comm), err);
+        if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: stream sync");
+    }
+    double t = now_s();
+    *acc += t - *t0;
+    *t0 = t;
+    return OB_OK;
+}
 
 /* Elements of chunk j that lie inside the unpadded vector. */
 static size_t chunk_valid(const ob_car *car, size_t j)
@@ -195,6 +232,8 @@ static size_t chunk_valid(const ob_car *car, size_t j)
 ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err)
 {
     size_t n = (size_t)car->nranks, C = car->C, msg = car->msg;
+    ob_car_timing *tm = &car->tim;
+    double t0 = car->timing ? now_s() : 0.0;
     ob_status st;
 
     /* 1. Worker: compress x + e chunk by chunk, chunk j addressed to rank j. */
@@ -204,19 +243,24 @@ ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err
                         car->send + j * msg, err);
         if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: worker compression");
     }
+    if ((st = phase_end(car, &t0, &tm->compress_s, err))) return st;
+
     /* 2. Alltoall: this rank receives its chunk from every rank. */
     st = ob_comm_alltoall(car->comm, car->send, car->recv, msg, err);
     if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: alltoall");
+    if ((st = phase_end(car, &t0, &tm->alltoall_s, err))) return st;
 
     /* 3. Server: average in rank order, add the server error, recompress. */
     unsigned char *mine = car->gather + (size_t)car->rank * msg;
     if ((st = k_average(car, car->recv, car->avg, err)) ||
         (st = k_compress(car, car->avg, C, car->server_err, C, mine, err)))
         return OB_WRAP(err, st, "compressed allreduce: server compression");
+    if ((st = phase_end(car, &t0, &tm->server_s, err))) return st;
 
     /* 4. Allgather the recompressed chunks; every rank decodes the same average. */
     st = ob_comm_allgather(car->comm, mine, car->gather, msg, err);
     if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: allgather");
+    if ((st = phase_end(car, &t0, &tm->allgather_s, err))) return st;
     for (size_t j = 0; j < n; j++) {
         size_t valid = chunk_valid(car, j);
         if (valid == 0) break;
@@ -232,5 +276,7 @@ ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err
         st = ob_cuda_sync(ob_comm_stream(car->comm), err);
         if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: stream sync");
     }
+    if ((st = phase_end(car, &t0, &tm->decode_s, err))) return st;
+    if (car->timing) tm->calls++;
     return OB_OK;
 }

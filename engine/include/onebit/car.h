@@ -49,6 +49,25 @@ float *ob_car_server_error(ob_car *car);
 /* Sets both error buffers to zero. */
 ob_status ob_car_reset_errors(ob_car *car, ob_err *err);
 
+/* Seconds spent in each phase of ob_car_allreduce, summed over the calls made while timing was
+ * on (wall clock, CLOCK_MONOTONIC, this rank only). The communication phases include the time
+ * spent waiting for slower ranks. */
+typedef struct ob_car_timing {
+    uint64_t calls;     /* timed calls */
+    double compress_s;  /* worker: u = x + e, 1-bit chunks, new worker error */
+    double alltoall_s;  /* exchange of the worker chunks */
+    double server_s;    /* server: average of the received chunks, + e_srv, recompress */
+    double allgather_s; /* exchange of the server chunks */
+    double decode_s;    /* every server chunk decoded into the output */
+} ob_car_timing;
+
+/* Turns the per-phase timing on or off (off after create) and clears the sums. Timing adds two
+ * clock reads per phase; on a device communicator it also synchronises the stream after every
+ * phase, so that the time lands in the phase that spent it. */
+void ob_car_set_timing(ob_car *car, int on);
+/* Copies the sums since timing was last turned on (all zero if it never was). */
+void ob_car_get_timing(const ob_car *car, ob_car_timing *out);
+
 #ifdef __cplusplus
 }
 #endif

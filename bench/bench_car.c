@@ -1,0 +1,212 @@
+/* Benchmark of the compressed allreduce against the fp32 ring allreduce, on model-sized
+ * buffers, with the compressed allreduce's time split into its phases. Run under mpirun with
+ * any number of ranks, over any network (bench/net/run.sh runs it across network namespaces
+ * with shaped links).
+ *
+ * For a vector of d floats (random normal values, a new draw on every call) it times:
+ *   fp32    ob_comm_allreduce_sum_f32: the ring allreduce that Adam's warmup uses
+ *   1-bit   ob_car_allreduce, with ob_car_set_timing on: compress, alltoall, server
+ *           (decompress-average + recompress), allgather, decode
+ * Every timed call starts after a barrier; its time is the slowest rank's. Figures are the
+ * median over the timed calls (min and max beside it); the phase split is the mean over calls
+ * and ranks. Bytes are the communicator's counters for one call of this rank, next to the
+ * formulas of onebit/comm.h and onebit/car.h; "link" is those bytes over the median time, the
+ * rate each rank's link carried.
+ *
+ * usage: bench_car [--d ELEMENTS] [--block B] [--iters K] [--warmup W] [--format text|json]
+ *                  [--skip-fp32]   (only the compressed allreduce; fp32 figures print as 0) */
+#include "onebit/car.h"
+#include "onebit/comm.h"
+#include "onebit/rng.h"
+
+#include "bench_util.h"
+
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bench_opts {
+    size_t d, block;
+    int iters, warmup, json, skip_fp32;
+} bench_opts;
+
+typedef struct op_result {
+    double median, min, max; /* seconds per call, slowest rank */
+    uint64_t bytes;          /* bytes this rank sent per call (counters) */
+} op_result;
+
+static int parse_args(int argc, char **argv, bench_opts *o)
+{
+    o->d = 2000000;
+    o->block = 2048;
+    o->iters = 20;
+    o->warmup = 3;
+    o->json = 0;
+    o->skip_fp32 = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--skip-fp32")) {
+            o->skip_fp32 = 1;
+            continue;
+        }
+        if (!v) return -1;
+        if (!strcmp(a, "--d"))
+            o->d = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--block"))
+            o->block = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--iters"))
+            o->iters = atoi(v);
+        else if (!strcmp(a, "--warmup"))
+            o->warmup = atoi(v);
+        else if (!strcmp(a, "--format") && (!strcmp(v, "json") || !strcmp(v, "text")))
+            o->json = !strcmp(v, "json");
+        else
+            return -1;
+        i++;
+    }
+    if (o->d == 0 || o->block == 0 || o->block % 32 || o->iters < 1 || o->warmup < 0) return -1;
+    return 0;
+}
+
+static void fill(float *x, size_t d, ob_rng *rng)
+{
+    for (size_t k = 0; k < d; k++)
+        x[k] = ob_rng_normal(rng);
+}
+
+/* Times warmup + iters calls of one collective (car == NULL: the fp32 ring allreduce). */
+static int time_op(ob_comm *c, ob_car *car, const bench_opts *o, float *x, ob_rng *rng,
+                   op_result *res)
+{
+    double *t = malloc((size_t)o->iters * sizeof(double));
+    if (!t) return -1;
+    ob_err err = {0};
+    uint64_t bytes0 = 0;
+    for (int i = -o->warmup; i < o->iters; i++) {
+        if (i == 0) {
+            bytes0 = ob_comm_bytes_sent(c);
+            if (car) ob_car_set_timing(car, 1);
+        }
+        fill(x, o->d, rng);
+        MPI_Barrier(MPI_COMM_WORLD);
+        double t0 = bench_now();
+        ob_status st =
+            car ? ob_car_allreduce(car, x, x, &err) : ob_comm_allreduce_sum_f32(c, x, o->d, &err);
+        double dt = bench_now() - t0;
+        if (st != OB_OK) {
+            fprintf(stderr, "bench_car: %s\n", err.msg);
+            free(t);
+            return -1;
+        }
+        double slowest = 0.0;
+        MPI_Allreduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+        if (i >= 0) t[i] = slowest;
+    }
+    res->bytes = (ob_comm_bytes_sent(c) - bytes0) / (uint64_t)o->iters;
+    res->median = bench_median(t, o->iters); /* sorts t */
+    res->min = t[0];
+    res->max = t[o->iters - 1];
+    free(t);
+    return 0;
+}
+
+/* Per-call phase times, averaged over the timed calls and over the ranks. */
+static void mean_phases(ob_car *car, int nranks, double ph[5])
+{
+    ob_car_timing tm;
+    ob_car_get_timing(car, &tm);
+    double calls = tm.calls ? (double)tm.calls : 1.0;
+    double mine[5] = {tm.compress_s / calls, tm.alltoall_s / calls, tm.server_s / calls,
+                      tm.allgather_s / calls, tm.decode_s / calls};
+    MPI_Allreduce(mine, ph, 5, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    for (int k = 0; k < 5; k++)
+        ph[k] /= nranks;
+}
+
+static void report(const bench_opts *o, int n, size_t D, const op_result *f, const op_result *q,
+                   const double ph[5], uint64_t f_theory, uint64_t q_theory)
+{
+    static const char *names[5] = {"compress", "alltoall", "server", "allgather", "decode"};
+    double f_link = f->median > 0 ? 8.0 * (double)f->bytes / f->median * 1e-6 : 0.0;
+    double speedup = f->median > 0 ? f->median / q->median : 0.0; /* 0: fp32 skipped */
+    double q_link = 8.0 * (double)q->bytes / q->median * 1e-6;
+    if (o->json) {
+        printf("{\"bench\":\"car\",\"ranks\":%d,\"d\":%zu,\"padded\":%zu,\"block\":%zu,"
+               "\"iters\":%d,\"fp32_s\":%.6g,\"fp32_min_s\":%.6g,\"fp32_max_s\":%.6g,"
+               "\"fp32_bytes\":%llu,\"fp32_bytes_theory\":%llu,\"fp32_link_mbit\":%.4g,"
+               "\"car_s\":%.6g,\"car_min_s\":%.6g,\"car_max_s\":%.6g,\"car_bytes\":%llu,"
+               "\"car_bytes_theory\":%llu,\"car_link_mbit\":%.4g,\"speedup\":%.4g",
+               n, o->d, D, o->block, o->iters, f->median, f->min, f->max,
+               (unsigned long long)f->bytes, (unsigned long long)f_theory, f_link, q->median,
+               q->min, q->max, (unsigned long long)q->bytes, (unsigned long long)q_theory, q_link,
+               speedup);
+        for (int k = 0; k < 5; k++)
+            printf(",\"%s_s\":%.6g", names[k], ph[k]);
+        printf("}\n");
+        return;
+    }
+    printf("bench_car: %d ranks, d=%zu (padded %zu), block %zu, median of %d calls after %d\n", n,
+           o->d, D, o->block, o->iters, o->warmup);
+    printf("%-10s %12s %12s %12s %14s %14s %12s\n", "op", "median [ms]", "min [ms]", "max [ms]",
+           "bytes/rank", "theory", "link Mbit/s");
+    printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "fp32", f->median * 1e3,
+           f->min * 1e3, f->max * 1e3, (unsigned long long)f->bytes, (unsigned long long)f_theory,
+           f_link);
+    printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "1-bit", q->median * 1e3,
+           q->min * 1e3, q->max * 1e3, (unsigned long long)q->bytes, (unsigned long long)q_theory,
+           q_link);
+    if (speedup > 0) printf("speedup of the collective (fp32 / 1-bit): %.2fx\n", speedup);
+    double sum = ph[0] + ph[1] + ph[2] + ph[3] + ph[4];
+    printf("1-bit phases (mean per call over ranks):");
+    for (int k = 0; k < 5; k++)
+        printf(" %s %.3f ms (%.0f%%)", names[k], ph[k] * 1e3, 100.0 * ph[k] / sum);
+    printf("\n");
+}
+
+int main(int argc, char **argv)
+{
+    MPI_Init(&argc, &argv);
+    int rank = 0, n = 1, rc = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &n);
+    bench_opts o;
+    if (parse_args(argc, argv, &o) != 0) {
+        if (rank == 0)
+            fprintf(stderr, "usage: bench_car [--d ELEMENTS] [--block B (multiple of 32)] "
+                            "[--iters K] [--warmup W] [--format text|json] [--skip-fp32]\n");
+        MPI_Finalize();
+        return 2;
+    }
+    ob_comm *c = NULL;
+    ob_car *car = NULL;
+    ob_err err = {0};
+    float *x = malloc(o.d * sizeof(float));
+    ob_rng rng;
+    ob_rng_seed(&rng, 17, (uint64_t)rank);
+    op_result f, q;
+    double ph[5];
+    if (!x || ob_comm_create_mpi(&c, &err) != OB_OK ||
+        ob_car_create(&car, c, o.d, o.block, OB_SCALE_L1, &err) != OB_OK) {
+        fprintf(stderr, "bench_car: setup failed: %s\n", err.msg[0] ? err.msg : "out of memory");
+        goto done;
+    }
+    memset(&f, 0, sizeof f);
+    if ((!o.skip_fp32 && time_op(c, NULL, &o, x, &rng, &f) != 0) ||
+        time_op(c, car, &o, x, &rng, &q) != 0)
+        goto done;
+    mean_phases(car, n, ph);
+    /* The formulas: the ring sends 2(N-1)/N * 4d bytes per rank (exact when N divides d, the
+     * mean over ranks otherwise); the car 2(N-1) packed chunks. */
+    uint64_t f_theory = (uint64_t)(2.0 * (n - 1) / n * 4.0 * (double)o.d + 0.5);
+    uint64_t q_theory = ob_car_bytes_per_call(car);
+    if (rank == 0) report(&o, n, ob_car_padded_size(car), &f, &q, ph, f_theory, q_theory);
+    rc = 0;
+done:
+    ob_car_destroy(car);
+    ob_comm_destroy(c);
+    free(x);
+    MPI_Finalize();
+    return rc;
+}
