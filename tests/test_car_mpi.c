@@ -284,6 +284,40 @@ static void check_car_case(mpi_harness *h, ob_comm *c, car_case cc)
     ob_car_destroy(car);
 }
 
+/* The background control reduction: sums right, overlapping other collectives, state errors. */
+static void test_comm_control(mpi_harness *h)
+{
+    ob_comm *c = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    if (!c) return;
+    int n = h->size, r = h->rank;
+    int32_t sums[3];
+    MH_CHECK(h, ob_comm_control_finish(c, sums, &err) == OB_ERR_STATE, "finish with none");
+    for (int round = 0; round < 5; round++) {
+        int32_t v[3] = {r, round, r == round % n};
+        MH_CHECK(h, ob_comm_control_start(c, v, 3, &err) == OB_OK, "%s", err.msg);
+        MH_CHECK(h, ob_comm_control_pending(c) == 1, "pending");
+        MH_CHECK(h, ob_comm_control_start(c, v, 3, &err) == OB_ERR_STATE, "second start");
+        /* Other collectives while it is in flight. */
+        float x = 1.0f;
+        MH_CHECK(h, ob_comm_allreduce_sum_f32(c, &x, 1, &err) == OB_OK && x == (float)n,
+                 "allreduce beside a control reduction");
+        MH_CHECK(h, ob_comm_control_finish(c, sums, &err) == OB_OK, "%s", err.msg);
+        MH_CHECK(h, sums[0] == n * (n - 1) / 2 && sums[1] == n * round && sums[2] == 1,
+                 "round %d: sums %d %d %d", round, sums[0], sums[1], sums[2]);
+    }
+    int32_t v[OB_COMM_CONTROL_MAX + 1] = {0};
+    MH_CHECK(h, ob_comm_control_start(c, v, 0, &err) == OB_ERR_INVALID_ARG, "n = 0");
+    MH_CHECK(h, ob_comm_control_start(c, v, OB_COMM_CONTROL_MAX + 1, &err) == OB_ERR_INVALID_ARG,
+             "n too large");
+    ob_comm_counters k;
+    ob_comm_get_counters(c, &k);
+    MH_CHECK(h, k.op_calls[OB_COMM_CONTROL] == 5 && k.op_bytes[OB_COMM_CONTROL] == 0,
+             "control counted %llu calls", (unsigned long long)k.op_calls[OB_COMM_CONTROL]);
+    ob_comm_destroy(c);
+}
+
 static void test_car_matches_simulation(mpi_harness *h)
 {
     ob_comm *c = NULL;
@@ -529,6 +563,7 @@ int main(int argc, char **argv)
     mpi_harness_init(&h, &argc, &argv);
     MH_RUN(&h, test_comm_collectives);
     MH_RUN(&h, test_comm_block_sizes);
+    MH_RUN(&h, test_comm_control);
     MH_RUN(&h, test_car_matches_simulation);
     MH_RUN(&h, test_car_rejects_bad_block);
     MH_RUN(&h, test_error_feedback_telescopes);

@@ -1,5 +1,7 @@
 /* Front end of the communicator interface: argument checks, byte counters, dispatch. */
 #include "comm_internal.h"
+
+#include <string.h>
 #include "internal.h"
 
 #include <stdlib.h>
@@ -114,4 +116,35 @@ uint64_t ob_comm_bytes_sent(const ob_comm *comm)
 void ob_comm_abort(ob_comm *comm, int code)
 {
     comm->ops->abort(comm, code);
+}
+
+ob_status ob_comm_control_start(ob_comm *comm, const int32_t *values, int n, ob_err *err)
+{
+    if (!comm->ops->control_start)
+        return OB_ERR(err, OB_ERR_UNSUPPORTED, "control reductions: not on the %s backend",
+                      comm->backend);
+    if (comm->ctl_pending)
+        return OB_ERR(err, OB_ERR_STATE, "control reduction: one is already in flight");
+    if (n < 1 || n > OB_COMM_CONTROL_MAX || !values)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "control reduction: %d values (1 .. %d)", n,
+                      OB_COMM_CONTROL_MAX);
+    memcpy(comm->ctl_buf, values, (size_t)n * sizeof *values);
+    comm->ctl_n = n;
+    ob_status st = count(comm, OB_COMM_CONTROL, 0, comm->ops->control_start(comm, err));
+    if (st == OB_OK) comm->ctl_pending = 1;
+    return st;
+}
+
+ob_status ob_comm_control_finish(ob_comm *comm, int32_t *sums, ob_err *err)
+{
+    if (!comm->ctl_pending) return OB_ERR(err, OB_ERR_STATE, "control reduction: none in flight");
+    comm->ctl_pending = 0;
+    ob_status st = comm->ops->control_finish(comm, err);
+    if (st == OB_OK && sums) memcpy(sums, comm->ctl_buf, (size_t)comm->ctl_n * sizeof *sums);
+    return st;
+}
+
+int ob_comm_control_pending(const ob_comm *comm)
+{
+    return comm->ctl_pending;
 }

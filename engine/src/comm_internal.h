@@ -16,6 +16,10 @@ typedef struct ob__comm_ops {
                            ob_err *err);
     ob_status (*bcast)(ob_comm *c, void *buf, size_t bytes, int root, uint64_t *sent, ob_err *err);
     ob_status (*barrier)(ob_comm *c, ob_err *err);
+    /* Control reduction over c->ctl_buf[0 .. c->ctl_n): start it; finish leaves the sums
+     * there. NULL: not supported. */
+    ob_status (*control_start)(ob_comm *c, ob_err *err);
+    ob_status (*control_finish)(ob_comm *c, ob_err *err);
     void (*abort)(ob_comm *c, int code);
     void (*destroy)(ob_comm *c); /* frees impl only */
 } ob__comm_ops;
@@ -29,6 +33,8 @@ struct ob_comm {
     ob_mem_kind mem;
     void *stream;
     ob_comm_counters counters;
+    int ctl_pending, ctl_n;
+    int32_t ctl_buf[OB_COMM_CONTROL_MAX];
 };
 
 /* Element range [lo, hi) of ring chunk k when `count` elements are split into n ring chunks:

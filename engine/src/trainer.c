@@ -225,16 +225,20 @@ void ob_trainer_set_fault_injection(ob_trainer *t, const ob_fault_injection *f)
 }
 
 /* The per-step control reduction: stop requests and async checkpoint completion, so that every
- * rank takes the same decision at the same step. Sets *stop. */
+ * rank takes the same decision at the same step. Three int32 through MPI's own allreduce
+ * (latency-optimal: two rounds of a 12-byte message on 4 ranks), not the bandwidth-optimal
+ * ring the gradients take. Sets *stop. */
 static ob_status control(ob_trainer *t, long step, int *stop, ob_train_callback cb, void *user,
                          ob_err *err)
 {
-    float ctl[3] = {t->stop_flag && *t->stop_flag ? 1.0f : 0.0f, 0.0f, 0.0f};
-    ob__trainer_ckpt_local_done(t, &ctl[1], &ctl[2]);
-    ob_status st = ob_comm_allreduce_sum_f32(t->comm, ctl, 3, err);
+    float ok, failed;
+    ob__trainer_ckpt_local_done(t, &ok, &failed);
+    int32_t v[3] = {t->stop_flag && *t->stop_flag ? 1 : 0, ok > 0.0f, failed > 0.0f};
+    ob_status st = ob_comm_control_start(t->comm, v, 3, err);
+    if (st == OB_OK) st = ob_comm_control_finish(t->comm, v, err);
     if (st != OB_OK) return OB_WRAP(err, st, "step %ld: control", step);
-    *stop = ctl[0] > 0.0f;
-    return ob__trainer_ckpt_poll(t, ctl[1], ctl[2], cb, user, err);
+    *stop = v[0] > 0;
+    return ob__trainer_ckpt_poll(t, (float)v[1], (float)v[2], cb, user, err);
 }
 
 static void inject_fault(const ob_trainer *t, long step)

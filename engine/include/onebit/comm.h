@@ -45,6 +45,7 @@ typedef enum ob_comm_op {
     OB_COMM_ALLGATHER,
     OB_COMM_BCAST,
     OB_COMM_BARRIER,
+    OB_COMM_CONTROL, /* ob_comm_control_start: calls counted; its few bytes are not */
     OB_COMM_NUM_OPS
 } ob_comm_op;
 
@@ -94,6 +95,22 @@ ob_status ob_comm_allgather(ob_comm *comm, const void *send, void *recv, size_t 
 ob_status ob_comm_bcast(ob_comm *comm, void *buf, size_t bytes, int root, ob_err *err);
 
 ob_status ob_comm_barrier(ob_comm *comm, ob_err *err);
+
+#define OB_COMM_CONTROL_MAX 8
+
+/* A control reduction that does not hold the caller up: starts summing n (1 ..
+ * OB_COMM_CONTROL_MAX) int32 values (copied) over the ranks in the background;
+ * ob_comm_control_finish waits for it and writes the n sums. For small flags every rank must
+ * agree on (a stop request, checkpoint progress) without paying a collective's latency every
+ * step: start one at the end of a step, finish it at the end of the next. At most one is in
+ * flight per communicator; like every collective, all ranks start them in the same order
+ * relative to their other collectives. Host-memory backends only (OB_ERR_UNSUPPORTED for
+ * nccl); OB_ERR_STATE when one is already in flight (start) or none is (finish). */
+ob_status ob_comm_control_start(ob_comm *comm, const int32_t *values, int n, ob_err *err);
+ob_status ob_comm_control_finish(ob_comm *comm, int32_t *sums, ob_err *err);
+
+/* 1 while a control reduction is in flight. */
+int ob_comm_control_pending(const ob_comm *comm);
 
 /* Snapshot of the byte and call counters since creation. */
 void ob_comm_get_counters(const ob_comm *comm, ob_comm_counters *out);
