@@ -472,17 +472,29 @@ done:
     return st;
 }
 
-/* Restores this rank's state from the checkpoint at path. */
-static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob_err *err)
+typedef ob_status (*spec_check)(const char *saved, const char *current, const char *path,
+                                ob_err *err);
+
+/* Reads the metadata of the checkpoint at path and checks that it fits this trainer: its spec
+ * (check: the whole spec for a resume, the model for a warm start) and its size. */
+static ob_status read_fitting_meta(ob_trainer *t, const char *path, spec_check check,
+                                   ob_ckpt_meta *meta, ob_err *err)
 {
     char *saved = NULL;
     ob_status st = ob_ckpt_read_meta(path, meta, &saved, err);
-    if (st == OB_OK) st = check_spec(saved, t->spec_json, path, err);
+    if (st == OB_OK) st = check(saved, t->spec_json, path, err);
     free(saved);
+    if (st == OB_OK && meta->num_params != t->d)
+        st = OB_ERR(err, OB_ERR_INVALID_ARG, "%s holds %llu parameters; the model has %zu", path,
+                    (unsigned long long)meta->num_params, t->d);
+    return st;
+}
+
+/* Restores this rank's state from the checkpoint at path. */
+static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob_err *err)
+{
+    ob_status st = read_fitting_meta(t, path, check_spec, meta, err);
     if (st != OB_OK) return st;
-    if (meta->num_params != t->d)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s holds %llu parameters; the model has %zu", path,
-                      (unsigned long long)meta->num_params, t->d);
     ob_optim_state os;
     ob_optim_get_state(t->opt, &os);
     ob_ckpt_arrays a = {t->params, os.exp_avg, os.exp_avg_sq, os.v_norm_history,
@@ -628,21 +640,13 @@ static ob_status check_model(const char *saved, const char *current, const char 
 
 static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob_err *err)
 {
-    char *saved = NULL;
-    ob_status st = ob_ckpt_read_meta(path, meta, &saved, err);
-    if (st == OB_OK) st = check_model(saved, t->spec_json, path, err);
-    free(saved);
+    ob_status st = read_fitting_meta(t, path, check_model, meta, err);
     if (st != OB_OK) return st;
     if (meta->freeze_step < 0)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "warm_start.from: %s has no frozen variance (step %ld is still in the "
                       "warmup phase)",
                       path, meta->step);
-    if (meta->num_params != t->d)
-        return OB_ERR(err, OB_ERR_INVALID_ARG,
-                      "warm_start.from: %s holds %llu parameters; the "
-                      "model has %zu",
-                      path, (unsigned long long)meta->num_params, t->d);
     float *params = ob__calloc_aligned(t->d * sizeof(float));
     float *m = ob__calloc_aligned(t->d * sizeof(float));
     float *v = ob__calloc_aligned(t->d * sizeof(float));

@@ -3,18 +3,10 @@
 #ifndef ONEBIT_SVC_INTERNAL_H
 #define ONEBIT_SVC_INTERNAL_H
 
-#include "onebit/status.h"
+#include "internal.h" /* the engine's OB_ERR / OB_WRAP (engine/src, a private include path) */
 
 #include <stddef.h>
 #include <string.h>
-
-ob_status ob__err_set(ob_err *err, ob_status code, const char *file, int line, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-ob_status ob__err_wrap(ob_err *err, ob_status code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-#define OB_ERR(err, code, ...) ob__err_set((err), (code), __FILE__, __LINE__, __VA_ARGS__)
-#define OB_WRAP(err, code, ...) ob__err_wrap((err), (code), __VA_ARGS__)
 
 /* Copies src into dst[cap] with truncation, always terminated. NULL src gives "". */
 static inline void ob__strlcpy(char *dst, const char *src, size_t cap)
