@@ -79,6 +79,18 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
+/* Frees the snapshot buffers and the writer itself (the thread is gone or never started). */
+static void free_snapshot(ob__ckpt_writer *w)
+{
+    ob__free(w->params);
+    ob__free(w->m);
+    ob__free(w->v);
+    ob__free(w->we);
+    ob__free(w->se);
+    free(w->hist);
+    free(w);
+}
+
 static void writer_destroy(ob__ckpt_writer *w)
 {
     if (!w) return;
@@ -89,13 +101,7 @@ static void writer_destroy(ob__ckpt_writer *w)
     pthread_join(w->thread, NULL);
     pthread_cond_destroy(&w->cv);
     pthread_mutex_destroy(&w->mu);
-    ob__free(w->params);
-    ob__free(w->m);
-    ob__free(w->v);
-    ob__free(w->we);
-    ob__free(w->se);
-    free(w->hist);
-    free(w);
+    free_snapshot(w);
 }
 
 /* Snapshot buffers sized for this trainer (state arrays on rank 0 only), and the thread. */
@@ -127,13 +133,7 @@ static ob_status writer_create(ob_trainer *t, ob__ckpt_writer **out, ob_err *err
         ok = ok && w->we && w->se;
     }
     if (!ok) {
-        ob__free(w->params);
-        ob__free(w->m);
-        ob__free(w->v);
-        ob__free(w->we);
-        ob__free(w->se);
-        free(w->hist);
-        free(w);
+        free_snapshot(w);
         return OB_ERR(err, OB_ERR_NOMEM, "checkpoint snapshot of %zu parameters", t->d);
     }
     pthread_mutex_init(&w->mu, NULL);
@@ -141,14 +141,7 @@ static ob_status writer_create(ob_trainer *t, ob__ckpt_writer **out, ob_err *err
     if (pthread_create(&w->thread, NULL, writer_main, w) != 0) {
         pthread_cond_destroy(&w->cv);
         pthread_mutex_destroy(&w->mu);
-        w->quit = 1;
-        ob__free(w->params);
-        ob__free(w->m);
-        ob__free(w->v);
-        ob__free(w->we);
-        ob__free(w->se);
-        free(w->hist);
-        free(w);
+        free_snapshot(w);
         return OB_ERR(err, OB_ERR_IO, "checkpoint writer thread: pthread_create failed");
     }
     *out = w;

@@ -132,13 +132,16 @@ typedef struct reply {
     ob_err err;
 } reply;
 
-static ob_status reply_job(reply *r, const ob_job *j)
+/* The answer of a call that returns a job: rc of the service function that filled *j (which
+ * is cleared here when it succeeded), or the encoded job. */
+static ob_status reply_job(reply *r, ob_status rc, ob_job *j)
 {
+    if (rc != OB_OK) return rc;
     ob_job_pb pb;
-    ob_status rc = OB_OK;
     if (ob_job_to_pb(j, &pb, NULL) != OB_OK || !(r->bb = pack_message(&pb.job.base)))
         rc = OB_ERR(&r->err, OB_ERR_NOMEM, "encoding job %s", j->id);
     ob_job_pb_release(&pb);
+    ob_job_clear(j);
     return rc;
 }
 
@@ -150,36 +153,21 @@ static ob_status h_submit(ob_grpc_server *s, const ProtobufCMessage *m, reply *r
                          .world_size = q->world_size,
                          .max_restarts = q->max_restarts};
     ob_job j;
-    ob_status rc = ob_service_submit(s->svc, &req, &j, &r->err);
-    if (rc == OB_OK) {
-        rc = reply_job(r, &j);
-        ob_job_clear(&j);
-    }
-    return rc;
+    return reply_job(r, ob_service_submit(s->svc, &req, &j, &r->err), &j);
 }
 
 static ob_status h_get(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
 {
     const Onebit__V1__GetJobRequest *q = (const Onebit__V1__GetJobRequest *)m;
     ob_job j;
-    ob_status rc = ob_service_get(s->svc, q->id, &j, &r->err);
-    if (rc == OB_OK) {
-        rc = reply_job(r, &j);
-        ob_job_clear(&j);
-    }
-    return rc;
+    return reply_job(r, ob_service_get(s->svc, q->id, &j, &r->err), &j);
 }
 
 static ob_status h_cancel(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
 {
     const Onebit__V1__CancelJobRequest *q = (const Onebit__V1__CancelJobRequest *)m;
     ob_job j;
-    ob_status rc = ob_service_cancel(s->svc, q->id, &j, &r->err);
-    if (rc == OB_OK) {
-        rc = reply_job(r, &j);
-        ob_job_clear(&j);
-    }
-    return rc;
+    return reply_job(r, ob_service_cancel(s->svc, q->id, &j, &r->err), &j);
 }
 
 static ob_status h_list(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
