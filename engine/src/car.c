@@ -32,18 +32,7 @@ struct ob_car {
 
 static ob_status buf_alloc(ob_car *car, void **p, size_t bytes, ob_err *err)
 {
-    if (car->device) return ob_cuda_alloc(p, bytes, err);
-    *p = ob__calloc_aligned(bytes);
-    if (!*p) return OB_ERR(err, OB_ERR_NOMEM, "compressed allreduce buffer of %zu bytes", bytes);
-    return OB_OK;
-}
-
-static void buf_free(ob_car *car, void *p)
-{
-    if (car->device)
-        ob_cuda_free(p);
-    else
-        ob__free(p);
+    return ob__mem_alloc(car->device, p, bytes, "compressed allreduce buffer", err);
 }
 
 static ob_status k_compress(ob_car *car, const float *x, size_t x_len, float *e, size_t n,
@@ -75,16 +64,12 @@ static ob_status k_decode(ob_car *car, const void *packed, float *out, ob_err *e
 
 static ob_status k_copy(ob_car *car, void *dst, const void *src, size_t bytes, ob_err *err)
 {
-    if (car->device) return ob_cuda_memcpy(dst, src, bytes, ob_comm_stream(car->comm), err);
-    memcpy(dst, src, bytes);
-    return OB_OK;
+    return ob__mem_copy(car->device, dst, src, bytes, ob_comm_stream(car->comm), err);
 }
 
 static ob_status k_zero(ob_car *car, void *dst, size_t bytes, ob_err *err)
 {
-    if (car->device) return ob_cuda_memset0(dst, bytes, ob_comm_stream(car->comm), err);
-    memset(dst, 0, bytes);
-    return OB_OK;
+    return ob__mem_zero(car->device, dst, bytes, ob_comm_stream(car->comm), err);
 }
 
 /* --- lifecycle ----------------------------------------------------------------------------- */
@@ -134,13 +119,10 @@ fail:
 void ob_car_destroy(ob_car *car)
 {
     if (!car) return;
-    buf_free(car, car->worker_err);
-    buf_free(car, car->server_err);
-    buf_free(car, car->avg);
-    buf_free(car, car->tail);
-    buf_free(car, car->send);
-    buf_free(car, car->recv);
-    buf_free(car, car->gather);
+    void *bufs[] = {car->worker_err, car->server_err, car->avg,   car->tail,
+                    car->send,       car->recv,       car->gather};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        ob__mem_free(car->device, bufs[i]);
     free(car);
 }
 

@@ -1,6 +1,7 @@
 /* The device entry points of onebit/compress_cuda.h in a build without CUDA: each reports
  * OB_ERR_UNSUPPORTED so that callers can fall back to the host path with a clear message. */
 #include "onebit/compress_cuda.h"
+#include "onebit/optim_kernels.h"
 #include "internal.h"
 
 #define NO_CUDA(err) OB_ERR((err), OB_ERR_UNSUPPORTED, "this build has no CUDA support")
@@ -48,5 +49,54 @@ ob_status ob_cuda_memset0(void *dst, size_t bytes, void *stream, ob_err *err)
 
 ob_status ob_cuda_sync(void *stream, ob_err *err)
 {
+    return NO_CUDA(err);
+}
+
+/* --- optimizer kernels (onebit/optim_kernels.h) ------------------------------------------ */
+
+ob_status ob_cuda_adam_update(float *x, float *m, float *v, const float *g, size_t d,
+                              const ob_adam_coeffs *k, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_momentum_update(float *m, const float *g, size_t d, float b1, float a1,
+                                  void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_frozen_update(float *x, const float *m, const float *den, size_t d, float lr,
+                                float wd, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_momentum_precondition(float *m, float *p, const float *g, const float *den,
+                                        size_t d, float b1, float a1, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den,
+                                     size_t d, float lr, float wd, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_frozen_den(float *den, const float *v, size_t d, float eps, void *stream,
+                             ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void *stream, ob_err *err)
+{
+    *out = 0.0;
     return NO_CUDA(err);
 }

@@ -26,6 +26,17 @@ ob_status ob__err_wrap(ob_err *err, ob_status code, const char *fmt, ...)
 void *ob__calloc_aligned(size_t bytes);
 void ob__free(void *p);
 
+/* Buffers of the engine's state in host memory (device == 0) or on the current CUDA device
+ * (device == 1), so that code running on either is written once. Allocations are zero-filled;
+ * `what` names the buffer in the error. Copies and zeroing are asynchronous on `stream` for
+ * device memory (cudaMemcpyDefault: either side may be host memory) and immediate for host
+ * memory; ob__mem_copy allows dst == src. Without CUDA, device == 1 gives OB_ERR_UNSUPPORTED. */
+ob_status ob__mem_alloc(int device, void **p, size_t bytes, const char *what, ob_err *err);
+void ob__mem_free(int device, void *p); /* accepts NULL */
+ob_status ob__mem_copy(int device, void *dst, const void *src, size_t bytes, void *stream,
+                       ob_err *err);
+ob_status ob__mem_zero(int device, void *dst, size_t bytes, void *stream, ob_err *err);
+
 /* Rounds n up to a multiple of m (m > 0). */
 static inline size_t ob__round_up(size_t n, size_t m)
 {

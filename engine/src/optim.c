@@ -1,6 +1,8 @@
 /* Adam and 1-bit Adam over a flat parameter buffer (see onebit/optim.h for the algorithm). */
 #include "onebit/optim.h"
 #include "onebit/car.h"
+#include "onebit/compress_cuda.h"
+#include "onebit/optim_kernels.h"
 #include "internal.h"
 
 #include <math.h>
@@ -10,7 +12,9 @@
 struct ob_optim {
     ob_optim_config cfg;
     ob_comm *comm; /* borrowed */
-    float *x;      /* (d) parameters, borrowed */
+    int dev;       /* state and kernels on the GPU (a device-memory communicator) */
+    void *stream;  /* the communicator's CUDA stream when dev */
+    float *x;      /* (d) parameters, borrowed, in the communicator's memory */
     size_t d;
 
     float *m;    /* (d) exp_avg */
@@ -138,28 +142,22 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
     if (st != OB_OK) return st;
     if (!comm || !params || d == 0)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "optimizer: need a communicator and d > 0 params");
-    if (ob_comm_memory(comm) != OB_MEM_HOST)
-        return OB_ERR(err, OB_ERR_UNSUPPORTED,
-                      "optimizer: the %s communicator uses device memory; the optimizer runs on "
-                      "host memory (use the mpi backend)",
-                      ob_comm_backend(comm));
-
     ob_optim *o = calloc(1, sizeof *o);
     if (!o) return OB_ERR(err, OB_ERR_NOMEM, "optimizer");
     o->cfg = *cfg;
     o->comm = comm;
+    o->dev = ob_comm_memory(comm) == OB_MEM_DEVICE;
+    o->stream = ob_comm_stream(comm);
     o->x = params;
     o->d = d;
     o->freeze_step = -1;
     o->last_ratio = NAN;
-    o->m = ob__calloc_aligned(d * sizeof(float));
-    o->v = ob__calloc_aligned(d * sizeof(float));
-    o->g = ob__calloc_aligned(d * sizeof(float));
-    o->den = ob__calloc_aligned(d * sizeof(float));
-    if (!o->m || !o->v || !o->g || !o->den) {
-        st = OB_ERR(err, OB_ERR_NOMEM, "optimizer state for %zu parameters", d);
+    size_t bytes = d * sizeof(float);
+    if ((st = ob__mem_alloc(o->dev, (void **)&o->m, bytes, "optimizer momentum", err)) ||
+        (st = ob__mem_alloc(o->dev, (void **)&o->v, bytes, "optimizer variance", err)) ||
+        (st = ob__mem_alloc(o->dev, (void **)&o->g, bytes, "optimizer exchange buffer", err)) ||
+        (st = ob__mem_alloc(o->dev, (void **)&o->den, bytes, "optimizer denominator", err)))
         goto fail;
-    }
     if (auto_freeze(cfg)) {
         o->delta = ob_optim_freeze_delta(cfg->beta2);
         o->norms = calloc((size_t)o->delta, sizeof(double));
@@ -182,136 +180,113 @@ fail:
 void ob_optim_destroy(ob_optim *o)
 {
     if (!o) return;
-    ob__free(o->m);
-    ob__free(o->v);
-    ob__free(o->g);
-    ob__free(o->den);
+    ob__mem_free(o->dev, o->m);
+    ob__mem_free(o->dev, o->v);
+    ob__mem_free(o->dev, o->g);
+    ob__mem_free(o->dev, o->den);
     free(o->norms);
     ob_car_destroy(o->car);
     free(o);
 }
 
-/* --- kernels ------------------------------------------------------------------------------- */
+/* --- kernels on either memory ----------------------------------------------------------- */
 
-/* The coefficients of one update, rounded to float once from the double configuration (1-b
- * is formed in double: 1 - 0.999f would be off by 1e-5 relative). */
-typedef struct coeffs {
-    float b1, a1, b2, a2; /* beta and 1 - beta */
-    float c1, c2;         /* bias corrections 1/(1-beta^t), 1 when disabled */
-    float lr, eps, wd;
-} coeffs;
+/* Each runs the host loop or launches the device kernel (onebit/optim_kernels.h; both give the
+ * same bits) on the communicator's stream. */
 
-/* Adam: m, v from the averaged gradient g, then the decoupled-decay update of x. */
-static void adam_update(float *restrict x, float *restrict m, float *restrict v,
-                        const float *restrict g, size_t d, coeffs k)
+static ob_status k_adam(ob_optim *o, const float *g, const ob_adam_coeffs *k, ob_err *err)
 {
-    float b1 = k.b1, a1 = k.a1, b2 = k.b2, a2 = k.a2, c1 = k.c1, c2 = k.c2;
-    float lr = k.lr, eps = k.eps, wd = k.wd;
-    for (size_t i = 0; i < d; i++) {
-        float gi = g[i];
-        float mi = b1 * m[i] + a1 * gi;
-        float vi = b2 * v[i] + a2 * (gi * gi);
-        m[i] = mi;
-        v[i] = vi;
-        x[i] = x[i] - lr * ((mi * c1) / (sqrtf(vi * c2) + eps) + wd * x[i]);
-    }
-}
-
-/* Preconditioned momentum step with the frozen variance: den = sqrt(v_Tw) + eps. */
-static void frozen_update(float *restrict x, const float *restrict m, const float *restrict den,
-                          size_t d, float lr, float wd)
-{
-    for (size_t i = 0; i < d; i++)
-        x[i] = x[i] - lr * (m[i] / den[i] + wd * x[i]);
-}
-
-/* Step with an already preconditioned direction p (= m / den). */
-static void direct_update(float *restrict x, const float *restrict p, size_t d, float lr, float wd)
-{
-    for (size_t i = 0; i < d; i++)
-        x[i] = x[i] - lr * (p[i] + wd * x[i]);
-}
-
-static void divide(float *restrict out, const float *restrict a, const float *restrict den,
-                   size_t d)
-{
-    for (size_t i = 0; i < d; i++)
-        out[i] = a[i] / den[i];
-}
-
-static void multiply(float *restrict out, const float *restrict a, const float *restrict den,
-                     size_t d)
-{
-    for (size_t i = 0; i < d; i++)
-        out[i] = a[i] * den[i];
-}
-
-static void momentum_update(float *restrict m, const float *restrict g, size_t d, float b1,
-                            float a1)
-{
-    for (size_t i = 0; i < d; i++)
-        m[i] = b1 * m[i] + a1 * g[i];
-}
-
-static double l1_norm(const float *v, size_t d)
-{
-    double acc[4] = {0};
-    size_t i = 0;
-    for (; i + 4 <= d; i += 4)
-        for (int l = 0; l < 4; l++)
-            acc[l] += fabs((double)v[i + (size_t)l]);
-    for (; i < d; i++)
-        acc[0] += fabs((double)v[i]);
-    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
-}
-
-/* g = mean over ranks of src (fp32 ring allreduce). */
-static ob_status average(ob_optim *o, const float *src, float *dst, ob_err *err)
-{
-    if (dst != src) memcpy(dst, src, o->d * sizeof(float));
-    ob_status st = ob_comm_allreduce_sum_f32(o->comm, dst, o->d, err);
-    if (st != OB_OK) return st;
-    int n = ob_comm_size(o->comm);
-    if (n > 1) {
-        float inv = 1.0f / (float)n;
-        for (size_t i = 0; i < o->d; i++)
-            dst[i] *= inv;
-    }
+    if (o->dev) return ob_cuda_adam_update(o->x, o->m, o->v, g, o->d, k, o->stream, err);
+    ob_adam_update(o->x, o->m, o->v, g, o->d, k);
     return OB_OK;
+}
+
+static ob_status k_momentum(ob_optim *o, const float *g, const ob_adam_coeffs *k, ob_err *err)
+{
+    if (o->dev) return ob_cuda_momentum_update(o->m, g, o->d, k->b1, k->a1, o->stream, err);
+    ob_momentum_update(o->m, g, o->d, k->b1, k->a1);
+    return OB_OK;
+}
+
+static ob_status k_frozen(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
+{
+    if (o->dev) return ob_cuda_frozen_update(o->x, o->m, o->den, o->d, k->lr, k->wd, o->stream, err);
+    ob_frozen_update(o->x, o->m, o->den, o->d, k->lr, k->wd);
+    return OB_OK;
+}
+
+static ob_status k_precondition(ob_optim *o, const float *g, const ob_adam_coeffs *k, ob_err *err)
+{
+    if (o->dev)
+        return ob_cuda_momentum_precondition(o->m, o->g, g, o->den, o->d, k->b1, k->a1, o->stream,
+                                             err);
+    ob_momentum_precondition(o->m, o->g, g, o->den, o->d, k->b1, k->a1);
+    return OB_OK;
+}
+
+static ob_status k_apply(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
+{
+    if (o->dev)
+        return ob_cuda_precondition_apply(o->x, o->m, o->g, o->den, o->d, k->lr, k->wd, o->stream,
+                                          err);
+    ob_precondition_apply(o->x, o->m, o->g, o->den, o->d, k->lr, k->wd);
+    return OB_OK;
+}
+
+static ob_status k_scale(ob_optim *o, float *x, float s, ob_err *err)
+{
+    if (o->dev) return ob_cuda_scale(x, o->d, s, o->stream, err);
+    ob_scale(x, o->d, s);
+    return OB_OK;
+}
+
+static ob_status k_l1(ob_optim *o, const float *v, double *out, ob_err *err)
+{
+    if (o->dev) return ob_cuda_l1_norm(v, o->d, out, o->stream, err);
+    *out = ob_l1_norm(v, o->d);
+    return OB_OK;
+}
+
+/* den = sqrt(v) + eps, once per freeze (v no longer changes). */
+static ob_status compute_den(ob_optim *o, ob_err *err)
+{
+    float eps = (float)o->cfg.eps;
+    if (o->dev) return ob_cuda_frozen_den(o->den, o->v, o->d, eps, o->stream, err);
+    ob_frozen_den(o->den, o->v, o->d, eps);
+    return OB_OK;
+}
+
+/* In-place sum of src over the ranks into dst (fp32 ring allreduce); the caller scales. */
+static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, ob_err *err)
+{
+    ob_status st = ob__mem_copy(o->dev, dst, src, o->d * sizeof(float), o->stream, err);
+    if (st != OB_OK) return st;
+    return ob_comm_allreduce_sum_f32(o->comm, dst, o->d, err);
 }
 
 /* --- the step ------------------------------------------------------------------------------ */
 
-/* den = sqrt(v) + eps, once per freeze (v no longer changes). */
-static void compute_den(ob_optim *o)
-{
-    float eps = (float)o->cfg.eps;
-    for (size_t i = 0; i < o->d; i++)
-        o->den[i] = sqrtf(o->v[i]) + eps;
-}
-
-static void freeze(ob_optim *o, long t)
+static ob_status freeze(ob_optim *o, long t, ob_err *err)
 {
     o->freeze_step = t;
     if (o->cfg.bias_correction) {
         /* Keep v_hat so the first compression step uses the same scale as the last warmup. */
         float c2 = (float)(1.0 / (1.0 - pow(o->cfg.beta2, (double)t)));
-        for (size_t i = 0; i < o->d; i++)
-            o->v[i] *= c2;
+        ob_status st = k_scale(o, o->v, c2, err);
+        if (st != OB_OK) return st;
     }
-    compute_den(o);
+    return compute_den(o, err);
 }
 
 /* After warmup step t: record ||v_t||_1 and decide whether to freeze. */
-static void maybe_freeze(ob_optim *o, long t)
+static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
 {
     const ob_optim_config *c = &o->cfg;
-    if (c->kind != OB_OPTIM_ONEBIT_ADAM || c->mode == OB_ONEBIT_NAIVE) return;
-    if (c->freeze_step > 0) {
-        if (t >= c->freeze_step) freeze(o, t);
-        return;
-    }
-    double norm = l1_norm(o->v, o->d);
+    if (c->kind != OB_OPTIM_ONEBIT_ADAM || c->mode == OB_ONEBIT_NAIVE) return OB_OK;
+    if (c->freeze_step > 0) return t >= c->freeze_step ? freeze(o, t, err) : OB_OK;
+    double norm = 0.0;
+    ob_status st = k_l1(o, o->v, &norm, err);
+    if (st != OB_OK) return st;
     size_t slot = (size_t)(t % o->delta);
     double old = t > o->delta ? o->norms[slot] : 0.0;
     o->norms[slot] = norm;
@@ -322,7 +297,32 @@ static void maybe_freeze(ob_optim *o, long t)
     if (o->delta > earliest) earliest = o->delta;
     if (c->freeze_min_steps > earliest) earliest = c->freeze_min_steps;
     double lo = c->freeze_threshold, hi = 1.0 / c->freeze_threshold;
-    if (t >= earliest && t > o->delta && o->last_ratio >= lo && o->last_ratio <= hi) freeze(o, t);
+    if (t >= earliest && t > o->delta && o->last_ratio >= lo && o->last_ratio <= hi)
+        return freeze(o, t, err);
+    return OB_OK;
+}
+
+/* Compression phase: local momentum, exchanged compressed (or fp32), frozen v. */
+static ob_status compression_step(ob_optim *o, const float *grad, const ob_adam_coeffs *k,
+                                  ob_err *err)
+{
+    const ob_optim_config *c = &o->cfg;
+    ob_status st;
+    if (c->precondition) {
+        if ((st = k_precondition(o, grad, k, err)) != OB_OK) return st;
+        if ((st = ob_car_allreduce(o->car, o->g, o->g, err)) != OB_OK) return st;
+        return k_apply(o, k, err);
+    }
+    if ((st = k_momentum(o, grad, k, err)) != OB_OK) return st;
+    if (c->mode == OB_ONEBIT_COMPRESSED) {
+        st = ob_car_allreduce(o->car, o->m, o->m, err);
+    } else {
+        int n = ob_comm_size(o->comm);
+        st = sum_ranks(o, o->m, o->m, err);
+        if (st == OB_OK && n > 1) st = k_scale(o, o->m, 1.0f / (float)n, err);
+    }
+    if (st != OB_OK) return st;
+    return k_frozen(o, k, err);
 }
 
 ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
@@ -333,52 +333,29 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
 
     const ob_optim_config *c = &o->cfg;
     long t = o->step + 1;
-    coeffs k = {
-        .b1 = (float)c->beta1,
-        .a1 = (float)(1.0 - c->beta1),
-        .b2 = (float)c->beta2,
-        .a2 = (float)(1.0 - c->beta2),
-        .c1 = 1.0f,
-        .c2 = 1.0f,
-        .lr = lr,
-        .eps = (float)c->eps,
-        .wd = (float)c->weight_decay,
-    };
-    if (c->bias_correction) {
-        k.c1 = (float)(1.0 / (1.0 - pow(c->beta1, (double)t)));
-        k.c2 = (float)(1.0 / (1.0 - pow(c->beta2, (double)t)));
-    }
+    int n = ob_comm_size(o->comm);
+    int naive = c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode == OB_ONEBIT_NAIVE;
+    ob_adam_coeffs k;
+    /* The naive mode's exchange already averages; the warmup's allreduce sums. */
+    ob_adam_coeffs_init(&k, c->beta1, c->beta2, c->eps, c->weight_decay, c->bias_correction, t,
+                        lr, naive ? 1 : n);
     uint64_t before = ob_comm_bytes_sent(o->comm);
     ob_status st = OB_OK;
 
-    if (c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode == OB_ONEBIT_NAIVE) {
+    if (naive) {
         /* Error-compensated 1-bit gradient, Adam on top, v never frozen. */
         st = ob_car_allreduce(o->car, grad, o->g, err);
+        if (st == OB_OK) st = k_adam(o, o->g, &k, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld (naive)", t);
-        adam_update(o->x, o->m, o->v, o->g, o->d, k);
     } else if (o->freeze_step < 0) {
         /* Warmup (and plain Adam): fp32 average of the gradients. */
-        st = average(o, grad, o->g, err);
-        if (st != OB_OK) return OB_WRAP(err, st, "step %ld (warmup allreduce)", t);
-        adam_update(o->x, o->m, o->v, o->g, o->d, k);
-        maybe_freeze(o, t);
+        st = sum_ranks(o, grad, o->g, err);
+        if (st == OB_OK) st = k_adam(o, o->g, &k, err);
+        if (st == OB_OK) st = maybe_freeze(o, t, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld (warmup)", t);
     } else {
-        /* Compression phase: local momentum, exchanged compressed (or fp32), frozen v. */
-        momentum_update(o->m, grad, o->d, k.b1, k.a1);
-        if (c->precondition) {
-            divide(o->g, o->m, o->den, o->d);
-            st = ob_car_allreduce(o->car, o->g, o->g, err);
-            if (st != OB_OK) return OB_WRAP(err, st, "step %ld (momentum exchange)", t);
-            multiply(o->m, o->g, o->den, o->d);
-            direct_update(o->x, o->g, o->d, lr, k.wd);
-        } else {
-            if (c->mode == OB_ONEBIT_COMPRESSED)
-                st = ob_car_allreduce(o->car, o->m, o->m, err);
-            else
-                st = average(o, o->m, o->m, err);
-            if (st != OB_OK) return OB_WRAP(err, st, "step %ld (momentum exchange)", t);
-            frozen_update(o->x, o->m, o->den, o->d, lr, k.wd);
-        }
+        st = compression_step(o, grad, &k, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld (momentum exchange)", t);
     }
     o->step = t;
     o->bytes_last = ob_comm_bytes_sent(o->comm) - before;
@@ -400,6 +377,7 @@ void ob_optim_get_stats(const ob_optim *o, ob_optim_stats *s)
 void ob_optim_get_state(ob_optim *o, ob_optim_state *s)
 {
     memset(s, 0, sizeof *s);
+    s->mem = o->dev ? OB_MEM_DEVICE : OB_MEM_HOST;
     s->d = o->d;
     s->exp_avg = o->m;
     s->exp_avg_sq = o->v;
@@ -438,8 +416,10 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
     o->last_norm = p->last_norm;
     o->bytes_sent = p->bytes_sent;
     o->bytes_last = 0;
-    if (o->freeze_step >= 0) compute_den(o); /* v was restored before this call */
-    return OB_OK;
+    if (o->freeze_step < 0) return OB_OK;
+    ob_status st = compute_den(o, err); /* v was restored before this call */
+    if (st == OB_OK && o->dev) st = ob_cuda_sync(o->stream, err);
+    return st == OB_OK ? OB_OK : OB_WRAP(err, st, "restore: frozen denominator");
 }
 
 ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, ob_err *err)
@@ -454,8 +434,11 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, ob_err *err)
                           "warm start: variance element %zu is %g (must be finite and >= 0)", i,
                           (double)v_frozen[i]);
     }
-    memcpy(o->v, v_frozen, o->d * sizeof(float));
+    ob_status st = ob__mem_copy(o->dev, o->v, v_frozen, o->d * sizeof(float), o->stream, err);
+    if (st == OB_OK) st = compute_den(o, err);
+    /* The caller may free v_frozen on return, and the state must be in place before any step. */
+    if (st == OB_OK && o->dev) st = ob_cuda_sync(o->stream, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "warm start");
     o->freeze_step = o->step;
-    compute_den(o);
     return OB_OK;
 }

@@ -30,7 +30,12 @@
  * freeze_min_steps), t > Delta (so that v_{t-Delta} exists) and threshold <= r_t <= 1/threshold.
  * With bias correction on, the frozen v is the corrected v_hat, so the step size does not jump.
  *
- * The optimizer works on host memory (a host communicator: MPI or self). */
+ * Memory: the optimizer's state and its parameter and gradient buffers live in the memory of its
+ * communicator: host memory for MPI and self, the CUDA device for NCCL. Its element-wise
+ * kernels (onebit/optim_kernels.h) then run on the CPU or on the GPU, on the communicator's
+ * stream, with bitwise identical results; only the freeze detector's ||v||_1 is summed in
+ * another order on the GPU (a tree), which can move an auto freeze only when a ratio lies
+ * within about 1e-12 of the threshold. */
 #ifndef ONEBIT_OPTIM_H
 #define ONEBIT_OPTIM_H
 
@@ -97,15 +102,19 @@ const char *ob_phase_name(ob_phase phase);            /* "warmup", "compression"
 typedef struct ob_optim ob_optim;
 
 /* Creates an optimizer for the d parameters at `params` (borrowed: updated in place by every
- * step, must outlive the optimizer) over `comm` (borrowed, host memory). Collective when the
+ * step, must outlive the optimizer; in the communicator's memory) over `comm` (borrowed).
+ * With a device communicator the state is allocated on the current CUDA device and steps are
+ * enqueued on the communicator's stream (ob_comm_stream). Collective when the
  * communicator has several ranks (it allocates nothing remote, but callers should create
  * optimizers in the same order on every rank). Parameters should be identical on all ranks. */
 ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *comm, float *params,
                           size_t d, ob_err *err);
 void ob_optim_destroy(ob_optim *opt); /* accepts NULL */
 
-/* One optimizer step with this rank's local gradient `grad` (d floats, borrowed, not modified)
- * and learning rate lr. Collective: every rank calls it with the same lr. */
+/* One optimizer step with this rank's local gradient `grad` (d floats in the communicator's
+ * memory, borrowed, not modified) and learning rate lr. Collective: every rank calls it with the
+ * same lr. On a device communicator the updates may still be running on the stream when it
+ * returns; work enqueued on the same stream sees them. */
 ob_status ob_optim_step(ob_optim *opt, const float *grad, float lr, ob_err *err);
 
 typedef struct ob_optim_stats {
@@ -121,8 +130,11 @@ typedef struct ob_optim_stats {
 void ob_optim_get_stats(const ob_optim *opt, ob_optim_stats *out);
 
 /* The optimizer's state for checkpointing. Pointers are owned by the optimizer and writable:
- * a resumed run writes the saved values into them, then calls ob_optim_set_progress. */
+ * a resumed run writes the saved values into them, then calls ob_optim_set_progress. The
+ * arrays live in `mem` (device memory for a device communicator: copy them with the CUDA
+ * runtime after synchronising the communicator's stream); the norm history is host memory. */
 typedef struct ob_optim_state {
+    ob_mem_kind mem;
     size_t d;
     size_t padded_size;     /* D, 0 when no compressed allreduce is used */
     size_t chunk_size;      /* C, 0 when no compressed allreduce is used */
@@ -153,7 +165,7 @@ void ob_optim_get_progress(const ob_optim *opt, ob_optim_progress *out);
  * optimizer: a negative step, a freeze after the step, a freeze of adam or naive. */
 ob_status ob_optim_set_progress(ob_optim *opt, const ob_optim_progress *p, ob_err *err);
 
-/* Warm start: takes v_Tw (d floats, copied) from an earlier run and enters the compression
+/* Warm start: takes v_Tw (d floats in host memory, copied) from an earlier run and enters the compression
  * phase now, skipping the warmup. Only for onebit_adam in the compressed or uncompressed
  * modes. */
 ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, ob_err *err);

@@ -1,0 +1,248 @@
+/* CUDA versions of the optimizer kernels (onebit/optim_kernels.h). Each is one grid-stride pass
+ * over its arrays with the element functions of src/optim_math.h, which the CPU loops share;
+ * this file is compiled with --fmad=false (engine/CMakeLists.txt) so that nvcc keeps every
+ * multiply and add separately rounded, as the CPU does, and the results agree bit for bit.
+ *
+ * The L1 norm is reduced deterministically (the same result on every run): each thread block
+ * sums its part in a fixed tree into one double, and one block then adds the partial sums in
+ * block order. */
+extern "C" {
+#include "internal.h"
+}
+#include "optim_math.h"
+
+#include <cuda_runtime.h>
+
+namespace
+{
+
+constexpr int kThreads = 256;
+constexpr int kMaxBlocks = 4096;      /* grid-stride loops cover the rest */
+constexpr int kNormBlocks = 1024;     /* partial sums of the L1 norm */
+
+ob_status cuda_fail(ob_err *err, cudaError_t rc, const char *call, const char *file, int line)
+{
+    return ob__err_set(err, OB_ERR_CUDA, file, line, "%s failed: %s (%s)", call,
+                       cudaGetErrorString(rc), cudaGetErrorName(rc));
+}
+
+#define CUDA_CHECK(err, call)                                                                      \
+    do {                                                                                           \
+        cudaError_t rc_ = (call);                                                                  \
+        if (rc_ != cudaSuccess) return cuda_fail((err), rc_, #call, __FILE__, __LINE__);           \
+    } while (0)
+
+unsigned blocks_for(size_t d)
+{
+    size_t b = (d + kThreads - 1) / kThreads;
+    if (b < 1) b = 1;
+    return (unsigned)(b < (size_t)kMaxBlocks ? b : (size_t)kMaxBlocks);
+}
+
+#define GRID_STRIDE(i, d)                                                                          \
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (d);                        \
+         i += (size_t)gridDim.x * blockDim.x)
+
+__global__ void adam_kernel(float *__restrict__ x, float *__restrict__ m, float *__restrict__ v,
+                            const float *__restrict__ g, size_t d, ob_adam_coeffs k)
+{
+    GRID_STRIDE(i, d)
+    {
+        float xi = x[i], mi = m[i], vi = v[i];
+        ob__adam_elem(&xi, &mi, &vi, g[i], &k);
+        x[i] = xi;
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+__global__ void momentum_kernel(float *__restrict__ m, const float *__restrict__ g, size_t d,
+                                float b1, float a1)
+{
+    GRID_STRIDE(i, d) m[i] = ob__momentum_elem(m[i], g[i], b1, a1);
+}
+
+__global__ void frozen_kernel(float *__restrict__ x, const float *__restrict__ m,
+                              const float *__restrict__ den, size_t d, float lr, float wd)
+{
+    GRID_STRIDE(i, d) x[i] = ob__frozen_elem(x[i], m[i], den[i], lr, wd);
+}
+
+__global__ void momentum_precondition_kernel(float *__restrict__ m, float *__restrict__ p,
+                                             const float *__restrict__ g,
+                                             const float *__restrict__ den, size_t d, float b1,
+                                             float a1)
+{
+    GRID_STRIDE(i, d)
+    {
+        float mi = ob__momentum_elem(m[i], g[i], b1, a1);
+        m[i] = mi;
+        p[i] = mi / den[i];
+    }
+}
+
+__global__ void precondition_apply_kernel(float *__restrict__ x, float *__restrict__ m,
+                                          const float *__restrict__ p,
+                                          const float *__restrict__ den, size_t d, float lr,
+                                          float wd)
+{
+    GRID_STRIDE(i, d)
+    {
+        float pi = p[i];
+        m[i] = pi * den[i];
+        x[i] = ob__direct_elem(x[i], pi, lr, wd);
+    }
+}
+
+__global__ void den_kernel(float *__restrict__ den, const float *__restrict__ v, size_t d,
+                           float eps)
+{
+    GRID_STRIDE(i, d) den[i] = ob__den_elem(v[i], eps);
+}
+
+__global__ void scale_kernel(float *x, size_t d, float s)
+{
+    GRID_STRIDE(i, d) x[i] = x[i] * s;
+}
+
+/* Sum of kThreads doubles of a block in a fixed tree; the result in thread 0. */
+__device__ double block_sum(double a)
+{
+    __shared__ double part[kThreads];
+    part[threadIdx.x] = a;
+    __syncthreads();
+    for (int s = kThreads / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) part[threadIdx.x] = part[threadIdx.x] + part[threadIdx.x + s];
+        __syncthreads();
+    }
+    return part[0];
+}
+
+__global__ void l1_partial_kernel(const float *__restrict__ v, size_t d, double *partial)
+{
+    double a = 0.0;
+    GRID_STRIDE(i, d) a += fabs((double)v[i]);
+    double s = block_sum(a);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void l1_final_kernel(const double *partial, unsigned n, double *out)
+{
+    double a = 0.0;
+    for (unsigned i = threadIdx.x; i < n; i += blockDim.x)
+        a += partial[i];
+    double s = block_sum(a);
+    if (threadIdx.x == 0) *out = s;
+}
+
+ob_status launched(ob_err *err)
+{
+    CUDA_CHECK(err, cudaGetLastError());
+    return OB_OK;
+}
+
+ob_status need(ob_err *err, const char *fn, int ok)
+{
+    if (ok) return OB_OK;
+    return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: NULL buffer", fn);
+}
+
+} // namespace
+
+#define LAUNCH(kernel, d, stream, ...)                                                             \
+    kernel<<<blocks_for(d), kThreads, 0, (cudaStream_t)(stream)>>>(__VA_ARGS__)
+
+extern "C" ob_status ob_cuda_adam_update(float *x, float *m, float *v, const float *g, size_t d,
+                                         const ob_adam_coeffs *k, void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_adam_update", x && m && v && g && k);
+    if (st != OB_OK) return st;
+    LAUNCH(adam_kernel, d, stream, x, m, v, g, d, *k);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_momentum_update(float *m, const float *g, size_t d, float b1,
+                                             float a1, void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_momentum_update", m && g);
+    if (st != OB_OK) return st;
+    LAUNCH(momentum_kernel, d, stream, m, g, d, b1, a1);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_frozen_update(float *x, const float *m, const float *den, size_t d,
+                                           float lr, float wd, void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_frozen_update", x && m && den);
+    if (st != OB_OK) return st;
+    LAUNCH(frozen_kernel, d, stream, x, m, den, d, lr, wd);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_momentum_precondition(float *m, float *p, const float *g,
+                                                   const float *den, size_t d, float b1, float a1,
+                                                   void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_momentum_precondition", m && p && g && den);
+    if (st != OB_OK) return st;
+    LAUNCH(momentum_precondition_kernel, d, stream, m, p, g, den, d, b1, a1);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p,
+                                                const float *den, size_t d, float lr, float wd,
+                                                void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_precondition_apply", x && m && p && den);
+    if (st != OB_OK) return st;
+    LAUNCH(precondition_apply_kernel, d, stream, x, m, p, den, d, lr, wd);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_frozen_den(float *den, const float *v, size_t d, float eps,
+                                        void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_frozen_den", den && v);
+    if (st != OB_OK) return st;
+    LAUNCH(den_kernel, d, stream, den, v, d, eps);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_scale", x != NULL);
+    if (st != OB_OK) return st;
+    LAUNCH(scale_kernel, d, stream, x, d, s);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void *stream,
+                                     ob_err *err)
+{
+    *out = 0.0;
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_l1_norm", v != NULL);
+    if (st != OB_OK) return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    unsigned nb = blocks_for(d);
+    if (nb > (unsigned)kNormBlocks) nb = kNormBlocks;
+    double *scratch = NULL; /* nb partial sums, then the total */
+    CUDA_CHECK(err, cudaMallocAsync((void **)&scratch, (nb + 1) * sizeof(double), s));
+    l1_partial_kernel<<<nb, kThreads, 0, s>>>(v, d, scratch);
+    l1_final_kernel<<<1, kThreads, 0, s>>>(scratch, nb, scratch + nb);
+    cudaError_t rc = cudaGetLastError();
+    if (rc == cudaSuccess)
+        rc = cudaMemcpyAsync(out, scratch + nb, sizeof(double), cudaMemcpyDeviceToHost, s);
+    cudaError_t frc = cudaFreeAsync(scratch, s);
+    if (rc == cudaSuccess) rc = frc;
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
+    if (rc != cudaSuccess) return cuda_fail(err, rc, "ob_cuda_l1_norm", __FILE__, __LINE__);
+    return OB_OK;
+}

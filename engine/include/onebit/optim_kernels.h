@@ -1,0 +1,80 @@
+/* The optimizer's element-wise kernels, for host memory (ob_*) and for device memory
+ * (ob_cuda_*, launched asynchronously on a CUDA stream passed as void *, NULL for the default
+ * stream). The two versions give bitwise identical results: they share one definition of the
+ * per-element arithmetic. ob_optim (onebit/optim.h) calls the host or the device versions
+ * according to its communicator's memory; they are public so that tests and benchmarks can hold
+ * each device kernel against its CPU reference.
+ *
+ * Every pointer is borrowed; arrays hold d floats unless said otherwise. Outputs may alias
+ * inputs only where a comment says so. In a build without CUDA every ob_cuda_* function
+ * returns OB_ERR_UNSUPPORTED. */
+#ifndef ONEBIT_OPTIM_KERNELS_H
+#define ONEBIT_OPTIM_KERNELS_H
+
+#include "onebit/status.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The coefficients of one Adam update, rounded to float once from the double configuration. */
+typedef struct ob_adam_coeffs {
+    float b1, a1;   /* beta1 and 1 - beta1 (formed in double: 1 - 0.999f is off by 1e-5) */
+    float b2, a2;   /* beta2 and 1 - beta2 */
+    float c1, c2;   /* bias corrections 1/(1 - beta^t); 1 when disabled */
+    float lr, eps, wd;
+    float gscale;   /* the gradient is multiplied by this first (1/N after a sum allreduce) */
+} ob_adam_coeffs;
+
+/* Coefficients of step t (1-based) with learning rate lr; gscale = 1/nranks. */
+void ob_adam_coeffs_init(ob_adam_coeffs *k, double beta1, double beta2, double eps, double wd,
+                         int bias_correction, long t, float lr, int nranks);
+
+/* --- host memory --------------------------------------------------------------------------- */
+
+/* Fused Adam: m, v from g * gscale, then x (one pass over x, m, v, g). */
+void ob_adam_update(float *x, float *m, float *v, const float *g, size_t d,
+                    const ob_adam_coeffs *k);
+/* m = b1 m + a1 g. */
+void ob_momentum_update(float *m, const float *g, size_t d, float b1, float a1);
+/* x -= lr (m / den + wd x), den = sqrt(v_Tw) + eps. */
+void ob_frozen_update(float *x, const float *m, const float *den, size_t d, float lr, float wd);
+/* Preconditioned compression, before the exchange: m = b1 m + a1 g, p = m / den (fused). */
+void ob_momentum_precondition(float *m, float *p, const float *g, const float *den, size_t d,
+                              float b1, float a1);
+/* Preconditioned compression, after the exchange: m = p * den, x -= lr (p + wd x) (fused). */
+void ob_precondition_apply(float *x, float *m, const float *p, const float *den, size_t d,
+                           float lr, float wd);
+/* den = sqrt(v) + eps. */
+void ob_frozen_den(float *den, const float *v, size_t d, float eps);
+/* x *= s in place. */
+void ob_scale(float *x, size_t d, float s);
+/* ||v||_1 in double: four lanes in a fixed order (the freeze detector's norm). */
+double ob_l1_norm(const float *v, size_t d);
+
+/* --- device memory (the same contracts) -------------------------------------------------------- */
+
+ob_status ob_cuda_adam_update(float *x, float *m, float *v, const float *g, size_t d,
+                              const ob_adam_coeffs *k, void *stream, ob_err *err);
+ob_status ob_cuda_momentum_update(float *m, const float *g, size_t d, float b1, float a1,
+                                  void *stream, ob_err *err);
+ob_status ob_cuda_frozen_update(float *x, const float *m, const float *den, size_t d, float lr,
+                                float wd, void *stream, ob_err *err);
+ob_status ob_cuda_momentum_precondition(float *m, float *p, const float *g, const float *den,
+                                        size_t d, float b1, float a1, void *stream, ob_err *err);
+ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den,
+                                     size_t d, float lr, float wd, void *stream, ob_err *err);
+ob_status ob_cuda_frozen_den(float *den, const float *v, size_t d, float eps, void *stream,
+                             ob_err *err);
+ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err);
+/* ||v||_1 in double, summed in a tree (so it may differ from ob_l1_norm in the last bits: at
+ * most about d * 2^-53 relative). Waits for the stream and writes *out on the host. */
+ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void *stream, ob_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ONEBIT_OPTIM_KERNELS_H */

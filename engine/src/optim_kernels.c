@@ -1,0 +1,88 @@
+/* Host versions of the optimizer kernels (onebit/optim_kernels.h): plain loops over the shared
+ * element functions of optim_math.h, which the compiler vectorises. */
+#include "optim_math.h"
+
+#include <math.h>
+
+void ob_adam_coeffs_init(ob_adam_coeffs *k, double beta1, double beta2, double eps, double wd,
+                         int bias_correction, long t, float lr, int nranks)
+{
+    k->b1 = (float)beta1;
+    k->a1 = (float)(1.0 - beta1);
+    k->b2 = (float)beta2;
+    k->a2 = (float)(1.0 - beta2);
+    k->c1 = 1.0f;
+    k->c2 = 1.0f;
+    if (bias_correction) {
+        k->c1 = (float)(1.0 / (1.0 - pow(beta1, (double)t)));
+        k->c2 = (float)(1.0 / (1.0 - pow(beta2, (double)t)));
+    }
+    k->lr = lr;
+    k->eps = (float)eps;
+    k->wd = (float)wd;
+    k->gscale = nranks > 1 ? 1.0f / (float)nranks : 1.0f;
+}
+
+void ob_adam_update(float *restrict x, float *restrict m, float *restrict v,
+                    const float *restrict g, size_t d, const ob_adam_coeffs *k)
+{
+    const ob_adam_coeffs kk = *k; /* a local copy: no aliasing doubts for the vectoriser */
+    for (size_t i = 0; i < d; i++)
+        ob__adam_elem(&x[i], &m[i], &v[i], g[i], &kk);
+}
+
+void ob_momentum_update(float *restrict m, const float *restrict g, size_t d, float b1, float a1)
+{
+    for (size_t i = 0; i < d; i++)
+        m[i] = ob__momentum_elem(m[i], g[i], b1, a1);
+}
+
+void ob_frozen_update(float *restrict x, const float *restrict m, const float *restrict den,
+                      size_t d, float lr, float wd)
+{
+    for (size_t i = 0; i < d; i++)
+        x[i] = ob__frozen_elem(x[i], m[i], den[i], lr, wd);
+}
+
+void ob_momentum_precondition(float *restrict m, float *restrict p, const float *restrict g,
+                              const float *restrict den, size_t d, float b1, float a1)
+{
+    for (size_t i = 0; i < d; i++) {
+        float mi = ob__momentum_elem(m[i], g[i], b1, a1);
+        m[i] = mi;
+        p[i] = mi / den[i];
+    }
+}
+
+void ob_precondition_apply(float *restrict x, float *restrict m, const float *restrict p,
+                           const float *restrict den, size_t d, float lr, float wd)
+{
+    for (size_t i = 0; i < d; i++) {
+        m[i] = p[i] * den[i];
+        x[i] = ob__direct_elem(x[i], p[i], lr, wd);
+    }
+}
+
+void ob_frozen_den(float *restrict den, const float *restrict v, size_t d, float eps)
+{
+    for (size_t i = 0; i < d; i++)
+        den[i] = ob__den_elem(v[i], eps);
+}
+
+void ob_scale(float *x, size_t d, float s)
+{
+    for (size_t i = 0; i < d; i++)
+        x[i] *= s;
+}
+
+double ob_l1_norm(const float *v, size_t d)
+{
+    double acc[4] = {0};
+    size_t i = 0;
+    for (; i + 4 <= d; i += 4)
+        for (int l = 0; l < 4; l++)
+            acc[l] += fabs((double)v[i + (size_t)l]);
+    for (; i < d; i++)
+        acc[0] += fabs((double)v[i]);
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}

@@ -1,0 +1,58 @@
+/* The per-element arithmetic of the optimizer updates, written once and compiled twice: by the
+ * C compiler for the CPU loops (src/optim_kernels.c) and by nvcc for the CUDA kernels
+ * (cuda/optim_cuda.cu). Both follow IEEE single precision with round-to-nearest and no
+ * contraction into fused multiply-adds (C11 without FMA code generation on the host; the CUDA
+ * file is compiled with --fmad=false, and sqrtf and / are IEEE-exact there by default), so the
+ * CPU and the GPU produce bitwise identical parameters, moments and errors. Keep every
+ * expression here in the exact order written: reassociating one changes the results.
+ * Private to the engine. */
+#ifndef ONEBIT_OPTIM_MATH_H
+#define ONEBIT_OPTIM_MATH_H
+
+#include "onebit/optim_kernels.h"
+
+#include <math.h>
+
+#if defined(__CUDACC__)
+#define OB__HD static __host__ __device__ __forceinline__
+#else
+#define OB__HD static inline
+#endif
+
+/* Adam on one element: g scaled by k->gscale (1/N turns an allreduced sum into the mean),
+ * m and v updated, then x with decoupled weight decay. */
+OB__HD void ob__adam_elem(float *x, float *m, float *v, float g, const ob_adam_coeffs *k)
+{
+    float gi = g * k->gscale;
+    float mi = k->b1 * *m + k->a1 * gi;
+    float vi = k->b2 * *v + k->a2 * (gi * gi);
+    *m = mi;
+    *v = vi;
+    *x = *x - k->lr * ((mi * k->c1) / (sqrtf(vi * k->c2) + k->eps) + k->wd * *x);
+}
+
+/* m = beta1 m + (1 - beta1) g: the local momentum of the compression phase. */
+OB__HD float ob__momentum_elem(float m, float g, float b1, float a1)
+{
+    return b1 * m + a1 * g;
+}
+
+/* x -= lr (m / (sqrt(v_Tw) + eps) + wd x): the step with the frozen variance. */
+OB__HD float ob__frozen_elem(float x, float m, float den, float lr, float wd)
+{
+    return x - lr * (m / den + wd * x);
+}
+
+/* x -= lr (p + wd x): the step with an already preconditioned direction p. */
+OB__HD float ob__direct_elem(float x, float p, float lr, float wd)
+{
+    return x - lr * (p + wd * x);
+}
+
+/* sqrt(v) + eps: the frozen denominator, computed once per freeze. */
+OB__HD float ob__den_elem(float v, float eps)
+{
+    return sqrtf(v) + eps;
+}
+
+#endif /* ONEBIT_OPTIM_MATH_H */
