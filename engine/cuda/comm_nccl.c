@@ -25,12 +25,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct nccl_impl {
-    ncclComm_t comm;
+    ncclComm_t comm; /* NULL once aborted */
     cudaStream_t stream;
     int device;
-    float *scratch; /* one device float for the barrier */
+    float *scratch;  /* one device float for the barrier */
+    double timeout;  /* seconds a collective may take; 0: no limit */
+    char aborted[160]; /* why the communicator was aborted ("" while usable) */
 } nccl_impl;
 
 static nccl_impl *impl_of(ob_comm *c)
@@ -68,10 +71,31 @@ static ob_status nccl_fail(ob_err *err, ncclComm_t comm, ncclResult_t rc, const 
         if (rc_ != ncclSuccess) return nccl_fail((err), (comm), rc_, #call, __FILE__, __LINE__);   \
     } while (0)
 
-/* Waits for everything enqueued on the stream, watching for asynchronous NCCL errors. */
+static double mono_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Aborts the NCCL communicator: its pending operations are cancelled, so the stream drains,
+ * and every later call fails at once with `why`. The only way out of a collective whose peer
+ * is gone (NCCL's documented recovery), after which the job has to end. */
+static void abort_comm(nccl_impl *m, const char *why)
+{
+    if (m->comm) ncclCommAbort(m->comm);
+    m->comm = NULL;
+    snprintf(m->aborted, sizeof m->aborted, "%s", why);
+}
+
+/* Waits for everything enqueued on the stream, polling ncclCommGetAsyncError: an asynchronous
+ * NCCL error (a peer's connection closed, a remote failure) or a collective that outlasts the
+ * timeout (a peer that hangs) aborts the communicator and fails the call, instead of leaving
+ * this rank waiting forever. */
 static ob_status wait_stream(nccl_impl *m, const char *what, ob_err *err)
 {
-    for (;;) {
+    double t0 = mono_s();
+    for (unsigned spins = 0;; spins++) {
         cudaError_t rc = cudaStreamQuery(m->stream);
         if (rc == cudaSuccess) return OB_OK;
         if (rc != cudaErrorNotReady)
@@ -80,11 +104,26 @@ static ob_status wait_stream(nccl_impl *m, const char *what, ob_err *err)
                                cudaGetErrorName(rc));
         ncclResult_t async = ncclSuccess;
         NCCL_CHECK(err, m->comm, ncclCommGetAsyncError(m->comm, &async));
-        if (async != ncclSuccess && async != ncclInProgress)
-            return nccl_fail(err, m->comm, async, what, __FILE__, __LINE__);
+        if (async != ncclSuccess && async != ncclInProgress) {
+            ob_status st = nccl_fail(err, m->comm, async, what, __FILE__, __LINE__);
+            abort_comm(m, err ? err->msg : "an asynchronous NCCL error");
+            return st;
+        }
+        if (m->timeout > 0.0 && spins % 64 == 63 && mono_s() - t0 > m->timeout) {
+            char why[160];
+            snprintf(why, sizeof why,
+                     "%s did not complete within %.0f s (a peer died or hangs); the NCCL "
+                     "communicator was aborted",
+                     what, m->timeout);
+            abort_comm(m, why);
+            return OB_ERR(err, OB_ERR_COMM, "%s", why);
+        }
         sched_yield();
     }
 }
+
+/* Every collective first checks that the communicator was not aborted. */
+#define NOT_ABORTED(m, err)                                                                            do {                                                                                                   if ((m)->aborted[0])                                                                                   return OB_ERR((err), OB_ERR_STATE, "NCCL communicator unusable: %s", (m)->aborted);        } while (0)
 
 /* The bytes this rank sends in the MPI backend's ring: chunks r, r-1, ..., r-N+2 in the
  * reduce-scatter and r+1, r, ..., r-N+3 in the allgather. */
@@ -104,6 +143,7 @@ static uint64_t ring_bytes(size_t count, int n, int r)
 static ob_status nccl_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *sent, ob_err *err)
 {
     nccl_impl *m = impl_of(c);
+    NOT_ABORTED(m, err);
     NCCL_CHECK(err, m->comm,
                ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, m->comm, m->stream));
     ob_status st = wait_stream(m, "ncclAllReduce", err);
@@ -116,6 +156,7 @@ static ob_status nccl_alltoall(ob_comm *c, const void *send, void *recv, size_t 
                                uint64_t *sent, ob_err *err)
 {
     nccl_impl *m = impl_of(c);
+    NOT_ABORTED(m, err);
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
     NCCL_CHECK(err, m->comm, ncclAlltoAll(send, recv, bytes, ncclUint8, m->comm, m->stream));
 #else
@@ -144,6 +185,7 @@ static ob_status nccl_allgather(ob_comm *c, const void *send, void *recv, size_t
                                 uint64_t *sent, ob_err *err)
 {
     nccl_impl *m = impl_of(c);
+    NOT_ABORTED(m, err);
     /* NCCL runs in place when send == recv + rank * bytes, as comm.h allows. */
     NCCL_CHECK(err, m->comm, ncclAllGather(send, recv, bytes, ncclUint8, m->comm, m->stream));
     ob_status st = wait_stream(m, "ncclAllGather", err);
@@ -156,6 +198,7 @@ static ob_status nccl_bcast(ob_comm *c, void *buf, size_t bytes, int root, uint6
                             ob_err *err)
 {
     nccl_impl *m = impl_of(c);
+    NOT_ABORTED(m, err);
     NCCL_CHECK(err, m->comm, ncclBroadcast(buf, buf, bytes, ncclUint8, root, m->comm, m->stream));
     ob_status st = wait_stream(m, "ncclBroadcast", err);
     if (st != OB_OK) return st;
@@ -167,6 +210,7 @@ static ob_status nccl_bcast(ob_comm *c, void *buf, size_t bytes, int root, uint6
 static ob_status nccl_barrier(ob_comm *c, ob_err *err)
 {
     nccl_impl *m = impl_of(c);
+    NOT_ABORTED(m, err);
     NCCL_CHECK(err, m->comm,
                ncclAllReduce(m->scratch, m->scratch, 1, ncclFloat, ncclSum, m->comm, m->stream));
     return wait_stream(m, "barrier", err);
@@ -175,9 +219,14 @@ static ob_status nccl_barrier(ob_comm *c, ob_err *err)
 static void nccl_abort(ob_comm *c, int code)
 {
     nccl_impl *m = impl_of(c);
-    if (m && m->comm) ncclCommAbort(m->comm);
-    if (m) m->comm = NULL;
+    if (m) abort_comm(m, "aborted by ob_comm_abort");
     MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+static ob_status nccl_set_timeout(ob_comm *c, double seconds, ob_err *err)
+{
+    impl_of(c)->timeout = seconds;
+    return OB_OK;
 }
 
 static void nccl_destroy(ob_comm *c)
@@ -200,6 +249,7 @@ static const ob__comm_ops nccl_ops = {
     .allgather = nccl_allgather,
     .bcast = nccl_bcast,
     .barrier = nccl_barrier,
+    .set_timeout = nccl_set_timeout,
     .abort = nccl_abort,
     .destroy = nccl_destroy,
 };
@@ -282,6 +332,7 @@ ob_status ob_comm_create_nccl(ob_comm **out, int device, ob_err *err)
         return OB_ERR(err, OB_ERR_NOMEM, "NCCL communicator");
     }
     m->device = device;
+    m->timeout = OB_COMM_DEFAULT_TIMEOUT;
     c->impl = m;
 
     /* A private duplicate with MPI_ERRORS_RETURN for the bootstrap only. */
@@ -313,4 +364,25 @@ fail:
     if (world != MPI_COMM_NULL) MPI_Comm_free(&world);
     ob_comm_destroy(c);
     return st;
+}
+
+ob_status ob_comm_local_device(int *device, ob_err *err)
+{
+    *device = -1;
+    /* The collective part first, so that every rank reaches it whatever its devices. */
+    MPI_Comm node = MPI_COMM_NULL;
+    int rc = MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    if (rc != MPI_SUCCESS) return ob__mpi_fail(err, rc, "MPI_Comm_split_type", __FILE__, __LINE__);
+    int local = 0;
+    MPI_Comm_rank(node, &local);
+    MPI_Comm_free(&node);
+    int ndev = 0;
+    cudaError_t crc = cudaGetDeviceCount(&ndev);
+    if (crc != cudaSuccess || ndev == 0) {
+        (void)cudaGetLastError();
+        return OB_ERR(err, OB_ERR_CUDA, "no usable CUDA device on this node (%s)",
+                      crc != cudaSuccess ? cudaGetErrorString(crc) : "device count is 0");
+    }
+    *device = local % ndev;
+    return OB_OK;
 }

@@ -1,10 +1,10 @@
 /* Front end of the communicator interface: argument checks, byte counters, dispatch. */
 #include "comm_internal.h"
-
-#include <string.h>
 #include "internal.h"
 
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 ob_comm *ob__comm_alloc(const ob__comm_ops *ops, const char *backend, ob_mem_kind mem)
 {
@@ -111,6 +111,17 @@ void ob_comm_get_counters(const ob_comm *comm, ob_comm_counters *out)
 uint64_t ob_comm_bytes_sent(const ob_comm *comm)
 {
     return comm->counters.bytes_sent;
+}
+
+ob_status ob_comm_set_timeout(ob_comm *comm, double seconds, ob_err *err)
+{
+    if (!(seconds >= 0.0) || !isfinite(seconds))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "communicator timeout %g: must be >= 0 seconds",
+                      seconds);
+    if (!comm->ops->set_timeout)
+        return OB_ERR(err, OB_ERR_UNSUPPORTED, "the %s communicator has no collective timeout",
+                      comm->backend);
+    return comm->ops->set_timeout(comm, seconds, err);
 }
 
 void ob_comm_abort(ob_comm *comm, int code)

@@ -20,6 +20,8 @@ typedef struct ob__comm_ops {
      * there. NULL: not supported. */
     ob_status (*control_start)(ob_comm *c, ob_err *err);
     ob_status (*control_finish)(ob_comm *c, ob_err *err);
+    /* Limit on how long a collective may wait (ob_comm_set_timeout). NULL: not supported. */
+    ob_status (*set_timeout)(ob_comm *c, double seconds, ob_err *err);
     void (*abort)(ob_comm *c, int code);
     void (*destroy)(ob_comm *c); /* frees impl only */
 } ob__comm_ops;

@@ -66,3 +66,12 @@ ob_status ob_comm_create_nccl(ob_comm **out, int device, ob_err *err)
                   "the NCCL communicator needs a build with CUDA (configure with ONEBIT_CUDA=ON)");
 }
 #endif
+
+#ifndef ONEBIT_HAVE_CUDA
+ob_status ob_comm_local_device(int *device, ob_err *err)
+{
+    *device = -1;
+    return OB_ERR(err, OB_ERR_UNSUPPORTED,
+                  "device: cuda needs a build with CUDA (configure with ONEBIT_CUDA=ON)");
+}
+#endif

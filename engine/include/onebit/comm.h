@@ -68,6 +68,12 @@ ob_status ob_comm_create_self(ob_comm **out, ob_err *err);
  * OB_ERR_UNSUPPORTED in a build without CUDA, OB_ERR_CUDA when no usable device exists. */
 ob_status ob_comm_create_nccl(ob_comm **out, int device, ob_err *err);
 
+/* The CUDA device for this rank when every node runs one rank per GPU: its rank among the
+ * ranks of MPI_COMM_WORLD on the same node (MPI_COMM_TYPE_SHARED) modulo the node's device
+ * count. Collective over MPI_COMM_WORLD. OB_ERR_CUDA when there is no usable device,
+ * OB_ERR_UNSUPPORTED in a build without CUDA. */
+ob_status ob_comm_local_device(int *device, ob_err *err);
+
 /* Frees the communicator (not MPI itself). Accepts NULL. */
 void ob_comm_destroy(ob_comm *comm);
 
@@ -116,6 +122,15 @@ int ob_comm_control_pending(const ob_comm *comm);
 void ob_comm_get_counters(const ob_comm *comm, ob_comm_counters *out);
 /* Bytes sent since creation (the same as counters.bytes_sent). */
 uint64_t ob_comm_bytes_sent(const ob_comm *comm);
+
+/* Seconds a collective on a device communicator may wait before the communicator is aborted
+ * and the call fails with OB_ERR_COMM (later calls then fail with OB_ERR_STATE): a peer that
+ * died or hangs ends the job instead of blocking it. Asynchronous NCCL errors abort it the same
+ * way at once. 0: no limit. The default is OB_COMM_DEFAULT_TIMEOUT. Host backends return
+ * OB_ERR_UNSUPPORTED: MPI has no such limit, and a dead MPI rank ends the job through mpirun
+ * and the coordinator's supervision. */
+#define OB_COMM_DEFAULT_TIMEOUT 300.0
+ob_status ob_comm_set_timeout(ob_comm *comm, double seconds, ob_err *err);
 
 /* Ends every rank of the job (MPI_Abort for MPI-based backends) with `code`. For a rank that
  * hit an unrecoverable error while the others wait in a collective. Does not return for MPI. */
