@@ -823,6 +823,35 @@ static void test_yaml_typing(void **state)
 }
 
 /* checkpoint.async and warm_start: parsed, validated, printed back. */
+/* device: cpu by default, cuda for softmax and mlp, refused for the transformer. */
+static void test_device(void **state)
+{
+    (void)state;
+    const char *base = "model: {type: mlp, hidden: [8]}\ndata: {type: synthetic_classification}\n"
+                       "optimizer: {type: onebit_adam}\nbatch_size: 4\nsteps: 10\n";
+    char text[1024];
+    ob_jobspec s;
+    parse_ok(&s, base, OB_SPEC_YAML);
+    assert_int_equal(s.device, OB_DEVICE_CPU);
+    snprintf(text, sizeof text, "%sdevice: cuda\n", base);
+    parse_ok(&s, text, OB_SPEC_YAML);
+    assert_int_equal(s.device, OB_DEVICE_CUDA);
+    check_round_trip(&s);
+    char *json = NULL;
+    assert_int_equal(ob_jobspec_to_json(&s, &json, NULL), OB_OK);
+    assert_non_null(strstr(json, ",\"device\":\"cuda\"}"));
+    free(json);
+
+    snprintf(text, sizeof text, "%sdevice: gpu\n", base);
+    expect_error(OB_SPEC_YAML, text, "device: expected one of cpu or cuda, got \"gpu\"");
+    snprintf(text, sizeof text, "%sdevice: 1\n", base);
+    expect_error(OB_SPEC_YAML, text, "device: expected one of cpu or cuda, got 1");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: transformer}\ndata: {type: synthetic_text}\n"
+                 "optimizer: {type: adam}\nbatch_size: 4\nsteps: 10\ndevice: cuda\n",
+                 "device: cuda runs the softmax and mlp models; the transformer runs on the cpu");
+}
+
 static void test_checkpoint_and_warm_start(void **state)
 {
     (void)state;
@@ -898,7 +927,7 @@ static void test_to_json(void **state)
                         "\"batch_size\":16,\"steps\":7,\"lr\":{\"schedule\":\"constant\","
                         "\"peak\":0.001,\"warmup_steps\":0},\"seed\":123,\"eval\":{\"interval\":0,"
                         "\"max_examples\":0},\"log_interval\":10,\"checkpoint\":{\"dir\":\"\","
-                        "\"interval\":0,\"keep\":3,\"async\":false}}");
+                        "\"interval\":0,\"keep\":3,\"async\":false},\"device\":\"cpu\"}");
     free(json);
 
     /* An out-of-range enum is refused, not printed as "unknown". */
@@ -1108,6 +1137,7 @@ int main(void)
         cmocka_unit_test(test_syntax_errors),
         cmocka_unit_test(test_yaml_typing),
         cmocka_unit_test(test_checkpoint_and_warm_start),
+        cmocka_unit_test(test_device),
         cmocka_unit_test(test_to_json),
         cmocka_unit_test(test_specs_build),
         cmocka_unit_test(test_load_files),

@@ -335,6 +335,7 @@ static const field top_fields[] = {
     {"name", ALL},       {"model", ALL},        {"data", ALL},       {"optimizer", ALL},
     {"batch_size", ALL}, {"steps", ALL},        {"lr", ALL},         {"seed", ALL},
     {"eval", ALL},       {"log_interval", ALL}, {"checkpoint", ALL}, {"warm_start", ALL},
+    {"device", ALL},
 };
 #define MLP K(OB_MODEL_MLP)
 #define TF K(OB_MODEL_TRANSFORMER)
@@ -736,6 +737,22 @@ static ob_status read_eval_ckpt(const json_t *ev, const json_t *ck, ob_jobspec *
 
 /* warm_start: the variance v_Tw (and optionally the parameters) of an earlier checkpoint; the
  * optimizer must be onebit_adam with a variance to freeze. */
+static const char *const devices[] = {"cpu", "cuda"}; /* index = ob_device */
+
+/* device: where the model and the optimizer run. The GPU path has the softmax and MLP models. */
+static ob_status read_device(const json_t *root, ob_jobspec *s, ob_err *err)
+{
+    int dev = (int)s->device;
+    ob_status st = get_enum(root, "", "device", devices, COUNT(devices), &dev, err);
+    if (st) return st;
+    s->device = (ob_device)dev;
+    if (s->device == OB_DEVICE_CUDA && s->model.kind == OB_MODEL_TRANSFORMER)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "device: cuda runs the softmax and mlp models; the transformer runs on the "
+                      "cpu (device: cpu)");
+    return OB_OK;
+}
+
 static ob_status read_warm_start(const json_t *ws, ob_jobspec *s, ob_err *err)
 {
     if (!ws) return OB_OK;
@@ -790,7 +807,8 @@ static ob_status validate(const json_t *root, ob_jobspec *s, ob_err *err)
 
     if ((st = read_model(model, s, err)) || (st = read_data(data, s, err)) ||
         (st = read_lr(lr, s, err)) || (st = read_optim(optim, s, err)) ||
-        (st = read_eval_ckpt(ev, ck, s, err)) || (st = read_warm_start(ws, s, err)))
+        (st = read_eval_ckpt(ev, ck, s, err)) || (st = read_warm_start(ws, s, err)) ||
+        (st = read_device(root, s, err)))
         return st;
     return OB_OK;
 }
@@ -1366,6 +1384,7 @@ static json_t *spec_tree(builder *b, const ob_jobspec *s)
         put(b, ws, "params", json_boolean(s->warm_start_params));
         put(b, root, "warm_start", ws);
     }
+    put_str(b, root, "device", s->device == OB_DEVICE_CUDA ? "cuda" : "cpu");
     if (!root) b->failed = 1;
     return root;
 }

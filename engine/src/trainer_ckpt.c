@@ -428,8 +428,9 @@ ob_status ob__trainer_ckpt_flush(ob_trainer *t, ob_train_callback cb, void *user
 /* --- resume -------------------------------------------------------------------------------- */
 
 /* Fields a resumed job may change: they do not alter what the saved state means. */
-static const char *const resumable_changes[] = {"name",         "steps",      "eval",
-                                                "log_interval", "checkpoint", "warm_start"};
+static const char *const resumable_changes[] = {"name",       "steps",      "eval",
+                                                "log_interval", "checkpoint", "warm_start",
+                                                "device"};
 
 static ob_status check_spec(const char *saved, const char *current, const char *path, ob_err *err)
 {

@@ -65,6 +65,11 @@
  *                  onebit_adam (compression on or off) only: the job takes the checkpoint's
  *                  frozen variance v_Tw (and with params: true its parameters) and starts in
  *                  the compression phase
+ *   device?        cpu | cuda [cpu]: where the model and the optimizer run. cuda: each rank
+ *                  trains on the GPU of its node-local rank (modulo the node's GPUs), keeps
+ *                  parameters, gradients and optimizer state on it and exchanges gradients
+ *                  and momentum over NCCL; softmax and mlp only. A job may resume on the
+ *                  other device: device is not part of what a checkpoint must match.
  *
  * Fields the spec does not set: model.input_dim and model.num_classes come from the dataset
  * and model.max_batch from batch_size; the worker fills them in (a parsed spec holds 0 there).
@@ -112,6 +117,11 @@ typedef struct ob_data_spec {
     ob_synth_text_spec synth_text;
 } ob_data_spec;
 
+typedef enum ob_device {
+    OB_DEVICE_CPU = 0,
+    OB_DEVICE_CUDA = 1,
+} ob_device;
+
 typedef struct ob_jobspec {
     char name[OB_JOBSPEC_NAME_LEN];
     ob_model_config model; /* kind and architecture; input_dim, num_classes, max_batch are 0 */
@@ -130,6 +140,7 @@ typedef struct ob_jobspec {
     int checkpoint_async;                      /* write in a background thread */
     char warm_start_from[OB_JOBSPEC_PATH_LEN]; /* "" : no warm start */
     int warm_start_params;                     /* also take the parameters */
+    ob_device device;
 } ob_jobspec;
 
 /* The spec before any field is read: every optional field at its default (model mlp, data
