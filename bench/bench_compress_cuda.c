@@ -1,4 +1,5 @@
-/* Benchmark of the CUDA compression kernels and of the compressed allreduce on NCCL.
+/* Benchmark of the CUDA compression and optimizer kernels and of the compressed allreduce on
+ * NCCL.
  *
  * Part 1, one GPU: for each size, on the same device buffers in the same run, times with CUDA
  * events
@@ -6,7 +7,14 @@
  *   compress     ob_cuda_compress_ef: read x and e, write e and the packed message (12n + n/8 + ..)
  *   decompress   ob_cuda_decompress of one message into n floats (n/8 + 4n/B + 4n bytes)
  *   decomp-avg   ob_cuda_decompress_average of S messages (S * msg + 4n bytes)
- * and prints elements/s, GB/s of bytes moved and each kernel's time relative to the copy.
+ *   adam         ob_cuda_adam_update: read x m v g, write x m v (28n bytes)
+ *   momentum     ob_cuda_momentum_update: read m g, write m (12n)
+ *   frozen       ob_cuda_frozen_update: read x m den, write x (16n)
+ *   mom-precond  ob_cuda_momentum_precondition: read m g den, write m p (20n)
+ *   precond-apply ob_cuda_precondition_apply: read x p den, write m x (20n)
+ *   l1-norm      ob_cuda_l1_norm, with its copy of the result to the host (4n)
+ * and prints elements/s, GB/s of bytes moved, each kernel's time relative to the copy, and its
+ * GB/s as a fraction of the copy's (1.0: as fast as memory allows).
  *
  * Part 2, every rank (rank r on device r % device_count; run under mpirun for more than one):
  * the compressed allreduce (ob_car_allreduce) against the fp32 allreduce (ncclAllReduce via
@@ -21,6 +29,7 @@
 #include "onebit/comm.h"
 #include "onebit/compress.h"
 #include "onebit/compress_cuda.h"
+#include "onebit/optim_kernels.h"
 #include "onebit/rng.h"
 
 #include "bench_util.h"
@@ -82,13 +91,26 @@ typedef struct opts {
 
 /* ---- part 1: kernels against a device-to-device copy ------------------------------------ */
 
-/* Times `which` (0 copy, 1 compress, 2 decompress, 3 average) once with events on s. */
-static double time_kernel(int which, const opts *o, float *x, float *e, float *dst, float *out,
-                          unsigned char *packed, cudaStream_t s, cudaEvent_t a, cudaEvent_t b)
+/* Device buffers of part 1, n floats each (packed: S messages). */
+typedef struct kbufs {
+    float *x, *e, *dst, *out, *m, *v, *den;
+    unsigned char *packed;
+} kbufs;
+
+#define NUM_KERNELS 10
+
+/* Times kernel `which` (see the top of the file, in that order) once with events on s. */
+static double time_kernel(int which, const opts *o, const kbufs *k, cudaStream_t s, cudaEvent_t a,
+                          cudaEvent_t b)
 {
     size_t n = o->n;
     ob_err err = {0};
     ob_status st = OB_OK;
+    float *x = k->x, *e = k->e, *dst = k->dst, *out = k->out;
+    unsigned char *packed = k->packed;
+    ob_adam_coeffs c;
+    ob_adam_coeffs_init(&c, 0.9, 0.999, 1e-8, 0.0, 1, 10, 1e-6f, 1);
+    double l1 = 0.0;
     CUDA_OK(cudaEventRecord(a, s));
     switch (which) {
     case 0:
@@ -100,8 +122,26 @@ static double time_kernel(int which, const opts *o, float *x, float *e, float *d
     case 2:
         st = ob_cuda_decompress(packed, n, o->block, out, s, &err);
         break;
-    default:
+    case 3:
         st = ob_cuda_decompress_average(packed, o->nsrc, n, o->block, out, s, &err);
+        break;
+    case 4: /* x: dst, m: out, v: v, g: x (tiny steps keep every value finite) */
+        st = ob_cuda_adam_update(dst, out, k->v, x, n, &c, s, &err);
+        break;
+    case 5:
+        st = ob_cuda_momentum_update(k->m, x, n, 0.9f, 0.1f, s, &err);
+        break;
+    case 6:
+        st = ob_cuda_frozen_update(dst, k->m, k->den, n, 1e-6f, 0.0f, s, &err);
+        break;
+    case 7:
+        st = ob_cuda_momentum_precondition(k->m, out, x, k->den, n, 0.9f, 0.1f, s, &err);
+        break;
+    case 8:
+        st = ob_cuda_precondition_apply(dst, k->m, out, k->den, n, 1e-6f, 0.0f, s, &err);
+        break;
+    default:
+        st = ob_cuda_l1_norm(k->v, n, &l1, s, &err);
         break;
     }
     if (st != OB_OK) die("kernel", err.msg);
@@ -114,53 +154,61 @@ static double time_kernel(int which, const opts *o, float *x, float *e, float *d
 
 static void bench_kernels(const opts *o)
 {
-    size_t n = o->n, msg = ob_packed_bytes(n, o->block);
+    size_t n = o->n, msg = ob_packed_bytes(n, o->block), fb = n * sizeof(float);
     float *hx = random_host(n, 1);
-    float *x = dev_alloc(n * sizeof(float)), *e = dev_alloc(n * sizeof(float));
-    float *dst = dev_alloc(n * sizeof(float)), *out = dev_alloc(n * sizeof(float));
-    unsigned char *packed = dev_alloc(o->nsrc * msg);
+    kbufs k = {dev_alloc(fb), dev_alloc(fb), dev_alloc(fb), dev_alloc(fb),
+               dev_alloc(fb), dev_alloc(fb), dev_alloc(fb), dev_alloc(o->nsrc * msg)};
     cudaStream_t s;
     cudaEvent_t a, b;
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CUDA_OK(cudaEventCreate(&a));
     CUDA_OK(cudaEventCreate(&b));
-    OB_OK_OR_DIE(ob_cuda_memcpy(x, hx, n * sizeof(float), s, &err_));
+    OB_OK_OR_DIE(ob_cuda_memcpy(k.x, hx, fb, s, &err_));
     for (size_t i = 0; i < o->nsrc; i++) /* S distinct messages for the average */
         OB_OK_OR_DIE(
-            ob_cuda_compress_ef(x, n, e, n, o->block, o->scale, packed + i * msg, s, &err_));
+            ob_cuda_compress_ef(k.x, n, k.e, n, o->block, o->scale, k.packed + i * msg, s, &err_));
+    OB_OK_OR_DIE(ob_cuda_frozen_den(k.den, k.x, n, 1.0f, s, &err_)); /* sqrt(x) + 1: no zeros */
     OB_OK_OR_DIE(ob_cuda_sync(s, &err_));
 
-    const char *names[4] = {"d2d copy", "compress", "decompress", "decomp-avg"};
-    double bytes[4] = {8.0 * (double)n, 12.0 * (double)n + (double)msg,
-                       (double)msg + 4.0 * (double)n,
-                       (double)o->nsrc * (double)msg + 4.0 * (double)n};
-    double t[4];
+    const char *names[NUM_KERNELS] = {"d2d copy",      "compress", "decompress", "decomp-avg",
+                                      "adam",          "momentum", "frozen",     "mom-precond",
+                                      "precond-apply", "l1-norm"};
+    double dn = (double)n;
+    double bytes[NUM_KERNELS] = {8.0 * dn,
+                                 12.0 * dn + (double)msg,
+                                 (double)msg + 4.0 * dn,
+                                 (double)o->nsrc * (double)msg + 4.0 * dn,
+                                 28.0 * dn,
+                                 12.0 * dn,
+                                 16.0 * dn,
+                                 20.0 * dn,
+                                 20.0 * dn,
+                                 4.0 * dn};
+    double t[NUM_KERNELS];
     double *samples = malloc((size_t)o->reps * sizeof(double));
-    for (int k = 0; k < 4; k++) {
-        time_kernel(k, o, x, e, dst, out, packed, s, a, b); /* warm-up */
+    for (int j = 0; j < NUM_KERNELS; j++) {
+        time_kernel(j, o, &k, s, a, b); /* warm-up */
         for (int r = 0; r < o->reps; r++)
-            samples[r] = time_kernel(k, o, x, e, dst, out, packed, s, a, b);
-        t[k] = bench_median(samples, o->reps);
+            samples[r] = time_kernel(j, o, &k, s, a, b);
+        t[j] = bench_median(samples, o->reps);
     }
     printf("kernels: n=%zu (%.1f MiB of fp32), block=%zu, scale=%s, sources=%zu, median of %d\n", n,
-           4.0 * (double)n / (1 << 20), o->block, o->scale == OB_SCALE_L2 ? "l2" : "l1", o->nsrc,
-           o->reps);
-    printf("  %-12s %12s %14s %10s %12s\n", "kernel", "time [ms]", "elements/s", "GB/s",
-           "time / copy");
-    for (int k = 0; k < 4; k++)
-        printf("  %-12s %12.4f %14.3e %10.1f %12.2f\n", names[k], t[k] * 1e3, (double)n / t[k],
-               bytes[k] / t[k] * 1e-9, t[k] / t[0]);
+           4.0 * dn / (1 << 20), o->block, o->scale == OB_SCALE_L2 ? "l2" : "l1", o->nsrc, o->reps);
+    printf("  %-13s %12s %14s %10s %12s %14s\n", "kernel", "time [ms]", "elements/s", "GB/s",
+           "time / copy", "GB/s / copy");
+    double copy_bw = bytes[0] / t[0];
+    for (int j = 0; j < NUM_KERNELS; j++)
+        printf("  %-13s %12.4f %14.3e %10.1f %12.2f %14.2f\n", names[j], t[j] * 1e3, dn / t[j],
+               bytes[j] / t[j] * 1e-9, t[j] / t[0], bytes[j] / t[j] / copy_bw);
     fflush(stdout);
     free(samples);
     free(hx);
     CUDA_OK(cudaEventDestroy(a));
     CUDA_OK(cudaEventDestroy(b));
     CUDA_OK(cudaStreamDestroy(s));
-    ob_cuda_free(x);
-    ob_cuda_free(e);
-    ob_cuda_free(dst);
-    ob_cuda_free(out);
-    ob_cuda_free(packed);
+    void *bufs[] = {k.x, k.e, k.dst, k.out, k.m, k.v, k.den, k.packed};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        ob_cuda_free(bufs[i]);
 }
 
 /* ---- part 2: compressed allreduce against ncclAllReduce --------------------------------- */

@@ -8,3 +8,8 @@ if(ONEBIT_HAVE_CUDA)
   ob_add_mpi_test(test_car_nccl test_car_nccl.c NP 1 2)
   set_tests_properties(test_car_nccl_np1 test_car_nccl_np2 PROPERTIES SKIP_RETURN_CODE 77)
 endif()
+
+# The optimizer kernels: CPU kernels against the formulas everywhere, the CUDA kernels against
+# the CPU kernels where a device exists (77 otherwise, after the no-device checks).
+ob_add_unit_test(test_optim_cuda test_optim_cuda.c)
+set_tests_properties(test_optim_cuda PROPERTIES SKIP_RETURN_CODE 77)

@@ -557,6 +557,77 @@ static void test_car_timing(mpi_harness *h)
     ob_comm_destroy(c);
 }
 
+/* Host communicators have no collective timeout: a clear refusal, nothing changed; the
+ * argument is checked first. The device communicator's timeout is tested in test_car_nccl. */
+static void test_comm_timeout_host(mpi_harness *h)
+{
+    ob_comm *c = NULL, *self = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_comm_create_self(&self, &err) == OB_OK, "%s", err.msg);
+    if (!c || !self) return;
+    MH_CHECK(h,
+             ob_comm_set_timeout(c, 10.0, &err) == OB_ERR_UNSUPPORTED &&
+                 strstr(err.msg, "the mpi communicator has no collective timeout"),
+             "mpi: %s", err.msg);
+    MH_CHECK(h, ob_comm_set_timeout(self, 10.0, &err) == OB_ERR_UNSUPPORTED, "self");
+    MH_CHECK(h,
+             ob_comm_set_timeout(c, -1.0, &err) == OB_ERR_INVALID_ARG &&
+                 strstr(err.msg, "must be >= 0"),
+             "negative: %s", err.msg);
+    MH_CHECK(h, ob_comm_barrier(c, &err) == OB_OK, "%s", err.msg);
+    ob_comm_destroy(self);
+    ob_comm_destroy(c);
+}
+
+/* The optimizer's timing: the parts of its steps are non-negative, add up within the total,
+ * and timing leaves the results bit-exact. */
+static void test_optim_timing(mpi_harness *h)
+{
+    size_t d = 20011;
+    ob_comm *c = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    if (!c) return;
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.freeze_step = 3;
+    cfg.block_size = 256;
+    float *pa = calloc(d, sizeof(float)), *pb = calloc(d, sizeof(float));
+    float *g = malloc(d * sizeof(float));
+    ob_optim *a = NULL, *b = NULL;
+    MH_CHECK(h, ob_optim_create(&a, &cfg, c, pa, d, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_optim_create(&b, &cfg, c, pb, d, &err) == OB_OK, "%s", err.msg);
+    if (a && b) {
+        ob_optim_set_timing(a, 1);
+        for (int t = 0; t < 8; t++) {
+            make_input(g, d, h->rank, t, 11);
+            MH_CHECK(h, ob_optim_step(a, g, 1e-3f, &err) == OB_OK, "%s", err.msg);
+            MH_CHECK(h, ob_optim_step(b, g, 1e-3f, &err) == OB_OK, "%s", err.msg);
+        }
+        MH_CHECK(h, memcmp(pa, pb, d * sizeof(float)) == 0, "timing changed the parameters");
+        ob_optim_timing tm;
+        ob_optim_get_timing(a, &tm);
+        double parts = tm.allreduce_s + tm.car.compress_s + tm.car.alltoall_s + tm.car.server_s +
+                       tm.car.allgather_s + tm.car.decode_s;
+        MH_CHECK(h, tm.steps == 8 && tm.car.calls == 5, "steps %llu, compressed calls %llu",
+                 (unsigned long long)tm.steps, (unsigned long long)tm.car.calls);
+        MH_CHECK(h,
+                 (tm.allreduce_s > 0.0 || h->size == 1) && tm.car.compress_s > 0.0 &&
+                     parts <= tm.total_s,
+                 "allreduce %g compress %g parts %g total %g", tm.allreduce_s, tm.car.compress_s,
+                 parts, tm.total_s);
+        ob_optim_get_timing(b, &tm);
+        MH_CHECK(h, tm.steps == 0 && tm.total_s == 0.0, "timing off counts nothing");
+    }
+    ob_optim_destroy(a);
+    ob_optim_destroy(b);
+    free(pa);
+    free(pb);
+    free(g);
+    ob_comm_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
     mpi_harness h;
@@ -570,5 +641,7 @@ int main(int argc, char **argv)
     MH_RUN(&h, test_bytes_compression_vs_warmup);
     MH_RUN(&h, test_replicas_stay_identical);
     MH_RUN(&h, test_car_timing);
+    MH_RUN(&h, test_comm_timeout_host);
+    MH_RUN(&h, test_optim_timing);
     return mpi_harness_finish(&h);
 }

@@ -81,5 +81,34 @@ if [ $rc -eq 0 ] && grep -q 'bits/byte' "$TMP/t.txt" && grep -q '^done:' "$TMP/t
   ok "transformer job, text format"
 else bad "transformer job, text format" "rc=$rc $(tail -3 "$TMP/err")"; fi
 
+# --- device: cuda where it cannot run (no GPU here, or a build without CUDA): every rank stops
+# at setup with the reason, exit 1, within the timeout (no rank left waiting in a collective).
+# On a machine with a GPU the same job must train: scripts/gpu-check.sh runs it there.
+sed -e 's/^name: .*/name: on-cuda/' "$EXAMPLES/synthetic-mlp-onebit.yaml" > "$TMP/cuda.yaml"
+echo "device: cuda" >> "$TMP/cuda.yaml"
+if command -v nvidia-smi > /dev/null && nvidia-smi -L > /dev/null 2>&1; then
+  echo "[ SKIPPED ] device: cuda without a GPU (this machine has one)"
+else
+  timeout 120 "$MPIEXEC" --oversubscribe -np 2 "$WORKER" --spec "$TMP/cuda.yaml" > "$TMP/out" 2> "$TMP/err"; rc=$?
+  if [ $rc -eq 1 ] && grep -Eq 'no usable CUDA device|needs a build with CUDA' "$TMP/err" &&
+     grep -q 'setup failed' "$TMP/err" && ! grep -q '"event":"step"' "$TMP/out"; then
+    ok "device: cuda without a GPU fails cleanly"
+  else bad "device: cuda without a GPU fails cleanly" "rc=$rc $(cat "$TMP/err")"; fi
+fi
+
+# --- --profile: the step time split, parts adding up to the whole -----------------------------
+run 2 --spec "$EXAMPLES/synthetic-mlp-onebit.yaml" --profile > "$TMP/p.jsonl" 2> "$TMP/err"; rc=$?
+prof=$(grep '"event":"profile"' "$TMP/p.jsonl")
+if [ $rc -eq 0 ] && [ -n "$prof" ] &&
+   echo "$prof" | jq -e '.steps > 0 and .compute_ms > 0 and .allreduce_ms > 0 and .compress_ms > 0
+       and .exchange_ms > 0 and .update_ms >= 0 and
+       ((.data_ms + .compute_ms + .allreduce_ms + .compress_ms + .exchange_ms + .update_ms
+         - .ms_per_step) | fabs) < 1e-6 * .ms_per_step + 1e-9' > /dev/null; then
+  ok "--profile"
+else bad "--profile" "rc=$rc $prof $(tail -3 "$TMP/err")"; fi
+run 1 --spec "$EXAMPLES/synthetic-mlp-onebit.yaml" > "$TMP/np.jsonl" 2> /dev/null
+if ! grep -q '"event":"profile"' "$TMP/np.jsonl"; then ok "no profile without --profile"
+else bad "no profile without --profile" "profile printed"; fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

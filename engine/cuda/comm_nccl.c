@@ -31,8 +31,8 @@ typedef struct nccl_impl {
     ncclComm_t comm; /* NULL once aborted */
     cudaStream_t stream;
     int device;
-    float *scratch;  /* one device float for the barrier */
-    double timeout;  /* seconds a collective may take; 0: no limit */
+    float *scratch;    /* one device float for the barrier */
+    double timeout;    /* seconds a collective may take; 0: no limit */
     char aborted[160]; /* why the communicator was aborted ("" while usable) */
 } nccl_impl;
 
@@ -123,7 +123,11 @@ static ob_status wait_stream(nccl_impl *m, const char *what, ob_err *err)
 }
 
 /* Every collective first checks that the communicator was not aborted. */
-#define NOT_ABORTED(m, err)                                                                            do {                                                                                                   if ((m)->aborted[0])                                                                                   return OB_ERR((err), OB_ERR_STATE, "NCCL communicator unusable: %s", (m)->aborted);        } while (0)
+#define NOT_ABORTED(m, err)                                                                        \
+    do {                                                                                           \
+        if ((m)->aborted[0])                                                                       \
+            return OB_ERR((err), OB_ERR_STATE, "NCCL communicator unusable: %s", (m)->aborted);    \
+    } while (0)
 
 /* The bytes this rank sends in the MPI backend's ring: chunks r, r-1, ..., r-N+2 in the
  * reduce-scatter and r+1, r, ..., r-N+3 in the allgather. */

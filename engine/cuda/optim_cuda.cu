@@ -17,8 +17,8 @@ namespace
 {
 
 constexpr int kThreads = 256;
-constexpr int kMaxBlocks = 4096;      /* grid-stride loops cover the rest */
-constexpr int kNormBlocks = 1024;     /* partial sums of the L1 norm */
+constexpr int kMaxBlocks = 4096;  /* grid-stride loops cover the rest */
+constexpr int kNormBlocks = 1024; /* partial sums of the L1 norm */
 
 ob_status cuda_fail(ob_err *err, cudaError_t rc, const char *call, const char *file, int line)
 {
@@ -162,8 +162,8 @@ extern "C" ob_status ob_cuda_adam_update(float *x, float *m, float *v, const flo
     return launched(err);
 }
 
-extern "C" ob_status ob_cuda_momentum_update(float *m, const float *g, size_t d, float b1,
-                                             float a1, void *stream, ob_err *err)
+extern "C" ob_status ob_cuda_momentum_update(float *m, const float *g, size_t d, float b1, float a1,
+                                             void *stream, ob_err *err)
 {
     if (d == 0) return OB_OK;
     ob_status st = need(err, "ob_cuda_momentum_update", m && g);

@@ -11,7 +11,8 @@ ob_status ob__mem_alloc(int device, void **p, size_t bytes, const char *what, ob
     if (bytes == 0) return OB_OK;
     if (device) {
         ob_status st = ob_cuda_alloc(p, bytes, err);
-        return st == OB_OK ? OB_OK : OB_WRAP(err, st, "%s (%zu bytes of device memory)", what, bytes);
+        return st == OB_OK ? OB_OK
+                           : OB_WRAP(err, st, "%s (%zu bytes of device memory)", what, bytes);
     }
     *p = ob__calloc_aligned(bytes);
     if (!*p) return OB_ERR(err, OB_ERR_NOMEM, "%s: %zu bytes", what, bytes);

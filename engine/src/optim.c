@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct ob_optim {
     ob_optim_config cfg;
@@ -29,6 +30,8 @@ struct ob_optim {
     double *norms;    /* (delta) ring of ||v_t||_1 at slot t % delta */
     double last_ratio, last_norm;
     uint64_t bytes_sent, bytes_last;
+    int timing;          /* ob_optim_set_timing */
+    ob_optim_timing tim; /* sums while timing is on (car part read from the car) */
 };
 
 void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
@@ -210,7 +213,8 @@ static ob_status k_momentum(ob_optim *o, const float *g, const ob_adam_coeffs *k
 
 static ob_status k_frozen(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
 {
-    if (o->dev) return ob_cuda_frozen_update(o->x, o->m, o->den, o->d, k->lr, k->wd, o->stream, err);
+    if (o->dev)
+        return ob_cuda_frozen_update(o->x, o->m, o->den, o->d, k->lr, k->wd, o->stream, err);
     ob_frozen_update(o->x, o->m, o->den, o->d, k->lr, k->wd);
     return OB_OK;
 }
@@ -256,12 +260,36 @@ static ob_status compute_den(ob_optim *o, ob_err *err)
     return OB_OK;
 }
 
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* With timing on: waits for the device's queued work and returns the time. */
+static ob_status timed_now(ob_optim *o, double *t, ob_err *err)
+{
+    *t = 0.0;
+    if (!o->timing) return OB_OK;
+    if (o->dev) {
+        ob_status st = ob_cuda_sync(o->stream, err);
+        if (st != OB_OK) return st;
+    }
+    *t = now_s();
+    return OB_OK;
+}
+
 /* In-place sum of src over the ranks into dst (fp32 ring allreduce); the caller scales. */
 static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, ob_err *err)
 {
+    double t0, t1;
     ob_status st = ob__mem_copy(o->dev, dst, src, o->d * sizeof(float), o->stream, err);
-    if (st != OB_OK) return st;
-    return ob_comm_allreduce_sum_f32(o->comm, dst, o->d, err);
+    if (st == OB_OK) st = timed_now(o, &t0, err);
+    if (st == OB_OK) st = ob_comm_allreduce_sum_f32(o->comm, dst, o->d, err);
+    if (st == OB_OK) st = timed_now(o, &t1, err);
+    o->tim.allreduce_s += t1 - t0;
+    return st;
 }
 
 /* --- the step ------------------------------------------------------------------------------ */
@@ -337,10 +365,12 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
     int naive = c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode == OB_ONEBIT_NAIVE;
     ob_adam_coeffs k;
     /* The naive mode's exchange already averages; the warmup's allreduce sums. */
-    ob_adam_coeffs_init(&k, c->beta1, c->beta2, c->eps, c->weight_decay, c->bias_correction, t,
-                        lr, naive ? 1 : n);
+    ob_adam_coeffs_init(&k, c->beta1, c->beta2, c->eps, c->weight_decay, c->bias_correction, t, lr,
+                        naive ? 1 : n);
     uint64_t before = ob_comm_bytes_sent(o->comm);
-    ob_status st = OB_OK;
+    double t0;
+    ob_status st = timed_now(o, &t0, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "step %ld", t);
 
     if (naive) {
         /* Error-compensated 1-bit gradient, Adam on top, v never frozen. */
@@ -360,7 +390,26 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
     o->step = t;
     o->bytes_last = ob_comm_bytes_sent(o->comm) - before;
     o->bytes_sent += o->bytes_last;
+    if (o->timing) {
+        double t1;
+        if ((st = timed_now(o, &t1, err)) != OB_OK) return OB_WRAP(err, st, "step %ld", t);
+        o->tim.total_s += t1 - t0;
+        o->tim.steps++;
+    }
     return OB_OK;
+}
+
+void ob_optim_set_timing(ob_optim *o, int on)
+{
+    o->timing = on != 0;
+    memset(&o->tim, 0, sizeof o->tim);
+    if (o->car) ob_car_set_timing(o->car, on);
+}
+
+void ob_optim_get_timing(const ob_optim *o, ob_optim_timing *out)
+{
+    *out = o->tim;
+    if (o->car) ob_car_get_timing(o->car, &out->car);
 }
 
 void ob_optim_get_stats(const ob_optim *o, ob_optim_stats *s)

@@ -1,6 +1,9 @@
 /* The data-parallel training loop (see onebit/trainer.h). */
 #include "trainer_internal.h"
+#include "onebit/compress_cuda.h"
 #include "onebit/schedule.h"
+ob_status ob_model_create_cuda(ob_model **out, const ob_model_config *cfg, void *stream,
+                               ob_err *err); /*TMP*/
 
 #include <math.h>
 #include <stdlib.h>
@@ -58,10 +61,53 @@ static ob_status open_data(ob_trainer *t, ob_err *err)
     return OB_OK;
 }
 
+/* device: cuda: the NCCL communicator on this rank's GPU. First in the setup, because it is
+ * collective: every rank must reach it before any can fail on its own. */
+static ob_status build_device(ob_trainer *t, ob_err *err)
+{
+    if (t->spec.device != OB_DEVICE_CUDA) return OB_OK;
+    int device = -1;
+    ob_err derr = {0};
+    ob_status st = ob_comm_local_device(&device, &derr);
+    if (st == OB_ERR_UNSUPPORTED) { /* a build without CUDA: derr says so */
+        if (err) *err = derr;
+        return st;
+    }
+    /* Without a device here, create still runs its collective agreement and reports why. */
+    st = ob_comm_create_nccl(&t->dcomm, device < 0 ? 0 : device, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "device: cuda");
+    t->dev = 1;
+    return OB_OK;
+}
+
+/* Parameters (identical on every rank from the seed: no broadcast needed) and gradients, in
+ * the optimizer communicator's memory. */
+static ob_status build_params(ob_trainer *t, ob_err *err)
+{
+    size_t bytes = t->d * sizeof(float);
+    ob_status st;
+    if ((st = ob__mem_alloc(t->dev, (void **)&t->params, bytes, "parameters", err)) ||
+        (st = ob__mem_alloc(t->dev, (void **)&t->grad, bytes, "gradients", err)))
+        return st;
+    if (!t->dev) {
+        ob_model_init_params(t->model, t->params, t->spec.seed);
+        return OB_OK;
+    }
+    ob__host_state hs;
+    if ((st = ob__trainer_host_state(t, 0, &hs, err)) != OB_OK) return st;
+    ob_model_init_params(t->model, hs.params, t->spec.seed);
+    void *stream = ob_comm_stream(t->dcomm);
+    if ((st = ob__mem_copy(1, t->params, hs.params, bytes, stream, err)) ||
+        (st = ob_cuda_sync(stream, err)))
+        return OB_WRAP(err, st, "parameters to the device");
+    return OB_OK;
+}
+
 static ob_status build(ob_trainer *t, ob_err *err)
 {
-    ob_status st = open_data(t, err);
+    ob_status st = build_device(t, err);
     if (st != OB_OK) return st;
+    if ((st = open_data(t, err)) != OB_OK) return st;
     int rank = ob_comm_rank(t->comm), n = ob_comm_size(t->comm);
     const ob_jobspec *s = &t->spec;
 
@@ -80,19 +126,86 @@ static ob_status build(ob_trainer *t, ob_err *err)
         mc.input_dim = ob_dataset_input_dim(t->ds);
         mc.num_classes = (size_t)ob_dataset_num_classes(t->ds);
     }
-    st = ob_model_create(&t->model, &mc, err);
+    if (t->dev)
+        st = ob_model_create_cuda(&t->model, &mc, ob_comm_stream(t->dcomm), err);
+    else
+        st = ob_model_create(&t->model, &mc, err);
     if (st != OB_OK) return OB_WRAP(err, st, "model");
     t->d = ob_model_num_params(t->model);
-    t->params = ob__calloc_aligned(t->d * sizeof(float));
-    t->grad = ob__calloc_aligned(t->d * sizeof(float));
-    if (!t->params || !t->grad)
-        return OB_ERR(err, OB_ERR_NOMEM, "parameters and gradients of %zu floats", t->d);
-    /* Same seed on every rank: identical replicas without a broadcast. */
-    ob_model_init_params(t->model, t->params, s->seed);
+    if ((st = build_params(t, err)) != OB_OK) return st;
 
     ob_optim_config oc = s->optim;
-    st = ob_optim_create(&t->opt, &oc, t->comm, t->params, t->d, err);
+    st = ob_optim_create(&t->opt, &oc, t->dev ? t->dcomm : t->comm, t->params, t->d, err);
     if (st != OB_OK) return OB_WRAP(err, st, "optimizer");
+    return OB_OK;
+}
+
+/* --- host views of the state (checkpoints) ------------------------------------------------- */
+
+static ob_status mirror(float **h, size_t n, const char *what, ob_err *err)
+{
+    if (*h || n == 0) return OB_OK;
+    return ob__mem_alloc(0, (void **)h, n * sizeof(float), what, err);
+}
+
+ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs, ob_err *err)
+{
+    memset(hs, 0, sizeof *hs);
+    ob_optim_state os = {0};
+    if (t->opt) ob_optim_get_state(t->opt, &os);
+    hs->d = t->d;
+    hs->D = os.padded_size;
+    hs->C = os.chunk_size;
+    hs->hist = os.v_norm_history;
+    hs->H = os.v_norm_history_len;
+    if (!t->dev) {
+        *hs =
+            (ob__host_state){t->params, os.exp_avg, os.exp_avg_sq, os.worker_error, os.server_error,
+                             hs->hist,  t->d,       hs->D,         hs->C,           hs->H};
+        return OB_OK;
+    }
+    ob_status st;
+    if ((st = mirror(&t->h_params, t->d, "host copy of the parameters", err)) ||
+        (st = mirror(&t->h_m, t->opt ? t->d : 0, "host copy of m", err)) ||
+        (st = mirror(&t->h_v, t->opt ? t->d : 0, "host copy of v", err)) ||
+        (st = mirror(&t->h_we, hs->D, "host copy of the worker error", err)) ||
+        (st = mirror(&t->h_se, hs->C, "host copy of the server error", err)))
+        return st;
+    hs->params = t->h_params;
+    hs->m = t->h_m;
+    hs->v = t->h_v;
+    hs->we = hs->D ? t->h_we : NULL;
+    hs->se = hs->C ? t->h_se : NULL;
+    if (!download) return OB_OK;
+
+    void *stream = ob_comm_stream(t->dcomm);
+    size_t fb = sizeof(float);
+    int all = download == 2 || ob_comm_rank(t->comm) == 0;
+    if ((all && ((st = ob__mem_copy(1, hs->params, t->params, t->d * fb, stream, err)) ||
+                 (st = ob__mem_copy(1, hs->m, os.exp_avg, t->d * fb, stream, err)) ||
+                 (st = ob__mem_copy(1, hs->v, os.exp_avg_sq, t->d * fb, stream, err)))) ||
+        (st = ob__mem_copy(1, hs->we, os.worker_error, hs->D * fb, stream, err)) ||
+        (st = ob__mem_copy(1, hs->se, os.server_error, hs->C * fb, stream, err)) ||
+        (st = ob_cuda_sync(stream, err)))
+        return OB_WRAP(err, st, "state from the device");
+    return OB_OK;
+}
+
+ob_status ob__trainer_upload_state(ob_trainer *t, const ob__host_state *hs, ob_err *err)
+{
+    if (!t->dev) return OB_OK;
+    ob_optim_state os;
+    ob_optim_get_state(t->opt, &os);
+    void *stream = ob_comm_stream(t->dcomm);
+    size_t fb = sizeof(float);
+    ob_status st;
+    if ((st = ob__mem_copy(1, t->params, hs->params, t->d * fb, stream, err)) ||
+        (st = ob__mem_copy(1, os.exp_avg, hs->m, t->d * fb, stream, err)) ||
+        (st = ob__mem_copy(1, os.exp_avg_sq, hs->v, t->d * fb, stream, err)) ||
+        (st = ob__mem_copy(1, os.worker_error, hs->we, hs->D * fb, stream, err)) ||
+        (st = ob__mem_copy(1, os.server_error, hs->se, hs->C * fb, stream, err)) ||
+        (st = ob_cuda_sync(stream, err)))
+        return OB_WRAP(err, st, "state to the device");
     return OB_OK;
 }
 
@@ -134,8 +247,12 @@ void ob_trainer_destroy(ob_trainer *t)
     ob_loader_destroy(t->train);
     ob_loader_destroy(t->eval);
     ob_dataset_destroy(t->ds);
-    ob__free(t->params);
-    ob__free(t->grad);
+    ob__mem_free(t->dev, t->params);
+    ob__mem_free(t->dev, t->grad);
+    float *mirrors[] = {t->h_params, t->h_m, t->h_v, t->h_we, t->h_se};
+    for (size_t i = 0; i < sizeof mirrors / sizeof *mirrors; i++)
+        ob__free(mirrors[i]);
+    ob_comm_destroy(t->dcomm);
     free(t);
 }
 
@@ -241,6 +358,26 @@ static ob_status control(ob_trainer *t, long step, int *stop, ob_train_callback 
     return ob__trainer_ckpt_poll(t, (float)v[1], (float)v[2], cb, user, err);
 }
 
+void ob_trainer_set_profiling(ob_trainer *t, int on)
+{
+    t->profiling = on != 0;
+    memset(&t->profile, 0, sizeof t->profile);
+    ob_optim_set_timing(t->opt, on);
+}
+
+/* The profile so far: the trainer's own parts plus the optimizer's timing. */
+static void get_profile(const ob_trainer *t, ob_train_profile *p)
+{
+    *p = t->profile;
+    if (!t->profiling) return;
+    ob_optim_timing ot;
+    ob_optim_get_timing(t->opt, &ot);
+    p->optim_s = ot.total_s;
+    p->allreduce_s = ot.allreduce_s;
+    p->compress_s = ot.car.compress_s + ot.car.server_s + ot.car.decode_s;
+    p->exchange_s = ot.car.alltoall_s + ot.car.allgather_s;
+}
+
 static void inject_fault(const ob_trainer *t, long step)
 {
     if (t->fault.step > 0 && t->fault.step == step && t->fault.rank == ob_comm_rank(t->comm))
@@ -261,10 +398,19 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
     for (long step = os.step + 1; step <= s->steps; step++) {
         ob_batch b;
         ob_model_result r;
+        double p0 = t->profiling ? ob__now_s() : 0.0;
         ob_status st = ob_loader_next(t->train, &b, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld: training batch", step);
+        double p1 = t->profiling ? ob__now_s() : 0.0;
+        /* The forward pass returns the loss, so on a device it has waited for its kernels. */
         st = ob_model_forward_backward(t->model, t->params, &b, t->grad, &r, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
+        if (t->profiling) {
+            double p2 = ob__now_s();
+            t->profile.data_s += p1 - p0;
+            t->profile.compute_s += p2 - p1;
+            t->profile.steps++;
+        }
         if (!isfinite(r.loss))
             return OB_ERR(err, OB_ERR_NUMERIC, "step %ld: the training loss is %g", step, r.loss);
 
@@ -387,6 +533,7 @@ ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_tra
     sum.wall_seconds = wall;
     sum.stopped = stopped;
     sum.last_checkpoint = t->last_ckpt_step;
+    get_profile(t, &sum.profile);
     long done = os.step - sum.first_step + 1;
     sum.samples_per_s = done > 0 ? (double)done * (double)s->batch_size * n / fmax(wall, 1e-9) : 0;
     if (out) *out = sum;

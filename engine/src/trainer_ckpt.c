@@ -12,6 +12,7 @@
  * The files are shared: every rank's files land in one directory (a shared file system when
  * ranks run on several hosts). */
 #include "trainer_internal.h"
+#include "onebit/compress_cuda.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -316,26 +317,29 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
     double t0 = ob__now_s();
     ob_ckpt_meta meta;
     fill_meta(t, &meta);
-    ob_optim_state os;
-    ob_optim_get_state(t->opt, &os);
     int rank = ob_comm_rank(t->comm), ok;
     char dir[OB_CKPT_PATH_LEN];
     st = begin(t, meta.step, dir, &ok, cb, user, err);
     if (st != OB_OK || !ok) return st;
+    /* On a device this copies the state to the host first (part of the stall). A failure here
+     * is a device failure, not a checkpoint one: training cannot go on either. */
+    ob__host_state hs;
+    if ((st = ob__trainer_host_state(t, 1, &hs, err)) != OB_OK)
+        return OB_WRAP(err, st, "checkpoint of step %ld", meta.step);
 
     if (async) {
         if (!t->writer && (st = writer_create(t, &t->writer, err)) != OB_OK) return st;
         ob__ckpt_writer *w = t->writer;
         pthread_mutex_lock(&w->mu);
         if (rank == 0) {
-            memcpy(w->params, t->params, t->d * sizeof(float));
-            memcpy(w->m, os.exp_avg, t->d * sizeof(float));
-            memcpy(w->v, os.exp_avg_sq, t->d * sizeof(float));
-            if (w->H) memcpy(w->hist, os.v_norm_history, w->H * sizeof(double));
+            memcpy(w->params, hs.params, t->d * sizeof(float));
+            memcpy(w->m, hs.m, t->d * sizeof(float));
+            memcpy(w->v, hs.v, t->d * sizeof(float));
+            if (w->H) memcpy(w->hist, hs.hist, w->H * sizeof(double));
         }
         if (w->D) {
-            memcpy(w->we, os.worker_error, w->D * sizeof(float));
-            memcpy(w->se, os.server_error, w->C * sizeof(float));
+            memcpy(w->we, hs.we, w->D * sizeof(float));
+            memcpy(w->se, hs.se, w->C * sizeof(float));
         }
         memcpy(w->dir, dir, sizeof dir);
         w->meta = meta;
@@ -350,11 +354,9 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
     }
 
     double tw = ob__now_s();
-    ob_ckpt_arrays a = {t->params, os.exp_avg, os.exp_avg_sq, os.v_norm_history,
-                        os.v_norm_history_len};
+    ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H};
     ob_err werr = {0};
-    ob_status wst =
-        write_files(dir, &meta, &a, t->spec_json, rank, os.worker_error, os.server_error, &werr);
+    ob_status wst = write_files(dir, &meta, &a, t->spec_json, rank, hs.we, hs.se, &werr);
     double write_s = ob__now_s() - tw;
     int nfail = 0;
     if ((st = agree(t, wst != OB_OK, &nfail, err)) != OB_OK) return st;
@@ -366,7 +368,7 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
     ev.path = path;
     ev.stall_seconds = ob__now_s() - t0;
     ev.write_seconds = write_s;
-    ev.ckpt_bytes = ckpt_bytes(&meta, os.v_norm_history_len);
+    ev.ckpt_bytes = ckpt_bytes(&meta, hs.H);
     emit(t, &ev, cb, user);
     return OB_OK;
 }
@@ -428,9 +430,8 @@ ob_status ob__trainer_ckpt_flush(ob_trainer *t, ob_train_callback cb, void *user
 /* --- resume -------------------------------------------------------------------------------- */
 
 /* Fields a resumed job may change: they do not alter what the saved state means. */
-static const char *const resumable_changes[] = {"name",       "steps",      "eval",
-                                                "log_interval", "checkpoint", "warm_start",
-                                                "device"};
+static const char *const resumable_changes[] = {"name",       "steps",      "eval",  "log_interval",
+                                                "checkpoint", "warm_start", "device"};
 
 static ob_status check_spec(const char *saved, const char *current, const char *path, ob_err *err)
 {
@@ -489,15 +490,14 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
 {
     ob_status st = read_fitting_meta(t, path, check_spec, meta, err);
     if (st != OB_OK) return st;
-    ob_optim_state os;
-    ob_optim_get_state(t->opt, &os);
-    ob_ckpt_arrays a = {t->params, os.exp_avg, os.exp_avg_sq, os.v_norm_history,
-                        os.v_norm_history_len};
+    ob__host_state hs;
+    if ((st = ob__trainer_host_state(t, 0, &hs, err)) != OB_OK) return st;
+    ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H};
     st = ob_ckpt_read_state(path, meta, &a, err);
-    if (st == OB_OK && os.padded_size > 0)
-        st = ob_ckpt_read_errors(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm),
-                                 os.padded_size, os.chunk_size, os.worker_error, os.server_error,
-                                 err);
+    if (st == OB_OK && hs.D > 0)
+        st = ob_ckpt_read_errors(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm), hs.D,
+                                 hs.C, hs.we, hs.se, err);
+    if (st == OB_OK) st = ob__trainer_upload_state(t, &hs, err);
     if (st != OB_OK) return st;
     ob_optim_progress p = {meta->step, meta->freeze_step, meta->last_ratio, meta->last_norm,
                            meta->bytes_sent};
@@ -650,8 +650,11 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
         ob_ckpt_arrays a = {params, m, v, NULL, 0};
         st = ob_ckpt_read_state(path, meta, &a, err);
         if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, err);
-        if (st == OB_OK && t->spec.warm_start_params)
-            memcpy(t->params, params, t->d * sizeof(float));
+        if (st == OB_OK && t->spec.warm_start_params) {
+            void *stream = t->dev ? ob_comm_stream(t->dcomm) : NULL;
+            st = ob__mem_copy(t->dev, t->params, params, t->d * sizeof(float), stream, err);
+            if (st == OB_OK && t->dev) st = ob_cuda_sync(stream, err);
+        }
     }
     ob__free(params);
     ob__free(m);

@@ -14,13 +14,17 @@ typedef struct ob__ckpt_writer ob__ckpt_writer;
 struct ob_trainer {
     ob_jobspec spec;
     char *spec_json; /* canonical JSON of spec, saved in every checkpoint */
-    ob_comm *comm;   /* borrowed */
+    ob_comm *comm;   /* borrowed: control, evaluation and loss sums (host memory) */
+    ob_comm *dcomm;  /* device: cuda: the NCCL communicator of the optimizer (owned), else NULL */
+    int dev;         /* params, grad and the optimizer state live on the GPU */
     ob_dataset *ds;
     ob_loader *train;
     ob_loader *eval; /* NULL when the data has no held-out split */
     ob_model *model;
-    float *params; /* (d) */
-    float *grad;   /* (d) */
+    float *params; /* (d) in the optimizer communicator's memory */
+    float *grad;   /* (d) likewise */
+    /* device: host copies of what a checkpoint holds, allocated on first use (ob__host_state) */
+    float *h_params, *h_m, *h_v, *h_we, *h_se;
     size_t d;
     ob_optim *opt;
     int is_text;
@@ -40,9 +44,29 @@ struct ob_trainer {
     long last_ckpt_step;     /* newest committed (or pending) checkpoint, -1 none */
     const volatile sig_atomic_t *stop_flag; /* borrowed; non-zero: checkpoint and stop */
     ob_fault_injection fault;
+    int profiling;            /* ob_trainer_set_profiling */
+    ob_train_profile profile; /* data and compute parts; the optimizer's come from it */
 };
 
 double ob__now_s(void);
+
+/* What a checkpoint holds, in host memory: on the CPU the live buffers, on a device the
+ * trainer's host copies. */
+typedef struct ob__host_state {
+    float *params, *m, *v; /* (d) */
+    float *we, *se;        /* (D), (C), or NULL without a compressed allreduce */
+    double *hist;          /* (H) freeze detector history, or NULL */
+    size_t d, D, C, H;
+} ob__host_state;
+
+/* Host views of the state. With `download` on a device, the state is first copied from the
+ * device (after the work queued on the stream; params, m and v on rank 0 only, unless
+ * download == 2: on every rank). */
+ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs, ob_err *err);
+
+/* After hs (from ob__trainer_host_state) was written: on a device, copies it to the device and
+ * waits; on the CPU there is nothing to do. */
+ob_status ob__trainer_upload_state(ob_trainer *t, const ob__host_state *hs, ob_err *err);
 
 /* Called after every step with the values of the step's control reduction: stop requests and
  * how many ranks finished their part of the pending async checkpoint (ok / failed). Commits

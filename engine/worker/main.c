@@ -36,6 +36,7 @@ typedef struct worker_opts {
     const char *checkpoint_dir;
     int resume;
     const char *report_addr;
+    int profile;
 } worker_opts;
 
 /* Set by SIGTERM and SIGINT; the trainer polls it after every step. A signal handler can only
@@ -61,7 +62,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: onebit-worker --spec FILE [--format json|text] [--check]\n"
                "                     [--job-id ID] [--checkpoint-dir DIR] [--resume]\n"
-               "                     [--report HOST:PORT]\n"
+               "                     [--report HOST:PORT] [--profile]\n"
                "  --spec FILE          job spec, JSON or YAML (see examples/)\n"
                "  --format F           progress as JSON lines (default) or text\n"
                "  --check              validate the spec, print it with defaults filled, and exit\n"
@@ -69,6 +70,8 @@ static void usage(FILE *f)
                "  --checkpoint-dir DIR checkpoint root [the spec's checkpoint.dir]\n"
                "  --resume             continue from the newest valid checkpoint, if any\n"
                "  --report HOST:PORT   also send progress to onebitd's WorkerService\n"
+               "  --profile            split rank 0's step time (data, compute, allreduce,\n"
+               "                       compression, exchange, updates) in the summary\n"
                "SIGTERM or SIGINT: finish the step, checkpoint, exit 0.\n");
 }
 
@@ -102,6 +105,8 @@ static int parse_args(int argc, char **argv, worker_opts *o, int rank)
             o->resume = 1;
         } else if (!strcmp(a, "--report") && i + 1 < argc) {
             o->report_addr = argv[++i];
+        } else if (!strcmp(a, "--profile")) {
+            o->profile = 1;
         } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             if (rank == 0) usage(stdout);
             return 1;
@@ -261,13 +266,14 @@ static void print_start(const printer *p, const ob_jobspec *spec, const char *sp
 {
     if (p->rank != 0) return;
     if (p->format == FORMAT_TEXT) {
-        printf("onebit-worker: job '%s': %s on %s, %s (%s), %d ranks x batch %zu, %ld steps, "
-               "%zu parameters\n",
+        printf("onebit-worker: job '%s': %s on %s, %s (%s), %d ranks x batch %zu on %s, %ld "
+               "steps, %zu parameters\n",
                spec->name, ob_model_kind_name(spec->model.kind), ob_data_kind_name(spec->data.kind),
                ob_optim_kind_name(spec->optim.kind),
                spec->optim.kind == OB_OPTIM_ONEBIT_ADAM ? ob_onebit_mode_name(spec->optim.mode)
                                                         : "fp32",
-               world, spec->batch_size, spec->steps, params);
+               world, spec->batch_size,
+               spec->device == OB_DEVICE_CUDA ? "cuda (nccl)" : "cpu (mpi)", spec->steps, params);
         fflush(stdout);
         return;
     }
@@ -280,9 +286,37 @@ static void print_start(const printer *p, const ob_jobspec *spec, const char *sp
     emit_json(o);
 }
 
+/* The profile as milliseconds per step: the optimizer's time net of its parts is "update". */
+static void print_profile(const printer *p, const ob_train_profile *f)
+{
+    if (f->steps <= 0) return;
+    double k = 1e3 / (double)f->steps;
+    double update = f->optim_s - f->allreduce_s - f->compress_s - f->exchange_s;
+    double total = f->data_s + f->compute_s + f->optim_s;
+    if (p->format == FORMAT_TEXT) {
+        printf("      time per step (rank 0, %ld steps): %.3f ms = data %.3f + compute %.3f + fp32 "
+               "allreduce %.3f + compress %.3f + exchange %.3f + update %.3f\n",
+               f->steps, total * k, f->data_s * k, f->compute_s * k, f->allreduce_s * k,
+               f->compress_s * k, f->exchange_s * k, update * k);
+        return;
+    }
+    json_t *o = json_object();
+    json_object_set_new(o, "event", json_string("profile"));
+    json_object_set_new(o, "steps", json_integer(f->steps));
+    json_object_set_new(o, "ms_per_step", num(total * k));
+    json_object_set_new(o, "data_ms", num(f->data_s * k));
+    json_object_set_new(o, "compute_ms", num(f->compute_s * k));
+    json_object_set_new(o, "allreduce_ms", num(f->allreduce_s * k));
+    json_object_set_new(o, "compress_ms", num(f->compress_s * k));
+    json_object_set_new(o, "exchange_ms", num(f->exchange_s * k));
+    json_object_set_new(o, "update_ms", num(update * k));
+    emit_json(o);
+}
+
 static void print_summary(const printer *p, const ob_train_summary *s, int is_text)
 {
     if (p->rank != 0) return;
+    print_profile(p, &s->profile);
     if (p->format == FORMAT_TEXT && s->stopped) {
         printf("stopped after step %ld (signal); last checkpoint: step %ld\n", s->steps,
                s->last_checkpoint);
@@ -456,6 +490,7 @@ int main(int argc, char **argv)
     }
     ob_trainer_set_stop_flag(trainer, &stop_requested);
     ob_trainer_set_fault_injection(trainer, &fault);
+    ob_trainer_set_profiling(trainer, opts.profile);
     print_start(&pr, &spec, spec_json, world, ob_trainer_num_params(trainer));
     if (job_dir[0]) st = ob_trainer_enable_checkpoints(trainer, job_dir, &err);
     if (st == OB_OK && opts.resume)

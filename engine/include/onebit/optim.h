@@ -39,6 +39,7 @@
 #ifndef ONEBIT_OPTIM_H
 #define ONEBIT_OPTIM_H
 
+#include "onebit/car.h"
 #include "onebit/comm.h"
 #include "onebit/compress.h"
 #include "onebit/status.h"
@@ -128,6 +129,20 @@ typedef struct ob_optim_stats {
 } ob_optim_stats;
 
 void ob_optim_get_stats(const ob_optim *opt, ob_optim_stats *out);
+
+/* Where the time of ob_optim_step goes, summed over the steps taken while timing was on (wall
+ * clock, this rank). On a device communicator timing synchronises the stream after each part,
+ * so that the time lands in the part that spent it (a small cost: leave it off unless asked). */
+typedef struct ob_optim_timing {
+    uint64_t steps;
+    double total_s;     /* whole steps */
+    double allreduce_s; /* fp32 allreduces (warmup gradients, uncompressed momentum) */
+    ob_car_timing car;  /* compressed allreduces, by phase */
+} ob_optim_timing;
+
+/* Turns timing on or off (off after create) and clears the sums. */
+void ob_optim_set_timing(ob_optim *opt, int on);
+void ob_optim_get_timing(const ob_optim *opt, ob_optim_timing *out);
 
 /* The optimizer's state for checkpointing. Pointers are owned by the optimizer and writable:
  * a resumed run writes the saved values into them, then calls ob_optim_set_progress. The

@@ -65,6 +65,17 @@ typedef struct ob_train_event {
 
 typedef void (*ob_train_callback)(const ob_train_event *ev, void *user);
 
+/* Where this rank's training time went (ob_trainer_set_profiling), summed over the steps. */
+typedef struct ob_train_profile {
+    long steps;         /* steps timed; 0 when profiling was off */
+    double data_s;      /* loading batches */
+    double compute_s;   /* forward + backward (on a device, the batch upload included) */
+    double optim_s;     /* optimizer steps in all, which include: */
+    double allreduce_s; /*   fp32 allreduces (the warmup's gradients) */
+    double compress_s;  /*   1-bit compression: worker, server, decode */
+    double exchange_s;  /*   the compressed allreduce's alltoall and allgather */
+} ob_train_profile;
+
 typedef struct ob_train_summary {
     long steps;
     long freeze_step;
@@ -78,6 +89,7 @@ typedef struct ob_train_summary {
     int stopped;          /* 1: the stop flag ended the run early (after a checkpoint) */
     long first_step;      /* first step this run trained (> 1 after a resume) */
     long last_checkpoint; /* step of the newest committed checkpoint, -1 none */
+    ob_train_profile profile;
 } ob_train_summary;
 
 /* Fault injection for tests: after completing step `step`, rank `rank` raises `signal` (e.g.
@@ -88,9 +100,13 @@ typedef struct ob_fault_injection {
     int signal;
 } ob_fault_injection;
 
-/* Creates a trainer for `spec` (copied) on `comm` (borrowed, host memory). Collective: it
- * checks that every rank set up successfully, so that a failure on one rank (a missing file,
- * say) fails all of them with the message of the rank that failed. */
+/* Creates a trainer for `spec` (copied) on `comm` (borrowed, host memory: MPI, or self for one
+ * process on the CPU). With spec.device == OB_DEVICE_CUDA it also creates the NCCL
+ * communicator (MPI initialised, one GPU per rank: onebit/comm.h ob_comm_local_device) for the
+ * optimizer, and the model, parameters, gradients and optimizer state live on the GPU; comm
+ * still carries the small control, loss and evaluation sums. Collective: it checks that every
+ * rank set up successfully, so that a failure on one rank (a missing file, no GPU, say) fails
+ * all of them with the message of the rank that failed. */
 ob_status ob_trainer_create(ob_trainer **out, const ob_jobspec *spec, ob_comm *comm, ob_err *err);
 void ob_trainer_destroy(ob_trainer *t); /* accepts NULL */
 
@@ -115,6 +131,11 @@ void ob_trainer_set_stop_flag(ob_trainer *t, const volatile sig_atomic_t *flag);
 
 void ob_trainer_set_fault_injection(ob_trainer *t, const ob_fault_injection *f);
 
+/* Profiling on: the summary's profile splits this rank's step time into data, compute, fp32
+ * allreduce, compression, exchange and the rest of the optimizer (updates). On a GPU it
+ * synchronises the stream between the parts, which costs a little time per step. */
+void ob_trainer_set_profiling(ob_trainer *t, int on);
+
 /* Continues from the newest checkpoint of job_dir that verifies (rank 0 chooses; passed-over
  * checkpoints are reported as NOTICE events with the reason). Restores parameters, m, v, the
  * error-feedback buffers (re-sharded when the world size differs), the freeze detector, the
@@ -130,7 +151,8 @@ ob_status ob_trainer_resume(ob_trainer *t, const char *job_dir, ob_train_callbac
  * training, instead of resuming. Collective. */
 ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user, ob_err *err);
 
-/* Borrowed views for inspection and checkpointing. */
+/* Borrowed views for inspection and checkpointing. The parameters are device memory when the
+ * job runs on CUDA. */
 float *ob_trainer_params(ob_trainer *t);
 size_t ob_trainer_num_params(const ob_trainer *t);
 ob_optim *ob_trainer_optim(ob_trainer *t);

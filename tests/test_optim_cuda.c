@@ -1,0 +1,293 @@
+/* The CUDA optimizer kernels (onebit/optim_kernels.h) against their CPU versions: the updated
+ * parameters, moments and outputs must be bitwise identical for every kernel, over several
+ * successive steps, for odd sizes (1, 31, 1000003, ...) and inputs with zeros, -0.0,
+ * subnormals and large values; the L1 norm agrees to 1e-12 relative and is the same on every
+ * run. Also the CPU kernels against the plain formulas of the paper, written here
+ * independently in double where they are exact.
+ *
+ * Without a usable CUDA device the CPU checks still run, the device kernels must fail cleanly
+ * with OB_ERR_CUDA naming the kernel, and the test exits 77 (ctest: skipped). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "onebit/compress_cuda.h"
+#include "onebit/optim_kernels.h"
+#include "onebit/rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SKIP_CODE 77
+
+/* --- inputs and device helpers ------------------------------------------------------------- */
+
+static void fill(float *v, size_t n, uint64_t seed, float scale, int positive)
+{
+    ob_rng rng;
+    ob_rng_seed(&rng, seed, 29);
+    for (size_t i = 0; i < n; i++) {
+        uint64_t r = ob_rng_below(&rng, 64);
+        float z = scale * ob_rng_normal(&rng);
+        if (r == 0)
+            z = 0.0f;
+        else if (r == 1)
+            z = -0.0f;
+        else if (r == 2)
+            z = 1e-40f; /* subnormal */
+        else if (r == 3)
+            z *= 1e3f;
+        v[i] = positive ? fabsf(z) : z;
+    }
+}
+
+static float *host(size_t n)
+{
+    float *p = calloc(n ? n : 1, sizeof(float));
+    assert_non_null(p);
+    return p;
+}
+
+static float *dev_copy(const float *h, size_t n)
+{
+    void *p = NULL;
+    ob_err err = {0};
+    if (ob_cuda_alloc(&p, n * sizeof(float), &err) != OB_OK) fail_msg("alloc: %s", err.msg);
+    if (ob_cuda_memcpy(p, h, n * sizeof(float), NULL, &err) != OB_OK ||
+        ob_cuda_sync(NULL, &err) != OB_OK)
+        fail_msg("upload: %s", err.msg);
+    return p;
+}
+
+static void download(float *h, const float *d, size_t n)
+{
+    ob_err err = {0};
+    if (ob_cuda_memcpy(h, d, n * sizeof(float), NULL, &err) != OB_OK ||
+        ob_cuda_sync(NULL, &err) != OB_OK)
+        fail_msg("download: %s", err.msg);
+}
+
+/* Bitwise, NaN equal to NaN. */
+static void expect_equal(const float *want, const float *got, size_t n, const char *what)
+{
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (memcmp(&want[i], &got[i], sizeof(float)) == 0) continue;
+        if (isnan(want[i]) && isnan(got[i])) continue;
+        if (bad++ == 0) first = i;
+    }
+    if (bad)
+        fail_msg("%s: %zu of %zu elements differ (first %zu: cpu %.9g gpu %.9g)", what, bad, n,
+                 first, (double)want[first], (double)got[first]);
+}
+
+static void expect_ok(ob_status st, const ob_err *err, const char *what)
+{
+    if (st != OB_OK) fail_msg("%s: %s", what, err->msg);
+}
+
+static const size_t k_sizes[] = {1, 31, 32, 33, 1000, 4097, 1000003};
+
+/* --- CPU kernels against the formulas ------------------------------------------------------ */
+
+/* One Adam step by the textbook, in float with the same operation order as the paper's
+ * Algorithm 1 (m, v, then x -= lr (m_hat / (sqrt(v_hat) + eps) + wd x)). */
+static void test_cpu_adam_formula(void **state)
+{
+    (void)state;
+    size_t n = 1000;
+    float *x = host(n), *m = host(n), *v = host(n), *g = host(n);
+    fill(x, n, 1, 1.0f, 0);
+    fill(m, n, 2, 0.1f, 0);
+    fill(v, n, 3, 0.01f, 1);
+    fill(g, n, 4, 1.0f, 0);
+    float *x0 = host(n), *m0 = host(n), *v0 = host(n);
+    memcpy(x0, x, n * 4), memcpy(m0, m, n * 4), memcpy(v0, v, n * 4);
+    ob_adam_coeffs k;
+    ob_adam_coeffs_init(&k, 0.9, 0.999, 1e-8, 0.01, 1, 7, 1e-3f, 4);
+    assert_true(k.gscale == 0.25f);
+    assert_true(k.c1 == (float)(1.0 / (1.0 - pow(0.9, 7))));
+    ob_adam_update(x, m, v, g, n, &k);
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * 0.25f;
+        float mi = 0.9f * m0[i] + (float)(1.0 - 0.9) * gi;
+        float vi = 0.999f * v0[i] + (float)(1.0 - 0.999) * (gi * gi);
+        float xi = x0[i] - 1e-3f * ((mi * k.c1) / (sqrtf(vi * k.c2) + 1e-8f) + 0.01f * x0[i]);
+        assert_true(memcmp(&mi, &m[i], 4) == 0);
+        assert_true(memcmp(&vi, &v[i], 4) == 0);
+        assert_true(memcmp(&xi, &x[i], 4) == 0);
+    }
+    /* No bias correction, one rank: the coefficients are exactly 1. */
+    ob_adam_coeffs_init(&k, 0.9, 0.999, 1e-8, 0.0, 0, 7, 1e-3f, 1);
+    assert_true(k.c1 == 1.0f && k.c2 == 1.0f && k.gscale == 1.0f);
+    double l1 = ob_l1_norm(v, n), want = 0.0;
+    for (size_t i = 0; i < n; i++)
+        want += fabs((double)v[i]);
+    assert_true(fabs(l1 - want) <= 1e-12 * want);
+    free(x), free(m), free(v), free(g), free(x0), free(m0), free(v0);
+}
+
+/* The fused preconditioned kernels equal the unfused sequence. */
+static void test_cpu_fused_precondition(void **state)
+{
+    (void)state;
+    size_t n = 777;
+    float *m = host(n), *p = host(n), *g = host(n), *den = host(n), *x = host(n);
+    fill(m, n, 5, 0.1f, 0);
+    fill(g, n, 6, 1.0f, 0);
+    fill(den, n, 7, 0.1f, 1);
+    for (size_t i = 0; i < n; i++)
+        den[i] += 1e-8f;
+    fill(x, n, 8, 1.0f, 0);
+    float *m2 = host(n), *x2 = host(n), *p2 = host(n);
+    memcpy(m2, m, n * 4), memcpy(x2, x, n * 4);
+    ob_momentum_precondition(m, p, g, den, n, 0.9f, 0.1f);
+    ob_momentum_update(m2, g, n, 0.9f, 0.1f);
+    for (size_t i = 0; i < n; i++)
+        p2[i] = m2[i] / den[i];
+    expect_equal(m2, m, n, "momentum");
+    expect_equal(p2, p, n, "p = m / den");
+    ob_precondition_apply(x, m, p, den, n, 1e-3f, 0.01f);
+    for (size_t i = 0; i < n; i++) {
+        m2[i] = p2[i] * den[i];
+        x2[i] = x2[i] - 1e-3f * (p2[i] + 0.01f * x2[i]);
+    }
+    expect_equal(m2, m, n, "m = p * den");
+    expect_equal(x2, x, n, "x");
+    free(m), free(p), free(g), free(den), free(x), free(m2), free(x2), free(p2);
+}
+
+/* --- device against CPU -------------------------------------------------------------------- */
+
+/* Three successive Adam steps with different coefficients, then the freeze (v *= c2, den), then
+ * three compression steps in each form. */
+static void compare_all(size_t n)
+{
+    ob_err err = {0};
+    float *x = host(n), *m = host(n), *v = host(n), *g = host(n), *den = host(n), *p = host(n);
+    fill(x, n, 11 + n, 1.0f, 0);
+    fill(g, n, 12 + n, 1.0f, 0);
+    float *dx = dev_copy(x, n), *dm = dev_copy(m, n), *dv = dev_copy(v, n), *dg = dev_copy(g, n);
+    float *dden = dev_copy(den, n), *dp = dev_copy(p, n);
+    float *got = host(n);
+
+    for (int t = 1; t <= 3; t++) {
+        fill(g, n, 100 * (uint64_t)t + n, 1.0f + (float)t, 0);
+        expect_ok(ob_cuda_memcpy(dg, g, n * 4, NULL, &err), &err, "upload g");
+        ob_adam_coeffs k;
+        ob_adam_coeffs_init(&k, 0.9, 0.999, 1e-8, t == 2 ? 0.01 : 0.0, t != 3, t, 1e-3f, t);
+        ob_adam_update(x, m, v, g, n, &k);
+        expect_ok(ob_cuda_adam_update(dx, dm, dv, dg, n, &k, NULL, &err), &err, "adam");
+        download(got, dx, n), expect_equal(x, got, n, "adam: x");
+        download(got, dm, n), expect_equal(m, got, n, "adam: m");
+        download(got, dv, n), expect_equal(v, got, n, "adam: v");
+    }
+    double cpu_l1 = ob_l1_norm(v, n), gpu_l1 = 0.0, again = 0.0;
+    expect_ok(ob_cuda_l1_norm(dv, n, &gpu_l1, NULL, &err), &err, "l1");
+    expect_ok(ob_cuda_l1_norm(dv, n, &again, NULL, &err), &err, "l1 again");
+    if (!(fabs(cpu_l1 - gpu_l1) <= 1e-12 * cpu_l1))
+        fail_msg("l1: cpu %.17g gpu %.17g", cpu_l1, gpu_l1);
+    if (memcmp(&gpu_l1, &again, sizeof again) != 0) fail_msg("l1 differs between two runs");
+
+    ob_scale(v, n, 1.0009f);
+    expect_ok(ob_cuda_scale(dv, n, 1.0009f, NULL, &err), &err, "scale");
+    ob_frozen_den(den, v, n, 1e-8f);
+    expect_ok(ob_cuda_frozen_den(dden, dv, n, 1e-8f, NULL, &err), &err, "den");
+    download(got, dv, n), expect_equal(v, got, n, "scale: v");
+    download(got, dden, n), expect_equal(den, got, n, "den");
+
+    for (int t = 4; t <= 6; t++) {
+        fill(g, n, 100 * (uint64_t)t + n, 1.0f, 0);
+        expect_ok(ob_cuda_memcpy(dg, g, n * 4, NULL, &err), &err, "upload g");
+        float lr = 1e-3f / (float)t, wd = t == 5 ? 0.01f : 0.0f;
+        ob_momentum_update(m, g, n, 0.9f, 0.1f);
+        ob_frozen_update(x, m, den, n, lr, wd);
+        expect_ok(ob_cuda_momentum_update(dm, dg, n, 0.9f, 0.1f, NULL, &err), &err, "momentum");
+        expect_ok(ob_cuda_frozen_update(dx, dm, dden, n, lr, wd, NULL, &err), &err, "frozen");
+        download(got, dm, n), expect_equal(m, got, n, "momentum: m");
+        download(got, dx, n), expect_equal(x, got, n, "frozen: x");
+
+        ob_momentum_precondition(m, p, g, den, n, 0.9f, 0.1f);
+        ob_precondition_apply(x, m, p, den, n, lr, wd);
+        expect_ok(ob_cuda_momentum_precondition(dm, dp, dg, dden, n, 0.9f, 0.1f, NULL, &err), &err,
+                  "momentum_precondition");
+        expect_ok(ob_cuda_precondition_apply(dx, dm, dp, dden, n, lr, wd, NULL, &err), &err,
+                  "precondition_apply");
+        download(got, dp, n), expect_equal(p, got, n, "precondition: p");
+        download(got, dm, n), expect_equal(m, got, n, "precondition: m");
+        download(got, dx, n), expect_equal(x, got, n, "precondition: x");
+    }
+    float *all[] = {dx, dm, dv, dg, dden, dp};
+    for (size_t i = 0; i < 6; i++)
+        ob_cuda_free(all[i]);
+    free(x), free(m), free(v), free(g), free(den), free(p), free(got);
+}
+
+static void test_device_matches_cpu(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < sizeof k_sizes / sizeof *k_sizes; i++)
+        compare_all(k_sizes[i]);
+}
+
+static void test_device_empty_and_null(void **state)
+{
+    (void)state;
+    ob_err err = {0};
+    ob_adam_coeffs k;
+    ob_adam_coeffs_init(&k, 0.9, 0.999, 1e-8, 0.0, 0, 1, 1e-3f, 1);
+    assert_int_equal(ob_cuda_adam_update(NULL, NULL, NULL, NULL, 0, &k, NULL, &err), OB_OK);
+    assert_int_equal(ob_cuda_adam_update(NULL, NULL, NULL, NULL, 5, &k, NULL, &err),
+                     OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "ob_cuda_adam_update: NULL buffer"));
+    double l1 = 1.0;
+    assert_int_equal(ob_cuda_l1_norm(NULL, 0, &l1, NULL, &err), OB_OK);
+    assert_true(l1 == 0.0);
+}
+
+/* --- without a device ----------------------------------------------------------------------- */
+
+static int no_device_checks(void)
+{
+    int failed = 0;
+    float dummy[4] = {0};
+    ob_adam_coeffs k;
+    ob_adam_coeffs_init(&k, 0.9, 0.999, 1e-8, 0.0, 0, 1, 1e-3f, 1);
+    ob_err err = {0};
+    ob_status st = ob_cuda_adam_update(dummy, dummy, dummy, dummy, 4, &k, NULL, &err);
+    if (st != OB_ERR_CUDA && st != OB_ERR_UNSUPPORTED) {
+        fprintf(stderr, "adam kernel without a device: status %d (%s)\n", (int)st, err.msg);
+        failed++;
+    }
+    double l1 = 5.0;
+    st = ob_cuda_l1_norm(dummy, 4, &l1, NULL, &err);
+    if ((st != OB_ERR_CUDA && st != OB_ERR_UNSUPPORTED) || l1 != 0.0) {
+        fprintf(stderr, "l1 norm without a device: status %d, %g (%s)\n", (int)st, l1, err.msg);
+        failed++;
+    }
+    return failed;
+}
+
+int main(void)
+{
+    const struct CMUnitTest cpu_tests[] = {
+        cmocka_unit_test(test_cpu_adam_formula),
+        cmocka_unit_test(test_cpu_fused_precondition),
+    };
+    int failed = cmocka_run_group_tests_name("cpu kernels", cpu_tests, NULL, NULL);
+    if (failed) return 1;
+    if (ob_cuda_device_count() == 0) {
+        if (no_device_checks()) return 1;
+        printf("no CUDA device: device kernel comparisons skipped\n");
+        return SKIP_CODE;
+    }
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_device_matches_cpu),
+        cmocka_unit_test(test_device_empty_and_null),
+    };
+    return cmocka_run_group_tests_name("device kernels", tests, NULL, NULL);
+}
