@@ -1,8 +1,10 @@
-/* The device entry points of onebit/compress_cuda.h in a build without CUDA: each reports
- * OB_ERR_UNSUPPORTED so that callers can fall back to the host path with a clear message. */
+/* The device entry points of onebit/compress_cuda.h, and the device hooks of the models
+ * (model_internal.h), in a build without CUDA: each reports OB_ERR_UNSUPPORTED so that callers
+ * can fall back to the host path with a clear message. */
 #include "onebit/compress_cuda.h"
 #include "onebit/optim_kernels.h"
 #include "internal.h"
+#include "model_internal.h"
 
 #define NO_CUDA(err) OB_ERR((err), OB_ERR_UNSUPPORTED, "this build has no CUDA support")
 
@@ -98,5 +100,20 @@ ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err)
 ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void *stream, ob_err *err)
 {
     *out = 0.0;
+    return NO_CUDA(err);
+}
+
+/* ---- the device pass of the models (model_cuda.cu) ----------------------------------------- */
+
+ob_status ob__cls_cuda_create(ob_model *m, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+void ob__cls_cuda_destroy(ob__cls_cuda *c) {}
+
+ob_status ob__cls_cuda_forward_backward(ob_model *m, const float *params, const ob_batch *batch,
+                                        float *grad, ob_model_result *res, ob_err *err)
+{
     return NO_CUDA(err);
 }

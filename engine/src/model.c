@@ -219,9 +219,49 @@ fail:
     return st;
 }
 
+ob_status ob_model_create_cuda(ob_model **out, const ob_model_config *cfg, void *stream,
+                               ob_err *err)
+{
+    if (!out || !cfg)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "ob_model_create_cuda: out and cfg must not be NULL");
+    *out = NULL;
+    ob_status st = check_config(cfg, err);
+    if (st) return st;
+    /* Decided before any CUDA call, so the answer does not depend on the machine. */
+    if (cfg->kind == OB_MODEL_TRANSFORMER)
+        return OB_ERR(err, OB_ERR_UNSUPPORTED,
+                      "ob_model_create_cuda: the transformer has no CUDA implementation (softmax "
+                      "regression and the MLP have)");
+
+    ob_model *m = calloc(1, sizeof *m);
+    if (!m) return OB_ERR(err, OB_ERR_NOMEM, "cannot allocate the model object");
+    m->cfg = *cfg;
+    /* The device side first: ob__cls_build then leaves out the host activations. */
+    st = ob__cls_cuda_create(m, stream, err);
+    if (st) {
+        OB_WRAP(err, st, "ob_model_create_cuda");
+        goto fail;
+    }
+    st = ob__cls_build(m, err);
+    if (st) goto fail;
+    *out = m;
+    return OB_OK;
+
+fail:
+    ob_model_destroy(m);
+    return st;
+}
+
+int ob_model_on_device(const ob_model *m)
+{
+    return m->cuda != NULL;
+}
+
 void ob_model_destroy(ob_model *m)
 {
     if (!m) return;
+    ob__cls_cuda_destroy(m->cuda);
     ob__free(m->acts_block);
     free(m);
 }
@@ -307,12 +347,18 @@ ob_status ob_model_forward_backward(ob_model *m, const float *params, const ob_b
     if (st) return st;
 
     ob_model_result r = {0};
-    /* The kernels accumulate parameter gradients, so every step starts from zero. */
-    if (grad) memset(grad, 0, m->num_params * sizeof *grad);
-    if (m->cfg.kind == OB_MODEL_TRANSFORMER)
-        ob__tf_forward_backward(m, params, batch, grad, &r);
-    else
-        ob__cls_forward_backward(m, params, batch, grad, &r);
+    if (m->cuda) {
+        /* grad is device memory, and the device pass overwrites every coordinate itself. */
+        st = ob__cls_cuda_forward_backward(m, params, batch, grad, &r, err);
+        if (st) return OB_WRAP(err, st, "ob_model_forward_backward on the device");
+    } else {
+        /* The kernels accumulate parameter gradients, so every step starts from zero. */
+        if (grad) memset(grad, 0, m->num_params * sizeof *grad);
+        if (m->cfg.kind == OB_MODEL_TRANSFORMER)
+            ob__tf_forward_backward(m, params, batch, grad, &r);
+        else
+            ob__cls_forward_backward(m, params, batch, grad, &r);
+    }
     m->have_logits = 1;
     if (res) *res = r;
     if (!isfinite(r.loss))

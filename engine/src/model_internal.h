@@ -76,6 +76,9 @@ typedef struct ob__cls_acts {
     float *probs;                      // (B, K); the backward pass turns it into d logits
 } ob__cls_acts;
 
+/* The device side of a softmax/MLP model created by ob_model_create_cuda (model_cuda.cu). */
+typedef struct ob__cls_cuda ob__cls_cuda;
+
 struct ob_model {
     ob_model_config cfg;
     size_t num_params;
@@ -88,7 +91,10 @@ struct ob_model {
 
     float *acts_block;   /* the one activation allocation; every buffer below points into it */
     int have_logits;     /* a forward pass has completed since creation */
-    const float *logits; /* the kind's logits buffer */
+    const float *logits; /* the kind's logits buffer (host memory) */
+    /* Non-NULL for a device model: its activations live on the device, acts_block stays NULL
+     * and logits points at the pinned host copy the device pass fills. */
+    ob__cls_cuda *cuda;
     union {
         ob__cls_acts cls;
         ob__tf_acts tf;
@@ -115,14 +121,31 @@ typedef struct ob__act_slot {
  * buffer starting on a 64-byte line, and points *slots[i].ptr at it. The block belongs to m. */
 ob_status ob__model_alloc_acts(ob_model *m, const ob__act_slot *slots, size_t count, ob_err *err);
 
-/* Per kind: build the tensor table and the activations (cfg already validated), and run one
- * forward (+ backward when grad is non-NULL) pass on a batch model.c has validated; grad has
- * been zeroed. Each fills all of res. */
+/* Per kind: build the tensor table and the activations (cfg already validated; a device model,
+ * whose m->cuda is already set, gets no host activations), and run one forward (+ backward when
+ * grad is non-NULL) pass on a batch model.c has validated; grad has been zeroed. Each fills all
+ * of res. */
 ob_status ob__cls_build(ob_model *m, ob_err *err);
 void ob__cls_forward_backward(ob_model *m, const float *params, const ob_batch *batch, float *grad,
                               ob_model_result *res);
 ob_status ob__tf_build(ob_model *m, ob_err *err);
 void ob__tf_forward_backward(ob_model *m, const float *params, const ob_batch *batch, float *grad,
                              ob_model_result *res);
+
+/* The device pass of softmax regression and the MLP (model_cuda.cu; stubs returning
+ * OB_ERR_UNSUPPORTED in cuda_absent.c for builds without CUDA).
+ *
+ * ob__cls_cuda_create: m->cfg is validated and of a classifier kind; allocates the device
+ * activations, the pinned staging and a cuBLAS handle bound to stream (borrowed), then sets
+ * m->cuda and points m->logits at the pinned logits. OB_ERR_CUDA when no usable device exists.
+ * On failure m is left untouched.
+ * ob__cls_cuda_destroy: frees everything create made. Accepts NULL.
+ * ob__cls_cuda_forward_backward: the device counterpart of ob__cls_forward_backward on a batch
+ * model.c has validated; params and grad (may be NULL) are device memory, grad is overwritten
+ * (no zeroing needed). Fills all of res after synchronising the stream. */
+ob_status ob__cls_cuda_create(ob_model *m, void *stream, ob_err *err);
+void ob__cls_cuda_destroy(ob__cls_cuda *c);
+ob_status ob__cls_cuda_forward_backward(ob_model *m, const float *params, const ob_batch *batch,
+                                        float *grad, ob_model_result *res, ob_err *err);
 
 #endif /* ONEBIT_MODEL_INTERNAL_H */

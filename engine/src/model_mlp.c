@@ -62,6 +62,8 @@ ob_status ob__cls_build(ob_model *m, ob_err *err)
     if (st) return st;
     st = ob__model_add_tensor(m, "output.bias", 0.0f, 0.0f, cfg->num_classes, 0, 0, err);
     if (st) return st;
+    /* A device model keeps its activations on the device (model_cuda.cu). */
+    if (m->cuda) return OB_OK;
 
     /* Activations, B = max_batch. */
     ob__cls_acts *a = &m->acts.cls;

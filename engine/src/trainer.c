@@ -2,8 +2,6 @@
 #include "trainer_internal.h"
 #include "onebit/compress_cuda.h"
 #include "onebit/schedule.h"
-ob_status ob_model_create_cuda(ob_model **out, const ob_model_config *cfg, void *stream,
-                               ob_err *err); /*TMP*/
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,6 +1,7 @@
 /* The models onebit trains: softmax regression, a multi-layer perceptron and a decoder-only
  * byte-level transformer language model, each a CPU forward + backward pass over one flat
- * float32 parameter buffer.
+ * float32 parameter buffer. Softmax regression and the MLP can also run on a CUDA device
+ * (ob_model_create_cuda), with parameters and gradients in device memory.
  *
  * The model object owns only its shape and its activation memory; parameters and gradients
  * live in buffers the caller owns (the optimizer and the communicators work on those flat
@@ -76,7 +77,21 @@ const char *ob_model_kind_name(ob_model_kind kind);
  * cfg is copied; *out is owned by the caller and freed with ob_model_destroy. */
 ob_status ob_model_create(ob_model **out, const ob_model_config *cfg, ob_err *err);
 
-/* Frees a model. Accepts NULL. */
+/* Creates a model like ob_model_create whose forward and backward passes run on the current
+ * CUDA device (cuBLAS GEMMs and CUDA kernels), enqueued on `stream` (a cudaStream_t passed as
+ * void *, borrowed; NULL: the default stream). Softmax regression and the MLP only
+ * (OB_ERR_UNSUPPORTED for the transformer). For such a model, ob_model_forward_backward takes
+ * params and grad in device memory; the batch stays in host memory and is copied to the device
+ * (through pinned staging) on each call. ob_model_init_params still writes host memory.
+ * OB_ERR_UNSUPPORTED in a build without CUDA, OB_ERR_CUDA when no usable device exists. */
+ob_status ob_model_create_cuda(ob_model **out, const ob_model_config *cfg, void *stream,
+                               ob_err *err);
+
+/* 1 when the model runs on a CUDA device (ob_model_create_cuda), 0 for the CPU. */
+int ob_model_on_device(const ob_model *m);
+
+/* Frees a model (on a device model also its device memory, pinned staging and cuBLAS handle).
+ * Accepts NULL. */
 void ob_model_destroy(ob_model *m);
 
 /* The configuration the model was created with (borrowed, valid for the model's lifetime). */
@@ -126,7 +141,10 @@ typedef struct ob_model_result {
 
 /* Runs the model on batch and, when grad is non-NULL, the backward pass.
  *
- * params (ob_model_num_params floats) and batch are borrowed and not modified. grad, if
+ * params (ob_model_num_params floats) and batch are borrowed and not modified. On a device
+ * model (ob_model_create_cuda) params and grad are device memory and the batch host memory;
+ * the call enqueues its work on the model's stream and synchronises that stream before it
+ * returns, so params must be ready with respect to that stream. grad, if
  * non-NULL, is overwritten (not accumulated) with d(mean loss)/d(params); it must not overlap
  * params. res (may be NULL) receives the loss and accuracy.
  *
@@ -139,7 +157,8 @@ ob_status ob_model_forward_backward(ob_model *m, const float *params, const ob_b
                                     float *grad, ob_model_result *res, ob_err *err);
 
 /* Logits of the last forward pass that ran (a call rejected by validation leaves them as they
- * were), borrowed from the model and valid until its next call or its destruction:
+ * were), borrowed from the model and valid until its next call or its destruction (on a device
+ * model: a host copy made after the forward pass):
  * (n, num_classes) for softmax/MLP, (n, context, 256) for the transformer, row-major, where n is
  * that call's batch->n; NULL before the first forward pass. For evaluation and sampling. */
 const float *ob_model_logits(const ob_model *m);
