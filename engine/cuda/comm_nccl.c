@@ -33,7 +33,7 @@ typedef struct nccl_impl {
     int device;
     float *scratch;    /* one device float for the barrier */
     double timeout;    /* seconds a collective may take; 0: no limit */
-    char aborted[160]; /* why the communicator was aborted ("" while usable) */
+    char aborted[256]; /* why the communicator was aborted ("" while usable) */
 } nccl_impl;
 
 static nccl_impl *impl_of(ob_comm *c)
@@ -85,7 +85,7 @@ static void abort_comm(nccl_impl *m, const char *why)
 {
     if (m->comm) ncclCommAbort(m->comm);
     m->comm = NULL;
-    snprintf(m->aborted, sizeof m->aborted, "%s", why);
+    snprintf(m->aborted, sizeof m->aborted, "%.250s", why);
 }
 
 /* Waits for everything enqueued on the stream, polling ncclCommGetAsyncError: an asynchronous
