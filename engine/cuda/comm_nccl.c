@@ -12,6 +12,7 @@
  * same call whatever algorithm NCCL picks. */
 #include "comm_internal.h"
 #include "internal.h"
+#include "cuda_internal.h"
 
 #include <cuda_runtime.h>
 #include <mpi.h>
@@ -41,13 +42,6 @@ static nccl_impl *impl_of(ob_comm *c)
     return (nccl_impl *)c->impl;
 }
 
-static ob_status cuda_fail(ob_err *err, cudaError_t rc, const char *call, const char *file,
-                           int line)
-{
-    return ob__err_set(err, OB_ERR_CUDA, file, line, "%s failed: %s (%s)", call,
-                       cudaGetErrorString(rc), cudaGetErrorName(rc));
-}
-
 /* NCCL's code string plus its last error message, which names the cause (peer, transport). A
  * CUDA failure inside NCCL is OB_ERR_CUDA, anything else a communication failure. */
 static ob_status nccl_fail(ob_err *err, ncclComm_t comm, ncclResult_t rc, const char *call,
@@ -58,12 +52,6 @@ static ob_status nccl_fail(ob_err *err, ncclComm_t comm, ncclResult_t rc, const 
     return ob__err_set(err, code, file, line, "%s failed: %s%s%s", call, ncclGetErrorString(rc),
                        last && *last ? ": " : "", last && *last ? last : "");
 }
-
-#define CUDA_CHECK(err, call)                                                                      \
-    do {                                                                                           \
-        cudaError_t rc_ = (call);                                                                  \
-        if (rc_ != cudaSuccess) return cuda_fail((err), rc_, #call, __FILE__, __LINE__);           \
-    } while (0)
 
 #define NCCL_CHECK(err, comm, call)                                                                \
     do {                                                                                           \

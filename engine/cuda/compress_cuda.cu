@@ -25,9 +25,7 @@
  *     CPU does. */
 #include "onebit/compress_cuda.h"
 
-extern "C" {
-#include "internal.h"
-}
+#include "cuda_internal.h"
 
 #include <cuda_runtime.h>
 
@@ -40,18 +38,6 @@ constexpr int kWarps = 8; /* warps per thread block of the compression kernel */
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kDecodeThreads = 256;
 constexpr size_t kMaxGrid = (size_t)1 << 30; /* grid-stride loops cover the rest */
-
-ob_status cuda_fail(ob_err *err, cudaError_t rc, const char *call, const char *file, int line)
-{
-    return ob__err_set(err, OB_ERR_CUDA, file, line, "%s failed: %s (%s)", call,
-                       cudaGetErrorString(rc), cudaGetErrorName(rc));
-}
-
-#define CUDA_CHECK(err, call)                                                                      \
-    do {                                                                                           \
-        cudaError_t rc_ = (call);                                                                  \
-        if (rc_ != cudaSuccess) return cuda_fail((err), rc_, #call, __FILE__, __LINE__);           \
-    } while (0)
 
 /* How the compression kernel cuts a scale block of B elements (W = B/32 words) among warps:
  * `wpg` warps per scale block, `spc` scale blocks per thread block, `wpw` words per warp. */
@@ -396,7 +382,7 @@ extern "C" ob_status ob_cuda_alloc(void **ptr, size_t bytes, ob_err *err)
     if (rc == cudaSuccess) rc = cudaStreamSynchronize(0);
     if (rc != cudaSuccess) {
         cudaFree(p);
-        return cuda_fail(err, rc, "cudaMemset", __FILE__, __LINE__);
+        return ob__cuda_fail(err, rc, "cudaMemset", __FILE__, __LINE__);
     }
     *ptr = p;
     return OB_OK;

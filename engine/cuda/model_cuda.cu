@@ -24,8 +24,8 @@
  * results run after run for one handle on one stream, so repeated calls give identical bits. */
 #include "onebit/model.h"
 
+#include "cuda_internal.h"
 extern "C" {
-#include "internal.h"
 #include "model_internal.h"
 }
 
@@ -78,24 +78,11 @@ constexpr float kGeluCube = 0.044715f;
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
-ob_status cuda_fail(ob_err *err, cudaError_t rc, const char *call, const char *file, int line)
-{
-    (void)cudaGetLastError(); /* clear a non-sticky error so that the next call starts clean */
-    return ob__err_set(err, OB_ERR_CUDA, file, line, "%s failed: %s (%s)", call,
-                       cudaGetErrorString(rc), cudaGetErrorName(rc));
-}
-
 ob_status cublas_fail(ob_err *err, cublasStatus_t rc, const char *call, const char *file, int line)
 {
     return ob__err_set(err, OB_ERR_CUDA, file, line, "%s failed: %s (%s)", call,
                        cublasGetStatusString(rc), cublasGetStatusName(rc));
 }
-
-#define CUDA_CHECK(err, call)                                                                      \
-    do {                                                                                           \
-        cudaError_t rc_ = (call);                                                                  \
-        if (rc_ != cudaSuccess) return cuda_fail((err), rc_, #call, __FILE__, __LINE__);           \
-    } while (0)
 
 #define CUBLAS_CHECK(err, call)                                                                    \
     do {                                                                                           \

@@ -6,9 +6,7 @@
  * The L1 norm is reduced deterministically (the same result on every run): each thread block
  * sums its part in a fixed tree into one double, and one block then adds the partial sums in
  * block order. */
-extern "C" {
-#include "internal.h"
-}
+#include "cuda_internal.h"
 #include "optim_math.h"
 
 #include <cuda_runtime.h>
@@ -19,18 +17,6 @@ namespace
 constexpr int kThreads = 256;
 constexpr int kMaxBlocks = 4096;  /* grid-stride loops cover the rest */
 constexpr int kNormBlocks = 1024; /* partial sums of the L1 norm */
-
-ob_status cuda_fail(ob_err *err, cudaError_t rc, const char *call, const char *file, int line)
-{
-    return ob__err_set(err, OB_ERR_CUDA, file, line, "%s failed: %s (%s)", call,
-                       cudaGetErrorString(rc), cudaGetErrorName(rc));
-}
-
-#define CUDA_CHECK(err, call)                                                                      \
-    do {                                                                                           \
-        cudaError_t rc_ = (call);                                                                  \
-        if (rc_ != cudaSuccess) return cuda_fail((err), rc_, #call, __FILE__, __LINE__);           \
-    } while (0)
 
 unsigned blocks_for(size_t d)
 {
@@ -243,6 +229,6 @@ extern "C" ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void
     cudaError_t frc = cudaFreeAsync(scratch, s);
     if (rc == cudaSuccess) rc = frc;
     if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
-    if (rc != cudaSuccess) return cuda_fail(err, rc, "ob_cuda_l1_norm", __FILE__, __LINE__);
+    if (rc != cudaSuccess) return ob__cuda_fail(err, rc, "ob_cuda_l1_norm", __FILE__, __LINE__);
     return OB_OK;
 }
