@@ -181,13 +181,6 @@ void ob_car_get_timing(const ob_car *car, ob_car_timing *out)
 
 /* --- the collective ------------------------------------------------------------------------ */
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Ends a timed phase: adds the time since *t0 to *acc and restarts the clock. Does nothing
  * unless timing is on; on a device communicator it first waits for the phase's kernels. */
 static ob_status phase_end(ob_car *car, double *t0, double *acc, ob_err *err)
@@ -197,7 +190,7 @@ static ob_status phase_end(ob_car *car, double *t0, double *acc, ob_err *err)
         ob_status st = ob_cuda_sync(ob_comm_stream(car->comm), err);
         if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: stream sync");
     }
-    double t = now_s();
+    double t = ob__now_s();
     *acc += t - *t0;
     *t0 = t;
     return OB_OK;
@@ -215,7 +208,7 @@ ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err
 {
     size_t n = (size_t)car->nranks, C = car->C, msg = car->msg;
     ob_car_timing *tm = &car->tim;
-    double t0 = car->timing ? now_s() : 0.0;
+    double t0 = car->timing ? ob__now_s() : 0.0;
     ob_status st;
 
     /* 1. Worker: compress x + e chunk by chunk, chunk j addressed to rank j. */

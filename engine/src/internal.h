@@ -7,6 +7,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <time.h>
 
 /* Records a new failure: err (if non-NULL) gets code and "<formatted message> (file:line)",
  * replacing whatever it held. Returns code. */
@@ -36,6 +37,14 @@ void ob__mem_free(int device, void *p); /* accepts NULL */
 ob_status ob__mem_copy(int device, void *dst, const void *src, size_t bytes, void *stream,
                        ob_err *err);
 ob_status ob__mem_zero(int device, void *dst, size_t bytes, void *stream, ob_err *err);
+
+/* Monotonic wall clock in seconds, for the timings and throughput figures. */
+static inline double ob__now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* Rounds n up to a multiple of m (m > 0). */
 static inline size_t ob__round_up(size_t n, size_t m)

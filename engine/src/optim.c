@@ -260,13 +260,6 @@ static ob_status compute_den(ob_optim *o, ob_err *err)
     return OB_OK;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* With timing on: waits for the device's queued work and returns the time. */
 static ob_status timed_now(ob_optim *o, double *t, ob_err *err)
 {
@@ -276,7 +269,7 @@ static ob_status timed_now(ob_optim *o, double *t, ob_err *err)
         ob_status st = ob_cuda_sync(o->stream, err);
         if (st != OB_OK) return st;
     }
-    *t = now_s();
+    *t = ob__now_s();
     return OB_OK;
 }
 

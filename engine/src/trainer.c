@@ -8,13 +8,6 @@
 #include <string.h>
 #include <time.h>
 
-double ob__now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* Opens the dataset the spec names; text datasets are cut at the model's context. */
 static ob_status open_data(ob_trainer *t, ob_err *err)
 {
@@ -178,7 +171,7 @@ ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs
 
     void *stream = ob_comm_stream(t->dcomm);
     size_t fb = sizeof(float);
-    int all = download == 2 || ob_comm_rank(t->comm) == 0;
+    int all = ob_comm_rank(t->comm) == 0;
     if ((all && ((st = ob__mem_copy(1, hs->params, t->params, t->d * fb, stream, err)) ||
                  (st = ob__mem_copy(1, hs->m, os.exp_avg, t->d * fb, stream, err)) ||
                  (st = ob__mem_copy(1, hs->v, os.exp_avg_sq, t->d * fb, stream, err)))) ||

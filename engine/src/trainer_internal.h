@@ -48,8 +48,6 @@ struct ob_trainer {
     ob_train_profile profile; /* data and compute parts; the optimizer's come from it */
 };
 
-double ob__now_s(void);
-
 /* What a checkpoint holds, in host memory: on the CPU the live buffers, on a device the
  * trainer's host copies. */
 typedef struct ob__host_state {
@@ -60,8 +58,8 @@ typedef struct ob__host_state {
 } ob__host_state;
 
 /* Host views of the state. With `download` on a device, the state is first copied from the
- * device (after the work queued on the stream; params, m and v on rank 0 only, unless
- * download == 2: on every rank). */
+ * device (after the work queued on the stream; params, m and v on rank 0 only, the one rank
+ * that writes them). */
 ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs, ob_err *err);
 
 /* After hs (from ob__trainer_host_state) was written: on a device, copies it to the device and
