@@ -132,13 +132,13 @@ static double time_kernel(int which, const opts *o, const kbufs *k, cudaStream_t
         st = ob_cuda_momentum_update(k->m, x, n, 0.9f, 0.1f, s, &err);
         break;
     case 6:
-        st = ob_cuda_frozen_update(dst, k->m, k->den, n, 1e-6f, 0.0f, s, &err);
+        st = ob_cuda_frozen_update(dst, k->m, k->den, n, 1e-6f, 0.0f, 1.0f, s, &err);
         break;
     case 7:
         st = ob_cuda_momentum_precondition(k->m, out, x, k->den, n, 0.9f, 0.1f, s, &err);
         break;
     case 8:
-        st = ob_cuda_precondition_apply(dst, k->m, out, k->den, n, 1e-6f, 0.0f, s, &err);
+        st = ob_cuda_precondition_apply(dst, k->m, out, k->den, n, 1e-6f, 0.0f, 1.0f, s, &err);
         break;
     default:
         st = ob_cuda_l1_norm(k->v, n, &l1, s, &err);

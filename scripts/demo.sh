@@ -30,6 +30,7 @@ trap 'kill -TERM $daemon 2>/dev/null; wait $daemon 2>/dev/null || true' EXIT
 for _ in $(seq 200); do [ -s "$STATE_DIR/ready" ] && break; sleep 0.05; done
 [ -s "$STATE_DIR/ready" ] || { echo "onebitd did not start; see $STATE_DIR/onebitd.log" >&2; exit 1; }
 export ONEBIT_SERVER=127.0.0.1:$(sed -n 's/^grpc=//p' "$STATE_DIR/ready")
+export ONEBIT_STATE_DIR=$STATE_DIR # onebitctl reads the API token onebitd made there
 echo "   serving gRPC on $ONEBIT_SERVER, REST on 127.0.0.1:$(sed -n 's/^rest=//p' "$STATE_DIR/ready")"
 
 echo "== onebitctl submit -f $SPEC --np $RANKS --watch"

@@ -12,8 +12,8 @@ packages=(
   # service and CLI
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libyaml-dev
-  # tests and data
-  libcmocka-dev zlib1g-dev
+  # tests and data; clang for the fuzz targets (libFuzzer)
+  libcmocka-dev zlib1g-dev clang
   # data: Fashion-MNIST (IDX) and the default text corpus (fortunes)
   dataset-fashion-mnist fortunes
   # experiments: tables and plots

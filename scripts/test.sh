@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Configures, builds (warnings are errors) and runs the whole test suite with ctest.
+# Configures, builds (warnings are errors) and runs the whole test suite with ctest, then again
+# under AddressSanitizer + UndefinedBehaviorSanitizer (ONEBIT_SANITIZERS=0 skips that stage).
 # Also checks that a CPU-only configuration builds when the CUDA toolkit is present.
 # Environment: BUILD_DIR (default build), JOBS (default: number of cores).
 set -euo pipefail
@@ -18,3 +19,61 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1
+
+# Sanitizers: every test again in a CPU-only build instrumented with AddressSanitizer and
+# UndefinedBehaviorSanitizer; any report from any process (tests, onebitd, workers, tools) lands
+# in a file under $SAN_DIR/reports and fails the run. Leaks are checked too, in the tests that
+# run no MPI processes (Open MPI's own allocations live to the end of the process); what is
+# not ours is listed in tests/sanitizers/lsan.supp. ONEBIT_SANITIZERS=0 skips this stage.
+if [ "${ONEBIT_SANITIZERS:-1}" != 0 ]; then
+  SAN_DIR="$BUILD_DIR-asan"
+  echo "== ASan + UBSan build ($SAN_DIR)"
+  cmake -S . -B "$SAN_DIR" -DONEBIT_WERROR=ON -DONEBIT_CUDA=OFF -DONEBIT_SANITIZE=address,undefined \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$SAN_DIR" -j "$JOBS" >/dev/null
+  case "$SAN_DIR" in /*) reports="$SAN_DIR/reports" ;; *) reports="$PWD/$SAN_DIR/reports" ;; esac
+  rm -rf "$reports" && mkdir -p "$reports"
+  ubsan="print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan"
+  echo "== every test under ASan + UBSan"
+  ASAN_OPTIONS="detect_leaks=0:abort_on_error=1:log_path=$reports/asan" UBSAN_OPTIONS="$ubsan" \
+    ctest --test-dir "$SAN_DIR" --output-on-failure -j 1
+  echo "== leaks, in the tests without MPI processes"
+  ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:log_path=$reports/asan" UBSAN_OPTIONS="$ubsan" \
+    LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp:print_suppressions=0" \
+    ctest --test-dir "$SAN_DIR" --output-on-failure -j 1 \
+    -R '^test_(compress|adam|freeze|schedule|model_grad|data|data_loaders|jobspec|jobspec_errors|checkpoint|store|status_map|service|onebitd|report)$'
+  if [ -n "$(ls -A "$reports")" ]; then
+    echo "== sanitizer reports:" >&2
+    cat "$reports"/* >&2
+    exit 1
+  fi
+  echo "== sanitizers: no reports"
+fi
+
+# Fuzzing smoke run: each libFuzzer target for ONEBIT_FUZZ_SECONDS (default 30) on its seeds, in
+# a clang build instrumented with ASan + UBSan. Long runs: tests/fuzz/README.md.
+FUZZ_SECONDS=${ONEBIT_FUZZ_SECONDS:-30}
+if [ "$FUZZ_SECONDS" != 0 ] && command -v clang >/dev/null 2>&1; then
+  FUZZ_DIR="$BUILD_DIR-fuzz"
+  echo "== fuzz targets ($FUZZ_DIR), ${FUZZ_SECONDS} s each"
+  CC=clang cmake -S . -B "$FUZZ_DIR" -DONEBIT_CUDA=OFF -DONEBIT_FUZZ=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build "$FUZZ_DIR" -j "$JOBS" --target fuzz_jobspec fuzz_wire fuzz_checkpoint fuzz_grpc \
+    >/dev/null
+  case "$FUZZ_DIR" in /*) fuzz_bin="$FUZZ_DIR/bin" ;; *) fuzz_bin="$PWD/$FUZZ_DIR/bin" ;; esac
+  supp="$PWD/tests/sanitizers/lsan.supp"
+  work=$(mktemp -d)
+  for t in jobspec wire checkpoint grpc; do
+    mkdir -p "$work/$t"
+    cp tests/fuzz/corpus/$t/* "$work/$t/"
+    (cd "$work" && LSAN_OPTIONS="suppressions=$supp:print_suppressions=0" \
+      "$fuzz_bin/fuzz_$t" -max_total_time="$FUZZ_SECONDS" -rss_limit_mb=2048 \
+      -print_final_stats=1 "$work/$t" > "$work/$t.log" 2>&1) || {
+      tail -40 "$work/$t.log" >&2
+      echo "fuzz_$t: failed (its input is under $work)" >&2
+      exit 1
+    }
+    echo "   fuzz_$t: $(sed -n 's/^stat::number_of_executed_units: *//p' "$work/$t.log") runs, no crash"
+  done
+  rm -rf "$work"
+fi

@@ -8,6 +8,7 @@
 #       FAKE_CRASH_AT step at which rank 1 (rank 0 with one rank) kills itself with SIGKILL, once
 #                     per job (a marker file in the checkpoint folder remembers)
 #       FAKE_HANG_AT  step at which every rank stops reporting and sleeps
+#       FAKE_ENV_FILE rank 0 writes its environment there (what the launcher gave the workers)
 set -u
 if [ -n "${FAKE_CONTROL:-}" ] && [ -f "$FAKE_CONTROL" ]; then . "$FAKE_CONTROL"; fi
 spec="" job="" ckdir="" resume=0
@@ -23,6 +24,7 @@ while [ $# -gt 0 ]; do
 done
 rank=${OMPI_COMM_WORLD_RANK:-0}
 size=${OMPI_COMM_WORLD_SIZE:-1}
+if [ -n "${FAKE_ENV_FILE:-}" ] && [ "$rank" = 0 ]; then env > "$FAKE_ENV_FILE"; fi
 steps=$(jq -r .steps "$spec")
 interval=$(jq -r .checkpoint.interval "$spec")
 log_interval=$(jq -r .log_interval "$spec")

@@ -40,3 +40,16 @@ add_test(NAME test_onebitctl
                  $<TARGET_FILE:onebitd> ${PROJECT_SOURCE_DIR}/examples)
 set_tests_properties(test_onebitctl PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2)
+
+# The wire layer's progress report: JSON lines and ReportProgress requests.
+add_executable(test_report test_report.c)
+target_link_libraries(test_report PRIVATE onebit_wire PkgConfig::CMOCKA m)
+add_test(NAME test_report COMMAND test_report)
+set_tests_properties(test_report PROPERTIES TIMEOUT 60)
+
+# Chaos: random SIGKILLs of ranks, mpirun and onebitd during one job; bit-exact at the end.
+add_test(NAME test_chaos
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_chaos.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> $<TARGET_FILE:onebit-ckpt> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_chaos PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2)

@@ -398,16 +398,107 @@ static void test_fallback_truncated_missing_foreign(void **state)
     assert_int_equal(s.count, 2);
 }
 
-/* Rewrites one integer attribute of a file in place. */
-static void set_attr_i64(const char *path, const char *name, int64_t v)
+/* Rewrites one numeric attribute of a file in place, from *v of memory type mem_type. */
+static void set_attr(const char *path, const char *name, hid_t mem_type, const void *v)
 {
     hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
     assert_true(f >= 0);
     hid_t a = H5Aopen(f, name, H5P_DEFAULT);
     assert_true(a >= 0);
-    assert_true(H5Awrite(a, H5T_NATIVE_INT64, &v) >= 0);
+    assert_true(H5Awrite(a, mem_type, v) >= 0);
     H5Aclose(a);
     H5Fclose(f);
+}
+
+static void set_attr_i64(const char *path, const char *name, int64_t v)
+{
+    set_attr(path, name, H5T_NATIVE_INT64, &v);
+}
+
+static void set_attr_u64(const char *path, const char *name, uint64_t v)
+{
+    set_attr(path, name, H5T_NATIVE_UINT64, &v);
+}
+
+/* Replaces an attribute by one of n fixed-length strings of `size` bytes (n 0: a scalar). */
+static void replace_str_attr(const char *path, const char *name, hsize_t n, size_t size)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(f >= 0);
+    assert_true(H5Adelete(f, name) >= 0);
+    hid_t t = H5Tcopy(H5T_C_S1);
+    assert_true(H5Tset_size(t, size) >= 0);
+    hid_t space = n ? H5Screate_simple(1, &n, NULL) : H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, name, t, space, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(a >= 0);
+    size_t bytes = (n ? (size_t)n : 1) * size;
+    char *fill = malloc(bytes);
+    assert_non_null(fill);
+    memset(fill, 'A', bytes);
+    assert_true(H5Awrite(a, t, fill) >= 0);
+    free(fill);
+    H5Aclose(a);
+    H5Sclose(space);
+    H5Tclose(t);
+    H5Fclose(f);
+}
+
+/* Files made to hurt the reader: a string attribute with a million elements (the reader once
+ * sized its buffer for one), sizes whose product wraps around 2^64. Each is refused as corrupt
+ * before anything is allocated from it. */
+static void test_hostile_attributes(void **state)
+{
+    (void)state;
+    char p[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN];
+    ob_err err = {0};
+    ob_ckpt_meta m;
+
+    make_job("magic-array", 1);
+    step_path(p, "magic-array", 20, "state.h5");
+    step_path(dir, "magic-array", 20, NULL);
+    replace_str_attr(p, "magic", 1000000, 18);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "attribute 'magic' is not a single string"));
+
+    make_job("spec-array", 1);
+    step_path(p, "spec-array", 20, "state.h5");
+    step_path(dir, "spec-array", 20, NULL);
+    replace_str_attr(p, "spec_json", 3, 4096);
+    char *spec = NULL;
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, &spec, &err), OB_ERR_CORRUPT);
+    assert_null(spec);
+    assert_non_null(strstr(err.msg, "attribute 'spec_json' is not a single string"));
+
+    /* A scalar string of 100 MB is refused by size, not read. */
+    make_job("spec-huge", 1);
+    step_path(p, "spec-huge", 20, "state.h5");
+    step_path(dir, "spec-huge", 20, NULL);
+    replace_str_attr(p, "spec_json", 0, (size_t)100 << 20);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, &spec, &err), OB_ERR_CORRUPT);
+    assert_null(spec);
+
+    /* chunk_size * world_size wraps around 2^64 onto padded_size. */
+    make_job("wrap", 2);
+    step_path(p, "wrap", 20, "state.h5");
+    step_path(dir, "wrap", 20, NULL);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_OK);
+    uint64_t wrapped = ((uint64_t)1 << 63) + m.padded_size / 2;
+    assert_true(wrapped * 2 == m.padded_size && wrapped % m.block_size == 0);
+    set_attr_u64(p, "chunk_size", wrapped);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "inconsistent sizes"));
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_ERR_CORRUPT);
+
+    /* Padding far beyond what the world size and block size can explain. */
+    make_job("padding", 1);
+    step_path(p, "padding", 20, "state.h5");
+    step_path(dir, "padding", 20, NULL);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_OK);
+    uint64_t big = m.padded_size + ((uint64_t)1 << 40) * m.block_size;
+    set_attr_u64(p, "padded_size", big);
+    set_attr_u64(p, "chunk_size", big);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "inconsistent sizes"));
 }
 
 static void test_bad_metadata(void **state)
@@ -601,6 +692,13 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
+    /* Every file and object the library (and the tests) opened is closed again, on every error
+     * path too: what a leak checker may still report is HDF5's own. */
+    ssize_t open_ids = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_ALL);
+    if (open_ids != 0) {
+        fprintf(stderr, "%zd HDF5 objects are still open\n", open_ids);
+        return -1;
+    }
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", root);
     return system(cmd) == 0 ? 0 : -1;
@@ -615,6 +713,7 @@ int main(void)
         cmocka_unit_test(test_fallback_flipped_data),
         cmocka_unit_test(test_fallback_truncated_missing_foreign),
         cmocka_unit_test(test_bad_metadata),
+        cmocka_unit_test(test_hostile_attributes),
         cmocka_unit_test(test_no_silent_corruption),
         cmocka_unit_test(test_reshard),
     };

@@ -249,16 +249,18 @@ static void test_naive_never_freezes(void **state)
     run_end(&r);
 }
 
-/* A coordinate with tiny v_Tw: the 1-bit code hands it +-s of its block, so the plain
+/* A coordinate with tiny v_Tw: the 1-bit code hands it +-s of its block, so the paper's
  * compressed step moves it by about lr * s / sqrt(v) -- far beyond any Adam step -- while the
- * preconditioned variant keeps every step near lr. */
-static double max_tiny_step(int precondition)
+ * preconditioned variant keeps every step near lr, and the default stabiliser bounds every
+ * step by c lr. Returns the largest step of coordinate 0 after the freeze, in units of lr. */
+static double max_tiny_step(int precondition, ob_stabilizer stabilizer)
 {
     ob_optim_config cfg;
     ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
     cfg.freeze_step = 20;
     cfg.block_size = 64;
     cfg.precondition = precondition;
+    cfg.stabilizer = stabilizer;
     run r;
     run_start(&r, &cfg);
     double worst = 0.0;
@@ -276,9 +278,19 @@ static double max_tiny_step(int precondition)
 
 static void test_precondition_bounds_tiny_variance_steps(void **state)
 {
-    double plain = max_tiny_step(0), pre = max_tiny_step(1);
-    assert_true(plain > 1000.0); /* the failure mode exists */
+    double plain = max_tiny_step(0, OB_STABILIZER_NONE), pre = max_tiny_step(1, OB_STABILIZER_NONE);
+    assert_true(plain > 1000.0); /* the failure mode of the paper's exact form exists */
     assert_true(pre < 10.0);     /* and the option removes it */
+    /* The default: no step beyond c = (1 - beta1) / sqrt(1 - beta2) = 3.16 lr, either form. */
+    ob_optim_config def;
+    ob_optim_config_default(&def, OB_OPTIM_ONEBIT_ADAM);
+    assert_int_equal(def.stabilizer, OB_STABILIZER_ADAM_BOUND);
+    double c = ob_optim_stability_bound(&def);
+    assert_true(fabs(c - 0.1 / sqrt(0.001)) < 1e-12);
+    double bounded = max_tiny_step(0, OB_STABILIZER_ADAM_BOUND);
+    double bounded_pre = max_tiny_step(1, OB_STABILIZER_ADAM_BOUND);
+    if (!(bounded <= c * 1.001 && bounded > 0.5 * c)) fail_msg("bounded step %g lr", bounded);
+    assert_true(bounded_pre <= c * 1.001);
 
     ob_optim_config cfg;
     ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);

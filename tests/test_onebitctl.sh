@@ -25,8 +25,10 @@ start() {
   local name=$1
   shift
   mkdir -p "$TMP/$name"
+  local auth=
+  [ -n "${ONEBIT_TOKEN:-}" ] || auth=--insecure-no-auth # the token's tests set one
   "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/$name" \
-    --ready-file "$TMP/$name/ready" --backoff 0.2 --cancel-grace 10 "$@" > "$TMP/$name/log" 2>&1 &
+    --ready-file "$TMP/$name/ready" --backoff 0.2 --cancel-grace 10 $auth "$@" > "$TMP/$name/log" 2>&1 &
   PIDS+=($!)
   for _ in $(seq 200); do [ -s "$TMP/$name/ready" ] && break; sleep 0.05; done
   GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/$name/ready")
@@ -124,6 +126,12 @@ if [ $rc -eq 0 ] && [ $rc0 -eq 0 ] && [ $rc1 -eq 0 ] && grep -q '^\[[0-9]*,0\]<s
    [ "$(grep -c '^{"event":"step"' "$TMP/lg0")" = 15 ]; then
   ok "logs: tagged lines, --rank 0 gives rank 0's JSON lines (gRPC and REST)"
 else bad "logs" "rc=$rc/$rc0/$rc1 $(head -3 "$TMP/lg") $(head -3 "$TMP/lg0") $(cat "$TMP/lg.err")"; fi
+# -f follows (the job has ended: everything, then exit 0), wherever it stands; submit's -f is a file.
+ctl "$TMP/lgf" --server "$GRPC" logs "$ID1" -f; rcf=$?
+ctl "$TMP/lgf2" --rest "$REST" logs -f "$ID1" --rank 0; rcf2=$?
+if [ $rcf -eq 0 ] && [ $rcf2 -eq 0 ] && cmp -s "$TMP/lg" "$TMP/lgf" && cmp -s "$TMP/lg0" "$TMP/lgf2"; then
+  ok "logs -f: the whole log of an ended job, either side of the id"
+else bad "logs -f" "rc=$rcf/$rcf2 $(cat "$TMP/lgf.err" "$TMP/lgf2.err")"; fi
 ctl "$TMP/lgx" --server "$GRPC" logs job-424242; rc=$?
 if [ $rc -eq 1 ] && grep -q "job-424242" "$TMP/lgx.err"; then ok "logs of an unknown job: exit 1"; else bad "logs unknown" "rc=$rc"; fi
 
@@ -156,12 +164,50 @@ else bad "cancel" "rc=$rc/$rcw $(cat "$TMP/x" "$TMP/x.err"; tail -3 "$TMP/xw")";
 ctl "$TMP/x2" --server "$GRPC" cancel "$ID3"; rc=$?
 if [ $rc -eq 1 ] && grep -q "already CANCELLED" "$TMP/x2.err"; then ok "cancel of a finished job: exit 1 with the reason"
 else bad "second cancel" "rc=$rc $(cat "$TMP/x2.err")"; fi
+ctl "$TMP/r1" --server "$GRPC" submit -f "$TMP/job.yaml" --np 2 --request-id "nightly-2026-11-23"; rc=$?
+ctl "$TMP/r2" --rest "$REST" submit -f "$TMP/job.yaml" --np 2 --request-id "nightly-2026-11-23"; rc2=$?
+if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ -s "$TMP/r1" ] && cmp -s "$TMP/r1" "$TMP/r2"; then
+  ok "submit --request-id: a retry answers the same job (gRPC, then REST)"
+else bad "request id" "rc=$rc/$rc2 $(cat "$TMP/r1" "$TMP/r2" "$TMP/r1.err" "$TMP/r2.err")"; fi
+ctl "$TMP/r3" --server "$GRPC" cancel "$(cat "$TMP/r1")" > /dev/null 2>&1
+ctl "$TMP/lb1" --server "$GRPC" submit -f "$TMP/job.yaml" --np 1 --label team=nlp --label run=7; rc=$?
+ctl "$TMP/lb2" --server "$GRPC" list --label team=nlp -o json; rc2=$?
+ctl "$TMP/lb3" --rest "$REST" list --label run=7 --label team=nlp -o json; rc3=$?
+ctl "$TMP/lb4" --rest "$REST" list --label team=vision; rc4=$?
+ctl "$TMP/lb5" --server "$GRPC" status "$(cat "$TMP/lb1")"; rc5=$?
+if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5 -eq 0 ] &&
+   [ "$(jq -r '[.jobs[].id] | join(" ")' "$TMP/lb2")" = "$(cat "$TMP/lb1")" ] &&
+   [ "$(jq -c '[.jobs[] | [.id, .labels]]' "$TMP/lb2")" = "$(jq -c '[.jobs[] | [.id, .labels]]' "$TMP/lb3")" ] &&
+   grep -q "^no jobs" "$TMP/lb4" && grep -q "^Labels: *run=7,team=nlp$" "$TMP/lb5"; then
+  ok "labels: submit --label, list --label selects (gRPC and REST), status shows them"
+else bad "labels" "rc=$rc/$rc2/$rc3/$rc4/$rc5 $(cat "$TMP/lb2" "$TMP/lb4" "$TMP/lb1.err" "$TMP/lb2.err" "$TMP/lb3.err")"; fi
+ctl "$TMP/r3" --server "$GRPC" cancel "$(cat "$TMP/lb1")" > /dev/null 2>&1
+ctl "$TMP/v1" --server "$GRPC" version; rc=$?
+ctl "$TMP/v2" --rest "$REST" version; rc2=$?
+if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -qE "^onebitctl [0-9]+\.[0-9]+\.[0-9]+$" "$TMP/v1" &&
+   grep -q "^onebitd $(sed -n 's/^onebitctl //p' "$TMP/v1") (api onebit.v1) at $GRPC$" "$TMP/v1" &&
+   grep -q "(api onebit.v1) at $REST$" "$TMP/v2"; then ok "version: the client's and the server's, both transports"
+else bad "version" "rc=$rc/$rc2 $(cat "$TMP/v1" "$TMP/v2" "$TMP/v1.err")"; fi
+ctl "$TMP/d1" --server "$GRPC" delete "$ID3" --keep-checkpoints; rc=$?
+ctl "$TMP/d2" --rest "$REST" status "$ID3"; rc2=$?
+if [ $rc -eq 0 ] && grep -q "$ID3 deleted; its checkpoints are kept" "$TMP/d1" && [ $rc2 -eq 1 ] &&
+   [ -n "$(ls -d "$TMP"/main/checkpoints/"$ID3"/step-* 2>/dev/null)" ]; then
+  ok "delete --keep-checkpoints: the job is gone, its checkpoints stay"
+else bad "delete" "rc=$rc/$rc2 $(cat "$TMP/d1" "$TMP/d1.err")"; fi
 
 # --- a job that fails: watch exits 1 and says why ----------------------------------------------------
-printf 'model: {type: mlp}\ndata: {type: idx, path: %s/nodata}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: 5\n' "$TMP" > "$TMP/nodata.yaml"
+# An empty directory under the service's data root (STATE/data): accepted, fails when it runs.
+mkdir -p "$TMP/main/data/nodata"
+printf 'model: {type: mlp}\ndata: {type: idx, path: %s/main/data/nodata}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: 5\n' "$TMP" > "$TMP/nodata.yaml"
 ctl "$TMP/fail" --rest "$REST" submit -f "$TMP/nodata.yaml" --np 1 --max-restarts 0 --watch; rc=$?
 if [ $rc -eq 1 ] && grep -q "FAILED after" "$TMP/fail" && grep -q "^reason: " "$TMP/fail"; then ok "a failing job: watch exits 1 with the reason"
 else bad "failing job" "rc=$rc $(tail -3 "$TMP/fail") $(cat "$TMP/fail.err")"; fi
+
+# --- data outside the service's roots: refused at submit, nothing created --------------------------
+printf 'model: {type: mlp}\ndata: {type: idx, path: /etc}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: 5\n' > "$TMP/etc.yaml"
+ctl "$TMP/etc" --rest "$REST" submit -f "$TMP/etc.yaml" --np 1; rc=$?
+if [ $rc -eq 1 ] && grep -q "spec: data.path: '/etc' is outside the roots this service reads from" "$TMP/etc.err"; then ok "data outside the roots: refused with the reason"
+else bad "data outside the roots" "rc=$rc $(cat "$TMP/etc.err")"; fi
 
 # --- what users get wrong ---------------------------------------------------------------------------
 sed 's/beta2: 0.99/betta2: 0.99/' "$TMP/job.yaml" > "$TMP/typo.yaml"
@@ -196,6 +242,22 @@ ONEBIT_TOKEN=s3cret ctl "$TMP/t4" --rest "$REST" list; rc4=$?
 if [ $rc -eq 1 ] && [ $rc2 -eq 1 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && grep -qi "token" "$TMP/t1.err" && grep -qi "token" "$TMP/t2.err"; then
   ok "token: refused without it, accepted with --token or ONEBIT_TOKEN (both transports)"
 else bad "token" "rc=$rc/$rc2/$rc3/$rc4 $(cat "$TMP/t1.err" "$TMP/t2.err" "$TMP/t3.err")"; fi
+
+# --- the token onebitd makes by default, found where it lives --------------------------------------
+mkdir -p "$TMP/auto"
+"$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/auto" --ready-file "$TMP/auto/ready" \
+  > "$TMP/auto/log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 200); do [ -s "$TMP/auto/ready" ] && break; sleep 0.05; done
+GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/auto/ready")
+REST=http://127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/auto/ready")
+ctl "$TMP/a1" --server "$GRPC" list; rc=$?
+ONEBIT_STATE_DIR="$TMP/auto" ctl "$TMP/a2" --server "$GRPC" list; rc2=$?
+ctl "$TMP/a3" --rest "$REST" --token-file "$TMP/auto/token" list; rc3=$?
+ONEBIT_TOKEN_FILE="$TMP/auto/token" ctl "$TMP/a4" --rest "$REST" list; rc4=$?
+if [ $rc -eq 1 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ]; then
+  ok "the default token: found through ONEBIT_STATE_DIR, --token-file or ONEBIT_TOKEN_FILE"
+else bad "default token" "rc=$rc/$rc2/$rc3/$rc4 $(cat "$TMP/a1.err" "$TMP/a2.err" "$TMP/a3.err")"; fi
 
 echo "$passed passed, $failed failed"
 [ $failed -eq 0 ]

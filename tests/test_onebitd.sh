@@ -23,12 +23,16 @@ ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
 bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
 check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
 
-# start_daemon STATE_DIR [onebitd options]: serves on free ports; sets PID, GRPC, REST.
+# start_daemon STATE_DIR [onebitd options]: serves on free ports; sets PID, GRPC, REST. Without
+# a token unless the options name one (the token's own tests are at the end).
 start_daemon() {
   local state=$1; shift
+  local auth=--insecure-no-auth
+  case " $* " in *" --token-file "*) auth= ;; esac
+  if [ "${1:-}" = --default-auth ]; then auth=; shift; fi
   rm -f "$TMP/ready"
   "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$state" --ready-file "$TMP/ready" \
-    --worker "$FAKE" --backoff 0.2 --cancel-grace 5 "$@" >> "$TMP/onebitd.log" 2>&1 &
+    --worker "$FAKE" --backoff 0.2 --cancel-grace 5 $auth "$@" >> "$TMP/onebitd.log" 2>&1 &
   PID=$!
   for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
   GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")
@@ -42,7 +46,8 @@ stop_daemon() {
 }
 rpc() { "$OBRPC" "$GRPC" "$@"; }
 # http METHOD PATH [curl args]: prints the body, then the status on the last line.
-http() { local m=$1 p=$2; shift 2; curl -s -X "$m" -w '\n%{http_code}' "$@" "http://$REST$p"; }
+# POSTs are JSON (the server refuses any other content type).
+http() { local m=$1 p=$2; shift 2; curl -s -X "$m" -H 'Content-Type: application/json' -w '\n%{http_code}' "$@" "http://$REST$p"; }
 state_of() { curl -s "http://$REST/v1/jobs/$1" | jq -r .state; }
 # wait_state ID STATE SECONDS
 wait_state() {
@@ -82,6 +87,11 @@ start_daemon "$TMP/var" --slots 4 --max-restarts 2
 # --- one coordinator per state directory ---------------------------------------------------------
 "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var" > "$TMP/second.out" 2>&1; rc=$?
 check "a second onebitd on the same state directory is refused" '[ $rc -eq 1 ] && grep -q "is in use by another onebitd (pid $PID)" "$TMP/second.out"' "rc=$rc $(cat "$TMP/second.out")"
+
+# --- version ---------------------------------------------------------------------------------
+out=$(http GET /v1/version)
+rpc raw /onebit.v1.JobService/GetVersion "" > /dev/null 2>&1; rc=$?
+check "GET /v1/version and GetVersion" '[ "$(echo "$out" | tail -1)" = 200 ] && [ "$(echo "$out" | head -1 | jq -r .version)" = "$("$ONEBITD" --version | cut -d" " -f2)" ] && [ "$(echo "$out" | head -1 | jq -r .api)" = onebit.v1 ] && [ $rc -eq 0 ]' "$out rc=$rc"
 
 # --- health ----------------------------------------------------------------------------------
 out=$(rpc health 2> "$TMP/err"); rc=$?
@@ -238,6 +248,10 @@ check "the job resumes from its checkpoint" '[ "$(echo "$j" | jq ".attempts | le
 idk_cancel=$(rpc cancel "$idk" 2>/dev/null | jq -r .id)
 wait_state "$idk" JOB_STATE_CANCELLED 15
 check "and can still be driven (cancelled here)" '[ "$(state_of "$idk")" = JOB_STATE_CANCELLED ]' "$(state_of "$idk")"
+out=$(http DELETE "/v1/jobs/$idk?keepCheckpoints=maybe")
+check "DELETE with a bad keepCheckpoints: 400" '[ "$(echo "$out" | tail -1)" = 400 ]' "$out"
+out=$(http DELETE "/v1/jobs/$idk")
+check "DELETE of an ended job: 200, its record, files and checkpoints gone" '[ "$(echo "$out" | tail -1)" = 200 ] && [ "$(echo "$out" | head -1 | jq .checkpointsDeleted)" -ge 1 ] && [ ! -e "$TMP/var/checkpoints/$idk" ] && [ ! -e "$TMP/var/jobs/$idk" ] && [ "$(http GET "/v1/jobs/$idk" | tail -1)" = 404 ]' "$out"
 stop_daemon
 
 # --- SIGTERM with open streams: the streams end, the ranks checkpoint, the job resumes later ----
@@ -284,9 +298,26 @@ check "random protobuf bytes: only OK, INVALID_ARGUMENT, NOT_FOUND, FAILED_PRECO
 codes=""
 for i in $(seq 24); do
   head -c $((1 + RANDOM % 200)) /dev/urandom > "$TMP/rand"
-  codes="$codes $(curl -s -o /dev/null -w '%{http_code}' -X POST --data-binary @"$TMP/rand" "http://$REST/v1/jobs")"
+  codes="$codes $(curl -s -o /dev/null -w '%{http_code}' -X POST -H 'Content-Type: application/json' --data-binary @"$TMP/rand" "http://$REST/v1/jobs")"
 done
 check "random REST bodies: 400" '! echo $codes | tr " " "\n" | grep -qv "^400$"' "$codes"
+# What a web page can send without asking: a text/plain or form POST. Refused from the headers.
+before2=$(job_count)
+out=$(curl -s -X POST -H 'Content-Type: text/plain' -w '\n%{http_code}' --data-binary "$(jq -n --rawfile s "$TMP/short.yaml" '{spec: $s}')" "http://$REST/v1/jobs")
+out2=$(curl -s -X POST -w '\n%{http_code}' --data "$(jq -n --rawfile s "$TMP/short.yaml" '{spec: $s}')" "http://$REST/v1/jobs")
+check "text/plain and form POSTs: 415, nothing created" '[ "$(echo "$out" | tail -1)" = 415 ] && [ "$(echo "$out2" | tail -1)" = 415 ] && echo "$out" | head -1 | jq -r .error.message | grep -q "expected application/json" && [ "$(job_count)" = "$before2" ]' "$out $out2"
+# A name rebound to 127.0.0.1 by a web page's DNS: the Host header gives it away.
+out=$(curl -s -H 'Host: evil.example:8080' -w '\n%{http_code}' "http://$REST/v1/jobs")
+out2=$(curl -s -H "Host: localhost:${REST##*:}" -o /dev/null -w '%{http_code}' "http://$REST/v1/jobs")
+check "a Host that is not loopback: 421; localhost: 200" '[ "$(echo "$out" | tail -1)" = 421 ] && [ "$out2" = 200 ]' "$out $out2"
+# A declared body over the limit is refused before it is read.
+out=$(curl -s -X POST -H 'Content-Type: application/json' -H 'Content-Length: 900000000' -w '\n%{http_code}' --max-time 5 -d '{}' "http://$REST/v1/jobs")
+check "Content-Length over the limit: 413 at once" '[ "$(echo "$out" | tail -1)" = 413 ]' "$out"
+# Streams the client gives up on at once, while the server is still setting them up (a race
+# there once freed a stream that was then linked; the sanitizer build of this test catches it).
+jid=$(curl -s "http://$REST/v1/jobs?pageSize=1" | jq -r '.jobs[0].id')
+for _ in $(seq 40); do OBRPC_TIMEOUT_MS=1 rpc watch "$jid" > /dev/null 2>&1; done
+check "forty streams abandoned as they open: the service still serves" 'rpc health > /dev/null 2>&1 && [ "$(curl -s -o /dev/null -w "%{http_code}" "http://$REST/healthz")" = 200 ]'
 check "random input created nothing, the service still serves" '[ "$(job_count)" = "$before" ] && rpc health > /dev/null 2>&1' "$before -> $(job_count)"
 stop_daemon
 
@@ -316,7 +347,7 @@ f=$(rpc submit "$TMP/short.yaml" 1 2>/dev/null | jq -r .id)
 check "mpirun missing: FAILED, each attempt says why" 'wait_state "$f" JOB_STATE_FAILED 10 && [ "$(rpc get "$f" 2>/dev/null | jq ".attempts | length")" = 2 ] && rpc get "$f" 2>/dev/null | jq -r .attempts[0].exit_reason | grep -q "launch failed: starting $TMP/no-such-mpirun for job $f: No such file or directory"' "$(rpc get "$f" 2>/dev/null)"
 stop_daemon
 rm -f "$TMP/ready"
-"$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var7" --ready-file "$TMP/ready" \
+"$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var7" --ready-file "$TMP/ready" --insecure-no-auth \
   --worker "$TMP/no-such-worker" --max-restarts 0 >> "$TMP/onebitd.log" 2>&1 &
 PID=$!
 for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
@@ -336,8 +367,73 @@ ONEBIT_TOKEN=s3cret-token rpc list > /dev/null 2> "$TMP/err"; rc=$?
 check "the token over gRPC: OK" '[ $rc -eq 0 ]' "rc=$rc $(cat "$TMP/err")"
 out=$(http POST /v1/jobs -d "$(jq -n --rawfile s "$TMP/short.yaml" '{spec: $s}')")
 check "no token over REST: 401, nothing created" '[ "$(echo "$out" | tail -1)" = 401 ] && [ "$(curl -s -H "Authorization: Bearer s3cret-token" "http://$REST/v1/jobs" | jq ".jobs | length")" = 0 ]' "$out"
+# The token is checked from the headers: a client without it is answered before it sends a
+# byte of the body it announced.
+status=$(exec 3<>"/dev/tcp/127.0.0.1/${REST##*:}"; printf 'POST /v1/jobs HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 2000000\r\n\r\n' >&3; timeout 3 head -1 <&3 | tr -d '\r')
+check "no token: 401 before the body is sent" '[ "$status" = "HTTP/1.1 401 Unauthorized" ]' "$status"
 out=$(http GET /metrics -H "Authorization: Bearer s3cret-token")
 check "the token over REST: 200" '[ "$(echo "$out" | tail -1)" = 200 ]' "$(echo "$out" | tail -1)"
+
+stop_daemon
+
+# --- a cap on the event streams open at once, per API ------------------------------------------
+start_daemon "$TMP/var10" --max-streams 2
+e=$(rpc submit "$TMP/endless.yaml" 1 2>/dev/null | jq -r .id)
+wait_state "$e" JOB_STATE_RUNNING 10
+bg=()
+for _ in 1 2; do
+  OBRPC_TIMEOUT_MS=30000 "$OBRPC" "$GRPC" watch "$e" > /dev/null 2>&1 & bg+=($!)
+  curl -s -N --max-time 30 "http://$REST/v1/jobs/$e/events" > /dev/null 2>&1 & bg+=($!)
+done
+sleep 1
+OBRPC_TIMEOUT_MS=5000 rpc watch "$e" > /dev/null 2> "$TMP/third.err"; rc=$?
+out=$(curl -s --max-time 5 -w '\n%{http_code}' "http://$REST/v1/jobs/$e/events")
+check "a third stream is refused: RESOURCE_EXHAUSTED and 429" '[ $rc -eq 8 ] && grep -q "2 streams are open" "$TMP/third.err" && [ "$(echo "$out" | tail -1)" = 429 ]' "rc=$rc $(cat "$TMP/third.err") $out"
+kill "${bg[@]}" 2>/dev/null; wait "${bg[@]}" 2>/dev/null
+sleep 0.5
+OBRPC_TIMEOUT_MS=1500 rpc watch "$e" > /dev/null 2>&1; rc=$?
+check "once they close, streams open again" '[ $rc -eq 4 ] || [ $rc -eq 0 ]' "rc=$rc"
+rpc cancel "$e" > /dev/null 2>&1
+wait_state "$e" JOB_STATE_CANCELLED 10
+stop_daemon
+
+# --- by default a token, made at the first start, mode 0600; loopback only without TLS ---------
+start_daemon "$TMP/var8" --default-auth
+tok=$(cat "$TMP/var8/token" 2>/dev/null)
+check "the first start makes a token file readable by its owner only" '[ "$(stat -c %a "$TMP/var8/token")" = 600 ] && echo "$tok" | grep -qE "^[0-9a-f]{64}$"' "$(ls -l "$TMP/var8/token") $tok"
+ONEBIT_TOKEN= rpc list > /dev/null 2>&1; rc=$?
+out=$(curl -s -o /dev/null -w '%{http_code}' "http://$REST/v1/jobs")
+ONEBIT_TOKEN=$tok rpc list > /dev/null 2>&1; rc2=$?
+check "without it: UNAUTHENTICATED and 401; with it: OK" '[ $rc -eq 16 ] && [ "$out" = 401 ] && [ $rc2 -eq 0 ]' "rc=$rc $out rc2=$rc2"
+stop_daemon
+start_daemon "$TMP/var8" --default-auth
+check "a restart keeps the token" '[ "$(cat "$TMP/var8/token")" = "$tok" ] && ONEBIT_TOKEN=$tok rpc list > /dev/null 2>&1'
+stop_daemon
+chmod 644 "$TMP/var8/token"
+"$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var8" > "$TMP/open.out" 2>&1; rc=$?
+check "a token file others can read is refused" '[ $rc -eq 2 ] && grep -q "can be read by others (mode 644)" "$TMP/open.out"' "rc=$rc $(cat "$TMP/open.out")"
+"$ONEBITD" --grpc 0.0.0.0:0 --rest 127.0.0.1:0 --state-dir "$TMP/var9" > "$TMP/plain.out" 2>&1; rc=$?
+check "a non-loopback address without TLS is refused" '[ $rc -eq 2 ] && grep -q "0.0.0.0:0 is not a loopback address" "$TMP/plain.out" && [ ! -e "$TMP/var9" ]' "rc=$rc $(cat "$TMP/plain.out")"
+"$ONEBITD" --insecure-no-auth --token-file "$TMP/token" --state-dir "$TMP/var9" > "$TMP/both.out" 2>&1; rc=$?
+check "--insecure-no-auth with --token-file: refused" '[ $rc -eq 2 ] && grep -q "choose one" "$TMP/both.out"' "rc=$rc"
+start_daemon "$TMP/var4" --token-file "$TMP/token"
+
+# --- workers report with their attempt's own credential, never with the admin token ------------
+control "FAKE_STEP_S=0.01" "FAKE_ENV_FILE=$TMP/worker.env"
+export ONEBIT_TOKEN=s3cret-token
+e=$(rpc submit "$TMP/endless.yaml" 1 2>/dev/null | jq -r .id)
+for _ in $(seq 100); do [ -s "$TMP/worker.env" ] && break; sleep 0.05; done
+check "the workers get a report credential, not the admin token" 'grep -qE "^ONEBIT_REPORT_TOKEN=[0-9a-f]{64}$" "$TMP/worker.env" && ! grep -q "s3cret-token" "$TMP/worker.env"' "$(grep ONEBIT "$TMP/worker.env")"
+# ReportProgressRequest {job_id: e, kind: "step"}, encoded by hand.
+report_hex=$(printf '0a%02x%s120473746570' "${#e}" "$(printf '%s' "$e" | od -An -tx1 | tr -d ' \n')")
+rpc raw /onebit.v1.WorkerService/ReportProgress "$report_hex" > /dev/null 2>&1; rc=$?
+ONEBIT_TOKEN= rpc raw /onebit.v1.WorkerService/ReportProgress "$report_hex" > /dev/null 2>&1; rc2=$?
+ONEBIT_TOKEN=$(sed -n 's/^ONEBIT_REPORT_TOKEN=//p' "$TMP/worker.env") rpc raw /onebit.v1.WorkerService/ReportProgress "$report_hex" > /dev/null 2>&1; rc3=$?
+check "ReportProgress: the admin token or none: UNAUTHENTICATED; the attempt's credential: OK" '[ $rc -eq 16 ] && [ $rc2 -eq 16 ] && [ $rc3 -eq 0 ]' "rc=$rc rc2=$rc2 rc3=$rc3"
+rpc cancel "$e" > /dev/null 2>&1
+unset ONEBIT_TOKEN
+control "FAKE_STEP_S=0.01"
+
 t0=$(date +%s%N)
 stop_daemon
 t1=$(date +%s%N)

@@ -9,38 +9,8 @@ ONEBITD=$1
 OBRPC=$2
 CKPT=$3
 EXAMPLES=$4
-TMP=$(mktemp -d)
-PID=""
-passed=0
-failed=0
-cleanup() {
-  [ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null
-  pkill -KILL -f "$TMP/" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
-bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
+. "$(dirname "$0")/daemon_harness.sh"
 
-start_daemon() {
-  rm -f "$TMP/ready"
-  "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var" --ready-file "$TMP/ready" \
-    --slots 4 --backoff 0.2 --cancel-grace 20 >> "$TMP/onebitd.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
-  GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")
-  REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
-}
-rpc() { "$OBRPC" "$GRPC" "$@"; }
-get() { rpc get "$1" 2>/dev/null; }
-wait_state() { # ID STATE SECONDS
-  for _ in $(seq $(($3 * 10))); do
-    [ "$(get "$1" | jq -r .state)" = "$2" ] && return 0
-    sleep 0.1
-  done
-  return 1
-}
 wait_step() { # ID STEP SECONDS: until the job has passed STEP
   for _ in $(seq $(($3 * 20))); do
     [ "$(get "$1" | jq '.progress.step // 0')" -ge "$2" ] && return 0
@@ -48,16 +18,10 @@ wait_step() { # ID STEP SECONDS: until the job has passed STEP
   done
   return 1
 }
-# The ranks of a job: onebit-worker processes whose command line names its spec (under this
-# test's own state directory: other coordinators may run jobs with the same ids).
-ranks_of() {
-  for p in $(pgrep -x onebit-worker); do
-    tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -qF "$TMP/var/jobs/$1/spec.json" && echo "$p"
-  done
-}
+ranks_of() { procs_of "$1" onebit-worker; }
 submit_rest() { # SPECFILE -> id
   jq -n --rawfile s "$1" '{spec: $s, worldSize: 2, maxRestarts: 2}' |
-    curl -s -X POST --data-binary @- "http://$REST/v1/jobs" | jq -r .id
+    curl -s -X POST -H 'Content-Type: application/json' --data-binary @- "http://$REST/v1/jobs" | jq -r .id
 }
 
 sed 's/^steps: 200/steps: 3000/; s/^log_interval: 10/log_interval: 20/' "$EXAMPLES/synthetic-mlp-onebit.yaml" > "$TMP/job.yaml"

@@ -151,7 +151,7 @@ static void test_cpu_fused_precondition(void **state)
         p2[i] = m2[i] / den[i];
     expect_equal(m2, m, n, "momentum");
     expect_equal(p2, p, n, "p = m / den");
-    ob_precondition_apply(x, m, p, den, n, 1e-3f, 0.01f);
+    ob_precondition_apply(x, m, p, den, n, 1e-3f, 0.01f, INFINITY);
     for (size_t i = 0; i < n; i++) {
         m2[i] = p2[i] * den[i];
         x2[i] = x2[i] - 1e-3f * (p2[i] + 0.01f * x2[i]);
@@ -159,6 +159,59 @@ static void test_cpu_fused_precondition(void **state)
     expect_equal(m2, m, n, "m = p * den");
     expect_equal(x2, x, n, "x");
     free(m), free(p), free(g), free(den), free(x), free(m2), free(x2), free(p2);
+}
+
+/* The stabiliser: with no bound the frozen step is the paper's, bit for bit; with a bound c no
+ * coordinate moves more than c lr (weight decay aside), coordinates within the bound take the
+ * paper's step exactly, and the preconditioned direction is clipped to [-c, c]. */
+static void test_cpu_stabilizer(void **state)
+{
+    (void)state;
+    size_t n = 4097;
+    float *m = host(n), *den = host(n), *x = host(n), *x0 = host(n), *y = host(n), *p = host(n);
+    fill(m, n, 21, 0.1f, 0);
+    fill(den, n, 22, 0.1f, 1);
+    for (size_t i = 0; i < n; i++)
+        den[i] += 1e-8f; /* sqrt(v) + eps */
+    for (size_t i = 0; i < n; i += 7)
+        den[i] = 1e-8f; /* v_Tw = 0: the coordinates the paper's step blows up */
+    fill(x, n, 23, 1.0f, 0);
+    memcpy(x0, x, n * 4);
+    const float lr = 1e-3f, wd = 0.0f, c = 1.0f;
+    ob_frozen_update(x, m, den, n, lr, wd, 0.0f);
+    for (size_t i = 0; i < n; i++) {
+        float want = x0[i] - lr * (m[i] / den[i] + wd * x0[i]);
+        assert_true(memcmp(&want, &x[i], 4) == 0);
+    }
+    memcpy(y, x0, n * 4);
+    ob_frozen_update(y, m, den, n, lr, wd, 1.0f / c);
+    size_t bounded = 0;
+    for (size_t i = 0; i < n; i++) {
+        float step = x0[i] - y[i];
+        /* The subtraction itself rounds to a unit in the last place of x. */
+        if (!(fabsf(step) <= lr * c + fabsf(x0[i]) * 2.4e-7f))
+            fail_msg("coordinate %zu moved %g", i, step);
+        if (fabsf(m[i] / den[i]) <= c)
+            assert_true(memcmp(&x[i], &y[i], 4) == 0);
+        else
+            bounded++;
+    }
+    assert_true(bounded >= n / 7); /* at least the v_Tw = 0 coordinates */
+    for (size_t i = 0; i < n; i++)
+        p[i] = m[i] / den[i];
+    float *q = host(n), *mq = host(n);
+    memcpy(x, x0, n * 4), memcpy(y, x0, n * 4);
+    ob_precondition_apply(x, mq, p, den, n, lr, wd, INFINITY);
+    ob_precondition_apply(y, q, p, den, n, lr, wd, c);
+    expect_equal(mq, q, n, "m = p * den, clipped or not");
+    for (size_t i = 0; i < n; i++) {
+        float pc = p[i] > c ? c : (p[i] < -c ? -c : p[i]);
+        float want = x0[i] - lr * (pc + wd * x0[i]);
+        assert_true(memcmp(&want, &y[i], 4) == 0);
+        float raw = x0[i] - lr * (p[i] + wd * x0[i]);
+        assert_true(memcmp(&raw, &x[i], 4) == 0);
+    }
+    free(m), free(den), free(x), free(x0), free(y), free(p), free(q), free(mq);
 }
 
 /* --- device against CPU -------------------------------------------------------------------- */
@@ -204,18 +257,21 @@ static void compare_all(size_t n)
         fill(g, n, 100 * (uint64_t)t + n, 1.0f, 0);
         expect_ok(ob_cuda_memcpy(dg, g, n * 4, NULL, &err), &err, "upload g");
         float lr = 1e-3f / (float)t, wd = t == 5 ? 0.01f : 0.0f;
+        /* No bound (the paper's step), then the stabiliser's bound at two strengths. */
+        float inv_c = t == 4 ? 0.0f : (t == 5 ? 1.0f : 3.0f), c = t == 4 ? INFINITY : 1 / inv_c;
         ob_momentum_update(m, g, n, 0.9f, 0.1f);
-        ob_frozen_update(x, m, den, n, lr, wd);
+        ob_frozen_update(x, m, den, n, lr, wd, inv_c);
         expect_ok(ob_cuda_momentum_update(dm, dg, n, 0.9f, 0.1f, NULL, &err), &err, "momentum");
-        expect_ok(ob_cuda_frozen_update(dx, dm, dden, n, lr, wd, NULL, &err), &err, "frozen");
+        expect_ok(ob_cuda_frozen_update(dx, dm, dden, n, lr, wd, inv_c, NULL, &err), &err,
+                  "frozen");
         download(got, dm, n), expect_equal(m, got, n, "momentum: m");
         download(got, dx, n), expect_equal(x, got, n, "frozen: x");
 
         ob_momentum_precondition(m, p, g, den, n, 0.9f, 0.1f);
-        ob_precondition_apply(x, m, p, den, n, lr, wd);
+        ob_precondition_apply(x, m, p, den, n, lr, wd, c);
         expect_ok(ob_cuda_momentum_precondition(dm, dp, dg, dden, n, 0.9f, 0.1f, NULL, &err), &err,
                   "momentum_precondition");
-        expect_ok(ob_cuda_precondition_apply(dx, dm, dp, dden, n, lr, wd, NULL, &err), &err,
+        expect_ok(ob_cuda_precondition_apply(dx, dm, dp, dden, n, lr, wd, c, NULL, &err), &err,
                   "precondition_apply");
         download(got, dp, n), expect_equal(p, got, n, "precondition: p");
         download(got, dm, n), expect_equal(m, got, n, "precondition: m");
@@ -277,6 +333,7 @@ int main(void)
     const struct CMUnitTest cpu_tests[] = {
         cmocka_unit_test(test_cpu_adam_formula),
         cmocka_unit_test(test_cpu_fused_precondition),
+        cmocka_unit_test(test_cpu_stabilizer),
     };
     int failed = cmocka_run_group_tests_name("cpu kernels", cpu_tests, NULL, NULL);
     if (failed) return 1;

@@ -139,17 +139,17 @@ else bad "warm start momentum" "m identical to the source"; fi
 
 spec "$TMP/warm-early.yaml" "warm_start: {from: $TMP/base/job/step-00000030}"
 run $NP "$TMP/we.jsonl" --spec "$TMP/warm-early.yaml"; rc=$?
-if [ $rc -eq 1 ] && grep -q "has no frozen variance (step 30 is still in the warmup phase)" "$TMP/we.jsonl.err"; then
+if [ $rc -eq 4 ] && grep -q "has no frozen variance (step 30 is still in the warmup phase)" "$TMP/we.jsonl.err"; then
   ok "warm start from a warmup checkpoint refused"
 else bad "warm start from warmup" "rc=$rc $(cat "$TMP/we.jsonl.err")"; fi
 spec "$TMP/warm-model.yaml" "warm_start: {from: $BASE}"
 sed -i 's/hidden: \[48\]/hidden: [40]/' "$TMP/warm-model.yaml"
 run $NP "$TMP/wm.jsonl" --spec "$TMP/warm-model.yaml"; rc=$?
-if [ $rc -eq 1 ] && grep -q "was written for another model" "$TMP/wm.jsonl.err"; then ok "warm start with another model refused"
+if [ $rc -eq 4 ] && grep -q "was written for another model" "$TMP/wm.jsonl.err"; then ok "warm start with another model refused"
 else bad "warm start model" "rc=$rc $(cat "$TMP/wm.jsonl.err")"; fi
 spec "$TMP/warm-none.yaml" "warm_start: {from: $TMP/nowhere}"
 run $NP "$TMP/wn.jsonl" --spec "$TMP/warm-none.yaml"; rc=$?
-if [ $rc -eq 1 ] && grep -q "no usable checkpoint in $TMP/nowhere" "$TMP/wn.jsonl.err"; then ok "warm start from nothing refused"
+if [ $rc -eq 4 ] && grep -q "no usable checkpoint in $TMP/nowhere" "$TMP/wn.jsonl.err"; then ok "warm start from nothing refused"
 else bad "warm start from nothing" "rc=$rc $(cat "$TMP/wn.jsonl.err")"; fi
 
 # --- resize: 4 ranks -> 2 -> 3, training goes on ----------------------------------------------
@@ -195,7 +195,7 @@ ONEBIT_FAULT_INJECT=BOOM:3 run 1 "$TMP/e4" --spec "$TMP/job.yaml" --checkpoint-d
 if [ $rc -eq 2 ] && grep -q "ONEBIT_FAULT_INJECT" "$TMP/e4.err"; then ok "bad fault injection: exit 2"; else bad "bad fault injection" "rc=$rc"; fi
 sed 's/beta2: 0.99/beta2: 0.999/' "$TMP/job.yaml" > "$TMP/other.yaml"
 run $NP "$TMP/e5" --spec "$TMP/other.yaml" --checkpoint-dir "$TMP/base" --resume; rc=$?
-if [ $rc -eq 1 ] && grep -q "was written by a different job: 'optimizer' differs" "$TMP/e5.err"; then
+if [ $rc -eq 4 ] && grep -q "was written by a different job: 'optimizer' differs" "$TMP/e5.err"; then
   ok "resume with another optimizer refused"; else bad "resume with another spec" "rc=$rc $(cat "$TMP/e5.err")"; fi
 run $NP "$TMP/e6.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/fresh" --resume; rc=$?
 if [ $rc -eq 0 ] && jq -r 'select(.event=="notice") | .message' "$TMP/e6.jsonl" | grep -q "no checkpoint in $TMP/fresh/job: starting from step 0"; then

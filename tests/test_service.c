@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,6 +28,11 @@ typedef struct launch {
     char job_id[OB_JOB_ID_LEN];
     int attempt, world, resume;
     int done, exit_code, got_term, got_kill;
+    /* What the store held when the workers were started (written ahead of them?) */
+    ob_job_state stored_state;
+    size_t stored_attempts;
+    int stored_open; /* the newest stored attempt is this one, not yet ended */
+    char report_token[128];
 } launch;
 
 typedef struct mock {
@@ -37,6 +43,7 @@ typedef struct mock {
     int honor_term; /* SIGTERM ends the attempt with exit 0 */
     int stale_calls;
     char stale_job[OB_JOB_ID_LEN];
+    char db[256]; /* the service's store, read (by a connection of our own) at every start */
 } mock;
 
 static ob_status m_start(ob_launcher *lb, const ob_launch_req *req, ob_launch_handle *h,
@@ -51,6 +58,19 @@ static ob_status m_start(ob_launcher *lb, const ob_launch_req *req, ob_launch_ha
     x->attempt = req->attempt;
     x->world = req->world_size;
     x->resume = req->resume;
+    snprintf(x->report_token, sizeof x->report_token, "%s",
+             req->report_token ? req->report_token : "");
+    ob_store *st = NULL;
+    ob_job j;
+    if (m->db[0] && ob_store_open(&st, m->db, NULL) == OB_OK &&
+        ob_store_get_job(st, req->job_id, &j, NULL) == OB_OK) {
+        x->stored_state = j.state;
+        x->stored_attempts = j.n_attempts;
+        const ob_attempt *last = j.n_attempts ? &j.attempts[j.n_attempts - 1] : NULL;
+        x->stored_open = last && last->number == req->attempt && last->ended_ms == 0;
+        ob_job_clear(&j);
+    }
+    ob_store_close(st);
     h->pid = h->pgid = 1000 + m->n; /* the index into l, offset */
     m->n++;
     pthread_mutex_unlock(&m->mu);
@@ -149,6 +169,7 @@ static int setup(void **state)
     f->m.base.ops = &mock_ops;
     pthread_mutex_init(&f->m.mu, NULL);
     f->m.honor_term = 1;
+    snprintf(f->m.db, sizeof f->m.db, "%s/jobs.db", f->dir);
     ob_service_config_default(&f->cfg);
     f->cfg.state_dir = f->dir;
     f->cfg.slots = 4;
@@ -188,7 +209,7 @@ static const char *good_spec = "model: {type: mlp}\n"
 
 static void submit(fx *f, int world, int max_restarts, char id[OB_JOB_ID_LEN])
 {
-    ob_submit_req req = {good_spec, strlen(good_spec), world, max_restarts};
+    ob_submit_req req = {good_spec, strlen(good_spec), world, max_restarts, NULL, NULL};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
@@ -238,26 +259,26 @@ static void test_invalid_submit_changes_nothing(void **state)
     start(f);
     const char *bad = "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
                       "optimizer: {type: adam, betta1: 0.9}\nbatch_size: 8\nsteps: 10\n";
-    ob_submit_req req = {bad, strlen(bad), 9, 500};
+    ob_submit_req req = {bad, strlen(bad), 9, 500, NULL, NULL};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "spec: optimizer.betta1: unknown field"));
     assert_non_null(strstr(err.msg, "world_size: 9 ranks exceed the service's 4 slots"));
     assert_non_null(strstr(err.msg, "max_restarts: expected 0 to 100"));
-    ob_submit_req empty = {"", 0, 1, -1};
+    ob_submit_req empty = {"", 0, 1, -1, NULL, NULL};
     assert_int_equal(ob_service_submit(f->svc, &empty, &j, &err), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "spec: missing"));
     ob_job *jobs;
     size_t n;
     char next[OB_PAGE_TOKEN_LEN];
-    assert_int_equal(ob_service_list(f->svc, OB_JOB_UNSPECIFIED, 0, NULL, &jobs, &n, next, &err),
+    assert_int_equal(ob_service_list(f->svc, OB_JOB_UNSPECIFIED, NULL, 0, NULL, &jobs, &n, next, &err),
                      OB_OK);
     assert_int_equal(n, 0);
     ob_job_array_free(jobs, n);
-    assert_int_equal(ob_service_list(f->svc, OB_JOB_UNSPECIFIED, 0, "x1", &jobs, &n, next, &err),
+    assert_int_equal(ob_service_list(f->svc, OB_JOB_UNSPECIFIED, NULL, 0, "x1", &jobs, &n, next, &err),
                      OB_ERR_INVALID_ARG);
-    assert_int_equal(ob_service_list(f->svc, (ob_job_state)42, 0, NULL, &jobs, &n, next, &err),
+    assert_int_equal(ob_service_list(f->svc, (ob_job_state)42, NULL, 0, NULL, &jobs, &n, next, &err),
                      OB_ERR_INVALID_ARG);
     assert_int_equal(launches(&f->m), 0);
 }
@@ -306,18 +327,50 @@ static void test_restarts_run_out(void **state)
     char id[OB_JOB_ID_LEN];
     submit(f, 1, 1, id);
     assert_true(wait_launches(f, 1));
-    finish(&f->m, 0, 3);
+    finish(&f->m, 0, 1);
     assert_true(wait_launches(f, 2));
-    finish(&f->m, 1, 3);
+    finish(&f->m, 1, 137);
     assert_true(wait_state(f, id, OB_JOB_FAILED));
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_get(f->svc, id, &j, &err), OB_OK);
-    assert_non_null(strstr(j.message, "attempt 2 ended: workers failed (exit code 3)"));
+    assert_non_null(strstr(j.message, "attempt 2 ended: workers failed (exit code 137)"));
     assert_non_null(strstr(j.message, "no restarts left"));
     ob_job_clear(&j);
     sleep_ms(100);
     assert_int_equal(launches(&f->m), 2);
+}
+
+/* The worker's deterministic failures (a bad spec, a diverged run, unusable input) end the job
+ * at once, restarts left or not, and say why; the others are retried. */
+static void test_permanent_failures(void **state)
+{
+    fx *f = *state;
+    start(f);
+    const struct {
+        int code;
+        const char *why;
+    } cases[] = {
+        {2, "not retried: the job spec or the worker's command line is invalid"},
+        {3, "not retried: the training diverged (the loss is not finite)"},
+        {4, "not retried: its data, checkpoint or warm-start source cannot be used"},
+    };
+    for (int i = 0; i < 3; i++) {
+        char id[OB_JOB_ID_LEN];
+        submit(f, 1, 2, id);
+        assert_true(wait_launches(f, i + 1));
+        finish(&f->m, i, cases[i].code);
+        assert_true(wait_state(f, id, OB_JOB_FAILED));
+        ob_job j;
+        ob_err err;
+        assert_int_equal(ob_service_get(f->svc, id, &j, &err), OB_OK);
+        if (!strstr(j.message, cases[i].why)) fail_msg("exit %d: %s", cases[i].code, j.message);
+        assert_int_equal(j.restarts, 0);
+        assert_int_equal(j.n_attempts, 1);
+        ob_job_clear(&j);
+    }
+    sleep_ms(100);
+    assert_int_equal(launches(&f->m), 3);
 }
 
 static void test_slots(void **state)
@@ -396,12 +449,12 @@ static void test_progress_timeout(void **state)
     ob_report r;
     memset(&r, 0, sizeof r);
     snprintf(r.job_id, sizeof r.job_id, "%s", a);
-    strcpy(r.kind, "step");
+    r.kind = OB_REPORT_STEP;
     ob_err err;
     for (int i = 1; i <= 5; i++) {
         r.progress.step = i * 10;
         int cancel = -1;
-        assert_int_equal(ob_service_report(f->svc, &r, &cancel, &err), OB_OK);
+        assert_int_equal(ob_service_report(f->svc, &r, NULL, &cancel, &err), OB_OK);
         assert_int_equal(cancel, 0);
         sleep_ms(60);
     }
@@ -425,8 +478,8 @@ static void test_reports(void **state)
     memset(&r, 0, sizeof r);
     ob_err err;
     snprintf(r.job_id, sizeof r.job_id, "job-777777");
-    strcpy(r.kind, "step");
-    assert_int_equal(ob_service_report(f->svc, &r, NULL, &err), OB_ERR_NOT_FOUND);
+    r.kind = OB_REPORT_STEP;
+    assert_int_equal(ob_service_report(f->svc, &r, NULL, NULL, &err), OB_ERR_NOT_FOUND);
     assert_true(wait_state(f, a, OB_JOB_RUNNING));
     const char *lines[] = {
         "{\"event\":\"start\",\"world_size\":2,\"num_params\":1000}",
@@ -439,7 +492,7 @@ static void test_reports(void **state)
     for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++) {
         assert_int_equal(ob_report_parse_line(lines[i], strlen(lines[i]), &r), 1);
         snprintf(r.job_id, sizeof r.job_id, "%s", a);
-        assert_int_equal(ob_service_report(f->svc, &r, NULL, &err), OB_OK);
+        assert_int_equal(ob_service_report(f->svc, &r, NULL, NULL, &err), OB_OK);
     }
     ob_job j;
     assert_int_equal(ob_service_get(f->svc, a, &j, &err), OB_OK);
@@ -466,8 +519,8 @@ static void test_reports(void **state)
     int cancel = 0;
     memset(&r, 0, sizeof r);
     snprintf(r.job_id, sizeof r.job_id, "%s", a);
-    strcpy(r.kind, "summary");
-    assert_int_equal(ob_service_report(f->svc, &r, &cancel, &err), OB_OK);
+    r.kind = OB_REPORT_SUMMARY;
+    assert_int_equal(ob_service_report(f->svc, &r, NULL, &cancel, &err), OB_OK);
     assert_int_equal(cancel, 1);
     char *metrics = NULL;
     assert_int_equal(ob_service_metrics(f->svc, &metrics, &err), OB_OK);
@@ -477,10 +530,11 @@ static void test_reports(void **state)
     free(metrics);
 }
 
-static void test_recovery(void **state)
+/* What a coordinator killed mid-run leaves in its store (written before the service opens it):
+ * a job in `state` (cancel requested or not) whose attempt 1 is still open unless ended_ms. */
+static void stored_job(fx *f, ob_job_state state, int cancel_requested, int max_restarts,
+                       int64_t ended_ms, int pgid, char id[OB_JOB_ID_LEN])
 {
-    fx *f = *state;
-    /* What a coordinator killed mid-run leaves: a RUNNING job with an attempt still open. */
     char db[128];
     snprintf(db, sizeof db, "%s/jobs.db", f->dir);
     ob_store *st;
@@ -491,14 +545,27 @@ static void test_recovery(void **state)
     j.state = OB_JOB_PENDING;
     j.spec_json = strdup("{\"steps\":100}");
     j.world_size = 2;
-    j.max_restarts = 0;
+    j.max_restarts = max_restarts;
     j.created_ms = j.updated_ms = 1;
     assert_int_equal(ob_store_create_job(st, &j, &err), OB_OK);
-    j.state = OB_JOB_RUNNING;
+    j.state = state;
+    j.cancel_requested = cancel_requested;
     assert_int_equal(ob_store_update_job(st, &j, NULL, &err), OB_OK);
-    ob_attempt a = {.number = 1, .started_ms = 2, .pgid = 4321};
+    ob_attempt a = {.number = 1, .started_ms = 2, .ended_ms = ended_ms, .pgid = pgid};
     assert_int_equal(ob_store_put_attempt(st, j.id, &a, &err), OB_OK);
+    snprintf(id, OB_JOB_ID_LEN, "%s", j.id);
+    ob_job_clear(&j);
     ob_store_close(st);
+}
+
+static void test_recovery(void **state)
+{
+    fx *f = *state;
+    /* What a coordinator killed mid-run leaves: a RUNNING job with an attempt still open. */
+    ob_err err;
+    ob_job j;
+    memset(&j, 0, sizeof j);
+    stored_job(f, OB_JOB_RUNNING, 0, 0, 0, 4321, j.id);
 
     start(f);
     assert_int_equal(f->m.stale_calls, 1);
@@ -516,12 +583,304 @@ static void test_recovery(void **state)
     ob_job_clear(&j);
 }
 
+/* A coordinator killed while a cancelled job's workers were stopping: the restarted one stops
+ * what is left of them and ends the job CANCELLED instead of launching it again. */
+/* The attempt is committed before its workers exist: a coordinator killed right after the
+ * launch finds it open and stops the workers instead of leaving orphans beside a second
+ * attempt on the same checkpoint folder. */
+static void test_attempt_written_ahead(void **state)
+{
+    fx *f = *state;
+    start(f);
+    char a[OB_JOB_ID_LEN];
+    submit(f, 2, 1, a);
+    assert_true(wait_launches(f, 1));
+    assert_int_equal(f->m.l[0].stored_state, OB_JOB_RUNNING);
+    assert_int_equal(f->m.l[0].stored_attempts, 1);
+    assert_int_equal(f->m.l[0].stored_open, 1);
+    finish(&f->m, 0, 1); /* fails: restarted */
+    assert_true(wait_launches(f, 2));
+    assert_int_equal(f->m.l[1].stored_state, OB_JOB_RUNNING);
+    assert_int_equal(f->m.l[1].stored_attempts, 2);
+    assert_int_equal(f->m.l[1].stored_open, 1);
+    finish(&f->m, 1, 0);
+    assert_true(wait_state(f, a, OB_JOB_SUCCEEDED));
+}
+
+/* Each attempt has its own report credential: a report without it, with another's, or with an
+ * earlier attempt's is refused; the in-process log reader (NULL) needs none. */
+static void test_report_credentials(void **state)
+{
+    fx *f = *state;
+    start(f);
+    char a[OB_JOB_ID_LEN], b[OB_JOB_ID_LEN];
+    submit(f, 2, 1, a);
+    submit(f, 1, 0, b);
+    assert_true(wait_launches(f, 2));
+    int ia = strcmp(f->m.l[0].job_id, a) == 0 ? 0 : 1, ib = 1 - ia;
+    char first[128];
+    snprintf(first, sizeof first, "%s", f->m.l[ia].report_token);
+    assert_int_equal(strlen(first), 64);
+    assert_string_not_equal(first, f->m.l[ib].report_token);
+    ob_report r;
+    memset(&r, 0, sizeof r);
+    snprintf(r.job_id, sizeof r.job_id, "%s", a);
+    r.kind = OB_REPORT_STEP;
+    r.progress.step = 5;
+    ob_err err;
+    int cancel = -1;
+    assert_int_equal(ob_service_report(f->svc, &r, "", &cancel, &err), OB_ERR_UNAUTHENTICATED);
+    assert_int_equal(cancel, 0); /* nothing told to a caller without the credential */
+    assert_non_null(strstr(err.msg, "not the report credential of its current attempt"));
+    assert_int_equal(ob_service_report(f->svc, &r, "0123", NULL, &err), OB_ERR_UNAUTHENTICATED);
+    assert_int_equal(ob_service_report(f->svc, &r, f->m.l[ib].report_token, NULL, &err),
+                     OB_ERR_UNAUTHENTICATED); /* another job's */
+    assert_int_equal(ob_service_report(f->svc, &r, first, NULL, &err), OB_OK);
+    assert_int_equal(ob_service_report(f->svc, &r, NULL, NULL, &err), OB_OK);
+    /* The attempt fails; the next one has a credential of its own. */
+    finish(&f->m, ia, 1);
+    assert_true(wait_launches(f, 3));
+    assert_string_equal(f->m.l[2].job_id, a);
+    assert_string_not_equal(f->m.l[2].report_token, first);
+    assert_int_equal(ob_service_report(f->svc, &r, first, NULL, &err), OB_ERR_UNAUTHENTICATED);
+    assert_int_equal(ob_service_report(f->svc, &r, f->m.l[2].report_token, NULL, &err), OB_OK);
+    ob_job j;
+    assert_int_equal(ob_service_get(f->svc, a, &j, &err), OB_OK);
+    assert_int_equal(j.progress.step, 5);
+    ob_job_clear(&j);
+}
+
+/* Submits a spec reading data from data_path (and warm-starting from `from`, if not NULL);
+ * returns the status, the message in msg. */
+static ob_status submit_paths(fx *f, const char *data_path, const char *from, char *msg,
+                              size_t cap)
+{
+    char spec[2048];
+    snprintf(spec, sizeof spec,
+             "model: {type: mlp}\ndata: {type: idx, path: '%s'}\n"
+             "optimizer: {type: %s}\nbatch_size: 8\nsteps: 10\n%s%s%s",
+             data_path, from ? "onebit_adam" : "adam", from ? "warm_start: {from: '" : "",
+             from ? from : "", from ? "'}\n" : "");
+    ob_submit_req req = {spec, strlen(spec), 1, 0, NULL, NULL};
+    ob_job j;
+    ob_err err;
+    ob_err_clear(&err);
+    ob_status st = ob_service_submit(f->svc, &req, &j, &err);
+    if (st == OB_OK) ob_job_clear(&j);
+    snprintf(msg, cap, "%s", err.msg);
+    return st;
+}
+
+/* A job reads its data only under the data roots and warm-starts only from under the checkpoint
+ * roots, after symbolic links and ".." are resolved. */
+static void test_read_roots(void **state)
+{
+    fx *f = *state;
+    start(f);
+    char data[256], inside[300], link[300], dotdot[300], ck[300], msg[OB_ERR_MSG_LEN];
+    snprintf(data, sizeof data, "%s/data", f->dir);
+    snprintf(inside, sizeof inside, "%s/mnist", data);
+    snprintf(link, sizeof link, "%s/escape", data);
+    snprintf(dotdot, sizeof dotdot, "%s/mnist/../..", data);
+    snprintf(ck, sizeof ck, "%s/checkpoints/old-job", f->dir);
+    assert_int_equal(mkdir(data, 0755), 0);
+    assert_int_equal(mkdir(inside, 0755), 0);
+    assert_int_equal(mkdir(ck, 0755), 0);
+    assert_int_equal(symlink("/etc", link), 0);
+
+    assert_int_equal(submit_paths(f, inside, NULL, msg, sizeof msg), OB_OK);
+    assert_int_equal(submit_paths(f, inside, ck, msg, sizeof msg), OB_OK);
+    const char *outside[] = {"/", "/etc", link, dotdot};
+    for (size_t i = 0; i < sizeof outside / sizeof outside[0]; i++) {
+        assert_int_equal(submit_paths(f, outside[i], NULL, msg, sizeof msg), OB_ERR_INVALID_ARG);
+        assert_non_null(strstr(msg, "spec: data.path: '"));
+        assert_non_null(strstr(msg, "is outside the roots this service reads from"));
+        assert_non_null(strstr(msg, "/usr/share/datasets"));
+    }
+    assert_int_equal(submit_paths(f, "/no/such/dir", NULL, msg, sizeof msg), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(msg, "No such file or directory"));
+    /* Another service's checkpoints, or the coordinator's own environment. */
+    assert_int_equal(submit_paths(f, inside, "/proc/self", msg, sizeof msg), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(msg, "spec: warm_start.from: '/proc/self' is outside the roots"));
+    assert_int_equal(submit_paths(f, inside, data, msg, sizeof msg), OB_ERR_INVALID_ARG);
+    ob_service_destroy(f->svc);
+    f->svc = NULL;
+
+    /* Roots of one's own; "/" allows everything. */
+    const char *everything[] = {"/", NULL};
+    f->cfg.data_roots = everything;
+    start(f);
+    assert_int_equal(submit_paths(f, "/etc", NULL, msg, sizeof msg), OB_OK);
+    ob_service_destroy(f->svc);
+    f->svc = NULL;
+    const char *relative[] = {"data", NULL};
+    f->cfg.data_roots = relative;
+    ob_err err;
+    assert_int_equal(ob_service_create(&f->svc, &f->cfg, &err), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "not an absolute path"));
+    f->cfg.data_roots = NULL;
+}
+
+/* A request id makes a submit idempotent, across a restart of the service too; the same id with
+ * another spec or size is refused. */
+static void test_idempotent_submit(void **state)
+{
+    fx *f = *state;
+    start(f);
+    ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, "retry-me:1", NULL};
+    ob_job a, b;
+    ob_err err;
+    assert_int_equal(ob_service_submit(f->svc, &req, &a, &err), OB_OK);
+    assert_string_equal(a.request_id, "retry-me:1");
+    assert_int_equal(ob_service_submit(f->svc, &req, &b, &err), OB_OK);
+    assert_string_equal(a.id, b.id);
+    ob_job_clear(&b);
+    ob_submit_req other = req;
+    other.world_size = 2;
+    assert_int_equal(ob_service_submit(f->svc, &other, &b, &err), OB_ERR_STATE);
+    assert_non_null(strstr(err.msg, "request_id 'retry-me:1' already made job"));
+    ob_submit_req bad = req;
+    bad.request_id = "no spaces please";
+    assert_int_equal(ob_service_submit(f->svc, &bad, &b, &err), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "request_id: 1 to 128 characters"));
+    ob_job *jobs = NULL;
+    size_t n = 0;
+    char next[OB_PAGE_TOKEN_LEN];
+    assert_int_equal(ob_service_list(f->svc, OB_JOB_UNSPECIFIED, NULL, 0, "", &jobs, &n, next, &err),
+                     OB_OK);
+    assert_int_equal(n, 1);
+    ob_job_array_free(jobs, n);
+    ob_service_destroy(f->svc);
+    f->svc = NULL;
+    start(f);
+    assert_int_equal(ob_service_submit(f->svc, &req, &b, &err), OB_OK);
+    assert_string_equal(a.id, b.id);
+    ob_job_clear(&a);
+    ob_job_clear(&b);
+}
+
+/* Labels are canonical (sorted by key) and select jobs in a list; bad ones are refused. */
+static void test_labels(void **state)
+{
+    fx *f = *state;
+    start(f);
+    const char *sets[] = {"team=nlp,run=7", "team=vision", "", "run=7,team=nlp,owner=ana"};
+    ob_err err;
+    for (int i = 0; i < 4; i++) {
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, sets[i]};
+        ob_job j;
+        assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
+        if (i == 0) assert_string_equal(j.labels, "run=7,team=nlp");
+        ob_job_clear(&j);
+    }
+    const struct {
+        const char *selector;
+        size_t n;
+    } cases[] = {{"team=nlp", 2}, {"run=7,team=nlp", 2}, {"team=nlp,owner=ana", 1},
+                 {"team=vision", 1}, {"team=nl", 0}, {"", 4}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        ob_job *jobs = NULL;
+        size_t n = 0;
+        char next[OB_PAGE_TOKEN_LEN];
+        assert_int_equal(ob_service_list(f->svc, OB_JOB_UNSPECIFIED, cases[c].selector, 0, "",
+                                         &jobs, &n, next, &err),
+                         OB_OK);
+        if (n != cases[c].n) fail_msg("selector '%s': %zu jobs", cases[c].selector, n);
+        ob_job_array_free(jobs, n);
+    }
+    const char *bad[] = {"Team=x", "team", "team=a,team=b", "=x", "team=a b", "a=1,"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, bad[i]};
+        ob_job j;
+        if (ob_service_submit(f->svc, &req, &j, &err) != OB_ERR_INVALID_ARG)
+            fail_msg("labels '%s' accepted", bad[i]);
+        assert_non_null(strstr(err.msg, "labels: "));
+    }
+    ob_job *jobs = NULL;
+    size_t n = 0;
+    char next[OB_PAGE_TOKEN_LEN];
+    assert_int_equal(
+        ob_service_list(f->svc, OB_JOB_UNSPECIFIED, "bad selector", 0, "", &jobs, &n, next, &err),
+        OB_ERR_INVALID_ARG);
+}
+
+/* A job that has ended can be deleted, with or without its checkpoints; one that runs cannot. */
+static void test_delete(void **state)
+{
+    fx *f = *state;
+    start(f);
+    char a[OB_JOB_ID_LEN], b[OB_JOB_ID_LEN];
+    submit(f, 1, 0, a);
+    submit(f, 1, 0, b);
+    assert_true(wait_launches(f, 2));
+    ob_err err;
+    int deleted = -1;
+    assert_int_equal(ob_service_delete(f->svc, a, 0, &deleted, &err), OB_ERR_STATE);
+    assert_non_null(strstr(err.msg, "is RUNNING: cancel it, then delete it"));
+    char dir[512];
+    for (int i = 0; i < 2; i++) {
+        const char *id = i ? b : a;
+        for (int step = 10; step <= 20; step += 10) {
+            snprintf(dir, sizeof dir, "%s/checkpoints/%s/step-%08d", f->dir, id, step);
+            char cmd[1200];
+            snprintf(cmd, sizeof cmd, "mkdir -p '%s' && touch '%s/state.h5'", dir, dir);
+            assert_int_equal(system(cmd), 0);
+        }
+        finish(&f->m, strcmp(f->m.l[0].job_id, id) == 0 ? 0 : 1, 0);
+        assert_true(wait_state(f, id, OB_JOB_SUCCEEDED));
+    }
+    assert_int_equal(ob_service_delete(f->svc, a, 0, &deleted, &err), OB_OK);
+    assert_int_equal(deleted, 2);
+    ob_job j;
+    assert_int_equal(ob_service_get(f->svc, a, &j, &err), OB_ERR_NOT_FOUND);
+    ob_job_event *evs = NULL;
+    size_t n = 0;
+    assert_int_equal(ob_service_events(f->svc, a, 0, 10, &evs, &n, &err), OB_ERR_NOT_FOUND);
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s/checkpoints/%s", f->dir, a);
+    assert_int_equal(stat(dir, &st), -1);
+    snprintf(dir, sizeof dir, "%s/jobs/%s", f->dir, a);
+    assert_int_equal(stat(dir, &st), -1);
+    /* Kept checkpoints stay where a warm start can find them. */
+    assert_int_equal(ob_service_delete(f->svc, b, 1, &deleted, &err), OB_OK);
+    assert_int_equal(deleted, 0);
+    snprintf(dir, sizeof dir, "%s/checkpoints/%s/step-00000020", f->dir, b);
+    assert_int_equal(stat(dir, &st), 0);
+    assert_int_equal(ob_service_delete(f->svc, b, 0, &deleted, &err), OB_ERR_NOT_FOUND);
+    char *metrics = NULL;
+    assert_int_equal(ob_service_metrics(f->svc, &metrics, &err), OB_OK);
+    assert_non_null(strstr(metrics, "onebit_jobs{state=\"SUCCEEDED\"} 0\n"));
+    free(metrics);
+}
+
+static void test_recovery_honours_cancel(void **state)
+{
+    fx *f = *state;
+    ob_err err;
+    char ids[2][OB_JOB_ID_LEN];
+    stored_job(f, OB_JOB_RUNNING, 1, 3, 0, 4321, ids[0]);
+    stored_job(f, OB_JOB_RESTARTING, 1, 3, 3, 4322, ids[1]); /* the attempt had ended */
+
+    start(f);
+    assert_int_equal(f->m.stale_calls, 1); /* the open attempt's processes are stopped */
+    for (int i = 0; i < 2; i++) {
+        assert_true(wait_state(f, ids[i], OB_JOB_CANCELLED));
+        ob_job got;
+        assert_int_equal(ob_service_get(f->svc, ids[i], &got, &err), OB_OK);
+        assert_non_null(strstr(got.message, "cancelled"));
+        assert_int_equal(got.n_attempts, 1);
+        ob_job_clear(&got);
+    }
+    sleep_ms(300); /* several supervisor ticks: nothing is launched */
+    assert_int_equal(f->m.n, 0);
+}
+
 static void test_default_world_size(void **state)
 {
     fx *f = *state;
     f->cfg.default_world_size = 3;
     start(f);
-    ob_submit_req req = {good_spec, strlen(good_spec), 0, -1};
+    ob_submit_req req = {good_spec, strlen(good_spec), 0, -1, NULL, NULL};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
@@ -561,7 +920,7 @@ static void test_parse_lines(void **state)
         assert_int_equal(ob_report_parse_line(notprogress[i], strlen(notprogress[i]), &r), 0);
     const char *resume = "{\"event\":\"resume\",\"step\":200,\"path\":\"/x/step-00000200\"}";
     assert_int_equal(ob_report_parse_line(resume, strlen(resume), &r), 1);
-    assert_string_equal(r.kind, "resume");
+    assert_int_equal(r.kind, OB_REPORT_RESUME);
     assert_int_equal(r.ckpt_step, 200);
     const char *eval = "{\"event\":\"eval\",\"step\":50,\"eval_loss\":0.25,\"eval_accuracy\":0.9}";
     assert_int_equal(ob_report_parse_line(eval, strlen(eval), &r), 1);
@@ -597,11 +956,19 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_invalid_submit_changes_nothing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_then_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarts_run_out, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_permanent_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slots, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel_grace_then_kill, setup, teardown),
         cmocka_unit_test_setup_teardown(test_progress_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reports, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_attempt_written_ahead, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_report_credentials, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_roots, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idempotent_submit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_labels, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recovery_honours_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
         cmocka_unit_test_setup_teardown(test_default_world_size, setup, teardown),
         cmocka_unit_test(test_visible_gpus),

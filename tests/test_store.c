@@ -109,7 +109,7 @@ static void test_list_paging_filter(void **state)
     int64_t after = 0, seen = 0;
     do {
         assert_int_equal(
-            ob_store_list_jobs(s, OB_JOB_UNSPECIFIED, after, 3, &jobs, &n, &more, &err), OB_OK);
+            ob_store_list_jobs(s, OB_JOB_UNSPECIFIED, NULL, after, 3, &jobs, &n, &more, &err), OB_OK);
         for (size_t i = 0; i < n; i++)
             assert_true(jobs[i].seq > after);
         seen += (int64_t)n;
@@ -118,7 +118,7 @@ static void test_list_paging_filter(void **state)
     } while (more);
     assert_int_equal(seen, 7);
 
-    assert_int_equal(ob_store_list_jobs(s, OB_JOB_RUNNING, 0, 100, &jobs, &n, &more, &err), OB_OK);
+    assert_int_equal(ob_store_list_jobs(s, OB_JOB_RUNNING, NULL, 0, 100, &jobs, &n, &more, &err), OB_OK);
     assert_int_equal(n, 3);
     assert_int_equal(more, 0);
     for (size_t i = 0; i < n; i++)

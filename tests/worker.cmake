@@ -4,3 +4,10 @@ add_test(NAME test_worker
                  ${MPIEXEC_EXECUTABLE} ${PROJECT_SOURCE_DIR}/examples)
 set_tests_properties(test_worker PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2)
+
+# The default stabiliser against the paper's exact form on a model where the latter diverges.
+add_test(NAME test_stability
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_stability.sh $<TARGET_FILE:onebit-worker>
+                 ${MPIEXEC_EXECUTABLE})
+set_tests_properties(test_stability PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2 SKIP_RETURN_CODE 77)

@@ -63,40 +63,11 @@ ob_status ob_ckpt_mkdirs(const char *dir, ob_err *err)
     return OB_OK;
 }
 
-ob_status ob__ckpt_remove_tree(const char *path, ob_err *err)
-{
-    struct stat sb;
-    if (lstat(path, &sb) != 0) {
-        if (errno == ENOENT) return OB_OK;
-        return OB_ERR(err, OB_ERR_IO, "stat %s: %s", path, strerror(errno));
-    }
-    if (!S_ISDIR(sb.st_mode)) {
-        if (unlink(path) != 0 && errno != ENOENT)
-            return OB_ERR(err, OB_ERR_IO, "unlink %s: %s", path, strerror(errno));
-        return OB_OK;
-    }
-    DIR *d = opendir(path);
-    if (!d) return OB_ERR(err, OB_ERR_IO, "opendir %s: %s", path, strerror(errno));
-    ob_status st = OB_OK;
-    struct dirent *e;
-    while (st == OB_OK && (e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        char child[OB_CKPT_PATH_LEN];
-        st = ob__ckpt_join(child, path, e->d_name, err);
-        if (st == OB_OK) st = ob__ckpt_remove_tree(child, err);
-    }
-    closedir(d);
-    if (st != OB_OK) return st;
-    if (rmdir(path) != 0 && errno != ENOENT)
-        return OB_ERR(err, OB_ERR_IO, "rmdir %s: %s", path, strerror(errno));
-    return OB_OK;
-}
-
 ob_status ob_ckpt_prepare(const char *job_dir, long step, char *out, ob_err *err)
 {
     ob_status st = ob_ckpt_step_dir(out, job_dir, step, 1, err);
     if (st == OB_OK) st = ob_ckpt_mkdirs(job_dir, err);
-    if (st == OB_OK) st = ob__ckpt_remove_tree(out, err);
+    if (st == OB_OK) st = ob_remove_tree(out, err);
     if (st != OB_OK) return OB_WRAP(err, st, "preparing checkpoint %ld", step);
     if (mkdir(out, 0755) != 0) return OB_ERR(err, OB_ERR_IO, "mkdir %s: %s", out, strerror(errno));
     return OB_OK;
@@ -109,7 +80,7 @@ ob_status ob_ckpt_commit(const char *job_dir, long step, ob_err *err)
     if (st == OB_OK) st = ob_ckpt_step_dir(fin, job_dir, step, 0, err);
     if (st == OB_OK) st = ob__ckpt_fsync_path(tmp, 1, err);
     /* A committed checkpoint of the same step (a rerun of that step) is replaced whole. */
-    if (st == OB_OK) st = ob__ckpt_remove_tree(fin, err);
+    if (st == OB_OK) st = ob_remove_tree(fin, err);
     if (st != OB_OK) return OB_WRAP(err, st, "committing checkpoint %ld", step);
     if (rename(tmp, fin) != 0)
         return OB_ERR(err, OB_ERR_IO, "rename %s -> %s: %s", tmp, fin, strerror(errno));
@@ -122,7 +93,7 @@ ob_status ob_ckpt_discard(const char *job_dir, long step, ob_err *err)
 {
     char tmp[OB_CKPT_PATH_LEN];
     ob_status st = ob_ckpt_step_dir(tmp, job_dir, step, 1, err);
-    if (st == OB_OK) st = ob__ckpt_remove_tree(tmp, err);
+    if (st == OB_OK) st = ob_remove_tree(tmp, err);
     return st;
 }
 
@@ -218,10 +189,10 @@ ob_status ob_ckpt_prune(const char *job_dir, int keep, int *removed, ob_err *err
         if (list[i].committed) {
             if (newest < 0) newest = list[i].step;
             if (++kept <= keep) continue;
-            st = ob__ckpt_remove_tree(list[i].path, err);
+            st = ob_remove_tree(list[i].path, err);
             if (st == OB_OK && removed) (*removed)++;
         } else if (newest >= 0 && list[i].step < newest) {
-            st = ob__ckpt_remove_tree(list[i].path, err); /* a write that never finished */
+            st = ob_remove_tree(list[i].path, err); /* a write that never finished */
         }
     }
     free(list);

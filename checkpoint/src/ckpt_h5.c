@@ -44,8 +44,8 @@ static ob_status h5_fail(ob_err *err, ob_status code, const char *file, int line
     H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_first, &f);
     H5Eclear2(H5E_DEFAULT);
     if (f.have)
-        return ob__err_set(err, code, file, line, "%s: %s: %s (in %s)", path, what, f.desc, f.func);
-    return ob__err_set(err, code, file, line, "%s: %s failed", path, what);
+        return ob_err_set(err, code, file, line, "%s: %s: %s (in %s)", path, what, f.desc, f.func);
+    return ob_err_set(err, code, file, line, "%s: %s failed", path, what);
 }
 #define H5_FAIL(err, code, what, path) h5_fail((err), (code), __FILE__, __LINE__, (what), (path))
 
@@ -296,7 +296,12 @@ static ob_status read_f64(hid_t loc, const char *name, double *v, const char *pa
     return read_attr(loc, name, H5T_NATIVE_DOUBLE, v, 1, path, err);
 }
 
-/* Reads a fixed-length string attribute; *out is malloc'd. */
+/* Longest string attribute a checkpoint has reason to carry (the job spec). */
+#define OB_CKPT_MAX_STR ((size_t)1 << 24)
+
+/* Reads a string attribute: one fixed-length string (a scalar dataspace) of at most
+ * OB_CKPT_MAX_STR bytes. Type, class, dataspace and size are checked before anything is
+ * allocated or read. *out is malloc'd and terminated. */
 static ob_status read_str(hid_t loc, const char *name, char **out, const char *path, ob_err *err)
 {
     *out = NULL;
@@ -304,15 +309,21 @@ static ob_status read_str(hid_t loc, const char *name, char **out, const char *p
         return OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' is missing", path, name);
     hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
     hid_t type = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+    hid_t space = a >= 0 ? H5Aget_space(a) : H5I_INVALID_HID;
+    H5S_class_t shape = space >= 0 ? H5Sget_simple_extent_type(space) : H5S_NO_CLASS;
+    size_t n = type >= 0 ? H5Tget_size(type) : 0;
     ob_status st = OB_OK;
     if (type < 0 || H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) != 0) {
         st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' is not a fixed-length string", path,
                     name);
+    } else if (shape != H5S_SCALAR) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' is not a single string", path, name);
+    } else if (n == 0 || n > OB_CKPT_MAX_STR) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' of %zu bytes", path, name, n);
     } else {
-        size_t n = H5Tget_size(type);
-        char *s = n > 0 && n <= (1u << 24) ? calloc(1, n + 1) : NULL;
+        char *s = calloc(1, n + 1);
         if (!s)
-            st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' of %zu bytes", path, name, n);
+            st = OB_ERR(err, OB_ERR_NOMEM, "%s: attribute '%s' of %zu bytes", path, name, n);
         else if (H5Aread(a, type, s) < 0) {
             free(s);
             st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
@@ -320,6 +331,7 @@ static ob_status read_str(hid_t loc, const char *name, char **out, const char *p
             *out = s;
         }
     }
+    h5_close(&space, H5Sclose);
     h5_close(&type, H5Tclose);
     h5_close(&a, H5Aclose);
     return st;
@@ -392,7 +404,9 @@ static ob_status read_common_attrs(hid_t f, ob_ckpt_meta *m, const char *path, o
     return OB_OK;
 }
 
-/* Size rules every valid checkpoint satisfies. */
+/* Size rules every valid checkpoint satisfies, in arithmetic that cannot wrap: d <= 2^40, a
+ * block of at most 2^30 elements, D = N C exactly, C a multiple of B, and no more padding than
+ * rounding d up to a multiple of N B adds. */
 static ob_status check_sizes(const ob_ckpt_meta *m, const char *path, ob_err *err)
 {
     if (m->num_params == 0 || m->num_params > ((uint64_t)1 << 40))
@@ -403,9 +417,12 @@ static ob_status check_sizes(const ob_ckpt_meta *m, const char *path, ob_err *er
             return OB_ERR(err, OB_ERR_CORRUPT, "%s: chunk_size without padded_size", path);
         return OB_OK;
     }
-    if (m->padded_size < m->num_params ||
-        m->chunk_size * (uint64_t)m->world_size != m->padded_size || m->block_size == 0 ||
-        m->chunk_size % m->block_size != 0)
+    uint64_t world = (uint64_t)m->world_size; /* 1 .. 10^6, checked by the caller */
+    int ok = m->padded_size >= m->num_params && m->block_size > 0 &&
+             m->block_size <= ((uint64_t)1 << 30) && m->padded_size % world == 0 &&
+             m->padded_size / world == m->chunk_size && m->chunk_size % m->block_size == 0 &&
+             m->padded_size - m->num_params < world * m->block_size; /* < 2^50: no wrap */
+    if (!ok)
         return OB_ERR(err, OB_ERR_CORRUPT,
                       "%s: inconsistent sizes d %" PRIu64 ", D %" PRIu64 ", C %" PRIu64
                       ", B %" PRIu64 ", world %d",

@@ -4,16 +4,13 @@
 #define ONEBIT_CKPT_INTERNAL_H
 
 #include "onebit/checkpoint.h"
-#include "internal.h"
+#include "onebit/base.h"
 
 #define OB_CKPT_MAGIC "onebit-checkpoint"
 #define OB_CKPT_STATE_FILE "state.h5"
 
 /* fsyncs the file or directory at path. */
 ob_status ob__ckpt_fsync_path(const char *path, int is_dir, ob_err *err);
-
-/* Removes path: a file, or a directory with everything under it. A missing path is fine. */
-ob_status ob__ckpt_remove_tree(const char *path, ob_err *err);
 
 /* Joins dir and name into out (OB_CKPT_PATH_LEN bytes). */
 ob_status ob__ckpt_join(char *out, const char *dir, const char *name, ob_err *err);

@@ -9,11 +9,14 @@
  * --token / ONEBIT_TOKEN; -o table|json. Exit status: 0 success (watch: the job succeeded),
  * 1 the request was refused or the job did not succeed, 2 bad usage, 3 the server cannot be
  * reached. */
+#define _GNU_SOURCE /* getopt_long */
 #include "client.h"
 #include "onebit/checkpoint.h"
+#include "onebit/token.h"
 #include "render.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -26,11 +29,13 @@
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
 typedef struct opts {
-    const char *server, *rest, *token;
+    const char *server, *rest, *token, *token_file, *request_id;
+    char token_buf[OB_TOKEN_MAX]; /* a token read from a file */
+    char labels[OB_LABELS_LEN];   /* --label k=v, repeated, joined by commas */
     int json;
     /* verb arguments */
     const char *file, *state, *name;
-    int np, max_restarts, watch, limit, follow;
+    int np, max_restarts, watch, limit, follow, keep_checkpoints;
     long rank; /* logs --rank, -1: every rank */
     const char *model, *data, *optimizer, *lr, *freeze_step;
     long steps, batch_size;
@@ -49,6 +54,8 @@ static const char *const usage_main =
     "  list         jobs, newest last (--state S)\n"
     "  watch        follow a job to its end with a progress bar; exit 0 if it succeeds\n"
     "  cancel       cancel a job (its workers checkpoint and stop)\n"
+    "  delete       remove a job that has ended, with its checkpoints unless kept\n"
+    "  version      onebitctl's release and the server's\n"
     "  logs         the output of a job's workers (--rank R, -f to follow)\n"
     "  checkpoints  a job's checkpoints, newest first\n"
     "  inspect      read a checkpoint directory here and verify it (no server needed)\n"
@@ -57,6 +64,8 @@ static const char *const usage_main =
     "  --server HOST:PORT  gRPC address of onebitd [ONEBIT_SERVER, else 127.0.0.1:50051]\n"
     "  --rest URL          use the REST API at URL instead (e.g. http://127.0.0.1:8080)\n"
     "  --token T           bearer token [ONEBIT_TOKEN]\n"
+    "  --token-file F      read it from F [ONEBIT_TOKEN_FILE; else the token onebitd made\n"
+    "                      in its state directory, $ONEBIT_STATE_DIR/token or ./var/token]\n"
     "  -o table|json       output for people (default) or scripts (proto3 JSON)\n"
     "\n"
     "Exit status: 0 ok, 1 refused or job not successful, 2 bad usage, 3 server unreachable.\n"
@@ -73,7 +82,8 @@ static int usage_error(const char *verb_name, const char *fmt, const char *arg)
 {
     fprintf(stderr, "onebitctl: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nsee 'onebitctl %s--help'\n", verb_name ? verb_name : "");
+    fprintf(stderr, "\nsee 'onebitctl %s%s--help'\n", verb_name ? verb_name : "",
+            verb_name ? " " : "");
     return EXIT_USAGE;
 }
 
@@ -213,7 +223,8 @@ static int v_submit(obctl_client *c, const opts *o)
     if (rc != EXIT_OK) return rc;
     ob_job j;
     ob_err err = {0};
-    ob_status st = obctl_submit(c, spec, len, o->np, o->max_restarts, &j, &err);
+    ob_status st =
+        obctl_submit(c, spec, len, o->np, o->max_restarts, o->request_id, o->labels, &j, &err);
     free(spec);
     if (st != OB_OK) return fail(&err);
     if (o->json && !o->watch)
@@ -269,7 +280,7 @@ static int v_list(obctl_client *c, const opts *o)
         ob_job *page;
         size_t n;
         char next[OB_PAGE_TOKEN_LEN];
-        if (obctl_list(c, state, 200, token, &page, &n, next, &err) != OB_OK) {
+        if (obctl_list(c, state, o->labels, 200, token, &page, &n, next, &err) != OB_OK) {
             ob_job_array_free(all, n_all);
             return fail(&err);
         }
@@ -281,7 +292,7 @@ static int v_list(obctl_client *c, const opts *o)
             return EXIT_FAIL;
         }
         all = grown;
-        memcpy(all + n_all, page, n * sizeof *page);
+        if (n) memcpy(all + n_all, page, n * sizeof *page); /* page is NULL when n is 0 */
         n_all += n;
         free(page); /* the jobs moved into all */
         snprintf(token, sizeof token, "%s", next);
@@ -317,6 +328,33 @@ static int v_cancel(obctl_client *c, const opts *o)
     else
         printf("%s cancelling: its workers checkpoint and stop (onebitctl watch %s)\n", j.id, j.id);
     ob_job_clear(&j);
+    return EXIT_OK;
+}
+
+static int v_version(obctl_client *c, const opts *o)
+{
+    (void)o;
+    printf("onebitctl %s\n", ONEBIT_VERSION);
+    char version[64], api[64];
+    ob_err err = {0};
+    if (obctl_version(c, version, api, &err) != OB_OK) return fail(&err);
+    printf("onebitd %s (api %s) at %s\n", version, api, obctl_client_target(c));
+    return EXIT_OK;
+}
+
+static int v_delete(obctl_client *c, const opts *o)
+{
+    int rc = need_job(o, "delete");
+    if (rc) return rc;
+    int deleted = 0;
+    ob_err err = {0};
+    if (obctl_delete(c, o->positional[0], o->keep_checkpoints, &deleted, &err) != OB_OK)
+        return fail(&err);
+    if (o->keep_checkpoints)
+        printf("%s deleted; its checkpoints are kept\n", o->positional[0]);
+    else
+        printf("%s deleted with its %d checkpoint%s\n", o->positional[0], deleted,
+               deleted == 1 ? "" : "s");
     return EXIT_OK;
 }
 
@@ -494,6 +532,8 @@ static const verb verbs[] = {
      "  --np N             ranks (0: one per GPU of the service's machine, else one) [0]\n"
      "  --max-restarts N   restarts after failures (-1: the service default) [-1]\n"
      "  --watch            follow the job to its end (exit 0 when it succeeds)\n"
+     "  --request-id ID    submit at most once: a retry with the same ID answers the same job\n"
+     "  --label K=V        a label of the job (repeatable); onebitctl list --label selects\n"
      "Examples:\n"
      "  onebitctl submit -f examples/fmnist-mlp-onebit.yaml --np 4 --watch\n"
      "  onebitctl submit --model mlp --data synthetic_classification --optimizer onebit_adam \\\n"
@@ -506,10 +546,11 @@ static const verb verbs[] = {
      ".progress\n",
      v_status, 1},
     {"list",
-     "usage: onebitctl list [--state S] [--limit N]\n"
+     "usage: onebitctl list [--state S] [--label K=V]... [--limit N]\n"
      "  --state S   PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED or CANCELLED\n"
+     "  --label K=V only jobs with this label (repeatable: all of them)\n"
      "  --limit N   at most N jobs [all]\n"
-     "Example:\n  onebitctl list --state RUNNING\n",
+     "Example:\n  onebitctl list --state RUNNING --label team=nlp\n",
      v_list, 1},
     {"watch",
      "usage: onebitctl watch JOB\n"
@@ -523,11 +564,21 @@ static const verb verbs[] = {
      "  the job's workers finish their step, checkpoint and stop\n"
      "Example:\n  onebitctl cancel job-000001\n",
      v_cancel, 1},
+    {"version",
+     "usage: onebitctl version\n"
+     "  this program's release, then the server's release and API\n",
+     v_version, 1},
+    {"delete",
+     "usage: onebitctl delete JOB [--keep-checkpoints]\n"
+     "  removes a job that has ended: its record, events, log and checkpoints\n"
+     "  --keep-checkpoints  leave its checkpoints (a later job may warm-start from them)\n"
+     "Example:\n  onebitctl delete job-000001\n",
+     v_delete, 1},
     {"logs",
      "usage: onebitctl logs JOB [--rank R] [-f]\n"
      "  the output of the job's workers, every attempt; lines carry their rank as [job,rank]\n"
      "  --rank R   only rank R's lines, without the tag\n"
-     "  -f         keep following until the job ends\n"
+     "  -f, --follow  keep following until the job ends\n"
      "Examples:\n  onebitctl logs job-000001 --rank 0 -f\n  onebitctl logs job-000001 | grep "
      "error\n",
      v_logs, 1},
@@ -567,84 +618,220 @@ static int parse_long(const char *flag, const char *v, long lo, long hi, long *o
     return 1;
 }
 
-/* Returns -1 to go on, or an exit status. */
+/* The token: --token, ONEBIT_TOKEN, --token-file or ONEBIT_TOKEN_FILE, else the token onebitd
+ * made in its state directory ($ONEBIT_STATE_DIR, else ./var) when that file is there. Returns
+ * -1 to go on, or an exit status. */
+static int find_token(opts *o)
+{
+    if (!o->token || !o->token[0]) o->token = getenv("ONEBIT_TOKEN");
+    if (o->token && o->token[0]) return -1;
+    o->token = NULL;
+    const char *file = o->token_file ? o->token_file : getenv("ONEBIT_TOKEN_FILE");
+    char path[4096];
+    if (!file || !file[0]) {
+        const char *state = getenv("ONEBIT_STATE_DIR");
+        snprintf(path, sizeof path, "%s/token", state && state[0] ? state : "./var");
+        file = path;
+        if (access(file, F_OK) != 0) return -1; /* no local daemon's token: none */
+    }
+    ob_err err;
+    ob_err_clear(&err);
+    if (ob_token_read(file, o->token_buf, sizeof o->token_buf, &err) != OB_OK) {
+        fprintf(stderr, "onebitctl: %s\n", err.msg);
+        return EXIT_USAGE;
+    }
+    o->token = o->token_buf;
+    return -1;
+}
+
+/* Options may come before or after the verb (getopt_long permutes them); what is left is the
+ * verb and its arguments. Returns -1 to go on, or an exit status. */
 static int parse(int argc, char **argv, opts *o, const verb **v)
 {
+    enum {
+        O_SERVER = 256,
+        O_REST,
+        O_TOKEN,
+        O_TOKEN_FILE,
+        O_STATE,
+        O_NAME,
+        O_MODEL,
+        O_DATA,
+        O_OPTIMIZER,
+        O_LR,
+        O_FREEZE,
+        O_NP,
+        O_RESTARTS,
+        O_LIMIT,
+        O_RANK,
+        O_STEPS,
+        O_BATCH
+    };
+    static const struct option options[] = {
+        {"help", no_argument, NULL, 'h'},
+        {"server", required_argument, NULL, O_SERVER},
+        {"rest", required_argument, NULL, O_REST},
+        {"token", required_argument, NULL, O_TOKEN},
+        {"token-file", required_argument, NULL, O_TOKEN_FILE},
+        {"file", required_argument, NULL, 'f'},
+        {"output", required_argument, NULL, 'o'},
+        {"watch", no_argument, NULL, 'w'},
+        {"state", required_argument, NULL, O_STATE},
+        {"name", required_argument, NULL, O_NAME},
+        {"model", required_argument, NULL, O_MODEL},
+        {"data", required_argument, NULL, O_DATA},
+        {"optimizer", required_argument, NULL, O_OPTIMIZER},
+        {"lr", required_argument, NULL, O_LR},
+        {"freeze-step", required_argument, NULL, O_FREEZE},
+        {"np", required_argument, NULL, O_NP},
+        {"max-restarts", required_argument, NULL, O_RESTARTS},
+        {"limit", required_argument, NULL, O_LIMIT},
+        {"rank", required_argument, NULL, O_RANK},
+        {"steps", required_argument, NULL, O_STEPS},
+        {"batch-size", required_argument, NULL, O_BATCH},
+        {"follow", no_argument, NULL, 'F'},
+        {"keep-checkpoints", no_argument, NULL, 'K'},
+        {"request-id", required_argument, NULL, 'R'},
+        {"label", required_argument, NULL, 'L'},
+        {NULL, 0, NULL, 0},
+    };
     memset(o, 0, sizeof *o);
     o->max_restarts = -1;
     o->rank = -1;
     *v = NULL;
-    int help = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = i + 1 < argc ? argv[i + 1] : NULL;
-        long x;
-#define TAKE(field)                                                                                \
-    do {                                                                                           \
-        if (!val) return usage_error(NULL, "%s needs a value", a);                                 \
-        o->field = val;                                                                            \
-        i++;                                                                                       \
-    } while (0)
-        if (!strcmp(a, "--help") || !strcmp(a, "-h"))
+    int help = 0, c, idx = -1;
+    /* The first mistake is reported once the verb is known, with a pointer to its help. */
+    char problem[256] = "";
+    const char *bad_arg = NULL;
+    opterr = 0;
+    /* -f is --file for submit and --follow for logs: a first, quiet pass over a copy of argv
+     * only finds the verb, then the options are read for that verb. */
+    char **scan = malloc(((size_t)argc + 1) * sizeof *scan);
+    if (!scan) return usage_error(NULL, "%s", "out of memory");
+    memcpy(scan, argv, ((size_t)argc + 1) * sizeof *scan);
+    while (getopt_long(argc, scan, ":hf:o:w", options, NULL) != -1)
+        ;
+    int logs = optind < argc && !strcmp(scan[optind], "logs");
+    free(scan);
+    optind = 0; /* start over (GNU getopt re-initialises on 0) */
+    while ((c = getopt_long(argc, argv, logs ? ":hfo:w" : ":hf:o:w", options, &idx)) != -1) {
+        char flag[40];
+        if (idx >= 0)
+            snprintf(flag, sizeof flag, "--%s", options[idx].name);
+        else
+            snprintf(flag, sizeof flag, "-%c", c);
+        idx = -1;
+        long x, lo = c == O_RESTARTS ? -1 : 0;
+        switch (c) {
+        case 'h':
             help = 1;
-        else if (!strcmp(a, "--server"))
-            TAKE(server);
-        else if (!strcmp(a, "--rest"))
-            TAKE(rest);
-        else if (!strcmp(a, "--token"))
-            TAKE(token);
-        else if (!strcmp(a, "-f") || !strcmp(a, "--file"))
-            TAKE(file);
-        else if (!strcmp(a, "--state"))
-            TAKE(state);
-        else if (!strcmp(a, "--name"))
-            TAKE(name);
-        else if (!strcmp(a, "--model"))
-            TAKE(model);
-        else if (!strcmp(a, "--data"))
-            TAKE(data);
-        else if (!strcmp(a, "--optimizer"))
-            TAKE(optimizer);
-        else if (!strcmp(a, "--lr"))
-            TAKE(lr);
-        else if (!strcmp(a, "--freeze-step"))
-            TAKE(freeze_step);
-        else if (!strcmp(a, "--watch") || !strcmp(a, "-w"))
+            break;
+        case O_SERVER:
+            o->server = optarg;
+            break;
+        case O_REST:
+            o->rest = optarg;
+            break;
+        case O_TOKEN:
+            o->token = optarg;
+            break;
+        case O_TOKEN_FILE:
+            o->token_file = optarg;
+            break;
+        case 'f':
+            if (logs)
+                o->follow = 1;
+            else
+                o->file = optarg;
+            break;
+        case 'F':
+            o->follow = 1;
+            break;
+        case 'K':
+            o->keep_checkpoints = 1;
+            break;
+        case 'R':
+            o->request_id = optarg;
+            break;
+        case 'L': {
+            size_t used = strlen(o->labels), add = strlen(optarg);
+            if (used + add + 2 > sizeof o->labels)
+                return usage_error(NULL, "%s", "--label: too many labels");
+            snprintf(o->labels + used, sizeof o->labels - used, "%s%s", used ? "," : "", optarg);
+            break;
+        }
+        case O_STATE:
+            o->state = optarg;
+            break;
+        case O_NAME:
+            o->name = optarg;
+            break;
+        case O_MODEL:
+            o->model = optarg;
+            break;
+        case O_DATA:
+            o->data = optarg;
+            break;
+        case O_OPTIMIZER:
+            o->optimizer = optarg;
+            break;
+        case O_LR:
+            o->lr = optarg;
+            break;
+        case O_FREEZE:
+            o->freeze_step = optarg;
+            break;
+        case 'w':
             o->watch = 1;
-        else if (!strcmp(a, "-o") || !strcmp(a, "--output")) {
-            if (!val || (strcmp(val, "json") && strcmp(val, "table")))
-                return usage_error(NULL, "-o: expected table or json, got '%s'", val ? val : "");
-            o->json = !strcmp(val, "json");
-            i++;
-        } else if (!strcmp(a, "--np") || !strcmp(a, "--max-restarts") || !strcmp(a, "--limit") ||
-                   !strcmp(a, "--rank") || !strcmp(a, "--steps") || !strcmp(a, "--batch-size")) {
-            if (!val) return usage_error(NULL, "%s needs a value", a);
-            long lo = !strcmp(a, "--max-restarts") ? -1 : 0;
-            if (!parse_long(a, val, lo, 1L << 30, &x)) return EXIT_USAGE;
-            if (!strcmp(a, "--np"))
+            break;
+        case 'o':
+            if (strcmp(optarg, "json") && strcmp(optarg, "table"))
+                return usage_error(NULL, "-o: expected table or json, got '%s'", optarg);
+            o->json = !strcmp(optarg, "json");
+            break;
+        case O_NP:
+        case O_RESTARTS:
+        case O_LIMIT:
+        case O_RANK:
+        case O_STEPS:
+        case O_BATCH:
+            if (!parse_long(flag, optarg, lo, 1L << 30, &x)) return EXIT_USAGE;
+            if (c == O_NP)
                 o->np = (int)x;
-            else if (!strcmp(a, "--max-restarts"))
+            else if (c == O_RESTARTS)
                 o->max_restarts = (int)x;
-            else if (!strcmp(a, "--limit"))
+            else if (c == O_LIMIT)
                 o->limit = (int)x;
-            else if (!strcmp(a, "--steps"))
+            else if (c == O_STEPS)
                 o->steps = x;
-            else if (!strcmp(a, "--rank"))
+            else if (c == O_RANK)
                 o->rank = x;
             else
                 o->batch_size = x;
-            i++;
-        } else if (a[0] == '-' && a[1]) {
-            return usage_error(*v ? (*v)->name : NULL, "unknown option '%s'", a);
-        } else if (!*v) {
-            *v = find_verb(a);
-            if (!*v) return usage_error(NULL, "unknown verb '%s'", a);
-        } else if (o->npos < 4) {
-            o->positional[o->npos++] = a;
-        } else {
-            return usage_error((*v)->name, "too many arguments at '%s'", a);
+            break;
+        case ':':
+            if (!problem[0]) {
+                snprintf(problem, sizeof problem, "%%s needs a value");
+                bad_arg = argv[optind - 1];
+            }
+            break;
+        default:
+            if (!problem[0]) {
+                snprintf(problem, sizeof problem, "unknown option '%%s'");
+                bad_arg = argv[optind - 1];
+            }
         }
-#undef TAKE
+    }
+    if (optind < argc) {
+        *v = find_verb(argv[optind]);
+        if (!*v) return usage_error(NULL, "unknown verb '%s'", argv[optind]);
+        optind++;
+    }
+    if (problem[0]) return usage_error(*v ? (*v)->name : NULL, problem, bad_arg);
+    for (; optind < argc; optind++) {
+        if (o->npos >= 4)
+            return usage_error((*v)->name, "too many arguments at '%s'", argv[optind]);
+        o->positional[o->npos++] = argv[optind];
     }
     if (help) {
         fputs(*v ? (*v)->help : usage_main, stdout);
@@ -656,8 +843,7 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
     }
     if (!o->server) o->server = getenv("ONEBIT_SERVER");
     if (!o->server || !o->server[0]) o->server = "127.0.0.1:50051";
-    if (!o->token) o->token = getenv("ONEBIT_TOKEN");
-    return -1;
+    return find_token(o);
 }
 
 int main(int argc, char **argv)

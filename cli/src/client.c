@@ -29,9 +29,10 @@ ob_status obctl__unreachable(ob_err *err, const obctl_client *c, const char *det
 }
 
 ob_status obctl_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                       int max_restarts, ob_job *out, ob_err *err)
+                       int max_restarts, const char *request_id, const char *labels, ob_job *out,
+                       ob_err *err)
 {
-    return c->ops->submit(c, spec, len, world_size, max_restarts, out, err);
+    return c->ops->submit(c, spec, len, world_size, max_restarts, request_id, labels, out, err);
 }
 
 ob_status obctl_get(obctl_client *c, const char *id, ob_job *out, ob_err *err)
@@ -39,15 +40,27 @@ ob_status obctl_get(obctl_client *c, const char *id, ob_job *out, ob_err *err)
     return c->ops->get(c, id, out, err);
 }
 
+ob_status obctl_version(obctl_client *c, char version[64], char api[64], ob_err *err)
+{
+    return c->ops->version(c, version, api, err);
+}
+
+ob_status obctl_delete(obctl_client *c, const char *id, int keep_checkpoints, int *deleted,
+                       ob_err *err)
+{
+    return c->ops->del(c, id, keep_checkpoints, deleted, err);
+}
+
 ob_status obctl_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *err)
 {
     return c->ops->cancel(c, id, out, err);
 }
 
-ob_status obctl_list(obctl_client *c, ob_job_state state, int page_size, const char *page_token,
-                     ob_job **jobs, size_t *n, char next_token[OB_PAGE_TOKEN_LEN], ob_err *err)
+ob_status obctl_list(obctl_client *c, ob_job_state state, const char *selector, int page_size,
+                     const char *page_token, ob_job **jobs, size_t *n,
+                     char next_token[OB_PAGE_TOKEN_LEN], ob_err *err)
 {
-    return c->ops->list(c, state, page_size, page_token, jobs, n, next_token, err);
+    return c->ops->list(c, state, selector, page_size, page_token, jobs, n, next_token, err);
 }
 
 ob_status obctl_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info **out, size_t *n,

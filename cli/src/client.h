@@ -8,7 +8,6 @@
 #define ONEBITCTL_CLIENT_H
 
 #include "onebit/job.h"
-#include "onebit/service.h" /* ob_checkpoint_info */
 
 #include <stddef.h>
 
@@ -26,12 +25,20 @@ const char *obctl_client_target(const obctl_client *c);
 
 /* *out is caller-owned (ob_job_clear). */
 ob_status obctl_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                       int max_restarts, ob_job *out, ob_err *err);
+                       int max_restarts, const char *request_id, const char *labels, ob_job *out,
+                       ob_err *err);
 ob_status obctl_get(obctl_client *c, const char *id, ob_job *out, ob_err *err);
 ob_status obctl_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *err);
+/* The server's release and API ("0.1.0", "onebit.v1"). */
+ob_status obctl_version(obctl_client *c, char version[64], char api[64], ob_err *err);
+
+/* Deletes a job that has ended; *deleted counts the checkpoints removed with it. */
+ob_status obctl_delete(obctl_client *c, const char *id, int keep_checkpoints, int *deleted,
+                       ob_err *err);
 /* One page; *jobs is caller-owned (ob_job_array_free); next_token "" on the last page. */
-ob_status obctl_list(obctl_client *c, ob_job_state state, int page_size, const char *page_token,
-                     ob_job **jobs, size_t *n, char next_token[OB_PAGE_TOKEN_LEN], ob_err *err);
+ob_status obctl_list(obctl_client *c, ob_job_state state, const char *selector, int page_size,
+                     const char *page_token, ob_job **jobs, size_t *n,
+                     char next_token[OB_PAGE_TOKEN_LEN], ob_err *err);
 /* Newest first; *out is malloc'd (free()). */
 ob_status obctl_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info **out, size_t *n,
                             ob_err *err);

@@ -94,7 +94,8 @@ static ob_status job_call(obctl_client *c, const char *method, const ProtobufCMe
 }
 
 static ob_status g_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                          int max_restarts, ob_job *out, ob_err *err)
+                          int max_restarts, const char *request_id, const char *labels, ob_job *out,
+                          ob_err *err)
 {
     Onebit__V1__SubmitJobRequest q = ONEBIT__V1__SUBMIT_JOB_REQUEST__INIT;
     char *text = strndup(spec, len);
@@ -102,6 +103,8 @@ static ob_status g_submit(obctl_client *c, const char *spec, size_t len, int wor
     q.spec = text;
     q.world_size = world_size;
     q.max_restarts = max_restarts;
+    q.request_id = (char *)(request_id ? request_id : "");
+    q.labels = (char *)(labels ? labels : "");
     ob_status st = job_call(c, "/onebit.v1.JobService/SubmitJob", &q.base, out, err);
     free(text);
     return st;
@@ -121,13 +124,45 @@ static ob_status g_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *
     return job_call(c, "/onebit.v1.JobService/CancelJob", &q.base, out, err);
 }
 
-static ob_status g_list(obctl_client *c, ob_job_state state, int page_size, const char *token,
-                        ob_job **jobs, size_t *n, char next[OB_PAGE_TOKEN_LEN], ob_err *err)
+static ob_status g_version(obctl_client *c, char version[64], char api[64], ob_err *err)
+{
+    Onebit__V1__GetVersionRequest q = ONEBIT__V1__GET_VERSION_REQUEST__INIT;
+    ProtobufCMessage *m = NULL;
+    ob_status st = call(c, "/onebit.v1.JobService/GetVersion", &q.base,
+                        &onebit__v1__version__descriptor, &m, err);
+    if (st != OB_OK) return st;
+    const Onebit__V1__Version *v = (const Onebit__V1__Version *)m;
+    ob_strlcpy(version, v->version, 64);
+    ob_strlcpy(api, v->api, 64);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return OB_OK;
+}
+
+static ob_status g_delete(obctl_client *c, const char *id, int keep_checkpoints, int *deleted,
+                          ob_err *err)
+{
+    Onebit__V1__DeleteJobRequest q = ONEBIT__V1__DELETE_JOB_REQUEST__INIT;
+    q.id = (char *)id;
+    q.keep_checkpoints = keep_checkpoints;
+    ProtobufCMessage *m = NULL;
+    *deleted = 0;
+    ob_status st = call(c, "/onebit.v1.JobService/DeleteJob", &q.base,
+                        &onebit__v1__delete_job_response__descriptor, &m, err);
+    if (st != OB_OK) return st;
+    *deleted = ((const Onebit__V1__DeleteJobResponse *)m)->checkpoints_deleted;
+    protobuf_c_message_free_unpacked(m, NULL);
+    return OB_OK;
+}
+
+static ob_status g_list(obctl_client *c, ob_job_state state, const char *selector, int page_size,
+                        const char *token, ob_job **jobs, size_t *n, char next[OB_PAGE_TOKEN_LEN],
+                        ob_err *err)
 {
     Onebit__V1__ListJobsRequest q = ONEBIT__V1__LIST_JOBS_REQUEST__INIT;
     q.state = (Onebit__V1__JobState)state;
     q.page_size = page_size;
     q.page_token = (char *)(token ? token : "");
+    q.label_selector = (char *)(selector ? selector : "");
     ProtobufCMessage *m = NULL;
     *jobs = NULL;
     *n = 0;
@@ -259,6 +294,8 @@ static const obctl_ops grpc_ops = {
     .submit = g_submit,
     .get = g_get,
     .cancel = g_cancel,
+    .del = g_delete,
+    .version = g_version,
     .list = g_list,
     .checkpoints = g_checkpoints,
     .watch = g_watch,

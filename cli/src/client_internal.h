@@ -3,15 +3,20 @@
 #define ONEBITCTL_CLIENT_INTERNAL_H
 
 #include "client.h"
-#include "internal.h" /* OB_ERR */
+#include "onebit/base.h"
 
 typedef struct obctl_ops {
     ob_status (*submit)(obctl_client *c, const char *spec, size_t len, int world_size,
-                        int max_restarts, ob_job *out, ob_err *err);
+                        int max_restarts, const char *request_id, const char *labels, ob_job *out,
+                        ob_err *err);
     ob_status (*get)(obctl_client *c, const char *id, ob_job *out, ob_err *err);
     ob_status (*cancel)(obctl_client *c, const char *id, ob_job *out, ob_err *err);
-    ob_status (*list)(obctl_client *c, ob_job_state state, int page_size, const char *token,
-                      ob_job **jobs, size_t *n, char next[OB_PAGE_TOKEN_LEN], ob_err *err);
+    ob_status (*del)(obctl_client *c, const char *id, int keep_checkpoints, int *deleted,
+                     ob_err *err);
+    ob_status (*version)(obctl_client *c, char version[64], char api[64], ob_err *err);
+    ob_status (*list)(obctl_client *c, ob_job_state state, const char *selector, int page_size,
+                      const char *token, ob_job **jobs, size_t *n, char next[OB_PAGE_TOKEN_LEN],
+                      ob_err *err);
     ob_status (*checkpoints)(obctl_client *c, const char *id, ob_checkpoint_info **out, size_t *n,
                              ob_err *err);
     ob_status (*watch)(obctl_client *c, const char *id, int64_t after_seq, obctl_on_event cb,

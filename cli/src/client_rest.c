@@ -82,7 +82,7 @@ static ob_status from_http(long http, const buffer *body, ob_err *err)
 }
 
 typedef struct request {
-    const char *method; /* "GET" or "POST" */
+    const char *method; /* "GET", "POST" or "DELETE" */
     const char *path;   /* after the base URL */
     const char *body;   /* POST body or NULL */
     /* streaming: called with each chunk instead of collecting */
@@ -112,6 +112,8 @@ static ob_status perform(obctl_client *c, const request *rq, json_t **out, ob_er
     if (!strcmp(rq->method, "POST")) {
         curl_easy_setopt(h, CURLOPT_POST, 1L);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body ? rq->body : "");
+    } else if (strcmp(rq->method, "GET") != 0) {
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, rq->method);
     }
     /* The body is collected for errors even on a stream: the callback sees the status first. */
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, rq->on_data ? rq->on_data : collect);
@@ -172,12 +174,15 @@ static ob_status id_path(char *out, size_t cap, const char *id, const char *suff
 }
 
 static ob_status r_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                          int max_restarts, ob_job *out, ob_err *err)
+                          int max_restarts, const char *request_id, const char *labels, ob_job *out,
+                          ob_err *err)
 {
     json_t *o = json_object();
     json_object_set_new(o, "spec", json_stringn(spec, len));
     json_object_set_new(o, "worldSize", json_integer(world_size));
     json_object_set_new(o, "maxRestarts", json_integer(max_restarts));
+    if (request_id && request_id[0]) json_object_set_new(o, "requestId", json_string(request_id));
+    if (labels && labels[0]) json_object_set_new(o, "labels", json_string(labels));
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!body) return OB_ERR(err, OB_ERR_INVALID_ARG, "the spec is not valid UTF-8 text");
@@ -200,15 +205,47 @@ static ob_status r_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *
     return st ? st : job_request(c, "POST", path, "{}", out, err);
 }
 
-static ob_status r_list(obctl_client *c, ob_job_state state, int page_size, const char *token,
-                        ob_job **jobs, size_t *n, char next[OB_PAGE_TOKEN_LEN], ob_err *err)
+static ob_status r_version(obctl_client *c, char version[64], char api[64], ob_err *err)
 {
-    char path[256];
+    json_t *o = NULL;
+    request rq = {"GET", "/v1/version", NULL, NULL, NULL};
+    ob_status st = perform(c, &rq, &o, err);
+    if (st != OB_OK) return st;
+    ob_strlcpy(version, json_string_value(json_object_get(o, "version")), 64);
+    ob_strlcpy(api, json_string_value(json_object_get(o, "api")), 64);
+    json_decref(o);
+    return OB_OK;
+}
+
+static ob_status r_delete(obctl_client *c, const char *id, int keep_checkpoints, int *deleted,
+                          ob_err *err)
+{
+    char path[512], base[480];
+    *deleted = 0;
+    ob_status st = id_path(base, sizeof base, id, "", err);
+    if (st) return st;
+    snprintf(path, sizeof path, "%s?keepCheckpoints=%s", base, keep_checkpoints ? "true" : "false");
+    json_t *o = NULL;
+    request rq = {"DELETE", path, NULL, NULL, NULL};
+    if ((st = perform(c, &rq, &o, err)) != OB_OK) return st;
+    json_t *n = json_object_get(o, "checkpointsDeleted");
+    *deleted = json_is_integer(n) ? (int)json_integer_value(n) : 0;
+    json_decref(o);
+    return OB_OK;
+}
+
+static ob_status r_list(obctl_client *c, ob_job_state state, const char *selector, int page_size,
+                        const char *token, ob_job **jobs, size_t *n, char next[OB_PAGE_TOKEN_LEN],
+                        ob_err *err)
+{
+    char path[1536];
     *jobs = NULL;
     *n = 0;
     next[0] = '\0';
-    snprintf(path, sizeof path, "/v1/jobs?pageSize=%d&pageToken=%s%s%s", page_size,
-             token ? token : "", state ? "&state=" : "", state ? ob_job_state_name(state) : "");
+    /* Labels hold only characters that need no escaping in a query ([A-Za-z0-9._/-], = and ,). */
+    snprintf(path, sizeof path, "/v1/jobs?pageSize=%d&pageToken=%s%s%s%s%s", page_size,
+             token ? token : "", state ? "&state=" : "", state ? ob_job_state_name(state) : "",
+             selector && selector[0] ? "&labelSelector=" : "", selector ? selector : "");
     json_t *o;
     request rq = {"GET", path, NULL, NULL, NULL};
     ob_status st = perform(c, &rq, &o, err);
@@ -380,6 +417,8 @@ static const obctl_ops rest_ops = {
     .submit = r_submit,
     .get = r_get,
     .cancel = r_cancel,
+    .del = r_delete,
+    .version = r_version,
     .list = r_list,
     .checkpoints = r_checkpoints,
     .watch = r_watch,

@@ -1,5 +1,6 @@
 /* Rendering of jobs, checkpoints and events for onebitctl (see render.h). */
 #include "render.h"
+#include "onebit/base.h"
 #include "onebit/job_codec.h"
 
 #include <math.h>
@@ -70,7 +71,7 @@ void obctl_print_job(FILE *f, const ob_job *j)
 {
     const ob_progress *p = &j->progress;
     char buf[256], t[64], age[32];
-    int64_t now = ob_now_ms();
+    int64_t now = ob_wall_ms();
     fprintf(f, "Job:         %s%s%s%s\n", j->id, j->name[0] ? " (" : "", j->name,
             j->name[0] ? ")" : "");
     fprintf(f, "State:       %s", ob_job_state_name(j->state));
@@ -79,6 +80,8 @@ void obctl_print_job(FILE *f, const ob_job *j)
                 j->restarts == 1 ? "" : "s", j->max_restarts);
     fprintf(f, "\n");
     fprintf(f, "Ranks:       %d\n", j->world_size);
+    if (j->labels[0]) fprintf(f, "Labels:      %s\n", j->labels);
+    if (j->request_id[0]) fprintf(f, "Request id:  %s\n", j->request_id);
     if (p->total_steps > 0) {
         fprintf(f, "Progress:    %lld/%lld steps (%d%%)", (long long)p->step,
                 (long long)p->total_steps, percent(p));
@@ -119,7 +122,7 @@ void obctl_print_job(FILE *f, const ob_job *j)
 
 void obctl_print_jobs(FILE *f, const ob_job *jobs, size_t n)
 {
-    int64_t now = ob_now_ms();
+    int64_t now = ob_wall_ms();
     fprintf(f, "%-14s %-24s %-11s %-15s %-12s %-9s %-8s %s\n", "ID", "NAME", "STATE", "STEP",
             "PHASE", "LOSS", "RESTARTS", "AGE");
     for (size_t i = 0; i < n; i++) {
@@ -140,7 +143,7 @@ void obctl_print_jobs(FILE *f, const ob_job *jobs, size_t n)
 
 void obctl_print_checkpoints(FILE *f, const ob_checkpoint_info *c, size_t n)
 {
-    int64_t now = ob_now_ms();
+    int64_t now = ob_wall_ms();
     fprintf(f, "%-10s %-12s %-12s %-6s %-10s %s\n", "STEP", "PHASE", "FROZEN AT", "RANKS", "AGE",
             "PATH");
     for (size_t i = 0; i < n; i++) {

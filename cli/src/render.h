@@ -4,7 +4,6 @@
 #define ONEBITCTL_RENDER_H
 
 #include "onebit/job.h"
-#include "onebit/service.h"
 
 #include <stdio.h>
 

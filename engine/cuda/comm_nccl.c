@@ -49,8 +49,8 @@ static ob_status nccl_fail(ob_err *err, ncclComm_t comm, ncclResult_t rc, const 
 {
     const char *last = ncclGetLastError(comm);
     ob_status code = rc == ncclUnhandledCudaError ? OB_ERR_CUDA : OB_ERR_COMM;
-    return ob__err_set(err, code, file, line, "%s failed: %s%s%s", call, ncclGetErrorString(rc),
-                       last && *last ? ": " : "", last && *last ? last : "");
+    return ob_err_set(err, code, file, line, "%s failed: %s%s%s", call, ncclGetErrorString(rc),
+                      last && *last ? ": " : "", last && *last ? last : "");
 }
 
 #define NCCL_CHECK(err, comm, call)                                                                \
@@ -58,13 +58,6 @@ static ob_status nccl_fail(ob_err *err, ncclComm_t comm, ncclResult_t rc, const 
         ncclResult_t rc_ = (call);                                                                 \
         if (rc_ != ncclSuccess) return nccl_fail((err), (comm), rc_, #call, __FILE__, __LINE__);   \
     } while (0)
-
-static double mono_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 /* Aborts the NCCL communicator: its pending operations are cancelled, so the stream drains,
  * and every later call fails at once with `why`. The only way out of a collective whose peer
@@ -82,14 +75,14 @@ static void abort_comm(nccl_impl *m, const char *why)
  * this rank waiting forever. */
 static ob_status wait_stream(nccl_impl *m, const char *what, ob_err *err)
 {
-    double t0 = mono_s();
+    double t0 = ob_mono_s();
     for (unsigned spins = 0;; spins++) {
         cudaError_t rc = cudaStreamQuery(m->stream);
         if (rc == cudaSuccess) return OB_OK;
         if (rc != cudaErrorNotReady)
-            return ob__err_set(err, OB_ERR_CUDA, __FILE__, __LINE__,
-                               "%s: cudaStreamQuery failed: %s (%s)", what, cudaGetErrorString(rc),
-                               cudaGetErrorName(rc));
+            return ob_err_set(err, OB_ERR_CUDA, __FILE__, __LINE__,
+                              "%s: cudaStreamQuery failed: %s (%s)", what, cudaGetErrorString(rc),
+                              cudaGetErrorName(rc));
         ncclResult_t async = ncclSuccess;
         NCCL_CHECK(err, m->comm, ncclCommGetAsyncError(m->comm, &async));
         if (async != ncclSuccess && async != ncclInProgress) {
@@ -97,7 +90,7 @@ static ob_status wait_stream(nccl_impl *m, const char *what, ob_err *err)
             abort_comm(m, err ? err->msg : "an asynchronous NCCL error");
             return st;
         }
-        if (m->timeout > 0.0 && spins % 64 == 63 && mono_s() - t0 > m->timeout) {
+        if (m->timeout > 0.0 && spins % 64 == 63 && ob_mono_s() - t0 > m->timeout) {
             char why[160];
             snprintf(why, sizeof why,
                      "%s did not complete within %.0f s (a peer died or hangs); the NCCL "

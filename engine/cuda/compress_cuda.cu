@@ -372,7 +372,7 @@ extern "C" ob_status ob_cuda_alloc(void **ptr, size_t bytes, ob_err *err)
     cudaError_t rc = cudaMalloc(&p, bytes);
     if (rc != cudaSuccess) {
         (void)cudaGetLastError();
-        return ob__err_set(err, rc == cudaErrorMemoryAllocation ? OB_ERR_NOMEM : OB_ERR_CUDA,
+        return ob_err_set(err, rc == cudaErrorMemoryAllocation ? OB_ERR_NOMEM : OB_ERR_CUDA,
                            __FILE__, __LINE__, "cudaMalloc(%zu bytes) failed: %s (%s)", bytes,
                            cudaGetErrorString(rc), cudaGetErrorName(rc));
     }

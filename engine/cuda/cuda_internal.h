@@ -19,8 +19,8 @@ static inline ob_status ob__cuda_fail(ob_err *err, cudaError_t rc, const char *c
                                       const char *file, int line)
 {
     (void)cudaGetLastError();
-    return ob__err_set(err, OB_ERR_CUDA, file, line, "%s failed: %s (%s)", call,
-                       cudaGetErrorString(rc), cudaGetErrorName(rc));
+    return ob_err_set(err, OB_ERR_CUDA, file, line, "%s failed: %s (%s)", call,
+                      cudaGetErrorString(rc), cudaGetErrorName(rc));
 }
 
 /* Returns from the calling function with the error when a CUDA call fails. */

@@ -80,7 +80,7 @@ constexpr float kGeluCube = 0.044715f;
 
 ob_status cublas_fail(ob_err *err, cublasStatus_t rc, const char *call, const char *file, int line)
 {
-    return ob__err_set(err, OB_ERR_CUDA, file, line, "%s failed: %s (%s)", call,
+    return ob_err_set(err, OB_ERR_CUDA, file, line, "%s failed: %s (%s)", call,
                        cublasGetStatusString(rc), cublasGetStatusName(rc));
 }
 
@@ -291,7 +291,7 @@ __global__ void __launch_bounds__(kBiasGradThreads)
 template <typename T> void place(T **buf, size_t count, char *base, size_t *off)
 {
     if (base) *buf = reinterpret_cast<T *>(base + *off);
-    *off += ob__round_up(count * sizeof(T), kAlign);
+    *off += ob_round_up(count * sizeof(T), kAlign);
 }
 
 /* The device block's size table, in one place: with base == NULL it only measures, otherwise
@@ -333,7 +333,7 @@ ob_status alloc_fail(ob_err *err, cudaError_t rc, const char *call, size_t bytes
                      const ob_model_config *cfg, int line)
 {
     (void)cudaGetLastError();
-    return ob__err_set(err, rc == cudaErrorMemoryAllocation ? OB_ERR_NOMEM : OB_ERR_CUDA, __FILE__,
+    return ob_err_set(err, rc == cudaErrorMemoryAllocation ? OB_ERR_NOMEM : OB_ERR_CUDA, __FILE__,
                        line, "%s(%zu bytes) for ob_model_config.max_batch = %zu failed: %s (%s)",
                        call, bytes, cfg->max_batch, cudaGetErrorString(rc), cudaGetErrorName(rc));
 }
@@ -365,7 +365,7 @@ ob_status check_device(ob_err *err)
     cudaError_t rc = cudaGetDeviceCount(&n);
     if (rc != cudaSuccess) {
         (void)cudaGetLastError();
-        return ob__err_set(err, OB_ERR_CUDA, __FILE__, __LINE__,
+        return ob_err_set(err, OB_ERR_CUDA, __FILE__, __LINE__,
                            "no usable CUDA device: cudaGetDeviceCount failed: %s (%s)",
                            cudaGetErrorString(rc), cudaGetErrorName(rc));
     }
@@ -403,7 +403,7 @@ ob_status gemm(const ob__cls_cuda *c, const char *what, cublasOperation_t ta, cu
     cublasStatus_t rc = cublasSgemm(c->blas, ta, tb, (int)m, (int)n, (int)k, &one, a, (int)lda, b,
                                     (int)ldb, &zero, out, (int)ldc);
     if (rc != CUBLAS_STATUS_SUCCESS)
-        return ob__err_set(err, OB_ERR_CUDA, __FILE__, __LINE__,
+        return ob_err_set(err, OB_ERR_CUDA, __FILE__, __LINE__,
                            "cublasSgemm(%s, m=%zu n=%zu k=%zu) failed: %s (%s)", what, m, n, k,
                            cublasGetStatusString(rc), cublasGetStatusName(rc));
     return OB_OK;

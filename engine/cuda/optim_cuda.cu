@@ -54,6 +54,13 @@ __global__ void frozen_kernel(float *__restrict__ x, const float *__restrict__ m
     GRID_STRIDE(i, d) x[i] = ob__frozen_elem(x[i], m[i], den[i], lr, wd);
 }
 
+__global__ void bounded_kernel(float *__restrict__ x, const float *__restrict__ m,
+                               const float *__restrict__ den, size_t d, float lr, float wd,
+                               float inv_c)
+{
+    GRID_STRIDE(i, d) x[i] = ob__bounded_elem(x[i], m[i], den[i], lr, wd, inv_c);
+}
+
 __global__ void momentum_precondition_kernel(float *__restrict__ m, float *__restrict__ p,
                                              const float *__restrict__ g,
                                              const float *__restrict__ den, size_t d, float b1,
@@ -70,13 +77,13 @@ __global__ void momentum_precondition_kernel(float *__restrict__ m, float *__res
 __global__ void precondition_apply_kernel(float *__restrict__ x, float *__restrict__ m,
                                           const float *__restrict__ p,
                                           const float *__restrict__ den, size_t d, float lr,
-                                          float wd)
+                                          float wd, float c)
 {
     GRID_STRIDE(i, d)
     {
         float pi = p[i];
         m[i] = pi * den[i];
-        x[i] = ob__direct_elem(x[i], pi, lr, wd);
+        x[i] = ob__direct_elem(x[i], ob__clip_elem(pi, c), lr, wd);
     }
 }
 
@@ -159,12 +166,16 @@ extern "C" ob_status ob_cuda_momentum_update(float *m, const float *g, size_t d,
 }
 
 extern "C" ob_status ob_cuda_frozen_update(float *x, const float *m, const float *den, size_t d,
-                                           float lr, float wd, void *stream, ob_err *err)
+                                           float lr, float wd, float inv_c, void *stream,
+                                           ob_err *err)
 {
     if (d == 0) return OB_OK;
     ob_status st = need(err, "ob_cuda_frozen_update", x && m && den);
     if (st != OB_OK) return st;
-    LAUNCH(frozen_kernel, d, stream, x, m, den, d, lr, wd);
+    if (inv_c == 0.0f)
+        LAUNCH(frozen_kernel, d, stream, x, m, den, d, lr, wd);
+    else
+        LAUNCH(bounded_kernel, d, stream, x, m, den, d, lr, wd, inv_c);
     return launched(err);
 }
 
@@ -181,12 +192,12 @@ extern "C" ob_status ob_cuda_momentum_precondition(float *m, float *p, const flo
 
 extern "C" ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p,
                                                 const float *den, size_t d, float lr, float wd,
-                                                void *stream, ob_err *err)
+                                                float c, void *stream, ob_err *err)
 {
     if (d == 0) return OB_OK;
     ob_status st = need(err, "ob_cuda_precondition_apply", x && m && p && den);
     if (st != OB_OK) return st;
-    LAUNCH(precondition_apply_kernel, d, stream, x, m, p, den, d, lr, wd);
+    LAUNCH(precondition_apply_kernel, d, stream, x, m, p, den, d, lr, wd, c);
     return launched(err);
 }
 

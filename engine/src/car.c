@@ -95,7 +95,7 @@ ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_
     car->d = d;
     car->B = block;
     car->scale = scale;
-    car->D = ob__round_up(d, (size_t)car->nranks * block);
+    car->D = ob_round_up(d, (size_t)car->nranks * block);
     car->C = car->D / (size_t)car->nranks;
     car->msg = ob_packed_bytes(car->C, block);
 
@@ -190,7 +190,7 @@ static ob_status phase_end(ob_car *car, double *t0, double *acc, ob_err *err)
         ob_status st = ob_cuda_sync(ob_comm_stream(car->comm), err);
         if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: stream sync");
     }
-    double t = ob__now_s();
+    double t = ob_mono_s();
     *acc += t - *t0;
     *t0 = t;
     return OB_OK;
@@ -208,7 +208,7 @@ ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err
 {
     size_t n = (size_t)car->nranks, C = car->C, msg = car->msg;
     ob_car_timing *tm = &car->tim;
-    double t0 = car->timing ? ob__now_s() : 0.0;
+    double t0 = car->timing ? ob_mono_s() : 0.0;
     ob_status st;
 
     /* 1. Worker: compress x + e chunk by chunk, chunk j addressed to rank j. */

@@ -46,7 +46,7 @@ ob_status ob__mpi_fail(ob_err *err, int rc, const char *call, const char *file, 
     char text[MPI_MAX_ERROR_STRING];
     int len = 0;
     if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) snprintf(text, sizeof text, "code %d", rc);
-    return ob__err_set(err, OB_ERR_COMM, file, line, "%s failed: %s", call, text);
+    return ob_err_set(err, OB_ERR_COMM, file, line, "%s failed: %s", call, text);
 }
 
 #define MPI_CHECK(err, call)                                                                       \
@@ -107,9 +107,9 @@ static ob_status mpi_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *s
 
     size_t need = count / (size_t)n + 1;
     if (m->scratch_len < need) {
-        float *p = ob__calloc_aligned(need * sizeof(float));
+        float *p = ob_calloc_aligned(need * sizeof(float));
         if (!p) return OB_ERR(err, OB_ERR_NOMEM, "allreduce scratch of %zu floats", need);
-        ob__free(m->scratch);
+        ob_aligned_free(m->scratch);
         m->scratch = p;
         m->scratch_len = need;
     }
@@ -275,7 +275,7 @@ static void mpi_destroy(ob_comm *c)
     MPI_Finalized(&finalized);
     if (!finalized && m->control != MPI_REQUEST_NULL) MPI_Wait(&m->control, MPI_STATUS_IGNORE);
     if (!finalized && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
-    ob__free(m->scratch);
+    ob_aligned_free(m->scratch);
     free(m);
 }
 

@@ -69,7 +69,7 @@ ob_status ob_cuda_momentum_update(float *m, const float *g, size_t d, float b1, 
 }
 
 ob_status ob_cuda_frozen_update(float *x, const float *m, const float *den, size_t d, float lr,
-                                float wd, void *stream, ob_err *err)
+                                float wd, float inv_c, void *stream, ob_err *err)
 {
     return NO_CUDA(err);
 }
@@ -81,7 +81,8 @@ ob_status ob_cuda_momentum_precondition(float *m, float *p, const float *g, cons
 }
 
 ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den,
-                                     size_t d, float lr, float wd, void *stream, ob_err *err)
+                                     size_t d, float lr, float wd, float c, void *stream,
+                                     ob_err *err)
 {
     return NO_CUDA(err);
 }

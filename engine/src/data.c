@@ -185,15 +185,15 @@ static ob_status loader_new(ob_loader **out, const ob_dataset *ds, ob_split spli
             st = OB_ERR(err, OB_ERR_INVALID_ARG, "loader: batch_size %zu too large", batch_size);
             goto fail;
         }
-        ldr->x = ob__calloc_aligned(batch_size * ds->input_dim * sizeof(float));
-        ldr->y = ob__calloc_aligned(batch_size * sizeof(int32_t));
+        ldr->x = ob_calloc_aligned(batch_size * ds->input_dim * sizeof(float));
+        ldr->y = ob_calloc_aligned(batch_size * sizeof(int32_t));
         if (!ldr->x || !ldr->y) goto nomem;
     } else {
         if (ds->context + 1 > SIZE_MAX / batch_size) {
             st = OB_ERR(err, OB_ERR_INVALID_ARG, "loader: batch_size %zu too large", batch_size);
             goto fail;
         }
-        ldr->tokens = ob__calloc_aligned(batch_size * (ds->context + 1));
+        ldr->tokens = ob_calloc_aligned(batch_size * (ds->context + 1));
         if (!ldr->tokens) goto nomem;
     }
     *out = ldr;
@@ -275,9 +275,9 @@ void ob_loader_destroy(ob_loader *ldr)
 {
     if (!ldr) return;
     free(ldr->perm);
-    ob__free(ldr->x);
-    ob__free(ldr->y);
-    ob__free(ldr->tokens);
+    ob_aligned_free(ldr->x);
+    ob_aligned_free(ldr->y);
+    ob_aligned_free(ldr->tokens);
     free(ldr);
 }
 

@@ -14,7 +14,7 @@ ob_status ob__mem_alloc(int device, void **p, size_t bytes, const char *what, ob
         return st == OB_OK ? OB_OK
                            : OB_WRAP(err, st, "%s (%zu bytes of device memory)", what, bytes);
     }
-    *p = ob__calloc_aligned(bytes);
+    *p = ob_calloc_aligned(bytes);
     if (!*p) return OB_ERR(err, OB_ERR_NOMEM, "%s: %zu bytes", what, bytes);
     return OB_OK;
 }
@@ -24,7 +24,7 @@ void ob__mem_free(int device, void *p)
     if (device)
         ob_cuda_free(p);
     else
-        ob__free(p);
+        ob_aligned_free(p);
 }
 
 ob_status ob__mem_copy(int device, void *dst, const void *src, size_t bytes, void *stream,

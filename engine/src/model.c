@@ -180,9 +180,9 @@ ob_status ob__model_alloc_acts(ob_model *m, const ob__act_slot *slots, size_t co
                           "model too large: activations for ob_model_config.max_batch = %zu do "
                           "not fit in memory",
                           m->cfg.max_batch);
-        total += ob__round_up(slots[i].floats, line);
+        total += ob_round_up(slots[i].floats, line);
     }
-    float *block = ob__calloc_aligned(total * sizeof(float));
+    float *block = ob_calloc_aligned(total * sizeof(float));
     if (!block)
         return OB_ERR(err, OB_ERR_NOMEM,
                       "cannot allocate %zu bytes of activations (ob_model_config.max_batch = %zu)",
@@ -190,7 +190,7 @@ ob_status ob__model_alloc_acts(ob_model *m, const ob__act_slot *slots, size_t co
     size_t off = 0;
     for (size_t i = 0; i < count; i++) {
         *slots[i].ptr = block + off;
-        off += ob__round_up(slots[i].floats, line);
+        off += ob_round_up(slots[i].floats, line);
     }
     m->acts_block = block;
     return OB_OK;
@@ -262,7 +262,7 @@ void ob_model_destroy(ob_model *m)
 {
     if (!m) return;
     ob__cls_cuda_destroy(m->cuda);
-    ob__free(m->acts_block);
+    ob_aligned_free(m->acts_block);
     free(m);
 }
 

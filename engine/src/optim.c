@@ -50,6 +50,26 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->lr_warmup_steps = 0;
     cfg->block_size = 2048;
     cfg->scale = OB_SCALE_L1;
+    cfg->stabilizer = kind == OB_OPTIM_ONEBIT_ADAM ? OB_STABILIZER_ADAM_BOUND : OB_STABILIZER_NONE;
+    cfg->stability_bound = 0.0;
+}
+
+const char *ob_stabilizer_name(ob_stabilizer s)
+{
+    switch (s) {
+    case OB_STABILIZER_NONE:
+        return "none";
+    case OB_STABILIZER_ADAM_BOUND:
+        return "adam_bound";
+    }
+    return "unknown";
+}
+
+double ob_optim_stability_bound(const ob_optim_config *cfg)
+{
+    if (cfg->stabilizer != OB_STABILIZER_ADAM_BOUND) return INFINITY;
+    if (cfg->stability_bound > 0.0) return cfg->stability_bound;
+    return (1.0 - cfg->beta1) / sqrt(1.0 - cfg->beta2);
 }
 
 const char *ob_optim_kind_name(ob_optim_kind kind)
@@ -122,6 +142,11 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
         return BAD("precondition = %d: must be 0 or 1", c->precondition);
     if (c->precondition && c->mode != OB_ONEBIT_COMPRESSED)
         return BAD("precondition: only for the compressed mode");
+    if (c->stabilizer != OB_STABILIZER_NONE && c->stabilizer != OB_STABILIZER_ADAM_BOUND)
+        return BAD("stabilizer = %d: unknown", (int)c->stabilizer);
+    if (!(c->stability_bound >= 0.0) || c->stability_bound > 1e6)
+        return BAD("stability_bound = %g: must be 0 (derived from the betas) or in (0, 1e6]",
+                   c->stability_bound);
     return OB_OK;
 #undef BAD
 }
@@ -211,11 +236,20 @@ static ob_status k_momentum(ob_optim *o, const float *g, const ob_adam_coeffs *k
     return OB_OK;
 }
 
+/* The stabiliser's bound c as the kernels take it: 1/c for the frozen step (0: none), c for the
+ * preconditioned one (INFINITY: none). */
+static float inv_bound(const ob_optim *o)
+{
+    double c = ob_optim_stability_bound(&o->cfg);
+    return isinf(c) ? 0.0f : (float)(1.0 / c);
+}
+
 static ob_status k_frozen(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
 {
+    float inv_c = inv_bound(o);
     if (o->dev)
-        return ob_cuda_frozen_update(o->x, o->m, o->den, o->d, k->lr, k->wd, o->stream, err);
-    ob_frozen_update(o->x, o->m, o->den, o->d, k->lr, k->wd);
+        return ob_cuda_frozen_update(o->x, o->m, o->den, o->d, k->lr, k->wd, inv_c, o->stream, err);
+    ob_frozen_update(o->x, o->m, o->den, o->d, k->lr, k->wd, inv_c);
     return OB_OK;
 }
 
@@ -230,10 +264,11 @@ static ob_status k_precondition(ob_optim *o, const float *g, const ob_adam_coeff
 
 static ob_status k_apply(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
 {
+    float c = (float)ob_optim_stability_bound(&o->cfg);
     if (o->dev)
-        return ob_cuda_precondition_apply(o->x, o->m, o->g, o->den, o->d, k->lr, k->wd, o->stream,
-                                          err);
-    ob_precondition_apply(o->x, o->m, o->g, o->den, o->d, k->lr, k->wd);
+        return ob_cuda_precondition_apply(o->x, o->m, o->g, o->den, o->d, k->lr, k->wd, c,
+                                          o->stream, err);
+    ob_precondition_apply(o->x, o->m, o->g, o->den, o->d, k->lr, k->wd, c);
     return OB_OK;
 }
 
@@ -269,19 +304,19 @@ static ob_status timed_now(ob_optim *o, double *t, ob_err *err)
         ob_status st = ob_cuda_sync(o->stream, err);
         if (st != OB_OK) return st;
     }
-    *t = ob__now_s();
+    *t = ob_mono_s();
     return OB_OK;
 }
 
 /* In-place sum of src over the ranks into dst (fp32 ring allreduce); the caller scales. */
 static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, ob_err *err)
 {
-    double t0, t1;
+    double t0 = 0.0, t1 = 0.0;
     ob_status st = ob__mem_copy(o->dev, dst, src, o->d * sizeof(float), o->stream, err);
     if (st == OB_OK) st = timed_now(o, &t0, err);
     if (st == OB_OK) st = ob_comm_allreduce_sum_f32(o->comm, dst, o->d, err);
     if (st == OB_OK) st = timed_now(o, &t1, err);
-    o->tim.allreduce_s += t1 - t0;
+    if (st == OB_OK) o->tim.allreduce_s += t1 - t0; /* a failed step's time means nothing */
     return st;
 }
 

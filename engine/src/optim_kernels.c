@@ -38,10 +38,15 @@ void ob_momentum_update(float *restrict m, const float *restrict g, size_t d, fl
 }
 
 void ob_frozen_update(float *restrict x, const float *restrict m, const float *restrict den,
-                      size_t d, float lr, float wd)
+                      size_t d, float lr, float wd, float inv_c)
 {
+    if (inv_c == 0.0f) { /* the paper's step: the loop the vectoriser knows best */
+        for (size_t i = 0; i < d; i++)
+            x[i] = ob__frozen_elem(x[i], m[i], den[i], lr, wd);
+        return;
+    }
     for (size_t i = 0; i < d; i++)
-        x[i] = ob__frozen_elem(x[i], m[i], den[i], lr, wd);
+        x[i] = ob__bounded_elem(x[i], m[i], den[i], lr, wd, inv_c);
 }
 
 void ob_momentum_precondition(float *restrict m, float *restrict p, const float *restrict g,
@@ -55,11 +60,11 @@ void ob_momentum_precondition(float *restrict m, float *restrict p, const float 
 }
 
 void ob_precondition_apply(float *restrict x, float *restrict m, const float *restrict p,
-                           const float *restrict den, size_t d, float lr, float wd)
+                           const float *restrict den, size_t d, float lr, float wd, float c)
 {
     for (size_t i = 0; i < d; i++) {
         m[i] = p[i] * den[i];
-        x[i] = ob__direct_elem(x[i], p[i], lr, wd);
+        x[i] = ob__direct_elem(x[i], ob__clip_elem(p[i], c), lr, wd);
     }
 }
 

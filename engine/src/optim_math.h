@@ -43,10 +43,26 @@ OB__HD float ob__frozen_elem(float x, float m, float den, float lr, float wd)
     return x - lr * (m / den + wd * x);
 }
 
+/* The stabilised frozen step: x -= lr (m / max(den, |m| / c) + wd x), so that |step| <= c lr
+ * (inv_c = 1/c). With inv_c = 0 it is ob__frozen_elem bit for bit (den > 0 = |m| * 0), the
+ * paper's exact step. */
+OB__HD float ob__bounded_elem(float x, float m, float den, float lr, float wd, float inv_c)
+{
+    float a = fabsf(m) * inv_c;
+    float dd = den > a ? den : a;
+    return x - lr * (m / dd + wd * x);
+}
+
 /* x -= lr (p + wd x): the step with an already preconditioned direction p. */
 OB__HD float ob__direct_elem(float x, float p, float lr, float wd)
 {
     return x - lr * (p + wd * x);
+}
+
+/* p clipped to [-c, c]: the stabiliser of the preconditioned step (c = INFINITY: p itself). */
+OB__HD float ob__clip_elem(float p, float c)
+{
+    return p > c ? c : (p < -c ? -c : p);
 }
 
 /* sqrt(v) + eps: the frozen denominator, computed once per freeze. */

@@ -242,7 +242,7 @@ void ob_trainer_destroy(ob_trainer *t)
     ob__mem_free(t->dev, t->grad);
     float *mirrors[] = {t->h_params, t->h_m, t->h_v, t->h_we, t->h_se};
     for (size_t i = 0; i < sizeof mirrors / sizeof *mirrors; i++)
-        ob__free(mirrors[i]);
+        ob_aligned_free(mirrors[i]);
     ob_comm_destroy(t->dcomm);
     free(t);
 }
@@ -383,21 +383,21 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
     int n = ob_comm_size(t->comm);
     ob_optim_stats os;
     ob_optim_get_stats(t->opt, &os);
-    double t_window = ob__now_s(), loss_window = 0.0;
+    double t_window = ob_mono_s(), loss_window = 0.0;
     long steps_window = 0;
     *stopped = 0;
     for (long step = os.step + 1; step <= s->steps; step++) {
         ob_batch b;
         ob_model_result r;
-        double p0 = t->profiling ? ob__now_s() : 0.0;
+        double p0 = t->profiling ? ob_mono_s() : 0.0;
         ob_status st = ob_loader_next(t->train, &b, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld: training batch", step);
-        double p1 = t->profiling ? ob__now_s() : 0.0;
+        double p1 = t->profiling ? ob_mono_s() : 0.0;
         /* The forward pass returns the loss, so on a device it has waited for its kernels. */
         st = ob_model_forward_backward(t->model, t->params, &b, t->grad, &r, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
         if (t->profiling) {
-            double p2 = ob__now_s();
+            double p2 = ob_mono_s();
             t->profile.data_s += p1 - p0;
             t->profile.compute_s += p2 - p1;
             t->profile.steps++;
@@ -433,7 +433,7 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
             float mean = (float)(loss_window / (double)steps_window);
             st = ob_comm_allreduce_sum_f32(t->comm, &mean, 1, err);
             if (st != OB_OK) return OB_WRAP(err, st, "step %ld: loss reduction", step);
-            double tnow = ob__now_s();
+            double tnow = ob_mono_s();
             ob_train_event ev = {0};
             ev.kind = OB_EVENT_STEP;
             fill_optim_fields(t, &ev);
@@ -456,13 +456,13 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
             st = ob_trainer_evaluate(t, &ev, err);
             if (st != OB_OK) return st;
             if (cb && t->eval) cb(&ev, user);
-            t_window = ob__now_s(); /* evaluation time is not training throughput */
+            t_window = ob_mono_s(); /* evaluation time is not training throughput */
         }
         if (t->job_dir[0] && s->checkpoint_interval > 0 && step % s->checkpoint_interval == 0 &&
             step != s->steps) {
             st = ob__trainer_checkpoint(t, s->checkpoint_async, cb, user, err);
             if (st != OB_OK) return st;
-            t_window = ob__now_s(); /* nor is checkpoint time */
+            t_window = ob_mono_s(); /* nor is checkpoint time */
         }
     }
     return OB_OK;
@@ -480,10 +480,10 @@ ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_tra
     ob_optim_get_stats(t->opt, &os);
     sum.first_step = os.step + 1;
 
-    t->t_start = ob__now_s();
+    t->t_start = ob_mono_s();
     int stopped = 0;
     ob_status st = train_loop(t, cb, user, &stopped, err);
-    double wall = ob__now_s() - t->t_start;
+    double wall = ob_mono_s() - t->t_start;
     if (st != OB_OK) return st;
 
     /* A checkpoint of the last step: on a stop request, or at the end of a job that keeps

@@ -64,7 +64,7 @@ static void *writer_main(void *arg)
         w->have_job = 0;
         pthread_mutex_unlock(&w->mu);
 
-        double t0 = ob__now_s();
+        double t0 = ob_mono_s();
         ob_ckpt_arrays a = {w->params, w->m, w->v, w->hist, w->H};
         ob_err e = {0};
         ob_status st = write_files(w->dir, &w->meta, &a, w->spec_json, w->rank, w->we, w->se, &e);
@@ -72,7 +72,7 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&w->mu);
         w->result = st;
         w->err = e;
-        w->seconds = ob__now_s() - t0;
+        w->seconds = ob_mono_s() - t0;
         w->finished = 1;
         pthread_cond_broadcast(&w->cv);
     }
@@ -83,11 +83,11 @@ static void *writer_main(void *arg)
 /* Frees the snapshot buffers and the writer itself (the thread is gone or never started). */
 static void free_snapshot(ob__ckpt_writer *w)
 {
-    ob__free(w->params);
-    ob__free(w->m);
-    ob__free(w->v);
-    ob__free(w->we);
-    ob__free(w->se);
+    ob_aligned_free(w->params);
+    ob_aligned_free(w->m);
+    ob_aligned_free(w->v);
+    ob_aligned_free(w->we);
+    ob_aligned_free(w->se);
     free(w->hist);
     free(w);
 }
@@ -119,9 +119,9 @@ static ob_status writer_create(ob_trainer *t, ob__ckpt_writer **out, ob_err *err
     w->H = os.v_norm_history_len;
     int ok = 1;
     if (w->rank == 0) {
-        w->params = ob__calloc_aligned(w->d * sizeof(float));
-        w->m = ob__calloc_aligned(w->d * sizeof(float));
-        w->v = ob__calloc_aligned(w->d * sizeof(float));
+        w->params = ob_calloc_aligned(w->d * sizeof(float));
+        w->m = ob_calloc_aligned(w->d * sizeof(float));
+        w->v = ob_calloc_aligned(w->d * sizeof(float));
         ok = w->params && w->m && w->v;
         if (w->H) {
             w->hist = calloc(w->H, sizeof(double));
@@ -129,8 +129,8 @@ static ob_status writer_create(ob_trainer *t, ob__ckpt_writer **out, ob_err *err
         }
     }
     if (w->D) {
-        w->we = ob__calloc_aligned(w->D * sizeof(float));
-        w->se = ob__calloc_aligned(w->C * sizeof(float));
+        w->we = ob_calloc_aligned(w->D * sizeof(float));
+        w->se = ob_calloc_aligned(w->C * sizeof(float));
         ok = ok && w->we && w->se;
     }
     if (!ok) {
@@ -188,7 +188,7 @@ static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
     m->loader_epoch = pos.epoch;
     m->loader_index = pos.index;
     memcpy(m->loader_rng, pos.rng.s, sizeof m->loader_rng);
-    m->wall_seconds = t->wall_before + (t->t_start > 0 ? ob__now_s() - t->t_start : 0.0);
+    m->wall_seconds = t->wall_before + (t->t_start > 0 ? ob_mono_s() - t->t_start : 0.0);
 }
 
 static uint64_t ckpt_bytes(const ob_ckpt_meta *m, size_t hist)
@@ -314,7 +314,7 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
 {
     ob_status st = ob__trainer_ckpt_flush(t, cb, user, err);
     if (st != OB_OK) return st;
-    double t0 = ob__now_s();
+    double t0 = ob_mono_s();
     ob_ckpt_meta meta;
     fill_meta(t, &meta);
     int rank = ob_comm_rank(t->comm), ok;
@@ -349,15 +349,15 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
         pthread_cond_broadcast(&w->cv);
         pthread_mutex_unlock(&w->mu);
         t->pending_step = meta.step;
-        t->pending_stall = ob__now_s() - t0;
+        t->pending_stall = ob_mono_s() - t0;
         return OB_OK;
     }
 
-    double tw = ob__now_s();
+    double tw = ob_mono_s();
     ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H};
     ob_err werr = {0};
     ob_status wst = write_files(dir, &meta, &a, t->spec_json, rank, hs.we, hs.se, &werr);
-    double write_s = ob__now_s() - tw;
+    double write_s = ob_mono_s() - tw;
     int nfail = 0;
     if ((st = agree(t, wst != OB_OK, &nfail, err)) != OB_OK) return st;
     ob_train_event ev = {0};
@@ -366,7 +366,7 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
     char path[OB_CKPT_PATH_LEN];
     ob_ckpt_step_dir(path, t->job_dir, meta.step, 0, NULL);
     ev.path = path;
-    ev.stall_seconds = ob__now_s() - t0;
+    ev.stall_seconds = ob_mono_s() - t0;
     ev.write_seconds = write_s;
     ev.ckpt_bytes = ckpt_bytes(&meta, hs.H);
     emit(t, &ev, cb, user);
@@ -641,9 +641,9 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
                       "warm_start.from: %s has no frozen variance (step %ld is still in the "
                       "warmup phase)",
                       path, meta->step);
-    float *params = ob__calloc_aligned(t->d * sizeof(float));
-    float *m = ob__calloc_aligned(t->d * sizeof(float));
-    float *v = ob__calloc_aligned(t->d * sizeof(float));
+    float *params = ob_calloc_aligned(t->d * sizeof(float));
+    float *m = ob_calloc_aligned(t->d * sizeof(float));
+    float *v = ob_calloc_aligned(t->d * sizeof(float));
     if (!params || !m || !v) {
         st = OB_ERR(err, OB_ERR_NOMEM, "warm start buffers");
     } else {
@@ -656,9 +656,9 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
             if (st == OB_OK && t->dev) st = ob_cuda_sync(stream, err);
         }
     }
-    ob__free(params);
-    ob__free(m);
-    ob__free(v);
+    ob_aligned_free(params);
+    ob_aligned_free(m);
+    ob_aligned_free(v);
     return st;
 }
 

@@ -3,34 +3,38 @@
  *   mpirun -np 4 onebit-worker --spec job.yaml [--job-id ID] [--checkpoint-dir DIR] [--resume]
  *
  * Rank 0 prints progress on stdout, one JSON object per line (--format json, the default, read
- * by the coordinator) or as aligned text (--format text); errors go to stderr. Exit status: 0
- * success (also after SIGTERM: the ranks finish the step, checkpoint and stop), 1 training
- * failure, 2 bad command line or job spec (nothing started).
+ * by the coordinator) or as aligned text (--format text); errors go to stderr. Exit status (the
+ * same on every rank, so mpirun passes it on; onebitd retries only 1):
+ *   0  success (also after SIGTERM: the ranks finish the step, checkpoint and stop)
+ *   1  a failure that may pass (I/O, memory, communication, a GPU): worth a restart
+ *   2  bad command line or job spec (nothing started)
+ *   3  the run diverged (the loss is not finite): a restart from its checkpoint would repeat it
+ *   4  bad input found at setup: data, a checkpoint or a warm-start source that cannot be used,
+ *      or a resume whose spec does not match
  *
  * Checkpoints go to <DIR>/<ID>/step-XXXXXXXX/ (DIR: --checkpoint-dir, else the spec's
  * checkpoint.dir; ID: --job-id, else the spec's name, else "job").
  *
  * Fault injection for tests: ONEBIT_FAULT_INJECT=SIG:STEP[:RANK] makes rank RANK (default 0)
  * raise SIGKILL or SIGTERM (SIG = KILL or TERM) right after completing step STEP. */
+#define _GNU_SOURCE /* getopt_long */
 #include "onebit/comm.h"
 #include "onebit/jobspec.h"
 #include "onebit/rpc_client.h"
 #include "onebit/trainer.h"
+#include "output.h"
 
 #include <cblas.h>
-#include <jansson.h>
-#include <math.h>
+#include <getopt.h>
 #include <mpi.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { FORMAT_JSON, FORMAT_TEXT } out_format;
-
 typedef struct worker_opts {
     const char *spec_path;
-    out_format format;
+    worker_format format;
     int check_only;
     const char *job_id;
     const char *checkpoint_dir;
@@ -49,15 +53,6 @@ static void on_stop_signal(int sig)
     stop_requested = 1;
 }
 
-/* Rank 0's progress reports to the coordinator (--report), next to the lines it prints; NULL
- * without --report. File scope like stop_requested: emit_json is the one place that sends. */
-static ob_reporter *reporter;
-
-typedef struct printer {
-    out_format format;
-    int rank;
-} printer;
-
 static void usage(FILE *f)
 {
     fprintf(f, "usage: onebit-worker --spec FILE [--format json|text] [--check]\n"
@@ -75,48 +70,84 @@ static void usage(FILE *f)
                "SIGTERM or SIGINT: finish the step, checkpoint, exit 0.\n");
 }
 
-/* Returns 0 on success, 2 on a bad command line (message printed by rank 0). */
+/* Returns 0 to go on, 1 after --help, 2 on a bad command line (message printed by rank 0). */
 static int parse_args(int argc, char **argv, worker_opts *o, int rank)
 {
+    enum {
+        OPT_SPEC = 256,
+        OPT_FORMAT,
+        OPT_CHECK,
+        OPT_JOB_ID,
+        OPT_CKPT_DIR,
+        OPT_RESUME,
+        OPT_REPORT,
+        OPT_PROFILE
+    };
+    static const struct option options[] = {
+        {"spec", required_argument, NULL, OPT_SPEC},
+        {"format", required_argument, NULL, OPT_FORMAT},
+        {"check", no_argument, NULL, OPT_CHECK},
+        {"job-id", required_argument, NULL, OPT_JOB_ID},
+        {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
+        {"resume", no_argument, NULL, OPT_RESUME},
+        {"report", required_argument, NULL, OPT_REPORT},
+        {"profile", no_argument, NULL, OPT_PROFILE},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
     memset(o, 0, sizeof *o);
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--spec") && i + 1 < argc) {
-            o->spec_path = argv[++i];
-        } else if (!strcmp(a, "--format") && i + 1 < argc) {
-            const char *v = argv[++i];
-            if (!strcmp(v, "json"))
-                o->format = FORMAT_JSON;
-            else if (!strcmp(v, "text"))
-                o->format = FORMAT_TEXT;
-            else {
-                if (rank == 0)
-                    fprintf(stderr, "onebit-worker: --format: expected json or text, got '%s'\n",
-                            v);
-                return 2;
-            }
-        } else if (!strcmp(a, "--check")) {
+    opterr = 0; /* our own messages, from rank 0 only */
+    int c;
+    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
+        switch (c) {
+        case OPT_SPEC:
+            o->spec_path = optarg;
+            break;
+        case OPT_CHECK:
             o->check_only = 1;
-        } else if (!strcmp(a, "--job-id") && i + 1 < argc) {
-            o->job_id = argv[++i];
-        } else if (!strcmp(a, "--checkpoint-dir") && i + 1 < argc) {
-            o->checkpoint_dir = argv[++i];
-        } else if (!strcmp(a, "--resume")) {
+            break;
+        case OPT_JOB_ID:
+            o->job_id = optarg;
+            break;
+        case OPT_CKPT_DIR:
+            o->checkpoint_dir = optarg;
+            break;
+        case OPT_RESUME:
             o->resume = 1;
-        } else if (!strcmp(a, "--report") && i + 1 < argc) {
-            o->report_addr = argv[++i];
-        } else if (!strcmp(a, "--profile")) {
+            break;
+        case OPT_REPORT:
+            o->report_addr = optarg;
+            break;
+        case OPT_PROFILE:
             o->profile = 1;
-        } else if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            break;
+        case OPT_FORMAT:
+            if (!strcmp(optarg, "json") || !strcmp(optarg, "text")) {
+                o->format = strcmp(optarg, "json") ? FORMAT_TEXT : FORMAT_JSON;
+                break;
+            }
+            if (rank == 0)
+                fprintf(stderr, "onebit-worker: --format: expected json or text, got '%s'\n",
+                        optarg);
+            return 2;
+        case 'h':
             if (rank == 0) usage(stdout);
             return 1;
-        } else {
+        default: /* '?' unknown, ':' missing value */
             if (rank == 0) {
-                fprintf(stderr, "onebit-worker: unknown or incomplete argument '%s'\n", a);
+                fprintf(stderr, "onebit-worker: unknown or incomplete argument '%s'\n",
+                        argv[optind - 1]);
                 usage(stderr);
             }
             return 2;
         }
+    }
+    if (optind < argc) {
+        if (rank == 0) {
+            fprintf(stderr, "onebit-worker: unexpected argument '%s'\n", argv[optind]);
+            usage(stderr);
+        }
+        return 2;
     }
     if (!o->spec_path) {
         if (rank == 0) {
@@ -128,233 +159,35 @@ static int parse_args(int argc, char **argv, worker_opts *o, int rank)
     return 0;
 }
 
-/* A number, or null when it is not finite (JSON has no NaN). */
-static json_t *num(double v)
+enum { EXIT_RETRYABLE = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3, EXIT_BAD_INPUT = 4 };
+
+/* The exit status for a failure with status st (see the top of this file). OB_ERR_STATE is what
+ * the ranks that did not fail a collective setup step see: 0, so that the failing rank's class
+ * wins the agreement below. */
+static int exit_class(ob_status st)
 {
-    return isfinite(v) ? json_real(v) : json_null();
+    switch (st) {
+    case OB_ERR_NUMERIC:
+        return EXIT_DIVERGED;
+    case OB_ERR_INVALID_ARG:
+    case OB_ERR_NOT_FOUND:
+    case OB_ERR_CORRUPT:
+    case OB_ERR_UNSUPPORTED:
+        return EXIT_BAD_INPUT;
+    case OB_ERR_STATE:
+        return 0;
+    default:
+        return EXIT_RETRYABLE;
+    }
 }
 
-static void emit_json(json_t *obj)
+/* Setup failures are collective: every rank leaves with the most severe class any rank saw. */
+static int agreed_exit(ob_status st)
 {
-    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(7));
-    if (s) {
-        fputs(s, stdout);
-        fputc('\n', stdout);
-        fflush(stdout);
-        int cancel = 0; /* the coordinator cancels: stop as on SIGTERM (failures not fatal) */
-        if (reporter && ob_reporter_send_line(reporter, s, &cancel, NULL) == OB_OK && cancel)
-            stop_requested = 1;
-        free(s);
-    }
-    json_decref(obj);
-}
-
-static void on_event(const ob_train_event *ev, void *user)
-{
-    const printer *p = user;
-    if (p->rank != 0) {
-        /* Rank 0 reports for everyone, except a checkpoint this rank may have failed. */
-        if (ev->kind == OB_EVENT_CHECKPOINT && !ev->ckpt_ok && ev->message)
-            fprintf(stderr, "onebit-worker[%d]: checkpoint of step %ld failed: %s\n", p->rank,
-                    ev->step, ev->message);
-        return;
-    }
-    const char *phase = ob_phase_name(ev->phase);
-    if (p->format == FORMAT_TEXT) {
-        switch (ev->kind) {
-        case OB_EVENT_STEP:
-            printf("step %6ld/%-6ld %-11s loss %8.4f  lr %.3e  %9.0f samples/s  sent %9.3f MB"
-                   "  (%7.1f KB/step)",
-                   ev->step, ev->total_steps, phase, ev->loss, ev->lr, ev->samples_per_s,
-                   (double)ev->bytes_sent / 1e6, (double)ev->bytes_step / 1e3);
-            if (ev->phase == OB_PHASE_WARMUP && isfinite(ev->freeze_ratio))
-                printf("  v-ratio %.4f", ev->freeze_ratio);
-            printf("\n");
-            break;
-        case OB_EVENT_EVAL:
-            if (ev->is_text)
-                printf(
-                    "eval @ %ld: loss %.4f nats/byte = %.4f bits/byte, accuracy %.4f (%zu bytes)\n",
-                    ev->step, ev->eval_loss, ev->eval_loss / log(2.0), ev->eval_accuracy,
-                    ev->eval_count);
-            else
-                printf("eval @ %ld: loss %.4f, accuracy %.4f (%zu examples)\n", ev->step,
-                       ev->eval_loss, ev->eval_accuracy, ev->eval_count);
-            break;
-        case OB_EVENT_FREEZE:
-            printf("freeze @ %ld: variance frozen, compression phase begins (v-ratio %.4f)\n",
-                   ev->step, ev->freeze_ratio);
-            break;
-        case OB_EVENT_CHECKPOINT:
-            if (ev->ckpt_ok)
-                printf("checkpoint @ %ld: %s (%.1f MB, %s, loop stalled %.3f s, write %.3f s)\n",
-                       ev->step, ev->path, (double)ev->ckpt_bytes / 1e6,
-                       ev->ckpt_async ? "async" : "sync", ev->stall_seconds, ev->write_seconds);
-            else
-                printf("checkpoint @ %ld FAILED: %s\n", ev->step, ev->message);
-            break;
-        case OB_EVENT_RESUME:
-            printf("resume: continuing after step %ld from %s (written by %d ranks)\n", ev->step,
-                   ev->path, ev->from_world_size);
-            break;
-        case OB_EVENT_NOTICE:
-            printf("note: %s\n", ev->message);
-            break;
-        }
-        fflush(stdout);
-        return;
-    }
-    json_t *o = json_object();
-    switch (ev->kind) {
-    case OB_EVENT_STEP:
-        json_object_set_new(o, "event", json_string("step"));
-        json_object_set_new(o, "step", json_integer(ev->step));
-        json_object_set_new(o, "phase", json_string(phase));
-        json_object_set_new(o, "loss", num(ev->loss));
-        json_object_set_new(o, "lr", num(ev->lr));
-        json_object_set_new(o, "samples_per_s", num(ev->samples_per_s));
-        json_object_set_new(o, "bytes_sent", json_integer((json_int_t)ev->bytes_sent));
-        json_object_set_new(o, "bytes_step", json_integer((json_int_t)ev->bytes_step));
-        json_object_set_new(o, "freeze_ratio", num(ev->freeze_ratio));
-        break;
-    case OB_EVENT_EVAL:
-        json_object_set_new(o, "event", json_string("eval"));
-        json_object_set_new(o, "step", json_integer(ev->step));
-        json_object_set_new(o, "eval_loss", num(ev->eval_loss));
-        json_object_set_new(o, "eval_accuracy", num(ev->eval_accuracy));
-        if (ev->is_text)
-            json_object_set_new(o, "eval_bits_per_byte", num(ev->eval_loss / log(2.0)));
-        json_object_set_new(o, "eval_count", json_integer((json_int_t)ev->eval_count));
-        break;
-    case OB_EVENT_FREEZE:
-        json_object_set_new(o, "event", json_string("freeze"));
-        json_object_set_new(o, "step", json_integer(ev->step));
-        json_object_set_new(o, "freeze_ratio", num(ev->freeze_ratio));
-        break;
-    case OB_EVENT_CHECKPOINT:
-        json_object_set_new(o, "event", json_string("checkpoint"));
-        json_object_set_new(o, "step", json_integer(ev->step));
-        json_object_set_new(o, "ok", json_boolean(ev->ckpt_ok));
-        if (ev->ckpt_ok) {
-            json_object_set_new(o, "path", json_string(ev->path));
-            json_object_set_new(o, "async", json_boolean(ev->ckpt_async));
-            json_object_set_new(o, "bytes", json_integer((json_int_t)ev->ckpt_bytes));
-            json_object_set_new(o, "stall_seconds", num(ev->stall_seconds));
-            json_object_set_new(o, "write_seconds", num(ev->write_seconds));
-        } else {
-            json_object_set_new(o, "error", json_string(ev->message ? ev->message : "failed"));
-        }
-        break;
-    case OB_EVENT_RESUME:
-        json_object_set_new(o, "event", json_string("resume"));
-        json_object_set_new(o, "step", json_integer(ev->step));
-        json_object_set_new(o, "path", json_string(ev->path));
-        json_object_set_new(o, "from_world_size", json_integer(ev->from_world_size));
-        json_object_set_new(o, "phase", json_string(phase));
-        break;
-    case OB_EVENT_NOTICE:
-        json_object_set_new(o, "event", json_string("notice"));
-        json_object_set_new(o, "step", json_integer(ev->step));
-        json_object_set_new(o, "message", json_string(ev->message ? ev->message : ""));
-        break;
-    }
-    emit_json(o);
-}
-
-static void print_start(const printer *p, const ob_jobspec *spec, const char *spec_json, int world,
-                        size_t params)
-{
-    if (p->rank != 0) return;
-    if (p->format == FORMAT_TEXT) {
-        printf("onebit-worker: job '%s': %s on %s, %s (%s), %d ranks x batch %zu on %s, %ld "
-               "steps, %zu parameters\n",
-               spec->name, ob_model_kind_name(spec->model.kind), ob_data_kind_name(spec->data.kind),
-               ob_optim_kind_name(spec->optim.kind),
-               spec->optim.kind == OB_OPTIM_ONEBIT_ADAM ? ob_onebit_mode_name(spec->optim.mode)
-                                                        : "fp32",
-               world, spec->batch_size,
-               spec->device == OB_DEVICE_CUDA ? "cuda (nccl)" : "cpu (mpi)", spec->steps, params);
-        fflush(stdout);
-        return;
-    }
-    json_t *o = json_object();
-    json_object_set_new(o, "event", json_string("start"));
-    json_object_set_new(o, "world_size", json_integer(world));
-    json_object_set_new(o, "num_params", json_integer((json_int_t)params));
-    json_t *sj = json_loads(spec_json, 0, NULL);
-    json_object_set_new(o, "spec", sj ? sj : json_null());
-    emit_json(o);
-}
-
-/* The profile as milliseconds per step: the optimizer's time net of its parts is "update". */
-static void print_profile(const printer *p, const ob_train_profile *f)
-{
-    if (f->steps <= 0) return;
-    double k = 1e3 / (double)f->steps;
-    double update = f->optim_s - f->allreduce_s - f->compress_s - f->exchange_s;
-    double total = f->data_s + f->compute_s + f->optim_s;
-    if (p->format == FORMAT_TEXT) {
-        printf("      time per step (rank 0, %ld steps): %.3f ms = data %.3f + compute %.3f + fp32 "
-               "allreduce %.3f + compress %.3f + exchange %.3f + update %.3f\n",
-               f->steps, total * k, f->data_s * k, f->compute_s * k, f->allreduce_s * k,
-               f->compress_s * k, f->exchange_s * k, update * k);
-        return;
-    }
-    json_t *o = json_object();
-    json_object_set_new(o, "event", json_string("profile"));
-    json_object_set_new(o, "steps", json_integer(f->steps));
-    json_object_set_new(o, "ms_per_step", num(total * k));
-    json_object_set_new(o, "data_ms", num(f->data_s * k));
-    json_object_set_new(o, "compute_ms", num(f->compute_s * k));
-    json_object_set_new(o, "allreduce_ms", num(f->allreduce_s * k));
-    json_object_set_new(o, "compress_ms", num(f->compress_s * k));
-    json_object_set_new(o, "exchange_ms", num(f->exchange_s * k));
-    json_object_set_new(o, "update_ms", num(update * k));
-    emit_json(o);
-}
-
-static void print_summary(const printer *p, const ob_train_summary *s, int is_text)
-{
-    if (p->rank != 0) return;
-    print_profile(p, &s->profile);
-    if (p->format == FORMAT_TEXT && s->stopped) {
-        printf("stopped after step %ld (signal); last checkpoint: step %ld\n", s->steps,
-               s->last_checkpoint);
-        fflush(stdout);
-        return;
-    }
-    if (p->format == FORMAT_TEXT) {
-        printf("done: %ld steps in %.1f s (%.0f samples/s); final train loss %.4f; eval loss %.4f",
-               s->steps, s->wall_seconds, s->samples_per_s, s->final_train_loss, s->eval_loss);
-        if (is_text) printf(" (%.4f bits/byte)", s->eval_loss / log(2.0));
-        printf(", accuracy %.4f\n", s->eval_accuracy);
-        printf("      freeze step %ld; bytes sent by rank 0: %.3f MB (warmup %.3f MB, "
-               "compression %.3f MB)\n",
-               s->freeze_step, (double)s->bytes_sent / 1e6, (double)s->bytes_warmup / 1e6,
-               (double)s->bytes_compression / 1e6);
-        fflush(stdout);
-        return;
-    }
-    json_t *o = json_object();
-    json_object_set_new(o, "event", json_string("summary"));
-    json_object_set_new(o, "steps", json_integer(s->steps));
-    json_object_set_new(o, "freeze_step",
-                        s->freeze_step >= 0 ? json_integer(s->freeze_step) : json_null());
-    json_object_set_new(o, "final_train_loss", num(s->final_train_loss));
-    json_object_set_new(o, "eval_loss", num(s->eval_loss));
-    json_object_set_new(o, "eval_accuracy", num(s->eval_accuracy));
-    if (is_text) json_object_set_new(o, "eval_bits_per_byte", num(s->eval_loss / log(2.0)));
-    json_object_set_new(o, "bytes_sent", json_integer((json_int_t)s->bytes_sent));
-    json_object_set_new(o, "bytes_warmup", json_integer((json_int_t)s->bytes_warmup));
-    json_object_set_new(o, "bytes_compression", json_integer((json_int_t)s->bytes_compression));
-    json_object_set_new(o, "wall_seconds", num(s->wall_seconds));
-    json_object_set_new(o, "samples_per_s", num(s->samples_per_s));
-    json_object_set_new(o, "num_params", json_integer((json_int_t)s->num_params));
-    json_object_set_new(o, "first_step", json_integer(s->first_step));
-    json_object_set_new(o, "stopped", json_boolean(s->stopped));
-    json_object_set_new(o, "last_checkpoint",
-                        s->last_checkpoint >= 0 ? json_integer(s->last_checkpoint) : json_null());
-    emit_json(o);
+    int mine = exit_class(st), all = mine;
+    if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
+        all = mine;
+    return all ? all : EXIT_RETRYABLE;
 }
 
 /* A job id names a directory: [A-Za-z0-9._-], 1..127 characters, not "." or "..". */
@@ -460,7 +293,7 @@ int main(int argc, char **argv)
         MPI_Finalize();
         return 0;
     }
-    char job_dir[4096];
+    char job_dir[OB_JOB_PATH_LEN];
     ob_fault_injection fault;
     if (checkpoint_dir(&opts, &spec, job_dir, sizeof job_dir, rank) != 0 ||
         fault_from_env(&fault, rank) != 0) {
@@ -469,12 +302,13 @@ int main(int argc, char **argv)
         return 2;
     }
 
+    ob_reporter *reporter = NULL;
     if (opts.report_addr && rank == 0) {
         const char *id = opts.job_id ? opts.job_id : (spec.name[0] ? spec.name : "job");
         if (ob_reporter_create(&reporter, opts.report_addr, id, NULL, &err) != OB_OK)
             fprintf(stderr, "onebit-worker: --report: %s (continuing without)\n", err.msg);
     }
-    printer pr = {opts.format, rank};
+    worker_output out = {opts.format, rank, reporter, &stop_requested};
     ob_comm *comm = NULL;
     ob_trainer *trainer = NULL;
     ob_train_summary summary;
@@ -485,35 +319,38 @@ int main(int argc, char **argv)
         /* Setup failures are agreed on by all ranks: each reports its own, then all exit. */
         if (st != OB_ERR_STATE || world == 1 || rank == 0)
             fprintf(stderr, "onebit-worker[%d]: setup failed: %s\n", rank, err.msg);
-        exit_code = 1;
+        exit_code = agreed_exit(st);
         goto done;
     }
     ob_trainer_set_stop_flag(trainer, &stop_requested);
     ob_trainer_set_fault_injection(trainer, &fault);
     ob_trainer_set_profiling(trainer, opts.profile);
-    print_start(&pr, &spec, spec_json, world, ob_trainer_num_params(trainer));
+    worker_output_start(&out, &spec, spec_json, world, ob_trainer_num_params(trainer));
     if (job_dir[0]) st = ob_trainer_enable_checkpoints(trainer, job_dir, &err);
     if (st == OB_OK && opts.resume)
-        st = ob_trainer_resume(trainer, job_dir, on_event, &pr, &resumed, &err);
-    if (st == OB_OK && !resumed) st = ob_trainer_warm_start(trainer, on_event, &pr, &err);
+        st = ob_trainer_resume(trainer, job_dir, worker_output_event, &out, &resumed, &err);
+    if (st == OB_OK && !resumed)
+        st = ob_trainer_warm_start(trainer, worker_output_event, &out, &err);
     if (st != OB_OK) {
         /* Collective and agreed: every rank returns; the one that failed says why. */
         if (st != OB_ERR_STATE || world == 1 || rank == 0)
             fprintf(stderr, "onebit-worker[%d]: %s failed: %s\n", rank,
                     opts.resume && !resumed ? "resume" : "warm start", err.msg);
-        exit_code = 1;
+        exit_code = agreed_exit(st);
         goto done;
     }
-    st = ob_trainer_run(trainer, on_event, &pr, &summary, &err);
+    st = ob_trainer_run(trainer, worker_output_event, &out, &summary, &err);
     if (st != OB_OK) {
         fprintf(stderr, "onebit-worker[%d]: training failed: %s\n", rank, err.msg);
-        /* Other ranks may be waiting in a collective: end the whole job. */
-        if (world > 1) ob_comm_abort(comm, 1);
-        exit_code = 1;
+        /* A non-finite loss is the allreduced one, so every rank fails the same way at the same
+         * step and aborts with the same status. Other ranks may be waiting in a collective: end
+         * the whole job. */
+        exit_code = exit_class(st) ? exit_class(st) : EXIT_RETRYABLE;
+        if (world > 1) ob_comm_abort(comm, exit_code);
         goto done;
     }
-    print_summary(&pr, &summary,
-                  ob_dataset_get_kind(ob_trainer_dataset(trainer)) == OB_DATASET_TEXT);
+    worker_output_summary(&out, &summary,
+                          ob_dataset_get_kind(ob_trainer_dataset(trainer)) == OB_DATASET_TEXT);
     if (job_dir[0] && summary.last_checkpoint != summary.steps) {
         /* The state of the last step is not on disk: a supervisor must not take this run as
          * complete. */

@@ -6,11 +6,14 @@
  *
  * Every option also reads an environment variable (flags win); see usage(). Exit status: 0
  * after a clean shutdown, 1 when the service cannot start, 2 for a bad command line. */
+#define _GNU_SOURCE /* getopt_long */
 #include "onebit/launcher.h"
 #include "onebit/servers.h"
 #include "onebit/service.h"
+#include "onebit/token.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -21,8 +24,13 @@
 
 typedef struct opts {
     const char *grpc_addr, *rest_addr, *state_dir, *token_file, *worker, *mpirun, *ready_file;
-    int slots, max_restarts, threads, gpus;
+    int slots, max_restarts, threads, gpus, max_streams;
     double progress_timeout_s, backoff_s, backoff_max_s, grace_s;
+    /* --data-root and --checkpoint-root, NULL-terminated; empty: the service's defaults */
+    const char *data_roots[17], *checkpoint_roots[17];
+    int n_data_roots, n_checkpoint_roots;
+    int insecure_no_auth; /* --insecure-no-auth: serve without a token */
+    int allow_plaintext;  /* --allow-plaintext: non-loopback addresses without TLS */
 } opts;
 
 static void usage(FILE *f)
@@ -31,8 +39,12 @@ static void usage(FILE *f)
                "  --grpc HOST:PORT        gRPC address [127.0.0.1:50051] (ONEBIT_GRPC_ADDR)\n"
                "  --rest HOST:PORT        REST address [127.0.0.1:8080] (ONEBIT_REST_ADDR)\n"
                "  --state-dir DIR         job store, logs, checkpoints [./var] (ONEBIT_STATE_DIR)\n"
-               "  --token-file FILE       require this bearer token on every call\n"
-               "                          (ONEBIT_TOKEN gives the token itself)\n"
+               "  --token-file FILE       require the bearer token in FILE on every call\n"
+               "                          (ONEBIT_TOKEN gives the token itself) [STATE/token,\n"
+               "                          made at the first start, mode 0600]\n"
+               "  --insecure-no-auth      serve without any token\n"
+               "  --allow-plaintext       allow addresses other than loopback although the APIs\n"
+               "                          have no TLS (behind a TLS proxy or a private network)\n"
                "  --slots N               ranks that may run at once [4, or the visible GPUs]\n"
                "                          (ONEBIT_SLOTS)\n"
                "  --max-restarts N        default restarts per job [3]\n"
@@ -43,7 +55,14 @@ static void usage(FILE *f)
                "  --worker PATH           onebit-worker [next to onebitd] (ONEBIT_WORKER)\n"
                "  --mpirun PATH           mpirun [mpirun] (ONEBIT_MPIRUN)\n"
                "  --threads N             gRPC handler threads [4]\n"
-               "  --ready-file FILE       write the bound ports here once serving\n");
+               "  --max-streams N         event streams open at once, per API [256]\n"
+               "  --ready-file FILE       write the bound ports here once serving\n"
+               "  --version               print the release and exit\n"
+               "  --data-root DIR         jobs may read data only under DIR (repeatable)\n"
+               "                          [/usr/share/datasets, /usr/share/games/fortunes,\n"
+               "                          STATE/data; / for anywhere]\n"
+               "  --checkpoint-root DIR   jobs may warm-start only from under DIR (repeatable)\n"
+               "                          [STATE/checkpoints]\n");
 }
 
 static const char *env_or(const char *name, const char *def)
@@ -79,6 +98,15 @@ static int parse_secs(const char *flag, const char *v, double *out)
     return 0;
 }
 
+/* 1 for "127.x.x.x:PORT", "localhost:PORT" and "[::1]:PORT". */
+static int loopback_addr(const char *addr)
+{
+    if (!strncmp(addr, "127.", 4) || !strncmp(addr, "localhost:", 10) ||
+        !strncmp(addr, "[::1]:", 6))
+        return 1;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, opts *o)
 {
     o->grpc_addr = env_or("ONEBIT_GRPC_ADDR", "127.0.0.1:50051");
@@ -97,81 +125,193 @@ static int parse_args(int argc, char **argv, opts *o)
     if (getenv("ONEBIT_SLOTS") &&
         parse_int("ONEBIT_SLOTS", getenv("ONEBIT_SLOTS"), 1, 100000, &o->slots))
         return 2;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    enum {
+        O_GRPC = 256,
+        O_REST,
+        O_STATE,
+        O_TOKEN,
+        O_WORKER,
+        O_MPIRUN,
+        O_READY,
+        O_SLOTS,
+        O_RESTARTS,
+        O_THREADS,
+        O_TIMEOUT,
+        O_BACKOFF,
+        O_BACKOFF_MAX,
+        O_GRACE,
+        O_DATA_ROOT,
+        O_CKPT_ROOT,
+        O_NO_AUTH,
+        O_PLAINTEXT,
+        O_MAX_STREAMS,
+    };
+    static const struct option options[] = {
+        {"grpc", required_argument, NULL, O_GRPC},
+        {"rest", required_argument, NULL, O_REST},
+        {"state-dir", required_argument, NULL, O_STATE},
+        {"token-file", required_argument, NULL, O_TOKEN},
+        {"worker", required_argument, NULL, O_WORKER},
+        {"mpirun", required_argument, NULL, O_MPIRUN},
+        {"ready-file", required_argument, NULL, O_READY},
+        {"slots", required_argument, NULL, O_SLOTS},
+        {"max-restarts", required_argument, NULL, O_RESTARTS},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"progress-timeout", required_argument, NULL, O_TIMEOUT},
+        {"backoff", required_argument, NULL, O_BACKOFF},
+        {"backoff-max", required_argument, NULL, O_BACKOFF_MAX},
+        {"cancel-grace", required_argument, NULL, O_GRACE},
+        {"data-root", required_argument, NULL, O_DATA_ROOT},
+        {"checkpoint-root", required_argument, NULL, O_CKPT_ROOT},
+        {"insecure-no-auth", no_argument, NULL, O_NO_AUTH},
+        {"allow-plaintext", no_argument, NULL, O_PLAINTEXT},
+        {"max-streams", required_argument, NULL, O_MAX_STREAMS},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0},
+    };
+    opterr = 0; /* our own messages */
+    int c, idx = -1;
+    while ((c = getopt_long(argc, argv, ":h", options, &idx)) != -1) {
+        const char *flag = idx >= 0 ? options[idx].name : "";
+        char name[40];
+        snprintf(name, sizeof name, "--%s", flag);
+        idx = -1;
+        int bad = 0;
+        switch (c) {
+        case O_GRPC:
+            o->grpc_addr = optarg;
+            break;
+        case O_REST:
+            o->rest_addr = optarg;
+            break;
+        case O_STATE:
+            o->state_dir = optarg;
+            break;
+        case O_TOKEN:
+            o->token_file = optarg;
+            break;
+        case O_WORKER:
+            o->worker = optarg;
+            break;
+        case O_MPIRUN:
+            o->mpirun = optarg;
+            break;
+        case O_READY:
+            o->ready_file = optarg;
+            break;
+        case O_SLOTS:
+            bad = parse_int(name, optarg, 1, 100000, &o->slots);
+            break;
+        case O_RESTARTS:
+            bad = parse_int(name, optarg, 0, 100, &o->max_restarts);
+            break;
+        case O_THREADS:
+            bad = parse_int(name, optarg, 1, 256, &o->threads);
+            break;
+        case O_TIMEOUT:
+            bad = parse_secs(name, optarg, &o->progress_timeout_s);
+            break;
+        case O_BACKOFF:
+            bad = parse_secs(name, optarg, &o->backoff_s);
+            break;
+        case O_BACKOFF_MAX:
+            bad = parse_secs(name, optarg, &o->backoff_max_s);
+            break;
+        case O_GRACE:
+            bad = parse_secs(name, optarg, &o->grace_s);
+            break;
+        case O_DATA_ROOT:
+        case O_CKPT_ROOT: {
+            const char **list = c == O_DATA_ROOT ? o->data_roots : o->checkpoint_roots;
+            int *n = c == O_DATA_ROOT ? &o->n_data_roots : &o->n_checkpoint_roots;
+            if (*n >= 16) {
+                fprintf(stderr, "onebitd: %s: at most 16 of them\n", name);
+                return 2;
+            }
+            list[(*n)++] = optarg;
+            list[*n] = NULL;
+            break;
+        }
+        case O_MAX_STREAMS:
+            bad = parse_int(name, optarg, 1, 100000, &o->max_streams);
+            break;
+        case O_NO_AUTH:
+            o->insecure_no_auth = 1;
+            break;
+        case O_PLAINTEXT:
+            o->allow_plaintext = 1;
+            break;
+        case 'h':
             usage(stdout);
             return 1;
-        }
-        if (!v || strncmp(a, "--", 2) != 0) {
-            fprintf(stderr, "onebitd: unknown or incomplete argument '%s'\n", a);
+        case 'V':
+            printf("onebitd %s (api onebit.v1)\n", ONEBIT_VERSION);
+            return 1;
+        case ':':
+            fprintf(stderr, "onebitd: %s needs a value\n", argv[optind - 1]);
             usage(stderr);
             return 2;
-        }
-        i++;
-        int bad = 0;
-        if (!strcmp(a, "--grpc"))
-            o->grpc_addr = v;
-        else if (!strcmp(a, "--rest"))
-            o->rest_addr = v;
-        else if (!strcmp(a, "--state-dir"))
-            o->state_dir = v;
-        else if (!strcmp(a, "--token-file"))
-            o->token_file = v;
-        else if (!strcmp(a, "--worker"))
-            o->worker = v;
-        else if (!strcmp(a, "--mpirun"))
-            o->mpirun = v;
-        else if (!strcmp(a, "--ready-file"))
-            o->ready_file = v;
-        else if (!strcmp(a, "--slots"))
-            bad = parse_int(a, v, 1, 100000, &o->slots);
-        else if (!strcmp(a, "--max-restarts"))
-            bad = parse_int(a, v, 0, 100, &o->max_restarts);
-        else if (!strcmp(a, "--threads"))
-            bad = parse_int(a, v, 1, 256, &o->threads);
-        else if (!strcmp(a, "--progress-timeout"))
-            bad = parse_secs(a, v, &o->progress_timeout_s);
-        else if (!strcmp(a, "--backoff"))
-            bad = parse_secs(a, v, &o->backoff_s);
-        else if (!strcmp(a, "--backoff-max"))
-            bad = parse_secs(a, v, &o->backoff_max_s);
-        else if (!strcmp(a, "--cancel-grace"))
-            bad = parse_secs(a, v, &o->grace_s);
-        else {
-            fprintf(stderr, "onebitd: unknown argument '%s'\n", a);
+        default:
+            fprintf(stderr, "onebitd: unknown argument '%s'\n", argv[optind - 1]);
             usage(stderr);
             return 2;
         }
         if (bad) return 2;
     }
+    if (optind < argc) {
+        fprintf(stderr, "onebitd: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    if (o->insecure_no_auth && o->token_file) {
+        fprintf(stderr, "onebitd: --insecure-no-auth and --token-file: choose one\n");
+        return 2;
+    }
+    const char *addrs[] = {o->grpc_addr, o->rest_addr};
+    for (int i = 0; i < 2 && !o->allow_plaintext; i++) {
+        if (loopback_addr(addrs[i])) continue;
+        fprintf(stderr,
+                "onebitd: %s is not a loopback address, and the APIs have no TLS: the token and "
+                "every request would cross the network in clear. Bind to 127.0.0.1, or pass "
+                "--allow-plaintext behind a TLS-terminating proxy or on a private network\n",
+                addrs[i]);
+        return 2;
+    }
     return 0;
 }
 
-/* The token from --token-file (first line, surrounding white space dropped) or ONEBIT_TOKEN. */
+/* The admin token: from --token-file, else ONEBIT_TOKEN, else (unless --insecure-no-auth) the
+ * state directory's token file, made at the first start. Returns 0, or 2 with a message. */
 static int load_token(const opts *o, char *tok, size_t cap)
 {
     tok[0] = '\0';
+    ob_err err;
+    ob_err_clear(&err);
     if (o->token_file) {
-        FILE *f = fopen(o->token_file, "r");
-        if (!f) {
-            fprintf(stderr, "onebitd: --token-file %s: %s\n", o->token_file, strerror(errno));
-            return -1;
-        }
-        if (!fgets(tok, (int)cap, f)) tok[0] = '\0';
-        fclose(f);
-        size_t n = strlen(tok);
-        while (n && (tok[n - 1] == '\n' || tok[n - 1] == '\r' || tok[n - 1] == ' '))
-            tok[--n] = 0;
-        if (!n) {
-            fprintf(stderr, "onebitd: --token-file %s: the file holds no token\n", o->token_file);
-            return -1;
-        }
-        return 0;
+        if (ob_token_read(o->token_file, tok, cap, &err) == OB_OK) return 0;
+        fprintf(stderr, "onebitd: --token-file: %s\n", err.msg);
+        return 2;
     }
     const char *e = getenv("ONEBIT_TOKEN");
-    if (e) snprintf(tok, cap, "%s", e);
+    if (e && e[0]) {
+        snprintf(tok, cap, "%s", e);
+        return 0;
+    }
+    if (o->insecure_no_auth) return 0;
+    /* The service has made the state directory, and holds its lock: no other onebitd makes a
+     * token there at the same time. */
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/token", o->state_dir);
+    int created = 0;
+    if (ob_token_ensure(path, tok, cap, &created, &err) != OB_OK) {
+        fprintf(stderr, "onebitd: %s\n", err.msg);
+        return 2;
+    }
+    fprintf(stderr,
+            "onebitd: %s the API token: %s (mode 0600; onebitctl finds it with "
+            "ONEBIT_STATE_DIR=%s)\n",
+            created ? "made" : "using", path, o->state_dir);
     return 0;
 }
 
@@ -210,10 +350,7 @@ int main(int argc, char **argv)
     memset(&o, 0, sizeof o);
     int prc = parse_args(argc, argv, &o);
     if (prc) return prc == 1 ? 0 : 2;
-    char token[512];
-    if (load_token(&o, token, sizeof token) != 0) return 2;
-    /* Workers report with the same token. */
-    if (token[0]) setenv("ONEBIT_TOKEN", token, 1);
+    char token[OB_TOKEN_MAX] = "";
     char worker[PATH_MAX + 32];
     if (o.worker)
         snprintf(worker, sizeof worker, "%s", o.worker);
@@ -249,12 +386,22 @@ int main(int argc, char **argv)
     cfg.backoff_max_ms = (int64_t)(o.backoff_max_s * 1000);
     cfg.cancel_grace_ms = (int64_t)(o.grace_s * 1000);
     cfg.launcher = launcher;
+    if (o.n_data_roots) cfg.data_roots = o.data_roots;
+    if (o.n_checkpoint_roots) cfg.checkpoint_roots = o.checkpoint_roots;
     cfg.on_state = log_state;
     if (ob_service_create(&svc, &cfg, &err)) goto fail;
+    /* Workers never see the token: each attempt reports with a credential of its own. */
+    if (load_token(&o, token, sizeof token) != 0) {
+        ob_service_destroy(svc);
+        ob_launcher_destroy(launcher);
+        return 2;
+    }
     int grpc_port = 0, rest_port = 0;
-    if (ob_grpc_server_start(&grpc, svc, o.grpc_addr, token, o.threads, &grpc_port, &err))
+    if (ob_grpc_server_start(&grpc, svc, o.grpc_addr, token, o.threads, o.max_streams, &grpc_port,
+                             &err))
         goto fail;
-    if (ob_rest_server_start(&rest, svc, o.rest_addr, token, &rest_port, &err)) goto fail;
+    if (ob_rest_server_start(&rest, svc, o.rest_addr, token, o.max_streams, &rest_port, &err))
+        goto fail;
     /* Workers run on this machine: they reach the gRPC port over loopback. */
     char report[64];
     snprintf(report, sizeof report, "127.0.0.1:%d", grpc_port);

@@ -11,13 +11,14 @@
  * next send when the previous one has completed (one send in flight per call); the stream ends
  * with OK after the event that puts the job in a final state. Shutdown: the server stops
  * accepting, every call is cancelled, the queue is shut down once the last call is freed. */
+#include "grpc_internal.h"
 #include "onebit/job_codec.h"
 #include "onebit/servers.h"
 #include "onebit/status_map.h"
 #include "onebit/v1/jobs.pb-c.h"
 #include "onebit/v1/worker.pb-c.h"
 #include "grpc/health/v1/health.pb-c.h"
-#include "svc_internal.h"
+#include "onebit/base.h"
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
@@ -28,29 +29,6 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-typedef enum method_id {
-    M_SUBMIT,
-    M_GET,
-    M_LIST,
-    M_CANCEL,
-    M_WATCH,
-    M_CHECKPOINTS,
-    M_LOGS,
-    M_REPORT,
-    M_HEALTH_CHECK,
-    M_HEALTH_WATCH,
-    M_COUNT,
-    M_UNKNOWN = -1,
-} method_id;
-
-static const char *const method_paths[M_COUNT] = {
-    "/onebit.v1.JobService/SubmitJob",  "/onebit.v1.JobService/GetJob",
-    "/onebit.v1.JobService/ListJobs",   "/onebit.v1.JobService/CancelJob",
-    "/onebit.v1.JobService/WatchJob",   "/onebit.v1.JobService/ListCheckpoints",
-    "/onebit.v1.JobService/GetJobLogs", "/onebit.v1.WorkerService/ReportProgress",
-    "/grpc.health.v1.Health/Check",     "/grpc.health.v1.Health/Watch",
-};
 
 typedef enum tag_kind { TAG_NEW, TAG_DONE, TAG_SEND, TAG_STATUS, TAG_CLOSE, TAG_SHUTDOWN } tag_kind;
 
@@ -95,248 +73,8 @@ struct ob_grpc_server {
     int outstanding;    /* call_ctx objects alive */
     int shutting_down, server_shutdown_done, cq_shut, watch_stop;
     call_ctx *watches;
+    int n_watches, max_streams;
     tag t_shutdown;
-};
-
-/* ---- messages ------------------------------------------------------------------------------ */
-
-static grpc_byte_buffer *pack_message(const ProtobufCMessage *m)
-{
-    size_t n = protobuf_c_message_get_packed_size(m);
-    uint8_t *buf = malloc(n ? n : 1);
-    if (!buf) return NULL;
-    protobuf_c_message_pack(m, buf);
-    grpc_slice s = grpc_slice_from_copied_buffer((const char *)buf, n);
-    free(buf);
-    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
-    grpc_slice_unref(s);
-    return bb;
-}
-
-static ProtobufCMessage *unpack_payload(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d)
-{
-    grpc_byte_buffer_reader rd;
-    if (!grpc_byte_buffer_reader_init(&rd, bb)) return NULL;
-    grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
-    grpc_byte_buffer_reader_destroy(&rd);
-    ProtobufCMessage *m =
-        protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
-    grpc_slice_unref(s);
-    return m;
-}
-
-/* ---- handlers: decode, call the service, encode ------------------------------------------ */
-
-typedef struct reply {
-    grpc_byte_buffer *bb; /* the answer on success */
-    ob_err err;
-} reply;
-
-/* The answer of a call that returns a job: rc of the service function that filled *j (which
- * is cleared here when it succeeded), or the encoded job. */
-static ob_status reply_job(reply *r, ob_status rc, ob_job *j)
-{
-    if (rc != OB_OK) return rc;
-    ob_job_pb pb;
-    if (ob_job_to_pb(j, &pb, NULL) != OB_OK || !(r->bb = pack_message(&pb.job.base)))
-        rc = OB_ERR(&r->err, OB_ERR_NOMEM, "encoding job %s", j->id);
-    ob_job_pb_release(&pb);
-    ob_job_clear(j);
-    return rc;
-}
-
-static ob_status h_submit(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
-{
-    const Onebit__V1__SubmitJobRequest *q = (const Onebit__V1__SubmitJobRequest *)m;
-    ob_submit_req req = {.spec = q->spec,
-                         .spec_len = strlen(q->spec),
-                         .world_size = q->world_size,
-                         .max_restarts = q->max_restarts};
-    ob_job j;
-    return reply_job(r, ob_service_submit(s->svc, &req, &j, &r->err), &j);
-}
-
-static ob_status h_get(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
-{
-    const Onebit__V1__GetJobRequest *q = (const Onebit__V1__GetJobRequest *)m;
-    ob_job j;
-    return reply_job(r, ob_service_get(s->svc, q->id, &j, &r->err), &j);
-}
-
-static ob_status h_cancel(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
-{
-    const Onebit__V1__CancelJobRequest *q = (const Onebit__V1__CancelJobRequest *)m;
-    ob_job j;
-    return reply_job(r, ob_service_cancel(s->svc, q->id, &j, &r->err), &j);
-}
-
-static ob_status h_list(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
-{
-    const Onebit__V1__ListJobsRequest *q = (const Onebit__V1__ListJobsRequest *)m;
-    ob_job *jobs = NULL;
-    size_t n = 0;
-    char next[OB_PAGE_TOKEN_LEN];
-    ob_status rc = ob_service_list(s->svc, (ob_job_state)q->state, q->page_size, q->page_token,
-                                   &jobs, &n, next, &r->err);
-    if (rc) return rc;
-    ob_job_pb *pbs = calloc(n ? n : 1, sizeof *pbs);
-    Onebit__V1__Job **ptrs = calloc(n ? n : 1, sizeof *ptrs);
-    size_t done = 0;
-    if (!pbs || !ptrs) {
-        rc = OB_ERR(&r->err, OB_ERR_NOMEM, "encoding %zu jobs", n);
-        goto out;
-    }
-    for (; done < n; done++) {
-        if (ob_job_to_pb(&jobs[done], &pbs[done], NULL) != OB_OK) {
-            rc = OB_ERR(&r->err, OB_ERR_NOMEM, "encoding %zu jobs", n);
-            done++;
-            goto out;
-        }
-        ptrs[done] = &pbs[done].job;
-    }
-    Onebit__V1__ListJobsResponse resp = ONEBIT__V1__LIST_JOBS_RESPONSE__INIT;
-    resp.n_jobs = n;
-    resp.jobs = ptrs;
-    resp.next_page_token = next;
-    if (!(r->bb = pack_message(&resp.base))) rc = OB_ERR(&r->err, OB_ERR_NOMEM, "encoding jobs");
-out:
-    for (size_t i = 0; pbs && i < done; i++)
-        ob_job_pb_release(&pbs[i]);
-    free(pbs);
-    free(ptrs);
-    ob_job_array_free(jobs, n);
-    return rc;
-}
-
-static ob_status h_checkpoints(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
-{
-    const Onebit__V1__ListCheckpointsRequest *q = (const Onebit__V1__ListCheckpointsRequest *)m;
-    ob_checkpoint_info *ck = NULL;
-    size_t n = 0;
-    ob_status rc = ob_service_checkpoints(s->svc, q->id, &ck, &n, &r->err);
-    if (rc) return rc;
-    Onebit__V1__Checkpoint *v = calloc(n ? n : 1, sizeof *v);
-    Onebit__V1__Checkpoint **p = calloc(n ? n : 1, sizeof *p);
-    if (v && p) {
-        for (size_t i = 0; i < n; i++) {
-            onebit__v1__checkpoint__init(&v[i]);
-            v[i].step = ck[i].step;
-            v[i].path = ck[i].path;
-            v[i].time_unix_ms = ck[i].time_ms;
-            v[i].world_size = ck[i].world_size;
-            v[i].phase = ck[i].phase;
-            v[i].freeze_step = ck[i].freeze_step;
-            v[i].problem = ck[i].problem;
-            p[i] = &v[i];
-        }
-        Onebit__V1__ListCheckpointsResponse resp = ONEBIT__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
-        resp.n_checkpoints = n;
-        resp.checkpoints = p;
-        r->bb = pack_message(&resp.base);
-    }
-    if (!r->bb) rc = OB_ERR(&r->err, OB_ERR_NOMEM, "encoding checkpoints");
-    free(v);
-    free(p);
-    free(ck);
-    return rc;
-}
-
-static ob_status h_report(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
-{
-    const Onebit__V1__ReportProgressRequest *q = (const Onebit__V1__ReportProgressRequest *)m;
-    ob_report rep;
-    memset(&rep, 0, sizeof rep);
-    if (strlen(q->job_id) >= sizeof rep.job_id)
-        return OB_ERR(&r->err, OB_ERR_NOT_FOUND, "no job with id '%.64s...'", q->job_id);
-    ob__strlcpy(rep.job_id, q->job_id, sizeof rep.job_id);
-    ob__strlcpy(rep.kind, q->kind, sizeof rep.kind);
-    if (q->progress) {
-        const Onebit__V1__Progress *p = q->progress;
-        rep.progress.step = p->step;
-        rep.progress.loss = p->loss;
-        ob__strlcpy(rep.progress.phase, p->phase, sizeof rep.progress.phase);
-        rep.progress.freeze_step = p->freeze_step;
-        rep.progress.samples_per_s = p->samples_per_s;
-        rep.progress.bytes_sent = p->bytes_sent;
-        rep.progress.lr = p->lr;
-        rep.progress.freeze_ratio = p->freeze_ratio;
-    }
-    if (q->checkpoint) {
-        rep.ckpt_step = q->checkpoint->step;
-        ob__strlcpy(rep.ckpt_path, q->checkpoint->path, sizeof rep.ckpt_path);
-    }
-    rep.num_params = q->num_params;
-    rep.world_size = q->world_size;
-    rep.eval_loss = q->eval_loss;
-    rep.eval_accuracy = q->eval_accuracy;
-    ob__strlcpy(rep.message, q->message, sizeof rep.message);
-    rep.ckpt_failed = q->checkpoint_failed;
-    int cancel = 0;
-    ob_status rc = ob_service_report(s->svc, &rep, &cancel, &r->err);
-    if (rc) return rc;
-    Onebit__V1__ReportProgressResponse resp = ONEBIT__V1__REPORT_PROGRESS_RESPONSE__INIT;
-    resp.cancel_requested = cancel;
-    if (!(r->bb = pack_message(&resp.base)))
-        return OB_ERR(&r->err, OB_ERR_NOMEM, "encoding a report answer");
-    return OB_OK;
-}
-
-/* Health: "" (the server), and each service onebitd implements. */
-static ob_status h_logs(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
-{
-    const Onebit__V1__GetJobLogsRequest *q = (const Onebit__V1__GetJobLogsRequest *)m;
-    char *data = NULL;
-    size_t len = 0;
-    int64_t size = 0;
-    ob_status rc =
-        ob_service_logs(s->svc, q->id, q->offset, q->max_bytes, &data, &len, &size, &r->err);
-    if (rc) return rc;
-    Onebit__V1__JobLogs resp = ONEBIT__V1__JOB_LOGS__INIT;
-    resp.data.data = (uint8_t *)data;
-    resp.data.len = len;
-    resp.next_offset = q->offset + (int64_t)len;
-    resp.size = size;
-    r->bb = pack_message(&resp.base);
-    free(data);
-    if (!r->bb) return OB_ERR(&r->err, OB_ERR_NOMEM, "encoding logs");
-    return OB_OK;
-}
-
-static int known_service(const char *name)
-{
-    return !name[0] || !strcmp(name, "onebit.v1.JobService") ||
-           !strcmp(name, "onebit.v1.WorkerService") || !strcmp(name, "grpc.health.v1.Health");
-}
-
-static ob_status h_health(ob_grpc_server *s, const ProtobufCMessage *m, reply *r)
-{
-    (void)s;
-    const Grpc__Health__V1__HealthCheckRequest *q = (const Grpc__Health__V1__HealthCheckRequest *)m;
-    if (!known_service(q->service))
-        return OB_ERR(&r->err, OB_ERR_NOT_FOUND, "unknown service '%.100s'", q->service);
-    Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-    if (!(r->bb = pack_message(&resp.base)))
-        return OB_ERR(&r->err, OB_ERR_NOMEM, "encoding a health answer");
-    return OB_OK;
-}
-
-typedef ob_status (*handler_fn)(ob_grpc_server *s, const ProtobufCMessage *m, reply *r);
-
-static const struct {
-    const ProtobufCMessageDescriptor *request;
-    handler_fn fn; /* NULL: a stream */
-} handlers[M_COUNT] = {
-    [M_SUBMIT] = {&onebit__v1__submit_job_request__descriptor, h_submit},
-    [M_GET] = {&onebit__v1__get_job_request__descriptor, h_get},
-    [M_LIST] = {&onebit__v1__list_jobs_request__descriptor, h_list},
-    [M_CANCEL] = {&onebit__v1__cancel_job_request__descriptor, h_cancel},
-    [M_WATCH] = {&onebit__v1__watch_job_request__descriptor, NULL},
-    [M_CHECKPOINTS] = {&onebit__v1__list_checkpoints_request__descriptor, h_checkpoints},
-    [M_LOGS] = {&onebit__v1__get_job_logs_request__descriptor, h_logs},
-    [M_REPORT] = {&onebit__v1__report_progress_request__descriptor, h_report},
-    [M_HEALTH_CHECK] = {&grpc__health__v1__health_check_request__descriptor, h_health},
-    [M_HEALTH_WATCH] = {&grpc__health__v1__health_check_request__descriptor, NULL},
 };
 
 /* ---- call lifetime ------------------------------------------------------------------------- */
@@ -427,22 +165,26 @@ static void finish_unary(call_ctx *c, ob_status status, const char *msg, grpc_by
     if (grpc_call_start_batch(c->call, ops, n, &c->t_done, NULL) != GRPC_CALL_OK) ctx_free(c);
 }
 
-static int authorized(const ob_grpc_server *s, const grpc_metadata_array *md)
+/* The token of the call's "authorization: Bearer TOKEN" header into out ("" when there is
+ * none or it does not fit). */
+static void bearer_of(const grpc_metadata_array *md, char *out, size_t cap)
 {
-    if (!s->token) return 1;
+    out[0] = '\0';
     for (size_t i = 0; i < md->count; i++) {
         if (grpc_slice_str_cmp(md->metadata[i].key, "authorization") != 0) continue;
         const grpc_slice v = md->metadata[i].value;
-        size_t tl = strlen(s->token);
-        if (GRPC_SLICE_LENGTH(v) != tl + 7) return 0;
+        size_t n = GRPC_SLICE_LENGTH(v);
         const char *p = (const char *)GRPC_SLICE_START_PTR(v);
-        if (memcmp(p, "Bearer ", 7) != 0) return 0;
-        unsigned diff = 0; /* compare every byte: the time does not tell how much matched */
-        for (size_t k = 0; k < tl; k++)
-            diff |= (unsigned)(p[7 + k] ^ s->token[k]);
-        return diff == 0;
+        if (n < 7 || memcmp(p, "Bearer ", 7) != 0 || n - 7 >= cap) return;
+        memcpy(out, p + 7, n - 7);
+        out[n - 7] = '\0';
+        return;
     }
-    return 0;
+}
+
+static int authorized(const ob_grpc_server *s, const char *bearer)
+{
+    return !s->token || ob_secret_equal(bearer, s->token);
 }
 
 /* ---- streams ------------------------------------------------------------------------------ */
@@ -455,6 +197,7 @@ static int stream_maybe_free(ob_grpc_server *s, call_ctx *c)
     for (call_ctx **p = &s->watches; *p; p = &(*p)->wnext) {
         if (*p == c) {
             *p = c->wnext;
+            s->n_watches--;
             break;
         }
     }
@@ -515,7 +258,7 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
         if (c->health_sent) return;
         Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
         resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
-        grpc_byte_buffer *bb = pack_message(&resp.base);
+        grpc_byte_buffer *bb = ob__grpc_pack(&resp.base);
         if (bb) stream_send(c, bb);
         c->health_sent = 1;
         return;
@@ -551,7 +294,7 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
     ev.state = (Onebit__V1__JobState)e->state;
     ev.message = (char *)e->message;
     ev.progress = &prog;
-    grpc_byte_buffer *bb = pack_message(&ev.base);
+    grpc_byte_buffer *bb = ob__grpc_pack(&ev.base);
     c->last_seq = e->seq;
     if (!strcmp(e->kind, "state") && ob_job_state_final(e->state)) c->finish_after_send = 1;
     free(evs);
@@ -561,19 +304,35 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
         stream_status(c, OB_ERR_NOMEM, "encoding an event");
 }
 
+/* The stream is on the watch list before its close can complete: the completion (handled by any
+ * thread, under the lock) then always finds it there, and cannot free it while this thread
+ * still links it. */
 static void stream_begin(ob_grpc_server *s, call_ctx *c)
 {
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = &c->cancelled;
+    pthread_mutex_lock(&s->mu);
+    if (s->n_watches >= s->max_streams) {
+        pthread_mutex_unlock(&s->mu);
+        char msg[128];
+        snprintf(msg, sizeof msg,
+                 "%d streams are open, the most this server keeps; try again later",
+                 s->max_streams);
+        finish_unary(c, OB_ERR_TOO_LARGE, msg, NULL);
+        return;
+    }
+    c->wnext = s->watches;
+    s->watches = c;
+    s->n_watches++;
     if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) {
+        s->watches = c->wnext; /* nothing else saw it: it is still the head */
+        s->n_watches--;
+        pthread_mutex_unlock(&s->mu);
         ctx_free(c);
         return;
     }
-    pthread_mutex_lock(&s->mu);
-    c->wnext = s->watches;
-    s->watches = c;
     stream_pump(s, c);
     pthread_mutex_unlock(&s->mu);
 }
@@ -622,7 +381,11 @@ static void *watcher_main(void *arg)
 static void handle_new(ob_grpc_server *s, call_ctx *c)
 {
     char msg[OB_ERR_MSG_LEN + 64];
-    if (!authorized(s, &c->md)) {
+    char bearer[512];
+    bearer_of(&c->md, bearer, sizeof bearer);
+    /* Workers report with their attempt's credential, which the service checks: the admin
+     * token is neither needed nor given to them. */
+    if (c->method != M_REPORT && !authorized(s, bearer)) {
         finish_unary(c, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token", NULL);
         return;
     }
@@ -636,22 +399,22 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
         finish_unary(c, OB_ERR_UNSUPPORTED, msg, NULL);
         return;
     }
-    const ProtobufCMessageDescriptor *d = handlers[c->method].request;
+    const ProtobufCMessageDescriptor *d = ob__grpc_methods[c->method].request;
     if (!c->payload) {
         snprintf(msg, sizeof msg, "missing %s message", d->name);
         finish_unary(c, OB_ERR_INVALID_ARG, msg, NULL);
         return;
     }
-    ProtobufCMessage *m = unpack_payload(c->payload, d);
+    ProtobufCMessage *m = ob__grpc_unpack(c->payload, d);
     if (!m) {
         snprintf(msg, sizeof msg, "malformed %s message: not valid protobuf", d->name);
         finish_unary(c, OB_ERR_INVALID_ARG, msg, NULL);
         return;
     }
-    if (handlers[c->method].fn) {
-        reply r;
+    if (ob__grpc_methods[c->method].fn) {
+        ob__grpc_reply r;
         memset(&r, 0, sizeof r);
-        ob_status rc = handlers[c->method].fn(s, m, &r);
+        ob_status rc = ob__grpc_methods[c->method].fn(s->svc, m, bearer, &r);
         protobuf_c_message_free_unpacked(m, NULL);
         finish_unary(c, rc, r.err.msg, r.bb);
         return;
@@ -666,7 +429,7 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
             rc = OB_ERR(&err, OB_ERR_INVALID_ARG, "after_seq: expected >= 0, got %lld",
                         (long long)q->after_seq);
         if (rc == OB_OK) {
-            ob__strlcpy(c->job_id, j.id, sizeof c->job_id);
+            ob_strlcpy(c->job_id, j.id, sizeof c->job_id);
             c->last_seq = q->after_seq;
         }
         ob_job_clear(&j);
@@ -679,7 +442,7 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
     }
     /* Health.Watch */
     const Grpc__Health__V1__HealthCheckRequest *q = (const Grpc__Health__V1__HealthCheckRequest *)m;
-    int known = known_service(q->service);
+    int known = ob__grpc_known_service(q->service);
     snprintf(msg, sizeof msg, "unknown service '%.100s'", q->service);
     protobuf_c_message_free_unpacked(m, NULL);
     if (!known)
@@ -725,7 +488,8 @@ static void *handler_main(void *arg)
 /* ---- start and stop ------------------------------------------------------------------------ */
 
 ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc, const char *addr,
-                               const char *token, int threads, int *bound_port, ob_err *err)
+                               const char *token, int threads, int max_streams, int *bound_port,
+                               ob_err *err)
 {
     *out = NULL;
     if (threads <= 0) threads = 4;
@@ -734,6 +498,7 @@ ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc, const char
     grpc_init();
     pthread_mutex_init(&s->mu, NULL);
     s->svc = svc;
+    s->max_streams = max_streams > 0 ? max_streams : OB_SERVERS_MAX_STREAMS;
     s->t_shutdown = (tag){TAG_SHUTDOWN, NULL};
     if (token && token[0] && !(s->token = strdup(token))) goto oom;
     s->threads = calloc((size_t)threads, sizeof *s->threads);
@@ -752,10 +517,11 @@ ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc, const char
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
     for (int m = 0; m < M_COUNT; m++) {
-        s->registered[m] = grpc_server_register_method(
-            s->server, method_paths[m], NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        s->registered[m] =
+            grpc_server_register_method(s->server, ob__grpc_method_paths[m], NULL,
+                                        GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
         if (!s->registered[m]) {
-            OB_ERR(err, OB_ERR_IO, "registering %s", method_paths[m]);
+            OB_ERR(err, OB_ERR_IO, "registering %s", ob__grpc_method_paths[m]);
             goto fail_server;
         }
     }

@@ -6,7 +6,7 @@
  * SIGTERM goes to the ranks themselves, not to mpirun, so that they can finish their step, write
  * a checkpoint and exit 0 without mpirun cutting them short; SIGKILL goes to all of them. */
 #include "onebit/launcher.h"
-#include "svc_internal.h"
+#include "onebit/base.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -136,7 +136,7 @@ static void local_stop_stale(ob_launcher *l, const ob_launch_handle *h, const ob
      * group is left out and the spec path alone identifies them. */
     ob_launch_handle mine;
     memset(&mine, 0, sizeof mine);
-    ob__strlcpy(mine.spec_path, req->spec_path, sizeof mine.spec_path);
+    ob_strlcpy(mine.spec_path, req->spec_path, sizeof mine.spec_path);
     (void)h;
     sig_ctx t = {.sig = SIGKILL};
     for_each_member(&mine, signal_one, &t);
@@ -166,8 +166,20 @@ static ob_status local_poll(ob_launcher *l, const ob_launch_handle *h, ob_launch
     return OB_OK;
 }
 
-/* The child's environment: ours, plus what Open MPI needs in containers unless already set. */
-static char **child_env(void)
+/* Variables of ours the workers must not inherit: the admin token gives every right over every
+ * job, and a worker needs only its attempt's report credential. */
+static int withheld(const char *var)
+{
+    static const char *const names[] = {"ONEBIT_TOKEN=", "ONEBIT_REPORT_TOKEN="};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strncmp(var, names[i], strlen(names[i]))) return 1;
+    return 0;
+}
+
+/* The child's environment: ours without the admin token, what Open MPI needs in containers
+ * unless already set, and the attempt's report credential (report_var, "" for none). The array
+ * is malloc'd; its strings are borrowed. */
+static char **child_env(const char *report_var)
 {
     static const char *const extra[] = {
         "OMPI_MCA_btl_vader_single_copy_mechanism=none",
@@ -181,11 +193,11 @@ static char **child_env(void)
     size_t n = 0;
     while (environ && environ[n])
         n++;
-    char **env = calloc(n + n_extra + 1, sizeof *env);
+    char **env = calloc(n + n_extra + 2, sizeof *env);
     if (!env) return NULL;
     size_t k = 0;
     for (size_t i = 0; i < n; i++)
-        env[k++] = environ[i];
+        if (!withheld(environ[i])) env[k++] = environ[i];
     for (size_t i = 0; i < n_extra; i++) {
         size_t keylen = (size_t)(strchr(extra[i], '=') - extra[i]);
         int present = 0;
@@ -193,6 +205,7 @@ static char **child_env(void)
             present = !strncmp(environ[j], extra[i], keylen + 1);
         if (!present) env[k++] = (char *)extra[i];
     }
+    if (report_var[0]) env[k++] = (char *)report_var;
     env[k] = NULL;
     return env;
 }
@@ -231,7 +244,12 @@ static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch
 
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;
-    char **env = child_env();
+    char report_var[160] = "";
+    if (req->report_token && req->report_token[0] &&
+        (size_t)snprintf(report_var, sizeof report_var, "ONEBIT_REPORT_TOKEN=%s",
+                         req->report_token) >= sizeof report_var)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "job %s: report credential too long", req->job_id);
+    char **env = child_env(report_var);
     if (!env) return OB_ERR(err, OB_ERR_NOMEM, "environment for job %s", req->job_id);
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&at);
@@ -259,7 +277,7 @@ static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch
     } else {
         h->pid = pid;
         h->pgid = pid;
-        ob__strlcpy(h->spec_path, req->spec_path, sizeof h->spec_path);
+        ob_strlcpy(h->spec_path, req->spec_path, sizeof h->spec_path);
     }
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);

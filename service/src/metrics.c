@@ -4,7 +4,7 @@
 #include "onebit/service.h"
 #include "onebit/store.h"
 #include "service_internal.h"
-#include "svc_internal.h"
+#include "onebit/base.h"
 
 #include <inttypes.h>
 #include <stdarg.h>
@@ -54,30 +54,74 @@ typedef struct job_gauge {
     int64_t ckpt_ms;
 } job_gauge;
 
-static void per_job_family(sbuf *b, const char *name, const char *help, const job_gauge *g,
-                           size_t n, int64_t now, int which)
+/* A gauge family with one sample per running job. value() gives the job's sample; it returns 0
+ * when the job has none to give (no checkpoint yet, say). */
+typedef enum { AS_INTEGER, AS_REAL, AS_SECONDS } sample_format;
+
+typedef struct job_family {
+    const char *name, *help;
+    sample_format format;
+    int (*value)(const job_gauge *g, int64_t now_ms, double *v);
+} job_family;
+
+static int job_step(const job_gauge *g, int64_t now_ms, double *v)
 {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", name, help, name);
+    (void)now_ms;
+    *v = (double)g->p.step;
+    return 1;
+}
+
+static int job_samples_per_s(const job_gauge *g, int64_t now_ms, double *v)
+{
+    (void)now_ms;
+    *v = g->p.samples_per_s;
+    return 1;
+}
+
+static int job_bytes_sent(const job_gauge *g, int64_t now_ms, double *v)
+{
+    (void)now_ms;
+    *v = (double)g->p.bytes_sent;
+    return 1;
+}
+
+static int job_bytes_uncompressed(const job_gauge *g, int64_t now_ms, double *v)
+{
+    (void)now_ms;
+    *v = (double)g->p.bytes_uncompressed;
+    return 1;
+}
+
+static int job_checkpoint_age(const job_gauge *g, int64_t now_ms, double *v)
+{
+    *v = (double)(now_ms - g->ckpt_ms) / 1000.0;
+    return g->ckpt_ms > 0;
+}
+
+static const job_family job_families[] = {
+    {"onebit_job_step", "Step of each running job.", AS_INTEGER, job_step},
+    {"onebit_job_samples_per_second", "Throughput of each running job.", AS_REAL,
+     job_samples_per_s},
+    {"onebit_job_bytes_sent", "Bytes per rank sent by each running job.", AS_INTEGER,
+     job_bytes_sent},
+    {"onebit_job_bytes_uncompressed", "fp32 ring allreduce equivalent of onebit_job_bytes_sent.",
+     AS_INTEGER, job_bytes_uncompressed},
+    {"onebit_job_checkpoint_age_seconds", "Seconds since each running job's newest checkpoint.",
+     AS_SECONDS, job_checkpoint_age},
+};
+
+static void per_job_family(sbuf *b, const job_family *f, const job_gauge *g, size_t n,
+                           int64_t now_ms)
+{
+    sb_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", f->name, f->help, f->name);
     for (size_t i = 0; i < n; i++) {
-        const ob_progress *p = &g[i].p;
-        switch (which) {
-        case 0:
-            sb_printf(b, "%s{job=\"%s\"} %" PRId64 "\n", name, g[i].id, p->step);
-            break;
-        case 1:
-            sb_printf(b, "%s{job=\"%s\"} %.6g\n", name, g[i].id, p->samples_per_s);
-            break;
-        case 2:
-            sb_printf(b, "%s{job=\"%s\"} %" PRId64 "\n", name, g[i].id, p->bytes_sent);
-            break;
-        case 3:
-            sb_printf(b, "%s{job=\"%s\"} %" PRId64 "\n", name, g[i].id, p->bytes_uncompressed);
-            break;
-        default:
-            if (g[i].ckpt_ms > 0)
-                sb_printf(b, "%s{job=\"%s\"} %.3f\n", name, g[i].id,
-                          (double)(now - g[i].ckpt_ms) / 1000.0);
-        }
+        double v;
+        if (!f->value(&g[i], now_ms, &v)) continue;
+        if (f->format == AS_INTEGER)
+            sb_printf(b, "%s{job=\"%s\"} %" PRId64 "\n", f->name, g[i].id, (int64_t)v);
+        else
+            sb_printf(b, f->format == AS_REAL ? "%s{job=\"%s\"} %.6g\n" : "%s{job=\"%s\"} %.3f\n",
+                      f->name, g[i].id, v);
     }
 }
 
@@ -93,7 +137,7 @@ ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err)
     int64_t restarts = 0, steps = 0, sent = 0, unc = 0;
     job_gauge *g = NULL;
     size_t ng = 0, capg = 0;
-    int64_t now = ob_now_ms();
+    int64_t now = ob_wall_ms();
     pthread_mutex_lock(&svc->mu);
     ob_status rc = ob_store_count_states(svc->store, counts, err);
     int used = ob__svc_used_slots(svc);
@@ -103,7 +147,8 @@ ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err)
     while (rc == OB_OK && more) {
         ob_job *jobs = NULL;
         size_t n = 0;
-        rc = ob_store_list_jobs(svc->store, OB_JOB_UNSPECIFIED, after, 200, &jobs, &n, &more, err);
+        rc = ob_store_list_jobs(svc->store, OB_JOB_UNSPECIFIED, NULL, after, 200, &jobs, &n, &more,
+                                err);
         for (size_t i = 0; rc == OB_OK && i < n; i++) {
             const ob_job *j = &jobs[i];
             after = j->seq;
@@ -122,7 +167,7 @@ ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err)
                 g = ngp;
                 capg = ncap;
             }
-            ob__strlcpy(g[ng].id, j->id, sizeof g[ng].id);
+            ob_strlcpy(g[ng].id, j->id, sizeof g[ng].id);
             g[ng].p = j->progress;
             g[ng].ckpt_ms = j->ckpt_ms;
             ng++;
@@ -156,15 +201,8 @@ ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err)
     counter(&b, "onebit_bytes_sent_total", "Bytes sent per rank, summed over jobs.", sent);
     counter(&b, "onebit_bytes_uncompressed_total",
             "What an fp32 ring allreduce would have sent for the same steps.", unc);
-    per_job_family(&b, "onebit_job_step", "Step of each running job.", g, ng, now, 0);
-    per_job_family(&b, "onebit_job_samples_per_second", "Throughput of each running job.", g, ng,
-                   now, 1);
-    per_job_family(&b, "onebit_job_bytes_sent", "Bytes per rank sent by each running job.", g, ng,
-                   now, 2);
-    per_job_family(&b, "onebit_job_bytes_uncompressed",
-                   "fp32 ring allreduce equivalent of onebit_job_bytes_sent.", g, ng, now, 3);
-    per_job_family(&b, "onebit_job_checkpoint_age_seconds",
-                   "Seconds since each running job's newest checkpoint.", g, ng, now, 4);
+    for (size_t i = 0; i < sizeof job_families / sizeof job_families[0]; i++)
+        per_job_family(&b, &job_families[i], g, ng, now);
     free(g);
     if (b.oom) {
         free(b.p);

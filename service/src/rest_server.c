@@ -4,8 +4,10 @@
  *   POST /v1/jobs                  {"spec": "<JSON or YAML text>" | {...}, "worldSize",
  * "maxRestarts"} GET  /v1/jobs                  ?pageSize=&pageToken=&state= GET  /v1/jobs/{id}
  *   POST /v1/jobs/{id}:cancel
+ *   DELETE /v1/jobs/{id}           ?keepCheckpoints=true  a job that has ended
  *   GET  /v1/jobs/{id}/events      ?afterSeq=   server-sent events until the job ends
  *   GET  /v1/jobs/{id}/checkpoints
+ *   GET  /v1/version               {"version", "api"}
  *   GET  /healthz, GET /metrics    (Prometheus text)
  *
  * Errors: {"error": {"code": <HTTP status>, "status": "<gRPC code name>", "message": "..."}},
@@ -13,8 +15,9 @@
 #include "onebit/job_codec.h"
 #include "onebit/servers.h"
 #include "onebit/status_map.h"
-#include "svc_internal.h"
+#include "onebit/base.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -24,6 +27,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -31,7 +35,10 @@ struct ob_rest_server {
     struct MHD_Daemon *daemon;
     ob_service *svc;
     char *token;
+    int loopback;        /* bound to a loopback address: only loopback Host names are served */
     atomic_int stopping; /* read by the event streams' threads */
+    atomic_int streams;  /* event streams open now */
+    int max_streams;
 };
 
 /* Per-request state: the body as it arrives. */
@@ -39,6 +46,7 @@ typedef struct request {
     char *body;
     size_t len, cap;
     int too_large;
+    int answered; /* refused from its headers: the response is queued, the body dropped */
 } request;
 
 /* ---- JSON of the API types --------------------------------------------------------------- */
@@ -155,7 +163,7 @@ static void add_problem(char *buf, size_t cap, const char *text)
         strcat(buf, "; ");
         len += 2;
     }
-    ob__strlcpy(buf + len, text, cap - len);
+    ob_strlcpy(buf + len, text, cap - len);
 }
 
 /* ---- routes ------------------------------------------------------------------------------- */
@@ -197,6 +205,20 @@ static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn,
         } else if (!strcmp(key, "worldSize") || !strcmp(key, "world_size")) {
             if (json_int32(v, &req.world_size) != 0) {
                 snprintf(text, sizeof text, "%.40s: expected an integer", key);
+                add_problem(problems, sizeof problems, text);
+            }
+        } else if (!strcmp(key, "labels")) {
+            if (json_is_string(v)) {
+                req.labels = json_string_value(v);
+            } else {
+                add_problem(problems, sizeof problems,
+                            "labels: expected a string \"key=value,key=value\"");
+            }
+        } else if (!strcmp(key, "requestId") || !strcmp(key, "request_id")) {
+            if (json_is_string(v)) {
+                req.request_id = json_string_value(v);
+            } else {
+                snprintf(text, sizeof text, "%.40s: expected a string", key);
                 add_problem(problems, sizeof problems, text);
             }
         } else if (!strcmp(key, "maxRestarts") || !strcmp(key, "max_restarts")) {
@@ -248,7 +270,10 @@ static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn)
     ob_job *jobs = NULL;
     size_t n = 0;
     char next[OB_PAGE_TOKEN_LEN];
-    ob_status rc = ob_service_list(s->svc, state, (int)page_size, token, &jobs, &n, next, &err);
+    const char *selector =
+        MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "labelSelector");
+    ob_status rc =
+        ob_service_list(s->svc, state, selector, (int)page_size, token, &jobs, &n, next, &err);
     if (rc) return send_error(conn, rc, err.msg);
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
@@ -353,14 +378,14 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
             if (n > max) n = max;
             memcpy(buf, e->pending + e->off, n);
             e->off += n;
-            e->last_write_ms = ob_now_ms();
+            e->last_write_ms = ob_wall_ms();
             return (ssize_t)n;
         }
         if (e->done || e->srv->stopping) return MHD_CONTENT_READER_END_OF_STREAM;
         int64_t seen = ob_service_event_counter(e->srv->svc);
         if (sse_fill(e) > 0) continue;
         if (e->done) continue;
-        if (ob_now_ms() - e->last_write_ms > 15000) { /* keeps proxies from closing the stream */
+        if (ob_wall_ms() - e->last_write_ms > 15000) { /* keeps proxies from closing the stream */
             if (sse_append(e, ": keepalive\n\n")) return MHD_CONTENT_READER_END_WITH_ERROR;
             continue;
         }
@@ -371,6 +396,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
 static void sse_free(void *cls)
 {
     sse *e = cls;
+    atomic_fetch_sub(&e->srv->streams, 1);
     free(e->pending);
     free(e);
 }
@@ -395,12 +421,24 @@ static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn,
     ob_status rc = ob_service_get(s->svc, id, &j, &err);
     if (rc) return send_error(conn, rc, err.msg);
     ob_job_clear(&j);
+    if (atomic_fetch_add(&s->streams, 1) >= s->max_streams) {
+        atomic_fetch_sub(&s->streams, 1);
+        char msg[128];
+        snprintf(msg, sizeof msg,
+                 "%d event streams are open, the most this server keeps; try "
+                 "again later",
+                 s->max_streams);
+        return send_error_http(conn, 429, "RESOURCE_EXHAUSTED", msg);
+    }
     sse *e = calloc(1, sizeof *e);
-    if (!e) return send_error(conn, OB_ERR_NOMEM, "out of memory");
+    if (!e) {
+        atomic_fetch_sub(&s->streams, 1);
+        return send_error(conn, OB_ERR_NOMEM, "out of memory");
+    }
     e->srv = s;
-    ob__strlcpy(e->job_id, id, sizeof e->job_id);
+    ob_strlcpy(e->job_id, id, sizeof e->job_id);
     e->last_seq = after;
-    e->last_write_ms = ob_now_ms();
+    e->last_write_ms = ob_wall_ms();
     struct MHD_Response *r =
         MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, sse_read, e, sse_free);
     if (!r) {
@@ -418,14 +456,66 @@ static int authorized(const ob_rest_server *s, struct MHD_Connection *conn)
 {
     if (!s->token) return 1;
     const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
-    if (!h || strncmp(h, "Bearer ", 7) != 0) return 0;
-    h += 7;
-    size_t tl = strlen(s->token);
-    if (strlen(h) != tl) return 0;
-    unsigned diff = 0;
-    for (size_t i = 0; i < tl; i++)
-        diff |= (unsigned)(h[i] ^ s->token[i]);
-    return diff == 0;
+    return h && !strncmp(h, "Bearer ", 7) && ob_secret_equal(h + 7, s->token);
+}
+
+/* 1 for a Host header that names a loopback address ("localhost", "127.0.0.1:8080",
+ * "[::1]:8080"): a server bound to loopback answers nothing else, so that a web page whose
+ * name was rebound to 127.0.0.1 cannot talk to it. */
+static int loopback_host(const char *host)
+{
+    if (!host) return 0;
+    char name[256];
+    size_t n;
+    if (host[0] == '[') {
+        const char *close = strchr(host, ']');
+        if (!close) return 0;
+        n = (size_t)(close - host) + 1;
+    } else {
+        n = strcspn(host, ":");
+    }
+    if (n == 0 || n >= sizeof name) return 0;
+    memcpy(name, host, n);
+    name[n] = '\0';
+    if (!strcasecmp(name, "localhost") || !strcmp(name, "[::1]")) return 1;
+    struct in_addr a;
+    return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
+}
+
+/* The first look at a request, from its headers alone: the Host (on a loopback bind), the
+ * bearer token, the declared body size, and the content type of a POST (JSON only: a browser
+ * sends text/plain and form posts to any site without asking, JSON only after a CORS preflight
+ * this server never grants). Returns 1 when the request may go on, 0 after queueing the
+ * refusal (or when even that failed). */
+typedef enum { SCREEN_PASS, SCREEN_REFUSED, SCREEN_FAILED } screen_result;
+
+static screen_result screen(ob_rest_server *s, struct MHD_Connection *conn, const char *method)
+{
+    enum MHD_Result r;
+    char msg[200];
+    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
+    const char *len =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *type =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (s->loopback && !loopback_host(host)) {
+        snprintf(msg, sizeof msg, "host '%.100s' is not served here", host ? host : "");
+        r = send_error_http(conn, 421, "PERMISSION_DENIED", msg);
+    } else if (!authorized(s, conn)) {
+        r = send_error(conn, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token");
+    } else if (len && strtoull(len, NULL, 10) > OB_API_MAX_REQUEST) {
+        snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
+        r = send_error(conn, OB_ERR_TOO_LARGE, msg);
+    } else if (!strcmp(method, "POST") &&
+               (!type || strncasecmp(type, "application/json", 16) != 0 ||
+                (type[16] && type[16] != ';' && type[16] != ' '))) {
+        snprintf(msg, sizeof msg, "Content-Type: expected application/json, got '%.80s'",
+                 type ? type : "");
+        r = send_error_http(conn, 415, "INVALID_ARGUMENT", msg);
+    } else {
+        return SCREEN_PASS;
+    }
+    return r == MHD_YES ? SCREEN_REFUSED : SCREEN_FAILED;
 }
 
 static enum MHD_Result wrong_method(struct MHD_Connection *conn, const char *method,
@@ -434,6 +524,22 @@ static enum MHD_Result wrong_method(struct MHD_Connection *conn, const char *met
     char msg[300];
     snprintf(msg, sizeof msg, "method %.10s is not allowed on %.200s", method, url);
     return send_error_http(conn, 405, "UNIMPLEMENTED", msg);
+}
+
+/* DELETE /v1/jobs/{id}?keepCheckpoints=true|false: {"id", "checkpointsDeleted"}. */
+static enum MHD_Result do_delete(ob_rest_server *s, struct MHD_Connection *conn, const char *id)
+{
+    ob_err err;
+    const char *keep = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "keepCheckpoints");
+    if (keep && strcmp(keep, "true") && strcmp(keep, "false"))
+        return send_error(conn, OB_ERR_INVALID_ARG, "keepCheckpoints: expected true or false");
+    int deleted = 0;
+    ob_status rc = ob_service_delete(s->svc, id, keep && !strcmp(keep, "true"), &deleted, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(id));
+    json_object_set_new(o, "checkpointsDeleted", json_integer(deleted));
+    return send_json(conn, 200, o);
 }
 
 /* GET /v1/jobs/{id}/logs?offset=N&maxBytes=M: {"data": base64, "nextOffset", "size"}. */
@@ -468,12 +574,14 @@ static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, con
 {
     int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     char msg[OB_ERR_MSG_LEN];
-    if (!authorized(s, conn)) {
-        return send_error(conn, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token");
-    }
     if (rq->too_large) {
         snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
         return send_error(conn, OB_ERR_TOO_LARGE, msg);
+    }
+    if (!strcmp(url, "/v1/version")) {
+        if (!get) return wrong_method(conn, method, url);
+        return send_text(conn, 200, "application/json",
+                         strdup("{\"version\":\"" ONEBIT_VERSION "\",\"api\":\"onebit.v1\"}\n"));
     }
     if (!strcmp(url, "/healthz")) {
         if (!get) return wrong_method(conn, method, url);
@@ -506,6 +614,7 @@ static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, con
         const char *tail = rest + idlen;
         ob_err err;
         ob_job j;
+        if (!tail[0] && !strcmp(method, "DELETE")) return do_delete(s, conn, id);
         if (!tail[0]) {
             if (!get) return wrong_method(conn, method, url);
             ob_status rc = ob_service_get(s->svc, id, &j, &err);
@@ -550,6 +659,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         rq = calloc(1, sizeof *rq);
         if (!rq) return MHD_NO;
         *con_cls = rq;
+        /* Everything that can refuse a request is decided here, from the headers, before a
+         * byte of the body is read or buffered. */
+        screen_result sr = screen(s, conn, method);
+        rq->answered = sr == SCREEN_REFUSED;
+        return sr == SCREEN_FAILED ? MHD_NO : MHD_YES;
+    }
+    if (rq->answered) {
+        *upload_size = 0; /* refused already: the body is dropped as it arrives */
         return MHD_YES;
     }
     if (*upload_size) {
@@ -590,7 +707,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char *addr,
-                               const char *token, int *bound_port, ob_err *err)
+                               const char *token, int max_streams, int *bound_port, ob_err *err)
 {
     *out = NULL;
     char host[256];
@@ -619,6 +736,12 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
         return OB_ERR(err, OB_ERR_NOMEM, "allocating the REST server");
     }
     s->svc = svc;
+    s->max_streams = max_streams > 0 ? max_streams : OB_SERVERS_MAX_STREAMS;
+    if (ai->ai_family == AF_INET)
+        s->loopback =
+            (ntohl(((const struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+    else if (ai->ai_family == AF_INET6)
+        s->loopback = IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,

@@ -5,11 +5,12 @@
  * its ticks. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "onebit/checkpoint.h"
+#include "onebit/data.h"
 #include "onebit/jobspec.h"
 #include "onebit/status_map.h"
 #include "onebit/store.h"
 #include "service_internal.h"
-#include "svc_internal.h"
+#include "onebit/base.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -72,13 +73,13 @@ void ob__svc_job_path(const ob_service *svc, const char *id, const char *file, c
  * with the job's row, and wakes the watchers. Called with the lock held. */
 ob_status ob__svc_commit(ob_service *svc, ob_job *j, const char *kind, const char *msg, ob_err *err)
 {
-    j->updated_ms = ob_now_ms();
+    j->updated_ms = ob_wall_ms();
     ob_job_event ev;
     memset(&ev, 0, sizeof ev);
     ev.time_ms = j->updated_ms;
-    ob__strlcpy(ev.kind, kind, sizeof ev.kind);
+    ob_strlcpy(ev.kind, kind, sizeof ev.kind);
     ev.state = j->state;
-    ob__strlcpy(ev.message, msg, sizeof ev.message);
+    ob_strlcpy(ev.message, msg, sizeof ev.message);
     ev.progress = j->progress;
     ob_status rc = ob_store_update_job(svc->store, j, kind ? &ev : NULL, err);
     if (rc == OB_OK && kind) {
@@ -93,8 +94,8 @@ ob_status ob__svc_transition(ob_service *svc, ob_job *j, ob_job_state state, con
                              ob_err *err)
 {
     j->state = state;
-    ob__strlcpy(j->message, msg, sizeof j->message);
-    if (ob_job_state_final(state)) j->finished_ms = ob_now_ms();
+    ob_strlcpy(j->message, msg, sizeof j->message);
+    if (ob_job_state_final(state)) j->finished_ms = ob_wall_ms();
     char text[OB_JOB_MSG_LEN + 64];
     snprintf(text, sizeof text, "%s%s%.400s", ob_job_state_name(state), msg[0] ? ": " : "", msg);
     ob_status rc = ob__svc_commit(svc, j, "state", text, err);
@@ -159,7 +160,7 @@ ob_status ob__svc_scan_checkpoints(const ob_service *svc, const char *id, ob_che
         if (!e[i].committed) continue;
         ob_checkpoint_info *c = &v[count++];
         c->step = e[i].step;
-        ob__strlcpy(c->path, e[i].path, sizeof c->path);
+        ob_strlcpy(c->path, e[i].path, sizeof c->path);
         struct stat st;
         if (stat(c->path, &st) == 0)
             c->time_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
@@ -168,7 +169,7 @@ ob_status ob__svc_scan_checkpoints(const ob_service *svc, const char *id, ob_che
         ob_err_clear(&merr);
         if (ob_ckpt_read_meta(c->path, &meta, NULL, &merr) == OB_OK) {
             c->world_size = meta.world_size;
-            ob__strlcpy(c->phase, meta.phase == 1 ? "compression" : "warmup", sizeof c->phase);
+            ob_strlcpy(c->phase, meta.phase == 1 ? "compression" : "warmup", sizeof c->phase);
             c->freeze_step = meta.freeze_step > 0 ? meta.freeze_step : 0;
         } else {
             ob_status_public_message(merr.msg, c->problem, sizeof c->problem);
@@ -198,7 +199,7 @@ static ob_status recover(ob_service *svc, ob_err *err)
             ob_job *jobs = NULL;
             size_t n = 0;
             ob_status rc =
-                ob_store_list_jobs(svc->store, states[s], after, 100, &jobs, &n, &more, err);
+                ob_store_list_jobs(svc->store, states[s], NULL, after, 100, &jobs, &n, &more, err);
             if (rc) return rc;
             for (size_t i = 0; i < n && rc == OB_OK; i++) {
                 ob_job *j = &jobs[i];
@@ -210,12 +211,18 @@ static ob_status recover(ob_service *svc, ob_err *err)
                     ob__svc_job_path(svc, j->id, "spec.json", spec_path, sizeof spec_path);
                     ob_launch_req req = {.job_id = j->id, .spec_path = spec_path};
                     svc->cfg.launcher->ops->stop_stale(svc->cfg.launcher, &h, &req);
-                    a->ended_ms = ob_now_ms();
+                    a->ended_ms = ob_wall_ms();
                     a->exit_code = -1;
-                    ob__strlcpy(a->exit_reason, "coordinator restarted", sizeof a->exit_reason);
+                    ob_strlcpy(a->exit_reason, "coordinator restarted", sizeof a->exit_reason);
                     rc = ob_store_put_attempt(svc->store, j->id, a, err);
                 }
-                if (rc == OB_OK && states[s] == OB_JOB_RUNNING)
+                if (rc == OB_OK && j->cancel_requested)
+                    /* A cancel that was under way when the coordinator died: its workers are
+                     * stopped above; the job ends as the user asked, not relaunched. */
+                    rc = ob__svc_transition(
+                        svc, j, OB_JOB_CANCELLED,
+                        "cancelled (the coordinator restarted while the job was stopping)", err);
+                else if (rc == OB_OK && states[s] == OB_JOB_RUNNING)
                     rc = ob__svc_transition(
                         svc, j, OB_JOB_RESTARTING,
                         "coordinator restarted; resuming from the newest checkpoint", err);
@@ -297,6 +304,19 @@ ob_status ob_service_create(ob_service **out, const ob_service_config *cfg, ob_e
     rc = ob_store_open(&svc->store, db, err);
     free(db);
     if (rc) goto fail;
+    char *data_dir = path_join(svc->state_dir, "data");
+    if (!data_dir) {
+        rc = OB_ERR(err, OB_ERR_NOMEM, "allocating the service");
+        goto fail;
+    }
+    /* By default, the directories of the built-in datasets' defaults, and the state's own. */
+    const char *data_defaults[] = {"/usr/share/datasets", OB_FORTUNES_DIR, data_dir, NULL};
+    const char *ckpt_defaults[] = {svc->ckpt_dir, NULL};
+    rc = ob__roots_init(&svc->data_roots, cfg->data_roots, data_defaults, err);
+    free(data_dir);
+    if (rc == OB_OK)
+        rc = ob__roots_init(&svc->ckpt_roots, cfg->checkpoint_roots, ckpt_defaults, err);
+    if (rc) goto fail;
     if ((rc = recover(svc, err))) goto fail;
     *out = svc;
     return OB_OK;
@@ -317,6 +337,8 @@ void ob_service_destroy(ob_service *svc)
     free(svc->jobs_dir);
     free(svc->ckpt_dir);
     free(svc->report_addr);
+    ob__roots_free(&svc->data_roots);
+    ob__roots_free(&svc->ckpt_roots);
     pthread_cond_destroy(&svc->cv);
     pthread_mutex_destroy(&svc->mu);
     free(svc);
@@ -331,7 +353,39 @@ static void append_problem(char *buf, size_t cap, const char *text)
         strcat(buf, "; ");
         len += 2;
     }
-    ob__strlcpy(buf + len, text, cap - len);
+    ob_strlcpy(buf + len, text, cap - len);
+}
+
+/* A submit whose request id was seen before (lock held): *again = 1 and *out = the job it made
+ * when the new one (j) asks for the same; OB_ERR_STATE when it asks for something else; *again
+ * = 0 when the request id is new. */
+static ob_status repeated_submit(ob_service *svc, const ob_job *j, int *again, ob_job *out,
+                                 ob_err *err)
+{
+    *again = 0;
+    char id[OB_JOB_ID_LEN];
+    ob_err ferr;
+    ob_err_clear(&ferr);
+    ob_status rc = ob_store_find_request(svc->store, j->request_id, id, &ferr);
+    if (rc == OB_ERR_NOT_FOUND) return OB_OK;
+    if (rc) {
+        if (err) *err = ferr;
+        return rc;
+    }
+    ob_job first;
+    if ((rc = ob_store_get_job(svc->store, id, &first, err))) return rc;
+    if (strcmp(first.spec_json, j->spec_json) != 0 || first.world_size != j->world_size ||
+        first.max_restarts != j->max_restarts || strcmp(first.labels, j->labels) != 0) {
+        rc = OB_ERR(err, OB_ERR_STATE,
+                    "request_id '%s' already made job %s, with another spec, world size or "
+                    "restarts",
+                    j->request_id, first.id);
+        ob_job_clear(&first);
+        return rc;
+    }
+    *again = 1;
+    *out = first;
+    return OB_OK;
 }
 
 ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *out, ob_err *err)
@@ -357,6 +411,14 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
         snprintf(text, sizeof text, "spec: %.480s", clean);
         append_problem(problems, sizeof problems, text);
     }
+    if (!problems[0]) { /* a spec that parsed: may its job read what it names? */
+        if (ob__roots_check(&svc->data_roots, "spec: data.path", spec->data.path, text,
+                            sizeof text) != OB_OK)
+            append_problem(problems, sizeof problems, text);
+        if (ob__roots_check(&svc->ckpt_roots, "spec: warm_start.from", spec->warm_start_from, text,
+                            sizeof text) != OB_OK)
+            append_problem(problems, sizeof problems, text);
+    }
     int default_world = svc->cfg.default_world_size > 0 ? svc->cfg.default_world_size : 1;
     int world = req->world_size ? req->world_size : default_world;
     if (req->world_size < 0 || req->world_size > MAX_WORLD_SIZE) {
@@ -374,6 +436,24 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
                  MAX_RESTARTS_LIMIT, req->max_restarts);
         append_problem(problems, sizeof problems, text);
     }
+    char labels[OB_LABELS_LEN];
+    ob_err lerr;
+    ob_err_clear(&lerr);
+    if (ob_labels_parse(req->labels, labels, &lerr) != OB_OK) {
+        char clean[OB_ERR_MSG_LEN];
+        ob_status_public_message(lerr.msg, clean, sizeof clean);
+        snprintf(text, sizeof text, "labels: %.400s", clean);
+        append_problem(problems, sizeof problems, text);
+    }
+    const char *rid = req->request_id ? req->request_id : "";
+    size_t rid_len = strlen(rid);
+    if (rid_len >= OB_REQUEST_ID_LEN ||
+        strspn(rid, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                    "0123456789._:-") != rid_len) {
+        snprintf(text, sizeof text, "request_id: 1 to %d characters of [A-Za-z0-9._:-]",
+                 OB_REQUEST_ID_LEN - 1);
+        append_problem(problems, sizeof problems, text);
+    }
     if (problems[0]) {
         free(spec);
         return OB_ERR(err, OB_ERR_INVALID_ARG, "%s", problems);
@@ -386,15 +466,27 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
     }
     ob_job j;
     memset(&j, 0, sizeof j);
-    ob__strlcpy(j.name, spec->name, sizeof j.name);
+    ob_strlcpy(j.name, spec->name, sizeof j.name);
+    ob_strlcpy(j.request_id, rid, sizeof j.request_id);
+    ob_strlcpy(j.labels, labels, sizeof j.labels);
     free(spec);
     j.state = OB_JOB_PENDING;
     j.spec_json = json;
     j.world_size = world;
     j.max_restarts = restarts;
-    j.created_ms = j.updated_ms = ob_now_ms();
-    ob__strlcpy(j.message, "waiting for worker slots", sizeof j.message);
+    j.created_ms = j.updated_ms = ob_wall_ms();
+    ob_strlcpy(j.message, "waiting for worker slots", sizeof j.message);
     pthread_mutex_lock(&svc->mu);
+    if (rid[0]) {
+        /* Under the lock: a retried submit racing its first try finds the job or makes it. */
+        int again = 0;
+        rc = repeated_submit(svc, &j, &again, out, err);
+        if (rc || again) {
+            pthread_mutex_unlock(&svc->mu);
+            ob_job_clear(&j);
+            return rc;
+        }
+    }
     rc = ob_store_create_job(svc->store, &j, err);
     if (rc == OB_OK) {
         svc->event_counter++;
@@ -419,8 +511,8 @@ ob_status ob_service_get(ob_service *svc, const char *id, ob_job *out, ob_err *e
     return rc;
 }
 
-ob_status ob_service_list(ob_service *svc, ob_job_state state, int page_size,
-                          const char *page_token, ob_job **jobs, size_t *n,
+ob_status ob_service_list(ob_service *svc, ob_job_state state, const char *label_selector,
+                          int page_size, const char *page_token, ob_job **jobs, size_t *n,
                           char next_token[OB_PAGE_TOKEN_LEN], ob_err *err)
 {
     *jobs = NULL;
@@ -439,10 +531,13 @@ ob_status ob_service_list(ob_service *svc, ob_job_state state, int page_size,
             return OB_ERR(err, OB_ERR_INVALID_ARG, "page_token: not a token from this service");
         after = v;
     }
+    char selector[OB_LABELS_LEN];
+    if (ob_labels_parse(label_selector, selector, err) != OB_OK)
+        return OB_WRAP(err, OB_ERR_INVALID_ARG, "label_selector");
     int more = 0;
     pthread_mutex_lock(&svc->mu);
-    ob_status rc = ob_store_list_jobs(svc->store, state, after, page_size ? page_size : 50, jobs, n,
-                                      &more, err);
+    ob_status rc = ob_store_list_jobs(svc->store, state, selector, after,
+                                      page_size ? page_size : 50, jobs, n, &more, err);
     pthread_mutex_unlock(&svc->mu);
     if (rc == OB_OK && more && *n)
         snprintf(next_token, OB_PAGE_TOKEN_LEN, "%lld", (long long)(*jobs)[*n - 1].seq);
@@ -465,8 +560,8 @@ ob_status ob_service_cancel(ob_service *svc, const char *id, ob_job *out, ob_err
     if (r) {
         /* The workers checkpoint and exit; tick() finishes the job when they are gone. */
         svc->cfg.launcher->ops->signal(svc->cfg.launcher, &r->h, SIGTERM, NULL);
-        if (!r->kill_at_ms) r->kill_at_ms = ob_now_ms() + svc->cfg.cancel_grace_ms;
-        ob__strlcpy(r->stop_reason, "cancelled", sizeof r->stop_reason);
+        if (!r->kill_at_ms) r->kill_at_ms = ob_wall_ms() + svc->cfg.cancel_grace_ms;
+        ob_strlcpy(r->stop_reason, "cancelled", sizeof r->stop_reason);
         rc = ob__svc_commit(svc, &j, "state", "cancel requested: stopping the workers", err);
     } else {
         rc = ob__svc_transition(svc, &j, OB_JOB_CANCELLED, "cancelled", err);

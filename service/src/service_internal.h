@@ -28,6 +28,7 @@ typedef struct ob__run {
     char worker_error[256];           /* the last line a worker or mpirun wrote about a failure */
     int64_t total_steps;
     int reported; /* has used WorkerService: ignore its log lines */
+    char report_token[65]; /* the attempt's ReportProgress credential (hex of 32 random bytes) */
     int world_size;
     int64_t num_params;
     int64_t start_step;
@@ -36,6 +37,25 @@ typedef struct ob__run {
     size_t line_len;
     int line_overflow;
 } ob__run;
+
+/* Directories jobs may read from (roots.c), resolved with realpath. */
+#define OB_SVC_MAX_ROOTS 16
+typedef struct ob__roots {
+    char *path[OB_SVC_MAX_ROOTS];
+    int n;
+} ob__roots;
+
+/* The roots given (a NULL-terminated list, strings borrowed), or, when roots is NULL, the
+ * defaults (NULL-terminated too). A root must be absolute. */
+ob_status ob__roots_init(ob__roots *r, const char *const *roots, const char *const *defaults,
+                         ob_err *err);
+void ob__roots_free(ob__roots *r);
+
+/* OB_OK when path ("" is fine: nothing to read) resolves to a place under one of the roots;
+ * OB_ERR_INVALID_ARG with "<field>: ..." in problem[cap] when it does not exist or lies
+ * elsewhere. */
+ob_status ob__roots_check(const ob__roots *r, const char *field, const char *path, char *problem,
+                          size_t cap);
 
 struct ob_service {
     ob_service_config cfg;
@@ -50,6 +70,7 @@ struct ob_service {
     int lock_fd; /* holds the state directory's lock */
     pthread_t thread;
     ob__run *runs;
+    ob__roots data_roots, ckpt_roots; /* where a job's data and warm-start source may be */
 };
 
 /* mkdir -p. */

@@ -4,7 +4,7 @@
  * launch), events (a job's history, numbered per job). A `meta` row marks the file as ours and
  * records the schema version. */
 #include "onebit/store.h"
-#include "svc_internal.h"
+#include "onebit/base.h"
 
 #include <sqlite3.h>
 #include <stdio.h>
@@ -56,7 +56,23 @@ static const char *const added_columns[][2] = {
     {"events", "eval_step INTEGER NOT NULL DEFAULT 0"},
     {"events", "eval_loss REAL NOT NULL DEFAULT 0"},
     {"events", "eval_accuracy REAL NOT NULL DEFAULT 0"},
+    {"jobs", "request_id TEXT"},
+    {"jobs", "labels TEXT NOT NULL DEFAULT ''"},
 };
+
+/* SQL function labels_match(labels, selector): ob_labels_match on two canonical strings. */
+static void sql_labels_match(sqlite3_context *ctx, int argc, sqlite3_value **argv)
+{
+    (void)argc;
+    const char *labels = (const char *)sqlite3_value_text(argv[0]);
+    const char *selector = (const char *)sqlite3_value_text(argv[1]);
+    sqlite3_result_int(ctx, ob_labels_match(labels ? labels : "", selector ? selector : ""));
+}
+
+/* Indexes on added columns, made once the columns exist. */
+static const char *const index_sql =
+    "CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(request_id)"
+    " WHERE request_id IS NOT NULL;";
 
 /* Converts a SQLite failure into an ob_status with the call and the database's message. */
 #define SQL_ERR(s, err, what)                                                                      \
@@ -136,6 +152,11 @@ ob_status ob_store_open(ob_store **out, const char *path, ob_err *err)
         goto fail;
     }
     sqlite3_busy_timeout(s->db, 5000);
+    if (sqlite3_create_function(s->db, "labels_match", 2, SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL,
+                                sql_labels_match, NULL, NULL) != SQLITE_OK) {
+        rc = SQL_ERR(s, err, "labels_match");
+        goto fail;
+    }
     /* WAL: a writer never blocks on readers, and a killed process loses at most the
      * transaction it had not committed. synchronous=FULL also survives a power cut (step
      * progress is the exception, see ob_store_update_job). */
@@ -143,7 +164,7 @@ ob_status ob_store_open(ob_store **out, const char *path, ob_err *err)
     if ((rc = exec(s, "PRAGMA synchronous=FULL", err))) goto fail;
     if ((rc = exec(s, "BEGIN IMMEDIATE", err))) goto fail;
     if ((rc = exec(s, schema_sql, err)) || (rc = add_columns(s, err)) ||
-        (rc = check_meta(s, err))) {
+        (rc = exec(s, index_sql, err)) || (rc = check_meta(s, err))) {
         rollback(s);
         goto fail;
     }
@@ -190,7 +211,7 @@ static void read_progress(sqlite3_stmt *st, int first, ob_progress *p)
     p->step = sqlite3_column_int64(st, first + 0);
     p->total_steps = sqlite3_column_int64(st, first + 1);
     p->loss = sqlite3_column_double(st, first + 2);
-    ob__strlcpy(p->phase, text_or_empty(st, first + 3), sizeof p->phase);
+    ob_strlcpy(p->phase, text_or_empty(st, first + 3), sizeof p->phase);
     p->freeze_step = sqlite3_column_int64(st, first + 4);
     p->samples_per_s = sqlite3_column_double(st, first + 5);
     p->bytes_sent = sqlite3_column_int64(st, first + 6);
@@ -220,7 +241,7 @@ static ob_status insert_event(ob_store *s, const char *job_id, ob_job_event *ev,
     }
     ev->seq = sqlite3_column_int64(st, 0) + 1;
     sqlite3_finalize(st);
-    ob__strlcpy(ev->job_id, job_id, sizeof ev->job_id);
+    ob_strlcpy(ev->job_id, job_id, sizeof ev->job_id);
     rc = prepare(s, &st,
                  "INSERT INTO events(job_id, seq, time_ms, kind, state, message, " PROGRESS_COLS
                  ") VALUES(?,?,?,?,?,?, ?,?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -247,8 +268,8 @@ ob_status ob_store_create_job(ob_store *s, ob_job *job, ob_err *err)
     if (rc) return rc;
     rc = prepare(s, &st,
                  "INSERT INTO jobs(id, name, state, spec_json, world_size, max_restarts,"
-                 " created_ms, updated_ms, started_ms, finished_ms, message)"
-                 " VALUES(?,?,?,?,?,?,?,?,?,?,?)",
+                 " created_ms, updated_ms, started_ms, finished_ms, message, request_id, labels)"
+                 " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
                  err);
     if (rc) goto fail;
     if (job->id[0])
@@ -265,11 +286,19 @@ ob_status ob_store_create_job(ob_store *s, ob_job *job, ob_err *err)
     sqlite3_bind_int64(st, 9, job->started_ms);
     sqlite3_bind_int64(st, 10, job->finished_ms);
     sqlite3_bind_text(st, 11, job->message, -1, SQLITE_STATIC);
+    if (job->request_id[0])
+        sqlite3_bind_text(st, 12, job->request_id, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 12);
+    sqlite3_bind_text(st, 13, job->labels, -1, SQLITE_STATIC);
     int step = sqlite3_step(st);
     sqlite3_finalize(st);
     st = NULL;
     if (step == SQLITE_CONSTRAINT) {
         rollback(s);
+        if (job->request_id[0])
+            return OB_ERR(err, OB_ERR_STATE, "a job with request id '%s' or id %s already exists",
+                          job->request_id, job->id[0] ? job->id : "(new)");
         return OB_ERR(err, OB_ERR_STATE, "a job with id %s already exists", job->id);
     }
     if (step != SQLITE_DONE) {
@@ -292,7 +321,7 @@ ob_status ob_store_create_job(ob_store *s, ob_job *job, ob_err *err)
         }
     }
     ob_job_event ev = {.time_ms = job->created_ms, .state = job->state};
-    ob__strlcpy(ev.kind, "state", sizeof ev.kind);
+    ob_strlcpy(ev.kind, "state", sizeof ev.kind);
     snprintf(ev.message, sizeof ev.message, "submitted: %s", ob_job_state_name(job->state));
     if ((rc = insert_event(s, job->id, &ev, err))) goto fail;
     if ((rc = exec(s, "COMMIT", err))) goto fail;
@@ -306,14 +335,14 @@ fail:
 #define JOB_COLS                                                                                   \
     "seq, id, name, state, spec_json, world_size, max_restarts, restarts, cancel_requested,"       \
     " created_ms, updated_ms, started_ms, finished_ms, next_attempt_ms, message, ckpt_step,"       \
-    " ckpt_ms, ckpt_path, " PROGRESS_COLS
+    " ckpt_ms, ckpt_path, request_id, labels, " PROGRESS_COLS
 
 static ob_status read_job_row(ob_store *s, sqlite3_stmt *st, ob_job *j, ob_err *err)
 {
     memset(j, 0, sizeof *j);
     j->seq = sqlite3_column_int64(st, 0);
-    ob__strlcpy(j->id, text_or_empty(st, 1), sizeof j->id);
-    ob__strlcpy(j->name, text_or_empty(st, 2), sizeof j->name);
+    ob_strlcpy(j->id, text_or_empty(st, 1), sizeof j->id);
+    ob_strlcpy(j->name, text_or_empty(st, 2), sizeof j->name);
     j->state = (ob_job_state)sqlite3_column_int(st, 3);
     j->spec_json = strdup(text_or_empty(st, 4));
     if (!j->spec_json) return OB_ERR(err, OB_ERR_NOMEM, "reading job %s", j->id);
@@ -326,11 +355,13 @@ static ob_status read_job_row(ob_store *s, sqlite3_stmt *st, ob_job *j, ob_err *
     j->started_ms = sqlite3_column_int64(st, 11);
     j->finished_ms = sqlite3_column_int64(st, 12);
     j->next_attempt_ms = sqlite3_column_int64(st, 13);
-    ob__strlcpy(j->message, text_or_empty(st, 14), sizeof j->message);
+    ob_strlcpy(j->message, text_or_empty(st, 14), sizeof j->message);
     j->ckpt_step = sqlite3_column_int64(st, 15);
     j->ckpt_ms = sqlite3_column_int64(st, 16);
-    ob__strlcpy(j->ckpt_path, text_or_empty(st, 17), sizeof j->ckpt_path);
-    read_progress(st, 18, &j->progress);
+    ob_strlcpy(j->ckpt_path, text_or_empty(st, 17), sizeof j->ckpt_path);
+    ob_strlcpy(j->request_id, text_or_empty(st, 18), sizeof j->request_id);
+    ob_strlcpy(j->labels, text_or_empty(st, 19), sizeof j->labels);
+    read_progress(st, 20, &j->progress);
     (void)s;
     return OB_OK;
 }
@@ -365,7 +396,7 @@ static ob_status read_attempts(ob_store *s, ob_job *j, ob_err *err)
         a->start_step = sqlite3_column_int64(st, 3);
         a->pgid = sqlite3_column_int(st, 4);
         a->exit_code = sqlite3_column_int(st, 5);
-        ob__strlcpy(a->exit_reason, text_or_empty(st, 6), sizeof a->exit_reason);
+        ob_strlcpy(a->exit_reason, text_or_empty(st, 6), sizeof a->exit_reason);
     }
     sqlite3_finalize(st);
     if (step != SQLITE_DONE) return SQL_ERR(s, err, "read attempts");
@@ -401,8 +432,9 @@ fail:
     return rc;
 }
 
-ob_status ob_store_list_jobs(ob_store *s, ob_job_state state, int64_t after_seq, int limit,
-                             ob_job **out, size_t *n, int *more, ob_err *err)
+ob_status ob_store_list_jobs(ob_store *s, ob_job_state state, const char *selector,
+                             int64_t after_seq, int limit, ob_job **out, size_t *n, int *more,
+                             ob_err *err)
 {
     sqlite3_stmt *st = NULL;
     ob_job *jobs = NULL;
@@ -413,13 +445,14 @@ ob_status ob_store_list_jobs(ob_store *s, ob_job_state state, int64_t after_seq,
     if (limit <= 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "list limit must be positive");
     ob_status rc = prepare(s, &st,
                            "SELECT " JOB_COLS " FROM jobs WHERE seq > ? AND (? = 0 OR state = ?)"
-                           " ORDER BY seq LIMIT ?",
+                           " AND labels_match(labels, ?) ORDER BY seq LIMIT ?",
                            err);
     if (rc) return rc;
     sqlite3_bind_int64(st, 1, after_seq);
     sqlite3_bind_int(st, 2, state);
     sqlite3_bind_int(st, 3, state);
-    sqlite3_bind_int(st, 4, limit + 1); /* one more tells whether another page exists */
+    sqlite3_bind_text(st, 4, selector ? selector : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 5, limit + 1); /* one more tells whether another page exists */
     jobs = calloc((size_t)limit, sizeof *jobs);
     if (!jobs) {
         rc = OB_ERR(err, OB_ERR_NOMEM, "listing jobs");
@@ -511,6 +544,55 @@ fail:
     return rc;
 }
 
+ob_status ob_store_find_request(ob_store *s, const char *request_id, char id[OB_JOB_ID_LEN],
+                                ob_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    ob_status rc = prepare(s, &st, "SELECT id FROM jobs WHERE request_id = ?", err);
+    if (rc) return rc;
+    sqlite3_bind_text(st, 1, request_id, -1, SQLITE_STATIC);
+    int step = sqlite3_step(st);
+    if (step == SQLITE_ROW)
+        ob_strlcpy(id, text_or_empty(st, 0), OB_JOB_ID_LEN);
+    else if (step == SQLITE_DONE)
+        rc = OB_ERR(err, OB_ERR_NOT_FOUND, "no job with request id '%.128s'", request_id);
+    else
+        rc = SQL_ERR(s, err, "find request id");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+ob_status ob_store_delete_job(ob_store *s, const char *id, ob_err *err)
+{
+    static const char *const sql[] = {"DELETE FROM events WHERE job_id=?",
+                                      "DELETE FROM attempts WHERE job_id=?",
+                                      "DELETE FROM jobs WHERE id=?"};
+    ob_status rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (rc) return rc;
+    int removed = 0;
+    for (size_t i = 0; i < sizeof sql / sizeof sql[0]; i++) {
+        sqlite3_stmt *st = NULL;
+        if ((rc = prepare(s, &st, sql[i], err))) goto fail;
+        sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+        int done = sqlite3_step(st) == SQLITE_DONE;
+        sqlite3_finalize(st);
+        if (!done) {
+            rc = SQL_ERR(s, err, "delete job");
+            goto fail;
+        }
+        removed = sqlite3_changes(s->db);
+    }
+    if (!removed) {
+        rc = OB_ERR(err, OB_ERR_NOT_FOUND, "no job with id '%.64s'", id);
+        goto fail;
+    }
+    if ((rc = exec(s, "COMMIT", err))) goto fail;
+    return OB_OK;
+fail:
+    rollback(s);
+    return rc;
+}
+
 ob_status ob_store_put_attempt(ob_store *s, const char *job_id, const ob_attempt *a, ob_err *err)
 {
     sqlite3_stmt *st = NULL;
@@ -564,11 +646,11 @@ ob_status ob_store_list_events(ob_store *s, const char *job_id, int64_t after_se
         ob_job_event *e = &evs[count++];
         memset(e, 0, sizeof *e);
         e->seq = sqlite3_column_int64(st, 0);
-        ob__strlcpy(e->job_id, job_id, sizeof e->job_id);
+        ob_strlcpy(e->job_id, job_id, sizeof e->job_id);
         e->time_ms = sqlite3_column_int64(st, 1);
-        ob__strlcpy(e->kind, text_or_empty(st, 2), sizeof e->kind);
+        ob_strlcpy(e->kind, text_or_empty(st, 2), sizeof e->kind);
         e->state = (ob_job_state)sqlite3_column_int(st, 3);
-        ob__strlcpy(e->message, text_or_empty(st, 4), sizeof e->message);
+        ob_strlcpy(e->message, text_or_empty(st, 4), sizeof e->message);
         read_progress(st, 5, &e->progress);
     }
     if (step != SQLITE_DONE) {

@@ -2,14 +2,14 @@
  * (when they do not report over WorkerService), reaps ended attempts, enforces the progress
  * timeout and the cancel grace period, and starts PENDING and RESTARTING jobs while slots are
  * free; and the progress reports themselves. All of it with svc->mu held. */
+#include "onebit/jobspec.h"
 #include "onebit/service.h"
 #include "onebit/store.h"
 #include "service_internal.h"
-#include "svc_internal.h"
+#include "onebit/base.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,28 +18,21 @@
 
 /* ---- progress --------------------------------------------------------------------------- */
 
-static int64_t jint(const json_t *o, const char *key)
-{
-    const json_t *v = json_object_get(o, key);
-    if (json_is_integer(v)) return json_integer_value(v);
-    return json_is_number(v) ? (int64_t)json_number_value(v) : 0;
-}
-
 /* Applies one progress report to its job. Called with the lock held. */
 static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep, ob_err *err)
 {
-    r->last_progress_ms = ob_now_ms();
-    if (!strcmp(rep->kind, "start")) {
+    r->last_progress_ms = ob_wall_ms();
+    if (rep->kind == OB_REPORT_START) {
         if (rep->num_params > 0) r->num_params = rep->num_params;
         return OB_OK;
     }
-    if (!strcmp(rep->kind, "summary")) return OB_OK;
+    if (rep->kind == OB_REPORT_SUMMARY || rep->kind == OB_REPORT_PROFILE) return OB_OK;
     ob_job j;
     ob_status rc = ob_store_get_job(svc->store, r->job_id, &j, err);
     if (rc) return rc;
     char msg[OB_JOB_MSG_LEN] = "";
     ob_progress *p = &j.progress;
-    if (!strcmp(rep->kind, "step")) {
+    if (rep->kind == OB_REPORT_STEP) {
         ob_progress kept = *p;
         *p = rep->progress;
         p->freeze_step = kept.freeze_step;
@@ -54,22 +47,22 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
         p->bytes_uncompressed = (int64_t)(per_step * (double)p->step);
         snprintf(msg, sizeof msg, "step %" PRId64 "/%" PRId64 " loss %.6g", p->step, p->total_steps,
                  p->loss);
-    } else if (!strcmp(rep->kind, "freeze")) {
+    } else if (rep->kind == OB_REPORT_FREEZE) {
         p->freeze_step = rep->progress.freeze_step;
         snprintf(msg, sizeof msg, "variance frozen at step %" PRId64 "; compression phase begins",
                  p->freeze_step);
-    } else if (!strcmp(rep->kind, "eval")) {
+    } else if (rep->kind == OB_REPORT_EVAL) {
         p->eval_step = rep->progress.step;
         p->eval_loss = rep->eval_loss;
         p->eval_accuracy = rep->eval_accuracy;
         snprintf(msg, sizeof msg, "eval at step %" PRId64 ": loss %.6g, accuracy %.4f",
                  rep->progress.step, rep->eval_loss, rep->eval_accuracy);
-    } else if (!strcmp(rep->kind, "checkpoint") && rep->ckpt_failed) {
+    } else if (rep->kind == OB_REPORT_CHECKPOINT && rep->ckpt_failed) {
         snprintf(msg, sizeof msg, "checkpoint of step %" PRId64 " failed: %.400s", rep->ckpt_step,
                  rep->message);
-    } else if (!strcmp(rep->kind, "notice")) {
+    } else if (rep->kind == OB_REPORT_NOTICE) {
         snprintf(msg, sizeof msg, "%.500s", rep->message);
-    } else if (!strcmp(rep->kind, "resume")) {
+    } else if (rep->kind == OB_REPORT_RESUME) {
         /* The worker says which checkpoint it took (it skips ones that do not verify). */
         r->start_step = rep->ckpt_step;
         p->step = rep->ckpt_step;
@@ -80,37 +73,43 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
         }
         snprintf(msg, sizeof msg, "resumed from step %" PRId64 ": %.400s", rep->ckpt_step,
                  rep->ckpt_path);
-    } else if (!strcmp(rep->kind, "checkpoint")) {
+    } else if (rep->kind == OB_REPORT_CHECKPOINT) {
         j.ckpt_step = rep->ckpt_step;
-        j.ckpt_ms = ob_now_ms();
-        ob__strlcpy(j.ckpt_path, rep->ckpt_path, sizeof j.ckpt_path);
+        j.ckpt_ms = ob_wall_ms();
+        ob_strlcpy(j.ckpt_path, rep->ckpt_path, sizeof j.ckpt_path);
         snprintf(msg, sizeof msg, "checkpoint at step %" PRId64 ": %.400s", j.ckpt_step,
                  j.ckpt_path);
     } else {
         ob_job_clear(&j);
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "kind: unknown progress kind '%.32s'", rep->kind);
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "kind: unknown progress kind %d", (int)rep->kind);
     }
-    rc = ob__svc_commit(svc, &j, rep->kind, msg, err);
+    rc = ob__svc_commit(svc, &j, ob_report_kind_name(rep->kind), msg, err);
     ob_job_clear(&j);
     return rc;
 }
 
-ob_status ob_service_report(ob_service *svc, const ob_report *rep, int *cancel_requested,
-                            ob_err *err)
+ob_status ob_service_report(ob_service *svc, const ob_report *rep, const char *credential,
+                            int *cancel_requested, ob_err *err)
 {
     if (cancel_requested) *cancel_requested = 0;
     ob_job j;
     pthread_mutex_lock(&svc->mu);
     ob_status rc = ob_store_get_job(svc->store, rep->job_id, &j, err);
     if (rc) goto done;
-    if (cancel_requested) *cancel_requested = j.cancel_requested;
+    int cancelling = j.cancel_requested;
     ob_job_clear(&j);
     ob__run *r = ob__svc_find_run(svc, rep->job_id);
     if (!r) {
         rc = OB_ERR(err, OB_ERR_STATE, "job %s has no running attempt", rep->job_id);
         goto done;
     }
+    if (credential && !ob_secret_equal(credential, r->report_token)) {
+        rc = OB_ERR(err, OB_ERR_UNAUTHENTICATED,
+                    "job %s: not the report credential of its current attempt", rep->job_id);
+        goto done;
+    }
     r->reported = 1;
+    if (cancel_requested) *cancel_requested = cancelling;
     rc = apply_report(svc, r, rep, err);
     if (rc == OB_OK) svc->reports++;
 done:
@@ -118,15 +117,27 @@ done:
     return rc;
 }
 
-/* Remembers the lines that best explain a failure: the workers' own messages and mpirun's
- * account of a rank that died, rather than the banners around them. */
+/* The text of a log line without mpirun's --tag-output tag ("[1,0]<stderr>:"). */
+static const char *untagged(const char *l)
+{
+    if (l[0] != '[') return l;
+    const char *close = strchr(l, ']');
+    if (!close || close[1] != '<') return l;
+    const char *end = strstr(close, ">:");
+    return end ? end + 2 : l;
+}
+
+/* Remembers the lines that best explain a failure: the workers' own messages (every one starts
+ * with "onebit-worker") and mpirun's account of a rank that died or could not start, rather
+ * than the banners around them. Progress travels as reports; this is only for the reason an
+ * attempt ended. */
 static void note_text_line(ob__run *r)
 {
-    const char *l = r->line;
-    if (!strncmp(l, "onebit-worker", 13) || strstr(l, "mpirun noticed") || strstr(l, "rror") ||
+    const char *l = untagged(r->line);
+    if (!strncmp(l, "onebit-worker", 13) || strstr(l, "mpirun noticed") ||
         strstr(l, "Executable:") || strstr(l, "No such file"))
-        ob__strlcpy(r->worker_error, l, sizeof r->worker_error);
-    if (strspn(l, "-= ") != strlen(l)) ob__strlcpy(r->last_text, l, sizeof r->last_text);
+        ob_strlcpy(r->worker_error, l, sizeof r->worker_error);
+    if (strspn(l, "-= ") != strlen(l)) ob_strlcpy(r->last_text, l, sizeof r->last_text);
 }
 
 /* Reads what the workers appended to the log since the last tick; progress lines are applied
@@ -151,7 +162,7 @@ static void read_log(ob_service *svc, ob__run *r)
             ob_report rep;
             if (!r->line_overflow && ob_report_parse_line(r->line, r->line_len, &rep)) {
                 if (!r->reported) {
-                    ob__strlcpy(rep.job_id, r->job_id, sizeof rep.job_id);
+                    ob_strlcpy(rep.job_id, r->job_id, sizeof rep.job_id);
                     apply_report(svc, r, &rep, NULL);
                 }
             } else if (r->line_len > 0) {
@@ -180,12 +191,14 @@ static ob_status write_file_atomic(const char *path, const char *text, ob_err *e
     return OB_OK;
 }
 
+/* The steps of a stored spec: the canonical JSON that submit validated, read by the one spec
+ * parser (0 if it no longer parses, which only a damaged store can cause). */
 static int64_t spec_steps(const char *spec_json)
 {
-    json_t *o = json_loads(spec_json, 0, NULL);
-    int64_t steps = o ? jint(o, "steps") : 0;
-    json_decref(o);
-    return steps;
+    ob_jobspec spec;
+    if (ob_jobspec_parse(&spec, spec_json, strlen(spec_json), OB_SPEC_JSON, NULL) != OB_OK)
+        return 0;
+    return spec.steps;
 }
 
 static int64_t backoff_ms(const ob_service *svc, int restarts)
@@ -203,7 +216,7 @@ static ob_status retry_or_fail(ob_service *svc, ob_job *j, const char *reason, o
     if (j->restarts < j->max_restarts) {
         j->restarts++;
         int64_t delay = backoff_ms(svc, j->restarts);
-        j->next_attempt_ms = ob_now_ms() + delay;
+        j->next_attempt_ms = ob_wall_ms() + delay;
         snprintf(msg, sizeof msg, "%.300s; restart %d of %d in %.1f s from the newest checkpoint",
                  reason, j->restarts, j->max_restarts, (double)delay / 1000.0);
         return ob__svc_transition(svc, j, OB_JOB_RESTARTING, msg, err);
@@ -232,12 +245,12 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
 
     ob__run *r = calloc(1, sizeof *r);
     if (!r) return OB_ERR(err, OB_ERR_NOMEM, "allocating an attempt");
-    ob__strlcpy(r->job_id, j->id, sizeof r->job_id);
+    ob_strlcpy(r->job_id, j->id, sizeof r->job_id);
     r->attempt = number;
     r->world_size = j->world_size;
     r->start_step = resume ? start_step : 0;
     r->total_steps = spec_steps(j->spec_json);
-    r->started_ms = r->last_progress_ms = ob_now_ms();
+    r->started_ms = r->last_progress_ms = ob_wall_ms();
     FILE *lf = fopen(log_path, "a");
     if (lf) {
         fprintf(lf, "== onebitd: attempt %d of job %s: %d ranks%s\n", number, j->id, j->world_size,
@@ -247,7 +260,13 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
     r->log = fopen(log_path, "re"); /* not inherited by the workers */
     if (r->log) fseek(r->log, 0, SEEK_END);
 
+    if ((rc = ob_random_hex(r->report_token, 32, err))) {
+        OB_WRAP(err, rc, "an attempt credential");
+        ob__svc_free_run(r);
+        return rc;
+    }
     ob_launch_req req = {
+        .report_token = r->report_token,
         .job_id = j->id,
         .attempt = number,
         .world_size = j->world_size,
@@ -258,12 +277,29 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
         .report_addr = svc->report_addr,
     };
     ob_attempt a = {.number = number, .started_ms = r->started_ms, .start_step = r->start_step};
+    /* Write ahead: the job is RUNNING with this attempt open in the store before any process
+     * exists. A coordinator killed from here on finds the attempt open when it starts again and
+     * stops whatever was started (by spec path) before it launches the next one; killed before
+     * the transition, nothing was started. */
+    if (j->started_ms == 0) j->started_ms = r->started_ms;
+    char msg[OB_JOB_MSG_LEN];
+    if (resume)
+        snprintf(msg, sizeof msg, "attempt %d: %d ranks, resuming from step %" PRId64, number,
+                 j->world_size, r->start_step);
+    else
+        snprintf(msg, sizeof msg, "attempt %d: %d ranks", number, j->world_size);
+    rc = ob__svc_transition(svc, j, OB_JOB_RUNNING, msg, err);
+    if (rc == OB_OK) rc = ob_store_put_attempt(svc->store, j->id, &a, err);
+    if (rc) {
+        ob__svc_free_run(r);
+        return rc;
+    }
     ob_err lerr;
     ob_err_clear(&lerr);
     rc = svc->cfg.launcher->ops->start(svc->cfg.launcher, &req, &r->h, &lerr);
     if (rc) {
         /* Counts as a failed attempt: recorded, then the restart policy decides. */
-        a.ended_ms = ob_now_ms();
+        a.ended_ms = ob_wall_ms();
         a.exit_code = -1;
         snprintf(a.exit_reason, sizeof a.exit_reason, "launch failed: %.400s", lerr.msg);
         ob__svc_free_run(r);
@@ -272,18 +308,28 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
         return rc;
     }
     a.pgid = r->h.pgid;
-    rc = ob_store_put_attempt(svc->store, j->id, &a, err);
-    if (j->started_ms == 0) j->started_ms = r->started_ms;
-    char msg[OB_JOB_MSG_LEN];
-    if (resume)
-        snprintf(msg, sizeof msg, "attempt %d: %d ranks, resuming from step %" PRId64, number,
-                 j->world_size, r->start_step);
-    else
-        snprintf(msg, sizeof msg, "attempt %d: %d ranks", number, j->world_size);
-    if (rc == OB_OK) rc = ob__svc_transition(svc, j, OB_JOB_RUNNING, msg, err);
     r->next = svc->runs;
     svc->runs = r;
-    return rc;
+    return ob_store_put_attempt(svc->store, j->id, &a, err);
+}
+
+/* Why a restart cannot help, for the worker's deterministic exit statuses (onebit-worker's
+ * main.c): the same spec, data and checkpoint give the same failure again. NULL: retryable
+ * (killed ranks, lost nodes, timeouts, I/O, memory, communication). */
+static const char *permanent_failure(const ob_launch_exit *ex)
+{
+    if (ex->term_signal) return NULL;
+    switch (ex->exit_code) {
+    case 2:
+        return "the job spec or the worker's command line is invalid";
+    case 3:
+        return "the training diverged (the loss is not finite); a restart from its checkpoint "
+               "would diverge the same way";
+    case 4:
+        return "its data, checkpoint or warm-start source cannot be used";
+    default:
+        return NULL;
+    }
 }
 
 /* The attempt of r has ended: record why, then finish, restart or fail its job. */
@@ -313,12 +359,13 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
                  r->worker_error[0] ? r->worker_error : r->last_text);
     else
         snprintf(reason, sizeof reason, "workers failed (%s)", status);
+    const char *permanent = success || r->stop_reason[0] ? NULL : permanent_failure(ex);
 
     ob_attempt *a = j.n_attempts ? &j.attempts[j.n_attempts - 1] : NULL;
     if (a && a->number == r->attempt) {
-        a->ended_ms = ob_now_ms();
+        a->ended_ms = ob_wall_ms();
         a->exit_code = ex->term_signal ? -1 : ex->exit_code;
-        ob__strlcpy(a->exit_reason, reason, sizeof a->exit_reason);
+        ob_strlcpy(a->exit_reason, reason, sizeof a->exit_reason);
         ob_store_put_attempt(svc->store, j.id, a, NULL);
     }
     ob_checkpoint_info *ck = NULL;
@@ -327,7 +374,7 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
     if (nck && ck[0].step >= j.ckpt_step) {
         j.ckpt_step = ck[0].step;
         j.ckpt_ms = ck[0].time_ms;
-        ob__strlcpy(j.ckpt_path, ck[0].path, sizeof j.ckpt_path);
+        ob_strlcpy(j.ckpt_path, ck[0].path, sizeof j.ckpt_path);
     }
     free(ck);
 
@@ -343,6 +390,10 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
     } else if (success) {
         if (j.progress.total_steps) j.progress.step = j.progress.total_steps;
         ob__svc_transition(svc, &j, OB_JOB_SUCCEEDED, "completed", NULL);
+    } else if (permanent) {
+        snprintf(msg, sizeof msg, "attempt %d ended: %.250s; not retried: %.200s", r->attempt,
+                 reason, permanent);
+        ob__svc_transition(svc, &j, OB_JOB_FAILED, msg, NULL);
     } else {
         snprintf(msg, sizeof msg, "attempt %d ended: %.400s", r->attempt, reason);
         retry_or_fail(svc, &j, msg, NULL);
@@ -357,12 +408,12 @@ static void schedule(ob_service *svc)
 {
     int free_slots = svc->cfg.slots - ob__svc_used_slots(svc);
     const ob_job_state order[] = {OB_JOB_RESTARTING, OB_JOB_PENDING};
-    int64_t now = ob_now_ms();
+    int64_t now = ob_wall_ms();
     for (size_t s = 0; s < 2 && free_slots > 0; s++) {
         ob_job *jobs = NULL;
         size_t n = 0;
         int more = 0;
-        if (ob_store_list_jobs(svc->store, order[s], 0, 50, &jobs, &n, &more, NULL)) return;
+        if (ob_store_list_jobs(svc->store, order[s], NULL, 0, 50, &jobs, &n, &more, NULL)) return;
         for (size_t i = 0; i < n; i++) {
             ob_job *j = &jobs[i];
             if (j->state == OB_JOB_RESTARTING && j->next_attempt_ms > now) continue;
@@ -378,7 +429,7 @@ static void schedule(ob_service *svc)
 static void tick(ob_service *svc)
 {
     ob_launcher *l = svc->cfg.launcher;
-    int64_t now = ob_now_ms();
+    int64_t now = ob_wall_ms();
     ob__run *next;
     for (ob__run *r = svc->runs; r; r = next) {
         next = r->next;
@@ -455,11 +506,11 @@ void ob_service_stop(ob_service *svc)
     /* Ask every attempt to checkpoint and stop; whatever is left after the grace is killed. */
     ob_launcher *l = svc->cfg.launcher;
     pthread_mutex_lock(&svc->mu);
-    int64_t deadline = ob_now_ms() + svc->cfg.cancel_grace_ms;
+    int64_t deadline = ob_wall_ms() + svc->cfg.cancel_grace_ms;
     for (ob__run *r = svc->runs; r; r = r->next)
         l->ops->signal(l, &r->h, SIGTERM, NULL);
     while (svc->runs) {
-        int64_t now = ob_now_ms();
+        int64_t now = ob_wall_ms();
         ob__run *next;
         for (ob__run *r = svc->runs; r; r = next) {
             next = r->next;
@@ -472,9 +523,9 @@ void ob_service_stop(ob_service *svc)
             if (ob_store_get_job(svc->store, r->job_id, &j, NULL) == OB_OK) {
                 ob_attempt *a = j.n_attempts ? &j.attempts[j.n_attempts - 1] : NULL;
                 if (a && a->number == r->attempt) {
-                    a->ended_ms = ob_now_ms();
+                    a->ended_ms = ob_wall_ms();
                     a->exit_code = ex.term_signal ? -1 : ex.exit_code;
-                    ob__strlcpy(a->exit_reason, "coordinator shut down", sizeof a->exit_reason);
+                    ob_strlcpy(a->exit_reason, "coordinator shut down", sizeof a->exit_reason);
                     ob_store_put_attempt(svc->store, j.id, a, NULL);
                 }
                 /* Stays RUNNING: the next coordinator resumes it from its checkpoint. */

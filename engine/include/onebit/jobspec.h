@@ -44,6 +44,10 @@
  *       freeze_step?      "auto" | integer > 0 ["auto", stored as 0]
  *       freeze_threshold? [0.96]   freeze_min_steps? [0]   block_size? [2048]
  *       scale?            l1 | l2 [l1]
+ *       precondition?     bool [false]
+ *       stabilizer?       adam_bound | none [adam_bound] (OB_STABILIZER_*): none is the paper's
+ *                         exact frozen step, which diverges where v_Tw is tiny
+ *       stability_bound?  c > 0, or 0 [0]: (1 - beta1) / sqrt(1 - beta2)
  *     optim.lr_warmup_steps is set from lr.warmup_steps (the auto-freeze guard).
  *   batch_size     per-rank examples per step, 1 .. 2^24                           (required)
  *   steps          optimizer steps, > 0                                            (required)

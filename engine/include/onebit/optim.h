@@ -67,6 +67,12 @@ typedef enum ob_phase {
     OB_PHASE_COMPRESSION = 1,
 } ob_phase;
 
+/* What keeps the frozen-variance step in bounds (onebit_adam). */
+typedef enum ob_stabilizer {
+    OB_STABILIZER_NONE = 0,       /* the paper's exact step: x -= lr m / (sqrt(v_Tw) + eps) */
+    OB_STABILIZER_ADAM_BOUND = 1, /* the default: no coordinate moves more than c lr per step */
+} ob_stabilizer;
+
 typedef struct ob_optim_config {
     ob_optim_kind kind;
     double beta1;        /* [0, 1), default 0.9 */
@@ -84,6 +90,16 @@ typedef struct ob_optim_config {
     size_t block_size;       /* scale block B, positive multiple of 32, default 2048 */
     ob_scale_kind scale;     /* default OB_SCALE_L1 */
     int precondition;        /* compress m / (sqrt(v_Tw) + eps) instead of m; default 0 */
+    /* After the freeze a coordinate whose v_Tw is tiny (a ReLU unit that rarely fired by then)
+     * can receive steps lr m / (sqrt(v_Tw) + eps) far beyond anything Adam takes once its
+     * gradient grows, and the run diverges. OB_STABILIZER_ADAM_BOUND divides by
+     * max(sqrt(v_Tw) + eps, |m| / c) instead (with precondition: clips the direction to
+     * [-c, c]), where c defaults to (1 - beta1) / sqrt(1 - beta2), the largest |m| / sqrt(v)
+     * Adam itself can reach (beta1^2 < beta2, no bias correction): steps Adam could take pass
+     * unchanged. m is the decoded average every rank holds, so every rank computes the same
+     * bits; nothing more crosses the network and there is no new state. */
+    ob_stabilizer stabilizer; /* default OB_STABILIZER_ADAM_BOUND for onebit_adam */
+    double stability_bound;   /* c > 0; 0 (default): (1 - beta1) / sqrt(1 - beta2) */
 } ob_optim_config;
 
 /* Fills cfg with the defaults for `kind`. */
@@ -99,6 +115,11 @@ long ob_optim_freeze_delta(double beta2);
 const char *ob_optim_kind_name(ob_optim_kind kind);   /* "adam", "onebit_adam" */
 const char *ob_onebit_mode_name(ob_onebit_mode mode); /* "compressed", "uncompressed", "naive" */
 const char *ob_phase_name(ob_phase phase);            /* "warmup", "compression" */
+const char *ob_stabilizer_name(ob_stabilizer s);      /* "none", "adam_bound" */
+
+/* The bound c in force for cfg: stability_bound, or (1 - beta1) / sqrt(1 - beta2) when that is
+ * 0; INFINITY with OB_STABILIZER_NONE. */
+double ob_optim_stability_bound(const ob_optim_config *cfg);
 
 typedef struct ob_optim ob_optim;
 
@@ -180,9 +201,9 @@ void ob_optim_get_progress(const ob_optim *opt, ob_optim_progress *out);
  * optimizer: a negative step, a freeze after the step, a freeze of adam or naive. */
 ob_status ob_optim_set_progress(ob_optim *opt, const ob_optim_progress *p, ob_err *err);
 
-/* Warm start: takes v_Tw (d floats in host memory, copied) from an earlier run and enters the compression
- * phase now, skipping the warmup. Only for onebit_adam in the compressed or uncompressed
- * modes. */
+/* Warm start: takes v_Tw (d floats in host memory, copied) from an earlier run and enters the
+ * compression phase now, skipping the warmup. Only for onebit_adam in the compressed or
+ * uncompressed modes. */
 ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, ob_err *err);
 
 #ifdef __cplusplus

@@ -21,11 +21,11 @@ extern "C" {
 
 /* The coefficients of one Adam update, rounded to float once from the double configuration. */
 typedef struct ob_adam_coeffs {
-    float b1, a1;   /* beta1 and 1 - beta1 (formed in double: 1 - 0.999f is off by 1e-5) */
-    float b2, a2;   /* beta2 and 1 - beta2 */
-    float c1, c2;   /* bias corrections 1/(1 - beta^t); 1 when disabled */
+    float b1, a1; /* beta1 and 1 - beta1 (formed in double: 1 - 0.999f is off by 1e-5) */
+    float b2, a2; /* beta2 and 1 - beta2 */
+    float c1, c2; /* bias corrections 1/(1 - beta^t); 1 when disabled */
     float lr, eps, wd;
-    float gscale;   /* the gradient is multiplied by this first (1/N after a sum allreduce) */
+    float gscale; /* the gradient is multiplied by this first (1/N after a sum allreduce) */
 } ob_adam_coeffs;
 
 /* Coefficients of step t (1-based) with learning rate lr; gscale = 1/nranks. */
@@ -39,14 +39,17 @@ void ob_adam_update(float *x, float *m, float *v, const float *g, size_t d,
                     const ob_adam_coeffs *k);
 /* m = b1 m + a1 g. */
 void ob_momentum_update(float *m, const float *g, size_t d, float b1, float a1);
-/* x -= lr (m / den + wd x), den = sqrt(v_Tw) + eps. */
-void ob_frozen_update(float *x, const float *m, const float *den, size_t d, float lr, float wd);
+/* x -= lr (m / max(den, |m| inv_c) + wd x), den = sqrt(v_Tw) + eps: every coordinate moves at
+ * most lr / inv_c; inv_c = 0 gives the paper's x -= lr (m / den + wd x) exactly. */
+void ob_frozen_update(float *x, const float *m, const float *den, size_t d, float lr, float wd,
+                      float inv_c);
 /* Preconditioned compression, before the exchange: m = b1 m + a1 g, p = m / den (fused). */
 void ob_momentum_precondition(float *m, float *p, const float *g, const float *den, size_t d,
                               float b1, float a1);
-/* Preconditioned compression, after the exchange: m = p * den, x -= lr (p + wd x) (fused). */
-void ob_precondition_apply(float *x, float *m, const float *p, const float *den, size_t d,
-                           float lr, float wd);
+/* Preconditioned compression, after the exchange: m = p * den, x -= lr (clip(p, c) + wd x)
+ * (fused; c = INFINITY: no clipping). */
+void ob_precondition_apply(float *x, float *m, const float *p, const float *den, size_t d, float lr,
+                           float wd, float c);
 /* den = sqrt(v) + eps. */
 void ob_frozen_den(float *den, const float *v, size_t d, float eps);
 /* x *= s in place. */
@@ -54,18 +57,19 @@ void ob_scale(float *x, size_t d, float s);
 /* ||v||_1 in double: four lanes in a fixed order (the freeze detector's norm). */
 double ob_l1_norm(const float *v, size_t d);
 
-/* --- device memory (the same contracts) -------------------------------------------------------- */
+/* --- device memory (the same contracts) --------------------------------------------------------
+ */
 
 ob_status ob_cuda_adam_update(float *x, float *m, float *v, const float *g, size_t d,
                               const ob_adam_coeffs *k, void *stream, ob_err *err);
 ob_status ob_cuda_momentum_update(float *m, const float *g, size_t d, float b1, float a1,
                                   void *stream, ob_err *err);
 ob_status ob_cuda_frozen_update(float *x, const float *m, const float *den, size_t d, float lr,
-                                float wd, void *stream, ob_err *err);
+                                float wd, float inv_c, void *stream, ob_err *err);
 ob_status ob_cuda_momentum_precondition(float *m, float *p, const float *g, const float *den,
                                         size_t d, float b1, float a1, void *stream, ob_err *err);
-ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den,
-                                     size_t d, float lr, float wd, void *stream, ob_err *err);
+ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den, size_t d,
+                                     float lr, float wd, float c, void *stream, ob_err *err);
 ob_status ob_cuda_frozen_den(float *den, const float *v, size_t d, float eps, void *stream,
                              ob_err *err);
 ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err);

@@ -26,6 +26,9 @@ typedef struct ob_launch_req {
     int resume;                 /* resume from the newest good checkpoint */
     const char *log_path;       /* stdout and stderr of every rank are appended here */
     const char *report_addr;    /* host:port of WorkerService, or NULL / "" for none */
+    /* The attempt's own credential for ReportProgress (valid for this job and attempt only),
+     * given to the workers as ONEBIT_REPORT_TOKEN; never the service's admin token. */
+    const char *report_token;
 } ob_launch_req;
 
 /* A running attempt, as its launcher identifies it. Plain data: the store keeps pgid so that a

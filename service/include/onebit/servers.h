@@ -13,13 +13,19 @@
 extern "C" {
 #endif
 
+/* Default cap on the event streams open at once, per server. */
+#define OB_SERVERS_MAX_STREAMS 256
+
 typedef struct ob_grpc_server ob_grpc_server;
 
 /* Binds addr ("host:port"; port 0 picks a free one, returned in *bound_port) and starts
  * `threads` handler threads on one completion queue. svc is borrowed and must outlive the
- * server; token (copied) may be NULL or "" for none. *out is owned by the caller. */
+ * server; token (copied) may be NULL or "" for none. At most max_streams server streams
+ * (WatchJob, Health.Watch) are open at once (0: OB_SERVERS_MAX_STREAMS); one more is refused
+ * with RESOURCE_EXHAUSTED. *out is owned by the caller. */
 ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc, const char *addr,
-                               const char *token, int threads, int *bound_port, ob_err *err);
+                               const char *token, int threads, int max_streams, int *bound_port,
+                               ob_err *err);
 
 /* Stops accepting calls, cancels those in progress (streams end), joins the threads and frees
  * the server. Accepts NULL. */
@@ -28,9 +34,10 @@ void ob_grpc_server_stop(ob_grpc_server *s);
 typedef struct ob_rest_server ob_rest_server;
 
 /* Binds addr ("host:port"; port 0 picks a free one, returned in *bound_port) and serves the
- * REST API, one thread per connection. svc is borrowed; token copied. */
+ * REST API, one thread per connection. svc is borrowed; token copied. At most max_streams event
+ * streams are open at once (0: OB_SERVERS_MAX_STREAMS); one more is answered 429. */
 ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char *addr,
-                               const char *token, int *bound_port, ob_err *err);
+                               const char *token, int max_streams, int *bound_port, ob_err *err);
 
 /* Ends open event streams, stops the server and frees it. Accepts NULL. */
 void ob_rest_server_stop(ob_rest_server *s);

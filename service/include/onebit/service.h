@@ -11,6 +11,7 @@
 #include "onebit/job.h"
 #include "onebit/launcher.h"
 #include "onebit/report.h"
+#include "onebit/status.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -30,6 +31,14 @@ typedef struct ob_service_config {
     int64_t tick_ms;         /* supervisor period */
     const char *report_addr; /* host:port workers report to; NULL or "": they do not */
     ob_launcher *launcher;   /* borrowed; outlives the service */
+    /* Where jobs may read, each a NULL-terminated list of absolute directories (borrowed; copied
+     * by create). A spec's data.path must lie under a data root and its warm_start.from under a
+     * checkpoint root, after symbolic links and ".." are resolved. NULL: the defaults, data
+     * from /usr/share/datasets and /usr/share/games/fortunes (Debian's packages of the built-in
+     * datasets) and <state>/data, warm starts from <state>/checkpoints. {"/", NULL} allows
+     * everything. */
+    const char *const *data_roots;
+    const char *const *checkpoint_roots;
     /* Called (with the service lock held: it must not call back) for every change of a job's
      * state, with the job id and "STATE: why"; the daemon writes these to its log. NULL: none. */
     void (*on_state)(void *user, const char *job_id, const char *text);
@@ -63,6 +72,11 @@ typedef struct ob_submit_req {
     size_t spec_len;
     int world_size;   /* 0: the service's default_world_size */
     int max_restarts; /* -1: the service default */
+    /* NULL or "": none. Otherwise 1 to 128 characters of [A-Za-z0-9._:-] that make the submit
+     * idempotent: a second submit with the same request id, spec (canonically equal), world size
+     * and restarts answers the job the first made; anything different is OB_ERR_STATE. */
+    const char *request_id;
+    const char *labels; /* NULL or "": none; else "k=v,k=v" (ob_labels_parse) */
 } ob_submit_req;
 
 /* Validates the spec and the request (every invalid field named, "; "-separated) and stores a
@@ -73,14 +87,13 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
 /* The job with this id into *out (caller-owned). OB_ERR_NOT_FOUND. */
 ob_status ob_service_get(ob_service *svc, const char *id, ob_job *out, ob_err *err);
 
-#define OB_PAGE_TOKEN_LEN 32
-
 /* One page of jobs in submission order: at most page_size (0: 50; at most 1000), only those in
- * state (OB_JOB_UNSPECIFIED: all), after page_token ("" or NULL: the first page; otherwise a
+ * state (OB_JOB_UNSPECIFIED: all) whose labels hold every pair of label_selector ("k=v,k=v";
+ * NULL or "": all), after page_token ("" or NULL: the first page; otherwise a
  * token from an earlier call). *jobs is owned by the caller (ob_job_array_free); next_token is
  * "" on the last page. A malformed token or page size is OB_ERR_INVALID_ARG. */
-ob_status ob_service_list(ob_service *svc, ob_job_state state, int page_size,
-                          const char *page_token, ob_job **jobs, size_t *n,
+ob_status ob_service_list(ob_service *svc, ob_job_state state, const char *label_selector,
+                          int page_size, const char *page_token, ob_job **jobs, size_t *n,
                           char next_token[OB_PAGE_TOKEN_LEN], ob_err *err);
 
 /* Cancels a job: PENDING and RESTARTING jobs become CANCELLED at once; a RUNNING job's workers
@@ -88,6 +101,13 @@ ob_status ob_service_list(ob_service *svc, ob_job_state state, int page_size,
  * CANCELLED when they are gone. *out gets the job as it is after the request. A job already in
  * a final state: OB_ERR_STATE. */
 ob_status ob_service_cancel(ob_service *svc, const char *id, ob_job *out, ob_err *err);
+
+/* Deletes a job that has ended (SUCCEEDED, FAILED, CANCELLED): its record, events and attempts,
+ * its spec and log, and its checkpoints unless keep_checkpoints (another job may warm-start from
+ * them); *checkpoints_deleted counts the checkpoints removed. OB_ERR_NOT_FOUND for an unknown
+ * job, OB_ERR_STATE for one that has not ended (cancel it first). */
+ob_status ob_service_delete(ob_service *svc, const char *id, int keep_checkpoints,
+                            int *checkpoints_deleted, ob_err *err);
 
 /* Events of a job after after_seq (at most limit), oldest first. *evs is malloc'd (free()).
  * OB_ERR_NOT_FOUND for an unknown job. */
@@ -102,21 +122,15 @@ int ob_service_wait(ob_service *svc, int64_t seen, int timeout_ms);
 /* A counter that grows with every event of any job; pass it to ob_service_wait. */
 int64_t ob_service_event_counter(ob_service *svc);
 
-/* Applies a report to the job's current attempt. *cancel_requested (may be NULL) is set when
- * the job is being cancelled. OB_ERR_NOT_FOUND for an unknown job, OB_ERR_STATE when the job has
- * no running attempt. */
-ob_status ob_service_report(ob_service *svc, const ob_report *r, int *cancel_requested,
-                            ob_err *err);
-
-typedef struct ob_checkpoint_info {
-    int64_t step;
-    int64_t time_ms;
-    char path[OB_JOB_PATH_LEN];
-    int world_size;      /* from its metadata; 0 when that cannot be read */
-    char phase[16];      /* of the next step: "warmup" or "compression" */
-    int64_t freeze_step; /* 0 before the freeze */
-    char problem[256];   /* why its metadata cannot be read; "" when it can */
-} ob_checkpoint_info;
+/* Applies a report to the job's current attempt. credential (borrowed) is what the reporting
+ * workers presented: it must be the current attempt's report credential (each attempt gets its
+ * own, ob_launch_req.report_token), so a client cannot speak for a job and an old attempt's
+ * workers cannot speak for a new one (OB_ERR_UNAUTHENTICATED). NULL is for the service's own
+ * callers in this process (the log reader), which need none. *cancel_requested (may be NULL)
+ * is set when the job is being cancelled. OB_ERR_NOT_FOUND for an unknown job, OB_ERR_STATE
+ * when the job has no running attempt. */
+ob_status ob_service_report(ob_service *svc, const ob_report *r, const char *credential,
+                            int *cancel_requested, ob_err *err);
 
 /* The job's committed checkpoints (renamed step-XXXXXXXX directories, listed by the checkpoint
  * library), newest first, each with its metadata (only that is read: the arrays are verified by

@@ -33,11 +33,13 @@ ob_status ob_store_create_job(ob_store *s, ob_job *job, ob_err *err);
  * included. OB_ERR_NOT_FOUND when there is none. */
 ob_status ob_store_get_job(ob_store *s, const char *id, ob_job *out, ob_err *err);
 
-/* Jobs in store order with seq > after_seq, only those in state (OB_JOB_UNSPECIFIED: any),
+/* Jobs in store order with seq > after_seq, only those in state (OB_JOB_UNSPECIFIED: any)
+ * whose labels hold every pair of the canonical selector (NULL or "": any),
  * at most limit of them. *out is a malloc'd array of *n jobs owned by the caller
  * (ob_job_array_free); *more is 1 when further jobs match. */
-ob_status ob_store_list_jobs(ob_store *s, ob_job_state state, int64_t after_seq, int limit,
-                             ob_job **out, size_t *n, int *more, ob_err *err);
+ob_status ob_store_list_jobs(ob_store *s, ob_job_state state, const char *selector,
+                             int64_t after_seq, int limit, ob_job **out, size_t *n, int *more,
+                             ob_err *err);
 
 /* Writes every mutable field of job (borrowed: state, counters, times, message, progress,
  * checkpoint) and, when ev is non-NULL, appends ev as the job's next event (ev->seq and
@@ -45,6 +47,14 @@ ob_status ob_store_list_jobs(ob_store *s, ob_job_state state, int64_t after_seq,
 ob_status ob_store_update_job(ob_store *s, const ob_job *job, ob_job_event *ev, ob_err *err);
 
 /* Inserts or replaces attempt a->number of the job (borrowed). */
+/* The id of the job a submit with request_id made into id; OB_ERR_NOT_FOUND when none did. */
+ob_status ob_store_find_request(ob_store *s, const char *request_id, char id[OB_JOB_ID_LEN],
+                                ob_err *err);
+
+/* Removes the job's row, attempts and events in one transaction. OB_ERR_NOT_FOUND when there is
+ * no such job. */
+ob_status ob_store_delete_job(ob_store *s, const char *id, ob_err *err);
+
 ob_status ob_store_put_attempt(ob_store *s, const char *job_id, const ob_attempt *a, ob_err *err);
 
 /* Events of a job with seq > after_seq, oldest first, at most limit. *out is a malloc'd array

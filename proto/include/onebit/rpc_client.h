@@ -7,6 +7,7 @@
 #ifndef ONEBIT_RPC_CLIENT_H
 #define ONEBIT_RPC_CLIENT_H
 
+#include "onebit/report.h"
 #include "onebit/status.h"
 
 #include <stddef.h>
@@ -54,17 +55,18 @@ ob_status ob_rpc_server_stream(ob_rpc_client *c, const char *method, const void 
 
 typedef struct ob_reporter ob_reporter;
 
-/* A reporter for job_id (copied) to the coordinator at target; token as above (NULL: read
- * ONEBIT_TOKEN from the environment). */
+/* A reporter for job_id (copied) to the coordinator at target; token (borrowed) is the
+ * attempt's report credential, NULL: ONEBIT_REPORT_TOKEN from the environment, where onebitd's
+ * launcher puts it. */
 ob_status ob_reporter_create(ob_reporter **out, const char *target, const char *job_id,
                              const char *token, ob_err *err);
 
-/* Sends one of the worker's JSON progress lines (borrowed; {"event": ...}) as a
- * ReportProgress call, waiting at most a second. Failures are not fatal to training: they are
- * counted and returned, and the caller goes on. *cancel_requested (may be NULL) is set when the
- * coordinator is cancelling the job. Lines that are not progress events are ignored (OB_OK). */
-ob_status ob_reporter_send_line(ob_reporter *r, const char *json_line, int *cancel_requested,
-                                ob_err *err);
+/* Sends a report (borrowed; its job_id is replaced by the reporter's) as a ReportProgress call,
+ * waiting at most a second. Failures are not fatal to training: they are counted and returned,
+ * and the caller goes on. *cancel_requested (may be NULL) is set when the coordinator is
+ * cancelling the job. */
+ob_status ob_reporter_send(ob_reporter *r, const ob_report *rep, int *cancel_requested,
+                           ob_err *err);
 
 /* Number of reports that failed so far. */
 int ob_reporter_failures(const ob_reporter *r);

@@ -10,7 +10,6 @@
 #define ONEBIT_JOB_CODEC_H
 
 #include "onebit/job.h"
-#include "onebit/service.h" /* ob_checkpoint_info */
 #include "onebit/v1/jobs.pb-c.h"
 
 #include <jansson.h>
@@ -55,6 +54,8 @@ typedef struct ob_job_pb {
 ob_status ob_job_to_pb(const ob_job *j, ob_job_pb *pb, ob_err *err);
 void ob_job_pb_release(ob_job_pb *pb);
 void ob_progress_to_pb(const ob_progress *p, Onebit__V1__Progress *o);
+/* The message's progress into *p (zeroed first; a NULL message gives zeros). */
+void ob_progress_from_pb(const Onebit__V1__Progress *m, ob_progress *p);
 
 /* Decoders from unpacked messages (borrowed). Strings are copied (cut to the struct's sizes). */
 ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *out, ob_err *err);

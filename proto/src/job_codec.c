@@ -1,7 +1,7 @@
 /* Jobs, events and checkpoints to and from proto3 JSON and protobuf-c messages (see
  * onebit/job_codec.h). */
 #include "onebit/job_codec.h"
-#include "svc_internal.h"
+#include "onebit/base.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -101,6 +101,8 @@ json_t *ob_job_to_json(const ob_job *j)
     json_object_set_new(o, "startedUnixMs", i64(j->started_ms));
     json_object_set_new(o, "finishedUnixMs", i64(j->finished_ms));
     json_object_set_new(o, "message", json_string(j->message));
+    if (j->request_id[0]) json_object_set_new(o, "requestId", json_string(j->request_id));
+    if (j->labels[0]) json_object_set_new(o, "labels", json_string(j->labels));
     return o;
 }
 
@@ -282,7 +284,9 @@ ob_status ob_job_from_json(const json_t *o, ob_job *j, ob_err *err)
         (st = get_i64(o, "updatedUnixMs", &j->updated_ms, err)) ||
         (st = get_i64(o, "startedUnixMs", &j->started_ms, err)) ||
         (st = get_i64(o, "finishedUnixMs", &j->finished_ms, err)) ||
-        (st = get_str(o, "message", j->message, sizeof j->message, err)))
+        (st = get_str(o, "message", j->message, sizeof j->message, err)) ||
+        (st = get_str(o, "requestId", j->request_id, sizeof j->request_id, err)) ||
+        (st = get_str(o, "labels", j->labels, sizeof j->labels, err)))
         goto fail;
     if (ck && json_is_object(ck) &&
         ((st = get_i64(ck, "step", &j->ckpt_step, err)) ||
@@ -448,6 +452,8 @@ ob_status ob_job_to_pb(const ob_job *j, ob_job_pb *pb, ob_err *err)
     o->started_unix_ms = j->started_ms;
     o->finished_unix_ms = j->finished_ms;
     o->message = (char *)j->message;
+    o->request_id = (char *)j->request_id;
+    o->labels = (char *)j->labels;
     return OB_OK;
 }
 
@@ -464,7 +470,7 @@ static void copy_str(char *dst, size_t cap, const char *src)
     snprintf(dst, cap, "%s", src ? src : "");
 }
 
-static void progress_from_pb(const Onebit__V1__Progress *m, ob_progress *p)
+void ob_progress_from_pb(const Onebit__V1__Progress *m, ob_progress *p)
 {
     memset(p, 0, sizeof *p);
     if (!m) return;
@@ -492,7 +498,7 @@ ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *j, ob_err *err)
     j->world_size = m->world_size;
     j->max_restarts = m->max_restarts;
     j->restarts = m->restarts;
-    progress_from_pb(m->progress, &j->progress);
+    ob_progress_from_pb(m->progress, &j->progress);
     if (m->last_checkpoint) {
         j->ckpt_step = m->last_checkpoint->step;
         j->ckpt_ms = m->last_checkpoint->time_unix_ms;
@@ -503,6 +509,8 @@ ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *j, ob_err *err)
     j->started_ms = m->started_unix_ms;
     j->finished_ms = m->finished_unix_ms;
     copy_str(j->message, sizeof j->message, m->message);
+    copy_str(j->request_id, sizeof j->request_id, m->request_id);
+    copy_str(j->labels, sizeof j->labels, m->labels);
     j->spec_json = strdup(m->spec_json ? m->spec_json : "");
     if (m->n_attempts) j->attempts = calloc(m->n_attempts, sizeof *j->attempts);
     if (!j->spec_json || (m->n_attempts && !j->attempts)) {
@@ -532,7 +540,7 @@ void ob_job_event_from_pb(const Onebit__V1__JobEvent *m, ob_job_event *e)
     copy_str(e->kind, sizeof e->kind, m->kind);
     e->state = (ob_job_state)m->state;
     copy_str(e->message, sizeof e->message, m->message);
-    progress_from_pb(m->progress, &e->progress);
+    ob_progress_from_pb(m->progress, &e->progress);
 }
 
 void ob_checkpoint_info_from_pb(const Onebit__V1__Checkpoint *m, ob_checkpoint_info *c)

@@ -1,6 +1,6 @@
 /* The gRPC client over the C core: one completion queue per call, used with pluck. */
 #include "onebit/rpc_client.h"
-#include "svc_internal.h"
+#include "onebit/base.h"
 
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>

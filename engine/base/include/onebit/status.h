@@ -1,4 +1,4 @@
-/* Status codes and error messages shared by every onebit library.
+/* Status codes, error records and error traces shared by every onebit library (onebit_base).
  *
  * Functions that can fail return an ob_status (0 on success, a negative code otherwise) and,
  * when the caller passes a non-NULL ob_err, fill it with a readable message naming the failing
@@ -42,6 +42,21 @@ typedef struct ob_err {
 
 /* Resets an error record to OB_OK with an empty message. Accepts NULL. */
 void ob_err_clear(ob_err *err);
+
+/* ---- error traces, for onebit's libraries -------------------------------------------------- */
+
+/* Records a new failure: err (if non-NULL) gets code and "<formatted message> (file:line)",
+ * replacing whatever it held. Returns code. Use through OB_ERR. */
+ob_status ob_err_set(ob_err *err, ob_status code, const char *file, int line, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Passes on a failure that an inner call already recorded in err, putting our context in
+ * front ("outer: inner"), so the message reads like a trace, outermost first. Returns code. */
+ob_status ob_err_wrap(ob_err *err, ob_status code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#define OB_ERR(err, code, ...) ob_err_set((err), (code), __FILE__, __LINE__, __VA_ARGS__)
+#define OB_WRAP(err, code, ...) ob_err_wrap((err), (code), __VA_ARGS__)
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /* Status names and error-record formatting. */
-#include "internal.h"
+#include "onebit/status.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -46,7 +46,7 @@ void ob_err_clear(ob_err *err)
     err->msg[0] = '\0';
 }
 
-ob_status ob__err_set(ob_err *err, ob_status code, const char *file, int line, const char *fmt, ...)
+ob_status ob_err_set(ob_err *err, ob_status code, const char *file, int line, const char *fmt, ...)
 {
     if (!err) return code;
     const char *base = strrchr(file, '/');
@@ -62,7 +62,7 @@ ob_status ob__err_set(ob_err *err, ob_status code, const char *file, int line, c
     return code;
 }
 
-ob_status ob__err_wrap(ob_err *err, ob_status code, const char *fmt, ...)
+ob_status ob_err_wrap(ob_err *err, ob_status code, const char *fmt, ...)
 {
     if (!err) return code;
     char text[OB_ERR_MSG_LEN], inner[OB_ERR_MSG_LEN];
@@ -74,19 +74,4 @@ ob_status ob__err_wrap(ob_err *err, ob_status code, const char *fmt, ...)
     snprintf(err->msg, sizeof err->msg, "%.160s: %.340s", text, inner);
     err->code = code;
     return code;
-}
-
-void *ob__calloc_aligned(size_t bytes)
-{
-    if (bytes == 0) return NULL;
-    void *p = NULL;
-    size_t rounded = ob__round_up(bytes, 64);
-    if (posix_memalign(&p, 64, rounded) != 0) return NULL;
-    memset(p, 0, rounded);
-    return p;
-}
-
-void ob__free(void *p)
-{
-    free(p);
 }

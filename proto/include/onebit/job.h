@@ -1,6 +1,8 @@
-/* The coordinator's picture of a training job: its state machine, progress, attempts and events.
+/* The coordinator's picture of a training job: its state machine, progress, attempts, events and
+ * checkpoints (part of the wire layer, onebit_wire).
  *
- * These are plain value structs shared by the store, the service functions and the two APIs.
+ * These are plain value structs shared by the store, the service functions, the two APIs and
+ * onebitctl.
  * Fixed-size strings keep them copyable; the only heap members are ob_job.spec_json and
  * ob_job.attempts, released by ob_job_clear. The numbers of ob_job_state are those of
  * onebit.v1.JobState. */
@@ -30,12 +32,24 @@ typedef enum ob_job_state {
 #define OB_JOB_ID_LEN 64
 #define OB_JOB_MSG_LEN 512
 #define OB_JOB_PATH_LEN 1024
+#define OB_REQUEST_ID_LEN 129 /* a submit's request id, terminator included */
+#define OB_LABELS_LEN 1100    /* a job's labels as "k=v,k=v", terminator included */
+#define OB_LABELS_MAX 16      /* labels per job */
 
 /* "PENDING", "RUNNING", ... ("UNSPECIFIED" for anything else). Static string. */
 const char *ob_job_state_name(ob_job_state s);
 
 /* Reads "RUNNING" or "JOB_STATE_RUNNING" (any case) into *out. OB_ERR_INVALID_ARG otherwise. */
 ob_status ob_job_state_parse(const char *text, ob_job_state *out);
+
+/* Labels: up to OB_LABELS_MAX pairs "key=value", comma-separated, keys of 1 to 63 characters
+ * of [a-z0-9._/-] starting with a letter or digit, values of 0 to 63 of [A-Za-z0-9._-], no key
+ * twice. Writes the canonical form (sorted by key) into out; "" for "". OB_ERR_INVALID_ARG names
+ * the offending pair. Also reads a selector: the pairs a job's labels must all hold. */
+ob_status ob_labels_parse(const char *text, char out[OB_LABELS_LEN], ob_err *err);
+
+/* 1 when every pair of the canonical selector is among the canonical labels ("" selects all). */
+int ob_labels_match(const char *labels, const char *selector);
 
 /* 1 for SUCCEEDED, FAILED and CANCELLED: the job will not change again. */
 int ob_job_state_final(ob_job_state s);
@@ -67,6 +81,8 @@ typedef struct ob_job {
     int64_t seq; /* store order: 1, 2, ... */
     char id[OB_JOB_ID_LEN];
     char name[128];
+    char request_id[OB_REQUEST_ID_LEN]; /* the client's id of the submit that made it; "" none */
+    char labels[OB_LABELS_LEN];         /* "k=v,k=v", sorted by key (ob_labels_parse); "" none */
     ob_job_state state;
     char *spec_json; /* canonical spec (owned, malloc) */
     int world_size;
@@ -104,8 +120,19 @@ typedef struct ob_job_event {
     ob_progress progress;
 } ob_job_event;
 
-/* Milliseconds since the Unix epoch. */
-int64_t ob_now_ms(void);
+/* A committed checkpoint of a job, as the APIs list it. */
+typedef struct ob_checkpoint_info {
+    int64_t step;
+    int64_t time_ms;
+    char path[OB_JOB_PATH_LEN];
+    int world_size;      /* from its metadata; 0 when that cannot be read */
+    char phase[16];      /* of the next step: "warmup" or "compression" */
+    int64_t freeze_step; /* 0 before the freeze */
+    char problem[256];   /* why its metadata cannot be read; "" when it can */
+} ob_checkpoint_info;
+
+/* Length of a ListJobs page token, terminator included. */
+#define OB_PAGE_TOKEN_LEN 32
 
 #ifdef __cplusplus
 }

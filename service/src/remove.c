@@ -1,0 +1,46 @@
+/* Deleting a job that has ended (ob_service_delete): its store rows, its files under
+ * STATE/jobs/<id>/ and, unless kept, its checkpoints under STATE/checkpoints/<id>/. */
+#include "onebit/base.h"
+#include "onebit/store.h"
+#include "service_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+ob_status ob_service_delete(ob_service *svc, const char *id, int keep_checkpoints,
+                            int *checkpoints_deleted, ob_err *err)
+{
+    *checkpoints_deleted = 0;
+    ob_job j;
+    pthread_mutex_lock(&svc->mu);
+    ob_status rc = ob_store_get_job(svc->store, id, &j, err);
+    if (rc) goto done;
+    if (!ob_job_state_final(j.state) || ob__svc_find_run(svc, j.id)) {
+        rc = OB_ERR(err, OB_ERR_STATE, "job %s is %s: cancel it, then delete it", j.id,
+                    ob_job_state_name(j.state));
+        ob_job_clear(&j);
+        goto done;
+    }
+    ob_job_clear(&j);
+    ob_checkpoint_info *ck = NULL;
+    size_t nck = 0;
+    if (!keep_checkpoints) ob__svc_scan_checkpoints(svc, id, &ck, &nck, NULL);
+    free(ck);
+    /* The record goes first: a job that is listed keeps its files. */
+    if ((rc = ob_store_delete_job(svc->store, id, err))) goto done;
+    char dir[OB_JOB_PATH_LEN];
+    snprintf(dir, sizeof dir, "%s/%s", svc->jobs_dir, id);
+    rc = ob_remove_tree(dir, err);
+    if (rc == OB_OK && !keep_checkpoints) {
+        snprintf(dir, sizeof dir, "%s/%s", svc->ckpt_dir, id);
+        rc = ob_remove_tree(dir, err);
+        if (rc == OB_OK) *checkpoints_deleted = (int)nck;
+    }
+    if (rc) OB_WRAP(err, rc, "job %s deleted from the store, but its files remain", id);
+    svc->event_counter++; /* open streams of the job see it gone */
+    pthread_cond_broadcast(&svc->cv);
+done:
+    pthread_mutex_unlock(&svc->mu);
+    return rc;
+}

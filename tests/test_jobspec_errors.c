@@ -1,0 +1,477 @@
+/* Tests for the job spec (onebit/jobspec.h), part two: every class of bad input is rejected with
+ * the field's path (or the line) in the message and leaves the output struct untouched. */
+#include "jobspec_fixture.h"
+
+static void test_unknown_fields(void **state)
+{
+    (void)state;
+    expect_error(OB_SPEC_YAML, yaml_with("stepz: 5\n"),
+                 "stepz: unknown field (did you mean steps?)");
+    expect_error(OB_SPEC_YAML, yaml_with("colour: blue\n"), "colour: unknown field");
+    expect_error(OB_SPEC_JSON,
+                 "{\"model\": {\"type\": \"mlp\"}, \"data\": {\"type\": \"fashion_mnist\"}, "
+                 "\"optimizer\": {\"type\": \"adam\", \"betta1\": 0.9}, \"batch_size\": 1, "
+                 "\"steps\": 1}",
+                 "optimizer.betta1: unknown field (did you mean beta1?)");
+    expect_error(OB_SPEC_YAML,
+                 "model:\n  type: mlp\n  hiden: [3]\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "model.hiden: unknown field (did you mean hidden?)");
+    expect_error(OB_SPEC_YAML, yaml_with("eval:\n  intervall: 5\n"),
+                 "eval.intervall: unknown field (did you mean interval?)");
+    expect_error(OB_SPEC_YAML, yaml_with("checkpoint: {keep: 2, dirr: /x}\n"),
+                 "checkpoint.dirr: unknown field");
+    expect_error(OB_SPEC_YAML, yaml_with("lr: {schedule: constant, shape: 3}\n"),
+                 "lr.shape: unknown field");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist, paht: /x}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.paht: unknown field (did you mean path?)");
+    /* Misspelled sections are unknown, not "missing". */
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\noptimiser: {type: adam}\n"
+                 "batch_size: 1\nsteps: 1\n",
+                 "optimiser: unknown field (did you mean optimizer?)");
+}
+
+static void test_wrong_types(void **state)
+{
+    (void)state;
+    expect_error(OB_SPEC_JSON,
+                 "{\"model\": {\"type\": \"mlp\"}, \"data\": {\"type\": \"fashion_mnist\"}, "
+                 "\"optimizer\": {\"type\": \"adam\"}, \"batch_size\": \"64\", \"steps\": 1}",
+                 "batch_size: expected a positive integer, got \"64\"");
+    /* Quoted YAML scalars are strings too. */
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\noptimizer: {type: adam}\n"
+                 "batch_size: \"64\"\nsteps: 1\n",
+                 "batch_size: expected a positive integer, got \"64\"");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\noptimizer: {type: adam}\n"
+                 "batch_size: 64.0\nsteps: 1\n",
+                 "batch_size: expected a positive integer, got 64.0");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\noptimizer: {type: adam}\n"
+                 "batch_size: 8\nsteps: ~\n",
+                 "steps: expected a positive integer, got null");
+    expect_error(OB_SPEC_YAML, yaml_with("lr: {peak: fast}\n"),
+                 "lr.peak: expected a number, got \"fast\"");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam, bias_correction: yes}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.bias_correction: expected true or false, got \"yes\"");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: cnn}\ndata: {type: fashion_mnist}\noptimizer: {type: adam}\n"
+                 "batch_size: 1\nsteps: 1\n",
+                 "model.type: expected one of softmax, mlp or transformer, got \"cnn\"");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\noptimizer: adam\n"
+                 "batch_size: 1\nsteps: 1\n",
+                 "optimizer: expected an object (mapping), got \"adam\"");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp, hidden: 128}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "model.hidden: expected a list of 1 to 8 positive integers, got 128");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp, hidden: [64, \"32\"]}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "model.hidden[1]: expected a positive integer <= 16777216, got \"32\"");
+    expect_error(OB_SPEC_YAML, yaml_with("name: 12\n"),
+                 "name: expected a string of at most 127 characters");
+    expect_error(OB_SPEC_YAML, yaml_with("checkpoint: {dir: [a]}\n"),
+                 "checkpoint.dir: expected a path");
+}
+
+static void test_out_of_range(void **state)
+{
+    (void)state;
+    /* Through ob_optim_config_validate, with the section put in front. */
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam, beta1: 1.5}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.beta1 = 1.5: must be in [0, 1)");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: onebit_adam, block_size: 100}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.block_size = 100: must be a positive multiple of 32");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: onebit_adam, freeze_threshold: 0}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.freeze_threshold = 0: must be in (0, 1]");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam, eps: 0}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.eps = 0: must be > 0");
+    /* Through ob_lr_schedule_validate. */
+    expect_error(OB_SPEC_YAML, yaml_with("lr: {peak: -1}\n"), "lr.peak = -1: must be > 0");
+    expect_error(OB_SPEC_YAML, yaml_with("lr: {schedule: warmup_step_decay, decay_rate: 1.5}\n"),
+                 "lr.decay_rate = 1.5: must be in (0, 1]");
+    expect_error(OB_SPEC_YAML, yaml_with("lr: {schedule: cosine, warmup_steps: 100}\n"),
+                 "lr.warmup_steps = 100: cosine needs more total steps (100) than warmup");
+    /* Our own ranges. */
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\noptimizer: {type: adam}\n"
+                 "batch_size: 0\nsteps: 1\n",
+                 "batch_size: expected a positive integer <= 16777216, got 0");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\noptimizer: {type: adam}\n"
+                 "batch_size: 1\nsteps: -5\n",
+                 "steps: expected a positive integer, got -5");
+    expect_error(OB_SPEC_YAML, yaml_with("seed: -1\n"), "seed: expected an integer >= 0, got -1");
+    expect_error(OB_SPEC_YAML, yaml_with("log_interval: 0\n"),
+                 "log_interval: expected a positive integer, got 0");
+    expect_error(OB_SPEC_YAML, yaml_with("checkpoint: {keep: 0}\n"),
+                 "checkpoint.keep: expected a positive integer <= 2147483647, got 0");
+    expect_error(OB_SPEC_YAML, yaml_with("eval: {interval: -1}\n"),
+                 "eval.interval: expected an integer >= 0, got -1");
+    expect_error(OB_SPEC_YAML, yaml_with("name: has space\n"),
+                 "name: expected a string of at most 127 characters from [A-Za-z0-9._-], got "
+                 "\"has space\"");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: transformer, heads: 3}\ndata: {type: text}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "model.heads: 3 does not divide model.d_model (128)");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp, hidden: [1, 2, 3, 4, 5, 6, 7, 8, 9]}\n"
+                 "data: {type: fashion_mnist}\noptimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "model.hidden: expected a list of 1 to 8 positive integers, got a list of 9");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp, hidden: []}\n"
+                 "data: {type: fashion_mnist}\noptimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "model.hidden: expected a list of 1 to 8 positive integers, got a list of 0");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp, hidden: [8, 0]}\n"
+                 "data: {type: fashion_mnist}\noptimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "model.hidden[1]: expected a positive integer <= 16777216, got 0");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: synthetic_classification, noise: -1}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.noise: expected a number >= 0, got -1");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: synthetic_classification, num_classes: 1}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.num_classes: expected an integer in [2, 16777216], got 1");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: transformer}\ndata: {type: text, eval_fraction: 1.0}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.eval_fraction: expected a number in (0, 1), got 1.0");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: transformer}\ndata: {type: synthetic_text, alphabet: 65}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.alphabet: expected an integer in [2, 64], got 65");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: transformer, context: 64}\n"
+                 "data: {type: synthetic_text, train_bytes: 100}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.train_bytes: expected at least 2 * model.context = 128, got 100");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: transformer, context: 64}\n"
+                 "data: {type: synthetic_text, eval_bytes: 64}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.eval_bytes: expected more than model.context = 64");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist, path: ''}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.path: expected a non-empty path");
+    /* Numbers YAML can write but a spec cannot hold. */
+    expect_error(OB_SPEC_YAML, yaml_with("lr: {peak: .inf}\n"),
+                 "lr.peak: infinities and NaNs are not allowed");
+    expect_error(OB_SPEC_YAML, yaml_with("lr: {peak: .nan}\n"), "lr.peak: infinities and NaNs");
+    expect_error(OB_SPEC_YAML, yaml_with("lr: {peak: 1e999}\n"), "lr.peak: number out of range");
+    expect_error(OB_SPEC_YAML, yaml_with("seed: 99999999999999999999\n"),
+                 "seed: integer out of range (line 9");
+}
+
+static void test_missing_required(void **state)
+{
+    (void)state;
+    expect_error(OB_SPEC_YAML,
+                 "data: {type: fashion_mnist}\noptimizer: {type: adam}\n"
+                 "batch_size: 1\nsteps: 1\n",
+                 "model: missing required field");
+    expect_error(OB_SPEC_YAML,
+                 "model: {}\ndata: {type: fashion_mnist}\noptimizer: {type: adam}\n"
+                 "batch_size: 1\nsteps: 1\n",
+                 "model.type: missing required field (one of softmax, mlp or transformer)");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\noptimizer: {type: adam}\n"
+                 "batch_size: 1\nsteps: 1\n",
+                 "data: missing required field");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "batch_size: 1\nsteps: 1\n",
+                 "optimizer: missing required field");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {lr: 3}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.type: missing required field");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam}\nsteps: 1\n",
+                 "batch_size: missing required field");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\n",
+                 "steps: missing required field");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: idx}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.path: missing required field");
+}
+
+static void test_mismatches(void **state)
+{
+    (void)state;
+    expect_error3(OB_SPEC_YAML,
+                  "model: {type: transformer}\ndata: {type: fashion_mnist}\n"
+                  "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                  OB_ERR_INVALID_ARG, "model.type: transformer needs text data",
+                  "data.type is fashion_mnist", NULL);
+    expect_error3(OB_SPEC_YAML,
+                  "model: {type: mlp}\ndata: {type: synthetic_text}\n"
+                  "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                  OB_ERR_INVALID_ARG, "model.type: mlp needs classification data",
+                  "data.type is synthetic_text", NULL);
+    /* A field of another optimizer, data, model or schedule type. */
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam, compression: off}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.compression: only for onebit_adam");
+    expect_error(OB_SPEC_JSON,
+                 "{\"model\": {\"type\": \"mlp\"}, \"data\": {\"type\": \"fashion_mnist\"}, "
+                 "\"optimizer\": {\"type\": \"adam\", \"freeze_step\": 10}, \"batch_size\": 1, "
+                 "\"steps\": 1}",
+                 "optimizer.freeze_step: only for onebit_adam");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist, eval_fraction: 0.2}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.eval_fraction: only for text");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: synthetic_classification, path: /x}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.path: only for fashion_mnist, idx or text");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: transformer}\ndata: {type: text, normalize: unit}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "data.normalize: only for fashion_mnist or idx");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: softmax, hidden: [10]}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "model.hidden: only for mlp");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp, layers: 2}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam}\nbatch_size: 1\nsteps: 1\n",
+                 "model.layers: only for transformer");
+    expect_error(OB_SPEC_YAML, yaml_with("lr: {min_lr: 0.0001}\n"), "lr.min_lr: only for cosine");
+}
+
+static void test_freeze_step(void **state)
+{
+    (void)state;
+    const char *head = "model: {type: mlp}\ndata: {type: fashion_mnist}\nbatch_size: 1\nsteps: 1\n";
+    char buf[512];
+    snprintf(buf, sizeof buf, "%soptimizer: {type: onebit_adam, freeze_step: never}\n", head);
+    expect_error(OB_SPEC_YAML, buf,
+                 "optimizer.freeze_step: expected \"auto\" or a positive integer, got \"never\"");
+    snprintf(buf, sizeof buf, "%soptimizer: {type: onebit_adam, freeze_step: 0}\n", head);
+    expect_error(OB_SPEC_YAML, buf,
+                 "optimizer.freeze_step: expected \"auto\" or a positive integer, got 0");
+    snprintf(buf, sizeof buf, "%soptimizer: {type: onebit_adam, freeze_step: Auto}\n", head);
+    expect_error(OB_SPEC_YAML, buf, "optimizer.freeze_step: expected \"auto\"");
+    snprintf(buf, sizeof buf,
+             "%soptimizer: {type: onebit_adam, compression: naive, freeze_step: 10}\n", head);
+    expect_error(OB_SPEC_YAML, buf, "optimizer.freeze_step: compression naive never freezes v");
+    snprintf(buf, sizeof buf, "%soptimizer: {type: onebit_adam, compression: maybe}\n", head);
+    expect_error(OB_SPEC_YAML, buf,
+                 "optimizer.compression: expected one of on, off or naive, got \"maybe\"");
+    /* The quoted "auto" is the same as the plain one. */
+    ob_jobspec *s = new_spec();
+    snprintf(buf, sizeof buf, "%soptimizer: {type: onebit_adam, freeze_step: \"auto\"}\n", head);
+    parse_ok(s, buf, OB_SPEC_YAML);
+    assert_int_equal(s->optim.freeze_step, 0);
+    free(s);
+}
+
+static void test_syntax_errors(void **state)
+{
+    (void)state;
+    /* YAML: line and column of the problem. */
+    expect_error(OB_SPEC_YAML, "steps: 10\nbatch_size: 5\nname: a: b\n",
+                 "YAML syntax error at line 3, column 8");
+    expect_error(OB_SPEC_YAML, "model:\n  type: mlp\n data: [1, 2\n", "YAML syntax error at line");
+    /* JSON: jansson's line and column. */
+    expect_error(OB_SPEC_JSON, "{\n  \"steps\": 10,\n  \"batch_size\": ,\n}",
+                 "JSON syntax error at line 3");
+    expect_error(OB_SPEC_AUTO, "{\"steps\": 10,}", "JSON syntax error at line 1");
+    /* Duplicate keys in both formats, at any depth. */
+    expect_error(OB_SPEC_JSON, "{\"steps\": 1,\n \"steps\": 2}", "duplicate object key");
+    expect_error(OB_SPEC_JSON, "{\"optimizer\": {\"type\": \"adam\",\n \"type\": \"adam\"}}",
+                 "JSON syntax error at line 2");
+    expect_error(OB_SPEC_YAML, yaml_with("steps: 200\n"),
+                 "steps: duplicate key (line 9, column 1)");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer:\n  type: adam\n  eps: 1e-6\n  eps: 1e-7\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.eps: duplicate key (line 6, column 3)");
+    /* Empty documents and roots that are not mappings. */
+    expect_error(OB_SPEC_YAML, "", "job spec: empty document");
+    expect_error(OB_SPEC_JSON, " \n\t", "job spec: empty document");
+    expect_error(OB_SPEC_AUTO, "", "job spec: empty document");
+    expect_error(OB_SPEC_YAML, "# nothing but a comment\n", "job spec: empty document");
+    expect_error(OB_SPEC_YAML, "---\n",
+                 "expected an object (mapping) at the top level, got nothing");
+    expect_error(OB_SPEC_JSON, "[1, 2]",
+                 "expected an object (mapping) at the top level, got a list");
+    expect_error(OB_SPEC_YAML, "- a\n- b\n",
+                 "expected an object (mapping) at the top level, got a list");
+    expect_error(OB_SPEC_YAML, "hello\n", "at the top level, got \"hello\"");
+    expect_error(OB_SPEC_JSON, "42", "at the top level, got 42");
+    /* Multi-document streams, anchors, aliases, tags. */
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s---\nsteps: 5\n", min_yaml);
+    expect_error(OB_SPEC_YAML, buf, "a second document starts at line 8");
+    expect_error(OB_SPEC_YAML, yaml_with("eval: &e {interval: 5}\n"), "eval: YAML anchors");
+    expect_error(OB_SPEC_YAML, "steps: *x\n", "steps: YAML aliases");
+    expect_error(OB_SPEC_YAML, yaml_with("seed: !!int 5\n"), "seed: YAML tags");
+    expect_error(OB_SPEC_YAML, "? [a, b]\n: 1\n", "mapping keys must be plain strings");
+    /* Nesting is bounded. */
+    char deep[256] = "steps: ";
+    for (int i = 0; i < 40; i++)
+        strcat(deep, "[");
+    for (int i = 0; i < 40; i++)
+        strcat(deep, "]");
+    expect_error(OB_SPEC_YAML, deep, "nested too deeply");
+    /* Over the size limit. */
+    size_t big = OB_JOBSPEC_MAX_BYTES + 1;
+    char *huge = malloc(big + 1);
+    assert_non_null(huge);
+    memset(huge, ' ', big);
+    huge[big] = '\0';
+    expect_error(OB_SPEC_AUTO, huge, "over the limit");
+    free(huge);
+    /* The wrong explicit format is a syntax error of that format. */
+    expect_error(OB_SPEC_JSON, min_yaml, "JSON syntax error at line 1");
+}
+
+static void test_yaml_typing(void **state)
+{
+    (void)state;
+    ob_jobspec *a = new_spec(), *b = new_spec();
+    /* A flow-style YAML mapping given as YAML, a byte order mark, JSON with leading space. */
+    parse_ok(a,
+             "{model: {type: mlp}, data: {type: fashion_mnist}, optimizer: {type: adam}, "
+             "batch_size: 64, steps: 100}",
+             OB_SPEC_YAML);
+    parse_ok(b, min_json, OB_SPEC_JSON);
+    assert_memory_equal(a, b, sizeof *a);
+    char buf[1024];
+    snprintf(buf, sizeof buf, "\xEF\xBB\xBF  \n%s", min_json);
+    parse_ok(a, buf, OB_SPEC_AUTO);
+    assert_memory_equal(a, b, sizeof *a);
+    snprintf(buf, sizeof buf, "\xEF\xBB\xBF%s", min_yaml);
+    parse_ok(a, buf, OB_SPEC_AUTO);
+    assert_memory_equal(a, b, sizeof *a);
+    /* Floats in every core-schema spelling; integers accepted where numbers are. */
+    parse_ok(a, yaml_with("lr: {peak: .5, warmup_steps: 0}\n"), OB_SPEC_YAML);
+    assert_true(a->lr.peak == 0.5);
+    parse_ok(a, yaml_with("lr: {peak: 2.}\n"), OB_SPEC_YAML);
+    assert_true(a->lr.peak == 2.0);
+    parse_ok(a, yaml_with("lr: {peak: 1}\n"), OB_SPEC_YAML);
+    assert_true(a->lr.peak == 1.0);
+    parse_ok(a, yaml_with("lr: {peak: 5E-4}\n"), OB_SPEC_YAML);
+    assert_true(a->lr.peak == 5e-4);
+    /* A plain scalar that only looks numeric in YAML 1.1 stays a string. */
+    expect_error(OB_SPEC_YAML, yaml_with("seed: 1_000\n"),
+                 "seed: expected an integer >= 0, got \"1_000\"");
+    expect_error(OB_SPEC_YAML, yaml_with("lr: {peak: 1e}\n"),
+                 "lr.peak: expected a number, got \"1e\"");
+    free(a);
+    free(b);
+}
+
+/* checkpoint.async and warm_start: parsed, validated, printed back. */
+/* device: cpu by default, cuda for softmax and mlp, refused for the transformer. */
+static void test_device(void **state)
+{
+    (void)state;
+    const char *base = "model: {type: mlp, hidden: [8]}\ndata: {type: synthetic_classification}\n"
+                       "optimizer: {type: onebit_adam}\nbatch_size: 4\nsteps: 10\n";
+    char text[1024];
+    ob_jobspec s;
+    parse_ok(&s, base, OB_SPEC_YAML);
+    assert_int_equal(s.device, OB_DEVICE_CPU);
+    snprintf(text, sizeof text, "%sdevice: cuda\n", base);
+    parse_ok(&s, text, OB_SPEC_YAML);
+    assert_int_equal(s.device, OB_DEVICE_CUDA);
+    check_round_trip(&s);
+    char *json = NULL;
+    assert_int_equal(ob_jobspec_to_json(&s, &json, NULL), OB_OK);
+    assert_non_null(strstr(json, ",\"device\":\"cuda\"}"));
+    free(json);
+
+    snprintf(text, sizeof text, "%sdevice: gpu\n", base);
+    expect_error(OB_SPEC_YAML, text, "device: expected one of cpu or cuda, got \"gpu\"");
+    snprintf(text, sizeof text, "%sdevice: 1\n", base);
+    expect_error(OB_SPEC_YAML, text, "device: expected one of cpu or cuda, got 1");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: transformer}\ndata: {type: synthetic_text}\n"
+                 "optimizer: {type: adam}\nbatch_size: 4\nsteps: 10\ndevice: cuda\n",
+                 "device: cuda runs the softmax and mlp models; the transformer runs on the cpu");
+}
+
+static void test_checkpoint_and_warm_start(void **state)
+{
+    (void)state;
+    const char *base = "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
+                       "batch_size: 4\nsteps: 10\n";
+    char text[1024];
+    ob_jobspec s;
+    snprintf(text, sizeof text,
+             "%soptimizer: {type: onebit_adam}\ncheckpoint: {dir: /ck, interval: 5, async: true}\n"
+             "warm_start: {from: /ck/old/step-00000100, params: true}\n",
+             base);
+    parse_ok(&s, text, OB_SPEC_YAML);
+    assert_int_equal(s.checkpoint_async, 1);
+    assert_int_equal(s.checkpoint_interval, 5);
+    assert_string_equal(s.warm_start_from, "/ck/old/step-00000100");
+    assert_int_equal(s.warm_start_params, 1);
+    check_round_trip(&s);
+    char *json = NULL;
+    assert_int_equal(ob_jobspec_to_json(&s, &json, NULL), OB_OK);
+    assert_non_null(strstr(json, "\"warm_start\":{\"from\":\"/ck/old/step-00000100\","
+                                 "\"params\":true}"));
+    free(json);
+
+    snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x}\n", base);
+    parse_ok(&s, text, OB_SPEC_YAML);
+    assert_int_equal(s.warm_start_params, 0);
+
+    snprintf(text, sizeof text, "%soptimizer: {type: adam}\nwarm_start: {from: /x}\n", base);
+    expect_error(OB_SPEC_YAML, text, "warm_start: needs optimizer.type onebit_adam");
+    snprintf(text, sizeof text,
+             "%soptimizer: {type: onebit_adam, compression: naive}\nwarm_start: {from: /x}\n",
+             base);
+    expect_error(OB_SPEC_YAML, text, "warm_start: needs optimizer.type onebit_adam");
+    snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\nwarm_start: {params: true}\n",
+             base);
+    expect_error(OB_SPEC_YAML, text, "warm_start.from: missing required field");
+    snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\nwarm_start: {from: \"\"}\n",
+             base);
+    expect_error(OB_SPEC_YAML, text, "warm_start.from");
+    snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\nwarm_start: {form: /x}\n", base);
+    expect_error(OB_SPEC_YAML, text, "warm_start.form: unknown field");
+    snprintf(text, sizeof text, "%soptimizer: {type: adam}\ncheckpoint: {async: 1}\n", base);
+    expect_error(OB_SPEC_YAML, text, "checkpoint.async");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_unknown_fields), cmocka_unit_test(test_wrong_types),
+        cmocka_unit_test(test_out_of_range),   cmocka_unit_test(test_missing_required),
+        cmocka_unit_test(test_mismatches),     cmocka_unit_test(test_freeze_step),
+        cmocka_unit_test(test_syntax_errors),  cmocka_unit_test(test_yaml_typing),
+        cmocka_unit_test(test_device),         cmocka_unit_test(test_checkpoint_and_warm_start),
+    };
+    return cmocka_run_group_tests(tests, make_tmp, remove_tmp);
+}

@@ -1,0 +1,308 @@
+/* The progress report's wire forms (onebit/report.h): every kind survives a JSON line and comes
+ * out of a ReportProgressRequest as the coordinator reads it from the log; JSON lines keep the
+ * exact text the worker has always printed. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "onebit/report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One report of each kind with every field it writes set to something distinctive. */
+static ob_report sample(ob_report_kind kind)
+{
+    ob_report r;
+    memset(&r, 0, sizeof r);
+    r.kind = kind;
+    ob_progress *p = &r.progress;
+    switch (kind) {
+    case OB_REPORT_START:
+        r.world_size = 4;
+        r.num_params = 235146;
+        break;
+    case OB_REPORT_STEP:
+        p->step = 120;
+        strcpy(p->phase, "compression");
+        p->loss = 0.40625;
+        p->lr = 0.001;
+        p->samples_per_s = 5123.5;
+        p->bytes_sent = 1234567;
+        r.bytes_step = 2456;
+        p->freeze_ratio = 0.96875;
+        break;
+    case OB_REPORT_EVAL:
+        p->step = 500;
+        r.eval_loss = 1.5;
+        r.eval_accuracy = 0.75;
+        r.eval_count = 10000;
+        r.is_text = 1;
+        break;
+    case OB_REPORT_FREEZE:
+        p->step = p->freeze_step = 179;
+        p->freeze_ratio = 0.9765625;
+        break;
+    case OB_REPORT_CHECKPOINT:
+        p->step = r.ckpt_step = 1000;
+        strcpy(r.ckpt_path, "/ck/job/step-00001000");
+        r.ckpt_async = 1;
+        r.ckpt_bytes = 26500000;
+        r.stall_seconds = 0.0025;
+        r.write_seconds = 0.0625;
+        break;
+    case OB_REPORT_RESUME:
+        p->step = r.ckpt_step = 80;
+        strcpy(r.ckpt_path, "/ck/job/step-00000080");
+        strcpy(p->phase, "warmup");
+        r.from_world_size = 3;
+        break;
+    case OB_REPORT_NOTICE:
+        p->step = 7;
+        strcpy(r.message, "skipping step-00000120: \"data error\" detected by Fletcher32");
+        break;
+    case OB_REPORT_PROFILE:
+        r.profile = (ob_report_profile){.steps = 1500,
+                                        .ms_per_step = 3.5,
+                                        .data_ms = 0.0625,
+                                        .compute_ms = 1.25,
+                                        .allreduce_ms = 0.375,
+                                        .compress_ms = 0.1875,
+                                        .exchange_ms = 1.5,
+                                        .update_ms = 0.125};
+        break;
+    case OB_REPORT_SUMMARY:
+        p->step = 1500;
+        r.summary = (ob_report_summary){.steps = 1500,
+                                        .freeze_step = 179,
+                                        .final_train_loss = 0.25,
+                                        .eval_loss = 0.3125,
+                                        .eval_accuracy = 0.875,
+                                        .bytes_sent = 99,
+                                        .bytes_warmup = 80,
+                                        .bytes_compression = 19,
+                                        .wall_seconds = 9.5,
+                                        .samples_per_s = 40000,
+                                        .num_params = 235146,
+                                        .first_step = 1,
+                                        .stopped = 0,
+                                        .last_checkpoint = 1500};
+        break;
+    case OB_REPORT_NONE:
+        break;
+    }
+    return r;
+}
+
+/* Field by field (padding bytes are not part of a report). */
+static int same(const ob_report *a, const ob_report *b)
+{
+    const ob_progress *p = &a->progress, *q = &b->progress;
+    const ob_report_summary *s = &a->summary, *t = &b->summary;
+    return a->kind == b->kind && p->step == q->step && p->total_steps == q->total_steps &&
+           p->loss == q->loss && !strcmp(p->phase, q->phase) && p->freeze_step == q->freeze_step &&
+           p->samples_per_s == q->samples_per_s && p->bytes_sent == q->bytes_sent &&
+           p->lr == q->lr && p->freeze_ratio == q->freeze_ratio && a->bytes_step == b->bytes_step &&
+           a->world_size == b->world_size && a->num_params == b->num_params &&
+           a->eval_loss == b->eval_loss && a->eval_accuracy == b->eval_accuracy &&
+           a->eval_count == b->eval_count && a->is_text == b->is_text &&
+           a->ckpt_step == b->ckpt_step && !strcmp(a->ckpt_path, b->ckpt_path) &&
+           a->ckpt_failed == b->ckpt_failed && a->ckpt_async == b->ckpt_async &&
+           a->ckpt_bytes == b->ckpt_bytes && a->stall_seconds == b->stall_seconds &&
+           a->write_seconds == b->write_seconds && a->from_world_size == b->from_world_size &&
+           !strcmp(a->message, b->message) &&
+           !memcmp(&a->profile, &b->profile, sizeof a->profile) && s->steps == t->steps &&
+           s->freeze_step == t->freeze_step && s->final_train_loss == t->final_train_loss &&
+           s->eval_loss == t->eval_loss && s->eval_accuracy == t->eval_accuracy &&
+           s->bytes_sent == t->bytes_sent && s->bytes_warmup == t->bytes_warmup &&
+           s->bytes_compression == t->bytes_compression && s->wall_seconds == t->wall_seconds &&
+           s->samples_per_s == t->samples_per_s && s->num_params == t->num_params &&
+           s->first_step == t->first_step && s->stopped == t->stopped &&
+           s->last_checkpoint == t->last_checkpoint;
+}
+
+static void test_kind_names(void **state)
+{
+    (void)state;
+    for (int k = 1; k < OB_REPORT_KIND_COUNT; k++) {
+        const char *name = ob_report_kind_name((ob_report_kind)k);
+        assert_true(name[0] != '\0');
+        assert_int_equal(ob_report_kind_parse(name), k);
+    }
+    assert_string_equal(ob_report_kind_name(OB_REPORT_NONE), "");
+    assert_string_equal(ob_report_kind_name((ob_report_kind)99), "");
+    assert_int_equal(ob_report_kind_parse("party"), OB_REPORT_NONE);
+    assert_int_equal(ob_report_kind_parse(NULL), OB_REPORT_NONE);
+    assert_int_equal(ob_report_kind_parse(""), OB_REPORT_NONE);
+}
+
+/* Writing then reading gives back every field a kind writes. */
+static void test_json_round_trip(void **state)
+{
+    (void)state;
+    for (int k = 1; k < OB_REPORT_KIND_COUNT; k++) {
+        ob_report in = sample((ob_report_kind)k), out;
+        char *line = ob_report_to_json(&in);
+        assert_non_null(line);
+        assert_int_equal(ob_report_parse_line(line, strlen(line), &out), 1);
+        if (k == OB_REPORT_START) {
+            /* The spec is written, never read back. */
+            assert_int_equal(out.world_size, 4);
+            assert_int_equal(out.num_params, 235146);
+        } else if (!same(&in, &out)) {
+            fail_msg("kind %d: %s", k, line);
+        }
+        free(line);
+    }
+}
+
+/* The exact lines onebit-worker has printed since the first release: scripts parse them. */
+static void test_json_text(void **state)
+{
+    (void)state;
+    ob_report r = sample(OB_REPORT_STEP);
+    r.progress.freeze_ratio = NAN; /* not computed: null */
+    char *line = ob_report_to_json(&r);
+    assert_string_equal(line, "{\"event\":\"step\",\"step\":120,\"phase\":\"compression\","
+                              "\"loss\":0.40625,\"lr\":0.001,\"samples_per_s\":5123.5,"
+                              "\"bytes_sent\":1234567,\"bytes_step\":2456,\"freeze_ratio\":null}");
+    free(line);
+    r = sample(OB_REPORT_CHECKPOINT);
+    r.ckpt_failed = 1;
+    strcpy(r.message, "disk full");
+    line = ob_report_to_json(&r);
+    assert_string_equal(line, "{\"event\":\"checkpoint\",\"step\":1000,\"ok\":false,"
+                              "\"error\":\"disk full\"}");
+    free(line);
+    r = sample(OB_REPORT_START);
+    r.spec_json = "{\"name\":\"x\",\"steps\":3}";
+    line = ob_report_to_json(&r);
+    assert_string_equal(line, "{\"event\":\"start\",\"world_size\":4,\"num_params\":235146,"
+                              "\"spec\":{\"name\":\"x\",\"steps\":3}}");
+    free(line);
+    r = sample(OB_REPORT_SUMMARY);
+    r.summary.freeze_step = -1;
+    r.summary.last_checkpoint = -1;
+    line = ob_report_to_json(&r);
+    assert_non_null(strstr(line, "\"freeze_step\":null,"));
+    assert_non_null(strstr(line, "\"last_checkpoint\":null}"));
+    ob_report back;
+    assert_int_equal(ob_report_parse_line(line, strlen(line), &back), 1);
+    assert_int_equal(back.summary.freeze_step, -1);
+    assert_int_equal(back.summary.last_checkpoint, -1);
+    free(line);
+    r.kind = OB_REPORT_NONE;
+    assert_null(ob_report_to_json(&r));
+}
+
+/* What the coordinator keeps of a report is the same whether it came over gRPC or from the
+ * log, non-finite numbers included (they read as 0 both ways). */
+static void test_pb_matches_log(void **state)
+{
+    (void)state;
+    for (int k = 1; k < OB_REPORT_KIND_COUNT; k++) {
+        ob_report in = sample((ob_report_kind)k), from_log, from_pb;
+        in.progress.loss = NAN;
+        in.progress.freeze_ratio = INFINITY;
+        strcpy(in.job_id, "job-000042");
+        char *line = ob_report_to_json(&in);
+        assert_int_equal(ob_report_parse_line(line, strlen(line), &from_log), 1);
+        free(line);
+        uint8_t *buf = NULL;
+        size_t len = 0;
+        ob_err err;
+        assert_int_equal(ob_report_pack(&in, &buf, &len, &err), OB_OK);
+        Onebit__V1__ReportProgressRequest *q =
+            onebit__v1__report_progress_request__unpack(NULL, len, buf);
+        assert_non_null(q);
+        assert_int_equal(ob_report_from_pb(q, &from_pb, &err), OB_OK);
+        onebit__v1__report_progress_request__free_unpacked(q, NULL);
+        free(buf);
+        assert_string_equal(from_pb.job_id, "job-000042");
+        assert_int_equal(from_pb.kind, k);
+        const ob_progress *a = &from_log.progress, *b = &from_pb.progress;
+        assert_int_equal(a->step, b->step);
+        assert_true(a->loss == b->loss && b->loss == 0.0);
+        assert_true(a->freeze_ratio == b->freeze_ratio);
+        assert_true(a->lr == b->lr && a->samples_per_s == b->samples_per_s);
+        assert_int_equal(a->bytes_sent, b->bytes_sent);
+        assert_string_equal(a->phase, b->phase);
+        assert_int_equal(from_log.ckpt_step, from_pb.ckpt_step);
+        assert_string_equal(from_log.ckpt_path, from_pb.ckpt_path);
+        assert_int_equal(from_log.ckpt_failed, from_pb.ckpt_failed);
+        assert_true(from_log.eval_loss == from_pb.eval_loss);
+        assert_true(from_log.eval_accuracy == from_pb.eval_accuracy);
+        assert_string_equal(from_log.message, from_pb.message);
+        if (k == OB_REPORT_START) assert_int_equal(from_pb.num_params, 235146);
+        if (k == OB_REPORT_FREEZE) assert_int_equal(from_pb.progress.freeze_step, 179);
+    }
+}
+
+static void test_pb_refusals(void **state)
+{
+    (void)state;
+    Onebit__V1__ReportProgressRequest q = ONEBIT__V1__REPORT_PROGRESS_REQUEST__INIT;
+    ob_report r;
+    ob_err err;
+    q.job_id = "job-000001";
+    q.kind = "party";
+    assert_int_equal(ob_report_from_pb(&q, &r, &err), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "kind: unknown progress kind 'party'"));
+    char long_id[200];
+    memset(long_id, 'a', sizeof long_id - 1);
+    long_id[sizeof long_id - 1] = '\0';
+    q.job_id = long_id;
+    q.kind = "step";
+    assert_int_equal(ob_report_from_pb(&q, &r, &err), OB_ERR_NOT_FOUND);
+}
+
+static void test_parse_rejects(void **state)
+{
+    (void)state;
+    ob_report r;
+    const char *bad[] = {"",
+                         "hello",
+                         "{\"event\":\"party\"}",
+                         "{\"event\":",
+                         "[1]",
+                         "{\"step\":3}",
+                         "{\"event\":\"step\",\"event\":\"eval\"}",
+                         "[1,3]<stderr>:{\"event\":\"step\"}"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        assert_int_equal(ob_report_parse_line(bad[i], strlen(bad[i]), &r), 0);
+    /* Wrong types read as 0 (or "") rather than failing the line. */
+    const char *odd = "{\"event\":\"step\",\"step\":\"12\",\"phase\":7,\"loss\":true}";
+    assert_int_equal(ob_report_parse_line(odd, strlen(odd), &r), 1);
+    assert_int_equal(r.progress.step, 0);
+    assert_string_equal(r.progress.phase, "");
+    assert_true(r.progress.loss == 0.0);
+    /* Reals beyond int64 where a count belongs (found by fuzz_wire): read as missing. */
+    const char *huge = "{\"event\":\"freeze\",\"step\":1E47,\"freeze_ratio\":0.99686}";
+    assert_int_equal(ob_report_parse_line(huge, strlen(huge), &r), 1);
+    assert_int_equal(r.progress.step, 0);
+    const char *huge2 = "{\"event\":\"summary\",\"steps\":5,\"freeze_step\":-1e300}";
+    assert_int_equal(ob_report_parse_line(huge2, strlen(huge2), &r), 1);
+    assert_int_equal(r.summary.freeze_step, -1);
+    /* A message longer than the struct holds is cut, terminated. */
+    char line[4096];
+    int n = snprintf(line, sizeof line, "{\"event\":\"notice\",\"step\":1,\"message\":\"");
+    memset(line + n, 'x', 3000);
+    strcpy(line + n + 3000, "\"}");
+    assert_int_equal(ob_report_parse_line(line, strlen(line), &r), 1);
+    assert_int_equal(strlen(r.message), OB_REPORT_MSG_LEN - 1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_kind_names),  cmocka_unit_test(test_json_round_trip),
+        cmocka_unit_test(test_json_text),   cmocka_unit_test(test_pb_matches_log),
+        cmocka_unit_test(test_pb_refusals), cmocka_unit_test(test_parse_rejects),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
