@@ -198,12 +198,12 @@ static void test_warm_start(void **state)
         v[i] = 1e-4f * (float)(i + 1);
     ob_err err = {0};
     v[3] = -1.0f;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, &err), OB_ERR_CORRUPT);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 0, &err), OB_ERR_CORRUPT);
     assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP); /* rejected: nothing changed */
     v[3] = NAN;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, &err), OB_ERR_CORRUPT);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 0, &err), OB_ERR_CORRUPT);
     v[3] = 4e-4f;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 0, &err), OB_OK);
     ob_optim_stats s = stats(&r);
     assert_int_equal(s.phase, OB_PHASE_COMPRESSION);
     assert_int_equal(s.freeze_step, 0);
@@ -219,8 +219,140 @@ static void test_warm_start(void **state)
 
     ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
     run_start(&r, &cfg);
-    assert_int_equal(ob_optim_warm_start(r.opt, v, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 0, &err), OB_ERR_INVALID_ARG);
     run_end(&r);
+}
+
+/* A refit warm start: Adam steps carrying on from the borrowed v (no bias correction of v even
+ * when bias_correction is on), the check at step 1, the freeze at the end of refit_steps. */
+static void test_warm_start_refit(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.bias_correction = 1;
+    run r;
+    run_start(&r, &cfg);
+    float v[D];
+    double vref[D];
+    for (int i = 0; i < D; i++)
+        vref[i] = v[i] = 1e-2f * (float)(i + 1);
+    ob_err err = {0};
+    assert_int_equal(ob_optim_warm_start(r.opt, v, -1, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 3, &err), OB_OK);
+    ob_optim_stats s = stats(&r);
+    assert_int_equal(s.warm_start, OB_WARM_REFIT);
+    assert_int_equal(s.phase, OB_PHASE_WARMUP);
+    assert_int_equal(s.refit_end, 3);
+    assert_true(isnan(s.warm_check_fraction));
+    /* Before any step a second call replaces the first; after a step it is refused (below). */
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 3, &err), OB_OK); /* still step 0 */
+    for (long t = 1; t <= 3; t++) {
+        for (int i = 0; i < D; i++)
+            r.g[i] = 0.2f;
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+        for (int i = 0; i < D; i++)
+            vref[i] = 0.999 * vref[i] + 0.001 * 0.04;
+        s = stats(&r);
+        assert_int_equal(s.phase, t < 3 ? OB_PHASE_WARMUP : OB_PHASE_COMPRESSION);
+        /* 0.2 > 10 sqrt(v) only where v < 4e-4: none of these coordinates */
+        assert_true(s.warm_check_fraction == 0.0);
+        assert_true(s.bytes_last_step == 0); /* one rank: nothing crosses a network */
+    }
+    assert_int_equal(s.freeze_step, 3);
+    assert_int_equal(s.warm_start, OB_WARM_REFIT);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 3, &err), OB_ERR_INVALID_ARG);
+    ob_optim_state st;
+    ob_optim_get_state(r.opt, &st);
+    for (int i = 0; i < D; i++) /* v carried on from v_Tw, not from zero, and was not rescaled */
+        assert_true(fabs(st.exp_avg_sq[i] - vref[i]) <= 1e-5 * vref[i]);
+    ob_optim_progress p;
+    ob_optim_get_progress(r.opt, &p);
+    assert_int_equal(p.warm_start, OB_WARM_REFIT);
+    assert_int_equal(p.refit_end, 3);
+    run_end(&r);
+}
+
+/* A borrowed v that the first gradients do not fit (zero where the gradient is not) is refused:
+ * the run is then the same, bit for bit, as one that never had a warm start. */
+static void test_warm_start_refused_is_scratch(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.freeze_step = 5;
+    run warm, cold;
+    run_start(&warm, &cfg);
+    run_start(&cold, &cfg);
+    float v[D];
+    for (int i = 0; i < D; i++)
+        v[i] = i < D / 2 ? 0.0f : 1.0f; /* half the coordinates: far too small */
+    ob_err err = {0};
+    assert_int_equal(ob_optim_warm_start(warm.opt, v, 20, &err), OB_OK);
+    for (long t = 1; t <= 8; t++) {
+        for (int i = 0; i < D; i++)
+            warm.g[i] = cold.g[i] = 0.1f * (float)((i * 5 + t) % 7) + 0.05f;
+        assert_int_equal(ob_optim_step(warm.opt, warm.g, 1e-2f, NULL), OB_OK);
+        assert_int_equal(ob_optim_step(cold.opt, cold.g, 1e-2f, NULL), OB_OK);
+        assert_memory_equal(warm.x, cold.x, sizeof warm.x);
+    }
+    ob_optim_stats s = stats(&warm);
+    assert_int_equal(s.warm_start, OB_WARM_REFUSED);
+    assert_true(s.warm_check_fraction >= 0.5 && s.warm_check_fraction <= 0.5 + 1e-9);
+    assert_int_equal(s.freeze_step, 5); /* the spec's own rule, not the refit's 20 */
+    ob_optim_state a, b;
+    ob_optim_get_state(warm.opt, &a);
+    ob_optim_get_state(cold.opt, &b);
+    assert_memory_equal(a.exp_avg_sq, b.exp_avg_sq, D * sizeof(float));
+    run_end(&warm);
+    run_end(&cold);
+}
+
+/* The refit survives a checkpoint: a run restored mid-refit freezes where the original does and
+ * ends with the same bits; progress that does not fit is refused. */
+static void test_warm_start_refit_resume(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.mode = OB_ONEBIT_UNCOMPRESSED;
+    run a, b;
+    run_start(&a, &cfg);
+    float v[D];
+    for (int i = 0; i < D; i++)
+        v[i] = 1e-3f * (float)(i + 1);
+    ob_err err = {0};
+    assert_int_equal(ob_optim_warm_start(a.opt, v, 4, &err), OB_OK);
+    for (long t = 1; t <= 10; t++) {
+        for (int i = 0; i < D; i++)
+            a.g[i] = 0.01f * (float)((i * 3 + t) % 5) - 0.02f;
+        assert_int_equal(ob_optim_step(a.opt, a.g, 1e-2f, NULL), OB_OK);
+        if (t != 2) continue;
+        /* the "checkpoint": arrays and progress into a fresh optimizer */
+        run_start(&b, &cfg);
+        memcpy(b.x, a.x, sizeof a.x);
+        ob_optim_state sa, sb;
+        ob_optim_get_state(a.opt, &sa);
+        ob_optim_get_state(b.opt, &sb);
+        memcpy(sb.exp_avg, sa.exp_avg, D * sizeof(float));
+        memcpy(sb.exp_avg_sq, sa.exp_avg_sq, D * sizeof(float));
+        ob_optim_progress p;
+        ob_optim_get_progress(a.opt, &p);
+        ob_optim_progress bad = p;
+        bad.refit_end = 2; /* a refit that should have frozen already */
+        assert_int_equal(ob_optim_set_progress(b.opt, &bad, &err), OB_ERR_INVALID_ARG);
+        bad = p;
+        bad.warm_start = (ob_warm_state)7;
+        assert_int_equal(ob_optim_set_progress(b.opt, &bad, &err), OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_set_progress(b.opt, &p, &err), OB_OK);
+    }
+    for (long t = 3; t <= 10; t++) {
+        for (int i = 0; i < D; i++)
+            b.g[i] = 0.01f * (float)((i * 3 + t) % 5) - 0.02f;
+        assert_int_equal(ob_optim_step(b.opt, b.g, 1e-2f, NULL), OB_OK);
+    }
+    assert_int_equal(stats(&b).freeze_step, 4);
+    assert_int_equal(stats(&a).freeze_step, 4);
+    assert_memory_equal(a.x, b.x, sizeof a.x);
+    run_end(&a);
+    run_end(&b);
 }
 
 /* The naive mode never freezes and keeps updating v from the compressed gradient. */
@@ -309,6 +441,9 @@ int main(void)
         cmocka_unit_test(test_no_freeze_while_variance_falls),
         cmocka_unit_test(test_fixed_freeze_and_bias_corrected_v),
         cmocka_unit_test(test_warm_start),
+        cmocka_unit_test(test_warm_start_refit),
+        cmocka_unit_test(test_warm_start_refused_is_scratch),
+        cmocka_unit_test(test_warm_start_refit_resume),
         cmocka_unit_test(test_naive_never_freezes),
         cmocka_unit_test(test_precondition_bounds_tiny_variance_steps),
     };

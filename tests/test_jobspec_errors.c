@@ -439,12 +439,25 @@ static void test_checkpoint_and_warm_start(void **state)
     char *json = NULL;
     assert_int_equal(ob_jobspec_to_json(&s, &json, NULL), OB_OK);
     assert_non_null(strstr(json, "\"warm_start\":{\"from\":\"/ck/old/step-00000100\","
-                                 "\"params\":true}"));
+                                 "\"params\":true,\"refit_steps\":\"auto\"}"));
     free(json);
 
     snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x}\n", base);
     parse_ok(&s, text, OB_SPEC_YAML);
     assert_int_equal(s.warm_start_params, 0);
+    assert_int_equal(s.warm_start_refit_steps, -1);
+    snprintf(text, sizeof text,
+             "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x, refit_steps: 0}\n", base);
+    parse_ok(&s, text, OB_SPEC_YAML);
+    assert_int_equal(s.warm_start_refit_steps, 0);
+    check_round_trip(&s);
+    const char *bad_refit[] = {"-1", "1000001", "1.5", "\"soon\"", "[]"};
+    for (size_t i = 0; i < sizeof bad_refit / sizeof *bad_refit; i++) {
+        snprintf(text, sizeof text,
+                 "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x, refit_steps: %s}\n",
+                 base, bad_refit[i]);
+        expect_error(OB_SPEC_YAML, text, "warm_start.refit_steps");
+    }
 
     snprintf(text, sizeof text, "%soptimizer: {type: adam}\nwarm_start: {from: /x}\n", base);
     expect_error(OB_SPEC_YAML, text, "warm_start: needs optimizer.type onebit_adam");

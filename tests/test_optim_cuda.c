@@ -164,6 +164,19 @@ static void test_cpu_fused_precondition(void **state)
 /* The stabiliser: with no bound the frozen step is the paper's, bit for bit; with a bound c no
  * coordinate moves more than c lr (weight decay aside), coordinates within the bound take the
  * paper's step exactly, and the preconditioned direction is clipped to [-c, c]. */
+/* The warm-start check counts elements with (gscale g)^2 > k2 v, strictly. */
+static void test_cpu_count_exceeding(void **state)
+{
+    (void)state;
+    const float g[] = {2.0f, -2.0f, 1.0f, 0.0f, 4.0f, -40.0f};
+    const float v[] = {0.0f, 1.0f, 0.25f, 0.0f, 1.0f, 1.0f};
+    /* (g/2)^2 = 1, 1, 0.25, 0, 4, 400 against 0.25 v = 0, 0.25, 0.0625, 0, 0.25, 0.25 */
+    assert_int_equal(ob_count_exceeding(g, v, 6, 0.5f, 0.25f), 5);
+    /* against 4 v = 0, 4, 1, 0, 4, 4: only 1 > 0 and 400 > 4 (4 > 4 is not) */
+    assert_int_equal(ob_count_exceeding(g, v, 6, 0.5f, 4.0f), 2);
+    assert_int_equal(ob_count_exceeding(g, v, 0, 1.0f, 1.0f), 0);
+}
+
 static void test_cpu_stabilizer(void **state)
 {
     (void)state;
@@ -245,6 +258,11 @@ static void compare_all(size_t n)
     if (!(fabs(cpu_l1 - gpu_l1) <= 1e-12 * cpu_l1))
         fail_msg("l1: cpu %.17g gpu %.17g", cpu_l1, gpu_l1);
     if (memcmp(&gpu_l1, &again, sizeof again) != 0) fail_msg("l1 differs between two runs");
+    /* The warm-start check's count, at a factor where some but not all elements pass. */
+    size_t cpu_count = ob_count_exceeding(g, v, n, 0.25f, 4.0f), gpu_count = 0;
+    expect_ok(ob_cuda_count_exceeding(dg, dv, n, 0.25f, 4.0f, &gpu_count, NULL, &err), &err,
+              "count");
+    if (cpu_count != gpu_count) fail_msg("count: cpu %zu gpu %zu", cpu_count, gpu_count);
 
     ob_scale(v, n, 1.0009f);
     expect_ok(ob_cuda_scale(dv, n, 1.0009f, NULL, &err), &err, "scale");
@@ -334,6 +352,7 @@ int main(void)
         cmocka_unit_test(test_cpu_adam_formula),
         cmocka_unit_test(test_cpu_fused_precondition),
         cmocka_unit_test(test_cpu_stabilizer),
+        cmocka_unit_test(test_cpu_count_exceeding),
     };
     int failed = cmocka_run_group_tests_name("cpu kernels", cpu_tests, NULL, NULL);
     if (failed) return 1;

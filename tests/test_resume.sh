@@ -119,7 +119,7 @@ damaged missing-rank "rank-00002.h5: missing" 'rm step-00000120/rank-00002.h5'
 damaged leftover-tmp "incomplete" 'mv step-00000120 step-00000120.tmp'
 
 # --- warm start from the frozen variance of the uninterrupted run ----------------------------
-spec "$TMP/warm.yaml" 'log_interval: 1' "warm_start: {from: $TMP/base/job}" 'checkpoint: {interval: 0}'
+spec "$TMP/warm.yaml" 'log_interval: 1' "warm_start: {from: $TMP/base/job, refit_steps: 0}" 'checkpoint: {interval: 0}'
 sed -i 's/^steps: 120/steps: 20/; /^log_interval: 10/d' "$TMP/warm.yaml"
 run $NP "$TMP/warm.jsonl" --spec "$TMP/warm.yaml" --checkpoint-dir "$TMP/warm"; rc=$?
 p1=$(jq -r 'select(.event=="step" and .step==1) | .phase' "$TMP/warm.jsonl")
@@ -136,6 +136,28 @@ else bad "warm start v" "$(cat "$TMP/diff")"; fi
 if ! "$CKPT" diff "$BASE" "$TMP/warm/job/step-00000020" --only exp_avg > /dev/null 2>&1; then
   ok "warm start: momentum starts fresh (differs from the source)"
 else bad "warm start momentum" "m identical to the source"; fi
+
+# The default: the borrowed v is checked at step 1 and re-estimated by Adam until step 20
+# (ceil(Delta / 5) at beta2 0.99), then frozen; a rank killed during the refit resumes bit-exactly.
+spec "$TMP/refit.yaml" "warm_start: {from: $TMP/base/job}" 'checkpoint: {interval: 10, keep: 20}'
+sed -i 's/^steps: 120/steps: 40/' "$TMP/refit.yaml"
+run $NP "$TMP/refit.jsonl" --spec "$TMP/refit.yaml" --checkpoint-dir "$TMP/refit"; rc=$?
+p10=$(jq -r 'select(.event=="step" and .step==10) | .phase' "$TMP/refit.jsonl")
+f=$(field "$TMP/refit.jsonl" freeze .step)
+if [ $rc -eq 0 ] && [ "$p10" = warmup ] && [ "$f" = 20 ] &&
+   jq -r 'select(.event=="notice" and .step==1) | .message' "$TMP/refit.jsonl" | grep -q "^warm start check passed: .* re-estimating v until step 20$"; then
+  ok "warm start (default): checked at step 1, re-estimated by Adam, frozen at step 20"
+else bad "warm start refit" "rc=$rc p10=$p10 freeze=$f $(grep notice "$TMP/refit.jsonl") $(cat "$TMP/refit.jsonl.err")"; fi
+if ! "$CKPT" diff "$BASE" "$TMP/refit/job/step-00000020" --only exp_avg_sq > /dev/null 2>&1; then
+  ok "warm start (default): the frozen v is re-estimated, not the source's"
+else bad "warm start refit v" "v_Tw identical to the source"; fi
+ONEBIT_FAULT_INJECT="KILL:15:1" run $NP "$TMP/refit-1.jsonl" --spec "$TMP/refit.yaml" --checkpoint-dir "$TMP/refit-k"; rc=$?
+run $NP "$TMP/refit-2.jsonl" --spec "$TMP/refit.yaml" --checkpoint-dir "$TMP/refit-k" --resume; rc2=$?
+if [ $rc -ne 0 ] && [ $rc2 -eq 0 ] && [ "$(field "$TMP/refit-2.jsonl" resume .step)" = 10 ] &&
+   [ "$(field "$TMP/refit-2.jsonl" freeze .step)" = 20 ]; then
+  ok "warm start: a rank killed during the refit, resumed from step 10, freezes at step 20 again"
+else bad "warm start refit resume" "rc=$rc/$rc2 $(cat "$TMP/refit-2.jsonl.err")"; fi
+same "$TMP/refit/job/step-00000040" "$TMP/refit-k/job/step-00000040" "warm start: the resumed refit ends bit-identical to the uninterrupted one"
 
 spec "$TMP/warm-early.yaml" "warm_start: {from: $TMP/base/job/step-00000030}"
 run $NP "$TMP/we.jsonl" --spec "$TMP/warm-early.yaml"; rc=$?

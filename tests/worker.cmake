@@ -11,3 +11,10 @@ add_test(NAME test_stability
                  ${MPIEXEC_EXECUTABLE})
 set_tests_properties(test_stability PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2 SKIP_RETURN_CODE 77)
+
+# Warm start where the borrowed variance does not fit: ruined taken as is, trained re-estimated.
+add_test(NAME test_warm_start
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_warm_start.sh $<TARGET_FILE:onebit-worker>
+                 ${MPIEXEC_EXECUTABLE})
+set_tests_properties(test_warm_start PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2 SKIP_RETURN_CODE 77)

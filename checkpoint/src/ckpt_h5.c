@@ -185,6 +185,8 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
         (st = attr_f64(f, "lr", m->lr, path, err)) ||
         (st = attr_f64(f, "train_loss", m->train_loss, path, err)) ||
         (st = attr_f64(f, "wall_seconds", m->wall_seconds, path, err)) ||
+        (st = attr_i64(f, "warm_start", m->warm_start, path, err)) ||
+        (st = attr_i64(f, "refit_end", m->refit_end, path, err)) ||
         (st = attr_u64(f, "loader_epoch", m->loader_epoch, path, err)) ||
         (st = attr_u64(f, "loader_index", m->loader_index, path, err)) ||
         (st = write_attr(f, "loader_rng", H5T_STD_U64LE, H5T_NATIVE_UINT64, m->loader_rng, 4, path,
@@ -456,6 +458,16 @@ static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, cons
         (st = read_u64(f, "loader_index", &m->loader_index, path, err)) ||
         (st = read_attr(f, "loader_rng", H5T_NATIVE_UINT64, m->loader_rng, 4, path, err)))
         return st;
+    /* Optional (checkpoints written before warm starts were re-estimated have neither). */
+    int64_t warm = 0, refit_end = 0;
+    if ((H5Aexists(f, "warm_start") > 0 && (st = read_i64(f, "warm_start", &warm, path, err))) ||
+        (H5Aexists(f, "refit_end") > 0 && (st = read_i64(f, "refit_end", &refit_end, path, err))))
+        return st;
+    if (warm < 0 || warm > 3 || refit_end < 0 || refit_end > INT32_MAX)
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: warm start state %" PRId64 " / refit end %" PRId64,
+                      path, warm, refit_end);
+    m->warm_start = (int)warm;
+    m->refit_end = (long)refit_end;
     if (phase < 0 || phase > 1 || freeze < -1 || freeze > m->step)
         return OB_ERR(err, OB_ERR_CORRUPT,
                       "%s: phase %" PRId64 " / freeze step %" PRId64 " do not fit step %ld", path,

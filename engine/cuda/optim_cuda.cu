@@ -128,6 +128,17 @@ __global__ void l1_final_kernel(const double *partial, unsigned n, double *out)
     if (threadIdx.x == 0) *out = s;
 }
 
+/* Each thread counts its elements; one atomic add per thread that found any (a count is exact
+ * in any order). */
+__global__ void count_exceeding_kernel(const float *__restrict__ g, const float *__restrict__ v,
+                                       size_t d, float gscale, float k2,
+                                       unsigned long long *out)
+{
+    unsigned long long n = 0;
+    GRID_STRIDE(i, d) n += (unsigned long long)ob__exceeds_elem(g[i], v[i], gscale, k2);
+    if (n) atomicAdd(out, n);
+}
+
 ob_status launched(ob_err *err)
 {
     CUDA_CHECK(err, cudaGetLastError());
@@ -241,5 +252,31 @@ extern "C" ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void
     if (rc == cudaSuccess) rc = frc;
     if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
     if (rc != cudaSuccess) return ob__cuda_fail(err, rc, "ob_cuda_l1_norm", __FILE__, __LINE__);
+    return OB_OK;
+}
+
+extern "C" ob_status ob_cuda_count_exceeding(const float *g, const float *v, size_t d, float gscale,
+                                             float k2, size_t *out, void *stream, ob_err *err)
+{
+    *out = 0;
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_count_exceeding", g != NULL && v != NULL);
+    if (st != OB_OK) return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    unsigned long long *count = NULL, host = 0;
+    CUDA_CHECK(err, cudaMallocAsync((void **)&count, sizeof *count, s));
+    cudaError_t rc = cudaMemsetAsync(count, 0, sizeof *count, s);
+    if (rc == cudaSuccess) {
+        count_exceeding_kernel<<<blocks_for(d), kThreads, 0, s>>>(g, v, d, gscale, k2, count);
+        rc = cudaGetLastError();
+    }
+    if (rc == cudaSuccess)
+        rc = cudaMemcpyAsync(&host, count, sizeof host, cudaMemcpyDeviceToHost, s);
+    cudaError_t frc = cudaFreeAsync(count, s);
+    if (rc == cudaSuccess) rc = frc;
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
+    if (rc != cudaSuccess)
+        return ob__cuda_fail(err, rc, "ob_cuda_count_exceeding", __FILE__, __LINE__);
+    *out = (size_t)host;
     return OB_OK;
 }

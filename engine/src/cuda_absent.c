@@ -104,6 +104,13 @@ ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void *stream, o
     return NO_CUDA(err);
 }
 
+ob_status ob_cuda_count_exceeding(const float *g, const float *v, size_t d, float gscale, float k2,
+                                  size_t *out, void *stream, ob_err *err)
+{
+    *out = 0;
+    return NO_CUDA(err);
+}
+
 /* ---- the device pass of the models (model_cuda.cu) ----------------------------------------- */
 
 ob_status ob__cls_cuda_create(ob_model *m, void *stream, ob_err *err)

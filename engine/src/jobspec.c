@@ -102,6 +102,7 @@ void ob_jobspec_default(ob_jobspec *s)
     s->seed = 1;
     s->log_interval = 10;
     s->checkpoint_keep = 3;
+    s->warm_start_refit_steps = -1;
 }
 
 static const field top_fields[] = {
@@ -157,7 +158,7 @@ static const field lr_fields[] = {
 static const field eval_fields[] = {{"interval", ALL}, {"max_examples", ALL}};
 static const field checkpoint_fields[] = {
     {"dir", ALL}, {"interval", ALL}, {"keep", ALL}, {"async", ALL}};
-static const field warm_start_fields[] = {{"from", ALL}, {"params", ALL}};
+static const field warm_start_fields[] = {{"from", ALL}, {"params", ALL}, {"refit_steps", ALL}};
 
 /* ==== the validator ======================================================================= */
 
@@ -495,6 +496,25 @@ static ob_status read_device(const json_t *root, ob_jobspec *s, ob_err *err)
     return OB_OK;
 }
 
+/* warm_start.refit_steps: "auto" (-1) or an integer in [0, OB_JOBSPEC_MAX_REFIT]. */
+static ob_status read_refit_steps(const json_t *ws, long *out, ob_err *err)
+{
+    const json_t *v = json_object_get(ws, "refit_steps");
+    if (!v) return OB_OK;
+    const char *s = ob__spec_plain_string(v);
+    if (s && strcmp(s, "auto") == 0) {
+        *out = -1;
+        return OB_OK;
+    }
+    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) <= OB_JOBSPEC_MAX_REFIT) {
+        *out = (long)json_integer_value(v);
+        return OB_OK;
+    }
+    return ob__spec_bad_value(err, "warm_start", "refit_steps",
+                              "\"auto\" or an integer in [0, 1000000]", v);
+}
+
 static ob_status read_warm_start(const json_t *ws, ob_jobspec *s, ob_err *err)
 {
     if (!ws) return OB_OK;
@@ -505,12 +525,13 @@ static ob_status read_warm_start(const json_t *ws, ob_jobspec *s, ob_err *err)
     if (!json_object_get(ws, "from")) return ob__spec_missing(err, "warm_start", "from", "");
     if ((st = ob__spec_get_path(ws, "warm_start", "from", 0, s->warm_start_from,
                                 sizeof s->warm_start_from, err)) ||
-        (st = ob__spec_get_bool(ws, "warm_start", "params", &s->warm_start_params, err)))
+        (st = ob__spec_get_bool(ws, "warm_start", "params", &s->warm_start_params, err)) ||
+        (st = read_refit_steps(ws, &s->warm_start_refit_steps, err)))
         return st;
     if (s->optim.kind != OB_OPTIM_ONEBIT_ADAM || s->optim.mode == OB_ONEBIT_NAIVE)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "warm_start: needs optimizer.type onebit_adam with compression on or off "
-                      "(it starts in the compression phase with a frozen variance)");
+                      "(it borrows a frozen variance)");
     return OB_OK;
 }
 

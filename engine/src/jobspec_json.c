@@ -189,6 +189,10 @@ static json_t *spec_tree(builder *b, const ob_jobspec *s)
         json_t *ws = json_object();
         put_str(b, ws, "from", from);
         put(b, ws, "params", json_boolean(s->warm_start_params));
+        if (s->warm_start_refit_steps < 0)
+            put_str(b, ws, "refit_steps", "auto");
+        else
+            put_int(b, ws, "refit_steps", s->warm_start_refit_steps);
         put(b, root, "warm_start", ws);
     }
     put_str(b, root, "device", s->device == OB_DEVICE_CUDA ? "cuda" : "cpu");

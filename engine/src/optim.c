@@ -29,6 +29,9 @@ struct ob_optim {
     long delta;       /* auto freeze: Delta */
     double *norms;    /* (delta) ring of ||v_t||_1 at slot t % delta */
     double last_ratio, last_norm;
+    ob_warm_state warm; /* ob_optim_warm_start */
+    long refit_end;     /* OB_WARM_REFIT: freeze at the end of this step */
+    double warm_frac;   /* the warm-start check's fraction, NaN until it ran */
     uint64_t bytes_sent, bytes_last;
     int timing;          /* ob_optim_set_timing */
     ob_optim_timing tim; /* sums while timing is on (car part read from the car) */
@@ -180,6 +183,7 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
     o->d = d;
     o->freeze_step = -1;
     o->last_ratio = NAN;
+    o->warm_frac = NAN;
     size_t bytes = d * sizeof(float);
     if ((st = ob__mem_alloc(o->dev, (void **)&o->m, bytes, "optimizer momentum", err)) ||
         (st = ob__mem_alloc(o->dev, (void **)&o->v, bytes, "optimizer variance", err)) ||
@@ -279,6 +283,14 @@ static ob_status k_scale(ob_optim *o, float *x, float s, ob_err *err)
     return OB_OK;
 }
 
+static ob_status k_count_exceeding(ob_optim *o, const float *g, float gscale, float k2,
+                                   size_t *out, ob_err *err)
+{
+    if (o->dev) return ob_cuda_count_exceeding(g, o->v, o->d, gscale, k2, out, o->stream, err);
+    *out = ob_count_exceeding(g, o->v, o->d, gscale, k2);
+    return OB_OK;
+}
+
 static ob_status k_l1(ob_optim *o, const float *v, double *out, ob_err *err)
 {
     if (o->dev) return ob_cuda_l1_norm(v, o->d, out, o->stream, err);
@@ -358,6 +370,40 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
     return OB_OK;
 }
 
+/* The warm-start check at step 1: the averaged gradient (o->g, a sum over the ranks, so every
+ * rank counts the same) against the borrowed v. A refused v is zeroed: a warmup from scratch. */
+static ob_status warm_check(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
+{
+    size_t n = 0;
+    const float k2 = (float)(OB_WARM_CHECK_FACTOR * OB_WARM_CHECK_FACTOR);
+    ob_status st = k_count_exceeding(o, o->g, k->gscale, k2, &n, err);
+    if (st != OB_OK) return st;
+    o->warm_frac = (double)n / (double)o->d;
+    if (o->warm_frac <= OB_WARM_REFUSE_FRACTION) return OB_OK;
+    o->warm = OB_WARM_REFUSED;
+    o->refit_end = 0;
+    return k_scale(o, o->v, 0.0f, err);
+}
+
+/* Warmup step t: the fp32-averaged gradient, Adam, then the freeze rule in force (the end of a
+ * warm start's refit, or freeze_step). */
+static ob_status warmup_step(ob_optim *o, const float *grad, long t, ob_adam_coeffs *k,
+                             ob_err *err)
+{
+    ob_status st = sum_ranks(o, grad, o->g, err);
+    if (st == OB_OK && o->warm == OB_WARM_REFIT && t == 1) st = warm_check(o, k, err);
+    if (st != OB_OK) return st;
+    if (o->warm != OB_WARM_REFIT) {
+        if ((st = k_adam(o, o->g, k, err)) != OB_OK) return st;
+        return maybe_freeze(o, t, err);
+    }
+    k->c2 = 1.0f; /* v carries on from v_Tw rather than from zero: nothing to correct */
+    if ((st = k_adam(o, o->g, k, err)) != OB_OK) return st;
+    if (t < o->refit_end) return OB_OK;
+    o->freeze_step = t;
+    return compute_den(o, err);
+}
+
 /* Compression phase: local momentum, exchanged compressed (or fp32), frozen v. */
 static ob_status compression_step(ob_optim *o, const float *grad, const ob_adam_coeffs *k,
                                   ob_err *err)
@@ -407,9 +453,7 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld (naive)", t);
     } else if (o->freeze_step < 0) {
         /* Warmup (and plain Adam): fp32 average of the gradients. */
-        st = sum_ranks(o, grad, o->g, err);
-        if (st == OB_OK) st = k_adam(o, o->g, &k, err);
-        if (st == OB_OK) st = maybe_freeze(o, t, err);
+        st = warmup_step(o, grad, t, &k, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld (warmup)", t);
     } else {
         st = compression_step(o, grad, &k, err);
@@ -449,6 +493,9 @@ void ob_optim_get_stats(const ob_optim *o, ob_optim_stats *s)
     s->v_l1_norm = o->last_norm;
     s->bytes_sent = o->bytes_sent;
     s->bytes_last_step = o->bytes_last;
+    s->warm_start = o->warm;
+    s->refit_end = o->refit_end;
+    s->warm_check_fraction = o->warm_frac;
 }
 
 void ob_optim_get_state(ob_optim *o, ob_optim_state *s)
@@ -475,6 +522,8 @@ void ob_optim_get_progress(const ob_optim *o, ob_optim_progress *p)
     p->last_ratio = o->last_ratio;
     p->last_norm = o->last_norm;
     p->bytes_sent = o->bytes_sent;
+    p->warm_start = o->warm;
+    p->refit_end = o->refit_end;
 }
 
 ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err *err)
@@ -487,8 +536,20 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
         (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer never freezes",
                       o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
+    if (p->warm_start < OB_WARM_NONE || p->warm_start > OB_WARM_REFUSED)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: warm start state %d", (int)p->warm_start);
+    if (p->warm_start != OB_WARM_NONE &&
+        (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer is never warm-started",
+                      o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
+    if (p->warm_start == OB_WARM_REFIT && p->freeze_step < 0 && p->refit_end <= p->step)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "restore: a warm start's refit ending at step %ld, not frozen at step %ld",
+                      p->refit_end, p->step);
     o->step = p->step;
     o->freeze_step = p->freeze_step < 0 ? -1 : p->freeze_step;
+    o->warm = p->warm_start;
+    o->refit_end = p->warm_start == OB_WARM_REFIT ? p->refit_end : 0;
     o->last_ratio = p->last_ratio;
     o->last_norm = p->last_norm;
     o->bytes_sent = p->bytes_sent;
@@ -499,12 +560,34 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
     return st == OB_OK ? OB_OK : OB_WRAP(err, st, "restore: frozen denominator");
 }
 
-ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, ob_err *err)
+const char *ob_warm_state_name(ob_warm_state s)
+{
+    switch (s) {
+    case OB_WARM_NONE: return "none";
+    case OB_WARM_TAKEN: return "taken";
+    case OB_WARM_REFIT: return "refit";
+    case OB_WARM_REFUSED: return "refused";
+    }
+    return "?";
+}
+
+long ob_optim_auto_refit_steps(double beta2)
+{
+    long delta = ob_optim_freeze_delta(beta2);
+    return (delta + 4) / 5;
+}
+
+ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, long refit_steps, ob_err *err)
 {
     if (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "warm start needs onebit_adam in the compressed or uncompressed mode");
     if (!v_frozen) return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: NULL variance");
+    if (o->step != 0 || o->freeze_step >= 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: the optimizer has taken %ld steps",
+                      o->step);
+    if (refit_steps < 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: refit_steps %ld < 0", refit_steps);
     for (size_t i = 0; i < o->d; i++) {
         if (!(v_frozen[i] >= 0.0f) || !isfinite(v_frozen[i]))
             return OB_ERR(err, OB_ERR_CORRUPT,
@@ -512,10 +595,16 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, ob_err *err)
                           (double)v_frozen[i]);
     }
     ob_status st = ob__mem_copy(o->dev, o->v, v_frozen, o->d * sizeof(float), o->stream, err);
-    if (st == OB_OK) st = compute_den(o, err);
+    if (st == OB_OK && refit_steps == 0) st = compute_den(o, err);
     /* The caller may free v_frozen on return, and the state must be in place before any step. */
     if (st == OB_OK && o->dev) st = ob_cuda_sync(o->stream, err);
     if (st != OB_OK) return OB_WRAP(err, st, "warm start");
-    o->freeze_step = o->step;
+    if (refit_steps == 0) {
+        o->warm = OB_WARM_TAKEN;
+        o->freeze_step = o->step;
+    } else {
+        o->warm = OB_WARM_REFIT;
+        o->refit_end = refit_steps;
+    }
     return OB_OK;
 }

@@ -91,3 +91,11 @@ double ob_l1_norm(const float *v, size_t d)
         acc[0] += fabs((double)v[i]);
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
+
+size_t ob_count_exceeding(const float *g, const float *v, size_t d, float gscale, float k2)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d; i++)
+        n += (size_t)ob__exceeds_elem(g[i], v[i], gscale, k2);
+    return n;
+}

@@ -53,6 +53,14 @@ OB__HD float ob__bounded_elem(float x, float m, float den, float lr, float wd, f
     return x - lr * (m / dd + wd * x);
 }
 
+/* Whether the averaged gradient (g scaled by gscale) exceeds sqrt(k2 v): the warm-start check's
+ * test of a borrowed variance against the new job's gradient, one element. */
+OB__HD int ob__exceeds_elem(float g, float v, float gscale, float k2)
+{
+    float gi = g * gscale;
+    return gi * gi > k2 * v;
+}
+
 /* x -= lr (p + wd x): the step with an already preconditioned direction p. */
 OB__HD float ob__direct_elem(float x, float p, float lr, float wd)
 {

@@ -418,6 +418,8 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         loss_window += r.loss;
         steps_window++;
 
+        if (os.step == 1 && !isnan(os.warm_check_fraction))
+            ob__trainer_warm_checked(t, &os, cb, user);
         if (before == OB_PHASE_WARMUP && os.phase == OB_PHASE_COMPRESSION && cb) {
             ob_train_event ev = {0};
             ev.kind = OB_EVENT_FREEZE;

@@ -189,6 +189,8 @@ static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
     m->loader_index = pos.index;
     memcpy(m->loader_rng, pos.rng.s, sizeof m->loader_rng);
     m->wall_seconds = t->wall_before + (t->t_start > 0 ? ob_mono_s() - t->t_start : 0.0);
+    m->warm_start = (int)p.warm_start;
+    m->refit_end = p.refit_end;
 }
 
 static uint64_t ckpt_bytes(const ob_ckpt_meta *m, size_t hist)
@@ -499,8 +501,10 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
                                  hs.C, hs.we, hs.se, err);
     if (st == OB_OK) st = ob__trainer_upload_state(t, &hs, err);
     if (st != OB_OK) return st;
-    ob_optim_progress p = {meta->step, meta->freeze_step, meta->last_ratio, meta->last_norm,
-                           meta->bytes_sent};
+    ob_optim_progress p = {meta->step,       meta->freeze_step,
+                           meta->last_ratio, meta->last_norm,
+                           meta->bytes_sent, (ob_warm_state)meta->warm_start,
+                           meta->refit_end};
     if ((st = ob_optim_set_progress(t->opt, &p, err)) != OB_OK) return OB_WRAP(err, st, "%s", path);
     ob_loader_position pos;
     memset(&pos, 0, sizeof pos);
@@ -632,6 +636,13 @@ static ob_status check_model(const char *saved, const char *current, const char 
     return st;
 }
 
+/* warm_start.refit_steps in force ("auto" resolved). */
+static long warm_refit_steps(const ob_trainer *t)
+{
+    long r = t->spec.warm_start_refit_steps;
+    return r < 0 ? ob_optim_auto_refit_steps(t->spec.optim.beta2) : r;
+}
+
 static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob_err *err)
 {
     ob_status st = read_fitting_meta(t, path, check_model, meta, err);
@@ -649,7 +660,7 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
     } else {
         ob_ckpt_arrays a = {params, m, v, NULL, 0};
         st = ob_ckpt_read_state(path, meta, &a, err);
-        if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, err);
+        if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, warm_refit_steps(t), err);
         if (st == OB_OK && t->spec.warm_start_params) {
             void *stream = t->dev ? ob_comm_stream(t->dcomm) : NULL;
             st = ob__mem_copy(t->dev, t->params, params, t->d * sizeof(float), stream, err);
@@ -674,12 +685,39 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     ob_ckpt_meta meta;
     st = agree_outcome(t, load_warm(t, c.path, &meta, err), "warm start", err);
     if (st != OB_OK) return st;
-    char msg[OB_CKPT_PATH_LEN + 160];
-    snprintf(msg, sizeof msg,
-             "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken, training starts in "
-             "the compression phase",
-             c.path, meta.step, meta.freeze_step,
-             t->spec.warm_start_params ? " and parameters" : "");
+    char msg[OB_CKPT_PATH_LEN + 200];
+    long refit = warm_refit_steps(t);
+    int n = snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken",
+                     c.path, meta.step, meta.freeze_step,
+                     t->spec.warm_start_params ? " and parameters" : "");
+    if (n > 0 && (size_t)n < sizeof msg) {
+        if (refit == 0)
+            snprintf(msg + n, sizeof msg - (size_t)n, " as is; the compression phase starts now");
+        else
+            snprintf(msg + n, sizeof msg - (size_t)n,
+                     "; it is checked against the first gradients and re-estimated by Adam until "
+                     "step %ld, then frozen",
+                     refit);
+    }
     notice(t, msg, cb, user);
     return OB_OK;
+}
+
+void ob__trainer_warm_checked(ob_trainer *t, const ob_optim_stats *os, ob_train_callback cb,
+                              void *user)
+{
+    char msg[320];
+    double pct = 100.0 * os->warm_check_fraction;
+    if (os->warm_start == OB_WARM_REFUSED)
+        snprintf(msg, sizeof msg,
+                 "warm start refused: %.2f%% of the coordinates have gradients above %g sqrt(v_Tw) "
+                 "(the limit is %g%%); the borrowed variance is discarded and the job warms up as "
+                 "from scratch",
+                 pct, OB_WARM_CHECK_FACTOR, 100.0 * OB_WARM_REFUSE_FRACTION);
+    else
+        snprintf(msg, sizeof msg,
+                 "warm start check passed: %.2f%% of the coordinates have gradients above %g "
+                 "sqrt(v_Tw) (the limit is %g%%); re-estimating v until step %ld",
+                 pct, OB_WARM_CHECK_FACTOR, 100.0 * OB_WARM_REFUSE_FRACTION, os->refit_end);
+    notice(t, msg, cb, user);
 }

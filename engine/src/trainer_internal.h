@@ -86,4 +86,8 @@ ob_status ob__trainer_ckpt_flush(ob_trainer *t, ob_train_callback cb, void *user
 
 void ob__trainer_ckpt_destroy(ob_trainer *t);
 
+/* After step 1 of a warm-started run: a notice of the warm-start check's outcome. */
+void ob__trainer_warm_checked(ob_trainer *t, const ob_optim_stats *os, ob_train_callback cb,
+                              void *user);
+
 #endif /* ONEBIT_TRAINER_INTERNAL_H */

@@ -65,10 +65,14 @@
  *                  with a directory the worker also saves at the end and when stopped by
  *                  SIGTERM; async writes in a background thread while training goes on
  *   warm_start?:   { from (required): a checkpoint directory (step-XXXXXXXX) or a job's
- *                  checkpoint directory (its newest valid checkpoint), params? [false] }
+ *                  checkpoint directory (its newest valid checkpoint), params? [false],
+ *                  refit_steps? auto | 0..1000000 [auto] }
  *                  onebit_adam (compression on or off) only: the job takes the checkpoint's
- *                  frozen variance v_Tw (and with params: true its parameters) and starts in
- *                  the compression phase
+ *                  frozen variance v_Tw (and with params: true its parameters), re-estimates
+ *                  it with refit_steps Adam steps (auto: ceil(Delta / 5), 20 at beta2 0.99),
+ *                  or none with 0, and then compresses; a v_Tw that does not fit the job's
+ *                  first gradients is refused and the job warms up as from scratch
+ *                  (onebit/optim.h, ob_optim_warm_start)
  *   device?        cpu | cuda [cpu]: where the model and the optimizer run. cuda: each rank
  *                  trains on the GPU of its node-local rank (modulo the node's GPUs), keeps
  *                  parameters, gradients and optimizer state on it and exchanges gradients
@@ -99,6 +103,7 @@ extern "C" {
 #define OB_JOBSPEC_MAX_BYTES ((size_t)1 << 20) /* largest spec text accepted: 1 MiB */
 #define OB_JOBSPEC_NAME_LEN 128                /* name buffer, terminator included */
 #define OB_JOBSPEC_PATH_LEN 4096               /* path buffers, terminator included */
+#define OB_JOBSPEC_MAX_REFIT 1000000L          /* warm_start.refit_steps */
 
 typedef enum ob_data_kind {
     OB_DATA_FASHION_MNIST = 0,        /* IDX files in a directory, default OB_FASHION_MNIST_DIR */
@@ -144,6 +149,7 @@ typedef struct ob_jobspec {
     int checkpoint_async;                      /* write in a background thread */
     char warm_start_from[OB_JOBSPEC_PATH_LEN]; /* "" : no warm start */
     int warm_start_params;                     /* also take the parameters */
+    long warm_start_refit_steps;               /* -1: auto (ob_optim_auto_refit_steps) */
     ob_device device;
 } ob_jobspec;
 

@@ -139,6 +139,21 @@ void ob_optim_destroy(ob_optim *opt); /* accepts NULL */
  * returns; work enqueued on the same stream sees them. */
 ob_status ob_optim_step(ob_optim *opt, const float *grad, float lr, ob_err *err);
 
+/* What a warm start (ob_optim_warm_start) did with the borrowed variance. */
+typedef enum ob_warm_state {
+    OB_WARM_NONE = 0,    /* no warm start */
+    OB_WARM_TAKEN = 1,   /* v_Tw taken as is, frozen at once (refit_steps 0) */
+    OB_WARM_REFIT = 2,   /* re-estimated by Adam from v_Tw until refit_end, then frozen */
+    OB_WARM_REFUSED = 3, /* did not fit the first gradients: discarded, a warmup from scratch */
+} ob_warm_state;
+
+/* The warm-start check: the borrowed v is refused when at the first step more than this
+ * fraction of the coordinates has an averaged gradient above OB_WARM_CHECK_FACTOR sqrt(v). */
+#define OB_WARM_CHECK_FACTOR 10.0
+#define OB_WARM_REFUSE_FRACTION 0.25
+
+const char *ob_warm_state_name(ob_warm_state s); /* "none", "taken", "refit", "refused" */
+
 typedef struct ob_optim_stats {
     long step;           /* completed steps */
     ob_phase phase;      /* phase of the next step */
@@ -147,6 +162,11 @@ typedef struct ob_optim_stats {
     double v_l1_norm;    /* last ||v_t||_1 computed (0 when not computed) */
     uint64_t bytes_sent; /* by this rank's collectives in all steps so far */
     uint64_t bytes_last_step;
+    ob_warm_state warm_start; /* see ob_optim_warm_start */
+    long refit_end;           /* OB_WARM_REFIT: the step at which v is frozen */
+    /* The check's fraction of coordinates above OB_WARM_CHECK_FACTOR sqrt(v) (NaN until it ran,
+     * in this process: a resumed run does not repeat it). */
+    double warm_check_fraction;
 } ob_optim_stats;
 
 void ob_optim_get_stats(const ob_optim *opt, ob_optim_stats *out);
@@ -191,6 +211,8 @@ typedef struct ob_optim_progress {
     double last_ratio;   /* freeze detector's last ratio (NaN: none) */
     double last_norm;    /* freeze detector's last ||v_t||_1 */
     uint64_t bytes_sent; /* traffic so far, for the statistics */
+    ob_warm_state warm_start; /* OB_WARM_NONE unless warm-started */
+    long refit_end;           /* OB_WARM_REFIT: the step of the freeze; else 0 */
 } ob_optim_progress;
 
 void ob_optim_get_progress(const ob_optim *opt, ob_optim_progress *out);
@@ -201,10 +223,23 @@ void ob_optim_get_progress(const ob_optim *opt, ob_optim_progress *out);
  * optimizer: a negative step, a freeze after the step, a freeze of adam or naive. */
 ob_status ob_optim_set_progress(ob_optim *opt, const ob_optim_progress *p, ob_err *err);
 
-/* Warm start: takes v_Tw (d floats in host memory, copied) from an earlier run and enters the
- * compression phase now, skipping the warmup. Only for onebit_adam in the compressed or
- * uncompressed modes. */
-ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, ob_err *err);
+/* Warm start of a fresh optimizer (no step taken yet) with v_Tw of an earlier run (d floats in
+ * host memory, copied). Only for onebit_adam in the compressed or uncompressed modes.
+ *
+ * refit_steps == 0: v_Tw is frozen as is and the compression phase starts at once
+ * (OB_WARM_TAKEN). A variance frozen on another run's parameters, batch size or learning rate
+ * need not fit this one, so the default is refit_steps > 0 (OB_WARM_REFIT): steps 1..refit_steps
+ * are Adam steps (fp32 gradient exchange, no bias correction of v, which does not start from
+ * zero) that carry on from v_Tw, and v is frozen at the end of step refit_steps. At step 1 the
+ * borrowed v is checked against the averaged gradient: when more than
+ * OB_WARM_REFUSE_FRACTION of the coordinates exceed OB_WARM_CHECK_FACTOR sqrt(v), v is set
+ * to zero and the run warms up as from scratch (OB_WARM_REFUSED: its freeze_step rule
+ * applies). Either way the state survives a checkpoint (ob_optim_progress). */
+ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, long refit_steps, ob_err *err);
+
+/* refit_steps for "auto": ceil(Delta / 5), a fifth of the variance's memory (20 steps at
+ * beta2 = 0.99, 200 at 0.999), over which 1 - beta2^(Delta/5) = 18 % of v is re-estimated. */
+long ob_optim_auto_refit_steps(double beta2);
 
 #ifdef __cplusplus
 }

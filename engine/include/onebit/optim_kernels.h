@@ -56,6 +56,8 @@ void ob_frozen_den(float *den, const float *v, size_t d, float eps);
 void ob_scale(float *x, size_t d, float s);
 /* ||v||_1 in double: four lanes in a fixed order (the freeze detector's norm). */
 double ob_l1_norm(const float *v, size_t d);
+/* How many i have (gscale g[i])^2 > k2 v[i]: the warm-start check (an exact count). */
+size_t ob_count_exceeding(const float *g, const float *v, size_t d, float gscale, float k2);
 
 /* --- device memory (the same contracts) --------------------------------------------------------
  */
@@ -76,6 +78,9 @@ ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err);
 /* ||v||_1 in double, summed in a tree (so it may differ from ob_l1_norm in the last bits: at
  * most about d * 2^-53 relative). Waits for the stream and writes *out on the host. */
 ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void *stream, ob_err *err);
+/* ob_count_exceeding on the device. Waits for the stream and writes *out on the host. */
+ob_status ob_cuda_count_exceeding(const float *g, const float *v, size_t d, float gscale, float k2,
+                                  size_t *out, void *stream, ob_err *err);
 
 #ifdef __cplusplus
 }

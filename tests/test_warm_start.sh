@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Warm start on a job the borrowed variance does not fit (shortened from the robustness suite,
+# docs/robustness/README.md): the source trains a Fashion-MNIST MLP 784-256-128-10 (GELU) with
+# batch 512 per rank and freezes at step 150; the new job has other initial parameters
+# (params: false, seed 22) and batch 16 per rank, whose gradients are noisier than v_Tw says.
+# Taken as is with the paper's frozen step (refit_steps: 0, stabilizer: none) the run is ruined
+# (eval loss above 1, where Adam's is near 0.45 at 400 steps); the default re-estimation by
+# Adam for the first 20 steps trains it, with either stabiliser, and says what it did.
+# usage: test_warm_start.sh WORKER MPIEXEC
+set -u
+WORKER=$1
+MPIEXEC=$2
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+passed=0
+failed=0
+ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
+bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
+check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
+
+if [ ! -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] &&
+   [ ! -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte ]; then
+  echo "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist): skipped"
+  exit 77
+fi
+
+cat > "$TMP/source.yaml" <<YAML
+name: source
+model: {type: mlp, hidden: [256, 128], activation: gelu}
+data: {type: fashion_mnist, normalize: standardize}
+optimizer: {type: onebit_adam, beta2: 0.99, freeze_step: 150}
+batch_size: 512
+steps: 160
+lr: {schedule: warmup_step_decay, peak: 1e-3, warmup_steps: 100}
+seed: 21
+log_interval: 20
+checkpoint: {dir: $TMP/ck, interval: 0, keep: 1}
+YAML
+target() { # target FILE OPTIMIZER_EXTRA WARM_EXTRA
+  cat > "$1" <<YAML
+name: target
+model: {type: mlp, hidden: [256, 128], activation: gelu}
+data: {type: fashion_mnist, normalize: standardize}
+optimizer: {type: onebit_adam, beta2: 0.99, freeze_step: auto$2}
+batch_size: 16
+steps: 400
+lr: {schedule: warmup_step_decay, peak: 1e-3, warmup_steps: 100, decay_rate: 0.99, decay_every: 50}
+seed: 22
+log_interval: 20
+eval: {interval: 0, max_examples: 2000}
+warm_start: {from: $TMP/ck/source, params: false$3}
+YAML
+}
+target "$TMP/asis.yaml" ", stabilizer: none" ", refit_steps: 0"
+target "$TMP/refit-none.yaml" ", stabilizer: none" ""
+target "$TMP/default.yaml" "" ""
+
+run() { "$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$1" > "$2" 2> "$2.err"; }
+summary() { jq -c 'select(.event == "summary")' "$1" 2>/dev/null; }
+
+run "$TMP/source.yaml" "$TMP/source.out"
+rc=$?
+check "the source job freezes and checkpoints" '[ $rc -eq 0 ] && [ -d "$TMP/ck/source/step-00000160" ]' \
+  "rc=$rc $(tail -3 "$TMP/source.out.err")"
+
+run "$TMP/asis.yaml" "$TMP/asis.out"
+rc=$?
+s=$(summary "$TMP/asis.out")
+# Diverging (exit 3) is as much a failure as a ruined eval loss.
+check "taken as is with the paper's step: the run is ruined" \
+  '[ $rc -eq 3 ] || { [ $rc -eq 0 ] && echo "$s" | jq -e ".eval_loss > 1.0 and .freeze_step == 0" > /dev/null; }' \
+  "rc=$rc $s"
+
+run "$TMP/refit-none.yaml" "$TMP/refit-none.out"
+rc=$?
+s=$(summary "$TMP/refit-none.out")
+check "re-estimated (default refit), the paper's step: trains" \
+  '[ $rc -eq 0 ] && echo "$s" | jq -e ".eval_loss < 0.6 and .freeze_step == 20" > /dev/null' "rc=$rc $s $(tail -2 "$TMP/refit-none.out.err")"
+
+run "$TMP/default.yaml" "$TMP/default.out"
+rc=$?
+s=$(summary "$TMP/default.out")
+check "the defaults (refit and stabiliser): trains" \
+  '[ $rc -eq 0 ] && echo "$s" | jq -e ".eval_loss < 0.6 and .freeze_step == 20" > /dev/null' "rc=$rc $s"
+msgs=$(jq -r 'select(.event == "notice") | .message' "$TMP/default.out")
+check "the events say what warm start did" \
+  'echo "$msgs" | grep -q "v_Tw taken; it is checked against the first gradients and re-estimated by Adam until step 20" && echo "$msgs" | grep -Eq "^warm start check passed: [0-9.]+% of the coordinates have gradients above 10 sqrt\(v_Tw\)"' \
+  "$msgs"
+# 20 fp32 steps, then compressed ones: the bytes of a 20-step warmup, not of a whole one.
+w=$(echo "$s" | jq .bytes_warmup)
+one=$(jq -r 'select(.event == "step" and .step == 20) | .bytes_step' "$TMP/default.out")
+check "the refit costs exactly 20 fp32 steps" '[ -n "$one" ] && [ "$w" = $((20 * one)) ]' "warmup=$w step20=$one"
+
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
