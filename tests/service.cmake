@@ -53,3 +53,13 @@ add_test(NAME test_chaos
                  $<TARGET_FILE:obrpc> $<TARGET_FILE:onebit-ckpt> ${PROJECT_SOURCE_DIR}/examples)
 set_tests_properties(test_chaos PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2)
+
+# onebitd --launcher slurm on a one-machine Slurm cluster the test starts itself (munged,
+# slurmctld, slurmd as root, private state): success, a killed rank resumed in a new batch job,
+# cancel, and a killed coordinator re-attaching to its running batch job. Fails without Slurm
+# unless ONEBIT_SKIP_SLURM=1 (then skipped).
+add_test(NAME test_slurm
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_slurm.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_slurm PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 400
+                     PROCESSORS 2 SKIP_RETURN_CODE 77)
