@@ -13,6 +13,8 @@ endfunction()
 ob_add_service_test(test_store test_store.c)
 ob_add_service_test(test_status_map test_status_map.c)
 ob_add_service_test(test_service test_service.c)
+# The cluster launchers' parsers (sbatch, squeue, sacct, --hosts, log tags) on hostile text.
+ob_add_service_test(test_cluster test_cluster.c)
 
 # obrpc: the gRPC client the black-box tests drive onebitd with.
 pkg_check_modules(OB_TEST_JANSSON REQUIRED IMPORTED_TARGET jansson)
