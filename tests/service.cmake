@@ -65,3 +65,11 @@ add_test(NAME test_slurm
                  $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
 set_tests_properties(test_slurm PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 400
                      PROCESSORS 2 SKIP_RETURN_CODE 77)
+
+# onebitd --launcher hosts on this machine (its own name and localhost in the host list): the
+# hostfile, --hosts validation, a job to SUCCEEDED and a cancel through mpirun's SIGUSR1.
+add_test(NAME test_hosts
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_hosts.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_hosts PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 300
+                     PROCESSORS 2)
