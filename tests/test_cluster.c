@@ -70,18 +70,18 @@ static void test_squeue(void **state)
     assert_int_equal(jobs[3].term_signal, 15);
 
     /* Hostile lines are skipped, each counted; good lines around them still count. */
-    const char *hostile = "x1|RUNNING|None|0|n|o\n"            /* id not digits */
-                          "8|RUNNING|None|0|n\n"               /* a field short */
-                          "9|RUNNIN|None|0|n|o\n"              /* unknown state */
-                          "10|RUNNING|None|65536|n|o\n"        /* status beyond 16 bits */
-                          "11|RUNNING|None|-1|n|o\n"           /* negative status */
-                          "12|RUNNING|None|0x10|n|o\n"         /* not decimal */
-                          "|RUNNING|None|0|n|o\n"              /* empty id */
+    const char *hostile = "x1|RUNNING|None|0|n|o\n"                    /* id not digits */
+                          "8|RUNNING|None|0|n\n"                       /* a field short */
+                          "9|RUNNIN|None|0|n|o\n"                      /* unknown state */
+                          "10|RUNNING|None|65536|n|o\n"                /* status beyond 16 bits */
+                          "11|RUNNING|None|-1|n|o\n"                   /* negative status */
+                          "12|RUNNING|None|0x10|n|o\n"                 /* not decimal */
+                          "|RUNNING|None|0|n|o\n"                      /* empty id */
                           "123456789012345678901|RUNNING|None|0|n|o\n" /* 21-digit id */
-                          "13|running|None|0|n|o\n"            /* states are upper case */
-                          "14|RUNNING|None|0|n\x01\x7f|/o\n"   /* control bytes: shown as ? */
+                          "13|running|None|0|n|o\n"                    /* states are upper case */
+                          "14|RUNNING|None|0|n\x01\x7f|/o\n" /* control bytes: shown as ? */
                           "\n\n"
-                          "15|RUNNING|None|0|n|o";            /* no final newline */
+                          "15|RUNNING|None|0|n|o"; /* no final newline */
     assert_int_equal(ob_slurm_parse_squeue(hostile, jobs, 8, &n, &skipped, &err), OB_OK);
     assert_int_equal(n, 2);
     assert_int_equal(skipped, 9);
@@ -258,7 +258,7 @@ static void test_hosts_hostile(void **state)
         "a :4",
         "a: 4",
         "a:4 ",
-        "a:4,A:4",          /* the same host twice (names are case-insensitive) */
+        "a:4,A:4", /* the same host twice (names are case-insensitive) */
         "-a:4",
         "a-:4",
         "a..b:4",
@@ -323,9 +323,17 @@ static void test_log_tags(void **state)
     assert_int_equal(ob_log_tag(l, strlen(l), &rank, &s), 4);
     assert_int_equal(rank, 7);
     assert_int_equal(s, OB_LOG_ANY);
-    const char *untagged[] = {"== onebitd: attempt 1", "[1,3]<stdin>:x", "[1]<stdout>:x",
-                              "[a,1]<stdout>:x", "7:x", "7 : x", ": x", "12345678: x",
-                              "srun: error: task 1: Killed", "", "[1,3]<stdout>"};
+    const char *untagged[] = {"== onebitd: attempt 1",
+                              "[1,3]<stdin>:x",
+                              "[1]<stdout>:x",
+                              "[a,1]<stdout>:x",
+                              "7:x",
+                              "7 : x",
+                              ": x",
+                              "12345678: x",
+                              "srun: error: task 1: Killed",
+                              "",
+                              "[1,3]<stdout>"};
     for (size_t i = 0; i < sizeof untagged / sizeof untagged[0]; i++) {
         assert_int_equal(ob_log_tag(untagged[i], strlen(untagged[i]), &rank, &s), 0);
         assert_int_equal(rank, -1);
@@ -343,9 +351,9 @@ static void test_log_tags(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sbatch),      cmocka_unit_test(test_squeue),
-        cmocka_unit_test(test_sacct),       cmocka_unit_test(test_slurm_exit),
-        cmocka_unit_test(test_hosts_good),  cmocka_unit_test(test_hosts_hostile),
+        cmocka_unit_test(test_sbatch),     cmocka_unit_test(test_squeue),
+        cmocka_unit_test(test_sacct),      cmocka_unit_test(test_slurm_exit),
+        cmocka_unit_test(test_hosts_good), cmocka_unit_test(test_hosts_hostile),
         cmocka_unit_test(test_log_tags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -34,10 +34,10 @@ typedef struct opts {
     /* --data-root and --checkpoint-root, NULL-terminated; empty: the service's defaults */
     const char *data_roots[17], *checkpoint_roots[17];
     int n_data_roots, n_checkpoint_roots;
-    int insecure_no_auth; /* --insecure-no-auth: serve without a token */
-    int allow_plaintext;  /* --allow-plaintext: non-loopback addresses without TLS */
-    int slots_given;      /* --slots or ONEBIT_SLOTS */
-    const char *launcher; /* local, hosts, slurm */
+    int insecure_no_auth;    /* --insecure-no-auth: serve without a token */
+    int allow_plaintext;     /* --allow-plaintext: non-loopback addresses without TLS */
+    int slots_given;         /* --slots or ONEBIT_SLOTS */
+    const char *launcher;    /* local, hosts, slurm */
     const char *report_addr; /* --report-addr: where workers reach the gRPC port */
     const char *hosts, *ssh_agent;
     const char *slurm_partition, *slurm_mpi, *slurm_bin;

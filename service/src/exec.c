@@ -86,8 +86,7 @@ static int drain(int fd, char *buf, size_t cap, size_t *len, int *truncated)
 }
 
 ob_status ob__exec(const char *const *argv, char *const *env, int timeout_ms, char *out,
-                   size_t out_cap, char *errout, size_t err_cap, ob__exec_result *res,
-                   ob_err *err)
+                   size_t out_cap, char *errout, size_t err_cap, ob__exec_result *res, ob_err *err)
 {
     memset(res, 0, sizeof *res);
     res->exit_code = -1;
@@ -121,9 +120,9 @@ ob_status ob__exec(const char *const *argv, char *const *env, int timeout_ms, ch
     posix_spawnattr_setsigdefault(&at, &dfl);
     posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
     pid_t pid;
-    int e = (env || own_env) ? posix_spawnp(&pid, argv[0], &fa, &at, (char *const *)argv,
-                                            env ? env : own_env)
-                             : ENOMEM;
+    int e = (env || own_env)
+                ? posix_spawnp(&pid, argv[0], &fa, &at, (char *const *)argv, env ? env : own_env)
+                : ENOMEM;
     posix_spawn_file_actions_destroy(&fa);
     posix_spawnattr_destroy(&at);
     free(own_env);
@@ -168,8 +167,8 @@ ob_status ob__exec(const char *const *argv, char *const *env, int timeout_ms, ch
     if (err_cap) errout[elen < err_cap ? elen : err_cap - 1] = '\0';
     int st = 0;
     while (waitpid(pid, &st, 0) < 0) {
-        if (errno != EINTR) return OB_ERR(err, OB_ERR_IO, "waitpid(%s): %s", argv[0],
-                                          strerror(errno));
+        if (errno != EINTR)
+            return OB_ERR(err, OB_ERR_IO, "waitpid(%s): %s", argv[0], strerror(errno));
     }
     if (WIFEXITED(st) && !res->timed_out) res->exit_code = WEXITSTATUS(st);
     if (WIFSIGNALED(st)) res->term_signal = WTERMSIG(st);

@@ -26,8 +26,7 @@ typedef struct ob__exec_result {
  * NULL with cap 0 to discard), killing it with SIGKILL after timeout_ms. OB_OK once it has run
  * (look at *res for how it ended); OB_ERR_IO when it cannot be started. */
 ob_status ob__exec(const char *const *argv, char *const *env, int timeout_ms, char *out,
-                   size_t out_cap, char *errout, size_t err_cap, ob__exec_result *res,
-                   ob_err *err);
+                   size_t out_cap, char *errout, size_t err_cap, ob__exec_result *res, ob_err *err);
 
 /* The environment of what a launcher starts: ours without the admin token (and without any
  * ONEBIT_REPORT_TOKEN of our own), what Open MPI needs in containers unless already set

@@ -150,11 +150,11 @@ ob_status ob_host_list_hostfile(const ob_host_list *l, char *out, size_t cap, ob
     size_t used = 0;
     if (cap) out[0] = '\0';
     for (size_t i = 0; i < l->n; i++) {
-        int w = snprintf(out + used, cap > used ? cap - used : 0, "%s slots=%d\n",
-                         l->hosts[i].name, l->hosts[i].slots);
+        int w = snprintf(out + used, cap > used ? cap - used : 0, "%s slots=%d\n", l->hosts[i].name,
+                         l->hosts[i].slots);
         if (w < 0 || (size_t)w >= (cap > used ? cap - used : 0))
-            return OB_ERR(err, OB_ERR_TOO_LARGE, "hostfile of %zu hosts: more than %zu bytes",
-                          l->n, cap);
+            return OB_ERR(err, OB_ERR_TOO_LARGE, "hostfile of %zu hosts: more than %zu bytes", l->n,
+                          cap);
         used += (size_t)w;
     }
     return OB_OK;

@@ -37,8 +37,8 @@
 /* The newest answer about one Slurm job. */
 typedef struct cached {
     char id[OB_SLURM_ID_LEN];
-    int64_t at_ms;  /* when it was asked; 0: empty */
-    int vanished;   /* neither squeue nor sacct knows the job */
+    int64_t at_ms; /* when it was asked; 0: empty */
+    int vanished;  /* neither squeue nor sacct knows the job */
     ob_slurm_job job;
 } cached;
 
@@ -60,8 +60,7 @@ static void job_name(const ob_launch_req *req, char *out, size_t cap)
 
 /* Runs a Slurm command. OB_ERR_COMM when it cannot be started, times out, or fails without the
  * answer "no such job" (*no_such_job, may be NULL, is set for that one). */
-static ob_status run_cmd(slurm_launcher *sl, const char *const *argv, int *no_such_job,
-                         ob_err *err)
+static ob_status run_cmd(slurm_launcher *sl, const char *const *argv, int *no_such_job, ob_err *err)
 {
     ob__exec_result res;
     if (no_such_job) *no_such_job = 0;
@@ -69,8 +68,7 @@ static ob_status run_cmd(slurm_launcher *sl, const char *const *argv, int *no_su
                             sizeof sl->errout, &res, err);
     if (rc) return OB_WRAP(err, OB_ERR_COMM, "%s", argv[0]);
     if (res.timed_out)
-        return OB_ERR(err, OB_ERR_COMM, "%s gave no answer within %d ms", argv[0],
-                      sl->timeout_ms);
+        return OB_ERR(err, OB_ERR_COMM, "%s gave no answer within %d ms", argv[0], sl->timeout_ms);
     if (res.exit_code == 0) return OB_OK;
     if (no_such_job && strstr(sl->errout, "Invalid job id")) {
         *no_such_job = 1;
@@ -184,8 +182,7 @@ static ob_status slurm_signal(ob_launcher *l, const ob_launch_handle *h, int sig
     /* SIGTERM reaches the step's tasks, the ranks, which checkpoint and exit; a job that has not
      * started has nothing to save and is cancelled outright, as is any SIGKILL. */
     int plain = sig == SIGKILL || pending;
-    const char *argv[] = {sl->scancel, plain ? h->ext_id : sigopt, plain ? NULL : h->ext_id,
-                          NULL};
+    const char *argv[] = {sl->scancel, plain ? h->ext_id : sigopt, plain ? NULL : h->ext_id, NULL};
     int gone = 0;
     ob_status rc = run_cmd(sl, argv, &gone, err);
     if (c) c->at_ms = 0; /* ask again at the next poll */
@@ -209,8 +206,7 @@ static ob_status find_by_name(slurm_launcher *sl, const ob_launch_req *req, char
     char name[160], name_opt[180];
     job_name(req, name, sizeof name);
     snprintf(name_opt, sizeof name_opt, "--name=%s", name);
-    const char *argv[] = {sl->squeue, "-h", "--states=all", name_opt, "-O", OB_SQUEUE_FORMAT,
-                          NULL};
+    const char *argv[] = {sl->squeue, "-h", "--states=all", name_opt, "-O", OB_SQUEUE_FORMAT, NULL};
     ob_status rc = run_cmd(sl, argv, NULL, err);
     if (rc) return rc;
     ob_slurm_job jobs[16];
@@ -245,8 +241,8 @@ static ob_status slurm_attach(ob_launcher *l, ob_launch_handle *h, const ob_laun
     char name[160];
     job_name(req, name, sizeof name);
     if (c->job.name[0] && strcmp(c->job.name, name) != 0)
-        return OB_ERR(err, OB_ERR_NOT_FOUND, "Slurm job %s is '%s', not %s", h->ext_id,
-                      c->job.name, name);
+        return OB_ERR(err, OB_ERR_NOT_FOUND, "Slurm job %s is '%s', not %s", h->ext_id, c->job.name,
+                      name);
     return OB_OK;
 }
 
@@ -305,8 +301,8 @@ static ob_status slurm_start(ob_launcher *l, const ob_launch_req *req, ob_launch
     const char *slash = strrchr(req->spec_path, '/');
     size_t dlen = slash ? (size_t)(slash - req->spec_path) : 0;
     if (!slash || dlen == 0 || dlen >= sizeof dir)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "job %s: spec path %s has no directory",
-                      req->job_id, req->spec_path);
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "job %s: spec path %s has no directory", req->job_id,
+                      req->spec_path);
     memcpy(dir, req->spec_path, dlen);
     dir[dlen] = '\0';
     snprintf(script, sizeof script, "%s/onebit-batch.sh", dir);
@@ -363,8 +359,8 @@ static ob_status slurm_start(ob_launcher *l, const ob_launch_req *req, ob_launch
     char **env = ob__child_env(report_var);
     if (!env) return OB_ERR(err, OB_ERR_NOMEM, "environment for job %s", req->job_id);
     ob__exec_result res;
-    rc = ob__exec(argv, env, sl->timeout_ms, sl->out, sizeof sl->out, sl->errout,
-                  sizeof sl->errout, &res, err);
+    rc = ob__exec(argv, env, sl->timeout_ms, sl->out, sizeof sl->out, sl->errout, sizeof sl->errout,
+                  &res, err);
     free(env);
     if (rc) return OB_WRAP(err, rc, "job %s", req->job_id);
     if (res.timed_out || res.exit_code != 0) {
@@ -387,8 +383,8 @@ static void slurm_destroy(ob_launcher *l)
 {
     slurm_launcher *sl = (slurm_launcher *)l;
     if (!sl) return;
-    char **strs[] = {&sl->worker, &sl->sbatch, &sl->squeue, &sl->scancel, &sl->sacct,
-                     &sl->srun,   &sl->mpi_arg, &sl->partition_arg};
+    char **strs[] = {&sl->worker, &sl->sbatch, &sl->squeue,  &sl->scancel,
+                     &sl->sacct,  &sl->srun,   &sl->mpi_arg, &sl->partition_arg};
     for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
         free(*strs[i]);
     for (size_t i = 0; i < sl->n_sbatch_args; i++)
@@ -431,12 +427,12 @@ ob_status ob_slurm_launcher_create(ob_launcher **out, const ob_slurm_launcher_co
                           "sbatch argument '%.100s': expected a long option (--time=1:00:00)", s);
     }
     const char *mpi = cfg->mpi ? cfg->mpi : "pmix";
-    if (!mpi[0] || strlen(mpi) > 32 || strspn(mpi, "abcdefghijklmnopqrstuvwxyz0123456789_") !=
-                                           strlen(mpi))
+    if (!mpi[0] || strlen(mpi) > 32 ||
+        strspn(mpi, "abcdefghijklmnopqrstuvwxyz0123456789_") != strlen(mpi))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "srun --mpi: '%.40s' is not an MPI plugin name",
                       mpi);
-    if (cfg->partition && (!cfg->partition[0] || strlen(cfg->partition) > 200 ||
-                           strpbrk(cfg->partition, " \t\n\r")))
+    if (cfg->partition &&
+        (!cfg->partition[0] || strlen(cfg->partition) > 200 || strpbrk(cfg->partition, " \t\n\r")))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "partition '%.100s' is not a partition name",
                       cfg->partition);
     slurm_launcher *sl = calloc(1, sizeof *sl);

@@ -393,8 +393,9 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
     else
         snprintf(reason, sizeof reason, "workers failed (%s)", status);
     const char *permanent = success || r->stop_reason[0] ? NULL
-                            : ex->permanent ? "a restart with the same request would end the same way"
-                                            : permanent_failure(ex);
+                            : ex->permanent
+                                ? "a restart with the same request would end the same way"
+                                : permanent_failure(ex);
 
     ob_attempt *a = j.n_attempts ? &j.attempts[j.n_attempts - 1] : NULL;
     if (a && a->number == r->attempt) {

@@ -73,7 +73,7 @@ typedef struct ob_attempt {
     int number; /* 1, 2, ... */
     int64_t started_ms, ended_ms;
     int64_t start_step;
-    int pgid;      /* process group of the attempt's processes; 0 when none */
+    int pgid; /* process group of the attempt's processes; 0 when none */
     /* The launcher's own id of the attempt, e.g. the Slurm job id; "" when it has none (local
      * mpirun). A restarted coordinator re-attaches to the attempt through it. */
     char ext_id[OB_ATTEMPT_EXT_ID_LEN];

@@ -117,9 +117,9 @@ typedef enum ob_log_stream {
 size_t ob_log_tag(const char *line, size_t len, long *rank, ob_log_stream *stream);
 
 /* Parses one line of a worker's output into *r (job_id left empty, spec_json NULL); a leading
- * rank tag (ob_log_tag) is skipped, and lines tagged as stderr are not reports. Returns 1 for a report, 0 for anything
- * else (other output, malformed lines, unknown events). Missing or null numbers read as 0,
- * except the summary's freeze_step and last_checkpoint, which read as -1. */
+ * rank tag (ob_log_tag) is skipped, and lines tagged as stderr are not reports. Returns 1 for a
+ * report, 0 for anything else (other output, malformed lines, unknown events). Missing or null
+ * numbers read as 0, except the summary's freeze_step and last_checkpoint, which read as -1. */
 int ob_report_parse_line(const char *line, size_t len, ob_report *r);
 
 /* ---- protobuf ------------------------------------------------------------------------------ */

@@ -88,8 +88,7 @@ typedef struct ob_launcher_ops {
      * it in. OB_OK: *h is watched again, running or not (poll says how it ended);
      * OB_ERR_NOT_FOUND: the platform has nothing of it that is this job's; other errors: the
      * platform cannot be asked now. */
-    ob_status (*attach)(ob_launcher *l, ob_launch_handle *h, const ob_launch_req *req,
-                        ob_err *err);
+    ob_status (*attach)(ob_launcher *l, ob_launch_handle *h, const ob_launch_req *req, ob_err *err);
     void (*destroy)(ob_launcher *l);
 } ob_launcher_ops;
 
@@ -119,9 +118,9 @@ ob_status ob_local_launcher_create(ob_launcher **out, const ob_local_launcher_co
 
 /* ---- hosts: mpirun over a list of machines ----------------------------------------------- */
 
-#define OB_HOSTS_MAX 1024       /* hosts in one list */
-#define OB_HOST_NAME_MAX 253    /* a DNS name's longest text form */
-#define OB_HOST_SLOTS_MAX 4096  /* ranks on one host */
+#define OB_HOSTS_MAX 1024      /* hosts in one list */
+#define OB_HOST_NAME_MAX 253   /* a DNS name's longest text form */
+#define OB_HOST_SLOTS_MAX 4096 /* ranks on one host */
 
 /* A validated host list: "a:4,b:4" is two hosts of four slots each. */
 typedef struct ob_host {
@@ -152,12 +151,12 @@ ob_status ob_host_list_hostfile(const ob_host_list *l, char *out, size_t cap, ob
 
 /* Configuration of the hosts launcher. Strings are copied. */
 typedef struct ob_hosts_launcher_config {
-    const char *mpirun;            /* [mpirun] */
-    const char *worker;            /* onebit-worker's path, the same on every host */
-    const ob_host_list *hosts;     /* borrowed for the call */
-    const char *hostfile_path;     /* written (atomically) by create */
-    const char *rsh_agent;         /* --mca plm_rsh_agent, e.g. "ssh -o BatchMode=yes"; NULL:
-                                      Open MPI's default (ssh) */
+    const char *mpirun;             /* [mpirun] */
+    const char *worker;             /* onebit-worker's path, the same on every host */
+    const ob_host_list *hosts;      /* borrowed for the call */
+    const char *hostfile_path;      /* written (atomically) by create */
+    const char *rsh_agent;          /* --mca plm_rsh_agent, e.g. "ssh -o BatchMode=yes"; NULL:
+                                       Open MPI's default (ssh) */
     const char *const *mpirun_args; /* more mpirun arguments, NULL-terminated, may be NULL */
 } ob_hosts_launcher_config;
 
@@ -171,13 +170,13 @@ ob_status ob_hosts_launcher_create(ob_launcher **out, const ob_hosts_launcher_co
 
 /* Configuration of the Slurm launcher. Strings are copied; NULL means the default. */
 typedef struct ob_slurm_launcher_config {
-    const char *worker;  /* onebit-worker's path, the same on every node */
-    const char *sbatch;  /* [sbatch] */
-    const char *squeue;  /* [squeue] */
-    const char *scancel; /* [scancel] */
-    const char *sacct;   /* [sacct]; "" never asks it (no accounting) */
-    const char *srun;    /* [srun] */
-    const char *mpi;     /* srun --mpi=TYPE [pmix] */
+    const char *worker;    /* onebit-worker's path, the same on every node */
+    const char *sbatch;    /* [sbatch] */
+    const char *squeue;    /* [squeue] */
+    const char *scancel;   /* [scancel] */
+    const char *sacct;     /* [sacct]; "" never asks it (no accounting) */
+    const char *srun;      /* [srun] */
+    const char *mpi;       /* srun --mpi=TYPE [pmix] */
     const char *partition; /* sbatch --partition; NULL: the cluster's default */
     /* More sbatch arguments (--time=..., --mem=..., --account=...), NULL-terminated, may be
      * NULL; each must start with "--". */

@@ -58,11 +58,11 @@ typedef enum ob_slurm_state {
 typedef struct ob_slurm_job {
     char id[OB_SLURM_ID_LEN]; /* decimal digits */
     ob_slurm_state state;
-    char reason[64];  /* squeue's reason code ("Resources", "NodeDown"); "" or "None": none */
-    int have_exit;    /* the exit status below is known */
-    int exit_code;    /* 0..255 */
-    int term_signal;  /* the signal that ended it, 0 */
-    char name[128];   /* squeue only */
+    char reason[64];    /* squeue's reason code ("Resources", "NodeDown"); "" or "None": none */
+    int have_exit;      /* the exit status below is known */
+    int exit_code;      /* 0..255 */
+    int term_signal;    /* the signal that ended it, 0 */
+    char name[128];     /* squeue only */
     char std_out[1024]; /* squeue only: the output file as submitted */
 } ob_slurm_job;
 
