@@ -18,6 +18,8 @@ packages=(
   dataset-fashion-mnist fortunes
   # experiments: tables and plots
   jq gnuplot-nox
+  # the Slurm launcher and its test (tests/test_slurm.sh starts a one-machine cluster)
+  slurmctld slurmd slurm-client munge
 )
 
 missing=()

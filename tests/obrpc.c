@@ -39,10 +39,11 @@ static json_t *job_json(const Onebit__V1__Job *j)
     json_t *att = json_array();
     for (size_t i = 0; i < j->n_attempts; i++) {
         const Onebit__V1__Attempt *a = j->attempts[i];
-        json_array_append_new(att, json_pack("{si sI si ss sb}", "number", a->number, "start_step",
-                                             (json_int_t)a->start_step, "exit_code", a->exit_code,
-                                             "exit_reason", a->exit_reason, "ended",
-                                             a->ended_unix_ms != 0));
+        json_array_append_new(att, json_pack("{si sI si ss sb ss}", "number", a->number,
+                                             "start_step", (json_int_t)a->start_step, "exit_code",
+                                             a->exit_code, "exit_reason", a->exit_reason, "ended",
+                                             a->ended_unix_ms != 0, "external_id",
+                                             a->external_id ? a->external_id : ""));
     }
     json_t *o =
         json_pack("{ss ss ss si si si so so ss sI}", "id", j->id, "name", j->name, "state",

@@ -13,6 +13,8 @@ endfunction()
 ob_add_service_test(test_store test_store.c)
 ob_add_service_test(test_status_map test_status_map.c)
 ob_add_service_test(test_service test_service.c)
+# The cluster launchers' parsers (sbatch, squeue, sacct, --hosts, log tags) on hostile text.
+ob_add_service_test(test_cluster test_cluster.c)
 
 # obrpc: the gRPC client the black-box tests drive onebitd with.
 pkg_check_modules(OB_TEST_JANSSON REQUIRED IMPORTED_TARGET jansson)
@@ -52,4 +54,22 @@ add_test(NAME test_chaos
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_chaos.sh $<TARGET_FILE:onebitd>
                  $<TARGET_FILE:obrpc> $<TARGET_FILE:onebit-ckpt> ${PROJECT_SOURCE_DIR}/examples)
 set_tests_properties(test_chaos PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2)
+
+# onebitd --launcher slurm on a one-machine Slurm cluster the test starts itself (munged,
+# slurmctld, slurmd as root, private state): success, a killed rank resumed in a new batch job,
+# cancel, and a killed coordinator re-attaching to its running batch job. Fails without Slurm
+# unless ONEBIT_SKIP_SLURM=1 (then skipped).
+add_test(NAME test_slurm
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_slurm.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_slurm PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 400
+                     PROCESSORS 2 SKIP_RETURN_CODE 77)
+
+# onebitd --launcher hosts on this machine (its own name and localhost in the host list): the
+# hostfile, --hosts validation, a job to SUCCEEDED and a cancel through mpirun's SIGUSR1.
+add_test(NAME test_hosts
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_hosts.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_hosts PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 300
                      PROCESSORS 2)

@@ -33,6 +33,9 @@ typedef struct launch {
     size_t stored_attempts;
     int stored_open; /* the newest stored attempt is this one, not yet ended */
     char report_token[128];
+    char reason[128]; /* the platform's account of the end (ob_launch_exit.reason) */
+    int permanent;
+    int adopted; /* made by attach, not start */
 } launch;
 
 typedef struct mock {
@@ -43,6 +46,9 @@ typedef struct mock {
     int honor_term; /* SIGTERM ends the attempt with exit 0 */
     int stale_calls;
     char stale_job[OB_JOB_ID_LEN];
+    int can_attach;   /* attach succeeds (a launcher whose attempts outlive the coordinator) */
+    int attach_calls;
+    char attach_ext[OB_ATTEMPT_EXT_ID_LEN]; /* the ext_id attach was given */
     char db[256]; /* the service's store, read (by a connection of our own) at every start */
 } mock;
 
@@ -72,6 +78,30 @@ static ob_status m_start(ob_launcher *lb, const ob_launch_req *req, ob_launch_ha
     }
     ob_store_close(st);
     h->pid = h->pgid = 1000 + m->n; /* the index into l, offset */
+    if (m->can_attach) snprintf(h->ext_id, sizeof h->ext_id, "ext-%d", m->n);
+    m->n++;
+    pthread_mutex_unlock(&m->mu);
+    return OB_OK;
+}
+
+static ob_status m_attach(ob_launcher *lb, ob_launch_handle *h, const ob_launch_req *req,
+                          ob_err *err)
+{
+    mock *m = (mock *)lb;
+    pthread_mutex_lock(&m->mu);
+    m->attach_calls++;
+    snprintf(m->attach_ext, sizeof m->attach_ext, "%s", h->ext_id);
+    if (!m->can_attach) {
+        pthread_mutex_unlock(&m->mu);
+        return OB_ERR(err, OB_ERR_NOT_FOUND, "nothing of %s", req->job_id);
+    }
+    launch *x = &m->l[m->n];
+    memset(x, 0, sizeof *x);
+    snprintf(x->job_id, sizeof x->job_id, "%s", req->job_id);
+    x->attempt = req->attempt;
+    x->world = req->world_size;
+    x->adopted = 1;
+    h->pid = h->pgid = 1000 + m->n;
     m->n++;
     pthread_mutex_unlock(&m->mu);
     return OB_OK;
@@ -83,9 +113,12 @@ static ob_status m_poll(ob_launcher *lb, const ob_launch_handle *h, ob_launch_ex
     mock *m = (mock *)lb;
     pthread_mutex_lock(&m->mu);
     launch *x = &m->l[h->pid - 1000];
+    memset(ex, 0, sizeof *ex);
     ex->done = x->done;
     ex->exit_code = x->exit_code;
     ex->term_signal = 0;
+    snprintf(ex->reason, sizeof ex->reason, "%s", x->reason);
+    ex->permanent = x->permanent;
     pthread_mutex_unlock(&m->mu);
     return OB_OK;
 }
@@ -132,8 +165,16 @@ static void m_destroy(ob_launcher *lb)
     (void)lb;
 }
 
-static const ob_launcher_ops mock_ops = {m_start, m_poll,       m_signal,
-                                         m_alive, m_stop_stale, m_destroy};
+static const ob_launcher_ops mock_ops = {
+    .ext_id_kind = "mock job",
+    .start = m_start,
+    .poll = m_poll,
+    .signal = m_signal,
+    .alive = m_alive,
+    .stop_stale = m_stop_stale,
+    .attach = m_attach,
+    .destroy = m_destroy,
+};
 
 /* Ends launch i with an exit code, as if the workers had exited. */
 static void finish(mock *m, int i, int code)
@@ -583,6 +624,107 @@ static void test_recovery(void **state)
     ob_job_clear(&j);
 }
 
+/* Gives attempt 1 of job id in the service's store (not open yet) the launcher id ext. */
+static void set_ext_id(fx *f, const char *id, const char *ext)
+{
+    char db[128];
+    snprintf(db, sizeof db, "%s/jobs.db", f->dir);
+    ob_store *st;
+    ob_job j;
+    ob_err err;
+    assert_int_equal(ob_store_open(&st, db, &err), OB_OK);
+    assert_int_equal(ob_store_get_job(st, id, &j, &err), OB_OK);
+    assert_int_equal(j.n_attempts, 1);
+    snprintf(j.attempts[0].ext_id, sizeof j.attempts[0].ext_id, "%s", ext);
+    assert_int_equal(ob_store_put_attempt(st, id, &j.attempts[0], &err), OB_OK);
+    ob_job_clear(&j);
+    ob_store_close(st);
+}
+
+/* A launcher whose attempts outlive the coordinator (Slurm): the restarted coordinator takes
+ * the running attempt over by its id instead of stopping it and launching another. */
+static void test_recovery_reattaches(void **state)
+{
+    fx *f = *state;
+    char id[OB_JOB_ID_LEN];
+    stored_job(f, OB_JOB_RUNNING, 0, 3, 0, 0, id);
+    set_ext_id(f, id, "777");
+    f->m.can_attach = 1;
+    start(f);
+    assert_int_equal(f->m.attach_calls, 1);
+    assert_string_equal(f->m.attach_ext, "777");
+    assert_int_equal(f->m.stale_calls, 0);
+    assert_true(wait_launches(f, 1));
+    assert_int_equal(f->m.l[0].adopted, 1);
+    assert_int_equal(f->m.l[0].attempt, 1);
+    assert_int_equal(state_of(f, id), OB_JOB_RUNNING);
+    finish(&f->m, 0, 0);
+    assert_true(wait_state(f, id, OB_JOB_SUCCEEDED));
+    ob_job got;
+    ob_err err;
+    assert_int_equal(ob_service_get(f->svc, id, &got, &err), OB_OK);
+    assert_int_equal(got.n_attempts, 1); /* no second attempt */
+    assert_string_equal(got.attempts[0].ext_id, "777");
+    assert_string_equal(got.attempts[0].exit_reason, "completed");
+    assert_int_equal(got.restarts, 0);
+    ob_job_clear(&got);
+    assert_int_equal(launches(&f->m), 1);
+}
+
+/* A launcher that cannot find the attempt any more: stopped and relaunched, as before. */
+static void test_recovery_attach_not_found(void **state)
+{
+    fx *f = *state;
+    char id[OB_JOB_ID_LEN];
+    stored_job(f, OB_JOB_RUNNING, 0, 3, 0, 0, id);
+    set_ext_id(f, id, "778");
+    start(f);
+    assert_int_equal(f->m.attach_calls, 1);
+    assert_int_equal(f->m.stale_calls, 1);
+    assert_true(wait_launches(f, 1));
+    assert_int_equal(f->m.l[0].adopted, 0);
+    assert_int_equal(f->m.l[0].attempt, 2);
+    assert_int_equal(f->m.l[0].resume, 1);
+    finish(&f->m, 0, 0);
+    assert_true(wait_state(f, id, OB_JOB_SUCCEEDED));
+}
+
+/* The platform's account of an end: a lost node is retried and named in the attempt's reason;
+ * one the platform calls permanent (out of memory) fails the job at once, restarts left or not;
+ * the id of each attempt is kept. */
+static void test_platform_reasons(void **state)
+{
+    fx *f = *state;
+    f->m.can_attach = 1;
+    start(f);
+    char id[OB_JOB_ID_LEN];
+    submit(f, 2, 3, id);
+    assert_true(wait_launches(f, 1));
+    pthread_mutex_lock(&f->m.mu);
+    snprintf(f->m.l[0].reason, sizeof f->m.l[0].reason, "mock job ext-0 NODE_FAIL: a node died");
+    pthread_mutex_unlock(&f->m.mu);
+    finish(&f->m, 0, -1);
+    assert_true(wait_launches(f, 2));
+    pthread_mutex_lock(&f->m.mu);
+    snprintf(f->m.l[1].reason, sizeof f->m.l[1].reason, "mock job ext-1 OUT_OF_MEMORY: more");
+    f->m.l[1].permanent = 1;
+    pthread_mutex_unlock(&f->m.mu);
+    finish(&f->m, 1, -1);
+    assert_true(wait_state(f, id, OB_JOB_FAILED));
+    ob_job got;
+    ob_err err;
+    assert_int_equal(ob_service_get(f->svc, id, &got, &err), OB_OK);
+    assert_int_equal(got.n_attempts, 2);
+    assert_int_equal(got.restarts, 1);
+    assert_string_equal(got.attempts[0].ext_id, "ext-0");
+    assert_string_equal(got.attempts[1].ext_id, "ext-1");
+    assert_non_null(strstr(got.attempts[0].exit_reason, "NODE_FAIL: a node died"));
+    assert_non_null(strstr(got.attempts[1].exit_reason, "OUT_OF_MEMORY"));
+    assert_non_null(strstr(got.message, "not retried"));
+    ob_job_clear(&got);
+    assert_int_equal(launches(&f->m), 2);
+}
+
 /* A coordinator killed while a cancelled job's workers were stopping: the restarted one stops
  * what is left of them and ends the job CANCELLED instead of launching it again. */
 /* The attempt is committed before its workers exist: a coordinator killed right after the
@@ -970,6 +1112,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_labels, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery_honours_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recovery_reattaches, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recovery_attach_not_found, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_platform_reasons, setup, teardown),
         cmocka_unit_test_setup_teardown(test_default_world_size, setup, teardown),
         cmocka_unit_test(test_visible_gpus),
         cmocka_unit_test(test_parse_lines),

@@ -6,6 +6,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -196,6 +197,44 @@ static void test_reopen_keeps_history(void **state)
     ob_store_close(s);
 }
 
+/* A store written before attempts had a launcher id (no ext_id column): it opens, its attempts
+ * read with an empty id, and ids written from then on are kept. */
+static void test_old_store_gains_ext_id(void **state)
+{
+    fixture *f = *state;
+    ob_store *s;
+    ob_err err;
+    assert_int_equal(ob_store_open(&s, f->path, &err), OB_OK);
+    ob_job j = make_job("old", 2);
+    assert_int_equal(ob_store_create_job(s, &j, &err), OB_OK);
+    ob_attempt a = {.number = 1, .started_ms = 2000, .pgid = 77, .exit_code = 0};
+    assert_int_equal(ob_store_put_attempt(s, j.id, &a, &err), OB_OK);
+    ob_store_close(s);
+    /* Make it the older schema. */
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+    assert_int_equal(sqlite3_exec(db, "ALTER TABLE attempts DROP COLUMN ext_id", NULL, NULL, NULL),
+                     SQLITE_OK);
+    sqlite3_close(db);
+
+    assert_int_equal(ob_store_open(&s, f->path, &err), OB_OK);
+    ob_job got;
+    assert_int_equal(ob_store_get_job(s, j.id, &got, &err), OB_OK);
+    assert_int_equal(got.n_attempts, 1);
+    assert_int_equal(got.attempts[0].pgid, 77);
+    assert_string_equal(got.attempts[0].ext_id, "");
+    ob_job_clear(&got);
+    strcpy(a.ext_id, "123456");
+    assert_int_equal(ob_store_put_attempt(s, j.id, &a, &err), OB_OK);
+    ob_store_close(s);
+    assert_int_equal(ob_store_open(&s, f->path, &err), OB_OK);
+    assert_int_equal(ob_store_get_job(s, j.id, &got, &err), OB_OK);
+    assert_string_equal(got.attempts[0].ext_id, "123456");
+    ob_job_clear(&got);
+    ob_store_close(s);
+    ob_job_clear(&j);
+}
+
 static void test_not_a_store(void **state)
 {
     fixture *f = *state;
@@ -220,6 +259,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_list_paging_filter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_a_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_old_store_gains_ext_id, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -12,6 +12,7 @@
 #define _GNU_SOURCE /* getopt_long */
 #include "client.h"
 #include "onebit/checkpoint.h"
+#include "onebit/report.h"
 #include "onebit/token.h"
 #include "render.h"
 
@@ -376,19 +377,12 @@ static int v_checkpoints(obctl_client *c, const opts *o)
     return EXIT_OK;
 }
 
-/* The rank of a line tagged by mpirun ("[1,3]<stdout>:..."), and where its text starts; -1 for
- * an untagged line (mpirun's own messages). */
+/* The rank of a line tagged by mpirun ("[1,3]<stdout>:...") or srun ("3: ..."), and where its
+ * text starts; -1 for an untagged line (the launcher's own messages). */
 static long line_rank(const char *line, const char **text)
 {
-    *text = line;
-    const char *comma, *close;
-    if (line[0] != '[' || !(comma = strchr(line, ',')) || !(close = strchr(comma, ']'))) return -1;
-    const char *colon = strchr(close, ':');
-    if (!colon || close[1] != '<') return -1;
-    char *end;
-    long r = strtol(comma + 1, &end, 10);
-    if (end != close) return -1;
-    *text = colon + 1;
+    long r;
+    *text = line + ob_log_tag(line, strlen(line), &r, NULL);
     return r;
 }
 

@@ -102,8 +102,8 @@ void obctl_print_job(FILE *f, const ob_job *j)
         fprintf(f, "Checkpoint:  step %lld  %s\n", (long long)j->ckpt_step, j->ckpt_path);
     for (size_t i = 0; i < j->n_attempts; i++) {
         const ob_attempt *a = &j->attempts[i];
-        fprintf(f, "%s #%d from step %lld: ", i ? "            " : "Attempts:   ", a->number,
-                (long long)a->start_step);
+        fprintf(f, "%s #%d from step %lld%s%s: ", i ? "            " : "Attempts:   ", a->number,
+                (long long)a->start_step, a->ext_id[0] ? ", id " : "", a->ext_id);
         if (a->ended_ms > 0)
             fprintf(f, "exit %d%s%s\n", a->exit_code, a->exit_reason[0] ? ", " : "",
                     a->exit_reason);

@@ -5,7 +5,7 @@
  * Rank 0 prints progress on stdout, one JSON object per line (--format json, the default, read
  * by the coordinator) or as aligned text (--format text); errors go to stderr. Exit status (the
  * same on every rank, so mpirun passes it on; onebitd retries only 1):
- *   0  success (also after SIGTERM: the ranks finish the step, checkpoint and stop)
+ *   0  success (also after SIGTERM or SIGUSR1: the ranks finish the step, checkpoint and stop)
  *   1  a failure that may pass (I/O, memory, communication, a GPU): worth a restart
  *   2  bad command line or job spec (nothing started)
  *   3  the run diverged (the loss is not finite): a restart from its checkpoint would repeat it
@@ -43,8 +43,8 @@ typedef struct worker_opts {
     int profile;
 } worker_opts;
 
-/* Set by SIGTERM and SIGINT; the trainer polls it after every step. A signal handler can only
- * reach a file-scope object. */
+/* Set by SIGTERM, SIGINT and SIGUSR1; the trainer polls it after every step. A signal handler
+ * can only reach a file-scope object. */
 static volatile sig_atomic_t stop_requested;
 
 static void on_stop_signal(int sig)
@@ -67,7 +67,7 @@ static void usage(FILE *f)
                "  --report HOST:PORT   also send progress to onebitd's WorkerService\n"
                "  --profile            split rank 0's step time (data, compute, allreduce,\n"
                "                       compression, exchange, updates) in the summary\n"
-               "SIGTERM or SIGINT: finish the step, checkpoint, exit 0.\n");
+               "SIGTERM, SIGINT or SIGUSR1: finish the step, checkpoint, exit 0.\n");
 }
 
 /* Returns 0 to go on, 1 after --help, 2 on a bad command line (message printed by rank 0). */
@@ -268,6 +268,9 @@ int main(int argc, char **argv)
     sigemptyset(&sa.sa_mask);
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGINT, &sa, NULL);
+    /* mpirun forwards SIGUSR1 to every rank on every host (SIGTERM it would answer by killing
+     * them): the hosts launcher stops a job with it. */
+    sigaction(SIGUSR1, &sa, NULL);
 
     worker_opts opts;
     int rc = parse_args(argc, argv, &opts, rank);

@@ -93,6 +93,7 @@ json_t *ob_job_to_json(const ob_job *j)
         json_object_set_new(x, "startStep", i64(a->start_step));
         json_object_set_new(x, "exitCode", json_integer(a->exit_code));
         json_object_set_new(x, "exitReason", json_string(a->exit_reason));
+        if (a->ext_id[0]) json_object_set_new(x, "externalId", json_string(a->ext_id));
         json_array_append_new(att, x);
     }
     json_object_set_new(o, "attempts", att);
@@ -261,7 +262,8 @@ static ob_status attempts_from_json(const json_t *arr, ob_job *j, ob_err *err)
             (st = get_i64(x, "endedUnixMs", &a->ended_ms, err)) ||
             (st = get_i64(x, "startStep", &a->start_step, err)) ||
             (st = get_int(x, "exitCode", &a->exit_code, err)) ||
-            (st = get_str(x, "exitReason", a->exit_reason, sizeof a->exit_reason, err)))
+            (st = get_str(x, "exitReason", a->exit_reason, sizeof a->exit_reason, err)) ||
+            (st = get_str(x, "externalId", a->ext_id, sizeof a->ext_id, err)))
             return st;
     }
     return OB_OK;
@@ -442,6 +444,7 @@ ob_status ob_job_to_pb(const ob_job *j, ob_job_pb *pb, ob_err *err)
             x->start_step = a->start_step;
             x->exit_code = a->exit_code;
             x->exit_reason = (char *)a->exit_reason;
+            x->external_id = (char *)a->ext_id;
             pb->attempt_ptrs[i] = x;
         }
         o->n_attempts = j->n_attempts;
@@ -527,6 +530,7 @@ ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *j, ob_err *err)
         a->start_step = x->start_step;
         a->exit_code = x->exit_code;
         copy_str(a->exit_reason, sizeof a->exit_reason, x->exit_reason);
+        copy_str(a->ext_id, sizeof a->ext_id, x->external_id);
     }
     return OB_OK;
 }

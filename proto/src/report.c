@@ -194,18 +194,59 @@ static const char *jstr(const json_t *o, const char *key)
     return json_string_value(json_object_get(o, key));
 }
 
-/* Length of mpirun's --tag-output prefix "[1,0]<stdout>:" at the start of line (0: none). */
-static size_t tag_length(const char *line, size_t len)
+/* mpirun --tag-output: "[JOB,RANK]<stdout>:" or "<stderr>:". */
+static size_t mpirun_tag(const char *line, size_t len, long *rank, ob_log_stream *stream)
 {
-    static const char out[] = "<stdout>:";
-    size_t i = 0;
+    static const char *const names[] = {"<stdout>:", "<stderr>:"};
+    size_t i = 1, comma = 0;
     if (len == 0 || line[0] != '[') return 0;
-    for (i = 1; i < len && line[i] != ']'; i++)
-        if (!(line[i] >= '0' && line[i] <= '9') && line[i] != ',') return 0;
-    if (i >= len) return 0;
+    for (; i < len && line[i] != ']' && i < 24; i++) {
+        if (line[i] == ',' && !comma)
+            comma = i;
+        else if (line[i] < '0' || line[i] > '9')
+            return 0;
+    }
+    if (i >= len || line[i] != ']' || !comma || comma + 1 == i) return 0;
+    long r = 0;
+    for (size_t k = comma + 1; k < i; k++)
+        r = r * 10 + (line[k] - '0');
     i++;
-    if (len - i < sizeof out - 1 || memcmp(line + i, out, sizeof out - 1) != 0) return 0;
-    return i + sizeof out - 1;
+    for (int s = 0; s < 2; s++) {
+        size_t n = strlen(names[s]);
+        if (len - i >= n && memcmp(line + i, names[s], n) == 0) {
+            *rank = r;
+            *stream = s == 0 ? OB_LOG_STDOUT : OB_LOG_STDERR;
+            return i + n;
+        }
+    }
+    return 0;
+}
+
+/* srun --label: the task number right-aligned with spaces, then ": " ("  3: text"). */
+static size_t srun_tag(const char *line, size_t len, long *rank, ob_log_stream *stream)
+{
+    size_t i = 0;
+    while (i < len && i < 8 && line[i] == ' ')
+        i++;
+    size_t digits = i;
+    long r = 0;
+    while (i < len && line[i] >= '0' && line[i] <= '9' && i - digits < 7)
+        r = r * 10 + (line[i++] - '0');
+    if (i == digits || i + 1 >= len || line[i] != ':' || line[i + 1] != ' ') return 0;
+    *rank = r;
+    *stream = OB_LOG_ANY;
+    return i + 2;
+}
+
+size_t ob_log_tag(const char *line, size_t len, long *rank, ob_log_stream *stream)
+{
+    long r = -1;
+    ob_log_stream s = OB_LOG_UNTAGGED;
+    size_t n = mpirun_tag(line, len, &r, &s);
+    if (n == 0) n = srun_tag(line, len, &r, &s);
+    if (rank) *rank = n ? r : -1;
+    if (stream) *stream = n ? s : OB_LOG_UNTAGGED;
+    return n;
 }
 
 static void read_summary(const json_t *o, ob_report *r)
@@ -300,7 +341,9 @@ static void read_fields(const json_t *o, ob_report *r)
 int ob_report_parse_line(const char *line, size_t len, ob_report *r)
 {
     memset(r, 0, sizeof *r);
-    size_t tag = tag_length(line, len);
+    ob_log_stream stream;
+    size_t tag = ob_log_tag(line, len, NULL, &stream);
+    if (stream == OB_LOG_STDERR) return 0;
     line += tag;
     len -= tag;
     if (len < 2 || line[0] != '{') return 0;

@@ -1,8 +1,11 @@
 /* onebitd: the onebit coordinator. Serves JobService/WorkerService/Health over gRPC and the same
  * operations over REST, keeps jobs in a SQLite store under the state directory, launches their
- * workers with mpirun and supervises them. Stops cleanly on SIGTERM or SIGINT.
+ * workers (mpirun on this machine, mpirun across --hosts, or Slurm batch jobs: --launcher) and
+ * supervises them. Stops cleanly on SIGTERM or SIGINT.
  *
  *   onebitd [--grpc HOST:PORT] [--rest HOST:PORT] [--state-dir DIR] [--slots N] ...
+ *   onebitd --launcher hosts --hosts node1:4,node2:4 [--ssh-agent CMD] ...
+ *   onebitd --launcher slurm [--slurm-partition P] [--slurm-arg --time=4:00:00] ...
  *
  * Every option also reads an environment variable (flags win); see usage(). Exit status: 0
  * after a clean shutdown, 1 when the service cannot start, 2 for a bad command line. */
@@ -11,6 +14,8 @@
 #include "onebit/servers.h"
 #include "onebit/service.h"
 #include "onebit/token.h"
+
+#include <sys/stat.h>
 
 #include <errno.h>
 #include <getopt.h>
@@ -29,8 +34,16 @@ typedef struct opts {
     /* --data-root and --checkpoint-root, NULL-terminated; empty: the service's defaults */
     const char *data_roots[17], *checkpoint_roots[17];
     int n_data_roots, n_checkpoint_roots;
-    int insecure_no_auth; /* --insecure-no-auth: serve without a token */
-    int allow_plaintext;  /* --allow-plaintext: non-loopback addresses without TLS */
+    int insecure_no_auth;    /* --insecure-no-auth: serve without a token */
+    int allow_plaintext;     /* --allow-plaintext: non-loopback addresses without TLS */
+    int slots_given;         /* --slots or ONEBIT_SLOTS */
+    const char *launcher;    /* local, hosts, slurm */
+    const char *report_addr; /* --report-addr: where workers reach the gRPC port */
+    const char *hosts, *ssh_agent;
+    const char *slurm_partition, *slurm_mpi, *slurm_bin;
+    const char *slurm_args[33]; /* --slurm-arg, NULL-terminated */
+    int n_slurm_args;
+    double slurm_poll_s;
 } opts;
 
 static void usage(FILE *f)
@@ -62,7 +75,22 @@ static void usage(FILE *f)
                "                          [/usr/share/datasets, /usr/share/games/fortunes,\n"
                "                          STATE/data; / for anywhere]\n"
                "  --checkpoint-root DIR   jobs may warm-start only from under DIR (repeatable)\n"
-               "                          [STATE/checkpoints]\n");
+               "                          [STATE/checkpoints]\n"
+               "  --launcher KIND         local (mpirun here), hosts (mpirun across --hosts) or\n"
+               "                          slurm (a batch job per attempt) [local]\n"
+               "                          (ONEBIT_LAUNCHER)\n"
+               "  --report-addr HOST:PORT where workers reach this gRPC server\n"
+               "                          [127.0.0.1:<gRPC port>]\n"
+               "  --hosts NAME:SLOTS,...  hosts: the machines and their ranks (ONEBIT_HOSTS);\n"
+               "                          --slots defaults to their sum\n"
+               "  --ssh-agent CMD         hosts: how mpirun reaches them (plm_rsh_agent) [ssh]\n"
+               "  --slurm-partition P     slurm: sbatch --partition [the cluster's default]\n"
+               "  --slurm-arg ARG         slurm: one more sbatch option, e.g. --time=4:00:00\n"
+               "                          (repeatable)\n"
+               "  --slurm-mpi TYPE        slurm: srun --mpi=TYPE [pmix]\n"
+               "  --slurm-bin DIR         slurm: where sbatch, squeue, scancel, sacct, srun are\n"
+               "                          [PATH]\n"
+               "  --slurm-poll SEC        slurm: ask squeue about a job at most this often [1]\n");
 }
 
 static const char *env_or(const char *name, const char *def)
@@ -125,6 +153,10 @@ static int parse_args(int argc, char **argv, opts *o)
     if (getenv("ONEBIT_SLOTS") &&
         parse_int("ONEBIT_SLOTS", getenv("ONEBIT_SLOTS"), 1, 100000, &o->slots))
         return 2;
+    o->slots_given = getenv("ONEBIT_SLOTS") != NULL;
+    o->launcher = env_or("ONEBIT_LAUNCHER", "local");
+    o->hosts = env_or("ONEBIT_HOSTS", NULL);
+    o->slurm_poll_s = 1;
     enum {
         O_GRPC = 256,
         O_REST,
@@ -145,6 +177,15 @@ static int parse_args(int argc, char **argv, opts *o)
         O_NO_AUTH,
         O_PLAINTEXT,
         O_MAX_STREAMS,
+        O_LAUNCHER,
+        O_REPORT_ADDR,
+        O_HOSTS,
+        O_SSH_AGENT,
+        O_SLURM_PARTITION,
+        O_SLURM_ARG,
+        O_SLURM_MPI,
+        O_SLURM_BIN,
+        O_SLURM_POLL,
     };
     static const struct option options[] = {
         {"grpc", required_argument, NULL, O_GRPC},
@@ -166,6 +207,15 @@ static int parse_args(int argc, char **argv, opts *o)
         {"insecure-no-auth", no_argument, NULL, O_NO_AUTH},
         {"allow-plaintext", no_argument, NULL, O_PLAINTEXT},
         {"max-streams", required_argument, NULL, O_MAX_STREAMS},
+        {"launcher", required_argument, NULL, O_LAUNCHER},
+        {"report-addr", required_argument, NULL, O_REPORT_ADDR},
+        {"hosts", required_argument, NULL, O_HOSTS},
+        {"ssh-agent", required_argument, NULL, O_SSH_AGENT},
+        {"slurm-partition", required_argument, NULL, O_SLURM_PARTITION},
+        {"slurm-arg", required_argument, NULL, O_SLURM_ARG},
+        {"slurm-mpi", required_argument, NULL, O_SLURM_MPI},
+        {"slurm-bin", required_argument, NULL, O_SLURM_BIN},
+        {"slurm-poll", required_argument, NULL, O_SLURM_POLL},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -202,6 +252,39 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_SLOTS:
             bad = parse_int(name, optarg, 1, 100000, &o->slots);
+            o->slots_given = 1;
+            break;
+        case O_LAUNCHER:
+            o->launcher = optarg;
+            break;
+        case O_REPORT_ADDR:
+            o->report_addr = optarg;
+            break;
+        case O_HOSTS:
+            o->hosts = optarg;
+            break;
+        case O_SSH_AGENT:
+            o->ssh_agent = optarg;
+            break;
+        case O_SLURM_PARTITION:
+            o->slurm_partition = optarg;
+            break;
+        case O_SLURM_ARG:
+            if (o->n_slurm_args >= 32) {
+                fprintf(stderr, "onebitd: %s: at most 32 of them\n", name);
+                return 2;
+            }
+            o->slurm_args[o->n_slurm_args++] = optarg;
+            o->slurm_args[o->n_slurm_args] = NULL;
+            break;
+        case O_SLURM_MPI:
+            o->slurm_mpi = optarg;
+            break;
+        case O_SLURM_BIN:
+            o->slurm_bin = optarg;
+            break;
+        case O_SLURM_POLL:
+            bad = parse_secs(name, optarg, &o->slurm_poll_s);
             break;
         case O_RESTARTS:
             bad = parse_int(name, optarg, 0, 100, &o->max_restarts);
@@ -262,6 +345,31 @@ static int parse_args(int argc, char **argv, opts *o)
     if (optind < argc) {
         fprintf(stderr, "onebitd: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
+        return 2;
+    }
+    int local = !strcmp(o->launcher, "local"), hosts = !strcmp(o->launcher, "hosts"),
+        slurm = !strcmp(o->launcher, "slurm");
+    if (!local && !hosts && !slurm) {
+        fprintf(stderr, "onebitd: --launcher: expected local, hosts or slurm, got '%s'\n",
+                o->launcher);
+        return 2;
+    }
+    if (hosts != (o->hosts != NULL)) {
+        fprintf(stderr, hosts ? "onebitd: --launcher hosts needs --hosts NAME:SLOTS,...\n"
+                              : "onebitd: --hosts is for --launcher hosts\n");
+        return 2;
+    }
+    if (o->ssh_agent && !hosts) {
+        fprintf(stderr, "onebitd: --ssh-agent is for --launcher hosts\n");
+        return 2;
+    }
+    if (!slurm && (o->slurm_partition || o->n_slurm_args || o->slurm_mpi || o->slurm_bin)) {
+        fprintf(stderr, "onebitd: the --slurm-* options are for --launcher slurm\n");
+        return 2;
+    }
+    if (o->report_addr && (!o->report_addr[0] || strlen(o->report_addr) > 255 ||
+                           !strchr(o->report_addr, ':') || strpbrk(o->report_addr, " \t\n"))) {
+        fprintf(stderr, "onebitd: --report-addr: expected HOST:PORT, got '%s'\n", o->report_addr);
         return 2;
     }
     if (o->insecure_no_auth && o->token_file) {
@@ -344,12 +452,83 @@ static void default_worker(char *out, size_t cap)
     if (access(cand, X_OK) == 0) snprintf(out, cap, "%s", cand);
 }
 
+/* mkdir -p of the state directory, for the hosts launcher's hostfile (the service makes it
+ * too, later). */
+static void make_dirs(const char *path)
+{
+    char tmp[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s", path);
+    for (char *p = tmp + 1;; p++) {
+        if (*p != '/' && *p != '\0') continue;
+        char c = *p;
+        *p = '\0';
+        mkdir(tmp, 0755);
+        *p = c;
+        if (!c) break;
+    }
+}
+
+/* The launcher --launcher names; for hosts, hl holds the parsed --hosts. */
+static ob_status make_launcher(const opts *o, const char *worker, const ob_host_list *hl,
+                               ob_launcher **out, ob_err *err)
+{
+    if (!strcmp(o->launcher, "slurm")) {
+        char bin[5][PATH_MAX];
+        const char *names[5] = {"sbatch", "squeue", "scancel", "sacct", "srun"};
+        for (int i = 0; i < 5; i++) {
+            if (o->slurm_bin)
+                snprintf(bin[i], sizeof bin[i], "%s/%s", o->slurm_bin, names[i]);
+            else
+                snprintf(bin[i], sizeof bin[i], "%s", names[i]);
+        }
+        ob_slurm_launcher_config sc = {
+            .worker = worker,
+            .sbatch = bin[0],
+            .squeue = bin[1],
+            .scancel = bin[2],
+            .sacct = bin[3],
+            .srun = bin[4],
+            .mpi = o->slurm_mpi,
+            .partition = o->slurm_partition,
+            .sbatch_args = o->n_slurm_args ? o->slurm_args : NULL,
+            .poll_interval_ms = (int)(o->slurm_poll_s * 1000),
+        };
+        return ob_slurm_launcher_create(out, &sc, err);
+    }
+    if (!strcmp(o->launcher, "hosts")) {
+        char hostfile[PATH_MAX];
+        make_dirs(o->state_dir);
+        snprintf(hostfile, sizeof hostfile, "%s/hostfile", o->state_dir);
+        ob_hosts_launcher_config hc = {
+            .mpirun = o->mpirun,
+            .worker = worker,
+            .hosts = hl,
+            .hostfile_path = hostfile,
+            .rsh_agent = o->ssh_agent,
+        };
+        return ob_hosts_launcher_create(out, &hc, err);
+    }
+    static const char *const mpi_args[] = {"--oversubscribe", NULL};
+    ob_local_launcher_config lc = {.mpirun = o->mpirun, .worker = worker, .mpirun_args = mpi_args};
+    return ob_local_launcher_create(out, &lc, err);
+}
+
 int main(int argc, char **argv)
 {
     opts o;
     memset(&o, 0, sizeof o);
     int prc = parse_args(argc, argv, &o);
     if (prc) return prc == 1 ? 0 : 2;
+    ob_host_list hosts = {0};
+    if (o.hosts) {
+        ob_err herr;
+        ob_err_clear(&herr);
+        if (ob_host_list_parse(&hosts, o.hosts, &herr) != OB_OK) {
+            fprintf(stderr, "onebitd: %s\n", herr.msg);
+            return 2;
+        }
+        if (!o.slots_given) o.slots = hosts.total_slots;
+    }
     char token[OB_TOKEN_MAX] = "";
     char worker[PATH_MAX + 32];
     if (o.worker)
@@ -372,9 +551,7 @@ int main(int argc, char **argv)
     ob_service *svc = NULL;
     ob_grpc_server *grpc = NULL;
     ob_rest_server *rest = NULL;
-    static const char *const mpi_args[] = {"--oversubscribe", NULL};
-    ob_local_launcher_config lc = {.mpirun = o.mpirun, .worker = worker, .mpirun_args = mpi_args};
-    if (ob_local_launcher_create(&launcher, &lc, &err)) goto fail;
+    if (make_launcher(&o, worker, &hosts, &launcher, &err)) goto fail;
     ob_service_config cfg;
     ob_service_config_default(&cfg);
     cfg.state_dir = o.state_dir;
@@ -394,6 +571,7 @@ int main(int argc, char **argv)
     if (load_token(&o, token, sizeof token) != 0) {
         ob_service_destroy(svc);
         ob_launcher_destroy(launcher);
+        ob_host_list_clear(&hosts);
         return 2;
     }
     int grpc_port = 0, rest_port = 0;
@@ -402,15 +580,18 @@ int main(int argc, char **argv)
         goto fail;
     if (ob_rest_server_start(&rest, svc, o.rest_addr, token, o.max_streams, &rest_port, &err))
         goto fail;
-    /* Workers run on this machine: they reach the gRPC port over loopback. */
-    char report[64];
-    snprintf(report, sizeof report, "127.0.0.1:%d", grpc_port);
+    /* Workers on this machine reach the gRPC port over loopback; elsewhere, at --report-addr. */
+    char report[300];
+    if (o.report_addr)
+        snprintf(report, sizeof report, "%s", o.report_addr);
+    else
+        snprintf(report, sizeof report, "127.0.0.1:%d", grpc_port);
     if (ob_service_set_report_addr(svc, report, &err)) goto fail;
     if (ob_service_start(svc, &err)) goto fail;
     fprintf(stderr,
             "onebitd: serving gRPC on port %d, REST on port %d, state in %s, %d slots, "
-            "default ranks per job: %d\n",
-            grpc_port, rest_port, o.state_dir, o.slots, cfg.default_world_size);
+            "default ranks per job: %d, launcher %s\n",
+            grpc_port, rest_port, o.state_dir, o.slots, cfg.default_world_size, o.launcher);
     if (o.ready_file) {
         char tmp[PATH_MAX];
         snprintf(tmp, sizeof tmp, "%s.tmp", o.ready_file);
@@ -431,5 +612,6 @@ fail:
     ob_rest_server_stop(rest);
     ob_service_destroy(svc);
     ob_launcher_destroy(launcher);
+    ob_host_list_clear(&hosts);
     return rc;
 }

@@ -6,6 +6,7 @@
  * SIGTERM goes to the ranks themselves, not to mpirun, so that they can finish their step, write
  * a checkpoint and exit 0 without mpirun cutting them short; SIGKILL goes to all of them. */
 #include "onebit/launcher.h"
+#include "exec.h"
 #include "onebit/base.h"
 
 #include <dirent.h>
@@ -20,14 +21,13 @@
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
-
 typedef struct local_launcher {
     ob_launcher base;
     char *mpirun;
     char *worker;
     char **mpirun_args; /* NULL-terminated */
     size_t n_mpirun_args;
+    int term_via_mpirun; /* ob_local_launcher_config.term_via_mpirun */
 } local_launcher;
 
 /* Whether the NUL-separated argument list buf[0..n) holds an argument equal to arg. */
@@ -96,9 +96,14 @@ static void signal_one(int pid, void *user)
 
 static ob_status local_signal(ob_launcher *l, const ob_launch_handle *h, int sig, ob_err *err)
 {
-    (void)l;
+    local_launcher *ll = (local_launcher *)l;
     (void)err;
     if (h->pid <= 0) return OB_OK;
+    /* Ranks on other machines are reached through mpirun, which forwards this signal. */
+    if (sig == SIGTERM && ll->term_via_mpirun > 0) {
+        kill(h->pid, ll->term_via_mpirun);
+        return OB_OK;
+    }
     /* SIGTERM goes to the ranks only: mpirun would answer it by killing them before their
      * final checkpoint. Without ranks (not started yet, or gone), mpirun itself is told. */
     sig_ctx t = {.leader = sig == SIGTERM ? h->pid : 0, .sig = sig};
@@ -166,50 +171,6 @@ static ob_status local_poll(ob_launcher *l, const ob_launch_handle *h, ob_launch
     return OB_OK;
 }
 
-/* Variables of ours the workers must not inherit: the admin token gives every right over every
- * job, and a worker needs only its attempt's report credential. */
-static int withheld(const char *var)
-{
-    static const char *const names[] = {"ONEBIT_TOKEN=", "ONEBIT_REPORT_TOKEN="};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (!strncmp(var, names[i], strlen(names[i]))) return 1;
-    return 0;
-}
-
-/* The child's environment: ours without the admin token, what Open MPI needs in containers
- * unless already set, and the attempt's report credential (report_var, "" for none). The array
- * is malloc'd; its strings are borrowed. */
-static char **child_env(const char *report_var)
-{
-    static const char *const extra[] = {
-        "OMPI_MCA_btl_vader_single_copy_mechanism=none",
-        "OMPI_MCA_mpi_yield_when_idle=1",
-        "OPENBLAS_NUM_THREADS=1",
-        "OMPI_ALLOW_RUN_AS_ROOT=1",
-        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
-    };
-    size_t n_extra = sizeof extra / sizeof extra[0];
-    if (geteuid() != 0) n_extra -= 2;
-    size_t n = 0;
-    while (environ && environ[n])
-        n++;
-    char **env = calloc(n + n_extra + 2, sizeof *env);
-    if (!env) return NULL;
-    size_t k = 0;
-    for (size_t i = 0; i < n; i++)
-        if (!withheld(environ[i])) env[k++] = environ[i];
-    for (size_t i = 0; i < n_extra; i++) {
-        size_t keylen = (size_t)(strchr(extra[i], '=') - extra[i]);
-        int present = 0;
-        for (size_t j = 0; j < n && !present; j++)
-            present = !strncmp(environ[j], extra[i], keylen + 1);
-        if (!present) env[k++] = (char *)extra[i];
-    }
-    if (report_var[0]) env[k++] = (char *)report_var;
-    env[k] = NULL;
-    return env;
-}
-
 static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch_handle *h,
                              ob_err *err)
 {
@@ -249,7 +210,7 @@ static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch
         (size_t)snprintf(report_var, sizeof report_var, "ONEBIT_REPORT_TOKEN=%s",
                          req->report_token) >= sizeof report_var)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "job %s: report credential too long", req->job_id);
-    char **env = child_env(report_var);
+    char **env = ob__child_env(report_var);
     if (!env) return OB_ERR(err, OB_ERR_NOMEM, "environment for job %s", req->job_id);
     posix_spawn_file_actions_init(&fa);
     posix_spawnattr_init(&at);
@@ -313,6 +274,7 @@ ob_status ob_local_launcher_create(ob_launcher **out, const ob_local_launcher_co
     local_launcher *ll = calloc(1, sizeof *ll);
     if (!ll) return OB_ERR(err, OB_ERR_NOMEM, "allocating the local launcher");
     ll->base.ops = &local_ops;
+    ll->term_via_mpirun = cfg->term_via_mpirun;
     size_t n = 0;
     while (cfg->mpirun_args && cfg->mpirun_args[n])
         n++;

@@ -186,9 +186,39 @@ ob_status ob__svc_scan_checkpoints(const ob_service *svc, const char *id, ob_che
 }
 /* ---- create, recover, destroy ------------------------------------------------------------- */
 
-/* Jobs an earlier coordinator left RUNNING or RESTARTING: stop what is left of their last
- * attempt, close that attempt, and queue them to resume now (a coordinator restart does not
- * use up one of the job's restarts). */
+/* Re-attaches to the open attempt a of a RUNNING job j through the launcher, when it can
+ * (Slurm jobs run on without their coordinator). 1: watched again; 0: not (stop and relaunch). */
+static int reattach(ob_service *svc, ob_job *j, ob_attempt *a, const char *spec_path)
+{
+    ob_launcher *l = svc->cfg.launcher;
+    if (!l->ops->attach || j->cancel_requested) return 0;
+    char log_path[OB_JOB_PATH_LEN];
+    ob__svc_job_path(svc, j->id, "worker.log", log_path, sizeof log_path);
+    ob_launch_handle h;
+    memset(&h, 0, sizeof h);
+    ob_strlcpy(h.ext_id, a->ext_id, sizeof h.ext_id);
+    ob_launch_req req = {.job_id = j->id,
+                         .attempt = a->number,
+                         .world_size = j->world_size,
+                         .spec_path = spec_path,
+                         .log_path = log_path};
+    ob_err aerr;
+    ob_err_clear(&aerr);
+    if (l->ops->attach(l, &h, &req, &aerr) != OB_OK) return 0;
+    int learnt = !a->ext_id[0];
+    ob_strlcpy(a->ext_id, h.ext_id, sizeof a->ext_id);
+    if (learnt && ob_store_put_attempt(svc->store, j->id, a, NULL) != OB_OK) return 0;
+    if (ob__svc_adopt(svc, j, a, &h, NULL) != OB_OK) return 0;
+    char msg[OB_JOB_MSG_LEN];
+    snprintf(msg, sizeof msg, "coordinator restarted; re-attached to %s %s (attempt %d)",
+             l->ops->ext_id_kind ? l->ops->ext_id_kind : "attempt", h.ext_id, a->number);
+    ob__svc_commit(svc, j, "attempt", msg, NULL);
+    return 1;
+}
+
+/* Jobs an earlier coordinator left RUNNING or RESTARTING: re-attach to their last attempt
+ * where the launcher can, else stop what is left of it, close it, and queue the job to resume
+ * now (a coordinator restart does not use up one of the job's restarts). */
 static ob_status recover(ob_service *svc, ob_err *err)
 {
     const ob_job_state states[] = {OB_JOB_RUNNING, OB_JOB_RESTARTING};
@@ -205,11 +235,20 @@ static ob_status recover(ob_service *svc, ob_err *err)
                 ob_job *j = &jobs[i];
                 after = j->seq;
                 ob_attempt *a = j->n_attempts ? &j->attempts[j->n_attempts - 1] : NULL;
+                char spec_path[OB_JOB_PATH_LEN];
+                ob__svc_job_path(svc, j->id, "spec.json", spec_path, sizeof spec_path);
+                if (a && a->ended_ms == 0 && states[s] == OB_JOB_RUNNING &&
+                    reattach(svc, j, a, spec_path))
+                    continue;
                 if (a && a->ended_ms == 0) {
                     ob_launch_handle h = {.pid = a->pgid, .pgid = a->pgid};
-                    char spec_path[OB_JOB_PATH_LEN];
-                    ob__svc_job_path(svc, j->id, "spec.json", spec_path, sizeof spec_path);
-                    ob_launch_req req = {.job_id = j->id, .spec_path = spec_path};
+                    ob_strlcpy(h.ext_id, a->ext_id, sizeof h.ext_id);
+                    char log_path[OB_JOB_PATH_LEN];
+                    ob__svc_job_path(svc, j->id, "worker.log", log_path, sizeof log_path);
+                    ob_launch_req req = {.job_id = j->id,
+                                         .attempt = a->number,
+                                         .spec_path = spec_path,
+                                         .log_path = log_path};
                     svc->cfg.launcher->ops->stop_stale(svc->cfg.launcher, &h, &req);
                     a->ended_ms = ob_wall_ms();
                     a->exit_code = -1;

@@ -26,6 +26,7 @@ typedef struct ob__run {
     char stop_reason[OB_JOB_MSG_LEN]; /* why we stopped it (timeout, cancel, shutdown) */
     char last_text[256];              /* the last line of the log that was not progress */
     char worker_error[256];           /* the last line a worker or mpirun wrote about a failure */
+    char platform[256]; /* what the launcher last said of the running attempt ("PENDING") */
     int64_t total_steps;
     int reported; /* has used WorkerService: ignore its log lines */
     char report_token[65]; /* the attempt's ReportProgress credential (hex of 32 random bytes) */
@@ -97,6 +98,13 @@ void ob__svc_free_run(ob__run *r);
 
 /* Takes r off the list and frees it. */
 void ob__svc_unlink_run(ob_service *svc, ob__run *r);
+
+/* Watches again an attempt of j (RUNNING, its last attempt a still open) that an earlier
+ * coordinator started and the launcher has re-attached to (h): a run like launch()'s, its log
+ * read from its current end, with a fresh report credential (the workers hold the old one, so
+ * their progress is read from the log). */
+ob_status ob__svc_adopt(ob_service *svc, const ob_job *j, const ob_attempt *a,
+                        const ob_launch_handle *h, ob_err *err);
 
 /* Ranks of the running attempts. */
 int ob__svc_used_slots(const ob_service *svc);

@@ -58,6 +58,8 @@ static const char *const added_columns[][2] = {
     {"events", "eval_accuracy REAL NOT NULL DEFAULT 0"},
     {"jobs", "request_id TEXT"},
     {"jobs", "labels TEXT NOT NULL DEFAULT ''"},
+    /* the launcher's id of an attempt (a Slurm job id); '' for attempts of mpirun */
+    {"attempts", "ext_id TEXT NOT NULL DEFAULT ''"},
 };
 
 /* SQL function labels_match(labels, selector): ob_labels_match on two canonical strings. */
@@ -371,7 +373,7 @@ static ob_status read_attempts(ob_store *s, ob_job *j, ob_err *err)
     sqlite3_stmt *st = NULL;
     ob_status rc = prepare(s, &st,
                            "SELECT number, started_ms, ended_ms, start_step, pgid, exit_code,"
-                           " exit_reason FROM attempts WHERE job_id = ? ORDER BY number",
+                           " exit_reason, ext_id FROM attempts WHERE job_id = ? ORDER BY number",
                            err);
     if (rc) return rc;
     sqlite3_bind_text(st, 1, j->id, -1, SQLITE_STATIC);
@@ -397,6 +399,7 @@ static ob_status read_attempts(ob_store *s, ob_job *j, ob_err *err)
         a->pgid = sqlite3_column_int(st, 4);
         a->exit_code = sqlite3_column_int(st, 5);
         ob_strlcpy(a->exit_reason, text_or_empty(st, 6), sizeof a->exit_reason);
+        ob_strlcpy(a->ext_id, text_or_empty(st, 7), sizeof a->ext_id);
     }
     sqlite3_finalize(st);
     if (step != SQLITE_DONE) return SQL_ERR(s, err, "read attempts");
@@ -598,7 +601,8 @@ ob_status ob_store_put_attempt(ob_store *s, const char *job_id, const ob_attempt
     sqlite3_stmt *st = NULL;
     ob_status rc = prepare(s, &st,
                            "INSERT OR REPLACE INTO attempts(job_id, number, started_ms, ended_ms,"
-                           " start_step, pgid, exit_code, exit_reason) VALUES(?,?,?,?,?,?,?,?)",
+                           " start_step, pgid, exit_code, exit_reason, ext_id)"
+                           " VALUES(?,?,?,?,?,?,?,?,?)",
                            err);
     if (rc) return rc;
     sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
@@ -609,6 +613,7 @@ ob_status ob_store_put_attempt(ob_store *s, const char *job_id, const ob_attempt
     sqlite3_bind_int(st, 6, a->pgid);
     sqlite3_bind_int(st, 7, a->exit_code);
     sqlite3_bind_text(st, 8, a->exit_reason, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 9, a->ext_id, -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE) rc = SQL_ERR(s, err, "write attempt");
     sqlite3_finalize(st);
     return rc;

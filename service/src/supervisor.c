@@ -117,14 +117,10 @@ done:
     return rc;
 }
 
-/* The text of a log line without mpirun's --tag-output tag ("[1,0]<stderr>:"). */
+/* The text of a log line without its rank tag ("[1,0]<stderr>:", "1: "). */
 static const char *untagged(const char *l)
 {
-    if (l[0] != '[') return l;
-    const char *close = strchr(l, ']');
-    if (!close || close[1] != '<') return l;
-    const char *end = strstr(close, ">:");
-    return end ? end + 2 : l;
+    return l + ob_log_tag(l, strlen(l), NULL, NULL);
 }
 
 /* Remembers the lines that best explain a failure: the workers' own messages (every one starts
@@ -308,9 +304,43 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
         return rc;
     }
     a.pgid = r->h.pgid;
+    ob_strlcpy(a.ext_id, r->h.ext_id, sizeof a.ext_id);
     r->next = svc->runs;
     svc->runs = r;
-    return ob_store_put_attempt(svc->store, j->id, &a, err);
+    rc = ob_store_put_attempt(svc->store, j->id, &a, err);
+    if (rc == OB_OK && a.ext_id[0]) {
+        const char *kind = svc->cfg.launcher->ops->ext_id_kind;
+        snprintf(msg, sizeof msg, "attempt %d: %s %s", number, kind ? kind : "id", a.ext_id);
+        rc = ob__svc_commit(svc, j, "attempt", msg, err);
+    }
+    return rc;
+}
+
+ob_status ob__svc_adopt(ob_service *svc, const ob_job *j, const ob_attempt *a,
+                        const ob_launch_handle *h, ob_err *err)
+{
+    char log_path[OB_JOB_PATH_LEN];
+    ob__svc_job_path(svc, j->id, "worker.log", log_path, sizeof log_path);
+    ob__run *r = calloc(1, sizeof *r);
+    if (!r) return OB_ERR(err, OB_ERR_NOMEM, "allocating an attempt");
+    ob_strlcpy(r->job_id, j->id, sizeof r->job_id);
+    r->attempt = a->number;
+    r->world_size = j->world_size;
+    r->start_step = a->start_step;
+    r->total_steps = spec_steps(j->spec_json);
+    r->started_ms = a->started_ms;
+    r->last_progress_ms = ob_wall_ms();
+    r->h = *h;
+    r->log = fopen(log_path, "re");
+    if (r->log) fseek(r->log, 0, SEEK_END);
+    ob_status rc = ob_random_hex(r->report_token, 32, err);
+    if (rc) {
+        ob__svc_free_run(r);
+        return OB_WRAP(err, rc, "an attempt credential");
+    }
+    r->next = svc->runs;
+    svc->runs = r;
+    return OB_OK;
 }
 
 /* Why a restart cannot help, for the worker's deterministic exit statuses (onebit-worker's
@@ -354,12 +384,18 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
         snprintf(reason, sizeof reason, "completed");
     else if (r->stop_reason[0])
         snprintf(reason, sizeof reason, "%.200s (%s)", r->stop_reason, status);
+    else if (ex->reason[0])
+        /* The platform's account (a lost node, a time limit) says more than the exit status. */
+        snprintf(reason, sizeof reason, "%.300s (%s)", ex->reason, status);
     else if (r->worker_error[0] || r->last_text[0])
         snprintf(reason, sizeof reason, "workers failed (%s): %.250s", status,
                  r->worker_error[0] ? r->worker_error : r->last_text);
     else
         snprintf(reason, sizeof reason, "workers failed (%s)", status);
-    const char *permanent = success || r->stop_reason[0] ? NULL : permanent_failure(ex);
+    const char *permanent = success || r->stop_reason[0] ? NULL
+                            : ex->permanent
+                                ? "a restart with the same request would end the same way"
+                                : permanent_failure(ex);
 
     ob_attempt *a = j.n_attempts ? &j.attempts[j.n_attempts - 1] : NULL;
     if (a && a->number == r->attempt) {
@@ -435,9 +471,20 @@ static void tick(ob_service *svc)
         next = r->next;
         if (!r->reported) read_log(svc, r);
         ob_launch_exit ex;
+        memset(&ex, 0, sizeof ex);
         if (l->ops->poll(l, &r->h, &ex, NULL) == OB_OK && ex.done) {
             finish_attempt(svc, r, &ex);
             continue;
+        }
+        if (strcmp(ex.reason, r->platform) != 0) {
+            /* What the platform says of a running attempt, when it changes ("PENDING
+             * (Resources)"): one event each, so that a job that does not start says why. */
+            ob_strlcpy(r->platform, ex.reason, sizeof r->platform);
+            ob_job j;
+            if (ex.reason[0] && ob_store_get_job(svc->store, r->job_id, &j, NULL) == OB_OK) {
+                ob__svc_commit(svc, &j, "notice", ex.reason, NULL);
+                ob_job_clear(&j);
+            }
         }
         int64_t quiet = now - r->last_progress_ms;
         if (svc->cfg.progress_timeout_ms > 0 && !r->kill_at_ms &&
@@ -503,15 +550,32 @@ void ob_service_stop(ob_service *svc)
     pthread_join(svc->thread, NULL);
     svc->started = 0;
 
-    /* Ask every attempt to checkpoint and stop; whatever is left after the grace is killed. */
+    /* Ask every attempt to checkpoint and stop; whatever is left after the grace is killed.
+     * Attempts a launcher can re-attach to (Slurm jobs) run on: the next coordinator takes
+     * them over. */
     ob_launcher *l = svc->cfg.launcher;
     pthread_mutex_lock(&svc->mu);
+    ob__run *next;
+    for (ob__run *r = svc->runs; r && l->ops->attach; r = next) {
+        next = r->next;
+        if (!r->h.ext_id[0]) continue;
+        ob_job j;
+        if (ob_store_get_job(svc->store, r->job_id, &j, NULL) == OB_OK) {
+            char msg[OB_JOB_MSG_LEN];
+            snprintf(msg, sizeof msg,
+                     "coordinator shutting down: %s %s runs on; the next coordinator "
+                     "re-attaches to it",
+                     l->ops->ext_id_kind ? l->ops->ext_id_kind : "attempt", r->h.ext_id);
+            ob__svc_commit(svc, &j, "attempt", msg, NULL);
+            ob_job_clear(&j);
+        }
+        ob__svc_unlink_run(svc, r);
+    }
     int64_t deadline = ob_wall_ms() + svc->cfg.cancel_grace_ms;
     for (ob__run *r = svc->runs; r; r = r->next)
         l->ops->signal(l, &r->h, SIGTERM, NULL);
     while (svc->runs) {
         int64_t now = ob_wall_ms();
-        ob__run *next;
         for (ob__run *r = svc->runs; r; r = next) {
             next = r->next;
             ob_launch_exit ex;

@@ -31,6 +31,7 @@ typedef enum ob_job_state {
 #define OB_JOB_STATE_COUNT 7
 #define OB_JOB_ID_LEN 64
 #define OB_JOB_MSG_LEN 512
+#define OB_ATTEMPT_EXT_ID_LEN 64
 #define OB_JOB_PATH_LEN 1024
 #define OB_REQUEST_ID_LEN 129 /* a submit's request id, terminator included */
 #define OB_LABELS_LEN 1100    /* a job's labels as "k=v,k=v", terminator included */
@@ -72,7 +73,10 @@ typedef struct ob_attempt {
     int number; /* 1, 2, ... */
     int64_t started_ms, ended_ms;
     int64_t start_step;
-    int pgid;      /* process group of the attempt's processes; 0 when none */
+    int pgid; /* process group of the attempt's processes; 0 when none */
+    /* The launcher's own id of the attempt, e.g. the Slurm job id; "" when it has none (local
+     * mpirun). A restarted coordinator re-attaches to the attempt through it. */
+    char ext_id[OB_ATTEMPT_EXT_ID_LEN];
     int exit_code; /* of the launcher's process; -1 when it did not exit normally */
     char exit_reason[OB_JOB_MSG_LEN]; /* "" while it runs */
 } ob_attempt;

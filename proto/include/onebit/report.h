@@ -101,10 +101,25 @@ typedef struct ob_report {
  * when memory runs out or the kind is not a report kind. */
 char *ob_report_to_json(const ob_report *r);
 
+/* The rank tag a launcher puts before every line of the workers' log: mpirun --tag-output's
+ * "[1,3]<stdout>:" or "[1,3]<stderr>:", or srun --label's "3: " (the rank right-aligned with
+ * spaces; srun does not say which stream). */
+typedef enum ob_log_stream {
+    OB_LOG_UNTAGGED = 0, /* no tag: the launcher's own lines, onebitd's attempt banners */
+    OB_LOG_STDOUT,
+    OB_LOG_STDERR,
+    OB_LOG_ANY, /* srun: stdout or stderr */
+} ob_log_stream;
+
+/* Reads the tag at the start of line[0..len): returns its length (0 when the line has none),
+ * with the rank in *rank (-1 without a tag) and the stream in *stream; both may be NULL. The
+ * one reader of this format: the supervisor, the report parser and onebitctl logs use it. */
+size_t ob_log_tag(const char *line, size_t len, long *rank, ob_log_stream *stream);
+
 /* Parses one line of a worker's output into *r (job_id left empty, spec_json NULL); a leading
- * mpirun --tag-output tag ("[1,0]<stdout>:") is skipped. Returns 1 for a report, 0 for anything
- * else (other output, malformed lines, unknown events). Missing or null numbers read as 0,
- * except the summary's freeze_step and last_checkpoint, which read as -1. */
+ * rank tag (ob_log_tag) is skipped, and lines tagged as stderr are not reports. Returns 1 for a
+ * report, 0 for anything else (other output, malformed lines, unknown events). Missing or null
+ * numbers read as 0, except the summary's freeze_step and last_checkpoint, which read as -1. */
 int ob_report_parse_line(const char *line, size_t len, ob_report *r);
 
 /* ---- protobuf ------------------------------------------------------------------------------ */

@@ -1,13 +1,21 @@
 /* Launchers: how the coordinator starts, watches and signals a job attempt's workers.
  *
- * One small interface so that the supervisor does not care where workers run. The local
- * launcher runs `mpirun -np N onebit-worker ...` with posix_spawn in a process group of its own,
- * output appended to a per-job log file; a Kubernetes launcher (Kubeflow MPIJob through the API
- * server) fits the same five calls. Launchers are called with the service lock held, from one
- * thread at a time, and never block for long. */
+ * One small interface so that the supervisor does not care where workers run:
+ * - local: `mpirun -np N onebit-worker ...` on the coordinator's machine, started with
+ *   posix_spawn in a process group of its own, output appended to the job's log;
+ * - hosts: the same mpirun across a list of hosts (a generated hostfile and a remote agent,
+ *   ssh by default), for machines without a resource manager;
+ * - slurm: every attempt one batch job (sbatch), its ranks started by srun inside the
+ *   allocation, watched with squeue (sacct once the controller has forgotten the job),
+ *   signalled and cancelled with scancel. A restarted coordinator re-attaches to the batch job
+ *   through the Slurm job id the store keeps (ob_launch_handle.ext_id, ob_attempt.ext_id).
+ * A Kubernetes launcher fits the same calls. Launchers are called with the service lock held,
+ * from one thread at a time, and never block for long (a Slurm command is bounded by a time
+ * limit). */
 #ifndef ONEBIT_LAUNCHER_H
 #define ONEBIT_LAUNCHER_H
 
+#include "onebit/job.h"
 #include "onebit/status.h"
 
 #include <stdint.h>
@@ -31,14 +39,16 @@ typedef struct ob_launch_req {
     const char *report_token;
 } ob_launch_req;
 
-/* A running attempt, as its launcher identifies it. Plain data: the store keeps pgid so that a
- * restarted coordinator can stop what an earlier one left behind. */
+/* A running attempt, as its launcher identifies it. Plain data: the store keeps pgid and ext_id
+ * so that a restarted coordinator can stop, or re-attach to, what an earlier one started. */
 typedef struct ob_launch_handle {
-    int pid;  /* the launcher process (mpirun) */
-    int pgid; /* its process group */
+    int pid;  /* the launcher process (mpirun); 0 when the attempt runs elsewhere (Slurm) */
+    int pgid; /* its process group; 0 likewise */
     /* The spec path every process of the attempt carries on its command line (Open MPI puts
      * each rank in a process group of its own, so the group alone does not find them). */
     char spec_path[1024];
+    /* The launcher's own id of the attempt (the Slurm job id), "" when it has none. */
+    char ext_id[OB_ATTEMPT_EXT_ID_LEN];
 } ob_launch_handle;
 
 /* How an attempt ended. */
@@ -46,11 +56,20 @@ typedef struct ob_launch_exit {
     int done;        /* 0 while it runs */
     int exit_code;   /* when it exited: its status; else -1 */
     int term_signal; /* when a signal ended it: the signal; else 0 */
+    /* The platform's account of the end when it has one, for people to act on ("Slurm job 42
+     * NODE_FAIL: a node of the allocation failed"); "" when the exit status says it all. */
+    char reason[256];
+    /* 1 when the platform's account says a restart cannot help (the job ran out of its memory
+     * allocation, was cancelled outside onebitd, passed its deadline); reason says why. The
+     * worker's own exit statuses 2, 3 and 4 are judged by the supervisor. */
+    int permanent;
 } ob_launch_exit;
 
 typedef struct ob_launcher ob_launcher;
 
 typedef struct ob_launcher_ops {
+    /* What the launcher's external ids are, for messages ("Slurm job"); NULL when it has none. */
+    const char *ext_id_kind;
     /* Starts an attempt; *h receives its handle. */
     ob_status (*start)(ob_launcher *l, const ob_launch_req *req, ob_launch_handle *h, ob_err *err);
     /* Non-blocking: fills *ex; once done, the attempt's launcher process is reaped. */
@@ -62,6 +81,14 @@ typedef struct ob_launcher_ops {
     /* Stops (SIGKILL) whatever is left of an attempt of req->job_id that an earlier coordinator
      * started (h as the store kept it), when it can tell the processes are that job's. */
     void (*stop_stale)(ob_launcher *l, const ob_launch_handle *h, const ob_launch_req *req);
+    /* Optional (NULL: the launcher cannot re-attach, and recovery stops and relaunches). Takes
+     * over an attempt of req (job_id, attempt, spec_path, log_path) that an earlier coordinator
+     * started, h as the store kept it; h->ext_id may be "" when that coordinator died before
+     * it learnt the id, and the launcher may then find the attempt by what it knows and fill
+     * it in. OB_OK: *h is watched again, running or not (poll says how it ended);
+     * OB_ERR_NOT_FOUND: the platform has nothing of it that is this job's; other errors: the
+     * platform cannot be asked now. */
+    ob_status (*attach)(ob_launcher *l, ob_launch_handle *h, const ob_launch_req *req, ob_err *err);
     void (*destroy)(ob_launcher *l);
 } ob_launcher_ops;
 
@@ -76,6 +103,10 @@ typedef struct ob_local_launcher_config {
     /* Extra arguments for mpirun before the program ("--oversubscribe"), NULL-terminated,
      * may be NULL. */
     const char *const *mpirun_args;
+    /* 0: SIGTERM goes to the attempt's ranks on this machine (the default). A signal number:
+     * SIGTERM is sent as that signal to mpirun instead, which forwards it to every rank on
+     * every host (the hosts launcher uses SIGUSR1). */
+    int term_via_mpirun;
 } ob_local_launcher_config;
 
 /* Creates the local launcher; *out is owned by the caller (ob_launcher_destroy). Children get
@@ -83,6 +114,81 @@ typedef struct ob_local_launcher_config {
  * (OMPI_ALLOW_RUN_AS_ROOT* as root, no single-copy mechanism, yield when idle) and
  * OPENBLAS_NUM_THREADS=1. */
 ob_status ob_local_launcher_create(ob_launcher **out, const ob_local_launcher_config *cfg,
+                                   ob_err *err);
+
+/* ---- hosts: mpirun over a list of machines ----------------------------------------------- */
+
+#define OB_HOSTS_MAX 1024      /* hosts in one list */
+#define OB_HOST_NAME_MAX 253   /* a DNS name's longest text form */
+#define OB_HOST_SLOTS_MAX 4096 /* ranks on one host */
+
+/* A validated host list: "a:4,b:4" is two hosts of four slots each. */
+typedef struct ob_host {
+    char name[OB_HOST_NAME_MAX + 1];
+    int slots;
+} ob_host;
+
+typedef struct ob_host_list {
+    ob_host *hosts; /* owned (ob_host_list_clear) */
+    size_t n;
+    int total_slots;
+} ob_host_list;
+
+/* Parses "NAME:SLOTS[,NAME:SLOTS...]" strictly: a NAME is a host name (labels of letters,
+ * digits and '-', 1 to 63 characters, not starting or ending with '-', joined by '.'; at most
+ * 253 characters) or an IPv4 address; SLOTS is a decimal integer from 1 to OB_HOST_SLOTS_MAX
+ * without sign or leading zeros; no name twice; at most OB_HOSTS_MAX hosts, and the slots' sum
+ * must fit in an int. Nothing else is accepted (no spaces, no empty entries). OB_ERR_INVALID_ARG
+ * names the offending entry. *out is zeroed on failure. */
+ob_status ob_host_list_parse(ob_host_list *out, const char *text, ob_err *err);
+
+/* Frees what a host list owns and zeroes it. Accepts NULL. */
+void ob_host_list_clear(ob_host_list *l);
+
+/* The list as an Open MPI hostfile ("NAME slots=N\n" per host) into out[cap]. OB_ERR_TOO_LARGE
+ * when it does not fit. */
+ob_status ob_host_list_hostfile(const ob_host_list *l, char *out, size_t cap, ob_err *err);
+
+/* Configuration of the hosts launcher. Strings are copied. */
+typedef struct ob_hosts_launcher_config {
+    const char *mpirun;             /* [mpirun] */
+    const char *worker;             /* onebit-worker's path, the same on every host */
+    const ob_host_list *hosts;      /* borrowed for the call */
+    const char *hostfile_path;      /* written (atomically) by create */
+    const char *rsh_agent;          /* --mca plm_rsh_agent, e.g. "ssh -o BatchMode=yes"; NULL:
+                                       Open MPI's default (ssh) */
+    const char *const *mpirun_args; /* more mpirun arguments, NULL-terminated, may be NULL */
+} ob_hosts_launcher_config;
+
+/* Creates the hosts launcher: the local launcher with `--hostfile FILE [--mca plm_rsh_agent
+ * AGENT]` on mpirun's command line, and the hostfile written. Ranks on other hosts get SIGTERM
+ * through mpirun, which forwards it. *out is owned by the caller (ob_launcher_destroy). */
+ob_status ob_hosts_launcher_create(ob_launcher **out, const ob_hosts_launcher_config *cfg,
+                                   ob_err *err);
+
+/* ---- slurm ---------------------------------------------------------------------------------- */
+
+/* Configuration of the Slurm launcher. Strings are copied; NULL means the default. */
+typedef struct ob_slurm_launcher_config {
+    const char *worker;    /* onebit-worker's path, the same on every node */
+    const char *sbatch;    /* [sbatch] */
+    const char *squeue;    /* [squeue] */
+    const char *scancel;   /* [scancel] */
+    const char *sacct;     /* [sacct]; "" never asks it (no accounting) */
+    const char *srun;      /* [srun] */
+    const char *mpi;       /* srun --mpi=TYPE [pmix] */
+    const char *partition; /* sbatch --partition; NULL: the cluster's default */
+    /* More sbatch arguments (--time=..., --mem=..., --account=...), NULL-terminated, may be
+     * NULL; each must start with "--". */
+    const char *const *sbatch_args;
+    int poll_interval_ms;   /* squeue at most this often per attempt [1000] */
+    int command_timeout_ms; /* any one Slurm command [20000] */
+} ob_slurm_launcher_config;
+
+/* Creates the Slurm launcher. *out is owned by the caller (ob_launcher_destroy). Paths the
+ * launcher hands to sbatch (the log, the batch script) must not contain '%' or '\\' (sbatch
+ * would read them as file name patterns): start refuses such an attempt. */
+ob_status ob_slurm_launcher_create(ob_launcher **out, const ob_slurm_launcher_config *cfg,
                                    ob_err *err);
 
 /* GPUs this machine's workers can see: the entries of CUDA_VISIBLE_DEVICES when it is set ("",

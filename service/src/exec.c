@@ -1,0 +1,176 @@
+/* Running helper programs with an argument vector and bounded output (exec.h), and the
+ * environment every launcher gives what it starts. */
+#define _GNU_SOURCE /* pipe2 */
+#include "exec.h"
+#include "onebit/base.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* Variables of ours the children must not inherit: the admin token gives every right over every
+ * job, and a worker needs only its attempt's report credential. */
+static int withheld(const char *var)
+{
+    static const char *const names[] = {"ONEBIT_TOKEN=", "ONEBIT_REPORT_TOKEN="};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strncmp(var, names[i], strlen(names[i]))) return 1;
+    return 0;
+}
+
+char **ob__child_env(const char *report_var)
+{
+    static const char *const extra[] = {
+        "OMPI_MCA_btl_vader_single_copy_mechanism=none",
+        "OMPI_MCA_mpi_yield_when_idle=1",
+        "OPENBLAS_NUM_THREADS=1",
+        "OMPI_ALLOW_RUN_AS_ROOT=1",
+        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+    };
+    size_t n_extra = sizeof extra / sizeof extra[0];
+    if (geteuid() != 0) n_extra -= 2;
+    size_t n = 0;
+    while (environ && environ[n])
+        n++;
+    char **env = calloc(n + n_extra + 2, sizeof *env);
+    if (!env) return NULL;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (!withheld(environ[i])) env[k++] = environ[i];
+    for (size_t i = 0; i < n_extra; i++) {
+        size_t keylen = (size_t)(strchr(extra[i], '=') - extra[i]);
+        int present = 0;
+        for (size_t j = 0; j < n && !present; j++)
+            present = !strncmp(environ[j], extra[i], keylen + 1);
+        if (!present) env[k++] = (char *)extra[i];
+    }
+    if (report_var && report_var[0]) env[k++] = (char *)report_var;
+    env[k] = NULL;
+    return env;
+}
+
+void ob__first_line(const char *text, char *out, size_t cap)
+{
+    size_t k = 0;
+    if (cap == 0) return;
+    while (*text == '\n' || *text == ' ')
+        text++;
+    for (; *text && *text != '\n' && k + 1 < cap; text++)
+        out[k++] = (unsigned char)*text < 0x20 || *text == 0x7f ? ' ' : *text;
+    out[k] = '\0';
+}
+
+/* Appends what fd has to buf (keeping room for the NUL); 0 at end of file. */
+static int drain(int fd, char *buf, size_t cap, size_t *len, int *truncated)
+{
+    char tmp[4096];
+    ssize_t n = read(fd, tmp, sizeof tmp);
+    if (n < 0) return errno == EINTR || errno == EAGAIN ? 1 : 0;
+    if (n == 0) return 0;
+    size_t room = cap > *len + 1 ? cap - *len - 1 : 0;
+    size_t take = (size_t)n < room ? (size_t)n : room;
+    if (take) memcpy(buf + *len, tmp, take);
+    *len += take;
+    if (take < (size_t)n) *truncated = 1;
+    return 1;
+}
+
+ob_status ob__exec(const char *const *argv, char *const *env, int timeout_ms, char *out,
+                   size_t out_cap, char *errout, size_t err_cap, ob__exec_result *res, ob_err *err)
+{
+    memset(res, 0, sizeof *res);
+    res->exit_code = -1;
+    if (out_cap) out[0] = '\0';
+    if (err_cap) errout[0] = '\0';
+    int po[2] = {-1, -1}, pe[2] = {-1, -1};
+    if (pipe2(po, O_CLOEXEC) != 0 || pipe2(pe, O_CLOEXEC) != 0) {
+        int e = errno;
+        for (int i = 0; i < 2; i++) {
+            if (po[i] >= 0) close(po[i]);
+            if (pe[i] >= 0) close(pe[i]);
+        }
+        return OB_ERR(err, OB_ERR_IO, "pipe for %s: %s", argv[0], strerror(e));
+    }
+    char **own_env = env ? NULL : ob__child_env("");
+    posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawnattr_init(&at);
+    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+    posix_spawn_file_actions_adddup2(&fa, po[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, pe[1], 2);
+    /* The coordinator's blocked signals and ignored dispositions are not passed on. */
+    sigset_t none, dfl;
+    sigemptyset(&none);
+    sigemptyset(&dfl);
+    const int sigs[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGCHLD};
+    for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+        sigaddset(&dfl, sigs[i]);
+    posix_spawnattr_setsigmask(&at, &none);
+    posix_spawnattr_setsigdefault(&at, &dfl);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    pid_t pid;
+    int e = (env || own_env)
+                ? posix_spawnp(&pid, argv[0], &fa, &at, (char *const *)argv, env ? env : own_env)
+                : ENOMEM;
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&at);
+    free(own_env);
+    close(po[1]);
+    close(pe[1]);
+    if (e != 0) {
+        close(po[0]);
+        close(pe[0]);
+        return OB_ERR(err, OB_ERR_IO, "starting %s: %s", argv[0], strerror(e));
+    }
+    size_t olen = 0, elen = 0;
+    char discard[1];
+    int ignored = 0; /* output nobody asked for is not "truncated" */
+    int open_fds = 2;
+    struct pollfd pf[2] = {{.fd = po[0], .events = POLLIN}, {.fd = pe[0], .events = POLLIN}};
+    int64_t deadline = ob_wall_ms() + (timeout_ms > 0 ? timeout_ms : 30000);
+    while (open_fds > 0) {
+        int64_t left = deadline - ob_wall_ms();
+        if (left <= 0) {
+            res->timed_out = 1;
+            kill(pid, SIGKILL);
+            break;
+        }
+        int n = poll(pf, 2, (int)(left < 1000 ? left : 1000));
+        if (n < 0 && errno != EINTR) break;
+        for (int i = 0; i < 2 && n > 0; i++) {
+            if (pf[i].fd < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+            int more = i == 0 ? drain(pf[i].fd, out_cap ? out : discard, out_cap ? out_cap : 1,
+                                      &olen, out_cap ? &res->truncated : &ignored)
+                              : drain(pf[i].fd, err_cap ? errout : discard, err_cap ? err_cap : 1,
+                                      &elen, err_cap ? &res->truncated : &ignored);
+            if (!more) {
+                close(pf[i].fd);
+                pf[i].fd = -1;
+                open_fds--;
+            }
+        }
+    }
+    for (int i = 0; i < 2; i++)
+        if (pf[i].fd >= 0) close(pf[i].fd);
+    if (out_cap) out[olen < out_cap ? olen : out_cap - 1] = '\0';
+    if (err_cap) errout[elen < err_cap ? elen : err_cap - 1] = '\0';
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0) {
+        if (errno != EINTR)
+            return OB_ERR(err, OB_ERR_IO, "waitpid(%s): %s", argv[0], strerror(errno));
+    }
+    if (WIFEXITED(st) && !res->timed_out) res->exit_code = WEXITSTATUS(st);
+    if (WIFSIGNALED(st)) res->term_signal = WTERMSIG(st);
+    return OB_OK;
+}

@@ -1,0 +1,43 @@
+/* Running the launchers' helper programs (sbatch, squeue, scancel, sacct) and building the
+ * environment of everything the launchers start. Private to the service module.
+ *
+ * Programs are started with posix_spawnp and an argument vector, never through a shell, so no
+ * job id, path or name is ever parsed as shell syntax. Output is collected into caller-owned
+ * buffers of fixed size (longer output is cut, and says so) and a program that outlives its
+ * time limit is killed: the supervisor calls these with the service lock held. */
+#ifndef ONEBIT_SERVICE_EXEC_H
+#define ONEBIT_SERVICE_EXEC_H
+
+#include "onebit/status.h"
+
+#include <stddef.h>
+
+/* The result of one program run. */
+typedef struct ob__exec_result {
+    int exit_code;   /* its exit status; -1 when a signal ended it or it timed out */
+    int term_signal; /* the signal that ended it; 0 */
+    int timed_out;   /* killed after the time limit */
+    int truncated;   /* stdout or stderr did not fit in its buffer */
+} ob__exec_result;
+
+/* Runs argv (argv[0] searched in PATH; NULL-terminated; borrowed) with env (NULL-terminated,
+ * borrowed; NULL: ob__child_env's default without a report credential), stdin from /dev/null,
+ * stdout into out[out_cap] and stderr into errout[err_cap] (both NUL-terminated; either may be
+ * NULL with cap 0 to discard), killing it with SIGKILL after timeout_ms. OB_OK once it has run
+ * (look at *res for how it ended); OB_ERR_IO when it cannot be started. */
+ob_status ob__exec(const char *const *argv, char *const *env, int timeout_ms, char *out,
+                   size_t out_cap, char *errout, size_t err_cap, ob__exec_result *res, ob_err *err);
+
+/* The environment of what a launcher starts: ours without the admin token (and without any
+ * ONEBIT_REPORT_TOKEN of our own), what Open MPI needs in containers unless already set
+ * (no single-copy mechanism, yield when idle, run as root when we are root), and
+ * OPENBLAS_NUM_THREADS=1; report_var ("ONEBIT_REPORT_TOKEN=...", or "" for none) is added.
+ * Returns a malloc'd array (free() it, not its strings: they are borrowed from environ, from
+ * static storage and from report_var), NULL when memory runs out. */
+char **ob__child_env(const char *report_var);
+
+/* The text of a program's stderr for a message: its first line, at most cap - 1 bytes, without
+ * control characters. */
+void ob__first_line(const char *text, char *out, size_t cap);
+
+#endif /* ONEBIT_SERVICE_EXEC_H */

@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# onebitd --launcher slurm against a real one-machine Slurm cluster started here: munged with a
+# key and socket of its own, slurmctld and slurmd on free ports with private state and spool
+# directories (proctrack/linuxproc, task/none, no cgroups, a node of 4 CPUs), all under this
+# test's temporary directory. Then, with the real onebit-worker (2 ranks, srun --mpi=pmix):
+#   - a job runs as one Slurm batch job to SUCCEEDED, its log (srun's "0: " tags) served;
+#   - a rank SIGKILLed mid-run: the batch job FAILS, the job resumes from its checkpoint in a new
+#     batch job and ends SUCCEEDED with restarts=1;
+#   - a cancel: scancel --signal=TERM, the ranks checkpoint, the job ends CANCELLED;
+#   - onebitd SIGKILLed mid-run and started again: it re-attaches to the same Slurm job (same
+#     id, one attempt) and the job ends SUCCEEDED.
+# Without the Slurm and munge programs the test fails, unless ONEBIT_SKIP_SLURM=1 (exit 77).
+# usage: test_slurm.sh ONEBITD OBRPC EXAMPLES_DIR
+set -u
+ONEBITD=$1
+OBRPC=$2
+EXAMPLES=$3
+
+missing=""
+for p in munged slurmctld slurmd sbatch srun squeue scancel; do
+  command -v "$p" > /dev/null || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  if [ "${ONEBIT_SKIP_SLURM:-0}" = 1 ]; then
+    echo "SKIPPED: no$missing (ONEBIT_SKIP_SLURM=1)"
+    exit 77
+  fi
+  echo "FAILED: Slurm is not installed (missing:$missing). Install it with scripts/install-deps.sh" \
+       "(slurmctld slurmd slurm-client munge), or set ONEBIT_SKIP_SLURM=1 to skip this test."
+  exit 1
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "FAILED: the test cluster runs its daemons as root (SlurmUser=root); run as root or set ONEBIT_SKIP_SLURM=1"
+  exit 1
+fi
+
+. "$(dirname "$0")/daemon_harness.sh"
+S=$TMP/slurm
+stop_cluster() {
+  for f in "$S/slurmd.pid" "$S/slurmctld.pid" "$S/munged.pid"; do
+    [ -s "$f" ] && kill -TERM "$(cat "$f")" 2>/dev/null
+  done
+  sleep 0.5
+  for f in "$S/slurmd.pid" "$S/slurmctld.pid" "$S/munged.pid"; do
+    [ -s "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null
+  done
+}
+trap 'stop_cluster; cleanup' EXIT
+
+free_port() { # a TCP port nobody listens on
+  while :; do
+    p=$((20000 + RANDOM % 30000))
+    ss -Htln "sport = :$p" 2>/dev/null | grep -q . || { echo "$p"; return; }
+  done
+}
+
+# --- the cluster ------------------------------------------------------------------------------
+mkdir -p "$S/munge" "$S/state" "$S/spool" "$S/log"
+chmod 0700 "$S/munge"
+head -c 1024 /dev/urandom > "$S/munge/munge.key"
+chmod 0400 "$S/munge/munge.key"
+munged -f --key-file="$S/munge/munge.key" --socket="$S/munge/munge.sock" \
+  --pid-file="$S/munged.pid" --log-file="$S/log/munged.log" --seed-file="$S/munge/seed" ||
+  { echo "FAILED: munged did not start"; cat "$S/log/munged.log"; exit 1; }
+NODE=$(hostname -s)
+CTLD_PORT=$(free_port)
+SLURMD_PORT=$(free_port)
+cat > "$S/slurm.conf" << EOF
+ClusterName=onebittest
+SlurmctldHost=$NODE(127.0.0.1)
+SlurmctldPort=$CTLD_PORT
+SlurmdPort=$SLURMD_PORT
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+AuthInfo=socket=$S/munge/munge.sock
+StateSaveLocation=$S/state
+SlurmdSpoolDir=$S/spool
+SlurmctldPidFile=$S/slurmctld.pid
+SlurmdPidFile=$S/slurmd.pid
+SlurmctldLogFile=$S/log/slurmctld.log
+SlurmdLogFile=$S/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_CPU
+SlurmdParameters=config_overrides
+MpiDefault=none
+ReturnToService=2
+SchedulerParameters=sched_interval=1
+MinJobAge=600
+KillWait=5
+InactiveLimit=0
+NodeName=$NODE NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN
+PartitionName=test Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
+EOF
+export SLURM_CONF=$S/slurm.conf
+slurmctld -f "$SLURM_CONF" -i || { echo "FAILED: slurmctld did not start"; cat "$S/log/slurmctld.log"; exit 1; }
+slurmd -f "$SLURM_CONF" || { echo "FAILED: slurmd did not start"; cat "$S/log/slurmd.log"; exit 1; }
+for _ in $(seq 100); do
+  sinfo -h -o %t 2>/dev/null | grep -qx idle && break
+  sleep 0.2
+done
+if ! sinfo -h -o %t 2>/dev/null | grep -qx idle; then
+  echo "FAILED: the Slurm node did not come up"; sinfo 2>&1; tail -20 "$S/log/slurmctld.log" "$S/log/slurmd.log"
+  exit 1
+fi
+ok "a one-machine Slurm cluster is up (slurmctld :$CTLD_PORT, slurmd :$SLURMD_PORT)"
+
+# --- onebitd with the Slurm launcher --------------------------------------------------------------
+start_slurm_daemon() {
+  rm -f "$TMP/ready"
+  "$ONEBITD" --launcher slurm --slurm-poll 0.2 --grpc 127.0.0.1:0 --rest 127.0.0.1:0 \
+    --state-dir "$TMP/var" --ready-file "$TMP/ready" --insecure-no-auth --slots 4 \
+    --backoff 0.2 --cancel-grace 20 >> "$TMP/onebitd.log" 2>&1 &
+  PID=$!
+  for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
+  GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")
+  REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
+}
+wait_step() { # ID STEP SECONDS: until the job has passed STEP
+  for _ in $(seq $(($3 * 10))); do
+    [ "$(get "$1" | jq '.progress.step // 0')" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+wait_final() { # ID SECONDS
+  for _ in $(seq $(($2 * 10))); do
+    case $(get "$1" | jq -r .state) in SUCCEEDED|FAILED|CANCELLED) return 0 ;; esac
+    sleep 0.1
+  done
+  return 1
+}
+slurm_state() { squeue -h --states=all -j "$1" -O State 2>/dev/null | tr -d ' '; }
+ranks_of() { procs_of "$1" onebit-worker; }
+
+start_slurm_daemon
+[ -n "$GRPC" ] || { echo "onebitd did not start"; cat "$TMP/onebitd.log"; exit 1; }
+
+sed 's/^steps: 200/steps: 1500/; s/^log_interval: 10/log_interval: 20/' "$EXAMPLES/synthetic-mlp-onebit.yaml" > "$TMP/job.yaml"
+printf 'checkpoint: {interval: 250, keep: 10}\n' >> "$TMP/job.yaml"
+sed 's/^steps: 1500/steps: 1000000/; s/^checkpoint: .*/checkpoint: {interval: 0}/' "$TMP/job.yaml" > "$TMP/endless.yaml"
+
+# --- 1. a 2-rank job to SUCCEEDED -----------------------------------------------------------------
+a=$(rpc submit "$TMP/job.yaml" 2 2 2>/dev/null | jq -r .id)
+wait_final "$a" 90
+j=$(get "$a")
+ida=$(echo "$j" | jq -r '.attempts[0].external_id')
+check "a 2-rank job runs as a Slurm batch job to SUCCEEDED" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && [ "$(echo "$j" | jq .restarts)" = 0 ]' "$j $(tail -5 "$TMP/var/jobs/$a/worker.log")"
+check "its attempt carries the Slurm job id, which Slurm reports COMPLETED" '[[ "$ida" =~ ^[0-9]+$ ]] && [ "$(slurm_state "$ida")" = COMPLETED ]' "id=$ida state=$(slurm_state "$ida")"
+check "the Slurm job ran under the attempt's name" '[ "$(squeue -h --states=all -j "$ida" -O Name | tr -d " ")" = "onebit-$a-1" ]'
+check "its final step is recorded" '[ "$(echo "$j" | jq .progress.step)" = 1500 ] && [ -d "$TMP/var/checkpoints/$a/step-00001500" ]' "$(echo "$j" | jq -c .progress)"
+check "the workers' log holds rank 0's progress lines, tagged by srun" 'grep -q "^0: {\"event\":\"summary\"" "$TMP/var/jobs/$a/worker.log"' "$(tail -3 "$TMP/var/jobs/$a/worker.log")"
+logs=$(curl -s "http://$REST/v1/jobs/$a/logs?maxBytes=1048576" | jq -r .data | base64 -d 2>/dev/null)
+check "GetJobLogs serves the Slurm job's output" 'echo "$logs" | grep -q "\"event\":\"summary\""' "$(echo "$logs" | tail -3)"
+
+# --- 2. a rank SIGKILLed: a new batch job resumes from the checkpoint ---------------------------
+b=$(rpc submit "$TMP/job.yaml" 2 2 2>/dev/null | jq -r .id)
+wait_step "$b" 600 90
+victim=$(ranks_of "$b" | tail -1)
+check "found a rank of the Slurm job to kill" '[ -n "$victim" ]' "$(pgrep -af onebit-worker)"
+kill -KILL "$victim"
+wait_final "$b" 120
+j=$(get "$b")
+id1=$(echo "$j" | jq -r '.attempts[0].external_id')
+id2=$(echo "$j" | jq -r '.attempts[1].external_id')
+check "killed rank: the job resumes from its checkpoint and ends SUCCEEDED with restarts=1" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && [ "$(echo "$j" | jq .restarts)" = 1 ] && [ "$(echo "$j" | jq .attempts[1].start_step)" -ge 250 ]' "$j"
+check "killed rank: the first batch job FAILED, the second is another one and COMPLETED" '[ "$(slurm_state "$id1")" = FAILED ] && [ "$id2" != "$id1" ] && [ "$(slurm_state "$id2")" = COMPLETED ]' "ids $id1 $id2: $(slurm_state "$id1") $(slurm_state "$id2")"
+check "killed rank: the attempt's reason names the failure" '[ "$(echo "$j" | jq .attempts[0].exit_code)" != 0 ] && echo "$j" | jq -r .attempts[0].exit_reason | grep -q "workers failed"' "$(echo "$j" | jq -c .attempts)"
+
+# --- 3. cancel: SIGTERM through scancel, a final checkpoint, CANCELLED ---------------------------
+c=$(rpc submit "$TMP/endless.yaml" 2 2 2>/dev/null | jq -r .id)
+wait_step "$c" 100 90
+idc=$(get "$c" | jq -r '.attempts[0].external_id')
+rpc cancel "$c" > /dev/null 2>&1
+wait_final "$c" 60
+j=$(get "$c")
+check "cancel: the job ends CANCELLED" '[ "$(echo "$j" | jq -r .state)" = CANCELLED ]' "$j"
+check "cancel: the ranks caught SIGTERM and checkpointed (no kill needed)" '[ "$(ls "$TMP/var/checkpoints/$c" 2>/dev/null | grep -c "^step-")" -ge 1 ] && [ "$(slurm_state "$idc")" = COMPLETED ]' "$(ls "$TMP/var/checkpoints/$c" 2>&1) slurm=$(slurm_state "$idc")"
+check "cancel: nothing of it is left running" '[ -z "$(ranks_of "$c")" ]' "$(ranks_of "$c")"
+
+# --- 4. onebitd SIGKILLed mid-run: the restarted one re-attaches to the same Slurm job ----------
+d=$(rpc submit "$TMP/job.yaml" 2 2 2>/dev/null | jq -r .id)
+wait_step "$d" 300 90
+before=$(get "$d" | jq -r '.attempts[0].external_id')
+kill -KILL "$PID"; wait "$PID" 2>/dev/null
+check "coordinator killed: the Slurm job runs on without it" '[ "$(slurm_state "$before")" = RUNNING ]' "$(slurm_state "$before")"
+sleep 1
+start_slurm_daemon
+wait_final "$d" 120
+j=$(get "$d")
+check "coordinator restarted: the job ends SUCCEEDED" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ]' "$j"
+check "coordinator restarted: it re-attached to the same Slurm job (one attempt, same id)" '[ "$(echo "$j" | jq ".attempts | length")" = 1 ] && [ "$(echo "$j" | jq -r .attempts[0].external_id)" = "$before" ] && [ "$(echo "$j" | jq .restarts)" = 0 ]' "before=$before $(echo "$j" | jq -c .attempts)"
+events=$(curl -s -N --max-time 10 "http://$REST/v1/jobs/$d/events")
+check "coordinator restarted: the re-attach is in the job's history" 'echo "$events" | grep -q "re-attached to Slurm job $before"' "$(echo "$events" | grep -o "\"message\":\"[^\"]*\"" | tail -8)"
+check "coordinator restarted: that Slurm job COMPLETED, no other was submitted" '[ "$(slurm_state "$before")" = COMPLETED ] && [ "$(squeue -h --states=all --name="onebit-$d-2" -O JobID | wc -l)" = 0 ]'
+
+kill -TERM "$PID"; wait "$PID" 2>/dev/null; PID=""
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
