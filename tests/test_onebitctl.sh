@@ -105,6 +105,19 @@ ctl "$TMP/c" --rest "$REST" checkpoints "$ID1"; rc=$?
 CK=$(jq -r '.checkpoints[0].path' <("$CTL" --server "$GRPC" checkpoints "$ID1" -o json))
 if [ $rc -eq 0 ] && grep -q "^150 *compression *40 *2 " "$TMP/c" && [ -d "$CK" ]; then ok "checkpoints: newest first ($CK)"
 else bad "checkpoints" "$(cat "$TMP/c" "$TMP/c.err")"; fi
+# A warm start from that checkpoint: status says what it did with the borrowed variance.
+sed -e 's/^name: ctl-test/name: ctl-warm/' -e 's/^steps: 150/steps: 60/' "$TMP/job.yaml" > "$TMP/warm.yaml"
+echo "warm_start: {from: $CK}" >> "$TMP/warm.yaml"
+ctl "$TMP/ws" --server "$GRPC" submit -f "$TMP/warm.yaml" --np 2 --watch; rc=$?
+IDW=$(head -1 "$TMP/ws")
+ctl "$TMP/wst" --server "$GRPC" status "$IDW"
+ctl "$TMP/wsj" --rest "$REST" status "$IDW" -o json
+if [ $rc -eq 0 ] && grep -Eq "^Warm start: *re-estimated until step 20 \([0-9.]+% of coordinates off\)$" "$TMP/wst" &&
+   grep -q "^Progress: .*(variance frozen at step 20)" "$TMP/wst" &&
+   [ "$(jq -r .progress.warmStart "$TMP/wsj")" = "$(sed -n 's/^Warm start: *//p' "$TMP/wst")" ] &&
+   grep -q "warm start check passed" "$TMP/ws"; then
+  ok "warm start: the job's events and status say what it did with the borrowed variance"
+else bad "warm start status" "rc=$rc $(cat "$TMP/wst" "$TMP/ws.err"; tail -5 "$TMP/ws")"; fi
 ctl "$TMP/i" inspect "$CK"; rc=$?
 if [ $rc -eq 0 ] && grep -q "^Step: *150" "$TMP/i" && grep -q "^Freeze step: *40" "$TMP/i" &&
    grep -q "^World size: *2" "$TMP/i" && grep -q "^Verifies: *yes" "$TMP/i"; then ok "inspect a checkpoint"

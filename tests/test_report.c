@@ -66,6 +66,11 @@ static ob_report sample(ob_report_kind kind)
         p->step = 7;
         strcpy(r.message, "skipping step-00000120: \"data error\" detected by Fletcher32");
         break;
+    case OB_REPORT_WARM_START:
+        p->step = 1;
+        strcpy(p->warm_start, "re-estimated until step 20 (0.89% of coordinates off)");
+        strcpy(r.message, "warm start check passed: 0.89% of the coordinates ...");
+        break;
     case OB_REPORT_PROFILE:
         r.profile = (ob_report_profile){.steps = 1500,
                                         .ms_per_step = 3.5,
@@ -115,7 +120,7 @@ static int same(const ob_report *a, const ob_report *b)
            a->ckpt_failed == b->ckpt_failed && a->ckpt_async == b->ckpt_async &&
            a->ckpt_bytes == b->ckpt_bytes && a->stall_seconds == b->stall_seconds &&
            a->write_seconds == b->write_seconds && a->from_world_size == b->from_world_size &&
-           !strcmp(a->message, b->message) &&
+           !strcmp(a->message, b->message) && !strcmp(p->warm_start, q->warm_start) &&
            !memcmp(&a->profile, &b->profile, sizeof a->profile) && s->steps == t->steps &&
            s->freeze_step == t->freeze_step && s->final_train_loss == t->final_train_loss &&
            s->eval_loss == t->eval_loss && s->eval_accuracy == t->eval_accuracy &&
@@ -195,6 +200,12 @@ static void test_json_text(void **state)
     assert_int_equal(ob_report_parse_line(line, strlen(line), &back), 1);
     assert_int_equal(back.summary.freeze_step, -1);
     assert_int_equal(back.summary.last_checkpoint, -1);
+    free(line);
+    r = sample(OB_REPORT_WARM_START);
+    line = ob_report_to_json(&r);
+    assert_string_equal(line, "{\"event\":\"warm_start\",\"step\":1,\"outcome\":\"re-estimated "
+                              "until step 20 (0.89% of coordinates off)\",\"message\":\"warm start "
+                              "check passed: 0.89% of the coordinates ...\"}");
     free(line);
     r.kind = OB_REPORT_NONE;
     assert_null(ob_report_to_json(&r));

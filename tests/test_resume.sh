@@ -127,7 +127,8 @@ b1=$(jq -r 'select(.event=="step" and .step==1) | .bytes_step' "$TMP/warm.jsonl"
 b20=$(jq -r 'select(.event=="step" and .step==20) | .bytes_step' "$TMP/warm.jsonl")
 nfreeze=$(jq -s '[.[] | select(.event=="freeze")] | length' "$TMP/warm.jsonl")
 if [ $rc -eq 0 ] && [ "$p1" = compression ] && [ "$b1" = "$b20" ] && [ "$nfreeze" = 0 ] &&
-   jq -r 'select(.event=="notice") | .message' "$TMP/warm.jsonl" | grep -q "warm start from $TMP/base/job/step-00000120"; then
+   [ "$(jq -r 'select(.event=="warm_start" and .step==0) | .outcome' "$TMP/warm.jsonl")" = "taken as is" ] &&
+   jq -r 'select(.event=="warm_start") | .message' "$TMP/warm.jsonl" | grep -q "warm start from $TMP/base/job/step-00000120"; then
   ok "warm start: step 1 is a compression step ($b1 bytes), no warmup"
 else bad "warm start" "rc=$rc p1=$p1 b1=$b1 b20=$b20 freeze=$nfreeze $(cat "$TMP/warm.jsonl.err")"; fi
 if "$CKPT" diff "$BASE" "$TMP/warm/job/step-00000020" --only exp_avg_sq > "$TMP/diff" 2>&1; then
@@ -145,9 +146,10 @@ run $NP "$TMP/refit.jsonl" --spec "$TMP/refit.yaml" --checkpoint-dir "$TMP/refit
 p10=$(jq -r 'select(.event=="step" and .step==10) | .phase' "$TMP/refit.jsonl")
 f=$(field "$TMP/refit.jsonl" freeze .step)
 if [ $rc -eq 0 ] && [ "$p10" = warmup ] && [ "$f" = 20 ] &&
-   jq -r 'select(.event=="notice" and .step==1) | .message' "$TMP/refit.jsonl" | grep -q "^warm start check passed: .* re-estimating v until step 20$"; then
+   jq -r 'select(.event=="warm_start" and .step==1) | .message' "$TMP/refit.jsonl" | grep -q "^warm start check passed: .* re-estimating v until step 20$" &&
+   jq -r 'select(.event=="warm_start" and .step==1) | .outcome' "$TMP/refit.jsonl" | grep -q "^re-estimated until step 20 ("; then
   ok "warm start (default): checked at step 1, re-estimated by Adam, frozen at step 20"
-else bad "warm start refit" "rc=$rc p10=$p10 freeze=$f $(grep notice "$TMP/refit.jsonl") $(cat "$TMP/refit.jsonl.err")"; fi
+else bad "warm start refit" "rc=$rc p10=$p10 freeze=$f $(grep -E 'notice|warm_start' "$TMP/refit.jsonl") $(cat "$TMP/refit.jsonl.err")"; fi
 if ! "$CKPT" diff "$BASE" "$TMP/refit/job/step-00000020" --only exp_avg_sq > /dev/null 2>&1; then
   ok "warm start (default): the frozen v is re-estimated, not the source's"
 else bad "warm start refit v" "v_Tw identical to the source"; fi

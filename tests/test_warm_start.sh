@@ -82,10 +82,11 @@ rc=$?
 s=$(summary "$TMP/default.out")
 check "the defaults (refit and stabiliser): trains" \
   '[ $rc -eq 0 ] && echo "$s" | jq -e ".eval_loss < 0.6 and .freeze_step == 20" > /dev/null' "rc=$rc $s"
-msgs=$(jq -r 'select(.event == "notice") | .message' "$TMP/default.out")
+msgs=$(jq -r 'select(.event == "notice" or .event == "warm_start") | .message' "$TMP/default.out")
+outcome=$(jq -r 'select(.event == "warm_start") | .outcome' "$TMP/default.out")
 check "the events say what warm start did" \
-  'echo "$msgs" | grep -q "v_Tw taken; it is checked against the first gradients and re-estimated by Adam until step 20" && echo "$msgs" | grep -Eq "^warm start check passed: [0-9.]+% of the coordinates have gradients above 10 sqrt\(v_Tw\)"' \
-  "$msgs"
+  'echo "$msgs" | grep -q "v_Tw taken; it is checked against the first gradients and re-estimated by Adam until step 20" && echo "$msgs" | grep -Eq "^warm start check passed: [0-9.]+% of the coordinates have gradients above 10 sqrt\(v_Tw\)" && echo "$outcome" | grep -Eq "^re-estimated until step 20 \([0-9.]+% of coordinates off\)$"' \
+  "$msgs / $outcome"
 # 20 fp32 steps, then compressed ones: the bytes of a 20-step warmup, not of a whole one.
 w=$(echo "$s" | jq .bytes_warmup)
 one=$(jq -r 'select(.event == "step" and .step == 20) | .bytes_step' "$TMP/default.out")

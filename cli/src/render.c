@@ -97,6 +97,7 @@ void obctl_print_job(FILE *f, const ob_job *j)
                     p->eval_accuracy, (long long)p->eval_step);
         fmt_saved(buf, sizeof buf, p);
         fprintf(f, "Traffic:     %s\n", buf);
+        if (p->warm_start[0]) fprintf(f, "Warm start:  %s\n", p->warm_start);
     }
     if (j->ckpt_step > 0)
         fprintf(f, "Checkpoint:  step %lld  %s\n", (long long)j->ckpt_step, j->ckpt_path);

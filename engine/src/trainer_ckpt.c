@@ -673,6 +673,19 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
     return st;
 }
 
+static void warm_event(ob_trainer *t, const char *outcome, const char *msg, ob_train_callback cb,
+                       void *user)
+{
+    ob_train_event ev = {0};
+    ob_optim_stats os;
+    ob_optim_get_stats(t->opt, &os);
+    ev.kind = OB_EVENT_WARM_START;
+    ev.step = os.step;
+    ev.warm_start = outcome;
+    ev.message = msg;
+    emit(t, &ev, cb, user);
+}
+
 ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user, ob_err *err)
 {
     const char *from = t->spec.warm_start_from;
@@ -685,28 +698,30 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     ob_ckpt_meta meta;
     st = agree_outcome(t, load_warm(t, c.path, &meta, err), "warm start", err);
     if (st != OB_OK) return st;
-    char msg[OB_CKPT_PATH_LEN + 200];
+    char msg[OB_CKPT_PATH_LEN + 400];
     long refit = warm_refit_steps(t);
-    int n = snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken",
-                     c.path, meta.step, meta.freeze_step,
-                     t->spec.warm_start_params ? " and parameters" : "");
-    if (n > 0 && (size_t)n < sizeof msg) {
-        if (refit == 0)
-            snprintf(msg + n, sizeof msg - (size_t)n, " as is; the compression phase starts now");
-        else
-            snprintf(msg + n, sizeof msg - (size_t)n,
-                     "; it is checked against the first gradients and re-estimated by Adam until "
-                     "step %ld, then frozen",
-                     refit);
-    }
-    notice(t, msg, cb, user);
+    char tail[160];
+    if (refit == 0)
+        snprintf(tail, sizeof tail, " as is; the compression phase starts now");
+    else
+        snprintf(tail, sizeof tail,
+                 "; it is checked against the first gradients and re-estimated by Adam until "
+                 "step %ld, then frozen",
+                 refit);
+    snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken%s",
+             c.path, meta.step, meta.freeze_step, t->spec.warm_start_params ? " and parameters" : "",
+             tail);
+    if (refit == 0)
+        warm_event(t, "taken as is", msg, cb, user);
+    else
+        notice(t, msg, cb, user);
     return OB_OK;
 }
 
 void ob__trainer_warm_checked(ob_trainer *t, const ob_optim_stats *os, ob_train_callback cb,
                               void *user)
 {
-    char msg[320];
+    char msg[320], outcome[128];
     double pct = 100.0 * os->warm_check_fraction;
     if (os->warm_start == OB_WARM_REFUSED)
         snprintf(msg, sizeof msg,
@@ -719,5 +734,11 @@ void ob__trainer_warm_checked(ob_trainer *t, const ob_optim_stats *os, ob_train_
                  "warm start check passed: %.2f%% of the coordinates have gradients above %g "
                  "sqrt(v_Tw) (the limit is %g%%); re-estimating v until step %ld",
                  pct, OB_WARM_CHECK_FACTOR, 100.0 * OB_WARM_REFUSE_FRACTION, os->refit_end);
-    notice(t, msg, cb, user);
+    if (os->warm_start == OB_WARM_REFUSED)
+        snprintf(outcome, sizeof outcome, "refused (%.2f%% of coordinates off), warmed up from scratch",
+                 pct);
+    else
+        snprintf(outcome, sizeof outcome, "re-estimated until step %ld (%.2f%% of coordinates off)",
+                 os->refit_end, pct);
+    warm_event(t, outcome, msg, cb, user);
 }

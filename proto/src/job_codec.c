@@ -47,6 +47,7 @@ json_t *ob_progress_to_json(const ob_progress *p)
     json_object_set_new(o, "evalStep", i64(p->eval_step));
     json_object_set_new(o, "evalLoss", dbl(p->eval_loss));
     json_object_set_new(o, "evalAccuracy", dbl(p->eval_accuracy));
+    json_object_set_new(o, "warmStart", json_string(p->warm_start));
     return o;
 }
 
@@ -222,7 +223,8 @@ static ob_status progress_from_json(const json_t *o, ob_progress *p, ob_err *err
         (st = get_dbl(o, "freezeRatio", &p->freeze_ratio, err)) ||
         (st = get_i64(o, "evalStep", &p->eval_step, err)) ||
         (st = get_dbl(o, "evalLoss", &p->eval_loss, err)) ||
-        (st = get_dbl(o, "evalAccuracy", &p->eval_accuracy, err)))
+        (st = get_dbl(o, "evalAccuracy", &p->eval_accuracy, err)) ||
+        (st = get_str(o, "warmStart", p->warm_start, sizeof p->warm_start, err)))
         return st;
     return OB_OK;
 }
@@ -404,6 +406,7 @@ void ob_progress_to_pb(const ob_progress *p, Onebit__V1__Progress *o)
     o->eval_step = p->eval_step;
     o->eval_loss = p->eval_loss;
     o->eval_accuracy = p->eval_accuracy;
+    o->warm_start = (char *)p->warm_start;
 }
 
 ob_status ob_job_to_pb(const ob_job *j, ob_job_pb *pb, ob_err *err)
@@ -490,6 +493,7 @@ void ob_progress_from_pb(const Onebit__V1__Progress *m, ob_progress *p)
     p->eval_step = m->eval_step;
     p->eval_loss = m->eval_loss;
     p->eval_accuracy = m->eval_accuracy;
+    copy_str(p->warm_start, sizeof p->warm_start, m->warm_start);
 }
 
 ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *j, ob_err *err)

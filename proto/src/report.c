@@ -14,6 +14,7 @@ static const char *const kind_names[OB_REPORT_KIND_COUNT] = {
     [OB_REPORT_FREEZE] = "freeze",   [OB_REPORT_CHECKPOINT] = "checkpoint",
     [OB_REPORT_RESUME] = "resume",   [OB_REPORT_NOTICE] = "notice",
     [OB_REPORT_PROFILE] = "profile", [OB_REPORT_SUMMARY] = "summary",
+    [OB_REPORT_WARM_START] = "warm_start",
 };
 
 const char *ob_report_kind_name(ob_report_kind kind)
@@ -141,6 +142,11 @@ static void write_fields(json_t *o, const ob_report *r)
         break;
     case OB_REPORT_NOTICE:
         set_int(o, "step", p->step);
+        set(o, "message", json_string(r->message));
+        break;
+    case OB_REPORT_WARM_START:
+        set_int(o, "step", p->step);
+        set(o, "outcome", json_string(p->warm_start));
         set(o, "message", json_string(r->message));
         break;
     case OB_REPORT_PROFILE:
@@ -325,6 +331,11 @@ static void read_fields(const json_t *o, ob_report *r)
         break;
     case OB_REPORT_NOTICE:
         p->step = jint(o, "step");
+        ob_strlcpy(r->message, jstr(o, "message"), sizeof r->message);
+        break;
+    case OB_REPORT_WARM_START:
+        p->step = jint(o, "step");
+        ob_strlcpy(p->warm_start, jstr(o, "outcome"), sizeof p->warm_start);
         ob_strlcpy(r->message, jstr(o, "message"), sizeof r->message);
         break;
     case OB_REPORT_PROFILE:

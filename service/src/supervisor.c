@@ -39,6 +39,7 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
         p->eval_step = kept.eval_step;
         p->eval_loss = kept.eval_loss;
         p->eval_accuracy = kept.eval_accuracy;
+        memcpy(p->warm_start, kept.warm_start, sizeof p->warm_start);
         p->total_steps = r->total_steps;
         /* The worker's own count: it carries on from the checkpoint after a resume. What an
          * fp32 ring allreduce would have sent for as many steps: 2 (N-1)/N * 4 d per step. */
@@ -61,6 +62,9 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
         snprintf(msg, sizeof msg, "checkpoint of step %" PRId64 " failed: %.400s", rep->ckpt_step,
                  rep->message);
     } else if (rep->kind == OB_REPORT_NOTICE) {
+        snprintf(msg, sizeof msg, "%.500s", rep->message);
+    } else if (rep->kind == OB_REPORT_WARM_START) {
+        ob_strlcpy(p->warm_start, rep->progress.warm_start, sizeof p->warm_start);
         snprintf(msg, sizeof msg, "%.500s", rep->message);
     } else if (rep->kind == OB_REPORT_RESUME) {
         /* The worker says which checkpoint it took (it skips ones that do not verify). */

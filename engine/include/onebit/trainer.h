@@ -34,6 +34,7 @@ typedef enum ob_train_event_kind {
     OB_EVENT_CHECKPOINT = 3, /* a checkpoint of `step` was committed at `path` (or failed) */
     OB_EVENT_RESUME = 4,     /* training continues from the checkpoint at `path` */
     OB_EVENT_NOTICE = 5,     /* something the user should know: `message` */
+    OB_EVENT_WARM_START = 6, /* what a warm start did: `warm_start` in short, `message` */
 } ob_train_event_kind;
 
 typedef struct ob_train_event {
@@ -61,6 +62,8 @@ typedef struct ob_train_event {
     double write_seconds; /* CHECKPOINT: rank 0's time writing and syncing its files */
     uint64_t ckpt_bytes;  /* CHECKPOINT: array bytes in the checkpoint, all ranks */
     int from_world_size;  /* RESUME: world size that wrote the checkpoint */
+    const char *warm_start; /* WARM_START: "taken as is", "re-estimated until step N (...)", or
+                             * "refused (...)" */
 } ob_train_event;
 
 typedef void (*ob_train_callback)(const ob_train_event *ev, void *user);

@@ -33,6 +33,7 @@ typedef enum ob_job_state {
 #define OB_JOB_MSG_LEN 512
 #define OB_ATTEMPT_EXT_ID_LEN 64
 #define OB_JOB_PATH_LEN 1024
+#define OB_PROGRESS_WARM_LEN 128 /* ob_progress.warm_start, terminator included */
 #define OB_REQUEST_ID_LEN 129 /* a submit's request id, terminator included */
 #define OB_LABELS_LEN 1100    /* a job's labels as "k=v,k=v", terminator included */
 #define OB_LABELS_MAX 16      /* labels per job */
@@ -67,6 +68,8 @@ typedef struct ob_progress {
     double freeze_ratio;
     int64_t eval_step; /* step of the latest evaluation; 0: none yet */
     double eval_loss, eval_accuracy;
+    /* What a warm start did with the borrowed variance, in short; "" without one. */
+    char warm_start[OB_PROGRESS_WARM_LEN];
 } ob_progress;
 
 typedef struct ob_attempt {

@@ -34,9 +34,10 @@ typedef enum ob_report_kind {
     OB_REPORT_NOTICE,     /* something a person should know (a skipped checkpoint, ...) */
     OB_REPORT_PROFILE,    /* where rank 0's step time went (--profile) */
     OB_REPORT_SUMMARY,    /* the run ended */
+    OB_REPORT_WARM_START, /* what a warm start did: progress.warm_start, message */
 } ob_report_kind;
 
-#define OB_REPORT_KIND_COUNT 10
+#define OB_REPORT_KIND_COUNT 11
 #define OB_REPORT_MSG_LEN 1024
 
 /* "step", "eval", ... (the "event" of a JSON line, the kind of a ReportProgressRequest); ""
@@ -89,7 +90,8 @@ typedef struct ob_report {
     int64_t ckpt_bytes;
     double stall_seconds, write_seconds;
     int from_world_size;             /* RESUME: the world size that wrote the checkpoint */
-    char message[OB_REPORT_MSG_LEN]; /* NOTICE: the text; a failed CHECKPOINT: the error */
+    /* NOTICE and WARM_START: the text; a failed CHECKPOINT: the error */
+    char message[OB_REPORT_MSG_LEN];
     ob_report_profile profile;       /* PROFILE */
     ob_report_summary summary;       /* SUMMARY */
 } ob_report;
