@@ -571,10 +571,10 @@ const char *ob_warm_state_name(ob_warm_state s)
     return "?";
 }
 
-long ob_optim_auto_refit_steps(double beta2)
+long ob_optim_auto_refit_steps(double beta2, int same_batch)
 {
     long delta = ob_optim_freeze_delta(beta2);
-    return (delta + 4) / 5;
+    return same_batch ? (delta + 4) / 5 : (delta + 1) / 2;
 }
 
 ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, long refit_steps, ob_err *err)

@@ -636,11 +636,32 @@ static ob_status check_model(const char *saved, const char *current, const char 
     return st;
 }
 
-/* warm_start.refit_steps in force ("auto" resolved). */
-static long warm_refit_steps(const ob_trainer *t)
+/* The global batch (batch_size x world size) of the job that wrote the checkpoint at path; 0
+ * when its spec does not say. */
+static long long saved_global_batch(const char *path, const ob_ckpt_meta *meta)
+{
+    ob_ckpt_meta again;
+    char *saved = NULL;
+    long long gb = 0;
+    if (ob_ckpt_read_meta(path, &again, &saved, NULL) == OB_OK) {
+        json_t *o = json_loads(saved, 0, NULL);
+        json_t *b = json_object_get(o, "batch_size");
+        if (json_is_integer(b) && json_integer_value(b) > 0 && json_integer_value(b) <= INT32_MAX)
+            gb = (long long)json_integer_value(b) * meta->world_size;
+        json_decref(o);
+    }
+    free(saved);
+    return gb;
+}
+
+/* warm_start.refit_steps in force: "auto" is resolved against the source's global batch (the
+ * noise part of v scales with its inverse). */
+static long warm_refit_steps(const ob_trainer *t, long long source_batch)
 {
     long r = t->spec.warm_start_refit_steps;
-    return r < 0 ? ob_optim_auto_refit_steps(t->spec.optim.beta2) : r;
+    if (r >= 0) return r;
+    long long mine = (long long)t->spec.batch_size * ob_comm_size(t->comm);
+    return ob_optim_auto_refit_steps(t->spec.optim.beta2, source_batch == mine);
 }
 
 static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob_err *err)
@@ -660,7 +681,9 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
     } else {
         ob_ckpt_arrays a = {params, m, v, NULL, 0};
         st = ob_ckpt_read_state(path, meta, &a, err);
-        if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, warm_refit_steps(t), err);
+        t->warm_source_batch = saved_global_batch(path, meta);
+        if (st == OB_OK)
+            st = ob_optim_warm_start(t->opt, v, warm_refit_steps(t, t->warm_source_batch), err);
         if (st == OB_OK && t->spec.warm_start_params) {
             void *stream = t->dev ? ob_comm_stream(t->dcomm) : NULL;
             st = ob__mem_copy(t->dev, t->params, params, t->d * sizeof(float), stream, err);
@@ -699,15 +722,19 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     st = agree_outcome(t, load_warm(t, c.path, &meta, err), "warm start", err);
     if (st != OB_OK) return st;
     char msg[OB_CKPT_PATH_LEN + 400];
-    long refit = warm_refit_steps(t);
+    long refit = warm_refit_steps(t, t->warm_source_batch);
+    long long mine = (long long)t->spec.batch_size * ob_comm_size(t->comm);
     char tail[160];
     if (refit == 0)
         snprintf(tail, sizeof tail, " as is; the compression phase starts now");
     else
         snprintf(tail, sizeof tail,
                  "; it is checked against the first gradients and re-estimated by Adam until "
-                 "step %ld, then frozen",
-                 refit);
+                 "step %ld, then frozen%s",
+                 refit,
+                 t->spec.warm_start_refit_steps < 0 && t->warm_source_batch != mine
+                     ? " (the source's global batch differs from this job's)"
+                     : "");
     snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken%s",
              c.path, meta.step, meta.freeze_step, t->spec.warm_start_params ? " and parameters" : "",
              tail);

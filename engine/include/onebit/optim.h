@@ -238,8 +238,10 @@ ob_status ob_optim_set_progress(ob_optim *opt, const ob_optim_progress *p, ob_er
 ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, long refit_steps, ob_err *err);
 
 /* refit_steps for "auto": ceil(Delta / 5), a fifth of the variance's memory (20 steps at
- * beta2 = 0.99, 200 at 0.999), over which 1 - beta2^(Delta/5) = 18 % of v is re-estimated. */
-long ob_optim_auto_refit_steps(double beta2);
+ * beta2 = 0.99, 200 at 0.999), over which 1 - beta2^(Delta/5) = 18 % of v is re-estimated;
+ * ceil(Delta / 2) (39 %) when the source ran another global batch (same_batch 0): the noise
+ * part of v scales with 1 / batch, so more of it must be renewed. */
+long ob_optim_auto_refit_steps(double beta2, int same_batch);
 
 #ifdef __cplusplus
 }
