@@ -283,8 +283,8 @@ static ob_status k_scale(ob_optim *o, float *x, float s, ob_err *err)
     return OB_OK;
 }
 
-static ob_status k_count_exceeding(ob_optim *o, const float *g, float gscale, float k2,
-                                   size_t *out, ob_err *err)
+static ob_status k_count_exceeding(ob_optim *o, const float *g, float gscale, float k2, size_t *out,
+                                   ob_err *err)
 {
     if (o->dev) return ob_cuda_count_exceeding(g, o->v, o->d, gscale, k2, out, o->stream, err);
     *out = ob_count_exceeding(g, o->v, o->d, gscale, k2);
@@ -387,8 +387,7 @@ static ob_status warm_check(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
 
 /* Warmup step t: the fp32-averaged gradient, Adam, then the freeze rule in force (the end of a
  * warm start's refit, or freeze_step). */
-static ob_status warmup_step(ob_optim *o, const float *grad, long t, ob_adam_coeffs *k,
-                             ob_err *err)
+static ob_status warmup_step(ob_optim *o, const float *grad, long t, ob_adam_coeffs *k, ob_err *err)
 {
     ob_status st = sum_ranks(o, grad, o->g, err);
     if (st == OB_OK && o->warm == OB_WARM_REFIT && t == 1) st = warm_check(o, k, err);
@@ -563,10 +562,14 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
 const char *ob_warm_state_name(ob_warm_state s)
 {
     switch (s) {
-    case OB_WARM_NONE: return "none";
-    case OB_WARM_TAKEN: return "taken";
-    case OB_WARM_REFIT: return "refit";
-    case OB_WARM_REFUSED: return "refused";
+    case OB_WARM_NONE:
+        return "none";
+    case OB_WARM_TAKEN:
+        return "taken";
+    case OB_WARM_REFIT:
+        return "refit";
+    case OB_WARM_REFUSED:
+        return "refused";
     }
     return "?";
 }

@@ -501,9 +501,8 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
                                  hs.C, hs.we, hs.se, err);
     if (st == OB_OK) st = ob__trainer_upload_state(t, &hs, err);
     if (st != OB_OK) return st;
-    ob_optim_progress p = {meta->step,       meta->freeze_step,
-                           meta->last_ratio, meta->last_norm,
-                           meta->bytes_sent, (ob_warm_state)meta->warm_start,
+    ob_optim_progress p = {meta->step,      meta->freeze_step, meta->last_ratio,
+                           meta->last_norm, meta->bytes_sent,  (ob_warm_state)meta->warm_start,
                            meta->refit_end};
     if ((st = ob_optim_set_progress(t->opt, &p, err)) != OB_OK) return OB_WRAP(err, st, "%s", path);
     ob_loader_position pos;
@@ -736,8 +735,8 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
                      ? " (the source's global batch differs from this job's)"
                      : "");
     snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken%s",
-             c.path, meta.step, meta.freeze_step, t->spec.warm_start_params ? " and parameters" : "",
-             tail);
+             c.path, meta.step, meta.freeze_step,
+             t->spec.warm_start_params ? " and parameters" : "", tail);
     if (refit == 0)
         warm_event(t, "taken as is", msg, cb, user);
     else
@@ -762,8 +761,8 @@ void ob__trainer_warm_checked(ob_trainer *t, const ob_optim_stats *os, ob_train_
                  "sqrt(v_Tw) (the limit is %g%%); re-estimating v until step %ld",
                  pct, OB_WARM_CHECK_FACTOR, 100.0 * OB_WARM_REFUSE_FRACTION, os->refit_end);
     if (os->warm_start == OB_WARM_REFUSED)
-        snprintf(outcome, sizeof outcome, "refused (%.2f%% of coordinates off), warmed up from scratch",
-                 pct);
+        snprintf(outcome, sizeof outcome,
+                 "refused (%.2f%% of coordinates off), warmed up from scratch", pct);
     else
         snprintf(outcome, sizeof outcome, "re-estimated until step %ld (%.2f%% of coordinates off)",
                  os->refit_end, pct);

@@ -13,11 +13,11 @@ typedef struct ob__ckpt_writer ob__ckpt_writer;
 
 struct ob_trainer {
     ob_jobspec spec;
-    char *spec_json; /* canonical JSON of spec, saved in every checkpoint */
+    char *spec_json;             /* canonical JSON of spec, saved in every checkpoint */
     long long warm_source_batch; /* warm start: the source's global batch (0: unknown) */
-    ob_comm *comm;   /* borrowed: control, evaluation and loss sums (host memory) */
-    ob_comm *dcomm;  /* device: cuda: the NCCL communicator of the optimizer (owned), else NULL */
-    int dev;         /* params, grad and the optimizer state live on the GPU */
+    ob_comm *comm;               /* borrowed: control, evaluation and loss sums (host memory) */
+    ob_comm *dcomm; /* device: cuda: the NCCL communicator of the optimizer (owned), else NULL */
+    int dev;        /* params, grad and the optimizer state live on the GPU */
     ob_dataset *ds;
     ob_loader *train;
     ob_loader *eval; /* NULL when the data has no held-out split */

@@ -9,11 +9,16 @@
 #include <stdlib.h>
 
 static const char *const kind_names[OB_REPORT_KIND_COUNT] = {
-    [OB_REPORT_NONE] = "",           [OB_REPORT_START] = "start",
-    [OB_REPORT_STEP] = "step",       [OB_REPORT_EVAL] = "eval",
-    [OB_REPORT_FREEZE] = "freeze",   [OB_REPORT_CHECKPOINT] = "checkpoint",
-    [OB_REPORT_RESUME] = "resume",   [OB_REPORT_NOTICE] = "notice",
-    [OB_REPORT_PROFILE] = "profile", [OB_REPORT_SUMMARY] = "summary",
+    [OB_REPORT_NONE] = "",
+    [OB_REPORT_START] = "start",
+    [OB_REPORT_STEP] = "step",
+    [OB_REPORT_EVAL] = "eval",
+    [OB_REPORT_FREEZE] = "freeze",
+    [OB_REPORT_CHECKPOINT] = "checkpoint",
+    [OB_REPORT_RESUME] = "resume",
+    [OB_REPORT_NOTICE] = "notice",
+    [OB_REPORT_PROFILE] = "profile",
+    [OB_REPORT_SUMMARY] = "summary",
     [OB_REPORT_WARM_START] = "warm_start",
 };
 

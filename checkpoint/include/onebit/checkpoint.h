@@ -58,7 +58,7 @@ typedef struct ob_ckpt_meta {
     /* Train loader position (ob_loader_position): shared by every rank. */
     uint64_t loader_epoch, loader_index;
     uint64_t loader_rng[4];
-    double wall_seconds;         /* training time before this checkpoint, all attempts */
+    double wall_seconds; /* training time before this checkpoint, all attempts */
     /* A warm start's state (ob_warm_state of onebit/optim.h: 0 none, 1 taken, 2 refit,
      * 3 refused) and the step its refit ends; optional attributes, 0 when absent. */
     int warm_start;

@@ -206,11 +206,11 @@ void ob_optim_get_state(ob_optim *opt, ob_optim_state *out);
 
 /* Where an optimizer stands, besides its arrays: what a checkpoint saves and a resume restores. */
 typedef struct ob_optim_progress {
-    long step;           /* completed steps */
-    long freeze_step;    /* -1: not frozen */
-    double last_ratio;   /* freeze detector's last ratio (NaN: none) */
-    double last_norm;    /* freeze detector's last ||v_t||_1 */
-    uint64_t bytes_sent; /* traffic so far, for the statistics */
+    long step;                /* completed steps */
+    long freeze_step;         /* -1: not frozen */
+    double last_ratio;        /* freeze detector's last ratio (NaN: none) */
+    double last_norm;         /* freeze detector's last ||v_t||_1 */
+    uint64_t bytes_sent;      /* traffic so far, for the statistics */
     ob_warm_state warm_start; /* OB_WARM_NONE unless warm-started */
     long refit_end;           /* OB_WARM_REFIT: the step of the freeze; else 0 */
 } ob_optim_progress;

@@ -54,14 +54,14 @@ typedef struct ob_train_event {
     size_t eval_count;    /* EVAL: examples or predicted bytes evaluated */
     int is_text;          /* loss is per byte: bits per byte = loss / ln 2 */
     /* CHECKPOINT and RESUME; the strings are borrowed for the duration of the callback. */
-    const char *path;     /* checkpoint directory */
-    const char *message;  /* NOTICE: the text; CHECKPOINT: NULL on success, else why it failed */
-    int ckpt_ok;          /* CHECKPOINT: committed */
-    int ckpt_async;       /* CHECKPOINT: written by the background thread */
-    double stall_seconds; /* CHECKPOINT: time the training loop stood still for it */
-    double write_seconds; /* CHECKPOINT: rank 0's time writing and syncing its files */
-    uint64_t ckpt_bytes;  /* CHECKPOINT: array bytes in the checkpoint, all ranks */
-    int from_world_size;  /* RESUME: world size that wrote the checkpoint */
+    const char *path;       /* checkpoint directory */
+    const char *message;    /* NOTICE: the text; CHECKPOINT: NULL on success, else why it failed */
+    int ckpt_ok;            /* CHECKPOINT: committed */
+    int ckpt_async;         /* CHECKPOINT: written by the background thread */
+    double stall_seconds;   /* CHECKPOINT: time the training loop stood still for it */
+    double write_seconds;   /* CHECKPOINT: rank 0's time writing and syncing its files */
+    uint64_t ckpt_bytes;    /* CHECKPOINT: array bytes in the checkpoint, all ranks */
+    int from_world_size;    /* RESUME: world size that wrote the checkpoint */
     const char *warm_start; /* WARM_START: "taken as is", "re-estimated until step N (...)", or
                              * "refused (...)" */
 } ob_train_event;

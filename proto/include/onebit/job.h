@@ -34,9 +34,9 @@ typedef enum ob_job_state {
 #define OB_ATTEMPT_EXT_ID_LEN 64
 #define OB_JOB_PATH_LEN 1024
 #define OB_PROGRESS_WARM_LEN 128 /* ob_progress.warm_start, terminator included */
-#define OB_REQUEST_ID_LEN 129 /* a submit's request id, terminator included */
-#define OB_LABELS_LEN 1100    /* a job's labels as "k=v,k=v", terminator included */
-#define OB_LABELS_MAX 16      /* labels per job */
+#define OB_REQUEST_ID_LEN 129    /* a submit's request id, terminator included */
+#define OB_LABELS_LEN 1100       /* a job's labels as "k=v,k=v", terminator included */
+#define OB_LABELS_MAX 16         /* labels per job */
 
 /* "PENDING", "RUNNING", ... ("UNSPECIFIED" for anything else). Static string. */
 const char *ob_job_state_name(ob_job_state s);

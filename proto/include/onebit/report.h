@@ -89,11 +89,11 @@ typedef struct ob_report {
     int ckpt_async;
     int64_t ckpt_bytes;
     double stall_seconds, write_seconds;
-    int from_world_size;             /* RESUME: the world size that wrote the checkpoint */
+    int from_world_size; /* RESUME: the world size that wrote the checkpoint */
     /* NOTICE and WARM_START: the text; a failed CHECKPOINT: the error */
     char message[OB_REPORT_MSG_LEN];
-    ob_report_profile profile;       /* PROFILE */
-    ob_report_summary summary;       /* SUMMARY */
+    ob_report_profile profile; /* PROFILE */
+    ob_report_summary summary; /* SUMMARY */
 } ob_report;
 
 /* ---- JSON lines --------------------------------------------------------------------------- */

@@ -1,0 +1,386 @@
+#!/usr/bin/env python3
+"""The robustness suite: whole training runs of onebit-worker on several models, seeds and
+settings, 1-bit Adam beside its baselines (Adam, and for warm starts the same job from scratch).
+
+    bench/robustness/suite.py run [--group warm|stability|all] [--only SUBSTR] [--rerun]
+    bench/robustness/suite.py report [--docs]  # tables + SVG plot (--docs: into docs/robustness/)
+
+Runs go one at a time (4 MPI ranks each, `mpirun --oversubscribe`); every finished run appends
+one line to results.tsv (var/robustness/ by default), so an interrupted suite carries on where
+it stopped. Environment: WORKER (default build-rel/bin/onebit-worker), MPIRUN, NP (4), OUT.
+Standard library only.
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.environ.get("OUT", os.path.join(ROOT, "var", "robustness"))
+WORKER = os.environ.get("WORKER", os.path.join(ROOT, "build-rel", "bin", "onebit-worker"))
+MPIRUN = os.environ.get("MPIRUN", "mpirun")
+NP = int(os.environ.get("NP", "4"))
+FIELDS = ["case", "variant", "status", "steps", "eval_loss", "eval_accuracy", "freeze_step",
+          "bytes_sent", "bytes_warmup", "wall_s", "notes"]
+
+# --- workloads -------------------------------------------------------------------------------
+
+def mlp(seed, steps=1500, batch=64, lr=1e-3, hidden=(256, 128), act="gelu", beta2=0.99):
+    return {
+        "model": {"type": "mlp", "hidden": list(hidden), "activation": act},
+        "data": {"type": "fashion_mnist", "normalize": "standardize"},
+        "optimizer": {"type": "onebit_adam", "beta1": 0.9, "beta2": beta2, "eps": 1e-8,
+                      "freeze_step": "auto", "block_size": 2048},
+        "batch_size": batch, "steps": steps,
+        "lr": {"schedule": "warmup_step_decay", "peak": lr, "warmup_steps": 100,
+               "decay_rate": 0.99, "decay_every": 50},
+        "seed": seed, "eval": {"interval": 0, "max_examples": 0}, "log_interval": 50,
+    }
+
+
+def transformer(seed, steps=1500, batch=16, lr=3e-4):
+    return {
+        "model": {"type": "transformer", "layers": 2, "heads": 4, "d_model": 64, "context": 64,
+                  "tied_output": True},
+        "data": {"type": "text", "eval_fraction": 0.1, "max_bytes": 0},
+        "optimizer": {"type": "onebit_adam", "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
+                      "weight_decay": 0.01, "freeze_step": "auto", "block_size": 2048},
+        "batch_size": batch, "steps": steps,
+        "lr": {"schedule": "cosine", "peak": lr, "warmup_steps": 200, "min_lr": lr / 10},
+        "seed": seed, "eval": {"interval": 0, "max_examples": 2048}, "log_interval": 50,
+    }
+
+
+def variant(spec, name):
+    """adam | onebit (the default) | onebit-none (the paper's step, stabilizer none)."""
+    s = json.loads(json.dumps(spec))
+    if name == "adam":
+        s["optimizer"] = {k: v for k, v in s["optimizer"].items()
+                          if k in ("beta1", "beta2", "eps", "weight_decay")}
+        s["optimizer"]["type"] = "adam"
+        s["optimizer"]["bias_correction"] = False
+    elif name == "onebit-none":
+        s["optimizer"]["stabilizer"] = "none"
+    return s
+
+# --- cases -------------------------------------------------------------------------------------
+# A case is (name, group, spec, variants, source) where source names a job whose checkpoint the
+# case warm-starts from; its variants then run the warm start (default and as-is) beside the
+# same job from scratch and with Adam.
+
+SOURCES = {
+    "mlp-src": dict(mlp(21, steps=400), checkpoint={"interval": 400, "keep": 1}),
+    "mlp-src-b512": dict(mlp(21, steps=400, batch=512), checkpoint={"interval": 400, "keep": 1}),
+    "tf-src": dict(transformer(21, steps=1200), checkpoint={"interval": 1200, "keep": 1}),
+}
+
+
+def warm_cases():
+    cases = []
+    for seed in (22, 23, 24):
+        cases.append(("mlp-other-seed-s%d" % seed, mlp(seed), "mlp-src", False))
+        cases.append(("mlp-lr3e-3-s%d" % seed, mlp(seed, lr=3e-3), "mlp-src", False))
+        cases.append(("mlp-b16-from-b512-s%d" % seed, mlp(seed, batch=16), "mlp-src-b512", False))
+    for seed in (22, 23):
+        cases.append(("mlp-params-s%d" % seed, mlp(seed), "mlp-src", True))
+        cases.append(("mlp-b256-s%d" % seed, mlp(seed, batch=256), "mlp-src", False))
+    cases.append(("mlp-same-seed-s21", mlp(21), "mlp-src", False))
+    cases.append(("tf-other-seed-s22", transformer(22), "tf-src", False))
+    cases.append(("tf-params-s22", transformer(22), "tf-src", True))
+    out = []
+    for name, spec, src, params in cases:
+        out.append({"case": name, "group": "warm", "spec": spec, "source": src,
+                    "params": params,
+                    "variants": ["adam", "scratch", "warm", "warm-asis"]})
+    return out
+
+
+def stability_cases():
+    out = []
+    for seed in (3, 4, 5):
+        out.append({"case": "mlp1024-relu-b32-s%d" % seed, "group": "stability",
+                    "spec": mlp(seed, steps=1300, batch=32, hidden=(1024, 512), act="relu")})
+        out.append({"case": "mlp256-gelu-s%d" % seed, "group": "stability", "spec": mlp(seed)})
+        out.append({"case": "mlp512-tanh-s%d" % seed, "group": "stability",
+                    "spec": mlp(seed, hidden=(512, 256), act="tanh")})
+    for c in out:
+        c["variants"] = ["adam", "onebit", "onebit-none"]
+    return out
+
+
+def all_cases(group):
+    cases = []
+    if group in ("warm", "all"):
+        cases += warm_cases()
+    if group in ("stability", "all"):
+        cases += stability_cases()
+    return cases
+
+# --- running -----------------------------------------------------------------------------------
+
+def run_spec(name, spec, ckpt_dir=None):
+    """Runs one job; returns (status, summary dict, notices, wall seconds)."""
+    os.makedirs(os.path.join(OUT, "specs"), exist_ok=True)
+    os.makedirs(os.path.join(OUT, "logs"), exist_ok=True)
+    spec = dict(spec, name=name)
+    path = os.path.join(OUT, "specs", name + ".json")
+    with open(path, "w") as f:
+        json.dump(spec, f, indent=1)
+    cmd = [MPIRUN, "--oversubscribe", "-np", str(NP), WORKER, "--spec", path, "--format", "json"]
+    if ckpt_dir:
+        cmd += ["--checkpoint-dir", ckpt_dir]
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OPENBLAS_NUM_THREADS="1")
+    log = os.path.join(OUT, "logs", name)
+    t0 = time.time()
+    with open(log + ".jsonl", "w") as out, open(log + ".err", "w") as err:
+        rc = subprocess.call(cmd, stdout=out, stderr=err, env=env)
+    wall = time.time() - t0
+    summary, notices, last = {}, [], {}
+    with open(log + ".jsonl") as f:
+        for line in f:
+            try:
+                j = json.loads(line)
+            except ValueError:
+                continue
+            if j.get("event") == "summary":
+                summary = j
+            elif j.get("event") == "notice":
+                notices.append(j.get("message", ""))
+            elif j.get("event") == "step":
+                last = j
+    status = "ok" if rc == 0 else ("diverged" if rc == 3 else "exit %d" % rc)
+    if rc != 0 and last:
+        status += "@%d" % last.get("step", 0)
+    return status, summary, notices, wall
+
+
+def done_rows():
+    path = os.path.join(OUT, "results.tsv")
+    rows = []
+    if os.path.exists(path):
+        with open(path) as f:
+            for line in f:
+                parts = line.rstrip("\n").split("\t")
+                if parts[0] == "case" or len(parts) != len(FIELDS):
+                    continue
+                rows.append(dict(zip(FIELDS, parts)))
+    return rows
+
+
+def append_row(row):
+    path = os.path.join(OUT, "results.tsv")
+    new = not os.path.exists(path)
+    with open(path, "a") as f:
+        if new:
+            f.write("\t".join(FIELDS) + "\n")
+        f.write("\t".join(str(row.get(k, "")) for k in FIELDS) + "\n")
+
+
+def ensure_source(name):
+    ck = os.path.join(OUT, "checkpoints")
+    path = os.path.join(ck, "src-" + name)
+    if os.path.isdir(path) and any(d.startswith("step-") for d in os.listdir(path)):
+        return path
+    print("source %s ..." % name, flush=True)
+    status, summary, _, wall = run_spec("src-" + name, SOURCES[name], ckpt_dir=ck)
+    if status != "ok":
+        sys.exit("source %s failed: %s (see %s/logs)" % (name, status, OUT))
+    print("source %s: eval %.4f, frozen at %s, %.0f s" % (
+        name, summary.get("eval_loss", float("nan")), summary.get("freeze_step"), wall))
+    return path
+
+
+def case_spec(case, var):
+    if var in ("adam", "onebit", "onebit-none"):
+        return variant(case["spec"], var)
+    if var == "scratch":
+        return variant(case["spec"], "onebit")
+    s = variant(case["spec"], "onebit")
+    s["warm_start"] = {"from": ensure_source(case["source"]), "params": case["params"]}
+    if var == "warm-asis":
+        s["warm_start"]["refit_steps"] = 0
+    return s
+
+
+def cmd_run(args):
+    if not os.access(WORKER, os.X_OK):
+        sys.exit("no worker at %s (build it: cmake -S . -B build-rel -DONEBIT_CUDA=OFF "
+                 "-DCMAKE_BUILD_TYPE=Release && cmake --build build-rel --target onebit-worker) "
+                 "or set WORKER" % WORKER)
+    have = {(r["case"], r["variant"]) for r in done_rows()}
+    todo = [(c, v) for c in all_cases(args.group) for v in c["variants"]
+            if (not args.only or args.only in c["case"]) and (not args.variant or v == args.variant)
+            and (args.rerun or (c["case"], v) not in have)]
+    print("%d runs to do" % len(todo), flush=True)
+    for i, (c, v) in enumerate(todo, 1):
+        spec = case_spec(c, v)
+        status, s, notices, wall = run_spec("%s-%s" % (c["case"], v), spec)
+        warm = [n for n in notices if n.startswith("warm start check") or n.startswith("warm start refused")]
+        row = {"case": c["case"], "variant": v, "status": status, "steps": s.get("steps", ""),
+               "eval_loss": s.get("eval_loss", ""), "eval_accuracy": s.get("eval_accuracy", ""),
+               "freeze_step": s.get("freeze_step", ""), "bytes_sent": s.get("bytes_sent", ""),
+               "bytes_warmup": s.get("bytes_warmup", ""), "wall_s": "%.1f" % wall,
+               "notes": (warm[0] if warm else "").replace("\t", " ")[:160]}
+        append_row(row)
+        print("[%d/%d] %-28s %-12s %-10s eval %-9s bytes %s (%.0f s)" % (
+            i, len(todo), c["case"], v, status, row["eval_loss"], row["bytes_sent"], wall), flush=True)
+
+# --- report ------------------------------------------------------------------------------------
+
+def fnum(x):
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return None
+
+
+def svg_plot(points, path):
+    """A dot plot: one row per case, the gap of each variant to scratch in percent."""
+    colors = {"warm": "#1f77b4", "warm-asis": "#d62728", "adam": "#7f7f7f"}
+    cases = sorted({p[0] for p in points})
+    w, row_h, left, right = 760, 18, 210, 40
+    h = 60 + row_h * len(cases)
+    lo, hi = -10.0, 20.0
+    x = lambda g: left + (min(max(g, lo), hi) - lo) / (hi - lo) * (w - left - right)
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">' % (w, h),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="16" font-size="13">Warm start: eval loss against the same job from scratch (%%, clipped to [%g, %g])</text>' % (left - 200, lo, hi)]
+    for g in range(int(lo), int(hi) + 1, 5):
+        out.append('<line x1="%.1f" x2="%.1f" y1="30" y2="%d" stroke="%s"/>' % (x(g), x(g), h - 20, "#000" if g == 0 else "#ddd"))
+        out.append('<text x="%.1f" y="%d" text-anchor="middle">%+d</text>' % (x(g), h - 6, g))
+    for i, c in enumerate(cases):
+        y = 40 + row_h * i
+        out.append('<text x="%d" y="%d" text-anchor="end">%s</text>' % (left - 8, y + 4, c))
+        for (pc, var, gap) in points:
+            if pc == c:
+                out.append('<circle cx="%.1f" cy="%d" r="4" fill="%s" fill-opacity="0.8"><title>%s %s %+.2f%%</title></circle>' % (x(gap), y, colors.get(var, "#000"), c, var, gap))
+    lx = w - right - 250
+    for j, (var, label) in enumerate([("warm", "warm start (default: re-estimated)"), ("warm-asis", "warm start as is (refit_steps: 0)"), ("adam", "Adam")]):
+        out.append('<circle cx="%d" cy="%d" r="4" fill="%s"/><text x="%d" y="%d">%s</text>' % (lx, 28 + 12 * j, colors[var], lx + 8, 32 + 12 * j, label))
+    out.append("</svg>")
+    with open(path, "w") as f:
+        f.write("\n".join(out) + "\n")
+
+
+def cmd_report(args):
+    rows = done_rows()
+    by = {(r["case"], r["variant"]): r for r in rows}
+    lines = []
+    points = []
+    warm = sorted({r["case"] for r in rows if r["variant"] in ("warm", "warm-asis")})
+    if warm:
+        lines += ["## Warm start", "",
+                  "Eval loss of each run (the whole test split; 2048 held-out sequences for the "
+                  "transformer), its gap to the same job from scratch, and the bytes one rank sent "
+                  "against the scratch run's.", "",
+                  "| case | adam | scratch | warm (default) | gap | bytes scratch/warm | warm as is | gap | off at step 1 |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for c in warm:
+            sc, ad = by.get((c, "scratch")), by.get((c, "adam"))
+            wa, wi = by.get((c, "warm")), by.get((c, "warm-asis"))
+            base = fnum(sc and sc["eval_loss"])
+            def cell(r):
+                if not r:
+                    return "-"
+                e = fnum(r["eval_loss"])
+                return ("%.4f" % e) if (r["status"] == "ok" and e is not None) else r["status"]
+            def gap(r, var):
+                e = fnum(r and r["eval_loss"])
+                if not r or r["status"] != "ok" or e is None or not base:
+                    return "-"
+                g = 100.0 * (e - base) / base
+                points.append((c, var, g))
+                return "%+.2f%%" % g
+            ratio = "-"
+            if sc and wa and fnum(sc["bytes_sent"]) and fnum(wa["bytes_sent"]):
+                ratio = "%.2fx" % (fnum(sc["bytes_sent"]) / fnum(wa["bytes_sent"]))
+            gap(ad, "adam")
+            m = re.search(r"([0-9.]+)%", (wa or {}).get("notes", ""))
+            check = (m.group(1) + "%") if m else "-"
+            if (wa or {}).get("notes", "").startswith("warm start refused"):
+                check += " (refused)"
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                c, cell(ad), cell(sc), cell(wa), gap(wa, "warm"), ratio, cell(wi), gap(wi, "warm-asis"), check))
+        lines.append("")
+        # Mean and worst gap per configuration (the case name without its seed).
+        groups = {}
+        for (c, var, g) in points:
+            groups.setdefault(re.sub(r"-s[0-9]+$", "", c), {}).setdefault(var, []).append(g)
+        lines += ["Per configuration, over its seeds: mean gap to scratch (worst in brackets).", "",
+                  "| configuration | seeds | warm (default) | warm as is | adam |", "|---|---|---|---|---|"]
+        for cfg in sorted(groups):
+            def agg(var):
+                v = groups[cfg].get(var, [])
+                return "%+.2f%% (%+.2f%%)" % (sum(v) / len(v), max(v)) if v else "-"
+            lines.append("| %s | %d | %s | %s | %s |" % (cfg, len(groups[cfg].get("warm", [])), agg("warm"), agg("warm-asis"), agg("adam")))
+        lines.append("")
+    stab = sorted({r["case"] for r in rows if r["variant"] in ("onebit", "onebit-none")})
+    if stab:
+        lines += ["## Stability", "",
+                  "| case | adam | 1-bit Adam (default) | gap | stabilizer none | gap | bytes adam/1-bit |",
+                  "|---|---|---|---|---|---|---|"]
+        for c in stab:
+            ad, ob, nn = by.get((c, "adam")), by.get((c, "onebit")), by.get((c, "onebit-none"))
+            base = fnum(ad and ad["eval_loss"])
+            def cell2(r):
+                if not r:
+                    return "-"
+                e = fnum(r["eval_loss"])
+                return ("%.4f" % e) if (r["status"] == "ok" and e is not None) else r["status"]
+            def gap2(r):
+                e = fnum(r and r["eval_loss"])
+                if not r or r["status"] != "ok" or e is None or not base:
+                    return "-"
+                return "%+.2f%%" % (100.0 * (e - base) / base)
+            ratio = "-"
+            if ad and ob and fnum(ad["bytes_sent"]) and fnum(ob["bytes_sent"]):
+                ratio = "%.2fx" % (fnum(ad["bytes_sent"]) / fnum(ob["bytes_sent"]))
+            lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (c, cell2(ad), cell2(ob), gap2(ob), cell2(nn), gap2(nn), ratio))
+        lines.append("")
+    text = "\n".join(lines) + "\n"
+    with open(os.path.join(OUT, "tables.md"), "w") as f:
+        f.write(text)
+    print(text)
+    if points:
+        svg_plot(points, os.path.join(OUT, "warm-start.svg"))
+    if args.docs:
+        # The tables between the markers of docs/robustness/README.md, the plot and the raw
+        # results beside it.
+        docs = os.path.join(ROOT, "docs", "robustness")
+        readme = os.path.join(docs, "README.md")
+        with open(readme) as f:
+            doc = f.read()
+        begin, end = "<!-- suite:begin -->", "<!-- suite:end -->"
+        if begin not in doc or end not in doc:
+            sys.exit("%s has no %s ... %s markers" % (readme, begin, end))
+        doc = doc[:doc.index(begin) + len(begin)] + "\n" + text + doc[doc.index(end):]
+        with open(readme, "w") as f:
+            f.write(doc)
+        with open(os.path.join(OUT, "results.tsv")) as f, open(os.path.join(docs, "results.tsv"), "w") as g:
+            g.write(f.read())
+        if points:
+            svg_plot(points, os.path.join(docs, "warm-start.svg"))
+        print("updated %s" % readme)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--group", default="warm", choices=["warm", "stability", "all"])
+    r.add_argument("--only", default="")
+    r.add_argument("--variant", default="", help="only this variant (adam, scratch, warm, ...)")
+    r.add_argument("--rerun", action="store_true")
+    rp = sub.add_parser("report")
+    rp.add_argument("--docs", action="store_true",
+                    help="also write the tables into docs/robustness/README.md")
+    args = ap.parse_args()
+    {"run": cmd_run, "report": cmd_report}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
