@@ -36,6 +36,7 @@ typedef struct launch {
     char reason[128]; /* the platform's account of the end (ob_launch_exit.reason) */
     int permanent;
     int adopted; /* made by attach, not start */
+    char log_path[OB_JOB_PATH_LEN];
 } launch;
 
 typedef struct mock {
@@ -64,6 +65,7 @@ static ob_status m_start(ob_launcher *lb, const ob_launch_req *req, ob_launch_ha
     x->attempt = req->attempt;
     x->world = req->world_size;
     x->resume = req->resume;
+    snprintf(x->log_path, sizeof x->log_path, "%s", req->log_path ? req->log_path : "");
     snprintf(x->report_token, sizeof x->report_token, "%s",
              req->report_token ? req->report_token : "");
     ob_store *st = NULL;
@@ -322,6 +324,40 @@ static void test_invalid_submit_changes_nothing(void **state)
     assert_int_equal(ob_service_list(f->svc, (ob_job_state)42, NULL, 0, NULL, &jobs, &n, next, &err),
                      OB_ERR_INVALID_ARG);
     assert_int_equal(launches(&f->m), 0);
+}
+
+/* Appends lines to the log of launch i as its workers would (rank-tagged by mpirun). */
+static void worker_says(mock *m, int i, const char *text)
+{
+    pthread_mutex_lock(&m->mu);
+    FILE *f = fopen(m->l[i].log_path, "a");
+    pthread_mutex_unlock(&m->mu);
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+}
+
+/* The reason an attempt ended is the workers' error, not a warning they printed after it. */
+static void test_failure_reason_skips_warnings(void **state)
+{
+    fx *f = *state;
+    start(f);
+    char id[OB_JOB_ID_LEN];
+    submit(f, 2, 0, id);
+    assert_true(wait_launches(f, 1));
+    assert_true(wait_state(f, id, OB_JOB_RUNNING));
+    worker_says(&f->m, 0,
+                "[1,0]<stderr>:onebit-worker: training failed: step 12: out of memory\n"
+                "[1,1]<stderr>:onebit-worker: warning: --report: unauthenticated (continuing; "
+                "progress stays in the log)\n");
+    finish(&f->m, 0, 1);
+    assert_true(wait_state(f, id, OB_JOB_FAILED));
+    ob_job j;
+    ob_err err;
+    assert_int_equal(ob_service_get(f->svc, id, &j, &err), OB_OK);
+    if (!strstr(j.attempts[0].exit_reason, "training failed: step 12: out of memory"))
+        fail_msg("exit reason: %s", j.attempts[0].exit_reason);
+    ob_job_clear(&j);
 }
 
 static void test_restart_then_succeed(void **state)
@@ -1096,6 +1132,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_invalid_submit_changes_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failure_reason_skips_warnings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_then_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarts_run_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_permanent_failures, setup, teardown),

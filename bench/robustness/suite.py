@@ -80,7 +80,7 @@ SOURCES = {
 
 def warm_cases():
     cases = []
-    for seed in (22, 23, 24):
+    for seed in (22, 23, 24, 25, 26):
         cases.append(("mlp-other-seed-s%d" % seed, mlp(seed), "mlp-src", False))
         cases.append(("mlp-lr3e-3-s%d" % seed, mlp(seed, lr=3e-3), "mlp-src", False))
         cases.append(("mlp-b16-from-b512-s%d" % seed, mlp(seed, batch=16), "mlp-src-b512", False))

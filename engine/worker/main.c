@@ -185,8 +185,7 @@ static int exit_class(ob_status st)
 static int agreed_exit(ob_status st)
 {
     int mine = exit_class(st), all = mine;
-    if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS)
-        all = mine;
+    if (MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD) != MPI_SUCCESS) all = mine;
     return all ? all : EXIT_RETRYABLE;
 }
 
@@ -309,7 +308,7 @@ int main(int argc, char **argv)
     if (opts.report_addr && rank == 0) {
         const char *id = opts.job_id ? opts.job_id : (spec.name[0] ? spec.name : "job");
         if (ob_reporter_create(&reporter, opts.report_addr, id, NULL, &err) != OB_OK)
-            fprintf(stderr, "onebit-worker: --report: %s (continuing without)\n", err.msg);
+            fprintf(stderr, "onebit-worker: warning: --report: %s (continuing without)\n", err.msg);
     }
     worker_output out = {opts.format, rank, reporter, &stop_requested};
     ob_comm *comm = NULL;

@@ -31,7 +31,8 @@ static void emit(const worker_output *o, const ob_report *rep)
         if (cancel) *o->stop_requested = 1; /* onebitd cancels: stop as on SIGTERM */
     } else if (ob_reporter_failures(o->reporter) == 1) {
         /* Said once: training goes on, and the coordinator reads the printed lines instead. */
-        fprintf(stderr, "onebit-worker: --report: %s (continuing; progress stays in the log)\n",
+        fprintf(stderr,
+                "onebit-worker: warning: --report: %s (continuing; progress stays in the log)\n",
                 err.msg);
     }
 }

@@ -128,14 +128,15 @@ static const char *untagged(const char *l)
 }
 
 /* Remembers the lines that best explain a failure: the workers' own messages (every one starts
- * with "onebit-worker") and mpirun's account of a rank that died or could not start, rather
- * than the banners around them. Progress travels as reports; this is only for the reason an
- * attempt ended. */
+ * with "onebit-worker"; not their warnings, which they carry on after) and mpirun's account of
+ * a rank that died or could not start, rather than the banners around them. Progress travels
+ * as reports; this is only for the reason an attempt ended. */
 static void note_text_line(ob__run *r)
 {
     const char *l = untagged(r->line);
-    if (!strncmp(l, "onebit-worker", 13) || strstr(l, "mpirun noticed") ||
-        strstr(l, "Executable:") || strstr(l, "No such file"))
+    int worker = !strncmp(l, "onebit-worker", 13) && strncmp(l, "onebit-worker: warning:", 23);
+    if (worker || strstr(l, "mpirun noticed") || strstr(l, "Executable:") ||
+        strstr(l, "No such file"))
         ob_strlcpy(r->worker_error, l, sizeof r->worker_error);
     if (strspn(l, "-= ") != strlen(l)) ob_strlcpy(r->last_text, l, sizeof r->last_text);
 }
