@@ -355,6 +355,57 @@ static void test_warm_start_refit_resume(void **state)
     run_end(&b);
 }
 
+/* After a rollback: a frozen optimizer goes back to Adam from its v_Tw for the given steps,
+ * with zeroed error feedback, and freezes again; progress carries the state. */
+static void test_rewarm(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.freeze_step = 2;
+    cfg.block_size = 32;
+    run r;
+    run_start(&r, &cfg);
+    ob_err err = {0};
+    assert_int_equal(ob_optim_rewarm(r.opt, 3, &err), OB_OK); /* not frozen: nothing */
+    assert_int_equal(stats(&r).warm_start, OB_WARM_NONE);
+    for (long t = 1; t <= 5; t++) {
+        for (int i = 0; i < D; i++)
+            r.g[i] = 0.1f * (float)((i + t) % 3) - 0.1f;
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-2f, NULL), OB_OK);
+    }
+    assert_int_equal(stats(&r).freeze_step, 2);
+    ob_optim_state st;
+    ob_optim_get_state(r.opt, &st);
+    int nonzero = 0;
+    for (size_t i = 0; i < st.padded_size; i++)
+        nonzero += st.worker_error[i] != 0.0f;
+    assert_true(nonzero > 0); /* the 1-bit exchange left errors behind */
+    assert_int_equal(ob_optim_rewarm(r.opt, 0, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_rewarm(r.opt, 3, &err), OB_OK);
+    ob_optim_stats s = stats(&r);
+    assert_int_equal(s.phase, OB_PHASE_WARMUP);
+    assert_int_equal(s.warm_start, OB_WARM_REWARM);
+    assert_int_equal(s.refit_end, 8);
+    for (size_t i = 0; i < st.padded_size; i++)
+        assert_true(st.worker_error[i] == 0.0f);
+    ob_optim_progress p;
+    ob_optim_get_progress(r.opt, &p);
+    assert_int_equal(p.warm_start, OB_WARM_REWARM);
+    for (long t = 6; t <= 8; t++) {
+        assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP);
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-2f, NULL), OB_OK);
+    }
+    s = stats(&r);
+    assert_int_equal(s.phase, OB_PHASE_COMPRESSION);
+    assert_int_equal(s.freeze_step, 8);
+    run_end(&r);
+
+    ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
+    run_start(&r, &cfg);
+    assert_int_equal(ob_optim_rewarm(r.opt, 3, &err), OB_ERR_INVALID_ARG);
+    run_end(&r);
+}
+
 /* The naive mode never freezes and keeps updating v from the compressed gradient. */
 static void test_naive_never_freezes(void **state)
 {
@@ -444,6 +495,7 @@ int main(void)
         cmocka_unit_test(test_warm_start_refit),
         cmocka_unit_test(test_warm_start_refused_is_scratch),
         cmocka_unit_test(test_warm_start_refit_resume),
+        cmocka_unit_test(test_rewarm),
         cmocka_unit_test(test_naive_never_freezes),
         cmocka_unit_test(test_precondition_bounds_tiny_variance_steps),
     };

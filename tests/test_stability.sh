@@ -4,7 +4,8 @@
 # steps, seed 3 (shortened to 200 steps). ReLU units that rarely fired by the freeze have a
 # tiny v_Tw; once they wake up, lr m / (sqrt(v_Tw) + eps) throws them far away and the loss is
 # NaN 10 steps after the freeze. The default stabiliser (adam_bound) trains through it; the
-# paper's form stays selectable as stabilizer: none, and still diverges.
+# paper's form stays selectable as stabilizer: none, and still diverges, unless the divergence
+# guard can roll it back to a checkpoint.
 # usage: test_stability.sh WORKER MPIEXEC
 set -u
 WORKER=$1
@@ -59,6 +60,25 @@ check "the canonical spec names the stabiliser" \
 # Compression bytes are the paper's: nothing more crosses the network.
 check "the same bytes per compression step as the paper's form" \
   '[ "$(jq -r "select(.event == \"step\" and .phase == \"compression\") | .bytes_step" "$TMP/default.out" | sort -u)" = "$(jq -r "select(.event == \"step\" and .phase == \"compression\") | .bytes_step" "$TMP/none.out" | sort -u)" ]'
+
+# The divergence guard: with checkpoints, the paper's form rolls back to the newest checkpoint
+# (step 150), re-estimates v by Adam over Delta / 2 = 50 steps and carries on; with
+# checkpoint.rollbacks 0 it exits 3 as before.
+spec "$TMP/guard.yaml" ", stabilizer: none"
+echo "checkpoint: {interval: 50, keep: 2}" >> "$TMP/guard.yaml"
+"$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/guard.yaml" --checkpoint-dir "$TMP/ck" > "$TMP/guard.out" 2> "$TMP/guard.err"
+rc=$?
+notes=$(jq -r 'select(.event == "notice") | .message' "$TMP/guard.out" 2>/dev/null)
+freezes=$(jq -r 'select(.event == "freeze") | .step' "$TMP/guard.out" 2>/dev/null | tr '\n' ' ')
+summary=$(jq -c 'select(.event == "summary")' "$TMP/guard.out" 2>/dev/null)
+check "divergence guard: rolled back to step 150, v re-estimated until step 200, the run completes" \
+  '[ $rc -eq 0 ] && echo "$notes" | grep -Eq "^the loss is not finite at step 1[5-9][0-9] \(on [1-4] ranks?\): rolled back to .*/step-00000150 \(rollback 1 of at most 2\); v is re-estimated by Adam until step 200, then frozen again$" && [ "$freezes" = "$freeze 200 " ] && echo "$summary" | jq -e ".steps == 200 and .eval_loss < 1.0" > /dev/null' \
+  "rc=$rc freezes=$freezes $notes $summary $(tail -3 "$TMP/guard.err")"
+sed -i 's/^checkpoint: {interval: 50, keep: 2}$/checkpoint: {interval: 50, keep: 2, rollbacks: 0}/' "$TMP/guard.yaml"
+"$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/guard.yaml" --checkpoint-dir "$TMP/ck0" > "$TMP/g0.out" 2> "$TMP/g0.err"
+rc=$?
+check "checkpoint.rollbacks 0: the divergence ends the run, exit 3" \
+  '[ $rc -eq 3 ] && grep -q "the loss is not finite" "$TMP/g0.err"' "rc=$rc $(grep -m1 failed "$TMP/g0.err")"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

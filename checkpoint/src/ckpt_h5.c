@@ -187,6 +187,7 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
         (st = attr_f64(f, "wall_seconds", m->wall_seconds, path, err)) ||
         (st = attr_i64(f, "warm_start", m->warm_start, path, err)) ||
         (st = attr_i64(f, "refit_end", m->refit_end, path, err)) ||
+        (st = attr_i64(f, "rollbacks", m->rollbacks, path, err)) ||
         (st = attr_u64(f, "loader_epoch", m->loader_epoch, path, err)) ||
         (st = attr_u64(f, "loader_index", m->loader_index, path, err)) ||
         (st = write_attr(f, "loader_rng", H5T_STD_U64LE, H5T_NATIVE_UINT64, m->loader_rng, 4, path,
@@ -459,13 +460,18 @@ static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, cons
         (st = read_attr(f, "loader_rng", H5T_NATIVE_UINT64, m->loader_rng, 4, path, err)))
         return st;
     /* Optional (checkpoints written before warm starts were re-estimated have neither). */
-    int64_t warm = 0, refit_end = 0;
+    int64_t warm = 0, refit_end = 0, rollbacks = 0;
     if ((H5Aexists(f, "warm_start") > 0 && (st = read_i64(f, "warm_start", &warm, path, err))) ||
-        (H5Aexists(f, "refit_end") > 0 && (st = read_i64(f, "refit_end", &refit_end, path, err))))
+        (H5Aexists(f, "refit_end") > 0 && (st = read_i64(f, "refit_end", &refit_end, path, err))) ||
+        (H5Aexists(f, "rollbacks") > 0 && (st = read_i64(f, "rollbacks", &rollbacks, path, err))))
         return st;
-    if (warm < 0 || warm > 3 || refit_end < 0 || refit_end > INT32_MAX)
-        return OB_ERR(err, OB_ERR_CORRUPT, "%s: warm start state %" PRId64 " / refit end %" PRId64,
-                      path, warm, refit_end);
+    if (warm < 0 || warm > 4 || refit_end < 0 || refit_end > INT32_MAX || rollbacks < 0 ||
+        rollbacks > 1000)
+        return OB_ERR(err, OB_ERR_CORRUPT,
+                      "%s: warm start state %" PRId64 " / refit end %" PRId64
+                      " / rollbacks %" PRId64,
+                      path, warm, refit_end, rollbacks);
+    m->rollbacks = (int)rollbacks;
     m->warm_start = (int)warm;
     m->refit_end = (long)refit_end;
     if (phase < 0 || phase > 1 || freeze < -1 || freeze > m->step)

@@ -102,6 +102,7 @@ void ob_jobspec_default(ob_jobspec *s)
     s->seed = 1;
     s->log_interval = 10;
     s->checkpoint_keep = 3;
+    s->checkpoint_rollbacks = 2;
     s->warm_start_refit_steps = -1;
 }
 
@@ -157,7 +158,7 @@ static const field lr_fields[] = {
 };
 static const field eval_fields[] = {{"interval", ALL}, {"max_examples", ALL}};
 static const field checkpoint_fields[] = {
-    {"dir", ALL}, {"interval", ALL}, {"keep", ALL}, {"async", ALL}};
+    {"dir", ALL}, {"interval", ALL}, {"keep", ALL}, {"async", ALL}, {"rollbacks", ALL}};
 static const field warm_start_fields[] = {{"from", ALL}, {"params", ALL}, {"refit_steps", ALL}};
 
 /* ==== the validator ======================================================================= */
@@ -457,7 +458,7 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
 static ob_status read_eval_ckpt(const json_t *ev, const json_t *ck, ob_jobspec *s, ob_err *err)
 {
     ob_status st;
-    long long keep = s->checkpoint_keep;
+    long long keep = s->checkpoint_keep, rollbacks = s->checkpoint_rollbacks;
     if (ev &&
         ((st = ob__spec_check_fields(ev, "eval", eval_fields, COUNT(eval_fields), NULL, 0, 0,
                                      err)) ||
@@ -472,9 +473,11 @@ static ob_status read_eval_ckpt(const json_t *ev, const json_t *ck, ob_jobspec *
                (st = ob__spec_get_long(ck, "checkpoint", "interval", 0, LONG_MAX,
                                        &s->checkpoint_interval, err)) ||
                (st = ob__spec_get_int(ck, "checkpoint", "keep", 1, INT_MAX, &keep, err)) ||
-               (st = ob__spec_get_bool(ck, "checkpoint", "async", &s->checkpoint_async, err))))
+               (st = ob__spec_get_bool(ck, "checkpoint", "async", &s->checkpoint_async, err)) ||
+               (st = ob__spec_get_int(ck, "checkpoint", "rollbacks", 0, 100, &rollbacks, err))))
         return st;
     s->checkpoint_keep = (int)keep;
+    s->checkpoint_rollbacks = (int)rollbacks;
     return OB_OK;
 }
 

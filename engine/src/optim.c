@@ -392,7 +392,7 @@ static ob_status warmup_step(ob_optim *o, const float *grad, long t, ob_adam_coe
     ob_status st = sum_ranks(o, grad, o->g, err);
     if (st == OB_OK && o->warm == OB_WARM_REFIT && t == 1) st = warm_check(o, k, err);
     if (st != OB_OK) return st;
-    if (o->warm != OB_WARM_REFIT) {
+    if (o->warm != OB_WARM_REFIT && o->warm != OB_WARM_REWARM) {
         if ((st = k_adam(o, o->g, k, err)) != OB_OK) return st;
         return maybe_freeze(o, t, err);
     }
@@ -535,20 +535,21 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
         (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer never freezes",
                       o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
-    if (p->warm_start < OB_WARM_NONE || p->warm_start > OB_WARM_REFUSED)
+    if (p->warm_start < OB_WARM_NONE || p->warm_start > OB_WARM_REWARM)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: warm start state %d", (int)p->warm_start);
     if (p->warm_start != OB_WARM_NONE &&
         (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer is never warm-started",
                       o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
-    if (p->warm_start == OB_WARM_REFIT && p->freeze_step < 0 && p->refit_end <= p->step)
+    int refitting = p->warm_start == OB_WARM_REFIT || p->warm_start == OB_WARM_REWARM;
+    if (refitting && p->freeze_step < 0 && p->refit_end <= p->step)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "restore: a warm start's refit ending at step %ld, not frozen at step %ld",
                       p->refit_end, p->step);
     o->step = p->step;
     o->freeze_step = p->freeze_step < 0 ? -1 : p->freeze_step;
     o->warm = p->warm_start;
-    o->refit_end = p->warm_start == OB_WARM_REFIT ? p->refit_end : 0;
+    o->refit_end = refitting ? p->refit_end : 0;
     o->last_ratio = p->last_ratio;
     o->last_norm = p->last_norm;
     o->bytes_sent = p->bytes_sent;
@@ -570,8 +571,27 @@ const char *ob_warm_state_name(ob_warm_state s)
         return "refit";
     case OB_WARM_REFUSED:
         return "refused";
+    case OB_WARM_REWARM:
+        return "rewarm";
     }
     return "?";
+}
+
+ob_status ob_optim_rewarm(ob_optim *o, long steps, ob_err *err)
+{
+    if (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "rewarm needs onebit_adam in the compressed or uncompressed mode");
+    if (steps <= 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "rewarm: %ld steps", steps);
+    if (o->freeze_step < 0) return OB_OK;
+    if (o->car) {
+        ob_status st = ob_car_reset_errors(o->car, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "rewarm");
+    }
+    o->freeze_step = -1;
+    o->warm = OB_WARM_REWARM;
+    o->refit_end = o->step + steps;
+    return OB_OK;
 }
 
 long ob_optim_auto_refit_steps(double beta2, int same_batch)

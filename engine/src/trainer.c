@@ -336,16 +336,17 @@ void ob_trainer_set_fault_injection(ob_trainer *t, const ob_fault_injection *f)
  * rank takes the same decision at the same step. Three int32 through MPI's own allreduce
  * (latency-optimal: two rounds of a 12-byte message on 4 ranks), not the bandwidth-optimal
  * ring the gradients take. Sets *stop. */
-static ob_status control(ob_trainer *t, long step, int *stop, ob_train_callback cb, void *user,
-                         ob_err *err)
+static ob_status control(ob_trainer *t, long step, int bad, int *stop, int *nbad,
+                         ob_train_callback cb, void *user, ob_err *err)
 {
     float ok, failed;
     ob__trainer_ckpt_local_done(t, &ok, &failed);
-    int32_t v[3] = {t->stop_flag && *t->stop_flag ? 1 : 0, ok > 0.0f, failed > 0.0f};
-    ob_status st = ob_comm_control_start(t->comm, v, 3, err);
+    int32_t v[4] = {t->stop_flag && *t->stop_flag ? 1 : 0, ok > 0.0f, failed > 0.0f, bad != 0};
+    ob_status st = ob_comm_control_start(t->comm, v, 4, err);
     if (st == OB_OK) st = ob_comm_control_finish(t->comm, v, err);
     if (st != OB_OK) return OB_WRAP(err, st, "step %ld: control", step);
     *stop = v[0] > 0;
+    *nbad = (int)v[3];
     return ob__trainer_ckpt_poll(t, (float)v[1], (float)v[2], cb, user, err);
 }
 
@@ -395,15 +396,27 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         double p1 = t->profiling ? ob_mono_s() : 0.0;
         /* The forward pass returns the loss, so on a device it has waited for its kernels. */
         st = ob_model_forward_backward(t->model, t->params, &b, t->grad, &r, err);
-        if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
+        /* A loss that is not finite (the model says so, or its value does) ends the run, or,
+         * with a rollback to go back to, is agreed on in the control reduction below and this
+         * rank's step adds nothing. */
+        int bad = (st == OB_ERR_NUMERIC) || (st == OB_OK && !isfinite(r.loss));
+        if (bad && !ob__trainer_can_roll_back(t)) {
+            if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
+            return OB_ERR(err, OB_ERR_NUMERIC, "step %ld: the training loss is %g", step, r.loss);
+        }
+        if (!bad && st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
         if (t->profiling) {
             double p2 = ob_mono_s();
             t->profile.data_s += p1 - p0;
             t->profile.compute_s += p2 - p1;
             t->profile.steps++;
         }
-        if (!isfinite(r.loss))
-            return OB_ERR(err, OB_ERR_NUMERIC, "step %ld: the training loss is %g", step, r.loss);
+        if (bad) {
+            st = ob__mem_zero(t->dev, t->grad, t->d * sizeof(float),
+                              t->dev ? ob_comm_stream(t->dcomm) : NULL, err);
+            if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
+            r.loss = 0.0;
+        }
 
         ob_phase before = os.phase;
         float lr = (float)ob_lr_at(&s->lr, step);
@@ -427,9 +440,18 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
             cb(&ev, user);
         }
         inject_fault(t, step);
-        int stop = 0;
-        st = control(t, step, &stop, cb, user, err);
+        int stop = 0, nbad = 0;
+        st = control(t, step, bad, &stop, &nbad, cb, user, err);
         if (st != OB_OK) return st;
+        if (nbad > 0) {
+            st = ob__trainer_roll_back(t, step, nbad, &step, cb, user, err);
+            if (st != OB_OK) return st;
+            ob_optim_get_stats(t->opt, &os);
+            loss_window = 0.0;
+            steps_window = 0;
+            t_window = ob_mono_s();
+            continue;
+        }
 
         if ((s->log_interval > 0 && step % s->log_interval == 0) || step == s->steps || stop) {
             float mean = (float)(loss_window / (double)steps_window);

@@ -191,6 +191,7 @@ static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
     m->wall_seconds = t->wall_before + (t->t_start > 0 ? ob_mono_s() - t->t_start : 0.0);
     m->warm_start = (int)p.warm_start;
     m->refit_end = p.refit_end;
+    m->rollbacks = t->rollbacks;
 }
 
 static uint64_t ckpt_bytes(const ob_ckpt_meta *m, size_t hist)
@@ -518,6 +519,7 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
     t->last_loss = meta->train_loss;
     t->last_lr = meta->lr;
     t->last_ckpt_step = meta->step;
+    if (meta->rollbacks > t->rollbacks) t->rollbacks = meta->rollbacks;
     return OB_OK;
 }
 
@@ -610,6 +612,62 @@ ob_status ob_trainer_resume(ob_trainer *t, const char *job_dir, ob_train_callbac
     ev.path = c.path;
     ev.from_world_size = meta.world_size;
     emit(t, &ev, cb, user);
+    return OB_OK;
+}
+
+/* --- rollback after a divergence -------------------------------------------------------------- */
+
+int ob__trainer_can_roll_back(const ob_trainer *t)
+{
+    return t->job_dir[0] && t->rollbacks < t->spec.checkpoint_rollbacks;
+}
+
+ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, int nbad, long *step,
+                                ob_train_callback cb, void *user, ob_err *err)
+{
+    ob_status st = ob__trainer_ckpt_flush(t, cb, user, err);
+    if (st != OB_OK) return st;
+    choice c;
+    if ((st = choose(t, t->job_dir, 0, &c, cb, user, err)) != OB_OK) return st;
+    if (!c.found)
+        return OB_ERR(err, OB_ERR_NUMERIC,
+                      "step %ld: the loss is not finite (on %d rank%s) and there is no checkpoint "
+                      "to roll back to",
+                      bad_step, nbad, nbad == 1 ? "" : "s");
+    /* The traffic already sent stays counted: the statistics say what crossed the network. */
+    ob_optim_progress before;
+    ob_optim_get_progress(t->opt, &before);
+    uint64_t bw = t->bytes_warmup, bc = t->bytes_compression;
+    ob_ckpt_meta meta;
+    st = agree_outcome(t, restore(t, c.path, &meta, err), "rollback", err);
+    if (st != OB_OK) return st;
+    ob_optim_progress p;
+    ob_optim_get_progress(t->opt, &p);
+    p.bytes_sent = before.bytes_sent;
+    t->bytes_warmup = bw;
+    t->bytes_compression = bc;
+    t->rollbacks++;
+    long rewarm = ob_optim_auto_refit_steps(t->spec.optim.beta2, 0);
+    if ((st = ob_optim_set_progress(t->opt, &p, err)) != OB_OK ||
+        (st = ob_optim_rewarm(t->opt, rewarm, err)) != OB_OK)
+        return OB_WRAP(err, st, "rollback to %s", c.path);
+    ob_optim_stats os;
+    ob_optim_get_stats(t->opt, &os);
+    char msg[OB_CKPT_PATH_LEN + 300];
+    if (os.warm_start == OB_WARM_REWARM)
+        snprintf(msg, sizeof msg,
+                 "the loss is not finite at step %ld (on %d rank%s): rolled back to %s (rollback "
+                 "%d of at most %d); v is re-estimated by Adam until step %ld, then frozen again",
+                 bad_step, nbad, nbad == 1 ? "" : "s", c.path, t->rollbacks,
+                 t->spec.checkpoint_rollbacks, os.refit_end);
+    else
+        snprintf(msg, sizeof msg,
+                 "the loss is not finite at step %ld (on %d rank%s): rolled back to %s (rollback "
+                 "%d of at most %d), still in the warmup",
+                 bad_step, nbad, nbad == 1 ? "" : "s", c.path, t->rollbacks,
+                 t->spec.checkpoint_rollbacks);
+    notice(t, msg, cb, user);
+    *step = meta.step;
     return OB_OK;
 }
 

@@ -15,6 +15,7 @@ struct ob_trainer {
     ob_jobspec spec;
     char *spec_json;             /* canonical JSON of spec, saved in every checkpoint */
     long long warm_source_batch; /* warm start: the source's global batch (0: unknown) */
+    int rollbacks;               /* after divergences, in this job (kept in checkpoints) */
     ob_comm *comm;               /* borrowed: control, evaluation and loss sums (host memory) */
     ob_comm *dcomm; /* device: cuda: the NCCL communicator of the optimizer (owned), else NULL */
     int dev;        /* params, grad and the optimizer state live on the GPU */
@@ -86,6 +87,14 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
 ob_status ob__trainer_ckpt_flush(ob_trainer *t, ob_train_callback cb, void *user, ob_err *err);
 
 void ob__trainer_ckpt_destroy(ob_trainer *t);
+
+/* Whether a divergence can be answered with a rollback (the same on every rank). */
+int ob__trainer_can_roll_back(const ob_trainer *t);
+
+/* After a step whose loss was not finite on nbad ranks: back to the newest checkpoint, v
+ * re-estimated (ob_optim_rewarm), a notice. Collective. *step receives the restored step. */
+ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, int nbad, long *step,
+                                ob_train_callback cb, void *user, ob_err *err);
 
 /* After step 1 of a warm-started run: a notice of the warm-start check's outcome. */
 void ob__trainer_warm_checked(ob_trainer *t, const ob_optim_stats *os, ob_train_callback cb,

@@ -60,9 +60,12 @@ typedef struct ob_ckpt_meta {
     uint64_t loader_rng[4];
     double wall_seconds; /* training time before this checkpoint, all attempts */
     /* A warm start's state (ob_warm_state of onebit/optim.h: 0 none, 1 taken, 2 refit,
-     * 3 refused) and the step its refit ends; optional attributes, 0 when absent. */
+     * 3 refused, 4 re-warming after a rollback) and the step its refit ends; optional
+     * attributes, 0 when absent. */
     int warm_start;
     long refit_end;
+    /* Rollbacks after a divergence so far (optional attribute, 0 when absent). */
+    int rollbacks;
     uint64_t v_norm_history_len; /* read only: entries of /optim/v_norm_history (0: none) */
 } ob_ckpt_meta;
 

@@ -60,10 +60,14 @@
  *   seed?          integer in [0, 2^63 - 1] [1]
  *   eval?:         { interval? [0: only at the end], max_examples? [0: the whole eval split] }
  *   log_interval?  steps between progress logs, > 0 [10]
- *   checkpoint?:   { dir? [""], interval? [0: none], keep? [3], >= 1, async? [false] }
+ *   checkpoint?:   { dir? [""], interval? [0: none], keep? [3], >= 1, async? [false],
+ *                  rollbacks? 0..100 [2] }
  *                  dir is the root: the worker writes under <dir>/<job id>/ (onebit/checkpoint.h);
  *                  with a directory the worker also saves at the end and when stopped by
- *                  SIGTERM; async writes in a background thread while training goes on
+ *                  SIGTERM; async writes in a background thread while training goes on;
+ *                  rollbacks: when the loss stops being finite, the ranks go back to the newest
+ *                  checkpoint, re-estimate v by Adam (onebit_adam: ob_optim_rewarm, ceil(Delta
+ *                  / 2) steps) and carry on, at most this many times in the job (0: exit 3)
  *   warm_start?:   { from (required): a checkpoint directory (step-XXXXXXXX) or a job's
  *                  checkpoint directory (its newest valid checkpoint), params? [false],
  *                  refit_steps? auto | 0..1000000 [auto] }
@@ -148,6 +152,7 @@ typedef struct ob_jobspec {
     long checkpoint_interval;                 /* 0: no checkpoints */
     int checkpoint_keep;
     int checkpoint_async;                      /* write in a background thread */
+    int checkpoint_rollbacks;                  /* after a divergence, at most this many */
     char warm_start_from[OB_JOBSPEC_PATH_LEN]; /* "" : no warm start */
     int warm_start_params;                     /* also take the parameters */
     long warm_start_refit_steps;               /* -1: auto (ob_optim_auto_refit_steps) */
