@@ -108,7 +108,7 @@ wait_step() { # ID STEP SECONDS
 # before onebitd binds it: then another).
 # Open MPI: TCP between the hosts (the tests' environment allows only shared memory otherwise).
 export OMPI_MCA_btl=self,vader,tcp
-for try in 1 2 3 4 5; do
+for _ in 1 2 3 4 5; do
   port=$((20000 + RANDOM % 20000))
   ss -Hltn "sport = :$port" | grep -q . && continue
   rm -f "$TMP/ready"
