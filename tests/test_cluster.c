@@ -307,6 +307,53 @@ static void test_hosts_hostile(void **state)
     assert_non_null(strstr(err.msg, "at most"));
 }
 
+/* --mpi-net: CIDRs and interface names pass; anything a shell or Open MPI would read otherwise
+ * is refused with the entry named. */
+static void test_mpi_net(void **state)
+{
+    (void)state;
+    const char *good[] = {"10.0.0.0/24", "eth0",           "10.231.88.0/24,ib0",
+                          "0.0.0.0/0",   "192.168.1.7/32", "enp3s0f1.100",
+                          "br_ob-1",     "abcdefghijklmno"};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        ob_err err;
+        ob_err_clear(&err);
+        assert_int_equal(ob_hosts_net_check(good[i], &err), OB_OK);
+    }
+    const char *bad[] = {"",
+                         ",",
+                         "eth0,",
+                         ",eth0",
+                         "eth0,,eth1",
+                         "10.0.0.0/33",
+                         "10.0.0.0/",
+                         "10.0.0.0/024",
+                         "10.0.0/24",
+                         "256.0.0.0/8",
+                         "10.0.0.0/2x",
+                         "/24",
+                         "-eth0",
+                         "eth0 eth1",
+                         "eth0;reboot",
+                         "$(reboot)",
+                         "eth0\n",
+                         "abcdefghijklmnop", /* 16 characters: longer than IFNAMSIZ allows */
+                         "fe80::/64"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ob_err err;
+        ob_err_clear(&err);
+        assert_int_equal(ob_hosts_net_check(bad[i], &err), OB_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "--mpi-net"));
+    }
+    char longer[300];
+    memset(longer, 'e', sizeof longer - 1);
+    longer[sizeof longer - 1] = '\0';
+    for (size_t i = 3; i < sizeof longer - 1; i += 4)
+        longer[i] = ',';
+    ob_err err;
+    assert_int_equal(ob_hosts_net_check(longer, &err), OB_ERR_INVALID_ARG);
+}
+
 static void test_log_tags(void **state)
 {
     (void)state;
@@ -354,7 +401,7 @@ int main(void)
         cmocka_unit_test(test_sbatch),     cmocka_unit_test(test_squeue),
         cmocka_unit_test(test_sacct),      cmocka_unit_test(test_slurm_exit),
         cmocka_unit_test(test_hosts_good), cmocka_unit_test(test_hosts_hostile),
-        cmocka_unit_test(test_log_tags),
+        cmocka_unit_test(test_mpi_net),    cmocka_unit_test(test_log_tags),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # onebitd --launcher hosts with the real onebit-worker, on this machine only: the host list
 # "<hostname>:4" names this machine, which Open MPI runs without a remote agent, so the
-# generated hostfile, the strict --hosts validation and the cancel through mpirun (SIGUSR1,
-# forwarded to every rank) are tested; spreading ranks over other machines (ssh or
-# --ssh-agent) is not.
+# generated hostfile, the strict --hosts and --mpi-net validation and the cancel through mpirun
+# (SIGUSR1, forwarded to every rank) are tested; ranks on other hosts, reached through
+# --ssh-agent, are in test_hosts_netns.sh.
 # usage: test_hosts.sh ONEBITD OBRPC EXAMPLES_DIR
 set -u
 ONEBITD=$1
@@ -16,6 +16,12 @@ for h in "" "a" "a:0" "a:4,a:4" "a;b:4" "a:4," "-a:2" "a:99999"; do
   out=$("$ONEBITD" --launcher hosts --hosts "$h" --state-dir "$TMP/bad" --insecure-no-auth 2>&1); rc=$?
   check "--hosts '$h' is refused with exit 2" '[ $rc -eq 2 ] && echo "$out" | grep -q -- "--hosts"' "rc=$rc $out"
 done
+for n in "" "eth0;reboot" "10.0.0.0/33" "eth0,,lo" "-eth0"; do
+  out=$("$ONEBITD" --launcher hosts --hosts a:4 --mpi-net "$n" --state-dir "$TMP/bad" --insecure-no-auth 2>&1); rc=$?
+  check "--mpi-net '$n' is refused with exit 2" '[ $rc -eq 2 ] && echo "$out" | grep -q -- "--mpi-net"' "rc=$rc $out"
+done
+out=$("$ONEBITD" --mpi-net 10.0.0.0/24 --state-dir "$TMP/bad" --insecure-no-auth 2>&1); rc=$?
+check "--mpi-net without --launcher hosts is refused" '[ $rc -eq 2 ] && echo "$out" | grep -q "are for --launcher hosts"' "rc=$rc $out"
 out=$("$ONEBITD" --launcher hosts --state-dir "$TMP/bad" --insecure-no-auth 2>&1); rc=$?
 check "--launcher hosts without --hosts is refused" '[ $rc -eq 2 ]' "rc=$rc $out"
 out=$("$ONEBITD" --launcher nope --state-dir "$TMP/bad" --insecure-no-auth 2>&1); rc=$?
@@ -26,7 +32,8 @@ me=$(hostname -s)
 printf '#!/bin/sh\necho "$*" >> "%s/mpirun-args"\nexec mpirun "$@"\n' "$TMP" > "$TMP/mpirun"
 chmod +x "$TMP/mpirun"
 rm -f "$TMP/ready"
-"$ONEBITD" --launcher hosts --hosts "$me:4" --ssh-agent "false" --mpirun "$TMP/mpirun" --grpc 127.0.0.1:0 \
+"$ONEBITD" --launcher hosts --hosts "$me:4" --ssh-agent "false" --mpi-net 127.0.0.0/8 \
+  --mpirun "$TMP/mpirun" --grpc 127.0.0.1:0 \
   --rest 127.0.0.1:0 --state-dir "$TMP/var" --ready-file "$TMP/ready" --insecure-no-auth \
   --backoff 0.2 --cancel-grace 20 >> "$TMP/onebitd.log" 2>&1 &
 PID=$!
@@ -42,7 +49,7 @@ printf 'checkpoint: {interval: 0}\n' >> "$TMP/endless.yaml"
 a=$(rpc submit "$TMP/job.yaml" 2 0 2>/dev/null | jq -r .id)
 wait_state "$a" SUCCEEDED 60
 check "a 2-rank job runs through the hostfile to SUCCEEDED" '[ "$(get "$a" | jq -r .state)" = SUCCEEDED ]' "$(get "$a") $(tail -5 "$TMP/var/jobs/$a/worker.log")"
-check "mpirun was started with the hostfile and the remote agent" 'grep -qF -- "--hostfile $TMP/var/hostfile --mca plm_rsh_agent false" "$TMP/mpirun-args"' "$(cat "$TMP/mpirun-args" 2>&1)"
+check "mpirun was started with the hostfile, the remote agent and the network" 'grep -qF -- "--hostfile $TMP/var/hostfile --mca plm_rsh_agent false --mca btl_tcp_if_include 127.0.0.0/8 --mca oob_tcp_if_include 127.0.0.0/8" "$TMP/mpirun-args"' "$(cat "$TMP/mpirun-args" 2>&1)"
 
 c=$(rpc submit "$TMP/endless.yaml" 2 0 2>/dev/null | jq -r .id)
 for _ in $(seq 300); do [ "$(get "$c" | jq '.progress.step // 0')" -ge 50 ] && break; sleep 0.1; done

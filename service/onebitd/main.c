@@ -39,7 +39,7 @@ typedef struct opts {
     int slots_given;         /* --slots or ONEBIT_SLOTS */
     const char *launcher;    /* local, hosts, slurm */
     const char *report_addr; /* --report-addr: where workers reach the gRPC port */
-    const char *hosts, *ssh_agent;
+    const char *hosts, *ssh_agent, *mpi_net;
     const char *slurm_partition, *slurm_mpi, *slurm_bin;
     const char *slurm_args[33]; /* --slurm-arg, NULL-terminated */
     int n_slurm_args;
@@ -84,6 +84,9 @@ static void usage(FILE *f)
                "  --hosts NAME:SLOTS,...  hosts: the machines and their ranks (ONEBIT_HOSTS);\n"
                "                          --slots defaults to their sum\n"
                "  --ssh-agent CMD         hosts: how mpirun reaches them (plm_rsh_agent) [ssh]\n"
+               "  --mpi-net NET,...       hosts: the network MPI uses between them, CIDRs or\n"
+               "                          interfaces (btl_tcp_if_include, oob_tcp_if_include)\n"
+               "                          [every interface but loopback] (ONEBIT_MPI_NET)\n"
                "  --slurm-partition P     slurm: sbatch --partition [the cluster's default]\n"
                "  --slurm-arg ARG         slurm: one more sbatch option, e.g. --time=4:00:00\n"
                "                          (repeatable)\n"
@@ -156,6 +159,7 @@ static int parse_args(int argc, char **argv, opts *o)
     o->slots_given = getenv("ONEBIT_SLOTS") != NULL;
     o->launcher = env_or("ONEBIT_LAUNCHER", "local");
     o->hosts = env_or("ONEBIT_HOSTS", NULL);
+    o->mpi_net = env_or("ONEBIT_MPI_NET", NULL);
     o->slurm_poll_s = 1;
     enum {
         O_GRPC = 256,
@@ -181,6 +185,7 @@ static int parse_args(int argc, char **argv, opts *o)
         O_REPORT_ADDR,
         O_HOSTS,
         O_SSH_AGENT,
+        O_MPI_NET,
         O_SLURM_PARTITION,
         O_SLURM_ARG,
         O_SLURM_MPI,
@@ -211,6 +216,7 @@ static int parse_args(int argc, char **argv, opts *o)
         {"report-addr", required_argument, NULL, O_REPORT_ADDR},
         {"hosts", required_argument, NULL, O_HOSTS},
         {"ssh-agent", required_argument, NULL, O_SSH_AGENT},
+        {"mpi-net", required_argument, NULL, O_MPI_NET},
         {"slurm-partition", required_argument, NULL, O_SLURM_PARTITION},
         {"slurm-arg", required_argument, NULL, O_SLURM_ARG},
         {"slurm-mpi", required_argument, NULL, O_SLURM_MPI},
@@ -265,6 +271,9 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_SSH_AGENT:
             o->ssh_agent = optarg;
+            break;
+        case O_MPI_NET:
+            o->mpi_net = optarg;
             break;
         case O_SLURM_PARTITION:
             o->slurm_partition = optarg;
@@ -359,8 +368,8 @@ static int parse_args(int argc, char **argv, opts *o)
                               : "onebitd: --hosts is for --launcher hosts\n");
         return 2;
     }
-    if (o->ssh_agent && !hosts) {
-        fprintf(stderr, "onebitd: --ssh-agent is for --launcher hosts\n");
+    if ((o->ssh_agent || o->mpi_net) && !hosts) {
+        fprintf(stderr, "onebitd: --ssh-agent and --mpi-net are for --launcher hosts\n");
         return 2;
     }
     if (!slurm && (o->slurm_partition || o->n_slurm_args || o->slurm_mpi || o->slurm_bin)) {
@@ -505,6 +514,7 @@ static ob_status make_launcher(const opts *o, const char *worker, const ob_host_
             .hosts = hl,
             .hostfile_path = hostfile,
             .rsh_agent = o->ssh_agent,
+            .net = o->mpi_net,
         };
         return ob_hosts_launcher_create(out, &hc, err);
     }
@@ -528,6 +538,15 @@ int main(int argc, char **argv)
             return 2;
         }
         if (!o.slots_given) o.slots = hosts.total_slots;
+    }
+    if (o.mpi_net) {
+        ob_err nerr;
+        ob_err_clear(&nerr);
+        if (ob_hosts_net_check(o.mpi_net, &nerr) != OB_OK) {
+            fprintf(stderr, "onebitd: %s\n", nerr.msg);
+            ob_host_list_clear(&hosts);
+            return 2;
+        }
     }
     char token[OB_TOKEN_MAX] = "";
     char worker[PATH_MAX + 32];

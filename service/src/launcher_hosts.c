@@ -160,6 +160,44 @@ ob_status ob_host_list_hostfile(const ob_host_list *l, char *out, size_t cap, ob
     return OB_OK;
 }
 
+/* 1 for one entry of --mpi-net: an IPv4 CIDR ("10.0.0.0/24") or a Linux interface name (1 to
+ * 15 of [A-Za-z0-9._-], not starting with '-'). */
+static int valid_net_entry(const char *s, size_t len)
+{
+    const char *slash = memchr(s, '/', len);
+    if (slash) {
+        size_t alen = (size_t)(slash - s), plen = len - alen - 1;
+        if (!numeric(s, alen) || !valid_ipv4(s, alen) || plen < 1 || plen > 2) return 0;
+        if (strspn(slash + 1, "0123456789") < plen || (plen == 2 && slash[1] == '0')) return 0;
+        return atoi(slash + 1) <= 32;
+    }
+    if (len == 0 || len > 15 || s[0] == '-') return 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = s[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                 c == '.' || c == '_' || c == '-';
+        if (!ok) return 0;
+    }
+    return 1;
+}
+
+ob_status ob_hosts_net_check(const char *net, ob_err *err)
+{
+    size_t total = strlen(net);
+    if (total == 0 || total > 255)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "--mpi-net: empty, or longer than 255 characters");
+    for (const char *p = net;; p++) {
+        size_t len = strcspn(p, ",");
+        if (!valid_net_entry(p, len))
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "--mpi-net: '%.*s' is not an IPv4 CIDR (10.0.0.0/24) or an interface "
+                          "name",
+                          (int)(len < 80 ? len : 80), p);
+        p += len;
+        if (!*p) return OB_OK;
+    }
+}
+
 /* Writes text to path through a temporary file, fsynced, then renamed. */
 static ob_status write_atomic(const char *path, const char *text, ob_err *err)
 {
@@ -186,6 +224,10 @@ ob_status ob_hosts_launcher_create(ob_launcher **out, const ob_hosts_launcher_co
         return OB_ERR(err, OB_ERR_INVALID_ARG, "the hosts launcher needs hosts and a hostfile");
     if (cfg->rsh_agent && (!cfg->rsh_agent[0] || strpbrk(cfg->rsh_agent, "\n\r")))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "--ssh-agent: empty, or a line break in it");
+    if (cfg->net) {
+        ob_status nrc = ob_hosts_net_check(cfg->net, err);
+        if (nrc) return nrc;
+    }
     size_t cap = cfg->hosts->n * (OB_HOST_NAME_MAX + 16) + 1;
     char *text = malloc(cap);
     if (!text) return OB_ERR(err, OB_ERR_NOMEM, "hostfile");
@@ -196,8 +238,8 @@ ob_status ob_hosts_launcher_create(ob_launcher **out, const ob_hosts_launcher_co
     size_t n_extra = 0;
     while (cfg->mpirun_args && cfg->mpirun_args[n_extra])
         n_extra++;
-    if (n_extra > 24)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "at most 24 extra mpirun arguments, got %zu",
+    if (n_extra > 20)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "at most 20 extra mpirun arguments, got %zu",
                       n_extra);
     const char *args[32];
     size_t a = 0;
@@ -207,6 +249,18 @@ ob_status ob_hosts_launcher_create(ob_launcher **out, const ob_hosts_launcher_co
         args[a++] = "--mca";
         args[a++] = "plm_rsh_agent";
         args[a++] = cfg->rsh_agent;
+    }
+    /* Both of Open MPI's TCP users: the ranks' traffic (btl) and the daemons' wire-up (oob).
+     * Left to itself each tries every interface, and an address every host has (docker0's
+     * 172.17.0.1, a bridge of libvirt) looks like the peer but is the host itself: the
+     * connection hangs instead of failing. */
+    if (cfg->net) {
+        args[a++] = "--mca";
+        args[a++] = "btl_tcp_if_include";
+        args[a++] = cfg->net;
+        args[a++] = "--mca";
+        args[a++] = "oob_tcp_if_include";
+        args[a++] = cfg->net;
     }
     for (size_t i = 0; i < n_extra; i++)
         args[a++] = cfg->mpirun_args[i];

@@ -157,11 +157,22 @@ typedef struct ob_hosts_launcher_config {
     const char *hostfile_path;      /* written (atomically) by create */
     const char *rsh_agent;          /* --mca plm_rsh_agent, e.g. "ssh -o BatchMode=yes"; NULL:
                                        Open MPI's default (ssh) */
+    const char *net;                /* the network MPI uses between hosts: CIDRs or interface
+                                       names, comma-separated ("10.0.0.0/24", "eth1"), given to
+                                       both btl_tcp_if_include and oob_tcp_if_include; NULL:
+                                       Open MPI's choice (every interface but loopback) */
     const char *const *mpirun_args; /* more mpirun arguments, NULL-terminated, may be NULL */
 } ob_hosts_launcher_config;
 
+/* Checks a network for ob_hosts_launcher_config.net (--mpi-net): comma-separated entries, each
+ * an IPv4 CIDR ("10.0.0.0/24") or a Linux interface name (1 to 15 of [A-Za-z0-9._-], not
+ * starting with '-'), 255 characters in all. OB_ERR_INVALID_ARG names the first bad entry. */
+ob_status ob_hosts_net_check(const char *net, ob_err *err);
+
 /* Creates the hosts launcher: the local launcher with `--hostfile FILE [--mca plm_rsh_agent
- * AGENT]` on mpirun's command line, and the hostfile written. Ranks on other hosts get SIGTERM
+ * AGENT] [--mca btl_tcp_if_include NET --mca oob_tcp_if_include NET]` on mpirun's command line,
+ * and the hostfile written. A net that is not a comma-separated list of CIDRs or interface
+ * names is refused (OB_ERR_INVALID_ARG). Ranks on other hosts get SIGTERM
  * through mpirun, which forwards it. *out is owned by the caller (ob_launcher_destroy). */
 ob_status ob_hosts_launcher_create(ob_launcher **out, const ob_hosts_launcher_config *cfg,
                                    ob_err *err);
