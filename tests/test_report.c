@@ -71,6 +71,12 @@ static ob_report sample(ob_report_kind kind)
         strcpy(p->warm_start, "re-estimated until step 20 (0.89% of coordinates off)");
         strcpy(r.message, "warm start check passed: 0.89% of the coordinates ...");
         break;
+    case OB_REPORT_REWARM:
+        p->step = 159;
+        r.ckpt_step = 150;
+        strcpy(r.ckpt_path, "/ck/job/step-00000150");
+        strcpy(r.message, "the loss is not finite at step 159 ...");
+        break;
     case OB_REPORT_PROFILE:
         r.profile = (ob_report_profile){.steps = 1500,
                                         .ms_per_step = 3.5,

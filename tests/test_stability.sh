@@ -68,7 +68,7 @@ spec "$TMP/guard.yaml" ", stabilizer: none"
 echo "checkpoint: {interval: 50, keep: 2}" >> "$TMP/guard.yaml"
 "$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/guard.yaml" --checkpoint-dir "$TMP/ck" > "$TMP/guard.out" 2> "$TMP/guard.err"
 rc=$?
-notes=$(jq -r 'select(.event == "notice") | .message' "$TMP/guard.out" 2>/dev/null)
+notes=$(jq -r 'select(.event == "rewarm" and .to_step == 150) | .message' "$TMP/guard.out" 2>/dev/null)
 freezes=$(jq -r 'select(.event == "freeze") | .step' "$TMP/guard.out" 2>/dev/null | tr '\n' ' ')
 summary=$(jq -c 'select(.event == "summary")' "$TMP/guard.out" 2>/dev/null)
 check "divergence guard: rolled back to step 150, v re-estimated until step 200, the run completes" \

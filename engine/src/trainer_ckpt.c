@@ -666,7 +666,13 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, int nbad, long *st
                  "%d of at most %d), still in the warmup",
                  bad_step, nbad, nbad == 1 ? "" : "s", c.path, t->rollbacks,
                  t->spec.checkpoint_rollbacks);
-    notice(t, msg, cb, user);
+    ob_train_event ev = {0};
+    ev.kind = OB_EVENT_REWARM;
+    ev.step = bad_step;
+    ev.to_step = meta.step;
+    ev.path = c.path;
+    ev.message = msg;
+    emit(t, &ev, cb, user);
     *step = meta.step;
     return OB_OK;
 }

@@ -89,6 +89,12 @@ static void report_from_event(const ob_train_event *ev, ob_report *r)
         r->kind = OB_REPORT_NOTICE;
         ob_strlcpy(r->message, ev->message, sizeof r->message);
         break;
+    case OB_EVENT_REWARM:
+        r->kind = OB_REPORT_REWARM;
+        r->ckpt_step = ev->to_step;
+        ob_strlcpy(r->ckpt_path, ev->path, sizeof r->ckpt_path);
+        ob_strlcpy(r->message, ev->message, sizeof r->message);
+        break;
     case OB_EVENT_WARM_START:
         r->kind = OB_REPORT_WARM_START;
         ob_strlcpy(r->progress.warm_start, ev->warm_start, sizeof r->progress.warm_start);
@@ -140,6 +146,9 @@ static void print_event_text(const ob_train_event *ev)
         break;
     case OB_EVENT_WARM_START:
         printf("warm start: %s\n", ev->message);
+        break;
+    case OB_EVENT_REWARM:
+        printf("rewarm: %s\n", ev->message);
         break;
     }
     fflush(stdout);

@@ -20,6 +20,7 @@ static const char *const kind_names[OB_REPORT_KIND_COUNT] = {
     [OB_REPORT_PROFILE] = "profile",
     [OB_REPORT_SUMMARY] = "summary",
     [OB_REPORT_WARM_START] = "warm_start",
+    [OB_REPORT_REWARM] = "rewarm",
 };
 
 const char *ob_report_kind_name(ob_report_kind kind)
@@ -152,6 +153,12 @@ static void write_fields(json_t *o, const ob_report *r)
     case OB_REPORT_WARM_START:
         set_int(o, "step", p->step);
         set(o, "outcome", json_string(p->warm_start));
+        set(o, "message", json_string(r->message));
+        break;
+    case OB_REPORT_REWARM:
+        set_int(o, "step", p->step);
+        set_int(o, "to_step", r->ckpt_step);
+        set(o, "path", json_string(r->ckpt_path));
         set(o, "message", json_string(r->message));
         break;
     case OB_REPORT_PROFILE:
@@ -341,6 +348,12 @@ static void read_fields(const json_t *o, ob_report *r)
     case OB_REPORT_WARM_START:
         p->step = jint(o, "step");
         ob_strlcpy(p->warm_start, jstr(o, "outcome"), sizeof p->warm_start);
+        ob_strlcpy(r->message, jstr(o, "message"), sizeof r->message);
+        break;
+    case OB_REPORT_REWARM:
+        p->step = jint(o, "step");
+        r->ckpt_step = jint(o, "to_step");
+        ob_strlcpy(r->ckpt_path, jstr(o, "path"), sizeof r->ckpt_path);
         ob_strlcpy(r->message, jstr(o, "message"), sizeof r->message);
         break;
     case OB_REPORT_PROFILE:

@@ -63,6 +63,8 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
                  rep->message);
     } else if (rep->kind == OB_REPORT_NOTICE) {
         snprintf(msg, sizeof msg, "%.500s", rep->message);
+    } else if (rep->kind == OB_REPORT_REWARM) {
+        snprintf(msg, sizeof msg, "%.500s", rep->message);
     } else if (rep->kind == OB_REPORT_WARM_START) {
         ob_strlcpy(p->warm_start, rep->progress.warm_start, sizeof p->warm_start);
         snprintf(msg, sizeof msg, "%.500s", rep->message);

@@ -35,6 +35,7 @@ typedef enum ob_train_event_kind {
     OB_EVENT_RESUME = 4,     /* training continues from the checkpoint at `path` */
     OB_EVENT_NOTICE = 5,     /* something the user should know: `message` */
     OB_EVENT_WARM_START = 6, /* what a warm start did: `warm_start` in short, `message` */
+    OB_EVENT_REWARM = 7,     /* a divergence at `step` rolled back to `to_step` (`path`) */
 } ob_train_event_kind;
 
 typedef struct ob_train_event {
@@ -64,6 +65,7 @@ typedef struct ob_train_event {
     int from_world_size;    /* RESUME: world size that wrote the checkpoint */
     const char *warm_start; /* WARM_START: "taken as is", "re-estimated until step N (...)", or
                              * "refused (...)" */
+    long to_step;           /* REWARM: the checkpoint's step training continues after */
 } ob_train_event;
 
 typedef void (*ob_train_callback)(const ob_train_event *ev, void *user);

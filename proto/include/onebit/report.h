@@ -35,9 +35,10 @@ typedef enum ob_report_kind {
     OB_REPORT_PROFILE,    /* where rank 0's step time went (--profile) */
     OB_REPORT_SUMMARY,    /* the run ended */
     OB_REPORT_WARM_START, /* what a warm start did: progress.warm_start, message */
+    OB_REPORT_REWARM,     /* a divergence rolled back: step, ckpt_step, ckpt_path, message */
 } ob_report_kind;
 
-#define OB_REPORT_KIND_COUNT 11
+#define OB_REPORT_KIND_COUNT 12
 #define OB_REPORT_MSG_LEN 1024
 
 /* "step", "eval", ... (the "event" of a JSON line, the kind of a ReportProgressRequest); ""
