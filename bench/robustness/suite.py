@@ -150,7 +150,7 @@ def run_spec(name, spec, ckpt_dir=None):
                 continue
             if j.get("event") == "summary":
                 summary = j
-            elif j.get("event") == "notice":
+            elif j.get("event") in ("notice", "warm_start", "rewarm"):
                 notices.append(j.get("message", ""))
             elif j.get("event") == "step":
                 last = j
@@ -268,6 +268,21 @@ def svg_plot(points, path):
         f.write("\n".join(out) + "\n")
 
 
+def warm_note(case, var):
+    """The warm-start check's message from a run's log (rows written before it was recorded)."""
+    path = os.path.join(OUT, "logs", "%s-%s.jsonl" % (case, var))
+    if not os.path.exists(path):
+        return ""
+    with open(path) as f:
+        for line in f:
+            if '"warm start check' in line or '"warm start refused' in line:
+                try:
+                    return json.loads(line).get("message", "")
+                except ValueError:
+                    pass
+    return ""
+
+
 def cmd_report(args):
     rows = done_rows()
     by = {(r["case"], r["variant"]): r for r in rows}
@@ -301,9 +316,10 @@ def cmd_report(args):
             if sc and wa and fnum(sc["bytes_sent"]) and fnum(wa["bytes_sent"]):
                 ratio = "%.2fx" % (fnum(sc["bytes_sent"]) / fnum(wa["bytes_sent"]))
             gap(ad, "adam")
-            m = re.search(r"([0-9.]+)%", (wa or {}).get("notes", ""))
+            note = (wa or {}).get("notes", "") or warm_note(c, "warm")
+            m = re.search(r"([0-9.]+)%", note)
             check = (m.group(1) + "%") if m else "-"
-            if (wa or {}).get("notes", "").startswith("warm start refused"):
+            if note.startswith("warm start refused"):
                 check += " (refused)"
             lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 c, cell(ad), cell(sc), cell(wa), gap(wa, "warm"), ratio, cell(wi), gap(wi, "warm-asis"), check))
