@@ -73,3 +73,13 @@ add_test(NAME test_hosts
                  $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
 set_tests_properties(test_hosts PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 300
                      PROCESSORS 2)
+
+# onebitd --launcher kubernetes against a stand-in API server (tests/k8s_standin.py: HTTPS with a
+# CA made by the test, a bearer token, MPIJob v2beta1 and Pod JSON, chunked watches, 404/409/410):
+# the MPIJob it creates, success, a failed worker, OOMKilled, unschedulable pods, cancel, a
+# restarted coordinator re-attaching, the API server going away, 410 Gone, hostile events.
+add_test(NAME test_kubernetes_standin
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_kubernetes_standin.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples
+                 ${CMAKE_CURRENT_SOURCE_DIR}/k8s_standin.py)
+set_tests_properties(test_kubernetes_standin PROPERTIES TIMEOUT 300)
