@@ -83,3 +83,18 @@ add_test(NAME test_kubernetes_standin
                  $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples
                  ${CMAKE_CURRENT_SOURCE_DIR}/k8s_standin.py)
 set_tests_properties(test_kubernetes_standin PROPERTIES TIMEOUT 300)
+
+# The images (docker/Dockerfile) built and run with podman: onebitd in a container launching a
+# 2-rank job into two worker containers over ssh, to SUCCEEDED. Opt-in, it builds images:
+#   ONEBIT_CONTAINER_TEST=1 ctest --test-dir build -R test_containers --output-on-failure
+add_test(NAME test_containers
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_containers.sh ${PROJECT_SOURCE_DIR}
+                 $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_containers PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77)
+
+# docker/kubernetes/: YAML syntax, kustomization references, the Role, onebitd's probes, claims
+# and flags (python3-yaml).
+add_test(NAME test_manifests
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/test_manifests.py ${PROJECT_SOURCE_DIR}
+                 $<TARGET_FILE:onebitd>)
+set_tests_properties(test_manifests PROPERTIES TIMEOUT 60)

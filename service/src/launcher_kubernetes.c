@@ -221,9 +221,9 @@ static json_t *labels_for(const ob_launch_req *req, const char *name, const char
 static json_t *pod_template(const kube_launcher *kl, const ob_launch_req *req, const char *name,
                             const char *role, json_t *container)
 {
-    json_t *spec =
-        json_pack("{s:i, s:{s:b, s:i}, s:[o]}", "terminationGracePeriodSeconds", kl->grace_s,
-                  "securityContext", "runAsNonRoot", 1, "runAsUser", 1000, "containers", container);
+    json_t *spec = json_pack("{s:i, s:{s:b, s:i, s:i}, s:[o]}", "terminationGracePeriodSeconds",
+                             kl->grace_s, "securityContext", "runAsNonRoot", 1, "runAsUser", 1000,
+                             "fsGroup", 1000, "containers", container);
     if (!spec) return NULL;
     if (kl->sa[0]) json_object_set_new(spec, "serviceAccountName", json_string(kl->sa));
     if (kl->claim[0]) {
