@@ -20,6 +20,7 @@ which the test moves through states over a plain-HTTP control port on 127.0.0.1:
   POST /ctl/down, /ctl/up              the API server goes away (streams cut) and comes back
   POST /ctl/compact                    history compacted: old resourceVersions get 410
   POST /ctl/garbage                    hostile lines on every open watch stream
+  POST /ctl/precreate {"name"}         an MPIJob of that name labelled for another job
   GET  /ctl/state                      MPIJobs, pods and a count of requests, as JSON
 usage: k8s_standin.py --cert C --key K --token T --port-file F --ctl-port-file G [--grace S]
 """
@@ -484,6 +485,15 @@ class Ctl(BaseHTTPRequestHandler):
                 STATE["rv"] += 5
                 STATE["epoch"] += 1
                 LOCK.notify_all()
+            elif cmd == "precreate":  # an MPIJob of that name that is someone else's
+                job = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
+                       "metadata": {"name": arg["name"], "namespace": "training",
+                                    "labels": {"app.kubernetes.io/managed-by": "onebitd",
+                                               "onebit.dev/job-id": "job-elsewhere",
+                                               "onebit.dev/attempt": "1"}},
+                       "spec": {"mpiReplicaSpecs": {}}, "status": {}}
+                STATE["mpijobs"][arg["name"]] = job
+                bump("mpijobs", "ADDED", job)
             elif cmd == "garbage":
                 STATE["garbage"] += 1
                 LOCK.notify_all()

@@ -11,7 +11,8 @@
 #   - cancel: a graceful (foreground) delete, the job CANCELLED once the MPIJob is gone;
 #   - onebitd SIGKILLed and started again: it re-attaches to the same MPIJob (no new one);
 #   - the API server going away and coming back (watch reconnect), and 410 Gone (relist);
-#   - hostile lines on the watch streams; a kubeconfig with an exec plugin refused.
+#   - hostile lines on the watch streams; a name taken by another job's MPIJob (409); a
+#     kubeconfig with an exec plugin refused.
 # usage: test_kubernetes_standin.sh ONEBITD OBRPC EXAMPLES_DIR STANDIN
 set -u
 ONEBITD=$1
@@ -211,6 +212,12 @@ sleep 1
 ctl succeed "{\"name\":\"onebit-$i-1\"}" > /dev/null
 wait_for 20 '[ "$(jstate "$i")" = SUCCEEDED ]'
 check "non-JSON, mistyped and 5 MiB watch events are dropped; onebitd carries on" 'kill -0 $PID && [ "$(jstate "$i")" = SUCCEEDED ]' "$(get "$i" | jq -c .state)"
+# --- 10. the name is taken by an MPIJob that is not this attempt's: 409, then the attempt ends -----
+next=$(printf 'job-%06d' $((10#${i#job-} + 1)))
+ctl precreate "{\"name\":\"onebit-$next-1\"}" > /dev/null
+k=$(submit 2 0)
+wait_for 15 '[ "$(jstate "$k")" = FAILED ]'
+check "409 AlreadyExists for another job's MPIJob: the attempt ends saying so, the MPIJob is left alone" '[ "$k" = "$next" ] && get "$k" | jq -r .message | grep -q "an MPIJob named onebit-$k-1 exists already and is not this attempt.s (labels: job job-elsewhere" && [ "$(mpijob "onebit-$k-1" | jq -r ".metadata.labels[\"onebit.dev/job-id\"]")" = job-elsewhere ]' "$k $(get "$k" | jq -r .message)"
 kill -TERM "$PID"; wait "$PID" 2>/dev/null; PID=""
 
 sed 's/    token: .*/    exec: {command: get-token, apiVersion: client.authentication.k8s.io\/v1}/' "$K/kubeconfig" > "$K/exec.kubeconfig"

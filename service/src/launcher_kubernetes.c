@@ -79,7 +79,8 @@ typedef struct katt {
     int succeeded, failed, running, deleting, deleted;
     char cond[TEXT]; /* the Failed condition's reason and message */
     int term_wanted, term_sent, kill_wanted, kill_sent, drop_wanted, drop_sent;
-    int ended; /* ended by the launcher: create failed, or stuck */
+    int ended;    /* ended by the launcher: create failed, or stuck */
+    int conflict; /* creation answered 409: whose the MPIJob is, is still to be asked */
     int permanent;
     char end_reason[TEXT];
     int64_t final_ms, last_poll_ms;
@@ -766,6 +767,41 @@ static void start_log(kube_launcher *kl, katt *a, const kpod *p)
     curl_multi_add_handle(kl->multi, a->log_h);
 }
 
+/* After a 409 on create: the MPIJob of that name is this attempt's (its labels say so) or the
+ * attempt ends. Called without the mutex. */
+static void resolve_conflict(kube_launcher *kl, const char *name)
+{
+    char path[600];
+    snprintf(path, sizeof path, API_MPIJOBS "/%s", kl->ns, name);
+    long status = 0;
+    char *out = NULL;
+    ob_status rc = api(kl, "GET", path, NULL, &status, &out, NULL);
+    json_t *obj =
+        rc == OB_OK && status == 200 ? json_loads(out, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    free(out);
+    pthread_mutex_lock(&kl->mu);
+    katt *a = find_att(kl, name);
+    if (a && a->conflict) {
+        a->conflict = 0;
+        /* Not asked (gone meanwhile, or no answer): the watch will tell. */
+        if (obj && apply_mpijob(kl, obj, 0) != a) {
+            json_t *labels = json_object_get(json_object_get(obj, "metadata"), "labels");
+            char owner[160];
+            snprintf(owner, sizeof owner, "%.60s attempt %.10s", jstr(labels, LABEL_JOB),
+                     jstr(labels, LABEL_ATTEMPT));
+            clean_text(owner, sizeof owner, owner);
+            snprintf(a->end_reason, sizeof a->end_reason,
+                     "an MPIJob named %s exists already and is not this attempt's (labels: job "
+                     "%.100s); delete it or use another namespace",
+                     a->name, owner);
+            a->ended = 1;
+            a->final_ms = ob_wall_ms();
+        }
+    }
+    pthread_mutex_unlock(&kl->mu);
+    json_decref(obj);
+}
+
 /* A queued request, made without the mutex. */
 typedef struct op {
     enum { OP_CREATE, OP_TERM, OP_KILL, OP_DROP } kind;
@@ -795,9 +831,10 @@ static void run_op(kube_launcher *kl, op *o)
                 if (obj) apply_mpijob(kl, obj, 0);
                 json_decref(obj);
             } else if (rc == OB_OK && status == 409) {
-                /* It exists: ours (a creation whose answer was lost) when the watch shows it
-                 * with this attempt's labels; until then it is treated as ours. */
+                /* It exists: ours when it carries this attempt's labels (a creation whose
+                 * answer was lost), else someone else's. */
                 a->phase = K_LIVE;
+                a->conflict = 1;
             } else if (rc == OB_OK && status >= 400 && status < 500 && status != 429) {
                 char msg[TEXT];
                 ob__kube_status_message(out, msg, sizeof msg);
@@ -825,8 +862,10 @@ static void run_op(kube_launcher *kl, op *o)
                 a->body = NULL;
             }
         }
+        int conflict = a && a->conflict;
         pthread_mutex_unlock(&kl->mu);
         free(out);
+        if (conflict) resolve_conflict(kl, o->name);
         return;
     }
     /* Deletes. TERM: the pods get their grace period (SIGTERM first, the ranks checkpoint) and
@@ -1143,6 +1182,10 @@ static ob_status kube_poll(ob_launcher *l, const ob_launch_handle *h, ob_launch_
             ex->exit_code = lcode;
             if (lcode < 0) ex->term_signal = a->kill_wanted ? SIGKILL : SIGTERM;
             snprintf(ex->reason, sizeof ex->reason, "MPIJob %s deleted by onebitd", a->name);
+        } else if (a->rv == 0) {
+            /* Never seen: gone before this coordinator could look (an attach while the API
+             * server could not be asked). A new MPIJob can resume the job. */
+            snprintf(ex->reason, sizeof ex->reason, "MPIJob %s does not exist (any more)", a->name);
         } else {
             diagnose(a, why, sizeof why, &ex->permanent);
             snprintf(ex->reason, sizeof ex->reason, "MPIJob %s was deleted outside onebitd%s%.150s",
