@@ -15,6 +15,9 @@ ob_add_service_test(test_status_map test_status_map.c)
 ob_add_service_test(test_service test_service.c)
 # The cluster launchers' parsers (sbatch, squeue, sacct, --hosts, log tags) on hostile text.
 ob_add_service_test(test_cluster test_cluster.c)
+# The Kubernetes launcher's names and connection: DNS-1123 labels, the kubeconfig subset (and what
+# it refuses), in-cluster credentials.
+ob_add_service_test(test_kube_config test_kube_config.c)
 
 # obrpc: the gRPC client the black-box tests drive onebitd with.
 pkg_check_modules(OB_TEST_JANSSON REQUIRED IMPORTED_TARGET jansson)

@@ -118,7 +118,8 @@ pm run -d --name "${NAMES[0]}" --network host \
   -v "$S/onebit:/var/lib/onebit" -v "$S/client:/etc/onebit-ssh:ro" \
   -e OMPI_MCA_btl=self,tcp -e OMPI_MCA_plm_rsh_no_tree_spawn=1 -e OMPI_MCA_btl_tcp_if_include=lo \
   -e OMPI_MCA_oob_tcp_if_include=lo \
-  "localhost/onebit/onebitd:$TAG" --grpc "127.0.0.1:$GP" --rest "127.0.0.1:$RP" --insecure-no-auth \
+  -e ONEBIT_GRPC_ADDR="127.0.0.1:$GP" -e ONEBIT_REST_ADDR="127.0.0.1:$RP" \
+  "localhost/onebit/onebitd:$TAG" --insecure-no-auth \
   --launcher hosts --hosts w1:1,w2:1 --ssh-agent "ssh -F /etc/onebit-ssh/config" \
   --worker /usr/local/bin/onebit-worker --cancel-grace 20 > /dev/null ||
   { echo "FAILED: starting onebitd's container"; exit 1; }
@@ -126,8 +127,8 @@ GRPC=127.0.0.1:$GP
 REST=127.0.0.1:$RP
 for _ in $(seq 100); do [ "$(curl -s -o /dev/null -w '%{http_code}' "http://$REST/healthz")" = 200 ] && break; sleep 0.1; done
 check "onebitd's container serves /healthz and grpc.health.v1" '[ "$(curl -s "http://$REST/healthz" | jq -r .status)" = SERVING ] && rpc health > /dev/null 2>&1' "$(pm logs "${NAMES[0]}" 2>&1 | tail -5)"
-sleep 12 # the first health check runs after the start period
-check "podman reports the onebitd container healthy" 'pm healthcheck run "${NAMES[0]}" > /dev/null 2>&1' "$(pm inspect "${NAMES[0]}" | jq -c '.[0].State.Health // .[0].State.Healthcheck')"
+pm healthcheck run "${NAMES[0]}" > "$TMP/hc" 2>&1; rc=$?
+check "the image's HEALTHCHECK passes (podman healthcheck run)" '[ $rc -eq 0 ]' "rc=$rc $(cat "$TMP/hc") $(pm inspect "${NAMES[0]}" | jq -c '.[0].State.Health // .[0].State.Healthcheck')"
 
 sed 's/^steps: 200/steps: 300/' "$EXAMPLES/synthetic-mlp-onebit.yaml" > "$S/onebit/job.yaml"
 printf 'checkpoint: {interval: 100, keep: 5}\n' >> "$S/onebit/job.yaml"

@@ -335,7 +335,8 @@ ob_status ob_k8s_attempt_name(const char *job_id, int attempt, char *out, size_t
 {
     char name[128];
     int n = snprintf(name, sizeof name, "onebit-%s-%d", job_id ? job_id : "", attempt);
-    if (attempt < 1 || n < 0 || (size_t)n > OB_K8S_NAME_MAX || !ob_k8s_dns_label(name))
+    if (attempt < 1 || n < 0 || (size_t)n > OB_K8S_NAME_MAX || !ob_k8s_dns_label(name) ||
+        !ob_k8s_dns_label(job_id))
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "job %.80s attempt %d: 'onebit-<job id>-<attempt>' is not a DNS-1123 label "
                       "of at most %d characters (lower-case letters, digits and '-')",

@@ -60,7 +60,8 @@ void ob_kube_conn_clear(ob_kube_conn *c);
 /* 1 when s is a DNS-1123 label: 1 to 63 of [a-z0-9-], starting and ending with [a-z0-9]. */
 int ob_k8s_dns_label(const char *s);
 
-/* The MPIJob name of an attempt ("onebit-<job_id>-<attempt>") into out[cap]. OB_ERR_INVALID_ARG
+/* The MPIJob name of an attempt ("onebit-<job_id>-<attempt>") into out[cap]: the job id must be
+ * a DNS-1123 label itself, and attempt >= 1. OB_ERR_INVALID_ARG
  * when it would not be a DNS-1123 label of at most OB_K8S_NAME_MAX characters. */
 ob_status ob_k8s_attempt_name(const char *job_id, int attempt, char *out, size_t cap, ob_err *err);
 
