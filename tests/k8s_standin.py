@@ -13,7 +13,8 @@ and "410 Gone" ERROR events for a resourceVersion older than the compacted histo
 
 It stands in for the MPI Operator too: a created MPIJob gets a launcher pod and its worker pods,
 which the test moves through states over a plain-HTTP control port on 127.0.0.1:
-  POST /ctl/mode {"on_create": "run"|"unschedulable"|"image_pull"|"pending"}
+  POST /ctl/mode {"on_create": "run"|"unschedulable"|"image_pull"|"pending"|"slow_delete"}
+                                       (slow_delete: as run, but graceful deletes never end)
   POST /ctl/succeed {"name"}           launcher exits 0, MPIJob Succeeded
   POST /ctl/fail_worker {"name", "index", "exit_code", "reason"}  worker dies, MPIJob Failed
   POST /ctl/log {"name", "text"}       a line of the launcher pod's log
@@ -153,7 +154,7 @@ def operate_created(job):
     mode = STATE["mode"]
     for i in range(workers):
         pod = make_pod(job, "worker", i)
-        if mode == "run":
+        if mode in ("run", "slow_delete"):
             pod_running(pod)
         elif mode == "unschedulable":
             pod["status"]["conditions"] = [{
@@ -166,7 +167,7 @@ def operate_created(job):
                 "message": 'Back-off pulling image "%s"' % pod["spec"]["containers"][0]["image"]}}
         STATE["pods"][pod["metadata"]["name"]] = pod
         bump("pods", "ADDED", pod)
-    if mode == "run":
+    if mode in ("run", "slow_delete"):
         # WaitForWorkersReady: the launcher once the workers are ready.
         pod = make_pod(job, "launcher", 0)
         pod_running(pod)
@@ -190,6 +191,8 @@ def remove_job(name):
 def graceful_delete(name):
     time.sleep(ARGS.grace)
     with LOCK:
+        if STATE["mode"] == "slow_delete":  # the pods ignore SIGTERM: only a kill ends them
+            return
         job = STATE["mpijobs"].get(name)
         if not job:
             return
@@ -485,6 +488,11 @@ class Ctl(BaseHTTPRequestHandler):
                 STATE["rv"] += 5
                 STATE["epoch"] += 1
                 LOCK.notify_all()
+            elif cmd == "restarting":
+                job = STATE["mpijobs"][arg["name"]]
+                set_condition(job, "Restarting", reason="MPIJobRestarting",
+                              message="a worker pod is being restarted")
+                bump("mpijobs", "MODIFIED", job)
             elif cmd == "precreate":  # an MPIJob of that name that is someone else's
                 job = {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob",
                        "metadata": {"name": arg["name"], "namespace": "training",

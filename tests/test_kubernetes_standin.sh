@@ -11,8 +11,9 @@
 #   - cancel: a graceful (foreground) delete, the job CANCELLED once the MPIJob is gone;
 #   - onebitd SIGKILLed and started again: it re-attaches to the same MPIJob (no new one);
 #   - the API server going away and coming back (watch reconnect), and 410 Gone (relist);
-#   - hostile lines on the watch streams; a name taken by another job's MPIJob (409); a
-#     kubeconfig with an exec plugin refused.
+#   - hostile lines on the watch streams; a name taken by another job's MPIJob (409);
+#   - device: cuda (GPU limits per worker pod), the Restarting condition, a cancel whose pods
+#     outlast the grace (then deleted at once); a kubeconfig with an exec plugin refused.
 # usage: test_kubernetes_standin.sh ONEBITD OBRPC EXAMPLES_DIR STANDIN
 set -u
 ONEBITD=$1
@@ -218,6 +219,24 @@ ctl precreate "{\"name\":\"onebit-$next-1\"}" > /dev/null
 k=$(submit 2 0)
 wait_for 15 '[ "$(jstate "$k")" = FAILED ]'
 check "409 AlreadyExists for another job's MPIJob: the attempt ends saying so, the MPIJob is left alone" '[ "$k" = "$next" ] && get "$k" | jq -r .message | grep -q "an MPIJob named onebit-$k-1 exists already and is not this attempt.s (labels: job job-elsewhere" && [ "$(mpijob "onebit-$k-1" | jq -r ".metadata.labels[\"onebit.dev/job-id\"]")" = job-elsewhere ]' "$k $(get "$k" | jq -r .message)"
+kill -TERM "$PID"; wait "$PID" 2>/dev/null; PID=""
+
+# --- 11. GPUs, Restarting, and a cancel whose pods ignore SIGTERM ---------------------------------
+start_k8s_daemon --k8s-slots-per-worker 2 --cancel-grace 2
+printf 'device: cuda\n' >> "$TMP/job.yaml"
+ctl mode '{"on_create":"slow_delete"}' > /dev/null
+g4=$(rpc submit "$TMP/job.yaml" 4 0 2>/dev/null | jq -r .id)
+wait_for 10 '[ "$(mpijob "onebit-$g4-1")" != null ]'
+m=$(mpijob "onebit-$g4-1")
+check "device: cuda: 4 ranks in 2 worker pods of 2 slots, each with nvidia.com/gpu: 2" '[ "$(echo "$m" | jq -c "[.spec.slotsPerWorker, .spec.mpiReplicaSpecs.Worker.replicas, .spec.mpiReplicaSpecs.Worker.template.spec.containers[0].resources.limits[\"nvidia.com/gpu\"]]")" = "[2,2,\"2\"]" ]' "$(echo "$m" | jq -c .spec.mpiReplicaSpecs.Worker.template.spec.containers[0].resources) $(get "$g4" | jq -r .message)"
+sleep 0.5
+ctl restarting "{\"name\":\"onebit-$g4-1\"}" > /dev/null
+check "the MPIJob's Restarting condition is told as an event" 'wait_for 5 "events $g4 | grep -q \"MPIJob onebit-$g4-1 is restarting pods\""' "$(events "$g4" | tail -3)"
+rpc cancel "$g4" > /dev/null 2>&1
+wait_for 15 '[ "$(jstate "$g4")" = CANCELLED ]'
+dels=$(state | jq -r '.deletes[]' | grep "onebit-$g4-1")
+check "pods that outlast the grace: a graceful delete, then the MPIJob and its pods deleted at once; CANCELLED" '[ "$(jstate "$g4")" = CANCELLED ] && echo "$dels" | grep -q "mpijobs/onebit-$g4-1?propagationPolicy=Foreground$" && echo "$dels" | grep -q "mpijobs/onebit-$g4-1?propagationPolicy=Background&gracePeriodSeconds=0" && echo "$dels" | grep -q "pods/onebit-$g4-1-launcher-[a-z0-9]*?gracePeriodSeconds=0" && [ "$(mpijob "onebit-$g4-1")" = null ]' "$(jstate "$g4") $dels"
+ctl mode '{"on_create":"run"}' > /dev/null
 kill -TERM "$PID"; wait "$PID" 2>/dev/null; PID=""
 
 sed 's/    token: .*/    exec: {command: get-token, apiVersion: client.authentication.k8s.io\/v1}/' "$K/kubeconfig" > "$K/exec.kubeconfig"

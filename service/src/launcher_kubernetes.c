@@ -77,7 +77,8 @@ typedef struct katt {
     int64_t next_try_ms, create_deadline_ms;
     int64_t rv; /* the newest resourceVersion seen of the MPIJob, 0: never seen */
     int succeeded, failed, running, deleting, deleted;
-    char cond[TEXT]; /* the Failed condition's reason and message */
+    char restarting[TEXT]; /* the Restarting condition's reason and message while it holds */
+    char cond[TEXT];       /* the Failed condition's reason and message */
     int term_wanted, term_sent, kill_wanted, kill_sent, drop_wanted, drop_sent;
     int ended;    /* ended by the launcher: create failed, or stuck */
     int conflict; /* creation answered 409: whose the MPIJob is, is still to be asked */
@@ -316,10 +317,18 @@ static katt *apply_mpijob(kube_launcher *kl, json_t *obj, int deleted)
     json_t *conds = json_object_get(json_object_get(obj, "status"), "conditions");
     size_t i;
     json_t *c;
+    a->restarting[0] = '\0';
     if (json_is_array(conds)) json_array_foreach(conds, i, c)
         {
             if (strcmp(jstr(c, "status"), "True") != 0) continue;
             const char *t = jstr(c, "type");
+            if (!strcmp(t, "Restarting")) {
+                /* backoffLimit 0 should keep the operator from it; said if it happens. */
+                char text[TEXT * 2];
+                snprintf(text, sizeof text, "MPIJob %s is restarting pods: %.60s: %.200s", a->name,
+                         jstr(c, "reason"), jstr(c, "message"));
+                clean_text(a->restarting, sizeof a->restarting, text);
+            }
             if (!strcmp(t, "Succeeded")) a->succeeded = 1;
             if (!strcmp(t, "Running")) a->running = 1;
             if (!strcmp(t, "Failed") && !a->failed) {
@@ -1198,6 +1207,8 @@ static ob_status kube_poll(ob_launcher *l, const ob_launch_handle *h, ob_launch_
             ob_strlcpy(ex->reason, kl->api_problem, sizeof ex->reason);
         else if (p)
             stuck_text(p, ex->reason, sizeof ex->reason);
+        else if (a->restarting[0])
+            ob_strlcpy(ex->reason, a->restarting, sizeof ex->reason);
         else if (a->phase == K_TO_CREATE)
             snprintf(ex->reason, sizeof ex->reason, "creating MPIJob %s", a->name);
     }
