@@ -189,8 +189,17 @@ ctl down > /dev/null
 ctl succeed "{\"name\":\"onebit-$g-1\"}" > /dev/null   # while nobody can watch
 sleep 2
 check "API server away: the job stays RUNNING and says why" '[ "$(jstate "$g")" = RUNNING ] && events "$g" | grep -q "cannot be watched"' "$(get "$g" | jq -c .state) $(events "$g" | tail -3)"
+t0=$(date +%s%N)
+g2=$(submit 2)
+wait_for 5 '[ "$(jstate "$g2")" = RUNNING ]'
+t1=$(date +%s%N)
+check "API server away: a submit is answered at once and its attempt waits for the MPIJob" '[ "$(jstate "$g2")" = RUNNING ] && [ $(((t1 - t0) / 1000000)) -lt 3000 ] && [ "$(get "$g2" | jq -r .attempts[0].external_id)" = "onebit-$g2-1" ]' "$(((t1 - t0) / 1000000)) ms $(get "$g2" | jq -c .attempts)"
 ctl up > /dev/null
 wait_for 20 '[ "$(jstate "$g")" = SUCCEEDED ]'
+check "API server back: the MPIJob submitted meanwhile is created" 'wait_for 10 "[ \"\$(mpijob onebit-$g2-1)\" != null ]"' "$(state | jq -c .created)"
+sleep 0.5
+ctl succeed "{\"name\":\"onebit-$g2-1\"}" > /dev/null
+wait_for 15 '[ "$(jstate "$g2")" = SUCCEEDED ]'
 check "API server back: the watch reconnects, relists and sees the MPIJob Succeeded" '[ "$(jstate "$g")" = SUCCEEDED ] && [ "$(state | jq ".requests[\"LIST mpijobs\"]")" -gt "$lists_before" ]' "$(get "$g" | jq -c .state)"
 
 # --- 8. 410 Gone: relist --------------------------------------------------------------------------

@@ -713,6 +713,7 @@ static void relist(kube_launcher *kl, watch *w)
         w->need_list = 0;
         w->failures = 0;
         w->retry_ms = 0;
+        kl->api_problem[0] = '\0'; /* it answers again */
     }
     pthread_mutex_unlock(&kl->mu);
     json_decref(list);
@@ -991,14 +992,13 @@ static void reap_transfers(kube_launcher *kl)
                 w->failures++;
                 w->need_list = 1; /* what happened meanwhile is read from a fresh list */
                 w->retry_ms = ob_wall_ms() + (500LL << (w->failures < 6 ? w->failures : 6));
+                char why[80];
+                if (cc == CURLE_OK)
+                    snprintf(why, sizeof why, "HTTP status %ld", status);
+                else
+                    snprintf(why, sizeof why, "%s", curl_easy_strerror(cc));
                 snprintf(kl->api_problem, sizeof kl->api_problem,
-                         "the Kubernetes API server cannot be watched (%s): %s%.100s", w->what,
-                         cc == CURLE_OK ? "HTTP status " : curl_easy_strerror(cc),
-                         cc == CURLE_OK ? "" : "");
-                if (cc == CURLE_OK) {
-                    size_t n = strlen(kl->api_problem);
-                    snprintf(kl->api_problem + n, sizeof kl->api_problem - n, "%ld", status);
-                }
+                         "the Kubernetes API server cannot be watched (%s): %s", w->what, why);
             }
         } else {
             katt *a = priv;
