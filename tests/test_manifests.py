@@ -7,12 +7,14 @@
 - onebitd's StatefulSet: one replica, a claim template for its state, the checkpoint claim at
   the checkpoint directory, a gRPC readiness probe and an HTTP /healthz liveness probe on the
   ports it serves, resource requests, the token from the Secret;
-- every onebitd flag in the manifests is one that `onebitd --help` lists.
+- every onebitd flag in the manifests is one that `onebitd --help` lists;
+- with kubectl installed: each overlay renders (`kubectl kustomize`) with its patches applied.
 Exits non-zero on any mismatch.
 usage: test_manifests.py SOURCE_DIR ONEBITD
 """
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -153,6 +155,35 @@ gpu_args = [a for p, x in objects if "/gpu/" in p and x["kind"] == "StatefulSet"
             for a in x["spec"]["template"]["spec"]["containers"][0]["args"]]
 check(any(a.startswith("--k8s-slots-per-worker=") for a in gpu_args),
       "the GPU overlay sets GPUs (slots) per worker")
+
+# With kubectl (kustomize built in), each overlay renders, and the patches land where meant.
+kubectl = shutil.which("kubectl")
+if not kubectl:
+    print("[ SKIPPED ] rendering the overlays: no kubectl")
+for ov, image, slots in (("cpu", "onebit/worker:", "1"), ("gpu", "onebit/worker-cuda:", "8")):
+    if not kubectl:
+        break
+    r = subprocess.run([kubectl, "kustomize", os.path.join(ROOT, "overlays", ov)],
+                       capture_output=True, text=True, timeout=60)
+    if r.returncode != 0:
+        check(False, "kubectl kustomize overlays/%s" % ov, r.stderr[-300:])
+        continue
+    rendered = [x for x in yaml.safe_load_all(r.stdout) if x]
+    kinds = sorted(x["kind"] for x in rendered)
+    st = [x for x in rendered if x["kind"] == "StatefulSet"]
+    c = st[0]["spec"]["template"]["spec"]["containers"][0] if st else {}
+    env = {e["name"]: e for e in c.get("env", [])}
+    ok = (kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding",
+                           "Secret", "PersistentVolumeClaim", "Service", "Service", "StatefulSet"])
+          and all(x["metadata"].get("namespace") == "onebit" for x in rendered if x["kind"] != "Namespace")
+          and env.get("ONEBIT_K8S_IMAGE", {}).get("value", "").startswith(image)
+          and "secretKeyRef" in env.get("ONEBIT_TOKEN", {}).get("valueFrom", {})
+          and "--k8s-slots-per-worker=" + slots in c.get("args", [])
+          and "--launcher=kubernetes" in c.get("args", [])
+          and c.get("readinessProbe", {}).get("grpc", {}).get("port") == 50051)
+    check(ok, "kubectl kustomize overlays/%s: every object in namespace onebit, the worker image %s..., "
+          "%s slots per worker, the token and the probes kept" % (ov, image, slots),
+          (kinds, env, c.get("args")))
 
 print("%d failed" % failed)
 sys.exit(1 if failed else 0)
