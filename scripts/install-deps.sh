@@ -20,7 +20,15 @@ packages=(
   jq gnuplot-nox
   # the Slurm launcher and its test (tests/test_slurm.sh starts a one-machine cluster)
   slurmctld slurmd slurm-client munge
+  # the Kubernetes launcher's test (a stand-in API server, a CA made by openssl) and the
+  # manifests' test (python3-yaml)
+  python3 python3-yaml openssl
 )
+# --containers: what the opt-in image test needs (tests/test_containers.sh): podman with runc,
+# and mmdebstrap to make a Debian base image without a registry.
+if [ "${1:-}" = --containers ]; then
+  packages+=(podman runc mmdebstrap uidmap)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

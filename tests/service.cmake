@@ -15,6 +15,9 @@ ob_add_service_test(test_status_map test_status_map.c)
 ob_add_service_test(test_service test_service.c)
 # The cluster launchers' parsers (sbatch, squeue, sacct, --hosts, log tags) on hostile text.
 ob_add_service_test(test_cluster test_cluster.c)
+# The Kubernetes launcher's names and connection: DNS-1123 labels, the kubeconfig subset (and what
+# it refuses), in-cluster credentials.
+ob_add_service_test(test_kube_config test_kube_config.c)
 
 # obrpc: the gRPC client the black-box tests drive onebitd with.
 pkg_check_modules(OB_TEST_JANSSON REQUIRED IMPORTED_TARGET jansson)
@@ -84,3 +87,28 @@ add_test(NAME test_hosts_netns
                  $<TARGET_FILE:obrpc> $<TARGET_FILE:onebitctl> ${PROJECT_SOURCE_DIR}/examples)
 set_tests_properties(test_hosts_netns PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 300
                      PROCESSORS 2 SKIP_RETURN_CODE 77)
+
+# onebitd --launcher kubernetes against a stand-in API server (tests/k8s_standin.py: HTTPS with a
+# CA made by the test, a bearer token, MPIJob v2beta1 and Pod JSON, chunked watches, 404/409/410):
+# the MPIJob it creates, success, a failed worker, OOMKilled, unschedulable pods, cancel, a
+# restarted coordinator re-attaching, the API server going away, 410 Gone, hostile events.
+add_test(NAME test_kubernetes_standin
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_kubernetes_standin.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples
+                 ${CMAKE_CURRENT_SOURCE_DIR}/k8s_standin.py)
+set_tests_properties(test_kubernetes_standin PROPERTIES TIMEOUT 300)
+
+# The images (docker/Dockerfile) built and run with podman: onebitd in a container launching a
+# 2-rank job into two worker containers over ssh, to SUCCEEDED. Opt-in, it builds images:
+#   ONEBIT_CONTAINER_TEST=1 ctest --test-dir build -R test_containers --output-on-failure
+add_test(NAME test_containers
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_containers.sh ${PROJECT_SOURCE_DIR}
+                 $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_containers PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77)
+
+# docker/kubernetes/: YAML syntax, kustomization references, the Role, onebitd's probes, claims
+# and flags (python3-yaml).
+add_test(NAME test_manifests
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/test_manifests.py ${PROJECT_SOURCE_DIR}
+                 $<TARGET_FILE:onebitd>)
+set_tests_properties(test_manifests PROPERTIES TIMEOUT 60)

@@ -25,7 +25,7 @@ check "--mpi-net without --launcher hosts is refused" '[ $rc -eq 2 ] && echo "$o
 out=$("$ONEBITD" --launcher hosts --state-dir "$TMP/bad" --insecure-no-auth 2>&1); rc=$?
 check "--launcher hosts without --hosts is refused" '[ $rc -eq 2 ]' "rc=$rc $out"
 out=$("$ONEBITD" --launcher nope --state-dir "$TMP/bad" --insecure-no-auth 2>&1); rc=$?
-check "an unknown launcher is refused" '[ $rc -eq 2 ] && echo "$out" | grep -q "local, hosts or slurm"' "rc=$rc $out"
+check "an unknown launcher is refused" '[ $rc -eq 2 ] && echo "$out" | grep -q "local, hosts, slurm or kubernetes"' "rc=$rc $out"
 
 me=$(hostname -s)
 # mpirun through a wrapper that records its arguments (exec: signals reach mpirun itself).

@@ -359,8 +359,11 @@ stop_daemon
 # --- token: every call without it is refused on both APIs --------------------------------------
 echo "s3cret-token" > "$TMP/token"
 start_daemon "$TMP/var4" --token-file "$TMP/token"
-ONEBIT_TOKEN= rpc health > /dev/null 2> "$TMP/err"; rc=$?
+ONEBIT_TOKEN= rpc list > /dev/null 2> "$TMP/err"; rc=$?
 check "no token over gRPC: UNAUTHENTICATED" '[ $rc -eq 16 ]' "rc=$rc $(cat "$TMP/err")"
+ONEBIT_TOKEN= rpc health > /dev/null 2> "$TMP/err"; rc=$?
+out=$(curl -s -w '\n%{http_code}' "http://$REST/healthz")
+check "grpc.health.v1 and /healthz answer probes without a token" '[ $rc -eq 0 ] && [ "$(echo "$out" | tail -1)" = 200 ]' "rc=$rc $(cat "$TMP/err") $out"
 ONEBIT_TOKEN=wrong rpc list > /dev/null 2> "$TMP/err"; rc=$?
 check "wrong token over gRPC: UNAUTHENTICATED" '[ $rc -eq 16 ]' "rc=$rc"
 ONEBIT_TOKEN=s3cret-token rpc list > /dev/null 2> "$TMP/err"; rc=$?

@@ -6,10 +6,12 @@
  *   onebitd [--grpc HOST:PORT] [--rest HOST:PORT] [--state-dir DIR] [--slots N] ...
  *   onebitd --launcher hosts --hosts node1:4,node2:4 [--ssh-agent CMD] ...
  *   onebitd --launcher slurm [--slurm-partition P] [--slurm-arg --time=4:00:00] ...
+ *   onebitd --launcher kubernetes --k8s-image IMAGE [--kubeconfig FILE] [--k8s-namespace NS] ...
  *
  * Every option also reads an environment variable (flags win); see usage(). Exit status: 0
  * after a clean shutdown, 1 when the service cannot start, 2 for a bad command line. */
 #define _GNU_SOURCE /* getopt_long */
+#include "onebit/kubernetes.h"
 #include "onebit/launcher.h"
 #include "onebit/servers.h"
 #include "onebit/service.h"
@@ -44,6 +46,10 @@ typedef struct opts {
     const char *slurm_args[33]; /* --slurm-arg, NULL-terminated */
     int n_slurm_args;
     double slurm_poll_s;
+    /* --launcher kubernetes */
+    const char *kubeconfig, *k8s_namespace, *k8s_image, *k8s_pull, *k8s_claim, *k8s_sa, *k8s_cpu,
+        *k8s_memory;
+    int k8s_slots_per_worker, k8s_pending_s, k8s_ttl_s, k8s_given;
 } opts;
 
 static void usage(FILE *f)
@@ -93,7 +99,23 @@ static void usage(FILE *f)
                "  --slurm-mpi TYPE        slurm: srun --mpi=TYPE [pmix]\n"
                "  --slurm-bin DIR         slurm: where sbatch, squeue, scancel, sacct, srun are\n"
                "                          [PATH]\n"
-               "  --slurm-poll SEC        slurm: ask squeue about a job at most this often [1]\n");
+               "  --slurm-poll SEC        slurm: ask squeue about a job at most this often [1]\n"
+               "  --kubeconfig FILE       kubernetes: API server and token from FILE (ONEBIT_\n"
+               "                          KUBECONFIG) [in the cluster: the service account]\n"
+               "  --k8s-namespace NS      kubernetes: where the MPIJobs go [the kubeconfig's\n"
+               "                          or the pod's namespace, else default]\n"
+               "  --k8s-image IMAGE       kubernetes: the worker image (ONEBIT_K8S_IMAGE)\n"
+               "  --k8s-pull-policy P     kubernetes: IfNotPresent, Always or Never [IfNotPresent]\n"
+               "  --k8s-checkpoint-claim C kubernetes: the ReadWriteMany claim mounted at the\n"
+               "                          checkpoint directory in every pod\n"
+               "                          (ONEBIT_K8S_CHECKPOINT_CLAIM)\n"
+               "  --k8s-service-account SA kubernetes: the service account of the MPIJobs' pods\n"
+               "  --k8s-slots-per-worker N kubernetes: ranks (and GPUs) per worker pod [1]\n"
+               "  --k8s-cpu Q             kubernetes: CPU request per worker pod [1]\n"
+               "  --k8s-memory Q          kubernetes: memory request per worker pod [1Gi]\n"
+               "  --k8s-pending-timeout SEC kubernetes: end an attempt whose pods cannot be\n"
+               "                          scheduled or pull their image for SEC [300; 0: never]\n"
+               "  --k8s-ttl SEC           kubernetes: keep ended MPIJobs this long [86400]\n");
 }
 
 static const char *env_or(const char *name, const char *def)
@@ -161,6 +183,10 @@ static int parse_args(int argc, char **argv, opts *o)
     o->hosts = env_or("ONEBIT_HOSTS", NULL);
     o->mpi_net = env_or("ONEBIT_MPI_NET", NULL);
     o->slurm_poll_s = 1;
+    o->kubeconfig = env_or("ONEBIT_KUBECONFIG", NULL);
+    o->k8s_image = env_or("ONEBIT_K8S_IMAGE", NULL);
+    o->k8s_claim = env_or("ONEBIT_K8S_CHECKPOINT_CLAIM", NULL);
+    o->k8s_pending_s = 300;
     enum {
         O_GRPC = 256,
         O_REST,
@@ -191,6 +217,17 @@ static int parse_args(int argc, char **argv, opts *o)
         O_SLURM_MPI,
         O_SLURM_BIN,
         O_SLURM_POLL,
+        O_KUBECONFIG,
+        O_K8S_NAMESPACE,
+        O_K8S_IMAGE,
+        O_K8S_PULL,
+        O_K8S_CLAIM,
+        O_K8S_SA,
+        O_K8S_SLOTS,
+        O_K8S_CPU,
+        O_K8S_MEMORY,
+        O_K8S_PENDING,
+        O_K8S_TTL,
     };
     static const struct option options[] = {
         {"grpc", required_argument, NULL, O_GRPC},
@@ -222,6 +259,17 @@ static int parse_args(int argc, char **argv, opts *o)
         {"slurm-mpi", required_argument, NULL, O_SLURM_MPI},
         {"slurm-bin", required_argument, NULL, O_SLURM_BIN},
         {"slurm-poll", required_argument, NULL, O_SLURM_POLL},
+        {"kubeconfig", required_argument, NULL, O_KUBECONFIG},
+        {"k8s-namespace", required_argument, NULL, O_K8S_NAMESPACE},
+        {"k8s-image", required_argument, NULL, O_K8S_IMAGE},
+        {"k8s-pull-policy", required_argument, NULL, O_K8S_PULL},
+        {"k8s-checkpoint-claim", required_argument, NULL, O_K8S_CLAIM},
+        {"k8s-service-account", required_argument, NULL, O_K8S_SA},
+        {"k8s-slots-per-worker", required_argument, NULL, O_K8S_SLOTS},
+        {"k8s-cpu", required_argument, NULL, O_K8S_CPU},
+        {"k8s-memory", required_argument, NULL, O_K8S_MEMORY},
+        {"k8s-pending-timeout", required_argument, NULL, O_K8S_PENDING},
+        {"k8s-ttl", required_argument, NULL, O_K8S_TTL},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -295,6 +343,47 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_SLURM_POLL:
             bad = parse_secs(name, optarg, &o->slurm_poll_s);
             break;
+        case O_KUBECONFIG:
+            o->kubeconfig = optarg;
+            break;
+        case O_K8S_NAMESPACE:
+            o->k8s_namespace = optarg;
+            o->k8s_given = 1;
+            break;
+        case O_K8S_IMAGE:
+            o->k8s_image = optarg;
+            break;
+        case O_K8S_PULL:
+            o->k8s_pull = optarg;
+            o->k8s_given = 1;
+            break;
+        case O_K8S_CLAIM:
+            o->k8s_claim = optarg;
+            break;
+        case O_K8S_SA:
+            o->k8s_sa = optarg;
+            o->k8s_given = 1;
+            break;
+        case O_K8S_SLOTS:
+            bad = parse_int(name, optarg, 1, 1024, &o->k8s_slots_per_worker);
+            o->k8s_given = 1;
+            break;
+        case O_K8S_CPU:
+            o->k8s_cpu = optarg;
+            o->k8s_given = 1;
+            break;
+        case O_K8S_MEMORY:
+            o->k8s_memory = optarg;
+            o->k8s_given = 1;
+            break;
+        case O_K8S_PENDING:
+            bad = parse_int(name, optarg, 0, 1000000, &o->k8s_pending_s);
+            o->k8s_given = 1;
+            break;
+        case O_K8S_TTL:
+            bad = parse_int(name, optarg, 1, 100000000, &o->k8s_ttl_s);
+            o->k8s_given = 1;
+            break;
         case O_RESTARTS:
             bad = parse_int(name, optarg, 0, 100, &o->max_restarts);
             break;
@@ -357,10 +446,19 @@ static int parse_args(int argc, char **argv, opts *o)
         return 2;
     }
     int local = !strcmp(o->launcher, "local"), hosts = !strcmp(o->launcher, "hosts"),
-        slurm = !strcmp(o->launcher, "slurm");
-    if (!local && !hosts && !slurm) {
-        fprintf(stderr, "onebitd: --launcher: expected local, hosts or slurm, got '%s'\n",
+        slurm = !strcmp(o->launcher, "slurm"), k8s = !strcmp(o->launcher, "kubernetes");
+    if (!local && !hosts && !slurm && !k8s) {
+        fprintf(stderr,
+                "onebitd: --launcher: expected local, hosts, slurm or kubernetes, got '%s'\n",
                 o->launcher);
+        return 2;
+    }
+    if (k8s && (!o->k8s_image || !o->k8s_image[0])) {
+        fprintf(stderr, "onebitd: --launcher kubernetes needs --k8s-image (the worker image)\n");
+        return 2;
+    }
+    if (!k8s && o->k8s_given) {
+        fprintf(stderr, "onebitd: the --k8s-* options are for --launcher kubernetes\n");
         return 2;
     }
     if (hosts != (o->hosts != NULL)) {
@@ -481,6 +579,23 @@ static void make_dirs(const char *path)
 static ob_status make_launcher(const opts *o, const char *worker, const ob_host_list *hl,
                                ob_launcher **out, ob_err *err)
 {
+    if (!strcmp(o->launcher, "kubernetes")) {
+        ob_kubernetes_launcher_config kc = {
+            .kubeconfig = o->kubeconfig,
+            .namespace_ = o->k8s_namespace,
+            .image = o->k8s_image,
+            .image_pull_policy = o->k8s_pull,
+            .checkpoint_claim = o->k8s_claim && o->k8s_claim[0] ? o->k8s_claim : NULL,
+            .service_account = o->k8s_sa,
+            .cpu = o->k8s_cpu,
+            .memory = o->k8s_memory,
+            .slots_per_worker = o->k8s_slots_per_worker,
+            .grace_s = (int)(o->grace_s + 0.999),
+            .pending_timeout_s = o->k8s_pending_s,
+            .ttl_s = o->k8s_ttl_s,
+        };
+        return ob_kubernetes_launcher_create(out, &kc, err);
+    }
     if (!strcmp(o->launcher, "slurm")) {
         char bin[5][PATH_MAX];
         const char *names[5] = {"sbatch", "squeue", "scancel", "sacct", "srun"};

@@ -384,8 +384,11 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
     char bearer[512];
     bearer_of(&c->md, bearer, sizeof bearer);
     /* Workers report with their attempt's credential, which the service checks: the admin
-     * token is neither needed nor given to them. */
-    if (c->method != M_REPORT && !authorized(s, bearer)) {
+     * token is neither needed nor given to them. grpc.health.v1 says only "SERVING" and is open
+     * to all, so that probes (Kubernetes' gRPC probe sends no credentials) can ask it. */
+    int open_method = c->method == M_REPORT || c->method == M_HEALTH_CHECK ||
+                      c->method == M_HEALTH_WATCH;
+    if (!open_method && !authorized(s, bearer)) {
         finish_unary(c, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token", NULL);
         return;
     }

@@ -489,7 +489,8 @@ static int loopback_host(const char *host)
  * refusal (or when even that failed). */
 typedef enum { SCREEN_PASS, SCREEN_REFUSED, SCREEN_FAILED } screen_result;
 
-static screen_result screen(ob_rest_server *s, struct MHD_Connection *conn, const char *method)
+static screen_result screen(ob_rest_server *s, struct MHD_Connection *conn, const char *method,
+                            const char *url)
 {
     enum MHD_Result r;
     char msg[200];
@@ -501,7 +502,8 @@ static screen_result screen(ob_rest_server *s, struct MHD_Connection *conn, cons
     if (s->loopback && !loopback_host(host)) {
         snprintf(msg, sizeof msg, "host '%.100s' is not served here", host ? host : "");
         r = send_error_http(conn, 421, "PERMISSION_DENIED", msg);
-    } else if (!authorized(s, conn)) {
+    } else if (strcmp(url, "/healthz") != 0 && !authorized(s, conn)) {
+        /* /healthz says only "SERVING", for probes that carry no credentials. */
         r = send_error(conn, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token");
     } else if (len && strtoull(len, NULL, 10) > OB_API_MAX_REQUEST) {
         snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
@@ -661,7 +663,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         *con_cls = rq;
         /* Everything that can refuse a request is decided here, from the headers, before a
          * byte of the body is read or buffered. */
-        screen_result sr = screen(s, conn, method);
+        screen_result sr = screen(s, conn, method, url);
         rq->answered = sr == SCREEN_REFUSED;
         return sr == SCREEN_FAILED ? MHD_NO : MHD_YES;
     }

@@ -8,10 +8,12 @@
  * - slurm: every attempt one batch job (sbatch), its ranks started by srun inside the
  *   allocation, watched with squeue (sacct once the controller has forgotten the job),
  *   signalled and cancelled with scancel. A restarted coordinator re-attaches to the batch job
- *   through the Slurm job id the store keeps (ob_launch_handle.ext_id, ob_attempt.ext_id).
- * A Kubernetes launcher fits the same calls. Launchers are called with the service lock held,
- * from one thread at a time, and never block for long (a Slurm command is bounded by a time
- * limit). */
+ *   through the Slurm job id the store keeps (ob_launch_handle.ext_id, ob_attempt.ext_id);
+ * - kubernetes: every attempt one Kubeflow MPIJob, watched through the API server by a thread
+ *   of the launcher (onebit/kubernetes.h); ext_id is the MPIJob's name.
+ * Launchers are called with the service lock held, from one thread at a time, and never block
+ * for long (a Slurm command is bounded by a time limit; the Kubernetes launcher only queues work
+ * for its thread and reads what it has seen). */
 #ifndef ONEBIT_LAUNCHER_H
 #define ONEBIT_LAUNCHER_H
 
@@ -47,7 +49,8 @@ typedef struct ob_launch_handle {
     /* The spec path every process of the attempt carries on its command line (Open MPI puts
      * each rank in a process group of its own, so the group alone does not find them). */
     char spec_path[1024];
-    /* The launcher's own id of the attempt (the Slurm job id), "" when it has none. */
+    /* The launcher's own id of the attempt (the Slurm job id, the MPIJob's name), "" when it
+     * has none. */
     char ext_id[OB_ATTEMPT_EXT_ID_LEN];
 } ob_launch_handle;
 

@@ -1,0 +1,65 @@
+# The CUDA worker: onebit-worker built with CUDA and NCCL, for MPIJobs of jobs with
+# `device: cuda` (docker/kubernetes/overlays/gpu). Same layout as the CPU worker of
+# docker/Dockerfile (user onebit, sshd on 2222, mpirun), on NVIDIA's CUDA images.
+#
+#   docker build -f docker/worker-cuda.Dockerfile \
+#       --build-arg CUDA_DEVEL_BASE=nvidia/cuda:12.4.1-devel-ubuntu22.04 \
+#       --build-arg CUDA_RUNTIME_BASE=nvidia/cuda:12.4.1-runtime-ubuntu22.04 \
+#       --build-arg CUDA_ARCHS="80;90" -t onebit/worker-cuda:dev .
+#
+# Both bases must be the same distribution and CUDA release, with NVIDIA's apt repository
+# configured (the nvidia/cuda images have it) for NCCL. This file has not been built in the
+# project's CI, which has no registry to pull a CUDA base image from; the CPU images are built
+# and run by tests/test_containers.sh.
+ARG CUDA_DEVEL_BASE=nvidia/cuda:12.4.1-devel-ubuntu22.04
+ARG CUDA_RUNTIME_BASE=nvidia/cuda:12.4.1-runtime-ubuntu22.04
+
+FROM ${CUDA_DEVEL_BASE} AS build
+ARG CUDA_ARCHS="80;90"
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      build-essential cmake pkg-config ca-certificates \
+      libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-dev \
+      libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler \
+      libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libyaml-dev \
+      libcmocka-dev zlib1g-dev libnccl-dev libnccl2 \
+    && rm -rf /var/lib/apt/lists/*
+# Only what the build reads: documentation and manifests do not invalidate the compile layer.
+COPY CMakeLists.txt .clang-format /src/
+COPY engine /src/engine
+COPY proto /src/proto
+COPY checkpoint /src/checkpoint
+COPY service /src/service
+COPY cli /src/cli
+COPY bench /src/bench
+COPY tests /src/tests
+RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DONEBIT_CUDA=ON \
+      -DONEBIT_CUDA_ARCH="${CUDA_ARCHS}" \
+    && cmake --build /build -j"$(nproc)" --target onebit-worker \
+    && mkdir -p /out/bin && cp /build/bin/onebit-worker /out/bin/ && strip /out/bin/* \
+    && ldd /out/bin/onebit-worker | awk '/=> \//{print $3}' | grep -v -e libcuda -e /cuda/ -e libnccl \
+       | sort -u | xargs -r -n1 readlink -f | xargs -r dpkg -S 2>/dev/null | cut -d: -f1 | sort -u \
+       > /out/runtime-packages.txt
+
+FROM ${CUDA_RUNTIME_BASE} AS worker-cuda
+LABEL org.opencontainers.image.title="onebit-worker-cuda" \
+      org.opencontainers.image.description="onebit training worker (CUDA, NCCL, Open MPI) for MPIJobs" \
+      org.opencontainers.image.source="https://example.invalid/onebit" \
+      org.opencontainers.image.licenses="Apache-2.0"
+COPY --from=build /out/runtime-packages.txt /tmp/runtime-packages.txt
+RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+      $(cat /tmp/runtime-packages.txt) libnccl2 openmpi-bin openssh-server openssh-client ca-certificates \
+    && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt /etc/ssh/ssh_host_* \
+    && useradd --uid 1000 --create-home --shell /bin/bash onebit \
+    && mkdir -p /home/onebit/.ssh /var/lib/onebit/checkpoints /run/sshd \
+    && chown -R onebit:onebit /home/onebit /var/lib/onebit
+COPY --from=build /out/bin/onebit-worker /usr/local/bin/
+COPY docker/worker/sshd_config docker/worker/ssh_config /etc/onebit/
+COPY docker/worker/onebit-sshd /usr/local/bin/
+RUN cat /etc/onebit/ssh_config >> /etc/ssh/ssh_config && chmod 0755 /usr/local/bin/onebit-sshd
+USER 1000:1000
+ENV OMPI_MCA_btl_vader_single_copy_mechanism=none OPENBLAS_NUM_THREADS=1 \
+    NVIDIA_VISIBLE_DEVICES=all NVIDIA_DRIVER_CAPABILITIES=compute,utility
+EXPOSE 2222
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 \
+    CMD bash -c 'exec 3<>/dev/tcp/127.0.0.1/2222' || exit 1
+CMD ["onebit-sshd"]
