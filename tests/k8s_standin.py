@@ -213,6 +213,14 @@ class Api(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
+    def handle_one_request(self):
+        # A kept-alive connection of a server that went away (ctl down) answers nothing more,
+        # as a real API server that is gone would not: the client must reconnect.
+        if Servers.api is not self.server:
+            self.close_connection = True
+            return
+        super().handle_one_request()
+
     def send_json(self, code, obj):
         body = json.dumps(obj).encode()
         self.send_response(code)
@@ -473,6 +481,7 @@ class Ctl(BaseHTTPRequestHandler):
             with LOCK:
                 STATE["epoch"] += 1
                 LOCK.notify_all()
+            Servers.api = None
             srv.shutdown()
             srv.server_close()
             return {}
