@@ -366,21 +366,18 @@ static void test_log_tags(void **state)
     l = "[12,0]<stderr>:onebit-worker: boom";
     assert_int_equal(ob_log_tag(l, strlen(l), &rank, &s), 15);
     assert_int_equal(s, OB_LOG_STDERR);
+    l = "[1,123456789]<stdout>:x";
+    assert_int_equal(ob_log_tag(l, strlen(l), &rank, &s), 22);
+    assert_int_equal(rank, 123456789);
     l = " 7: text";
     assert_int_equal(ob_log_tag(l, strlen(l), &rank, &s), 4);
     assert_int_equal(rank, 7);
     assert_int_equal(s, OB_LOG_ANY);
-    const char *untagged[] = {"== onebitd: attempt 1",
-                              "[1,3]<stdin>:x",
-                              "[1]<stdout>:x",
-                              "[a,1]<stdout>:x",
-                              "7:x",
-                              "7 : x",
-                              ": x",
-                              "12345678: x",
-                              "srun: error: task 1: Killed",
-                              "",
-                              "[1,3]<stdout>"};
+    const char *untagged[] = {"== onebitd: attempt 1", "[1,3]<stdin>:x", "[1]<stdout>:x",
+                              "[a,1]<stdout>:x", "7:x", "7 : x", ": x", "12345678: x",
+                              "srun: error: task 1: Killed", "", "[1,3]<stdout>",
+                              /* a rank too long to be one (it overflowed a long) */
+                              "[,2222220222022222220222]<stdout>:x", "[1,1234567890]<stdout>:x"};
     for (size_t i = 0; i < sizeof untagged / sizeof untagged[0]; i++) {
         assert_int_equal(ob_log_tag(untagged[i], strlen(untagged[i]), &rank, &s), 0);
         assert_int_equal(rank, -1);

@@ -224,7 +224,8 @@ static size_t mpirun_tag(const char *line, size_t len, long *rank, ob_log_stream
         else if (line[i] < '0' || line[i] > '9')
             return 0;
     }
-    if (i >= len || line[i] != ']' || !comma || comma + 1 == i) return 0;
+    /* A rank of at most 9 digits: longer ones are no tag (and would overflow). */
+    if (i >= len || line[i] != ']' || !comma || comma + 1 == i || i - comma - 1 > 9) return 0;
     long r = 0;
     for (size_t k = comma + 1; k < i; k++)
         r = r * 10 + (line[k] - '0');
