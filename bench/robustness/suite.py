@@ -214,11 +214,11 @@ def cmd_run(args):
                  "-DCMAKE_BUILD_TYPE=Release && cmake --build build-rel --target onebit-worker) "
                  "or set WORKER" % WORKER)
     have = {(r["case"], r["variant"]) for r in done_rows()}
-    todo = [(c, v) for c in all_cases(args.group) for v in c["variants"]
+    pending = [(c, v) for c in all_cases(args.group) for v in c["variants"]
             if (not args.only or args.only in c["case"]) and (not args.variant or v == args.variant)
             and (args.rerun or (c["case"], v) not in have)]
-    print("%d runs to do" % len(todo), flush=True)
-    for i, (c, v) in enumerate(todo, 1):
+    print("%d runs to do" % len(pending), flush=True)
+    for i, (c, v) in enumerate(pending, 1):
         spec = case_spec(c, v)
         status, s, notices, wall = run_spec("%s-%s" % (c["case"], v), spec)
         warm = [n for n in notices if n.startswith("warm start check") or n.startswith("warm start refused")]
@@ -229,7 +229,7 @@ def cmd_run(args):
                "notes": (warm[0] if warm else "").replace("\t", " ")[:160]}
         append_row(row)
         print("[%d/%d] %-28s %-12s %-10s eval %-9s bytes %s (%.0f s)" % (
-            i, len(todo), c["case"], v, status, row["eval_loss"], row["bytes_sent"], wall), flush=True)
+            i, len(pending), c["case"], v, status, row["eval_loss"], row["bytes_sent"], wall), flush=True)
 
 # --- report ------------------------------------------------------------------------------------
 

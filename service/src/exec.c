@@ -5,6 +5,7 @@
 #include "onebit/base.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -173,4 +174,41 @@ ob_status ob__exec(const char *const *argv, char *const *env, int timeout_ms, ch
     if (WIFEXITED(st) && !res->timed_out) res->exit_code = WEXITSTATUS(st);
     if (WIFSIGNALED(st)) res->term_signal = WTERMSIG(st);
     return OB_OK;
+}
+
+ob_status ob__write_file_atomic(const char *path, const char *text, ob_err *err)
+{
+    char tmp[PATH_MAX];
+    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "path too long: %s", path);
+    FILE *f = fopen(tmp, "w");
+    if (!f) return OB_ERR(err, OB_ERR_IO, "creating %s: %s", tmp, strerror(errno));
+    int bad = fputs(text, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
+    bad |= fclose(f) != 0;
+    if (bad || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return OB_ERR(err, OB_ERR_IO, "writing %s: %s", path, strerror(e));
+    }
+    return OB_OK;
+}
+
+size_t ob__worker_argv(const char **argv, size_t a, const char *worker, const ob_launch_req *req)
+{
+    argv[a++] = worker;
+    argv[a++] = "--spec";
+    argv[a++] = req->spec_path;
+    argv[a++] = "--format";
+    argv[a++] = "json";
+    argv[a++] = "--job-id";
+    argv[a++] = req->job_id;
+    argv[a++] = "--checkpoint-dir";
+    argv[a++] = req->checkpoint_dir;
+    if (req->resume) argv[a++] = "--resume";
+    if (req->report_addr && req->report_addr[0]) {
+        argv[a++] = "--report";
+        argv[a++] = req->report_addr;
+    }
+    argv[a] = NULL;
+    return a;
 }

@@ -8,6 +8,7 @@
 #ifndef ONEBIT_SERVICE_EXEC_H
 #define ONEBIT_SERVICE_EXEC_H
 
+#include "onebit/launcher.h"
 #include "onebit/status.h"
 
 #include <stddef.h>
@@ -39,5 +40,13 @@ char **ob__child_env(const char *report_var);
 /* The text of a program's stderr for a message: its first line, at most cap - 1 bytes, without
  * control characters. */
 void ob__first_line(const char *text, char *out, size_t cap);
+
+/* Writes text to path through a temporary file (path.tmp), fsynced, then renamed. */
+ob_status ob__write_file_atomic(const char *path, const char *text, ob_err *err);
+
+/* Appends onebit-worker's command line for req (the program, then --spec, --format json,
+ * --job-id, --checkpoint-dir, --resume and --report as req says: at most 12 entries) at
+ * argv[a] and a terminating NULL; returns the new count (the NULL's index). */
+size_t ob__worker_argv(const char **argv, size_t a, const char *worker, const ob_launch_req *req);
 
 #endif /* ONEBIT_SERVICE_EXEC_H */

@@ -4,6 +4,7 @@
  * SIGUSR1 to every rank (the worker treats it as SIGTERM); it would answer SIGTERM itself by
  * killing them before their final checkpoint. */
 #include "onebit/launcher.h"
+#include "exec.h"
 #include "onebit/base.h"
 
 #include <errno.h>
@@ -198,24 +199,6 @@ ob_status ob_hosts_net_check(const char *net, ob_err *err)
     }
 }
 
-/* Writes text to path through a temporary file, fsynced, then renamed. */
-static ob_status write_atomic(const char *path, const char *text, ob_err *err)
-{
-    char tmp[PATH_MAX];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "path too long: %s", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return OB_ERR(err, OB_ERR_IO, "creating %s: %s", tmp, strerror(errno));
-    int bad = fputs(text, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return OB_ERR(err, OB_ERR_IO, "writing %s: %s", path, strerror(e));
-    }
-    return OB_OK;
-}
-
 ob_status ob_hosts_launcher_create(ob_launcher **out, const ob_hosts_launcher_config *cfg,
                                    ob_err *err)
 {
@@ -232,7 +215,7 @@ ob_status ob_hosts_launcher_create(ob_launcher **out, const ob_hosts_launcher_co
     char *text = malloc(cap);
     if (!text) return OB_ERR(err, OB_ERR_NOMEM, "hostfile");
     ob_status rc = ob_host_list_hostfile(cfg->hosts, text, cap, err);
-    if (rc == OB_OK) rc = write_atomic(cfg->hostfile_path, text, err);
+    if (rc == OB_OK) rc = ob__write_file_atomic(cfg->hostfile_path, text, err);
     free(text);
     if (rc) return rc;
     size_t n_extra = 0;

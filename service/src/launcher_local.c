@@ -187,21 +187,7 @@ static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch
     argv[a++] = "--tag-output";
     for (size_t i = 0; i < ll->n_mpirun_args && a < 40; i++)
         argv[a++] = ll->mpirun_args[i];
-    argv[a++] = ll->worker;
-    argv[a++] = "--spec";
-    argv[a++] = req->spec_path;
-    argv[a++] = "--format";
-    argv[a++] = "json";
-    argv[a++] = "--job-id";
-    argv[a++] = req->job_id;
-    argv[a++] = "--checkpoint-dir";
-    argv[a++] = req->checkpoint_dir;
-    if (req->resume) argv[a++] = "--resume";
-    if (req->report_addr && req->report_addr[0]) {
-        argv[a++] = "--report";
-        argv[a++] = req->report_addr;
-    }
-    argv[a] = NULL;
+    a = ob__worker_argv(argv, a, ll->worker, req);
 
     posix_spawn_file_actions_t fa;
     posix_spawnattr_t at;

@@ -269,24 +269,6 @@ static const char batch_script[] =
     "# the command (srun ... onebit-worker ...); nothing of the job is written into it.\n"
     "exec \"$@\"\n";
 
-/* Writes the batch script next to the job's spec, atomically. */
-static ob_status write_script(const char *path, ob_err *err)
-{
-    char tmp[1100];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "path too long: %s", path);
-    FILE *f = fopen(tmp, "w");
-    if (!f) return OB_ERR(err, OB_ERR_IO, "creating %s: %s", tmp, strerror(errno));
-    int bad = fputs(batch_script, f) < 0 || fflush(f) != 0 || fsync(fileno(f)) != 0;
-    bad |= fclose(f) != 0;
-    if (bad || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return OB_ERR(err, OB_ERR_IO, "writing %s: %s", path, strerror(e));
-    }
-    return OB_OK;
-}
-
 static ob_status slurm_start(ob_launcher *l, const ob_launch_req *req, ob_launch_handle *h,
                              ob_err *err)
 {
@@ -306,7 +288,8 @@ static ob_status slurm_start(ob_launcher *l, const ob_launch_req *req, ob_launch
     memcpy(dir, req->spec_path, dlen);
     dir[dlen] = '\0';
     snprintf(script, sizeof script, "%s/onebit-batch.sh", dir);
-    ob_status rc = write_script(script, err);
+    /* The batch script next to the job's spec. */
+    ob_status rc = ob__write_file_atomic(script, batch_script, err);
     if (rc) return rc;
 
     char name[160], name_opt[180], ntasks[32], out_opt[1100], chdir_opt[1100];
@@ -333,21 +316,7 @@ static ob_status slurm_start(ob_launcher *l, const ob_launch_req *req, ob_launch
     argv[a++] = sl->mpi_arg;
     argv[a++] = "--kill-on-bad-exit=1";
     argv[a++] = "--label";
-    argv[a++] = sl->worker;
-    argv[a++] = "--spec";
-    argv[a++] = req->spec_path;
-    argv[a++] = "--format";
-    argv[a++] = "json";
-    argv[a++] = "--job-id";
-    argv[a++] = req->job_id;
-    argv[a++] = "--checkpoint-dir";
-    argv[a++] = req->checkpoint_dir;
-    if (req->resume) argv[a++] = "--resume";
-    if (req->report_addr && req->report_addr[0]) {
-        argv[a++] = "--report";
-        argv[a++] = req->report_addr;
-    }
-    argv[a] = NULL;
+    a = ob__worker_argv(argv, a, sl->worker, req);
 
     /* The job takes sbatch's environment (--export=ALL): ours without the admin token, with the
      * attempt's report credential. */
