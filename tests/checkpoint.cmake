@@ -14,3 +14,11 @@ add_test(NAME test_resume
                  $<TARGET_FILE:onebit-ckpt> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(test_resume PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 900
                      PROCESSORS 2)
+
+# Named tensors: a trained job's checkpoint read with h5py, exported to npz and safetensors and
+# read back with numpy; a hostile tensor index refused (python3-h5py, python3-numpy).
+add_test(NAME test_export
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_export.sh $<TARGET_FILE:onebit-worker>
+                 $<TARGET_FILE:onebit-ckpt> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(test_export PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2)

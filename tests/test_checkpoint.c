@@ -33,6 +33,14 @@ static float frand(void)
     return (float)((double)(rng_state >> 11) / 9007199254740992.0 * 2.0 - 1.0);
 }
 
+/* The fixture's tensor index: three tensors covering the D_PARAMS elements. */
+static const ob_ckpt_tensor TABLE[] = {
+    {"layer0.weight", 0, 2, {30, 30, 0, 0}},
+    {"layer0.bias", 900, 1, {30, 0, 0, 0}},
+    {"output.weight", 930, 3, {7, 5, 2, 0}},
+};
+#define NTAB (sizeof TABLE / sizeof *TABLE)
+
 static size_t round_up(size_t n, size_t m)
 {
     return (n + m - 1) / m * m;
@@ -109,7 +117,8 @@ static void write_fixture(const char *job_dir, const fixture *f)
 {
     ob_err err = {0};
     char dir[OB_CKPT_PATH_LEN];
-    ob_ckpt_arrays a = {(float *)f->params, (float *)f->m, (float *)f->v, (double *)f->hist, HIST};
+    ob_ckpt_arrays a = {
+        (float *)f->params, (float *)f->m, (float *)f->v, (double *)f->hist, HIST, TABLE, NTAB};
     size_t D = (size_t)f->meta.padded_size, C = (size_t)f->meta.chunk_size;
     assert_int_equal(ob_ckpt_prepare(job_dir, f->meta.step, dir, &err), OB_OK);
     assert_int_equal(ob_ckpt_write_state(dir, &f->meta, &a, "{\"name\":\"t\"}", &err), OB_OK);
@@ -216,15 +225,26 @@ static void test_round_trip(void **state)
 
     float p[D_PARAMS], mm[D_PARAMS], v[D_PARAMS];
     double h[HIST];
-    ob_ckpt_arrays a = {p, mm, v, h, HIST};
+    ob_ckpt_arrays a = {p, mm, v, h, HIST, NULL, 0};
     assert_int_equal(ob_ckpt_read_state(dir, &m, &a, &err), OB_OK);
     assert_memory_equal(p, f->params, sizeof p);
     assert_memory_equal(mm, f->m, sizeof mm);
     assert_memory_equal(v, f->v, sizeof v);
     assert_memory_equal(h, f->hist, sizeof h);
+    ob_ckpt_tensor *tab = NULL;
+    size_t ntab = 0;
+    assert_int_equal(ob_ckpt_read_tensors(dir, &m, &tab, &ntab, &err), OB_OK);
+    assert_int_equal(ntab, NTAB);
+    for (size_t i = 0; i < NTAB; i++) {
+        assert_string_equal(tab[i].name, TABLE[i].name);
+        assert_int_equal(tab[i].offset, TABLE[i].offset);
+        assert_int_equal(tab[i].ndim, TABLE[i].ndim);
+        assert_memory_equal(tab[i].shape, TABLE[i].shape, sizeof tab[i].shape);
+    }
+    free(tab);
 
     /* A history of another length is refused (the run's freeze detector differs). */
-    ob_ckpt_arrays wrong = {p, mm, v, h, HIST - 1};
+    ob_ckpt_arrays wrong = {p, mm, v, h, HIST - 1, NULL, 0};
     assert_int_equal(ob_ckpt_read_state(dir, &m, &wrong, &err), OB_ERR_CORRUPT);
     assert_non_null(strstr(err.msg, "history of 7 entries"));
 
@@ -501,6 +521,191 @@ static void test_hostile_attributes(void **state)
     assert_non_null(strstr(err.msg, "inconsistent sizes"));
 }
 
+/* ---- the tensor index ---------------------------------------------------------------------- */
+
+/* Replaces /model/tensors of the state file at path with rows (a compound type like the one
+ * written, whose name member has name_size bytes; extra adds a fifth member). */
+static void replace_index(const char *path, const ob_ckpt_tensor *rows, size_t n, size_t name_size,
+                          int extra)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(f >= 0);
+    assert_true(H5Ldelete(f, "/model/tensors", H5P_DEFAULT) >= 0);
+    hsize_t sdim = OB_CKPT_TENSOR_MAX_DIM, dims = n;
+    hid_t str = H5Tcopy(H5T_C_S1);
+    H5Tset_size(str, name_size);
+    hid_t shape = H5Tarray_create2(H5T_NATIVE_UINT64, 1, &sdim);
+    size_t size = name_size + 8 + 4 + 8 * OB_CKPT_TENSOR_MAX_DIM + (extra ? 8 : 0);
+    hid_t t = H5Tcreate(H5T_COMPOUND, size);
+    H5Tinsert(t, "name", 0, str);
+    H5Tinsert(t, "offset", name_size, H5T_NATIVE_UINT64);
+    H5Tinsert(t, "ndim", name_size + 8, H5T_NATIVE_UINT32);
+    H5Tinsert(t, "shape", name_size + 12, shape);
+    if (extra) H5Tinsert(t, "extra", size - 8, H5T_NATIVE_UINT64);
+    unsigned char *buf = calloc(n ? n : 1, size);
+    assert_non_null(buf);
+    for (size_t i = 0; i < n; i++) {
+        unsigned char *row = buf + i * size;
+        memcpy(row, rows[i].name,
+               strlen(rows[i].name) < name_size ? strlen(rows[i].name) : name_size);
+        memcpy(row + name_size, &rows[i].offset, 8);
+        memcpy(row + name_size + 8, &rows[i].ndim, 4);
+        memcpy(row + name_size + 12, rows[i].shape, sizeof rows[i].shape);
+    }
+    hid_t space = H5Screate_simple(1, &dims, NULL);
+    hid_t ds = H5Dcreate2(f, "/model/tensors", t, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    assert_true(ds >= 0);
+    assert_true(H5Dwrite(ds, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) >= 0);
+    free(buf);
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Tclose(t);
+    H5Tclose(shape);
+    H5Tclose(str);
+    H5Fclose(f);
+}
+
+/* Writes a job with the fixture, replaces its index and expects verify and read_tensors to
+ * refuse it as corrupt with a message containing want. */
+static void expect_bad_index(const char *job, const ob_ckpt_tensor *rows, size_t n,
+                             size_t name_size, int extra, const char *want)
+{
+    char jd[OB_CKPT_PATH_LEN], p[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN];
+    fixture *f = make_fixture(1, 20);
+    job_path(jd, job);
+    write_fixture(jd, f);
+    free_fixture(f);
+    step_path(p, job, 20, "state.h5");
+    step_path(dir, job, 20, NULL);
+    replace_index(p, rows, n, name_size, extra);
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_OK);
+    ob_ckpt_tensor *tab = (ob_ckpt_tensor *)1;
+    size_t ntab = 7;
+    assert_int_equal(ob_ckpt_read_tensors(dir, &m, &tab, &ntab, &err), OB_ERR_CORRUPT);
+    assert_null(tab);
+    assert_int_equal(ntab, 0);
+    if (!strstr(err.msg, want)) fail_msg("'%s' does not contain '%s'", err.msg, want);
+    assert_int_equal(ob_ckpt_verify(dir, NULL, &err), OB_ERR_CORRUPT);
+    if (!strstr(err.msg, want)) fail_msg("verify: '%s' does not contain '%s'", err.msg, want);
+}
+
+/* An index crafted to hurt: offsets past the buffer, shapes whose product wraps around 2^64,
+ * gaps, overlaps, a foreign element type. Each is refused before any slice is taken. */
+static void test_hostile_index(void **state)
+{
+    (void)state;
+    ob_ckpt_tensor t[NTAB];
+    memcpy(t, TABLE, sizeof t);
+    /* Untouched, the replacement itself verifies (the helper writes a valid index). */
+    {
+        char jd[OB_CKPT_PATH_LEN], p[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN];
+        fixture *f = make_fixture(1, 20);
+        job_path(jd, "index-ok");
+        write_fixture(jd, f);
+        free_fixture(f);
+        step_path(p, "index-ok", 20, "state.h5");
+        step_path(dir, "index-ok", 20, NULL);
+        replace_index(p, t, NTAB, OB_CKPT_TENSOR_NAME_LEN, 0);
+        ob_err err = {0};
+        assert_int_equal(ob_ckpt_verify(dir, NULL, &err), OB_OK);
+    }
+    t[2].offset = 1u << 30; /* past the end of the 1000 elements */
+    expect_bad_index("index-offset", t, NTAB, OB_CKPT_TENSOR_NAME_LEN, 0,
+                     "tensor 'output.weight' starts at 1073741824, expected 930");
+    memcpy(t, TABLE, sizeof t);
+    t[1].shape[0] = 31; /* overlaps the next tensor and runs past the end */
+    expect_bad_index("index-overlap", t, NTAB, OB_CKPT_TENSOR_NAME_LEN, 0,
+                     "tensor 'output.weight' starts at 930, expected 931");
+    memcpy(t, TABLE, sizeof t);
+    t[2].shape[0] = 10; /* the last one runs past the buffer: 930 + 100 */
+    expect_bad_index("index-past", t, NTAB, OB_CKPT_TENSOR_NAME_LEN, 0, "runs past the buffer");
+    memcpy(t, TABLE, sizeof t);
+    t[0].shape[0] = (uint64_t)1 << 32; /* (2^32, 2^32): the product wraps to 0 */
+    t[0].shape[1] = (uint64_t)1 << 32;
+    expect_bad_index("index-wrap", t, NTAB, OB_CKPT_TENSOR_NAME_LEN, 0,
+                     "does not fit a buffer of 1000");
+    memcpy(t, TABLE, sizeof t);
+    t[0].offset = UINT64_MAX; /* offset + size wraps */
+    expect_bad_index("index-offset-wrap", t, NTAB, OB_CKPT_TENSOR_NAME_LEN, 0,
+                     "starts at 18446744073709551615");
+    expect_bad_index("index-short", t + 1, NTAB - 1, OB_CKPT_TENSOR_NAME_LEN, 0, "expected 0");
+    memcpy(t, TABLE, sizeof t);
+    t[2].ndim = 9;
+    expect_bad_index("index-ndim", t, NTAB, OB_CKPT_TENSOR_NAME_LEN, 0, "9 dimensions");
+    memcpy(t, TABLE, sizeof t);
+    strcpy(t[1].name, "layer0.weight");
+    expect_bad_index("index-dup", t, NTAB, OB_CKPT_TENSOR_NAME_LEN, 0,
+                     "'layer0.weight' appears twice");
+    memcpy(t, TABLE, sizeof t);
+    strcpy(t[1].name, "../../etc");
+    expect_bad_index("index-chars", t, NTAB, OB_CKPT_TENSOR_NAME_LEN, 0,
+                     "tensor 1: the name is empty");
+    memcpy(t, TABLE, sizeof t);
+    expect_bad_index("index-type", t, NTAB, 200, 0, "/model/tensors has the wrong element type");
+    expect_bad_index("index-members", t, NTAB, OB_CKPT_TENSOR_NAME_LEN, 1, "wrong element type");
+    expect_bad_index("index-empty", t, 0, OB_CKPT_TENSOR_NAME_LEN, 0, "0 entries");
+
+    /* The checks themselves, on rules a file cannot reach through HDF5's string conversion. */
+    ob_err err = {0};
+    memcpy(t, TABLE, sizeof t);
+    assert_int_equal(ob_ckpt_check_tensors(t, NTAB, D_PARAMS, "x", &err), OB_OK);
+    memset(t[0].name, 'a', sizeof t[0].name); /* not terminated */
+    assert_int_equal(ob_ckpt_check_tensors(t, NTAB, D_PARAMS, "x", &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "tensor 0: the name"));
+    memcpy(t, TABLE, sizeof t);
+    t[0].name[0] = '\0';
+    assert_int_equal(ob_ckpt_check_tensors(t, NTAB, D_PARAMS, "x", &err), OB_ERR_CORRUPT);
+    memcpy(t, TABLE, sizeof t);
+    t[1].shape[2] = 5; /* a dimension past ndim */
+    assert_int_equal(ob_ckpt_check_tensors(t, NTAB, D_PARAMS, "x", &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "past ndim"));
+    memcpy(t, TABLE, sizeof t);
+    assert_int_equal(ob_ckpt_check_tensors(t, NTAB, D_PARAMS + 1, "x", &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "cover 1000 of 1001"));
+
+    /* A writer is refused a bad table too, as an invalid argument. */
+    fixture *f = make_fixture(1, 20);
+    char jd[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN];
+    job_path(jd, "index-write");
+    assert_int_equal(ob_ckpt_prepare(jd, 20, dir, &err), OB_OK);
+    t[0].ndim = 0;
+    ob_ckpt_arrays a = {f->params, f->m, f->v, f->hist, HIST, t, NTAB};
+    assert_int_equal(ob_ckpt_write_state(dir, &f->meta, &a, "{}", &err), OB_ERR_INVALID_ARG);
+    free_fixture(f);
+}
+
+/* A checkpoint written before the index existed still verifies and reads: no index. */
+static void test_no_index(void **state)
+{
+    (void)state;
+    char jd[OB_CKPT_PATH_LEN], p[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN];
+    fixture *f = make_fixture(2, 20);
+    job_path(jd, "no-index");
+    write_fixture(jd, f);
+    step_path(p, "no-index", 20, "state.h5");
+    step_path(dir, "no-index", 20, NULL);
+    hid_t h = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(h >= 0);
+    assert_true(H5Ldelete(h, "/model/tensors", H5P_DEFAULT) >= 0);
+    H5Fclose(h);
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_OK);
+    ob_ckpt_tensor *tab = NULL;
+    size_t ntab = 3;
+    assert_int_equal(ob_ckpt_read_tensors(dir, &m, &tab, &ntab, &err), OB_OK);
+    assert_null(tab);
+    assert_int_equal(ntab, 0);
+    float pp[D_PARAMS], mm[D_PARAMS], v[D_PARAMS];
+    double hh[HIST];
+    ob_ckpt_arrays a = {pp, mm, v, hh, HIST, NULL, 0};
+    assert_int_equal(ob_ckpt_read_state(dir, &m, &a, &err), OB_OK);
+    assert_memory_equal(pp, f->params, sizeof pp);
+    free_fixture(f);
+}
+
 static void test_bad_metadata(void **state)
 {
     (void)state;
@@ -560,9 +765,15 @@ static void sweep_file(const char *job, const char *file, const fixture *f, int 
         float pp[D_PARAMS], mm[D_PARAMS], v[D_PARAMS];
         double h[HIST];
         char *spec = NULL;
-        ob_ckpt_arrays a = {pp, mm, v, h, HIST};
+        ob_ckpt_arrays a = {pp, mm, v, h, HIST, NULL, 0};
         assert_int_equal(ob_ckpt_read_meta(dir, &m, &spec, &err), OB_OK);
         assert_int_equal(ob_ckpt_read_state(dir, &m, &a, &err), OB_OK);
+        ob_ckpt_tensor *tab = NULL;
+        size_t ntab = 0;
+        assert_int_equal(ob_ckpt_read_tensors(dir, &m, &tab, &ntab, &err), OB_OK);
+        assert_int_equal(ntab, NTAB);
+        assert_memory_equal(tab, TABLE, sizeof TABLE);
+        free(tab);
         int same = !memcmp(pp, f->params, sizeof pp) && !memcmp(mm, f->m, sizeof mm) &&
                    !memcmp(v, f->v, sizeof v) && !memcmp(h, f->hist, sizeof h) &&
                    !strcmp(spec, "{\"name\":\"t\"}") && m.step == f->meta.step &&
@@ -714,6 +925,8 @@ int main(void)
         cmocka_unit_test(test_fallback_truncated_missing_foreign),
         cmocka_unit_test(test_bad_metadata),
         cmocka_unit_test(test_hostile_attributes),
+        cmocka_unit_test(test_hostile_index),
+        cmocka_unit_test(test_no_index),
         cmocka_unit_test(test_no_silent_corruption),
         cmocka_unit_test(test_reshard),
     };

@@ -9,6 +9,7 @@
 #include <hdf5.h>
 #include <inttypes.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +161,151 @@ static ob_status write_common_attrs(hid_t f, const ob_ckpt_meta *m, const char *
     return OB_OK;
 }
 
+/* --- the tensor index ------------------------------------------------------------------------ */
+
+/* The compound type of /model/tensors, in the file (file = 1: little-endian, packed) or in
+ * memory (ob_ckpt_tensor). H5I_INVALID_HID when HDF5 fails. */
+static hid_t tensor_type(int file)
+{
+    hsize_t dims = OB_CKPT_TENSOR_MAX_DIM;
+    hid_t str = H5Tcopy(H5T_C_S1);
+    hid_t shape = H5Tarray_create2(file ? H5T_STD_U64LE : H5T_NATIVE_UINT64, 1, &dims);
+    size_t size = file ? OB_CKPT_TENSOR_NAME_LEN + 8 + 4 + 8 * OB_CKPT_TENSOR_MAX_DIM
+                       : sizeof(ob_ckpt_tensor);
+    hid_t t = H5Tcreate(H5T_COMPOUND, size);
+    size_t o_off = file ? OB_CKPT_TENSOR_NAME_LEN : offsetof(ob_ckpt_tensor, offset);
+    size_t o_ndim = file ? o_off + 8 : offsetof(ob_ckpt_tensor, ndim);
+    size_t o_shape = file ? o_ndim + 4 : offsetof(ob_ckpt_tensor, shape);
+    int ok = str >= 0 && shape >= 0 && t >= 0 && H5Tset_size(str, OB_CKPT_TENSOR_NAME_LEN) >= 0 &&
+             H5Tset_strpad(str, H5T_STR_NULLTERM) >= 0 &&
+             H5Tinsert(t, "name", offsetof(ob_ckpt_tensor, name), str) >= 0 &&
+             H5Tinsert(t, "offset", o_off, file ? H5T_STD_U64LE : H5T_NATIVE_UINT64) >= 0 &&
+             H5Tinsert(t, "ndim", o_ndim, file ? H5T_STD_U32LE : H5T_NATIVE_UINT32) >= 0 &&
+             H5Tinsert(t, "shape", o_shape, shape) >= 0;
+    if (str >= 0) H5Tclose(str);
+    if (shape >= 0) H5Tclose(shape);
+    if (!ok && t >= 0) {
+        H5Tclose(t);
+        t = H5I_INVALID_HID;
+    }
+    return t;
+}
+
+static int name_char_ok(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '.' || c == '-';
+}
+
+/* Checks one name: non-empty, terminated within the field, allowed characters only. */
+static int name_ok(const char *name)
+{
+    size_t len = 0;
+    while (len < OB_CKPT_TENSOR_NAME_LEN && name[len] != '\0') {
+        if (!name_char_ok(name[len])) return 0;
+        len++;
+    }
+    return len > 0 && len < OB_CKPT_TENSOR_NAME_LEN;
+}
+
+static int cmp_names(const void *a, const void *b)
+{
+    const ob_ckpt_tensor *x = *(const ob_ckpt_tensor *const *)a,
+                         *y = *(const ob_ckpt_tensor *const *)b;
+    return strcmp(x->name, y->name);
+}
+
+/* Names are distinct: sorted pointers, neighbours compared. Returns the duplicate or NULL;
+ * *nomem is set when the scratch array cannot be allocated. */
+static const char *duplicate_name(const ob_ckpt_tensor *t, size_t n, int *nomem)
+{
+    const ob_ckpt_tensor **p = malloc(n * sizeof *p);
+    *nomem = p == NULL;
+    if (!p) return NULL;
+    for (size_t i = 0; i < n; i++)
+        p[i] = &t[i];
+    qsort(p, n, sizeof *p, cmp_names);
+    const char *dup = NULL;
+    for (size_t i = 1; i < n && !dup; i++)
+        if (!strcmp(p[i - 1]->name, p[i]->name)) dup = p[i]->name;
+    free(p);
+    return dup;
+}
+
+static ob_status check_tensors(const ob_ckpt_tensor *t, size_t n, uint64_t d, const char *what,
+                               ob_status code, ob_err *err)
+{
+    if (n == 0 || n > OB_CKPT_MAX_TENSORS)
+        return OB_ERR(err, code, "%s: tensor index of %zu entries (1 .. %d)", what, n,
+                      OB_CKPT_MAX_TENSORS);
+    uint64_t next = 0; /* <= d <= 2^40 below: no wrap */
+    for (size_t i = 0; i < n; i++) {
+        if (!name_ok(t[i].name))
+            return OB_ERR(err, code,
+                          "%s: tensor %zu: the name is empty, longer than %d bytes or has a "
+                          "character outside [A-Za-z0-9_.-]",
+                          what, i, OB_CKPT_TENSOR_NAME_LEN - 1);
+        if (t[i].ndim < 1 || t[i].ndim > OB_CKPT_TENSOR_MAX_DIM)
+            return OB_ERR(err, code, "%s: tensor '%s': %u dimensions (1 .. %d)", what, t[i].name,
+                          t[i].ndim, OB_CKPT_TENSOR_MAX_DIM);
+        uint64_t numel = 1;
+        for (uint32_t k = 0; k < OB_CKPT_TENSOR_MAX_DIM; k++) {
+            uint64_t dim = t[i].shape[k];
+            if (k >= t[i].ndim) {
+                if (dim != 0)
+                    return OB_ERR(err, code, "%s: tensor '%s': dimension %u past ndim is %" PRIu64,
+                                  what, t[i].name, k, dim);
+                continue;
+            }
+            if (dim == 0 || dim > d || numel > d / dim) /* numel * dim > d, without wrapping */
+                return OB_ERR(err, code,
+                              "%s: tensor '%s': shape dimension %u of %" PRIu64
+                              " does not fit a buffer of %" PRIu64,
+                              what, t[i].name, k, dim, d);
+            numel *= dim;
+        }
+        if (t[i].offset != next)
+            return OB_ERR(err, code,
+                          "%s: tensor '%s' starts at %" PRIu64 ", expected %" PRIu64
+                          " (tensors are contiguous, in buffer order)",
+                          what, t[i].name, t[i].offset, next);
+        if (numel > d - next)
+            return OB_ERR(err, code,
+                          "%s: tensor '%s' [%" PRIu64 ", +%" PRIu64
+                          ") runs past the buffer of %" PRIu64,
+                          what, t[i].name, t[i].offset, numel, d);
+        next += numel;
+    }
+    if (next != d)
+        return OB_ERR(err, code, "%s: the tensors cover %" PRIu64 " of %" PRIu64 " elements", what,
+                      next, d);
+    int nomem;
+    const char *dup = duplicate_name(t, n, &nomem);
+    if (nomem) return OB_ERR(err, OB_ERR_NOMEM, "%s: checking %zu tensor names", what, n);
+    if (dup) return OB_ERR(err, code, "%s: tensor name '%s' appears twice", what, dup);
+    return OB_OK;
+}
+
+ob_status ob_ckpt_check_tensors(const ob_ckpt_tensor *t, size_t n, uint64_t d, const char *what,
+                                ob_err *err)
+{
+    return check_tensors(t, n, d, what ? what : "tensor index", OB_ERR_CORRUPT, err);
+}
+
+static ob_status write_tensors(hid_t f, const ob_ckpt_tensor *t, size_t n, const char *path,
+                               ob_err *err)
+{
+    hid_t ft = tensor_type(1), mt = tensor_type(0);
+    ob_status st = OB_OK;
+    if (ft < 0 || mt < 0)
+        st = H5_FAIL(err, OB_ERR_IO, "tensor index type", path);
+    else
+        st = write_dataset(f, "/model/tensors", ft, mt, t, n, path, err);
+    h5_close(&ft, H5Tclose);
+    h5_close(&mt, H5Tclose);
+    return st;
+}
+
 ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_ckpt_arrays *a,
                               const char *spec_json, ob_err *err)
 {
@@ -169,6 +315,10 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
     if (st != OB_OK) return st;
     if (!a->params || !a->exp_avg || !a->exp_avg_sq || m->num_params == 0)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: no parameters to write", path);
+    if ((a->tensors || a->num_tensors) &&
+        (st = check_tensors(a->tensors, a->tensors ? a->num_tensors : 0, m->num_params, path,
+                            OB_ERR_INVALID_ARG, err)) != OB_OK)
+        return st;
     hid_t f = create_file(path, err);
     if (f < 0) return OB_ERR_IO;
     size_t d = (size_t)m->num_params;
@@ -200,6 +350,8 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
                             path, err)) ||
         (st = write_dataset(f, "/optim/exp_avg_sq", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, a->exp_avg_sq,
                             d, path, err)))
+        goto fail;
+    if (a->num_tensors > 0 && (st = write_tensors(f, a->tensors, a->num_tensors, path, err)))
         goto fail;
     if (a->v_norm_history_len > 0 &&
         (st = write_dataset(f, "/optim/v_norm_history", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
@@ -559,6 +711,98 @@ ob_status ob_ckpt_read_state(const char *dir, const ob_ckpt_meta *meta, const ob
     return st;
 }
 
+/* The stored index's type must be the compound we write, member by member: a fixed string of
+ * exactly OB_CKPT_TENSOR_NAME_LEN bytes (so nothing is truncated in conversion), integers of at
+ * most 8 bytes, and an array of OB_CKPT_TENSOR_MAX_DIM integers. */
+static int tensor_type_ok(hid_t type)
+{
+    if (H5Tget_class(type) != H5T_COMPOUND || H5Tget_nmembers(type) != 4) return 0;
+    static const char *const names[] = {"name", "offset", "ndim", "shape"};
+    int ok = 1;
+    for (int i = 0; i < 4 && ok; i++) {
+        int idx = H5Tget_member_index(type, names[i]);
+        hid_t mt = idx >= 0 ? H5Tget_member_type(type, (unsigned)idx) : H5I_INVALID_HID;
+        if (mt < 0) return 0;
+        H5T_class_t cls = H5Tget_class(mt);
+        if (i == 0) {
+            ok = cls == H5T_STRING && H5Tis_variable_str(mt) == 0 &&
+                 H5Tget_size(mt) == OB_CKPT_TENSOR_NAME_LEN;
+        } else if (i < 3) {
+            ok = cls == H5T_INTEGER && H5Tget_size(mt) <= 8;
+        } else {
+            hsize_t dims[2] = {0, 0};
+            hid_t base = cls == H5T_ARRAY ? H5Tget_super(mt) : H5I_INVALID_HID;
+            ok = cls == H5T_ARRAY && H5Tget_array_ndims(mt) == 1 &&
+                 H5Tget_array_dims2(mt, dims) == 1 && dims[0] == OB_CKPT_TENSOR_MAX_DIM &&
+                 base >= 0 && H5Tget_class(base) == H5T_INTEGER && H5Tget_size(base) <= 8;
+            if (base >= 0) H5Tclose(base);
+        }
+        H5Tclose(mt);
+    }
+    return ok;
+}
+
+static ob_status read_tensors_file(hid_t f, uint64_t d, ob_ckpt_tensor **out, size_t *n,
+                                   const char *path, ob_err *err)
+{
+    htri_t ex =
+        H5Lexists(f, "/model", H5P_DEFAULT) > 0 ? H5Lexists(f, "/model/tensors", H5P_DEFAULT) : 0;
+    if (ex < 0) return H5_FAIL(err, OB_ERR_CORRUPT, "/model/tensors", path);
+    if (ex == 0) return OB_OK; /* written before the index existed */
+    hid_t ds = H5Dopen2(f, "/model/tensors", H5P_DEFAULT);
+    hid_t space = ds >= 0 ? H5Dget_space(ds) : H5I_INVALID_HID;
+    hid_t type = ds >= 0 ? H5Dget_type(ds) : H5I_INVALID_HID, mt = tensor_type(0);
+    int ndims = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+    hssize_t rows = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+    ob_ckpt_tensor *t = NULL;
+    ob_status st = OB_OK;
+    if (ds < 0 || space < 0 || type < 0 || mt < 0) {
+        st = H5_FAIL(err, OB_ERR_CORRUPT, "/model/tensors", path);
+    } else if (ndims != 1 || rows < 1 || rows > OB_CKPT_MAX_TENSORS) {
+        st = OB_ERR(err, OB_ERR_CORRUPT,
+                    "%s: /model/tensors: %d dimensions, %lld entries (one dimension, 1 .. %d)",
+                    path, ndims, (long long)rows, OB_CKPT_MAX_TENSORS);
+    } else if (!tensor_type_ok(type)) {
+        H5Eclear2(H5E_DEFAULT);
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: /model/tensors has the wrong element type", path);
+    } else if (!(t = calloc((size_t)rows, sizeof *t))) {
+        st = OB_ERR(err, OB_ERR_NOMEM, "%s: tensor index of %lld entries", path, (long long)rows);
+    } else if (H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, t) < 0) {
+        st = H5_FAIL(err, OB_ERR_CORRUPT, "/model/tensors", path);
+    } else {
+        char what[OB_CKPT_PATH_LEN + 32];
+        snprintf(what, sizeof what, "%s: /model/tensors", path);
+        st = check_tensors(t, (size_t)rows, d, what, OB_ERR_CORRUPT, err);
+    }
+    h5_close(&mt, H5Tclose);
+    h5_close(&type, H5Tclose);
+    h5_close(&space, H5Sclose);
+    h5_close(&ds, H5Dclose);
+    if (st != OB_OK) {
+        free(t);
+        return st;
+    }
+    *out = t;
+    *n = (size_t)rows;
+    return OB_OK;
+}
+
+ob_status ob_ckpt_read_tensors(const char *dir, const ob_ckpt_meta *meta, ob_ckpt_tensor **out,
+                               size_t *n, ob_err *err)
+{
+    h5_quiet();
+    *out = NULL;
+    *n = 0;
+    char path[OB_CKPT_PATH_LEN];
+    ob_status st = ob__ckpt_join(path, dir, OB_CKPT_STATE_FILE, err);
+    if (st != OB_OK) return st;
+    hid_t f;
+    if ((st = open_file(path, &f, err)) != OB_OK) return st;
+    st = read_tensors_file(f, meta->num_params, out, n, path, err);
+    H5Fclose(f);
+    return st;
+}
+
 /* Opens rank file `rank` of the checkpoint and checks it belongs to it (step, sizes, rank). */
 static ob_status open_rank(const char *dir, const ob_ckpt_meta *m, int rank, char *path, hid_t *out,
                            ob_err *err)
@@ -613,6 +857,12 @@ ob_status ob_ckpt_verify(const char *dir, ob_ckpt_meta *meta, ob_err *err)
     ob_status st = ob_ckpt_read_meta(dir, &m, &spec, err);
     free(spec);
     if (st == OB_OK) st = ob_ckpt_read_state(dir, &m, NULL, err);
+    if (st == OB_OK) {
+        ob_ckpt_tensor *t = NULL;
+        size_t n = 0;
+        st = ob_ckpt_read_tensors(dir, &m, &t, &n, err);
+        free(t);
+    }
     for (int r = 0; st == OB_OK && r < m.world_size; r++)
         st = read_rank_arrays(dir, &m, r, NULL, NULL, err);
     if (st == OB_OK && meta) *meta = m;

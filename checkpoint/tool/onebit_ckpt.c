@@ -1,22 +1,36 @@
 /* onebit-ckpt: look into checkpoints without training.
  *
  *   onebit-ckpt info DIR            metadata of one checkpoint and whether it verifies
+ *   onebit-ckpt verify DIR          verifies one checkpoint (every dataset, the tensor index)
+ *   onebit-ckpt tensors DIR         the tensor index: name, shape, offset of every tensor
+ *   onebit-ckpt export DIR --format npz|safetensors -o OUT [--optim]
+ *                                   the parameters as named tensors (with --optim also the
+ *                                   momentum and variance as exp_avg.NAME, exp_avg_sq.NAME)
  *   onebit-ckpt list JOB_DIR        every checkpoint of a job, newest first, verified
  *   onebit-ckpt diff A B [--only LIST]
  *                                   compares two checkpoints array by array, bit for bit
  *                                   (LIST: params,exp_avg,exp_avg_sq,v_norm_history,errors)
  *
- * Exit status: 0 (verifies / identical), 1 (does not verify / differs), 2 (bad usage). */
+ * DIR is a checkpoint directory (step-XXXXXXXX), its state.h5, or for verify, tensors and
+ * export also a job directory (its newest valid checkpoint).
+ *
+ * Exit status: 0 (verifies / identical / exported), 1 (does not verify / differs / failed),
+ * 2 (bad usage). */
 #include "onebit/checkpoint.h"
 
+#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: onebit-ckpt info DIR\n"
+               "       onebit-ckpt verify DIR\n"
+               "       onebit-ckpt tensors DIR\n"
+               "       onebit-ckpt export DIR --format npz|safetensors -o OUT [--optim]\n"
                "       onebit-ckpt list JOB_DIR\n"
                "       onebit-ckpt diff A B [--only params,exp_avg,exp_avg_sq,v_norm_history,"
                "errors]\n");
@@ -131,7 +145,7 @@ static int load(const char *dir, loaded *l)
     l->v = malloc(d * sizeof(float));
     l->hist_len = (size_t)l->m.v_norm_history_len;
     l->hist = l->hist_len ? malloc(l->hist_len * sizeof(double)) : NULL;
-    ob_ckpt_arrays a = {l->params, l->mom, l->v, l->hist, l->hist_len};
+    ob_ckpt_arrays a = {l->params, l->mom, l->v, l->hist, l->hist_len, NULL, 0};
     if (!l->params || !l->mom || !l->v || (l->hist_len && !l->hist) ||
         ob_ckpt_read_state(dir, &l->m, &a, &err) != OB_OK) {
         fprintf(stderr, "onebit-ckpt: %s: %s\n", dir, err.msg[0] ? err.msg : "out of memory");
@@ -222,6 +236,148 @@ static int cmd_diff(const char *a, const char *b, const char *only)
     return diff;
 }
 
+/* Resolves what the user named into a checkpoint directory (out, OB_CKPT_PATH_LEN bytes): a
+ * state.h5 file gives its directory, a directory with a state.h5 is taken as is, any other
+ * directory is a job directory whose newest valid checkpoint is taken. */
+static int resolve(const char *arg, char *out)
+{
+    struct stat sb;
+    ob_err err = {0};
+    if (snprintf(out, OB_CKPT_PATH_LEN, "%s", arg) >= OB_CKPT_PATH_LEN) {
+        fprintf(stderr, "onebit-ckpt: %s: path too long\n", arg);
+        return 1;
+    }
+    if (stat(arg, &sb) != 0) {
+        fprintf(stderr, "onebit-ckpt: %s: no such file or directory\n", arg);
+        return 1;
+    }
+    if (!S_ISDIR(sb.st_mode)) {
+        char *slash = strrchr(out, '/');
+        if (!slash)
+            snprintf(out, OB_CKPT_PATH_LEN, ".");
+        else if (slash == out)
+            out[1] = '\0';
+        else
+            *slash = '\0';
+        return 0;
+    }
+    char state[OB_CKPT_PATH_LEN + 16];
+    snprintf(state, sizeof state, "%s/state.h5", arg);
+    if (stat(state, &sb) == 0) return 0;
+    if (ob_ckpt_find_latest(arg, out, NULL, NULL, NULL, &err) != OB_OK) {
+        fprintf(stderr, "onebit-ckpt: %s: no checkpoint (%s)\n", arg, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+static int cmd_verify(const char *arg)
+{
+    char dir[OB_CKPT_PATH_LEN];
+    if (resolve(arg, dir) != 0) return 1;
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    ob_ckpt_tensor *t = NULL;
+    size_t n = 0;
+    if (ob_ckpt_verify(dir, &m, &err) != OB_OK ||
+        ob_ckpt_read_tensors(dir, &m, &t, &n, &err) != OB_OK) {
+        fprintf(stderr, "onebit-ckpt: %s\n", err.msg);
+        printf("%s: does not verify\n", dir);
+        return 1;
+    }
+    free(t);
+    if (n)
+        printf("%s: ok (step %ld, %llu parameters in %zu tensors, %d rank files)\n", dir, m.step,
+               (unsigned long long)m.num_params, n, m.world_size);
+    else
+        printf("%s: ok (step %ld, %llu parameters, no tensor index, %d rank files)\n", dir, m.step,
+               (unsigned long long)m.num_params, m.world_size);
+    return 0;
+}
+
+static int cmd_tensors(const char *arg)
+{
+    char dir[OB_CKPT_PATH_LEN];
+    if (resolve(arg, dir) != 0) return 1;
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    ob_ckpt_tensor *t = NULL;
+    size_t n = 0;
+    if (ob_ckpt_read_meta(dir, &m, NULL, &err) != OB_OK ||
+        ob_ckpt_read_tensors(dir, &m, &t, &n, &err) != OB_OK) {
+        fprintf(stderr, "onebit-ckpt: %s\n", err.msg);
+        return 1;
+    }
+    if (n == 0) {
+        printf("no tensor index (written before it existed): one buffer of %llu parameters\n",
+               (unsigned long long)m.num_params);
+        return 0;
+    }
+    printf("%-24s %-20s %12s %12s\n", "NAME", "SHAPE", "OFFSET", "NUMEL");
+    for (size_t i = 0; i < n; i++) {
+        char shape[96] = "(";
+        unsigned long long numel = 1;
+        for (uint32_t k = 0; k < t[i].ndim; k++) {
+            size_t len = strlen(shape);
+            snprintf(shape + len, sizeof shape - len, "%s%llu", k ? ", " : "",
+                     (unsigned long long)t[i].shape[k]);
+            numel *= t[i].shape[k];
+        }
+        size_t len = strlen(shape);
+        snprintf(shape + len, sizeof shape - len, ")");
+        printf("%-24s %-20s %12llu %12llu\n", t[i].name, shape, (unsigned long long)t[i].offset,
+               numel);
+    }
+    free(t);
+    return 0;
+}
+
+static int cmd_export(int argc, char **argv)
+{
+    static const struct option opts[] = {{"format", required_argument, NULL, 'f'},
+                                         {"output", required_argument, NULL, 'o'},
+                                         {"optim", no_argument, NULL, 'O'},
+                                         {NULL, 0, NULL, 0}};
+    const char *format = NULL, *out = NULL;
+    int with_optim = 0, c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "f:o:", opts, NULL)) != -1) {
+        if (c == 'f')
+            format = optarg;
+        else if (c == 'o')
+            out = optarg;
+        else if (c == 'O')
+            with_optim = 1;
+        else {
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind != argc - 1 || !format || !out) {
+        usage(stderr);
+        return 2;
+    }
+    ob_ckpt_export_format fmt;
+    if (!strcmp(format, "npz"))
+        fmt = OB_CKPT_EXPORT_NPZ;
+    else if (!strcmp(format, "safetensors"))
+        fmt = OB_CKPT_EXPORT_SAFETENSORS;
+    else {
+        fprintf(stderr, "onebit-ckpt: unknown format '%s' (npz or safetensors)\n", format);
+        return 2;
+    }
+    char dir[OB_CKPT_PATH_LEN];
+    if (resolve(argv[optind], dir) != 0) return 1;
+    ob_err err = {0};
+    size_t n = 0;
+    if (ob_ckpt_export(dir, fmt, with_optim, out, &n, &err) != OB_OK) {
+        fprintf(stderr, "onebit-ckpt: %s\n", err.msg);
+        return 1;
+    }
+    printf("%s: %zu tensors from %s\n", out, n, dir);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
@@ -230,6 +386,9 @@ int main(int argc, char **argv)
     }
     if (argc == 3 && !strcmp(argv[1], "info")) return cmd_info(argv[2]);
     if (argc == 3 && !strcmp(argv[1], "list")) return cmd_list(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "verify")) return cmd_verify(argv[2]);
+    if (argc == 3 && !strcmp(argv[1], "tensors")) return cmd_tensors(argv[2]);
+    if (argc >= 2 && !strcmp(argv[1], "export")) return cmd_export(argc - 1, argv + 1);
     if ((argc == 4 || argc == 6) && !strcmp(argv[1], "diff")) {
         const char *only = NULL;
         if (argc == 6) {

@@ -213,6 +213,7 @@ ob_status ob_trainer_create(ob_trainer **out, const ob_jobspec *spec, ob_comm *c
     t->last_lr = NAN;
     ob_status st = ob_jobspec_to_json(spec, &t->spec_json, err);
     if (st == OB_OK) st = build(t, err);
+    if (st == OB_OK) st = ob__trainer_tensor_index(t, err);
 
     /* Agree on the outcome, so no rank waits in a collective for one that gave up. */
     float failed = st != OB_OK ? 1.0f : 0.0f;

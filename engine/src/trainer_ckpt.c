@@ -36,7 +36,9 @@ struct ob__ckpt_writer {
     char dir[OB_CKPT_PATH_LEN];
     ob_ckpt_meta meta;
     int rank;
-    const char *spec_json; /* borrowed from the trainer */
+    const char *spec_json;         /* borrowed from the trainer */
+    const ob_ckpt_tensor *tensors; /* borrowed from the trainer */
+    size_t num_tensors;
     float *params, *m, *v, *we, *se;
     double *hist;
     size_t d, D, C, H;
@@ -65,7 +67,7 @@ static void *writer_main(void *arg)
         pthread_mutex_unlock(&w->mu);
 
         double t0 = ob_mono_s();
-        ob_ckpt_arrays a = {w->params, w->m, w->v, w->hist, w->H};
+        ob_ckpt_arrays a = {w->params, w->m, w->v, w->hist, w->H, w->tensors, w->num_tensors};
         ob_err e = {0};
         ob_status st = write_files(w->dir, &w->meta, &a, w->spec_json, w->rank, w->we, w->se, &e);
 
@@ -153,6 +155,41 @@ void ob__trainer_ckpt_destroy(ob_trainer *t)
 {
     writer_destroy(t->writer);
     t->writer = NULL;
+    free(t->tensors);
+    t->tensors = NULL;
+    t->num_tensors = 0;
+}
+
+ob_status ob__trainer_tensor_index(ob_trainer *t, ob_err *err)
+{
+    size_t n = ob_model_num_tensors(t->model);
+    if (n == 0 || n > OB_CKPT_MAX_TENSORS)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "the model has %zu tensors (1 .. %d)", n,
+                      OB_CKPT_MAX_TENSORS);
+    ob_ckpt_tensor *idx = calloc(n, sizeof *idx);
+    if (!idx) return OB_ERR(err, OB_ERR_NOMEM, "tensor index of %zu entries", n);
+    for (size_t i = 0; i < n; i++) {
+        const ob_model_tensor *mt = ob_model_tensor_at(t->model, i);
+        size_t len = strlen(mt->name);
+        if (len >= OB_CKPT_TENSOR_NAME_LEN || mt->ndim < 1 || mt->ndim > OB_CKPT_TENSOR_MAX_DIM) {
+            free(idx);
+            return OB_ERR(err, OB_ERR_INVALID_ARG, "model tensor '%s' does not fit the index",
+                          mt->name);
+        }
+        memcpy(idx[i].name, mt->name, len + 1);
+        idx[i].offset = mt->offset;
+        idx[i].ndim = (uint32_t)mt->ndim;
+        for (size_t k = 0; k < mt->ndim; k++)
+            idx[i].shape[k] = mt->shape[k];
+    }
+    ob_status st = ob_ckpt_check_tensors(idx, n, t->d, "the model's tensor table", err);
+    if (st != OB_OK) {
+        free(idx);
+        return OB_WRAP(err, st, "tensor index");
+    }
+    t->tensors = idx;
+    t->num_tensors = n;
+    return OB_OK;
 }
 
 /* --- what a checkpoint holds ------------------------------------------------------------------ */
@@ -347,6 +384,8 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
         memcpy(w->dir, dir, sizeof dir);
         w->meta = meta;
         w->spec_json = t->spec_json;
+        w->tensors = t->tensors;
+        w->num_tensors = t->num_tensors;
         w->finished = 0;
         w->have_job = 1;
         pthread_cond_broadcast(&w->cv);
@@ -357,7 +396,7 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
     }
 
     double tw = ob_mono_s();
-    ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H};
+    ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H, t->tensors, t->num_tensors};
     ob_err werr = {0};
     ob_status wst = write_files(dir, &meta, &a, t->spec_json, rank, hs.we, hs.se, &werr);
     double write_s = ob_mono_s() - tw;
@@ -495,7 +534,7 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
     if (st != OB_OK) return st;
     ob__host_state hs;
     if ((st = ob__trainer_host_state(t, 0, &hs, err)) != OB_OK) return st;
-    ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H};
+    ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H, NULL, 0};
     st = ob_ckpt_read_state(path, meta, &a, err);
     if (st == OB_OK && hs.D > 0)
         st = ob_ckpt_read_errors(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm), hs.D,
@@ -742,7 +781,7 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
     if (!params || !m || !v) {
         st = OB_ERR(err, OB_ERR_NOMEM, "warm start buffers");
     } else {
-        ob_ckpt_arrays a = {params, m, v, NULL, 0};
+        ob_ckpt_arrays a = {params, m, v, NULL, 0, NULL, 0};
         st = ob_ckpt_read_state(path, meta, &a, err);
         t->warm_source_batch = saved_global_batch(path, meta);
         if (st == OB_OK)

@@ -41,14 +41,20 @@ struct ob_trainer {
     /* Checkpoints: job_dir[0] == 0 when disabled. */
     char job_dir[OB_CKPT_PATH_LEN];
     ob__ckpt_writer *writer; /* background writer, created on the first async checkpoint */
-    long pending_step;       /* step of an async checkpoint still being written, or -1 */
-    double pending_stall;    /* seconds the loop stood still for it */
-    long last_ckpt_step;     /* newest committed (or pending) checkpoint, -1 none */
+    ob_ckpt_tensor *tensors; /* the model's tensor table as checkpoints index it (owned) */
+    size_t num_tensors;
+    long pending_step;    /* step of an async checkpoint still being written, or -1 */
+    double pending_stall; /* seconds the loop stood still for it */
+    long last_ckpt_step;  /* newest committed (or pending) checkpoint, -1 none */
     const volatile sig_atomic_t *stop_flag; /* borrowed; non-zero: checkpoint and stop */
     ob_fault_injection fault;
     int profiling;            /* ob_trainer_set_profiling */
     ob_train_profile profile; /* data and compute parts; the optimizer's come from it */
 };
+
+/* Fills t->tensors from the model's tensor table (ob_model_tensor_at), the index every
+ * checkpoint's state.h5 carries. */
+ob_status ob__trainer_tensor_index(ob_trainer *t, ob_err *err);
 
 /* What a checkpoint holds, in host memory: on the CPU the live buffers, on a device the
  * trainer's host copies. */

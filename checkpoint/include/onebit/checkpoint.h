@@ -5,7 +5,9 @@
  * sub-directory per checkpoint:
  *
  *   <job dir>/step-00001200/state.h5        rank 0: parameters, m, v (v_Tw after the freeze),
- *                                           freeze-detector history, the job spec, metadata
+ *                                           the tensor index (name, shape, offset of each
+ *                                           tensor in the flat buffers), freeze-detector
+ *                                           history, the job spec, metadata
  *   <job dir>/step-00001200/rank-00000.h5   every rank: its worker error (D) and the server
  *   <job dir>/step-00001200/rank-00001.h5   error chunk it owns (C)
  *
@@ -69,14 +71,30 @@ typedef struct ob_ckpt_meta {
     uint64_t v_norm_history_len; /* read only: entries of /optim/v_norm_history (0: none) */
 } ob_ckpt_meta;
 
+/* The tensor index of state.h5 (/model/tensors): where each named tensor of the model lies in
+ * the flat parameter buffer (and so in exp_avg and exp_avg_sq, which share its layout). */
+#define OB_CKPT_TENSOR_NAME_LEN 64 /* name bytes, terminator included */
+#define OB_CKPT_TENSOR_MAX_DIM 4
+#define OB_CKPT_MAX_TENSORS 65536
+
+typedef struct ob_ckpt_tensor {
+    char name[OB_CKPT_TENSOR_NAME_LEN];     /* [A-Za-z0-9_.-]+, NUL-terminated */
+    uint64_t offset;                        /* first element in the flat buffer */
+    uint32_t ndim;                          /* 1 .. OB_CKPT_TENSOR_MAX_DIM */
+    uint64_t shape[OB_CKPT_TENSOR_MAX_DIM]; /* row-major; entries past ndim are 0 */
+} ob_ckpt_tensor;
+
 /* The arrays of state.h5. Pointers are borrowed (written: read from; read: written into, each
- * with room for the sizes in the meta). v_norm_history may be NULL with length 0. */
+ * with room for the sizes in the meta). v_norm_history may be NULL with length 0. tensors is
+ * only written (NULL with num_tensors 0: no index); read the index with ob_ckpt_read_tensors. */
 typedef struct ob_ckpt_arrays {
     float *params;     /* (d) */
     float *exp_avg;    /* (d) m */
     float *exp_avg_sq; /* (d) v; v_Tw after the freeze */
     double *v_norm_history;
-    size_t v_norm_history_len; /* Delta, or 0 */
+    size_t v_norm_history_len;     /* Delta, or 0 */
+    const ob_ckpt_tensor *tensors; /* the layout of params, in buffer order, or NULL */
+    size_t num_tensors;
 } ob_ckpt_arrays;
 
 /* --- Names and directories ------------------------------------------------------------------ */
@@ -146,6 +164,23 @@ ob_status ob_ckpt_read_meta(const char *dir, ob_ckpt_meta *meta, char **spec_jso
 ob_status ob_ckpt_read_state(const char *dir, const ob_ckpt_meta *meta,
                              const ob_ckpt_arrays *arrays, ob_err *err);
 
+/* Checks a tensor index against a buffer of d elements, as every reader must before using it:
+ * 1 .. OB_CKPT_MAX_TENSORS entries, each name non-empty, terminated within
+ * OB_CKPT_TENSOR_NAME_LEN bytes and made of [A-Za-z0-9_.-] only, names distinct, ndim in
+ * 1 .. OB_CKPT_TENSOR_MAX_DIM with every dimension >= 1 and unused ones 0, and the entries in
+ * buffer order, each starting where the previous one ends (products and sums computed without
+ * wrapping), the last ending at d. OB_ERR_CORRUPT naming the entry and the rule otherwise;
+ * what (borrowed) starts the message. */
+ob_status ob_ckpt_check_tensors(const ob_ckpt_tensor *t, size_t n, uint64_t d, const char *what,
+                                ob_err *err);
+
+/* Reads the tensor index of <dir>/state.h5 (/model/tensors) and checks it with
+ * ob_ckpt_check_tensors against meta->num_params. *out is malloc'd (free()), owned by the
+ * caller; a checkpoint without an index (written before it existed) gives *out NULL, *n 0 and
+ * OB_OK. The dataset's type is checked member by member before it is read. */
+ob_status ob_ckpt_read_tensors(const char *dir, const ob_ckpt_meta *meta, ob_ckpt_tensor **out,
+                               size_t *n, ob_err *err);
+
 /* Verifies a committed checkpoint completely: the metadata, every dataset of state.h5 and of
  * each of its world_size rank files (presence, step, sizes, checksums). On success *meta (may
  * be NULL) receives the metadata. The message of a failure names the file and the reason. */
@@ -173,6 +208,22 @@ ob_status ob_ckpt_find_latest(const char *job_dir, char *out, ob_ckpt_meta *meta
 ob_status ob_ckpt_read_errors(const char *dir, const ob_ckpt_meta *meta, int rank, int world_size,
                               size_t padded_size, size_t chunk_size, float *worker_error,
                               float *server_error, ob_err *err);
+
+/* --- Export --------------------------------------------------------------------------------- */
+
+typedef enum ob_ckpt_export_format {
+    OB_CKPT_EXPORT_NPZ = 0,         /* a zip of .npy files (stored), for numpy.load */
+    OB_CKPT_EXPORT_SAFETENSORS = 1, /* safetensors: u64 LE header size, JSON header, raw data */
+} ob_ckpt_export_format;
+
+/* Writes the parameters of the verified checkpoint at dir as named float32 tensors to out_path
+ * (written to out_path.tmp, fsynced, renamed). Names and shapes come from the tensor index; a
+ * checkpoint without one exports a single tensor "params" of shape (d). With with_optim the
+ * momentum and the variance follow as "exp_avg.<name>" and "exp_avg_sq.<name>". The npz form
+ * holds at most 4 GiB per file and in total (no zip64): larger is OB_ERR_UNSUPPORTED. *count
+ * (may be NULL) receives the number of tensors written. */
+ob_status ob_ckpt_export(const char *dir, ob_ckpt_export_format format, int with_optim,
+                         const char *out_path, size_t *count, ob_err *err);
 
 #ifdef __cplusplus
 }
