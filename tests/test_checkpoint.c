@@ -703,6 +703,35 @@ static void test_no_index(void **state)
     ob_ckpt_arrays a = {pp, mm, v, hh, HIST, NULL, 0};
     assert_int_equal(ob_ckpt_read_state(dir, &m, &a, &err), OB_OK);
     assert_memory_equal(pp, f->params, sizeof pp);
+
+    /* Exported, it is one tensor "params" of shape (d): the safetensors file byte for byte. */
+    char out[OB_CKPT_PATH_LEN];
+    snprintf(out, sizeof out, "%s/no-index.safetensors", root);
+    size_t count = 0;
+    assert_int_equal(ob_ckpt_export(dir, OB_CKPT_EXPORT_SAFETENSORS, 0, out, &count, &err), OB_OK);
+    assert_int_equal(count, 1);
+    const char *want = "{\"__metadata__\":{\"format\":\"onebit\",\"step\":\"20\"},\"params\":"
+                       "{\"dtype\":\"F32\",\"shape\":[1000],\"data_offsets\":[0,4000]}}";
+    size_t hlen = (strlen(want) + 7) / 8 * 8;
+    FILE *fp = fopen(out, "rb");
+    assert_non_null(fp);
+    unsigned char *buf = malloc(8 + hlen + 4000 + 1);
+    assert_non_null(buf);
+    assert_int_equal(fread(buf, 1, 8 + hlen + 4000 + 1, fp), 8 + hlen + 4000);
+    fclose(fp);
+    uint64_t n = 0;
+    for (int i = 7; i >= 0; i--)
+        n = n << 8 | buf[i];
+    assert_int_equal(n, hlen);
+    assert_memory_equal(buf + 8, want, strlen(want));
+    for (size_t i = strlen(want); i < hlen; i++)
+        assert_int_equal(buf[8 + i], ' ');
+    assert_memory_equal(buf + 8 + hlen, f->params, 4000);
+    free(buf);
+    /* An export never leaves a partial file: a directory that does not exist fails cleanly. */
+    snprintf(out, sizeof out, "%s/no/such/dir/x.npz", root);
+    assert_int_equal(ob_ckpt_export(dir, OB_CKPT_EXPORT_NPZ, 1, out, &count, &err), OB_ERR_IO);
+    assert_non_null(strstr(err.msg, "x.npz.tmp"));
     free_fixture(f);
 }
 
