@@ -83,12 +83,15 @@ else bad "REST submit/watch" "rc=$rc/$rc2 $(cat "$TMP/s2.err" "$TMP/w2.err")"; f
 # --- status, as a table and as JSON, over both transports -------------------------------------
 ctl "$TMP/st" --server "$GRPC" status "$ID1"; rc=$?
 if [ $rc -eq 0 ] && grep -q "^State: *SUCCEEDED" "$TMP/st" && grep -q "^Progress: *150/150 steps (100%), compression phase (variance frozen at step 40)" "$TMP/st" &&
-   grep -q "^Checkpoint: *step 150" "$TMP/st"; then ok "status table"; else bad "status table" "$(cat "$TMP/st" "$TMP/st.err")"; fi
+   grep -q "^Checkpoint: *step 150" "$TMP/st" &&
+   grep -Eq "^Compression: error/momentum norm worker [0-9.]+, server [0-9.]+; momentum exactly 0 at [0-9.]+% of coordinates$" "$TMP/st"; then
+  ok "status table"; else bad "status table" "$(cat "$TMP/st" "$TMP/st.err")"; fi
 ctl "$TMP/sj" --rest "$REST" status "$ID1" -o json; rc=$?
 ctl "$TMP/sg" --server "$GRPC" -o json status "$ID1"
 if [ $rc -eq 0 ] && [ "$(jq -r .state "$TMP/sj")" = JOB_STATE_SUCCEEDED ] && [ "$(jq -r .progress.step "$TMP/sj")" = 150 ] &&
-   [ "$(jq -S 'del(.updatedUnixMs)' "$TMP/sj")" = "$(jq -S 'del(.updatedUnixMs)' "$TMP/sg")" ]; then
-  ok "status -o json: the same document over REST and gRPC"
+   [ "$(jq -S 'del(.updatedUnixMs)' "$TMP/sj")" = "$(jq -S 'del(.updatedUnixMs)' "$TMP/sg")" ] &&
+   jq -e '.progress.workerErrorRatio > 0.01 and .progress.workerErrorRatio < 100 and .progress.serverErrorRatio > 0.01 and .progress.zeroMomentumFraction >= 0' "$TMP/sj" > /dev/null; then
+  ok "status -o json: the same document over REST and gRPC, with the compression health"
 else bad "status json" "$(head -c 300 "$TMP/sj") / $(head -c 300 "$TMP/sg")"; fi
 
 # --- list, filtered, as JSON --------------------------------------------------------------------
@@ -161,6 +164,27 @@ ctl "$TMP/f" --server "$GRPC" submit --model softmax --data synthetic_classifica
   --optimizer onebit_adam --steps 60 --batch-size 8 --freeze-step 20 --lr 1e-3 --name from-flags --np 1 --watch; rc=$?
 if [ $rc -eq 0 ] && grep -q "SUCCEEDED after 60/60" "$TMP/f"; then ok "submit from flags"
 else bad "submit from flags" "rc=$rc $(cat "$TMP/f.err")"; fi
+
+# --- compression health of a running job in /metrics, as status shows it ----------------------------
+sed 's/^steps: 150/steps: 100000000/; s/^eval: .*//; s/^checkpoint: .*//' "$TMP/job.yaml" > "$TMP/health.yaml"
+IDH=$("$CTL" --server "$GRPC" submit -f "$TMP/health.yaml" --np 2)
+for _ in $(seq 300); do
+  "$CTL" --server "$GRPC" status "$IDH" -o json > "$TMP/hj" 2> /dev/null
+  jq -e '.progress.phase == "compression" and .progress.workerErrorRatio > 0' "$TMP/hj" > /dev/null 2>&1 && break
+  sleep 0.1
+done
+curl -s "$REST/metrics" > "$TMP/metrics"
+ctl "$TMP/hs" --server "$GRPC" status "$IDH"
+mw=$(sed -n "s/^onebit_job_worker_error_ratio{job=\"$IDH\"} //p" "$TMP/metrics")
+ms=$(sed -n "s/^onebit_job_server_error_ratio{job=\"$IDH\"} //p" "$TMP/metrics")
+mz=$(sed -n "s/^onebit_job_zero_momentum_fraction{job=\"$IDH\"} //p" "$TMP/metrics")
+if [ -n "$mw" ] && [ -n "$ms" ] && [ -n "$mz" ] &&
+   awk -v w="$mw" -v s="$ms" 'BEGIN { exit !(w > 0.01 && w < 100 && s > 0.01 && s < 100) }' &&
+   grep -q "^# TYPE onebit_job_worker_error_ratio gauge" "$TMP/metrics" &&
+   grep -Eq "^Compression: error/momentum norm worker [0-9.]+, server [0-9.]+; momentum exactly 0 at [0-9.]+% of coordinates$" "$TMP/hs"; then
+  ok "compression health of a running job: /metrics (worker $mw, server $ms, zero $mz) and status"
+else bad "compression health in /metrics" "$(cat "$TMP/hj"; grep onebit_job_ "$TMP/metrics")"; fi
+"$CTL" --server "$GRPC" cancel "$IDH" > /dev/null 2>&1
 
 # --- cancel a running job: CANCELLED, watch exits 1 ---------------------------------------------------
 sed 's/^steps: 150/steps: 100000000/; s/^log_interval: 10/log_interval: 2000/; s/^eval: .*//' "$TMP/job.yaml" > "$TMP/long.yaml"

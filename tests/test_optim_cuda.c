@@ -177,6 +177,27 @@ static void test_cpu_count_exceeding(void **state)
     assert_int_equal(ob_count_exceeding(g, v, 0, 1.0f, 1.0f), 0);
 }
 
+/* The compression-health kernels: ||v||^2 against a plain double loop, and an exact count of
+ * zeros in which -0 is a zero and the smallest denormal is not. */
+static void test_cpu_health_kernels(void **state)
+{
+    (void)state;
+    size_t n = 1003;
+    float *v = host(n);
+    fill(v, n, 77, 3.0f, 0);
+    double want = 0.0;
+    for (size_t i = 0; i < n; i++)
+        want += (double)v[i] * (double)v[i];
+    double got = ob_sum_squares(v, n);
+    assert_true(fabs(got - want) <= 1e-12 * want);
+    assert_true(ob_sum_squares(v, 0) == 0.0);
+    const float z[] = {0.0f, -0.0f, 1e-45f, 1.0f, 0.0f, -2.0f, 0.0f};
+    assert_int_equal(ob_count_zero(z, 7), 4);
+    assert_int_equal(ob_count_zero(z, 0), 0);
+    assert_true(ob_sum_squares(z, 7) == 1.0 + 4.0 + (double)1e-45f * (double)1e-45f);
+    free(v);
+}
+
 static void test_cpu_stabilizer(void **state)
 {
     (void)state;
@@ -263,6 +284,21 @@ static void compare_all(size_t n)
     expect_ok(ob_cuda_count_exceeding(dg, dv, n, 0.25f, 4.0f, &gpu_count, NULL, &err), &err,
               "count");
     if (cpu_count != gpu_count) fail_msg("count: cpu %zu gpu %zu", cpu_count, gpu_count);
+    /* The compression-health kernels on m, with some coordinates set to exactly zero. */
+    for (size_t i = 0; i < n; i += 7)
+        m[i] = i % 2 ? -0.0f : 0.0f;
+    expect_ok(ob_cuda_memcpy(dm, m, n * 4, NULL, &err), &err, "upload m");
+    double cpu_sq = ob_sum_squares(m, n), gpu_sq = 0.0, sq_again = 0.0;
+    expect_ok(ob_cuda_sum_squares(dm, n, &gpu_sq, NULL, &err), &err, "sum_squares");
+    expect_ok(ob_cuda_sum_squares(dm, n, &sq_again, NULL, &err), &err, "sum_squares again");
+    if (!(fabs(cpu_sq - gpu_sq) <= 1e-12 * cpu_sq))
+        fail_msg("sum_squares: cpu %.17g gpu %.17g", cpu_sq, gpu_sq);
+    if (memcmp(&gpu_sq, &sq_again, sizeof sq_again) != 0)
+        fail_msg("sum_squares differs between two runs");
+    size_t cpu_zero = ob_count_zero(m, n), gpu_zero = 0;
+    expect_ok(ob_cuda_count_zero(dm, n, &gpu_zero, NULL, &err), &err, "count_zero");
+    if (cpu_zero != gpu_zero || cpu_zero < (n + 6) / 7)
+        fail_msg("count_zero: cpu %zu gpu %zu", cpu_zero, gpu_zero);
 
     ob_scale(v, n, 1.0009f);
     expect_ok(ob_cuda_scale(dv, n, 1.0009f, NULL, &err), &err, "scale");
@@ -321,6 +357,14 @@ static void test_device_empty_and_null(void **state)
     double l1 = 1.0;
     assert_int_equal(ob_cuda_l1_norm(NULL, 0, &l1, NULL, &err), OB_OK);
     assert_true(l1 == 0.0);
+    double sq = 1.0;
+    size_t zeros = 3;
+    assert_int_equal(ob_cuda_sum_squares(NULL, 0, &sq, NULL, &err), OB_OK);
+    assert_true(sq == 0.0);
+    assert_int_equal(ob_cuda_sum_squares(NULL, 5, &sq, NULL, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_cuda_count_zero(NULL, 0, &zeros, NULL, &err), OB_OK);
+    assert_int_equal(zeros, 0);
+    assert_int_equal(ob_cuda_count_zero(NULL, 5, &zeros, NULL, &err), OB_ERR_INVALID_ARG);
 }
 
 /* --- without a device ----------------------------------------------------------------------- */
@@ -343,16 +387,25 @@ static int no_device_checks(void)
         fprintf(stderr, "l1 norm without a device: status %d, %g (%s)\n", (int)st, l1, err.msg);
         failed++;
     }
+    double sq = 5.0;
+    size_t zeros = 5;
+    st = ob_cuda_sum_squares(dummy, 4, &sq, NULL, &err);
+    ob_status zst = ob_cuda_count_zero(dummy, 4, &zeros, NULL, &err);
+    if ((st != OB_ERR_CUDA && st != OB_ERR_UNSUPPORTED) || sq != 0.0 ||
+        (zst != OB_ERR_CUDA && zst != OB_ERR_UNSUPPORTED) || zeros != 0) {
+        fprintf(stderr, "health kernels without a device: status %d/%d (%s)\n", (int)st, (int)zst,
+                err.msg);
+        failed++;
+    }
     return failed;
 }
 
 int main(void)
 {
     const struct CMUnitTest cpu_tests[] = {
-        cmocka_unit_test(test_cpu_adam_formula),
-        cmocka_unit_test(test_cpu_fused_precondition),
-        cmocka_unit_test(test_cpu_stabilizer),
-        cmocka_unit_test(test_cpu_count_exceeding),
+        cmocka_unit_test(test_cpu_adam_formula),   cmocka_unit_test(test_cpu_fused_precondition),
+        cmocka_unit_test(test_cpu_stabilizer),     cmocka_unit_test(test_cpu_count_exceeding),
+        cmocka_unit_test(test_cpu_health_kernels),
     };
     int failed = cmocka_run_group_tests_name("cpu kernels", cpu_tests, NULL, NULL);
     if (failed) return 1;

@@ -36,6 +36,9 @@ static ob_report sample(ob_report_kind kind)
         p->bytes_sent = 1234567;
         r.bytes_step = 2456;
         p->freeze_ratio = 0.96875;
+        p->worker_error_ratio = 1.375;
+        p->server_error_ratio = 0.625;
+        p->zero_momentum_fraction = 0.0078125;
         break;
     case OB_REPORT_EVAL:
         p->step = 500;
@@ -119,6 +122,9 @@ static int same(const ob_report *a, const ob_report *b)
            p->loss == q->loss && !strcmp(p->phase, q->phase) && p->freeze_step == q->freeze_step &&
            p->samples_per_s == q->samples_per_s && p->bytes_sent == q->bytes_sent &&
            p->lr == q->lr && p->freeze_ratio == q->freeze_ratio && a->bytes_step == b->bytes_step &&
+           p->worker_error_ratio == q->worker_error_ratio &&
+           p->server_error_ratio == q->server_error_ratio &&
+           p->zero_momentum_fraction == q->zero_momentum_fraction &&
            a->world_size == b->world_size && a->num_params == b->num_params &&
            a->eval_loss == b->eval_loss && a->eval_accuracy == b->eval_accuracy &&
            a->eval_count == b->eval_count && a->is_text == b->is_text &&
@@ -177,11 +183,28 @@ static void test_json_text(void **state)
 {
     (void)state;
     ob_report r = sample(OB_REPORT_STEP);
-    r.progress.freeze_ratio = NAN; /* not computed: null */
+    r.progress.freeze_ratio = NAN;       /* not computed: null */
+    r.progress.worker_error_ratio = NAN; /* no error feedback (adam): no health keys */
     char *line = ob_report_to_json(&r);
     assert_string_equal(line, "{\"event\":\"step\",\"step\":120,\"phase\":\"compression\","
                               "\"loss\":0.40625,\"lr\":0.001,\"samples_per_s\":5123.5,"
                               "\"bytes_sent\":1234567,\"bytes_step\":2456,\"freeze_ratio\":null}");
+    free(line);
+    /* 1-bit Adam: the compression health follows, an infinite ratio (an error without
+     * momentum) as null. */
+    r = sample(OB_REPORT_STEP);
+    r.progress.server_error_ratio = INFINITY;
+    line = ob_report_to_json(&r);
+    assert_string_equal(line, "{\"event\":\"step\",\"step\":120,\"phase\":\"compression\","
+                              "\"loss\":0.40625,\"lr\":0.001,\"samples_per_s\":5123.5,"
+                              "\"bytes_sent\":1234567,\"bytes_step\":2456,\"freeze_ratio\":0.96875,"
+                              "\"worker_error_ratio\":1.375,\"server_error_ratio\":null,"
+                              "\"zero_momentum_fraction\":0.0078125}");
+    ob_report back;
+    assert_int_equal(ob_report_parse_line(line, strlen(line), &back), 1);
+    assert_true(back.progress.worker_error_ratio == 1.375);
+    assert_true(back.progress.server_error_ratio == 0.0);
+    assert_true(back.progress.zero_momentum_fraction == 0.0078125);
     free(line);
     r = sample(OB_REPORT_CHECKPOINT);
     r.ckpt_failed = 1;
@@ -202,7 +225,6 @@ static void test_json_text(void **state)
     line = ob_report_to_json(&r);
     assert_non_null(strstr(line, "\"freeze_step\":null,"));
     assert_non_null(strstr(line, "\"last_checkpoint\":null}"));
-    ob_report back;
     assert_int_equal(ob_report_parse_line(line, strlen(line), &back), 1);
     assert_int_equal(back.summary.freeze_step, -1);
     assert_int_equal(back.summary.last_checkpoint, -1);
@@ -226,6 +248,7 @@ static void test_pb_matches_log(void **state)
         ob_report in = sample((ob_report_kind)k), from_log, from_pb;
         in.progress.loss = NAN;
         in.progress.freeze_ratio = INFINITY;
+        in.progress.server_error_ratio = INFINITY;
         strcpy(in.job_id, "job-000042");
         char *line = ob_report_to_json(&in);
         assert_int_equal(ob_report_parse_line(line, strlen(line), &from_log), 1);
@@ -246,6 +269,10 @@ static void test_pb_matches_log(void **state)
         assert_int_equal(a->step, b->step);
         assert_true(a->loss == b->loss && b->loss == 0.0);
         assert_true(a->freeze_ratio == b->freeze_ratio);
+        assert_true(a->worker_error_ratio == b->worker_error_ratio);
+        assert_true(a->server_error_ratio == b->server_error_ratio && b->server_error_ratio == 0.0);
+        assert_true(a->zero_momentum_fraction == b->zero_momentum_fraction);
+        if (k == OB_REPORT_STEP) assert_true(b->worker_error_ratio == 1.375);
         assert_true(a->lr == b->lr && a->samples_per_s == b->samples_per_s);
         assert_int_equal(a->bytes_sent, b->bytes_sent);
         assert_string_equal(a->phase, b->phase);

@@ -235,6 +235,67 @@ static void test_old_store_gains_ext_id(void **state)
     ob_job_clear(&j);
 }
 
+/* The compression health of a job's progress: kept in the job row and in its events, and a
+ * store written before the columns existed opens with them added (0 for old rows). */
+static void test_health_columns(void **state)
+{
+    fixture *f = *state;
+    ob_store *s;
+    ob_err err;
+    assert_int_equal(ob_store_open(&s, f->path, &err), OB_OK);
+    ob_job j = make_job("old", 2);
+    assert_int_equal(ob_store_create_job(s, &j, &err), OB_OK);
+    ob_store_close(s);
+    sqlite3 *db;
+    assert_int_equal(sqlite3_open(f->path, &db), SQLITE_OK);
+    static const char *const drop[] = {
+        "ALTER TABLE jobs DROP COLUMN worker_error_ratio",
+        "ALTER TABLE jobs DROP COLUMN server_error_ratio",
+        "ALTER TABLE jobs DROP COLUMN zero_momentum_fraction",
+        "ALTER TABLE events DROP COLUMN worker_error_ratio",
+        "ALTER TABLE events DROP COLUMN server_error_ratio",
+        "ALTER TABLE events DROP COLUMN zero_momentum_fraction",
+    };
+    for (size_t i = 0; i < sizeof drop / sizeof *drop; i++)
+        assert_int_equal(sqlite3_exec(db, drop[i], NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(db);
+
+    assert_int_equal(ob_store_open(&s, f->path, &err), OB_OK);
+    ob_job got;
+    assert_int_equal(ob_store_get_job(s, j.id, &got, &err), OB_OK);
+    assert_true(got.progress.worker_error_ratio == 0.0 && got.progress.server_error_ratio == 0.0 &&
+                got.progress.zero_momentum_fraction == 0.0);
+    ob_job_clear(&got);
+    j.state = OB_JOB_RUNNING;
+    strcpy(j.progress.phase, "compression");
+    j.progress.worker_error_ratio = 1.25;
+    j.progress.server_error_ratio = 0.5;
+    j.progress.zero_momentum_fraction = 0.03125;
+    ob_job_event ev;
+    memset(&ev, 0, sizeof ev);
+    strcpy(ev.kind, "step");
+    strcpy(ev.message, "step 10");
+    ev.progress = j.progress;
+    assert_int_equal(ob_store_update_job(s, &j, &ev, &err), OB_OK);
+    ob_store_close(s);
+    assert_int_equal(ob_store_open(&s, f->path, &err), OB_OK);
+    assert_int_equal(ob_store_get_job(s, j.id, &got, &err), OB_OK);
+    assert_true(got.progress.worker_error_ratio == 1.25);
+    assert_true(got.progress.server_error_ratio == 0.5);
+    assert_true(got.progress.zero_momentum_fraction == 0.03125);
+    ob_job_clear(&got);
+    ob_job_event *evs = NULL;
+    size_t n = 0;
+    assert_int_equal(ob_store_list_events(s, j.id, 0, 100, &evs, &n, &err), OB_OK);
+    assert_true(n >= 1);
+    const ob_progress *p = &evs[n - 1].progress;
+    assert_true(p->worker_error_ratio == 1.25 && p->server_error_ratio == 0.5 &&
+                p->zero_momentum_fraction == 0.03125);
+    free(evs);
+    ob_store_close(s);
+    ob_job_clear(&j);
+}
+
 static void test_not_a_store(void **state)
 {
     fixture *f = *state;
@@ -260,6 +321,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reopen_keeps_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_a_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_old_store_gains_ext_id, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_health_columns, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,3 +18,11 @@ add_test(NAME test_warm_start
                  ${MPIEXEC_EXECUTABLE})
 set_tests_properties(test_warm_start PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2 SKIP_RETURN_CODE 77)
+
+# Compression health (||e_worker||/||m||, ||e_server||/||m||, zero-momentum fraction) against the
+# same numbers recomputed from checkpoints with h5py and numpy; training unchanged by them.
+add_test(NAME test_health
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_health.sh $<TARGET_FILE:onebit-worker>
+                 $<TARGET_FILE:onebit-ckpt> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(test_health PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2)

@@ -98,6 +98,12 @@ void obctl_print_job(FILE *f, const ob_job *j)
         fmt_saved(buf, sizeof buf, p);
         fprintf(f, "Traffic:     %s\n", buf);
         if (p->warm_start[0]) fprintf(f, "Warm start:  %s\n", p->warm_start);
+        if (!strcmp(p->phase, "compression"))
+            fprintf(f,
+                    "Compression: error/momentum norm worker %.3g, server %.3g; momentum exactly 0 "
+                    "at %.2f%% of coordinates\n",
+                    p->worker_error_ratio, p->server_error_ratio,
+                    100.0 * p->zero_momentum_fraction);
     }
     if (j->ckpt_step > 0)
         fprintf(f, "Checkpoint:  step %lld  %s\n", (long long)j->ckpt_step, j->ckpt_path);

@@ -119,6 +119,25 @@ __global__ void l1_partial_kernel(const float *__restrict__ v, size_t d, double 
     if (threadIdx.x == 0) partial[blockIdx.x] = s;
 }
 
+__global__ void sumsq_partial_kernel(const float *__restrict__ v, size_t d, double *partial)
+{
+    double a = 0.0;
+    GRID_STRIDE(i, d)
+    {
+        double x = (double)v[i];
+        a += x * x;
+    }
+    double s = block_sum(a);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void count_zero_kernel(const float *__restrict__ v, size_t d, unsigned long long *out)
+{
+    unsigned long long n = 0;
+    GRID_STRIDE(i, d) n += (unsigned long long)(v[i] == 0.0f);
+    if (n) atomicAdd(out, n);
+}
+
 __global__ void l1_final_kernel(const double *partial, unsigned n, double *out)
 {
     double a = 0.0;
@@ -151,7 +170,46 @@ ob_status need(ob_err *err, const char *fn, int ok)
     return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: NULL buffer", fn);
 }
 
+/* A double reduction of v over d: `partial` writes one sum per block, l1_final_kernel adds
+ * them in a fixed tree. Waits for the stream and writes *out on the host. */
+typedef void (*partial_kernel)(const float *, size_t, double *);
+ob_status reduce_double(partial_kernel partial, const char *fn, const float *v, size_t d,
+                        double *out, void *stream, ob_err *err)
+{
+    *out = 0.0;
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, fn, v != NULL);
+    if (st != OB_OK) return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    unsigned nb = blocks_for(d);
+    if (nb > (unsigned)kNormBlocks) nb = kNormBlocks;
+    double *scratch = NULL; /* nb partial sums, then the total */
+    CUDA_CHECK(err, cudaMallocAsync((void **)&scratch, (nb + 1) * sizeof(double), s));
+    partial<<<nb, kThreads, 0, s>>>(v, d, scratch);
+    l1_final_kernel<<<1, kThreads, 0, s>>>(scratch, nb, scratch + nb);
+    cudaError_t rc = cudaGetLastError();
+    if (rc == cudaSuccess)
+        rc = cudaMemcpyAsync(out, scratch + nb, sizeof(double), cudaMemcpyDeviceToHost, s);
+    cudaError_t frc = cudaFreeAsync(scratch, s);
+    if (rc == cudaSuccess) rc = frc;
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
+    if (rc != cudaSuccess) return ob__cuda_fail(err, rc, fn, __FILE__, __LINE__);
+    return OB_OK;
+}
+
 } // namespace
+
+extern "C" ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void *stream,
+                                     ob_err *err)
+{
+    return reduce_double(l1_partial_kernel, "ob_cuda_l1_norm", v, d, out, stream, err);
+}
+
+extern "C" ob_status ob_cuda_sum_squares(const float *v, size_t d, double *out, void *stream,
+                                         ob_err *err)
+{
+    return reduce_double(sumsq_partial_kernel, "ob_cuda_sum_squares", v, d, out, stream, err);
+}
 
 #define LAUNCH(kernel, d, stream, ...)                                                             \
     kernel<<<blocks_for(d), kThreads, 0, (cudaStream_t)(stream)>>>(__VA_ARGS__)
@@ -231,30 +289,6 @@ extern "C" ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob
     return launched(err);
 }
 
-extern "C" ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void *stream,
-                                     ob_err *err)
-{
-    *out = 0.0;
-    if (d == 0) return OB_OK;
-    ob_status st = need(err, "ob_cuda_l1_norm", v != NULL);
-    if (st != OB_OK) return st;
-    cudaStream_t s = (cudaStream_t)stream;
-    unsigned nb = blocks_for(d);
-    if (nb > (unsigned)kNormBlocks) nb = kNormBlocks;
-    double *scratch = NULL; /* nb partial sums, then the total */
-    CUDA_CHECK(err, cudaMallocAsync((void **)&scratch, (nb + 1) * sizeof(double), s));
-    l1_partial_kernel<<<nb, kThreads, 0, s>>>(v, d, scratch);
-    l1_final_kernel<<<1, kThreads, 0, s>>>(scratch, nb, scratch + nb);
-    cudaError_t rc = cudaGetLastError();
-    if (rc == cudaSuccess)
-        rc = cudaMemcpyAsync(out, scratch + nb, sizeof(double), cudaMemcpyDeviceToHost, s);
-    cudaError_t frc = cudaFreeAsync(scratch, s);
-    if (rc == cudaSuccess) rc = frc;
-    if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
-    if (rc != cudaSuccess) return ob__cuda_fail(err, rc, "ob_cuda_l1_norm", __FILE__, __LINE__);
-    return OB_OK;
-}
-
 extern "C" ob_status ob_cuda_count_exceeding(const float *g, const float *v, size_t d, float gscale,
                                              float k2, size_t *out, void *stream, ob_err *err)
 {
@@ -277,6 +311,31 @@ extern "C" ob_status ob_cuda_count_exceeding(const float *g, const float *v, siz
     if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
     if (rc != cudaSuccess)
         return ob__cuda_fail(err, rc, "ob_cuda_count_exceeding", __FILE__, __LINE__);
+    *out = (size_t)host;
+    return OB_OK;
+}
+
+extern "C" ob_status ob_cuda_count_zero(const float *v, size_t d, size_t *out, void *stream,
+                                        ob_err *err)
+{
+    *out = 0;
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_count_zero", v != NULL);
+    if (st != OB_OK) return st;
+    cudaStream_t s = (cudaStream_t)stream;
+    unsigned long long *count = NULL, host = 0;
+    CUDA_CHECK(err, cudaMallocAsync((void **)&count, sizeof *count, s));
+    cudaError_t rc = cudaMemsetAsync(count, 0, sizeof *count, s);
+    if (rc == cudaSuccess) {
+        count_zero_kernel<<<blocks_for(d), kThreads, 0, s>>>(v, d, count);
+        rc = cudaGetLastError();
+    }
+    if (rc == cudaSuccess)
+        rc = cudaMemcpyAsync(&host, count, sizeof host, cudaMemcpyDeviceToHost, s);
+    cudaError_t frc = cudaFreeAsync(count, s);
+    if (rc == cudaSuccess) rc = frc;
+    if (rc == cudaSuccess) rc = cudaStreamSynchronize(s);
+    if (rc != cudaSuccess) return ob__cuda_fail(err, rc, "ob_cuda_count_zero", __FILE__, __LINE__);
     *out = (size_t)host;
     return OB_OK;
 }

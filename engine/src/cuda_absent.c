@@ -111,6 +111,18 @@ ob_status ob_cuda_count_exceeding(const float *g, const float *v, size_t d, floa
     return NO_CUDA(err);
 }
 
+ob_status ob_cuda_sum_squares(const float *v, size_t d, double *out, void *stream, ob_err *err)
+{
+    *out = 0.0;
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_count_zero(const float *v, size_t d, size_t *out, void *stream, ob_err *err)
+{
+    *out = 0;
+    return NO_CUDA(err);
+}
+
 /* ---- the device pass of the models (model_cuda.cu) ----------------------------------------- */
 
 ob_status ob__cls_cuda_create(ob_model *m, void *stream, ob_err *err)

@@ -497,6 +497,36 @@ void ob_optim_get_stats(const ob_optim *o, ob_optim_stats *s)
     s->warm_check_fraction = o->warm_frac;
 }
 
+static ob_status k_sum_squares(ob_optim *o, const float *v, size_t n, double *out, ob_err *err)
+{
+    if (o->dev) return ob_cuda_sum_squares(v, n, out, o->stream, err);
+    *out = ob_sum_squares(v, n);
+    return OB_OK;
+}
+
+ob_status ob_optim_health_sums_local(ob_optim *o, ob_optim_health_sums *out, ob_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (!o->car)
+        return OB_ERR(err, OB_ERR_UNSUPPORTED,
+                      "compression health: the optimizer has no error feedback");
+    size_t zeros = 0;
+    ob_status st;
+    if ((st = k_sum_squares(o, ob_car_worker_error(o->car), ob_car_padded_size(o->car),
+                            &out->worker_error_sq, err)) ||
+        (st = k_sum_squares(o, ob_car_server_error(o->car), ob_car_chunk_size(o->car),
+                            &out->server_error_sq, err)) ||
+        (st = k_sum_squares(o, o->m, o->d, &out->momentum_sq, err)))
+        return OB_WRAP(err, st, "compression health");
+    if (o->dev)
+        st = ob_cuda_count_zero(o->m, o->d, &zeros, o->stream, err);
+    else
+        zeros = ob_count_zero(o->m, o->d);
+    if (st != OB_OK) return OB_WRAP(err, st, "compression health");
+    out->zero_momentum = (double)zeros;
+    return OB_OK;
+}
+
 void ob_optim_get_state(ob_optim *o, ob_optim_state *s)
 {
     memset(s, 0, sizeof *s);

@@ -92,6 +92,28 @@ double ob_l1_norm(const float *v, size_t d)
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
+double ob_sum_squares(const float *v, size_t d)
+{
+    double acc[4] = {0};
+    size_t i = 0;
+    for (; i + 4 <= d; i += 4)
+        for (int l = 0; l < 4; l++) {
+            double x = (double)v[i + (size_t)l];
+            acc[l] += x * x;
+        }
+    for (; i < d; i++)
+        acc[0] += (double)v[i] * (double)v[i];
+    return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+}
+
+size_t ob_count_zero(const float *v, size_t d)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < d; i++)
+        n += v[i] == 0.0f;
+    return n;
+}
+
 size_t ob_count_exceeding(const float *g, const float *v, size_t d, float gscale, float k2)
 {
     size_t n = 0;

@@ -333,6 +333,40 @@ void ob_trainer_set_fault_injection(ob_trainer *t, const ob_fault_injection *f)
         memset(&t->fault, 0, sizeof t->fault);
 }
 
+/* sqrt(a / b) for squared norms: 0 when both are 0, infinite for an error without momentum
+ * and when a sum overflowed (reported as null). */
+static double norm_ratio(double a, double b)
+{
+    if (!isfinite(a) || !isfinite(b)) return INFINITY;
+    if (b > 0.0) return sqrt(a / b);
+    return a > 0.0 ? INFINITY : 0.0;
+}
+
+/* The compression-health numbers of a logged step (onebit/optim.h, ob_optim_health_sums_local):
+ * this rank's sums, reduced over the ranks in one allreduce of four floats. Only on logging
+ * steps, which every rank reaches together; the state is only read. */
+static ob_status compression_health(ob_trainer *t, ob_train_event *ev, ob_err *err)
+{
+    ev->worker_error_ratio = ev->server_error_ratio = ev->zero_momentum_fraction = NAN;
+    ob_optim_state os;
+    ob_optim_get_state(t->opt, &os);
+    if (os.padded_size == 0) return OB_OK; /* no error feedback */
+    ob_optim_health_sums h;
+    ob_status st = ob_optim_health_sums_local(t->opt, &h, err);
+    if (st != OB_OK) return st;
+    /* Divided by d, which leaves the ratios alone and keeps the sums well inside a float. */
+    double d = (double)t->d;
+    float v[4] = {(float)(h.worker_error_sq / d), (float)(h.server_error_sq / d),
+                  (float)(h.momentum_sq / d), (float)(h.zero_momentum / d)};
+    st = ob_comm_allreduce_sum_f32(t->comm, v, 4, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "compression health reduction");
+    double n = (double)ob_comm_size(t->comm);
+    ev->worker_error_ratio = norm_ratio((double)v[0], (double)v[2]);
+    ev->server_error_ratio = norm_ratio((double)v[1] * n, (double)v[2]);
+    ev->zero_momentum_fraction = (double)v[3] / n;
+    return OB_OK;
+}
+
 /* The per-step control reduction: stop requests and async checkpoint completion, so that every
  * rank takes the same decision at the same step. Three int32 through MPI's own allreduce
  * (latency-optimal: two rounds of a 12-byte message on 4 ranks), not the bandwidth-optimal
@@ -467,6 +501,8 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
             ev.samples_per_s =
                 (double)steps_window * (double)s->batch_size * n / fmax(tnow - t_window, 1e-9);
             t->last_loss = ev.loss;
+            st = compression_health(t, &ev, err);
+            if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
             if (cb) cb(&ev, user);
             t_window = tnow;
             loss_window = 0.0;

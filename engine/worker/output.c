@@ -52,6 +52,9 @@ static void report_from_event(const ob_train_event *ev, ob_report *r)
         p->bytes_sent = (int64_t)ev->bytes_sent;
         r->bytes_step = (int64_t)ev->bytes_step;
         p->freeze_ratio = ev->freeze_ratio;
+        p->worker_error_ratio = ev->worker_error_ratio;
+        p->server_error_ratio = ev->server_error_ratio;
+        p->zero_momentum_fraction = ev->zero_momentum_fraction;
         break;
     case OB_EVENT_EVAL:
         r->kind = OB_REPORT_EVAL;
@@ -114,6 +117,9 @@ static void print_event_text(const ob_train_event *ev)
                (double)ev->bytes_sent / 1e6, (double)ev->bytes_step / 1e3);
         if (ev->phase == OB_PHASE_WARMUP && isfinite(ev->freeze_ratio))
             printf("  v-ratio %.4f", ev->freeze_ratio);
+        if (ev->phase == OB_PHASE_COMPRESSION && !isnan(ev->worker_error_ratio))
+            printf("  error/|m| worker %.3g server %.3g, m=0 %.2f%%", ev->worker_error_ratio,
+                   ev->server_error_ratio, 100.0 * ev->zero_momentum_fraction);
         printf("\n");
         break;
     case OB_EVENT_EVAL:

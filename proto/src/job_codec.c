@@ -48,6 +48,9 @@ json_t *ob_progress_to_json(const ob_progress *p)
     json_object_set_new(o, "evalLoss", dbl(p->eval_loss));
     json_object_set_new(o, "evalAccuracy", dbl(p->eval_accuracy));
     json_object_set_new(o, "warmStart", json_string(p->warm_start));
+    json_object_set_new(o, "workerErrorRatio", dbl(p->worker_error_ratio));
+    json_object_set_new(o, "serverErrorRatio", dbl(p->server_error_ratio));
+    json_object_set_new(o, "zeroMomentumFraction", dbl(p->zero_momentum_fraction));
     return o;
 }
 
@@ -224,7 +227,10 @@ static ob_status progress_from_json(const json_t *o, ob_progress *p, ob_err *err
         (st = get_i64(o, "evalStep", &p->eval_step, err)) ||
         (st = get_dbl(o, "evalLoss", &p->eval_loss, err)) ||
         (st = get_dbl(o, "evalAccuracy", &p->eval_accuracy, err)) ||
-        (st = get_str(o, "warmStart", p->warm_start, sizeof p->warm_start, err)))
+        (st = get_str(o, "warmStart", p->warm_start, sizeof p->warm_start, err)) ||
+        (st = get_dbl(o, "workerErrorRatio", &p->worker_error_ratio, err)) ||
+        (st = get_dbl(o, "serverErrorRatio", &p->server_error_ratio, err)) ||
+        (st = get_dbl(o, "zeroMomentumFraction", &p->zero_momentum_fraction, err)))
         return st;
     return OB_OK;
 }
@@ -407,6 +413,9 @@ void ob_progress_to_pb(const ob_progress *p, Onebit__V1__Progress *o)
     o->eval_loss = p->eval_loss;
     o->eval_accuracy = p->eval_accuracy;
     o->warm_start = (char *)p->warm_start;
+    o->worker_error_ratio = p->worker_error_ratio;
+    o->server_error_ratio = p->server_error_ratio;
+    o->zero_momentum_fraction = p->zero_momentum_fraction;
 }
 
 ob_status ob_job_to_pb(const ob_job *j, ob_job_pb *pb, ob_err *err)
@@ -494,6 +503,9 @@ void ob_progress_from_pb(const Onebit__V1__Progress *m, ob_progress *p)
     p->eval_loss = m->eval_loss;
     p->eval_accuracy = m->eval_accuracy;
     copy_str(p->warm_start, sizeof p->warm_start, m->warm_start);
+    p->worker_error_ratio = m->worker_error_ratio;
+    p->server_error_ratio = m->server_error_ratio;
+    p->zero_momentum_fraction = m->zero_momentum_fraction;
 }
 
 ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *j, ob_err *err)

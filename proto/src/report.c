@@ -117,6 +117,11 @@ static void write_fields(json_t *o, const ob_report *r)
         set_int(o, "bytes_sent", p->bytes_sent);
         set_int(o, "bytes_step", r->bytes_step);
         set(o, "freeze_ratio", num(p->freeze_ratio));
+        if (!isnan(p->worker_error_ratio)) { /* NaN: no error feedback, no keys */
+            set(o, "worker_error_ratio", num(p->worker_error_ratio));
+            set(o, "server_error_ratio", num(p->server_error_ratio));
+            set(o, "zero_momentum_fraction", num(p->zero_momentum_fraction));
+        }
         break;
     case OB_REPORT_EVAL:
         set_int(o, "step", p->step);
@@ -317,6 +322,9 @@ static void read_fields(const json_t *o, ob_report *r)
         r->bytes_step = jint(o, "bytes_step");
         p->lr = jnum(o, "lr");
         p->freeze_ratio = jnum(o, "freeze_ratio");
+        p->worker_error_ratio = jnum(o, "worker_error_ratio");
+        p->server_error_ratio = jnum(o, "server_error_ratio");
+        p->zero_momentum_fraction = jnum(o, "zero_momentum_fraction");
         break;
     case OB_REPORT_EVAL:
         p->step = jint(o, "step");
@@ -394,7 +402,13 @@ ob_status ob_report_pack(const ob_report *r, uint8_t **buf, size_t *len, ob_err 
     /* A number that is not finite travels as 0, as a JSON line's null reads: both paths give
      * the coordinator the same report. */
     ob_progress prog = r->progress;
-    double *nums[] = {&prog.loss, &prog.samples_per_s, &prog.lr, &prog.freeze_ratio};
+    double *nums[] = {&prog.loss,
+                      &prog.samples_per_s,
+                      &prog.lr,
+                      &prog.freeze_ratio,
+                      &prog.worker_error_ratio,
+                      &prog.server_error_ratio,
+                      &prog.zero_momentum_fraction};
     for (size_t i = 0; i < sizeof nums / sizeof nums[0]; i++)
         if (!isfinite(*nums[i])) *nums[i] = 0.0;
     Onebit__V1__Progress p;

@@ -1,6 +1,6 @@
 /* Prometheus text exposition of the service's state: jobs by state, slots, restarts, reports,
  * steps, bytes sent against their fp32 equivalent, and per running job its step, throughput,
- * bytes and checkpoint age. */
+ * bytes, checkpoint age and, in the compression phase, its compression health. */
 #include "onebit/service.h"
 #include "onebit/store.h"
 #include "service_internal.h"
@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 /* ---- metrics ------------------------------------------------------------------------------ */
 
@@ -98,6 +99,33 @@ static int job_checkpoint_age(const job_gauge *g, int64_t now_ms, double *v)
     return g->ckpt_ms > 0;
 }
 
+/* Compression health: only for jobs in the compression phase of 1-bit Adam. */
+static int in_compression(const job_gauge *g)
+{
+    return !strcmp(g->p.phase, "compression");
+}
+
+static int job_worker_error_ratio(const job_gauge *g, int64_t now_ms, double *v)
+{
+    (void)now_ms;
+    *v = g->p.worker_error_ratio;
+    return in_compression(g);
+}
+
+static int job_server_error_ratio(const job_gauge *g, int64_t now_ms, double *v)
+{
+    (void)now_ms;
+    *v = g->p.server_error_ratio;
+    return in_compression(g);
+}
+
+static int job_zero_momentum_fraction(const job_gauge *g, int64_t now_ms, double *v)
+{
+    (void)now_ms;
+    *v = g->p.zero_momentum_fraction;
+    return in_compression(g);
+}
+
 static const job_family job_families[] = {
     {"onebit_job_step", "Step of each running job.", AS_INTEGER, job_step},
     {"onebit_job_samples_per_second", "Throughput of each running job.", AS_REAL,
@@ -108,6 +136,18 @@ static const job_family job_families[] = {
      AS_INTEGER, job_bytes_uncompressed},
     {"onebit_job_checkpoint_age_seconds", "Seconds since each running job's newest checkpoint.",
      AS_SECONDS, job_checkpoint_age},
+    {"onebit_job_worker_error_ratio",
+     "||e_worker||/||m||: worker error-feedback norm over momentum norm, last logged step of each "
+     "running job in the compression phase.",
+     AS_REAL, job_worker_error_ratio},
+    {"onebit_job_server_error_ratio",
+     "||e_server||/||m||: server error norm over momentum norm, last logged step of each running "
+     "job in the compression phase.",
+     AS_REAL, job_server_error_ratio},
+    {"onebit_job_zero_momentum_fraction",
+     "Fraction of momentum coordinates exactly zero, last logged step of each running job in the "
+     "compression phase.",
+     AS_REAL, job_zero_momentum_fraction},
 };
 
 static void per_job_family(sbuf *b, const job_family *f, const job_gauge *g, size_t n,

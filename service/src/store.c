@@ -63,6 +63,13 @@ static const char *const added_columns[][2] = {
     /* what a warm start did (ob_progress.warm_start) */
     {"jobs", "warm_start TEXT NOT NULL DEFAULT ''"},
     {"events", "warm_start TEXT NOT NULL DEFAULT ''"},
+    /* compression health (ob_progress.worker_error_ratio, ...) */
+    {"jobs", "worker_error_ratio REAL NOT NULL DEFAULT 0"},
+    {"jobs", "server_error_ratio REAL NOT NULL DEFAULT 0"},
+    {"jobs", "zero_momentum_fraction REAL NOT NULL DEFAULT 0"},
+    {"events", "worker_error_ratio REAL NOT NULL DEFAULT 0"},
+    {"events", "server_error_ratio REAL NOT NULL DEFAULT 0"},
+    {"events", "zero_momentum_fraction REAL NOT NULL DEFAULT 0"},
 };
 
 /* SQL function labels_match(labels, selector): ob_labels_match on two canonical strings. */
@@ -210,6 +217,9 @@ static void bind_progress(sqlite3_stmt *st, int first, const ob_progress *p)
     sqlite3_bind_double(st, first + 11, p->eval_loss);
     sqlite3_bind_double(st, first + 12, p->eval_accuracy);
     sqlite3_bind_text(st, first + 13, p->warm_start, -1, SQLITE_TRANSIENT);
+    sqlite3_bind_double(st, first + 14, p->worker_error_ratio);
+    sqlite3_bind_double(st, first + 15, p->server_error_ratio);
+    sqlite3_bind_double(st, first + 16, p->zero_momentum_fraction);
 }
 
 static void read_progress(sqlite3_stmt *st, int first, ob_progress *p)
@@ -228,11 +238,15 @@ static void read_progress(sqlite3_stmt *st, int first, ob_progress *p)
     p->eval_loss = sqlite3_column_double(st, first + 11);
     p->eval_accuracy = sqlite3_column_double(st, first + 12);
     ob_strlcpy(p->warm_start, text_or_empty(st, first + 13), sizeof p->warm_start);
+    p->worker_error_ratio = sqlite3_column_double(st, first + 14);
+    p->server_error_ratio = sqlite3_column_double(st, first + 15);
+    p->zero_momentum_fraction = sqlite3_column_double(st, first + 16);
 }
 
 #define PROGRESS_COLS                                                                              \
     "step, total_steps, loss, phase, freeze_step, samples_per_s, bytes_sent, "                     \
-    "bytes_uncompressed, lr, freeze_ratio, eval_step, eval_loss, eval_accuracy, warm_start"
+    "bytes_uncompressed, lr, freeze_ratio, eval_step, eval_loss, eval_accuracy, warm_start, "      \
+    "worker_error_ratio, server_error_ratio, zero_momentum_fraction"
 
 static ob_status insert_event(ob_store *s, const char *job_id, ob_job_event *ev, ob_err *err)
 {
@@ -251,7 +265,7 @@ static ob_status insert_event(ob_store *s, const char *job_id, ob_job_event *ev,
     ob_strlcpy(ev->job_id, job_id, sizeof ev->job_id);
     rc = prepare(s, &st,
                  "INSERT INTO events(job_id, seq, time_ms, kind, state, message, " PROGRESS_COLS
-                 ") VALUES(?,?,?,?,?,?, ?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                 ") VALUES(?,?,?,?,?,?, ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                  err);
     if (rc) return rc;
     sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
@@ -517,7 +531,8 @@ static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, o
                  " started_ms=?, finished_ms=?, next_attempt_ms=?, message=?, ckpt_step=?,"
                  " ckpt_ms=?, ckpt_path=?, step=?, total_steps=?, loss=?, phase=?, freeze_step=?,"
                  " samples_per_s=?, bytes_sent=?, bytes_uncompressed=?, lr=?, freeze_ratio=?,"
-                 " eval_step=?, eval_loss=?, eval_accuracy=?, warm_start=? WHERE id=?",
+                 " eval_step=?, eval_loss=?, eval_accuracy=?, warm_start=?, worker_error_ratio=?,"
+                 " server_error_ratio=?, zero_momentum_fraction=? WHERE id=?",
                  err);
     if (rc) goto fail;
     sqlite3_bind_int(st, 1, j->state);
@@ -532,7 +547,7 @@ static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, o
     sqlite3_bind_int64(st, 10, j->ckpt_ms);
     sqlite3_bind_text(st, 11, j->ckpt_path, -1, SQLITE_STATIC);
     bind_progress(st, 12, &j->progress);
-    sqlite3_bind_text(st, 26, j->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 29, j->id, -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE) {
         rc = SQL_ERR(s, err, "update job");
         goto fail;

@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,14 @@
 #include <unistd.h>
 
 /* ---- progress --------------------------------------------------------------------------- */
+
+/* A ratio or fraction from a worker: what is not a finite number >= 0 (a report is input like
+ * any other) is kept as 0, and a fraction is at most 1. */
+static double health_value(double v, double max)
+{
+    if (!(v >= 0.0) || !isfinite(v)) return 0.0;
+    return v > max ? max : v;
+}
 
 /* Applies one progress report to its job. Called with the lock held. */
 static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep, ob_err *err)
@@ -40,6 +49,9 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
         p->eval_loss = kept.eval_loss;
         p->eval_accuracy = kept.eval_accuracy;
         memcpy(p->warm_start, kept.warm_start, sizeof p->warm_start);
+        p->worker_error_ratio = health_value(p->worker_error_ratio, INFINITY);
+        p->server_error_ratio = health_value(p->server_error_ratio, INFINITY);
+        p->zero_momentum_fraction = health_value(p->zero_momentum_fraction, 1.0);
         p->total_steps = r->total_steps;
         /* The worker's own count: it carries on from the checkpoint after a resume. What an
          * fp32 ring allreduce would have sent for as many steps: 2 (N-1)/N * 4 d per step. */

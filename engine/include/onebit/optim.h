@@ -174,6 +174,26 @@ typedef struct ob_optim_stats {
 
 void ob_optim_get_stats(const ob_optim *opt, ob_optim_stats *out);
 
+/* This rank's parts of the compression-health numbers, read from the state the optimizer holds
+ * after its last step (nothing is written, so training is the same with or without them):
+ * squared L2 norms of the worker error (D, this rank's buffer, padding included), of the server
+ * error chunk this rank serves (C) and of the momentum m (d), and how many coordinates of m are
+ * exactly zero. Summed over the ranks they give
+ *   ||e_worker|| / ||m||  = sqrt(sum worker_error_sq / sum momentum_sq)  (RMS over ranks of both)
+ *   ||e_server|| / ||m||  = sqrt(sum server_error_sq / (sum momentum_sq / N))  (the whole
+ *                           server error, every chunk, against the RMS momentum norm)
+ *   zero-momentum fraction = sum zero_momentum / (N d).
+ * Before the freeze the error buffers are zero (the compressed allreduce is not used), so both
+ * ratios are 0. OB_ERR_UNSUPPORTED when the optimizer has no error feedback (adam, or
+ * onebit_adam in the uncompressed mode). On a device the sums are computed there and the call
+ * waits for the stream. */
+typedef struct ob_optim_health_sums {
+    double worker_error_sq, server_error_sq, momentum_sq;
+    double zero_momentum; /* a count, as a double */
+} ob_optim_health_sums;
+
+ob_status ob_optim_health_sums_local(ob_optim *opt, ob_optim_health_sums *out, ob_err *err);
+
 /* Where the time of ob_optim_step goes, summed over the steps taken while timing was on (wall
  * clock, this rank). On a device communicator timing synchronises the stream after each part,
  * so that the time lands in the part that spent it (a small cost: leave it off unless asked). */

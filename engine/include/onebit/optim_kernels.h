@@ -58,6 +58,10 @@ void ob_scale(float *x, size_t d, float s);
 double ob_l1_norm(const float *v, size_t d);
 /* How many i have (gscale g[i])^2 > k2 v[i]: the warm-start check (an exact count). */
 size_t ob_count_exceeding(const float *g, const float *v, size_t d, float gscale, float k2);
+/* ||v||_2^2 in double: four lanes in a fixed order (the compression-health norms). */
+double ob_sum_squares(const float *v, size_t d);
+/* How many i have v[i] == 0 exactly (-0 included; an exact count). */
+size_t ob_count_zero(const float *v, size_t d);
 
 /* --- device memory (the same contracts) --------------------------------------------------------
  */
@@ -81,6 +85,11 @@ ob_status ob_cuda_l1_norm(const float *v, size_t d, double *out, void *stream, o
 /* ob_count_exceeding on the device. Waits for the stream and writes *out on the host. */
 ob_status ob_cuda_count_exceeding(const float *g, const float *v, size_t d, float gscale, float k2,
                                   size_t *out, void *stream, ob_err *err);
+/* ||v||_2^2 in double, summed in a tree like ob_cuda_l1_norm (it may differ from ob_sum_squares
+ * in the last bits). Waits for the stream and writes *out on the host. */
+ob_status ob_cuda_sum_squares(const float *v, size_t d, double *out, void *stream, ob_err *err);
+/* ob_count_zero on the device. Waits for the stream and writes *out on the host. */
+ob_status ob_cuda_count_zero(const float *v, size_t d, size_t *out, void *stream, ob_err *err);
 
 #ifdef __cplusplus
 }

@@ -66,6 +66,11 @@ typedef struct ob_train_event {
     const char *warm_start; /* WARM_START: "taken as is", "re-estimated until step N (...)", or
                              * "refused (...)" */
     long to_step;           /* REWARM: the checkpoint's step training continues after */
+    /* STEP: compression health of the state after this step (ob_optim_health_sums_local over
+     * all ranks): ||e_worker||/||m|| and ||e_server||/||m|| (0 before the freeze), and the
+     * fraction of momentum coordinates that are exactly 0. NaN when the optimizer has no error
+     * feedback (adam, onebit_adam uncompressed). */
+    double worker_error_ratio, server_error_ratio, zero_momentum_fraction;
 } ob_train_event;
 
 typedef void (*ob_train_callback)(const ob_train_event *ev, void *user);

@@ -70,6 +70,10 @@ typedef struct ob_progress {
     double eval_loss, eval_accuracy;
     /* What a warm start did with the borrowed variance, in short; "" without one. */
     char warm_start[OB_PROGRESS_WARM_LEN];
+    /* Compression health at the last logged step (1-bit Adam with error feedback; 0 otherwise
+     * and before the freeze): ||e_worker||/||m||, ||e_server||/||m|| and the fraction of
+     * momentum coordinates that are exactly 0 (onebit/optim.h, ob_optim_health_sums_local). */
+    double worker_error_ratio, server_error_ratio, zero_momentum_fraction;
 } ob_progress;
 
 typedef struct ob_attempt {

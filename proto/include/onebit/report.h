@@ -70,7 +70,9 @@ typedef struct ob_report_summary {
 typedef struct ob_report {
     char job_id[OB_JOB_ID_LEN]; /* whose report; set by the sender, not part of a JSON line */
     ob_report_kind kind;
-    /* STEP: step, phase, loss, lr, samples_per_s, bytes_sent, freeze_ratio; FREEZE: step =
+    /* STEP: step, phase, loss, lr, samples_per_s, bytes_sent, freeze_ratio, and the compression
+     * health (worker_error_ratio, server_error_ratio, zero_momentum_fraction; NaN when not
+     * computed: the keys are left out of the JSON line, and read back as 0); FREEZE: step =
      * freeze_step, freeze_ratio; RESUME: step, phase; every other kind: step. */
     ob_progress progress;
     int64_t bytes_step; /* STEP: this rank's traffic in the step */
