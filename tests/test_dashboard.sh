@@ -102,6 +102,10 @@ if [ "$MODE" = routes ]; then
   check "GET /v1/jobs with the token: 200, not cached" '[ "$st" = 200 ] && [ "$(header Cache-Control)" = no-store ]' "status $st"
   st=$(fetch /ui/../v1/jobs -H "$AUTH")
   check "GET /ui/../v1/jobs with the token is still no API call: 404" '[ "$st" = 404 ]' "status $st"
+  st=$(fetch "/v1/jobs/job-1%00x" -H "$AUTH")
+  check "%00 in an API path stays text: no job 'job-1%00x' (not job-1)" '[ "$st" = 404 ] && [ "$(jq -r .error.message "$TMP/b")" = "no job with id '"'job-1%00x'"'" ]' "status $st $(cat "$TMP/b")"
+  st=$(fetch "/v1/jobs?state=RUNNING%00x" -H "$AUTH")
+  check "%00 in a query argument stays text: 400 naming it" '[ "$st" = 400 ] && jq -r .error.message "$TMP/b" | grep -qF "got '"'RUNNING%00x'"'"' "status $st $(cat "$TMP/b")"
   st=$(fetch /v1/jobs/job-000001/events?afterSeq=0)
   check "the event stream without the token: 401" '[ "$st" = 401 ]' "status $st"
   for f in index.html app.js style.css; do

@@ -254,10 +254,14 @@
     $('bytes-fp32').textContent = fmtBytes(full);
     $('bytes-sent-bar').style.width = (100 * sent / top).toFixed(2) + '%';
     $('bytes-fp32-bar').style.width = (100 * full / top).toFixed(2) + '%';
-    $('bytes-ratio').textContent = sent > 0 && full > 0
-      ? (full / sent).toFixed(1) + '\u00d7 less than an fp32 ring allreduce of the same steps (' +
-        (100 * sent / full).toFixed(1) + ' %)'
-      : 'no steps reported yet';
+    let ratio = 'no steps reported yet';
+    if (sent > 0 && full > 0 && full / sent >= 1.05) {
+      ratio = (full / sent).toFixed(1) + '\u00d7 less than an fp32 ring allreduce of the same steps (' +
+              (100 * sent / full).toFixed(1) + ' %)';
+    } else if (sent > 0 && full > 0) {
+      ratio = 'as much as an fp32 ring allreduce of the same steps: the warmup sends fp32';
+    }
+    $('bytes-ratio').textContent = ratio;
 
     const body = $('attempts').tBodies[0];
     body.replaceChildren();
