@@ -132,8 +132,8 @@ if [ "$MODE" = browser ]; then
       --virtual-time-budget=4000 --dump-dom "$1" > "$2" 2>> "$TMP/chromium.log"
   }
   q() { python3 "$QUERY" "$@"; } # FILE QUERY ARGS (tests/dom_query.py)
-  submit() { # SPECFILE -> id
-    jq -n --rawfile s "$1" '{spec: $s, worldSize: 2, maxRestarts: 0}' |
+  submit() { # SPECFILE RESTARTS -> id
+    jq -n --rawfile s "$1" --argjson r "$2" '{spec: $s, worldSize: 2, maxRestarts: $r}' |
       curl -s -X POST -H "$AUTH" -H 'Content-Type: application/json' --data-binary @- "http://$REST/v1/jobs" | jq -r .id
   }
   job() { curl -s -H "$AUTH" "http://$REST/v1/jobs/$1"; }
@@ -151,9 +151,9 @@ if [ "$MODE" = browser ]; then
   printf 'checkpoint: {interval: 200, keep: 5}\n' >> "$TMP/short.yaml"
   sed 's/^steps: 200/steps: 5000000/; s/^log_interval: 10/log_interval: 100/; s/^  interval: 50/  interval: 20000/' "$EXAMPLES/synthetic-mlp-onebit.yaml" > "$TMP/long.yaml"
   printf 'checkpoint: {interval: 0}\n' >> "$TMP/long.yaml"
-  a=$(submit "$TMP/short.yaml")
+  a=$(submit "$TMP/short.yaml" 0)
   check "the short job runs to SUCCEEDED" 'wait_for "$a" ".state == \"JOB_STATE_SUCCEEDED\"" 120' "$(job "$a") $(tail -5 "$TMP/var/jobs/$a/worker.log" 2>&1)"
-  b=$(submit "$TMP/long.yaml")
+  b=$(submit "$TMP/long.yaml" 1)
   check "the long job runs past step 2000" 'wait_for "$b" "(.progress.step // \"0\" | tonumber) >= 2000" 120' "$(job "$b")"
 
   # --- the running job, loaded twice ---------------------------------------------------------------
@@ -172,6 +172,25 @@ if [ "$MODE" = browser ]; then
   check "the running attempt" '[ "$(q "$f" rows attempts | cut -d"|" -f1,3)" = "1|running" ]' "$(q "$f" rows attempts)"
   check "the log's tail" 'q "$f" text log | grep -q "<stdout>:{\"event\":\"step\""' "$(q "$f" text log | tail -2)"
   check "the token is in neither page" '! grep -q "$TOKEN" "$f" && ! grep -q "$TOKEN" "$TMP/run2.html"'
+
+  # --- a rank killed: a failed attempt with its reason, the curve starting over ----------------------
+  # (No checkpoint yet: the second attempt starts from step 0, and while it is below the step the
+  # first one reached, the job's progress is the second attempt's.)
+  wait_for "$b" "(.progress.step // \"0\" | tonumber) >= 10000" 120
+  victim=""
+  for p in $(pgrep -x onebit-worker); do
+    tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -qF "$TMP/var/jobs/$b/spec.json" && victim=$p
+  done
+  check "found a rank of the long job to kill" '[ -n "$victim" ]' "$(pgrep -af onebit-worker)"
+  killed_at=$(job "$b" | jq -r .progress.step)
+  [ -n "$victim" ] && kill -KILL "$victim"
+  check "the long job runs again in a second attempt, from step 0" 'wait_for "$b" "(.attempts | length) == 2 and .state == \"JOB_STATE_RUNNING\" and (.progress.step | tonumber) >= 1000 and (.progress.step | tonumber) < $killed_at" 120' "killed at $killed_at: $(job "$b" | jq -c '{state, attempts, step: .progress.step}')"
+  f=$TMP/restarted.html
+  dom "http://$REST/ui/#token=$TOKEN&job=$b" "$f"
+  q "$f" rows attempts > "$TMP/attempts"
+  check "the killed attempt with its exit code and reason, and the running one" '[ "$(wc -l < "$TMP/attempts")" = 2 ] && head -1 "$TMP/attempts" | grep -Eq "^1\|[^|]+\|[^|]+\|0\|[1-9-][0-9]*\|workers failed" && [ "$(tail -1 "$TMP/attempts" | cut -d"|" -f1,3)" = "2|running" ]' "$(cat "$TMP/attempts")"
+  now=$(job "$b" | jq -r .progress.step) last=$(q "$f" attr curve data-last-step)
+  check "the curve follows the new attempt, without the old attempt's steps" '[ "${last:-0}" -ge 1000 ] && [ "${last:-0}" -lt "$killed_at" ] && [ "$(q "$f" attr curve data-train-points)" -le $((last / 100)) ]' "first attempt killed at $killed_at, last point $last, job at $now: $(q "$f" text curve-summary)"
 
   curl -s -X POST -H "$AUTH" -H 'Content-Type: application/json' "http://$REST/v1/jobs/$b:cancel" > /dev/null
   check "the long job is cancelled" 'wait_for "$b" ".state == \"JOB_STATE_CANCELLED\"" 120' "$(job "$b" | jq -c '{state, message}')"
