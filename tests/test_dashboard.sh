@@ -117,6 +117,10 @@ if [ "$MODE" = routes ]; then
   check "index.html: every script from a file, no inline handlers or style attributes" \
     '! grep -Ei "<script" "$UI/index.html" | grep -qv "<script src=\"[a-z]*\.js\" defer></script>" && ! grep -Eqi "[[:space:]]on[a-z]+=|[[:space:]]style=|javascript:" "$UI/index.html" && [ "$(grep -c "<script src=" "$UI/index.html")" = 1 ]' \
     "$(grep -nEi "<script|[[:space:]]on[a-z]+=|style=" "$UI/index.html")"
+  if command -v node > /dev/null; then
+    node --check "$UI/app.js" > "$TMP/node.err" 2>&1; rc=$?
+    check "app.js parses (node --check)" '[ $rc -eq 0 ]' "$(cat "$TMP/node.err")"
+  fi
   check "app.js: no innerHTML, outerHTML, insertAdjacentHTML, document.write, eval or Function" \
     '! grep -nE "innerHTML|outerHTML|insertAdjacentHTML|document\.write|\beval\(|new Function|setAttribute\(.style" "$UI/app.js"' \
     "$(grep -nE "innerHTML|outerHTML|insertAdjacentHTML|document\.write|eval\(|new Function" "$UI/app.js")"

@@ -292,16 +292,28 @@
     if (v.logOffset < 0) {
       const o = await api(base + '?offset=0&maxBytes=1', { signal: v.abort.signal });
       v.logOffset = Math.max(0, num(o.size) - 32768);
+      v.logMidLine = v.logOffset > 0; // the first line read is a piece of one: dropped
     }
     const o = await api(base + '?offset=' + v.logOffset + '&maxBytes=262144',
                         { signal: v.abort.signal });
     if (v !== view) return;
-    const next = num(o.nextOffset);
+    const next = num(o.nextOffset), size = num(o.size);
+    if (size - next > (1 << 20)) { // far behind a fast writer: on to the end
+      v.logOffset = size - 32768;
+      v.logMidLine = true;
+      v.logText = '';
+      v.decoder = new TextDecoder('utf-8');
+      return;
+    }
     if (next === v.logOffset || typeof o.data !== 'string') return;
     const bin = atob(o.data);
     const bytes = new Uint8Array(bin.length);
     for (let i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
     let text = v.logText + v.decoder.decode(bytes, { stream: true });
+    if (v.logMidLine && text.includes('\n')) {
+      text = text.slice(text.indexOf('\n') + 1);
+      v.logMidLine = false;
+    }
     if (text.length > LOG_KEEP) text = text.slice(text.indexOf('\n', text.length - LOG_KEEP) + 1);
     v.logText = text;
     v.logOffset = next;
@@ -330,11 +342,10 @@
           const { value, done } = await reader.read();
           if (done) break;
           buf += value;
-          if (buf.length > (4 << 20)) throw new Error('event stream: an event over 4 MiB');
-          let nl;
-          while ((nl = buf.indexOf('\n')) >= 0) {
-            let line = buf.slice(0, nl);
-            buf = buf.slice(nl + 1);
+          let at = 0, nl;
+          while ((nl = buf.indexOf('\n', at)) >= 0) {
+            let line = buf.slice(at, nl);
+            at = nl + 1;
             if (line.endsWith('\r')) line = line.slice(0, -1);
             if (line === '') {
               if (data.length && onEvent(v, kind, data.join('\n'))) final = true;
@@ -346,9 +357,11 @@
             const field = c < 0 ? line : line.slice(0, c);
             let val = c < 0 ? '' : line.slice(c + 1);
             if (val[0] === ' ') val = val.slice(1);
-            if (field === 'data') data.push(val);
-            else if (field === 'event') kind = val;
+            if (field === 'data' && data.push(val) > 1024) throw new Error('event stream: an event of over 1024 lines');
+            if (field === 'event') kind = val;
           }
+          buf = buf.slice(at); // what is left: the start of a line
+          if (buf.length > (4 << 20)) throw new Error('event stream: a line over 4 MiB');
         }
         // The server ends the stream after the job's final state: one more look settles it.
         if (!final) await sleep(1000);
