@@ -28,9 +28,16 @@ packages=(
 )
 # --containers: what the opt-in image test needs (tests/test_containers.sh): podman with runc,
 # and mmdebstrap to make a Debian base image without a registry.
-if [ "${1:-}" = --containers ]; then
-  packages+=(podman runc mmdebstrap uidmap)
-fi
+# --browser: headless Chromium for the dashboard's browser test (tests/test_dashboard_browser.py,
+# skipped without it) and for docs/dashboard.png. Only tests use it; onebitd serves the
+# dashboard without it.
+for opt in "$@"; do
+  case $opt in
+    --containers) packages+=(podman runc mmdebstrap uidmap) ;;
+    --browser) packages+=(chromium) ;;
+    *) echo "install-deps: unknown option '$opt' (--containers, --browser)" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

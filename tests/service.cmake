@@ -39,6 +39,19 @@ add_test(NAME test_onebitd_e2e
 set_tests_properties(test_onebitd_e2e PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2)
 
+# The web dashboard (/ui/): its embedded files, headers and refused paths over curl; and the page
+# in headless Chromium while the real onebit-worker trains (skipped, 77, without Chromium:
+# scripts/install-deps.sh --browser).
+add_test(NAME test_dashboard_routes
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_dashboard.sh routes $<TARGET_FILE:onebitd>
+                 ${PROJECT_SOURCE_DIR}/service/ui ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_dashboard_routes PROPERTIES TIMEOUT 120)
+add_test(NAME test_dashboard_browser
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_dashboard.sh browser $<TARGET_FILE:onebitd>
+                 ${PROJECT_SOURCE_DIR}/service/ui ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_dashboard_browser PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2 SKIP_RETURN_CODE 77)
+
 # onebitctl against a real onebitd running real workers, over gRPC and REST.
 add_test(NAME test_onebitctl
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_onebitctl.sh $<TARGET_FILE:onebitctl>

@@ -9,6 +9,7 @@
  *   GET  /v1/jobs/{id}/checkpoints
  *   GET  /v1/version               {"version", "api"}
  *   GET  /healthz, GET /metrics    (Prometheus text)
+ *   GET  /ui/...                   the web dashboard's embedded files (ui_server.c), no token
  *
  * Errors: {"error": {"code": <HTTP status>, "status": "<gRPC code name>", "message": "..."}},
  * statuses from the one table in status_map.h. */
@@ -16,6 +17,7 @@
 #include "onebit/servers.h"
 #include "onebit/status_map.h"
 #include "onebit/base.h"
+#include "ui_server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -65,6 +67,7 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, int http, const ch
         struct MHD_Response *r =
             MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
         MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+        ob__rest_security_headers(r);
         enum MHD_Result ret = MHD_queue_response(conn, 503, r);
         MHD_destroy_response(r);
         return ret;
@@ -76,6 +79,7 @@ static enum MHD_Result send_text(struct MHD_Connection *conn, int http, const ch
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+    ob__rest_security_headers(r);
     enum MHD_Result ret = MHD_queue_response(conn, (unsigned)http, r);
     MHD_destroy_response(r);
     return ret;
@@ -446,7 +450,7 @@ static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn,
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    ob__rest_security_headers(r);
     enum MHD_Result ret = MHD_queue_response(conn, 200, r);
     MHD_destroy_response(r);
     return ret;
@@ -502,8 +506,9 @@ static screen_result screen(ob_rest_server *s, struct MHD_Connection *conn, cons
     if (s->loopback && !loopback_host(host)) {
         snprintf(msg, sizeof msg, "host '%.100s' is not served here", host ? host : "");
         r = send_error_http(conn, 421, "PERMISSION_DENIED", msg);
-    } else if (strcmp(url, "/healthz") != 0 && !authorized(s, conn)) {
-        /* /healthz says only "SERVING", for probes that carry no credentials. */
+    } else if (strcmp(url, "/healthz") != 0 && !ob__ui_path(url) && !authorized(s, conn)) {
+        /* /healthz says only "SERVING", for probes that carry no credentials; /ui/ serves only
+         * the dashboard's embedded code, which asks for the token itself. */
         r = send_error(conn, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token");
     } else if (len && strtoull(len, NULL, 10) > OB_API_MAX_REQUEST) {
         snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
@@ -580,6 +585,7 @@ static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, con
         snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
         return send_error(conn, OB_ERR_TOO_LARGE, msg);
     }
+    if (ob__ui_path(url)) return ob__ui_serve(conn, method, url);
     if (!strcmp(url, "/v1/version")) {
         if (!get) return wrong_method(conn, method, url);
         return send_text(conn, 200, "application/json",
@@ -746,10 +752,11 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
         s->loopback = IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR,
-                                 ai->ai_addr, MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
-                                 MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
-                                 MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_END);
+    s->daemon =
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)256, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
+                         MHD_OPTION_UNESCAPE_CALLBACK, ob__rest_unescape, NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         free(s->token);
