@@ -28,7 +28,7 @@ packages=(
 )
 # --containers: what the opt-in image test needs (tests/test_containers.sh): podman with runc,
 # and mmdebstrap to make a Debian base image without a registry.
-# --browser: headless Chromium for the dashboard's browser test (tests/test_dashboard_browser.py,
+# --browser: headless Chromium for the dashboard's browser test (tests/test_dashboard.sh browser,
 # skipped without it) and for docs/dashboard.png. Only tests use it; onebitd serves the
 # dashboard without it.
 for opt in "$@"; do
