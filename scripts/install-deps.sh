@@ -23,6 +23,8 @@ packages=(
   # the Kubernetes launcher's test (a stand-in API server, a CA made by openssl) and the
   # manifests' test (python3-yaml)
   python3 python3-yaml openssl
+  # gRPC server reflection's test: a real gRPC client (tests/test_reflection.py)
+  python3-grpcio python3-protobuf
 )
 # --containers: what the opt-in image test needs (tests/test_containers.sh): podman with runc,
 # and mmdebstrap to make a Debian base image without a registry.

@@ -112,3 +112,14 @@ add_test(NAME test_manifests
          COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/test_manifests.py ${PROJECT_SOURCE_DIR}
                  $<TARGET_FILE:onebitd>)
 set_tests_properties(test_manifests PROPERTIES TIMEOUT 60)
+
+# gRPC server reflection (grpc.reflection.v1 and v1alpha) of the real onebitd through a real
+# client (python3-grpcio; the reflection messages compiled by protoc at test time): the services
+# listed, descriptors that load and declare SubmitJob, NOT_FOUND answers, hostile requests, the
+# token, and the shipped onebit.protoset. Debian's grpcio lives in the system Python.
+find_program(OB_SYSTEM_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+add_test(NAME test_reflection
+         COMMAND ${OB_SYSTEM_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_reflection.py
+                 $<TARGET_FILE:onebitd> ${PROJECT_SOURCE_DIR}/proto
+                 ${CMAKE_BINARY_DIR}/share/onebit/onebit.protoset)
+set_tests_properties(test_reflection PROPERTIES TIMEOUT 120)

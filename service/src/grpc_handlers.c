@@ -26,6 +26,8 @@ const char *const ob__grpc_method_paths[M_COUNT] = {
     [M_REPORT] = "/onebit.v1.WorkerService/ReportProgress",
     [M_HEALTH_CHECK] = "/grpc.health.v1.Health/Check",
     [M_HEALTH_WATCH] = "/grpc.health.v1.Health/Watch",
+    [M_REFLECTION] = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    [M_REFLECTION_ALPHA] = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
 };
 
 /* ---- messages ------------------------------------------------------------------------------ */
@@ -242,7 +244,9 @@ static ob_status h_logs(ob_service *svc, const ProtobufCMessage *m, const char *
 int ob__grpc_known_service(const char *name)
 {
     return !name[0] || !strcmp(name, "onebit.v1.JobService") ||
-           !strcmp(name, "onebit.v1.WorkerService") || !strcmp(name, "grpc.health.v1.Health");
+           !strcmp(name, "onebit.v1.WorkerService") || !strcmp(name, "grpc.health.v1.Health") ||
+           !strcmp(name, "grpc.reflection.v1.ServerReflection") ||
+           !strcmp(name, "grpc.reflection.v1alpha.ServerReflection");
 }
 
 static ob_status h_health(ob_service *svc, const ProtobufCMessage *m, const char *bearer,
@@ -272,4 +276,6 @@ const ob__grpc_method ob__grpc_methods[M_COUNT] = {
     [M_REPORT] = {&onebit__v1__report_progress_request__descriptor, h_report},
     [M_HEALTH_CHECK] = {&grpc__health__v1__health_check_request__descriptor, h_health},
     [M_HEALTH_WATCH] = {&grpc__health__v1__health_check_request__descriptor, NULL},
+    [M_REFLECTION] = {NULL, NULL},
+    [M_REFLECTION_ALPHA] = {NULL, NULL},
 };
