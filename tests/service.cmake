@@ -46,6 +46,13 @@ add_test(NAME test_onebitctl
 set_tests_properties(test_onebitctl PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2)
 
+# onebitctl completion bash|zsh: sourced into bash (and zsh when installed), completing verbs,
+# flags, values and a real onebitd's job ids.
+add_test(NAME test_completion
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_completion.sh $<TARGET_FILE:onebitctl>
+                 $<TARGET_FILE:onebitd> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
+set_tests_properties(test_completion PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 120)
+
 # The wire layer's progress report: JSON lines and ReportProgress requests.
 add_executable(test_report test_report.c)
 target_link_libraries(test_report PRIVATE onebit_wire PkgConfig::CMOCKA m)

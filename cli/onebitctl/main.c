@@ -11,6 +11,7 @@
  * reached. */
 #define _GNU_SOURCE /* getopt_long */
 #include "client.h"
+#include "completion.h"
 #include "onebit/checkpoint.h"
 #include "onebit/report.h"
 #include "onebit/token.h"
@@ -36,7 +37,7 @@ typedef struct opts {
     int json;
     /* verb arguments */
     const char *file, *state, *name;
-    int np, max_restarts, watch, limit, follow, keep_checkpoints;
+    int np, max_restarts, watch, limit, follow, keep_checkpoints, quiet;
     long rank; /* logs --rank, -1: every rank */
     const char *model, *data, *optimizer, *lr, *freeze_step;
     long steps, batch_size;
@@ -60,6 +61,7 @@ static const char *const usage_main =
     "  logs         the output of a job's workers (--rank R, -f to follow)\n"
     "  checkpoints  a job's checkpoints, newest first\n"
     "  inspect      read a checkpoint directory here and verify it (no server needed)\n"
+    "  completion   print a bash or zsh completion script\n"
     "\n"
     "Options (before or after the verb):\n"
     "  --server HOST:PORT  gRPC address of onebitd [ONEBIT_SERVER, else 127.0.0.1:50051]\n"
@@ -77,6 +79,10 @@ typedef struct verb {
     const char *help;
     int (*run)(obctl_client *c, const opts *o);
     int needs_server;
+    /* for completion: the verb's flags ("--np=": takes a value), its argument, one line */
+    const char *flags;
+    obctl_arg_kind arg;
+    const char *summary;
 } verb;
 
 static int usage_error(const char *verb_name, const char *fmt, const char *arg)
@@ -219,7 +225,7 @@ static int v_submit(obctl_client *c, const opts *o)
     size_t len = 0;
     int rc;
     if (o->file && (o->model || o->data || o->optimizer || o->steps || o->batch_size))
-        return usage_error("submit ", "%s", "-f FILE and the spec flags exclude each other");
+        return usage_error("submit", "%s", "-f FILE and the spec flags exclude each other");
     rc = o->file ? read_file(o->file, &spec, &len) : spec_from_flags(o, &spec, &len);
     if (rc != EXIT_OK) return rc;
     ob_job j;
@@ -268,11 +274,11 @@ static int v_list(obctl_client *c, const opts *o)
 {
     ob_job_state state = OB_JOB_UNSPECIFIED;
     if (o->state && ob_job_state_parse(o->state, &state) != OB_OK)
-        return usage_error("list ",
+        return usage_error("list",
                            "--state %s: expected PENDING, RUNNING, RESTARTING, "
                            "SUCCEEDED, FAILED or CANCELLED",
                            o->state);
-    if (o->npos) return usage_error("list ", "unexpected argument '%s'", o->positional[0]);
+    if (o->npos) return usage_error("list", "unexpected argument '%s'", o->positional[0]);
     ob_job *all = NULL;
     size_t n_all = 0;
     char token[OB_PAGE_TOKEN_LEN] = "";
@@ -299,7 +305,10 @@ static int v_list(obctl_client *c, const opts *o)
         snprintf(token, sizeof token, "%s", next);
     } while (token[0] && (o->limit <= 0 || n_all < (size_t)o->limit));
     size_t shown = o->limit > 0 && n_all > (size_t)o->limit ? (size_t)o->limit : n_all;
-    if (o->json)
+    if (o->quiet)
+        for (size_t i = 0; i < shown; i++)
+            printf("%s\n", all[i].id);
+    else if (o->json)
         obctl_print_jobs_json(stdout, all, shown);
     else if (n_all == 0)
         printf("no jobs%s%s\n", o->state ? " in state " : "", o->state ? o->state : "");
@@ -470,7 +479,7 @@ static int v_logs(obctl_client *c, const opts *o)
 static int v_inspect(obctl_client *c, const opts *o)
 {
     (void)c;
-    if (o->npos != 1) return usage_error("inspect ", "%s", "expected one CHECKPOINT_DIR");
+    if (o->npos != 1) return usage_error("inspect", "%s", "expected one CHECKPOINT_DIR");
     const char *dir = o->positional[0];
     ob_ckpt_meta m;
     ob_err err = {0}, verr = {0};
@@ -517,6 +526,8 @@ static int v_inspect(obctl_client *c, const opts *o)
     return vst == OB_OK ? EXIT_OK : EXIT_FAIL;
 }
 
+static int v_completion(obctl_client *c, const opts *o);
+
 static const verb verbs[] = {
     {"submit",
      "usage: onebitctl submit -f FILE [--np N] [--max-restarts N] [--watch]\n"
@@ -532,42 +543,46 @@ static const verb verbs[] = {
      "  onebitctl submit -f examples/fmnist-mlp-onebit.yaml --np 4 --watch\n"
      "  onebitctl submit --model mlp --data synthetic_classification --optimizer onebit_adam \\\n"
      "                   --steps 500 --batch-size 32 --freeze-step 100 --np 2\n",
-     v_submit, 1},
+     v_submit, 1,
+     "-f= --file= --np= --max-restarts= --request-id= --label= --watch --model= --data= "
+     "--optimizer= --steps= --batch-size= --lr= --freeze-step= --name=",
+     OBCTL_ARG_NONE, "submit a job"},
     {"status",
      "usage: onebitctl status JOB\n"
      "  state, attempts, progress, loss, traffic saved, newest checkpoint\n"
      "Example:\n  onebitctl status job-000001\n  onebitctl status job-000001 -o json | jq "
      ".progress\n",
-     v_status, 1},
+     v_status, 1, "", OBCTL_ARG_JOB, "a job in detail"},
     {"list",
-     "usage: onebitctl list [--state S] [--label K=V]... [--limit N]\n"
+     "usage: onebitctl list [--state S] [--label K=V]... [--limit N] [-q]\n"
      "  --state S   PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED or CANCELLED\n"
      "  --label K=V only jobs with this label (repeatable: all of them)\n"
      "  --limit N   at most N jobs [all]\n"
+     "  -q, --quiet only the job ids, one a line\n"
      "Example:\n  onebitctl list --state RUNNING --label team=nlp\n",
-     v_list, 1},
+     v_list, 1, "--state= --label= --limit= -q --quiet", OBCTL_ARG_NONE, "jobs, newest last"},
     {"watch",
      "usage: onebitctl watch JOB\n"
      "  a live progress bar on a terminal (plain lines otherwise, JSON lines with -o json);\n"
      "  exits 0 when the job succeeds, 1 when it fails or is cancelled. Ctrl-C stops watching,\n"
      "  not the job.\n"
      "Example:\n  onebitctl watch job-000001\n",
-     v_watch, 1},
+     v_watch, 1, "", OBCTL_ARG_JOB, "follow a job to its end"},
     {"cancel",
      "usage: onebitctl cancel JOB\n"
      "  the job's workers finish their step, checkpoint and stop\n"
      "Example:\n  onebitctl cancel job-000001\n",
-     v_cancel, 1},
+     v_cancel, 1, "", OBCTL_ARG_JOB, "cancel a job"},
     {"version",
      "usage: onebitctl version\n"
      "  this program's release, then the server's release and API\n",
-     v_version, 1},
+     v_version, 1, "", OBCTL_ARG_NONE, "the releases of onebitctl and the server"},
     {"delete",
      "usage: onebitctl delete JOB [--keep-checkpoints]\n"
      "  removes a job that has ended: its record, events, log and checkpoints\n"
      "  --keep-checkpoints  leave its checkpoints (a later job may warm-start from them)\n"
      "Example:\n  onebitctl delete job-000001\n",
-     v_delete, 1},
+     v_delete, 1, "--keep-checkpoints", OBCTL_ARG_JOB, "remove a job that has ended"},
     {"logs",
      "usage: onebitctl logs JOB [--rank R] [-f]\n"
      "  the output of the job's workers, every attempt; lines carry their rank as [job,rank]\n"
@@ -575,19 +590,45 @@ static const verb verbs[] = {
      "  -f, --follow  keep following until the job ends\n"
      "Examples:\n  onebitctl logs job-000001 --rank 0 -f\n  onebitctl logs job-000001 | grep "
      "error\n",
-     v_logs, 1},
+     v_logs, 1, "--rank= -f --follow", OBCTL_ARG_JOB, "the output of a job's workers"},
     {"checkpoints",
      "usage: onebitctl checkpoints JOB\n"
      "  the job's committed checkpoints, newest first\n"
      "Example:\n  onebitctl checkpoints job-000001\n",
-     v_checkpoints, 1},
+     v_checkpoints, 1, "", OBCTL_ARG_JOB, "a job's checkpoints"},
     {"inspect",
      "usage: onebitctl inspect CHECKPOINT_DIR\n"
      "  reads the HDF5 files here (no server): step, phase, freeze step, sizes, world size,\n"
      "  and whether every file verifies; exit 1 when it does not\n"
      "Example:\n  onebitctl inspect var/checkpoints/job-000001/step-00001000\n",
-     v_inspect, 0},
+     v_inspect, 0, "", OBCTL_ARG_DIR, "read and verify a checkpoint directory"},
+    {"completion",
+     "usage: onebitctl completion bash|zsh\n"
+     "  prints a completion script: verbs, flags, and job ids (from onebitctl list -q with\n"
+     "  the --server, --rest and --token options already typed)\n"
+     "Examples:\n  source <(onebitctl completion bash)\n"
+     "  onebitctl completion zsh > \"${fpath[1]}/_onebitctl\"\n",
+     v_completion, 0, "", OBCTL_ARG_SHELL, "print a shell completion script"},
 };
+
+/* Every verb takes these; "=": with a value. */
+static const char *const global_flags = "--server= --rest= --token= --token-file= -o= --output= "
+                                        "--help";
+
+static int v_completion(obctl_client *c, const opts *o)
+{
+    (void)c;
+    if (o->npos != 1) return usage_error("completion", "%s", "expected bash or zsh");
+    enum { N = sizeof verbs / sizeof *verbs };
+    obctl_completion_verb cv[N];
+    for (size_t i = 0; i < N; i++)
+        cv[i] =
+            (obctl_completion_verb){verbs[i].name, verbs[i].summary, verbs[i].flags, verbs[i].arg};
+    if (obctl_completion_write(stdout, o->positional[0], cv, N, global_flags) != 0)
+        return usage_error("completion", "no completion for shell '%s': expected bash or zsh",
+                           o->positional[0]);
+    return EXIT_OK;
+}
 
 static const verb *find_verb(const char *name)
 {
@@ -687,6 +728,7 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         {"keep-checkpoints", no_argument, NULL, 'K'},
         {"request-id", required_argument, NULL, 'R'},
         {"label", required_argument, NULL, 'L'},
+        {"quiet", no_argument, NULL, 'q'},
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
@@ -703,12 +745,12 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
     char **scan = malloc(((size_t)argc + 1) * sizeof *scan);
     if (!scan) return usage_error(NULL, "%s", "out of memory");
     memcpy(scan, argv, ((size_t)argc + 1) * sizeof *scan);
-    while (getopt_long(argc, scan, ":hf:o:w", options, NULL) != -1)
+    while (getopt_long(argc, scan, ":hf:o:wq", options, NULL) != -1)
         ;
     int logs = optind < argc && !strcmp(scan[optind], "logs");
     free(scan);
     optind = 0; /* start over (GNU getopt re-initialises on 0) */
-    while ((c = getopt_long(argc, argv, logs ? ":hfo:w" : ":hf:o:w", options, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, logs ? ":hfo:wq" : ":hf:o:wq", options, &idx)) != -1) {
         char flag[40];
         if (idx >= 0)
             snprintf(flag, sizeof flag, "--%s", options[idx].name);
@@ -743,6 +785,9 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
             break;
         case 'K':
             o->keep_checkpoints = 1;
+            break;
+        case 'q':
+            o->quiet = 1;
             break;
         case 'R':
             o->request_id = optarg;
