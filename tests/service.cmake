@@ -46,6 +46,15 @@ add_test(NAME test_onebitctl
 set_tests_properties(test_onebitctl PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2)
 
+# docs/openapi.json against the REST server: the route table of rest_server.c and the query
+# parameters it reads, the document's structure, and the running onebitd (the document served at
+# /v1/openapi.json, every operation reaching its handler, every other method 405).
+add_test(NAME test_openapi
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/test_openapi.py
+                 ${PROJECT_SOURCE_DIR}/service/src/rest_server.c ${PROJECT_SOURCE_DIR}/docs/openapi.json
+                 $<TARGET_FILE:onebitd>)
+set_tests_properties(test_openapi PROPERTIES TIMEOUT 120)
+
 # onebitctl completion bash|zsh: sourced into bash (and zsh when installed), completing verbs,
 # flags, values and a real onebitd's job ids.
 add_test(NAME test_completion

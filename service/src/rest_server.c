@@ -1,17 +1,11 @@
 /* The REST front end on libmicrohttpd, one thread per connection, JSON by jansson in the proto3
- * JSON mapping (lowerCamelCase names, 64-bit integers as strings, enums by name).
- *
- *   POST /v1/jobs                  {"spec": "<JSON or YAML text>" | {...}, "worldSize",
- * "maxRestarts"} GET  /v1/jobs                  ?pageSize=&pageToken=&state= GET  /v1/jobs/{id}
- *   POST /v1/jobs/{id}:cancel
- *   DELETE /v1/jobs/{id}           ?keepCheckpoints=true  a job that has ended
- *   GET  /v1/jobs/{id}/events      ?afterSeq=   server-sent events until the job ends
- *   GET  /v1/jobs/{id}/checkpoints
- *   GET  /v1/version               {"version", "api"}
- *   GET  /healthz, GET /metrics    (Prometheus text)
+ * JSON mapping (lowerCamelCase names, 64-bit integers as strings, enums by name). The routes are
+ * one table (`routes`, at the end), each described in docs/openapi.json, which the server also
+ * serves at GET /v1/openapi.json; tests/test_openapi.py keeps the two the same.
  *
  * Errors: {"error": {"code": <HTTP status>, "status": "<gRPC code name>", "message": "..."}},
  * statuses from the one table in status_map.h. */
+#include "openapi.h"
 #include "onebit/job_codec.h"
 #include "onebit/servers.h"
 #include "onebit/status_map.h"
@@ -168,8 +162,10 @@ static void add_problem(char *buf, size_t cap, const char *text)
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
-static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn, request *rq)
+static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                 request *rq)
 {
+    (void)id;
     json_error_t jerr;
     json_t *o = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, &jerr);
     char msg[OB_ERR_MSG_LEN];
@@ -250,8 +246,10 @@ static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn,
     return ret;
 }
 
-static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn)
+static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                               request *rq)
 {
+    (void)id, (void)rq;
     ob_err err;
     long long page_size;
     if (query_int(conn, "pageSize", 0, 1000, &page_size, &err))
@@ -286,8 +284,9 @@ static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn)
 }
 
 static enum MHD_Result do_checkpoints(ob_rest_server *s, struct MHD_Connection *conn,
-                                      const char *id)
+                                      const char *id, request *rq)
 {
+    (void)rq;
     ob_checkpoint_info *ck = NULL;
     size_t n = 0;
     ob_err err;
@@ -401,8 +400,10 @@ static void sse_free(void *cls)
     free(e);
 }
 
-static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn, const char *id)
+static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                 request *rq)
 {
+    (void)rq;
     ob_err err;
     long long after;
     if (query_int(conn, "afterSeq", 0, INT64_MAX, &after, &err))
@@ -529,8 +530,10 @@ static enum MHD_Result wrong_method(struct MHD_Connection *conn, const char *met
 }
 
 /* DELETE /v1/jobs/{id}?keepCheckpoints=true|false: {"id", "checkpointsDeleted"}. */
-static enum MHD_Result do_delete(ob_rest_server *s, struct MHD_Connection *conn, const char *id)
+static enum MHD_Result do_delete(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                 request *rq)
 {
+    (void)rq;
     ob_err err;
     const char *keep = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "keepCheckpoints");
     if (keep && strcmp(keep, "true") && strcmp(keep, "false"))
@@ -545,8 +548,10 @@ static enum MHD_Result do_delete(ob_rest_server *s, struct MHD_Connection *conn,
 }
 
 /* GET /v1/jobs/{id}/logs?offset=N&maxBytes=M: {"data": base64, "nextOffset", "size"}. */
-static enum MHD_Result do_logs(ob_rest_server *s, struct MHD_Connection *conn, const char *id)
+static enum MHD_Result do_logs(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                               request *rq)
 {
+    (void)rq;
     ob_err err;
     long long offset, max_bytes;
     if (query_int(conn, "offset", 0, INT64_MAX, &offset, &err) ||
@@ -571,81 +576,143 @@ static enum MHD_Result do_logs(ob_rest_server *s, struct MHD_Connection *conn, c
     return send_json(conn, 200, o);
 }
 
+/* ---- the route table -------------------------------------------------------------------- */
+
+static enum MHD_Result do_version(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                  request *rq)
+{
+    (void)s, (void)id, (void)rq;
+    return send_text(conn, 200, "application/json",
+                     strdup("{\"version\":\"" ONEBIT_VERSION "\",\"api\":\"onebit.v1\"}\n"));
+}
+
+static enum MHD_Result do_healthz(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                  request *rq)
+{
+    (void)s, (void)id, (void)rq;
+    return send_text(conn, 200, "application/json", strdup("{\"status\":\"SERVING\"}\n"));
+}
+
+static enum MHD_Result do_metrics(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                  request *rq)
+{
+    (void)id, (void)rq;
+    char *text = NULL;
+    ob_err err;
+    ob_status rc = ob_service_metrics(s->svc, &text, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    return send_text(conn, 200, "text/plain; version=0.0.4", text);
+}
+
+/* GET /v1/openapi.json: this API described (docs/openapi.json, compiled in). */
+static enum MHD_Result do_openapi(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                  request *rq)
+{
+    (void)s, (void)id, (void)rq;
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        ob_openapi_json_len, (void *)ob_openapi_json, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result do_get(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                              request *rq)
+{
+    (void)rq;
+    ob_err err;
+    ob_job j;
+    ob_status rc = ob_service_get(s->svc, id, &j, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
+    ob_job_clear(&j);
+    return ret;
+}
+
+static enum MHD_Result do_cancel(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                 request *rq)
+{
+    (void)rq;
+    ob_err err;
+    ob_job j;
+    ob_status rc = ob_service_cancel(s->svc, id, &j, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
+    ob_job_clear(&j);
+    return ret;
+}
+
+typedef enum MHD_Result (*route_fn)(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                    request *rq);
+
+/* Every route the server has: method, path ("{id}" stands for a job id, which ends at the next
+ * '/' or ':'), handler. docs/openapi.json describes each of them; tests/test_openapi.py reads
+ * this table and fails when the two differ. */
+static const struct route {
+    const char *method;
+    const char *path;
+    route_fn fn;
+} routes[] = {
+    {"GET", "/healthz", do_healthz},
+    {"GET", "/metrics", do_metrics},
+    {"GET", "/v1/version", do_version},
+    {"GET", "/v1/openapi.json", do_openapi},
+    {"POST", "/v1/jobs", do_submit},
+    {"GET", "/v1/jobs", do_list},
+    {"GET", "/v1/jobs/{id}", do_get},
+    {"DELETE", "/v1/jobs/{id}", do_delete},
+    {"POST", "/v1/jobs/{id}:cancel", do_cancel},
+    {"GET", "/v1/jobs/{id}/events", do_events},
+    {"GET", "/v1/jobs/{id}/checkpoints", do_checkpoints},
+    {"GET", "/v1/jobs/{id}/logs", do_logs},
+};
+
+/* Whether url has the route's path; the job id of a "{id}" path into id. *bad_id: the path
+ * matched but the id is too long to be one. */
+static int path_matches(const char *pattern, const char *url, char *id, size_t cap, int *bad_id)
+{
+    const char *hole = strstr(pattern, "{id}");
+    if (!hole) return !strcmp(pattern, url);
+    size_t pre = (size_t)(hole - pattern);
+    if (strncmp(pattern, url, pre) != 0) return 0;
+    const char *rest = url + pre;
+    size_t idlen = strcspn(rest, "/:");
+    if (idlen == 0 || strcmp(rest + idlen, hole + 4) != 0) return 0;
+    if (idlen >= cap) {
+        *bad_id = 1;
+        return 1;
+    }
+    memcpy(id, rest, idlen);
+    id[idlen] = '\0';
+    return 1;
+}
+
 static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, const char *url,
                              const char *method, request *rq)
 {
-    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     char msg[OB_ERR_MSG_LEN];
     if (rq->too_large) {
         snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
         return send_error(conn, OB_ERR_TOO_LARGE, msg);
     }
-    if (!strcmp(url, "/v1/version")) {
-        if (!get) return wrong_method(conn, method, url);
-        return send_text(conn, 200, "application/json",
-                         strdup("{\"version\":\"" ONEBIT_VERSION "\",\"api\":\"onebit.v1\"}\n"));
-    }
-    if (!strcmp(url, "/healthz")) {
-        if (!get) return wrong_method(conn, method, url);
-        return send_text(conn, 200, "application/json", strdup("{\"status\":\"SERVING\"}\n"));
-    }
-    if (!strcmp(url, "/metrics")) {
-        if (!get) return wrong_method(conn, method, url);
-        char *text = NULL;
-        ob_err err;
-        ob_status rc = ob_service_metrics(s->svc, &text, &err);
-        if (rc) return send_error(conn, rc, err.msg);
-        return send_text(conn, 200, "text/plain; version=0.0.4", text);
-    }
-    if (!strcmp(url, "/v1/jobs")) {
-        if (post) return do_submit(s, conn, rq);
-        if (get) return do_list(s, conn);
-        return wrong_method(conn, method, url);
-    }
-    if (!strncmp(url, "/v1/jobs/", 9) && url[9]) {
-        char id[OB_JOB_ID_LEN + 32];
-        const char *rest = url + 9;
-        size_t idlen = strcspn(rest, "/:");
-        if (idlen == 0 || idlen >= OB_JOB_ID_LEN) {
+    int path_known = 0;
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+        char id[OB_JOB_ID_LEN] = "";
+        int bad_id = 0;
+        if (!path_matches(routes[i].path, url, id, sizeof id, &bad_id)) continue;
+        if (bad_id) {
+            const char *rest = url + 9; /* every {id} path starts "/v1/jobs/" */
+            size_t idlen = strcspn(rest, "/:");
             snprintf(msg, sizeof msg, "no job with id '%.*s'", (int)(idlen > 64 ? 64 : idlen),
                      rest);
             return send_error(conn, OB_ERR_NOT_FOUND, msg);
         }
-        memcpy(id, rest, idlen);
-        id[idlen] = '\0';
-        const char *tail = rest + idlen;
-        ob_err err;
-        ob_job j;
-        if (!tail[0] && !strcmp(method, "DELETE")) return do_delete(s, conn, id);
-        if (!tail[0]) {
-            if (!get) return wrong_method(conn, method, url);
-            ob_status rc = ob_service_get(s->svc, id, &j, &err);
-            if (rc) return send_error(conn, rc, err.msg);
-            enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
-            ob_job_clear(&j);
-            return ret;
-        }
-        if (!strcmp(tail, ":cancel")) {
-            if (!post) return wrong_method(conn, method, url);
-            ob_status rc = ob_service_cancel(s->svc, id, &j, &err);
-            if (rc) return send_error(conn, rc, err.msg);
-            enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
-            ob_job_clear(&j);
-            return ret;
-        }
-        if (!strcmp(tail, "/events")) {
-            if (!get) return wrong_method(conn, method, url);
-            return do_events(s, conn, id);
-        }
-        if (!strcmp(tail, "/checkpoints")) {
-            if (!get) return wrong_method(conn, method, url);
-            return do_checkpoints(s, conn, id);
-        }
-        if (!strcmp(tail, "/logs")) {
-            if (!get) return wrong_method(conn, method, url);
-            return do_logs(s, conn, id);
-        }
+        path_known = 1;
+        if (!strcmp(routes[i].method, method)) return routes[i].fn(s, conn, id, rq);
     }
+    if (path_known) return wrong_method(conn, method, url);
     snprintf(msg, sizeof msg, "no such resource: %.10s %.300s", method, url);
     return send_error(conn, OB_ERR_NOT_FOUND, msg);
 }
