@@ -31,7 +31,7 @@
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
 typedef struct opts {
-    const char *server, *rest, *token, *token_file, *request_id;
+    const char *server, *rest, *token, *token_file, *request_id, *deadline;
     char token_buf[OB_TOKEN_MAX]; /* a token read from a file */
     char labels[OB_LABELS_LEN];   /* --label k=v, repeated, joined by commas */
     int json;
@@ -230,8 +230,8 @@ static int v_submit(obctl_client *c, const opts *o)
     if (rc != EXIT_OK) return rc;
     ob_job j;
     ob_err err = {0};
-    ob_status st =
-        obctl_submit(c, spec, len, o->np, o->max_restarts, o->request_id, o->labels, &j, &err);
+    ob_status st = obctl_submit(c, spec, len, o->np, o->max_restarts, o->request_id, o->labels,
+                                o->deadline, &j, &err);
     free(spec);
     if (st != OB_OK) return fail(&err);
     if (o->json && !o->watch)
@@ -530,7 +530,7 @@ static int v_completion(obctl_client *c, const opts *o);
 
 static const verb verbs[] = {
     {"submit",
-     "usage: onebitctl submit -f FILE [--np N] [--max-restarts N] [--watch]\n"
+     "usage: onebitctl submit -f FILE [--np N] [--max-restarts N] [--deadline D] [--watch]\n"
      "       onebitctl submit --model M --data D --optimizer O --steps N --batch-size B\n"
      "                        [--lr X] [--freeze-step N|auto] [--name NAME] [--np N] [--watch]\n"
      "  -f FILE            job spec, YAML or JSON ('-': standard input)\n"
@@ -539,13 +539,15 @@ static const verb verbs[] = {
      "  --watch            follow the job to its end (exit 0 when it succeeds)\n"
      "  --request-id ID    submit at most once: a retry with the same ID answers the same job\n"
      "  --label K=V        a label of the job (repeatable); onebitctl list --label selects\n"
+     "  --deadline D       stop the job if it has not ended D after its first start (90m, 2h,\n"
+     "                     1h30m); it ends FAILED, \"deadline exceeded\", after a checkpoint\n"
      "Examples:\n"
      "  onebitctl submit -f examples/fmnist-mlp-onebit.yaml --np 4 --watch\n"
      "  onebitctl submit --model mlp --data synthetic_classification --optimizer onebit_adam \\\n"
      "                   --steps 500 --batch-size 32 --freeze-step 100 --np 2\n",
      v_submit, 1,
      "-f= --file= --np= --max-restarts= --request-id= --label= --watch --model= --data= "
-     "--optimizer= --steps= --batch-size= --lr= --freeze-step= --name=",
+     "--optimizer= --steps= --batch-size= --lr= --freeze-step= --name= --deadline=",
      OBCTL_ARG_NONE, "submit a job"},
     {"status",
      "usage: onebitctl status JOB\n"
@@ -729,6 +731,7 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         {"request-id", required_argument, NULL, 'R'},
         {"label", required_argument, NULL, 'L'},
         {"quiet", no_argument, NULL, 'q'},
+        {"deadline", required_argument, NULL, 'D'},
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
@@ -788,6 +791,9 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
             break;
         case 'q':
             o->quiet = 1;
+            break;
+        case 'D':
+            o->deadline = optarg;
             break;
         case 'R':
             o->request_id = optarg;

@@ -25,8 +25,8 @@ const char *obctl_client_target(const obctl_client *c);
 
 /* *out is caller-owned (ob_job_clear). */
 ob_status obctl_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                       int max_restarts, const char *request_id, const char *labels, ob_job *out,
-                       ob_err *err);
+                       int max_restarts, const char *request_id, const char *labels,
+                       const char *deadline, ob_job *out, ob_err *err);
 ob_status obctl_get(obctl_client *c, const char *id, ob_job *out, ob_err *err);
 ob_status obctl_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *err);
 /* The server's release and API ("0.1.0", "onebit.v1"). */

@@ -94,8 +94,8 @@ static ob_status job_call(obctl_client *c, const char *method, const ProtobufCMe
 }
 
 static ob_status g_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                          int max_restarts, const char *request_id, const char *labels, ob_job *out,
-                          ob_err *err)
+                          int max_restarts, const char *request_id, const char *labels,
+                          const char *deadline, ob_job *out, ob_err *err)
 {
     Onebit__V1__SubmitJobRequest q = ONEBIT__V1__SUBMIT_JOB_REQUEST__INIT;
     char *text = strndup(spec, len);
@@ -105,6 +105,7 @@ static ob_status g_submit(obctl_client *c, const char *spec, size_t len, int wor
     q.max_restarts = max_restarts;
     q.request_id = (char *)(request_id ? request_id : "");
     q.labels = (char *)(labels ? labels : "");
+    q.deadline = (char *)(deadline ? deadline : "");
     ob_status st = job_call(c, "/onebit.v1.JobService/SubmitJob", &q.base, out, err);
     free(text);
     return st;

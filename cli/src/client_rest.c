@@ -174,8 +174,8 @@ static ob_status id_path(char *out, size_t cap, const char *id, const char *suff
 }
 
 static ob_status r_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                          int max_restarts, const char *request_id, const char *labels, ob_job *out,
-                          ob_err *err)
+                          int max_restarts, const char *request_id, const char *labels,
+                          const char *deadline, ob_job *out, ob_err *err)
 {
     json_t *o = json_object();
     json_object_set_new(o, "spec", json_stringn(spec, len));
@@ -183,6 +183,7 @@ static ob_status r_submit(obctl_client *c, const char *spec, size_t len, int wor
     json_object_set_new(o, "maxRestarts", json_integer(max_restarts));
     if (request_id && request_id[0]) json_object_set_new(o, "requestId", json_string(request_id));
     if (labels && labels[0]) json_object_set_new(o, "labels", json_string(labels));
+    if (deadline && deadline[0]) json_object_set_new(o, "deadline", json_string(deadline));
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!body) return OB_ERR(err, OB_ERR_INVALID_ARG, "the spec is not valid UTF-8 text");

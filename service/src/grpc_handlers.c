@@ -81,7 +81,8 @@ static ob_status h_submit(ob_service *svc, const ProtobufCMessage *m, const char
                          .world_size = q->world_size,
                          .max_restarts = q->max_restarts,
                          .request_id = q->request_id,
-                         .labels = q->labels};
+                         .labels = q->labels,
+                         .deadline = q->deadline};
     ob_job j;
     return reply_job(r, ob_service_submit(svc, &req, &j, &r->err), &j);
 }

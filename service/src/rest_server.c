@@ -210,6 +210,13 @@ static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn,
                 add_problem(problems, sizeof problems,
                             "labels: expected a string \"key=value,key=value\"");
             }
+        } else if (!strcmp(key, "deadline")) {
+            if (json_is_string(v)) {
+                req.deadline = json_string_value(v);
+            } else {
+                add_problem(problems, sizeof problems,
+                            "deadline: expected a string such as \"2h\" or \"1h30m\"");
+            }
         } else if (!strcmp(key, "requestId") || !strcmp(key, "request_id")) {
             if (json_is_string(v)) {
                 req.request_id = json_string_value(v);

@@ -22,13 +22,15 @@ typedef struct ob__run {
     ob_launch_handle h;
     int64_t started_ms;
     int64_t last_progress_ms;
-    int64_t kill_at_ms;               /* after SIGTERM: when to send SIGKILL; 0: not stopping */
+    int64_t kill_at_ms;     /* after SIGTERM: when to send SIGKILL; 0: not stopping */
+    int64_t deadline_at_ms; /* the job's first start + its deadline; 0: none */
+    int deadline_hit;       /* stopped for its deadline: the job ends FAILED, not restarted */
     char stop_reason[OB_JOB_MSG_LEN]; /* why we stopped it (timeout, cancel, shutdown) */
     char last_text[256];              /* the last line of the log that was not progress */
     char worker_error[256];           /* the last line a worker or mpirun wrote about a failure */
     char platform[256]; /* what the launcher last said of the running attempt ("PENDING") */
     int64_t total_steps;
-    int reported; /* has used WorkerService: ignore its log lines */
+    int reported;          /* has used WorkerService: ignore its log lines */
     char report_token[65]; /* the attempt's ReportProgress credential (hex of 32 random bytes) */
     int world_size;
     int64_t num_params;

@@ -77,6 +77,10 @@ typedef struct ob_submit_req {
      * and restarts answers the job the first made; anything different is OB_ERR_STATE. */
     const char *request_id;
     const char *labels; /* NULL or "": none; else "k=v,k=v" (ob_labels_parse) */
+    /* NULL or "": none; else the job's time limit from its first start (ob_duration_parse):
+     * past it the supervisor stops the job like a cancel and it ends FAILED, "deadline
+     * exceeded: ...", without a restart. */
+    const char *deadline;
 } ob_submit_req;
 
 /* Validates the spec and the request (every invalid field named, "; "-separated) and stores a
