@@ -62,6 +62,14 @@ add_test(NAME test_completion
                  $<TARGET_FILE:onebitd> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
 set_tests_properties(test_completion PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 120)
 
+# Streamed logs (StreamJobLogs, GET /v1/jobs/{id}/logs:stream, onebitctl logs --tail --since -f)
+# through the real onebitd, onebitctl and curl, supervising fake workers under mpirun.
+add_test(NAME test_logs
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_logs.sh $<TARGET_FILE:onebitctl>
+                 $<TARGET_FILE:onebitd> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
+set_tests_properties(test_logs PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 180
+                     PROCESSORS 2)
+
 # The wire layer's progress report: JSON lines and ReportProgress requests.
 add_executable(test_report test_report.c)
 target_link_libraries(test_report PRIVATE onebit_wire PkgConfig::CMOCKA m)

@@ -70,7 +70,7 @@ expect "every verb" "$(complete_bash '' | tr '\n' ' ')" \
   "cancel checkpoints completion delete inspect list logs status submit version watch "
 expect "a verb's flags" "$(complete_bash logs --f)" "--follow"
 expect "a verb's flags and the global ones" "$(complete_bash logs -- | tr '\n' ' ')" \
-  "--follow --help --output --rank --rest --server --token --token-file "
+  "--follow --help --output --rank --rest --server --since --tail --token --token-file "
 expect "--state values" "$(complete_bash list --state RU)" "RUNNING"
 expect "-o values" "$(complete_bash status -o j)" "json"
 expect "completion shells" "$(complete_bash completion '' | tr '\n' ' ')" "bash zsh "

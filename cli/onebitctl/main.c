@@ -12,6 +12,7 @@
 #define _GNU_SOURCE /* getopt_long */
 #include "client.h"
 #include "completion.h"
+#include "onebit/base.h"
 #include "onebit/checkpoint.h"
 #include "onebit/report.h"
 #include "onebit/token.h"
@@ -28,10 +29,14 @@
 #include <time.h>
 #include <unistd.h>
 
+/* logs --tail: the server's limit (OB_LOG_TAIL_MAX in service.h, not linked here). */
+#define OB_LOG_TAIL_MAX_LINES 100000
+
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
 typedef struct opts {
-    const char *server, *rest, *token, *token_file, *request_id, *deadline;
+    const char *server, *rest, *token, *token_file, *request_id, *deadline, *since;
+    long tail;                    /* logs --tail: the last N lines; 0: all */
     char token_buf[OB_TOKEN_MAX]; /* a token read from a file */
     char labels[OB_LABELS_LEN];   /* --label k=v, repeated, joined by commas */
     int json;
@@ -405,75 +410,116 @@ static void print_log_line(const opts *o, const char *line)
         puts(text);
 }
 
+/* --since: a duration back from now ("10m", "1h30m") or an RFC 3339 time
+ * ("2026-11-23T15:04:05Z", "2026-11-23T16:04:05.5+01:00"), as Unix ms. */
+static int parse_since(const char *text, int64_t *ms)
+{
+    int64_t d;
+    if (ob_duration_parse(text, &d, NULL) == OB_OK) {
+        *ms = ob_wall_ms() - d;
+        return *ms > 0;
+    }
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    int used = 0;
+    if (sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec, &used) != 6 ||
+        used != 19 || tm.tm_year < 1970 || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 ||
+        tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
+        return 0;
+    const char *p = text + used;
+    int64_t frac_ms = 0;
+    if (*p == '.') { /* a fraction of a second: its first three digits count */
+        int digits = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+            if (digits < 3) frac_ms = frac_ms * 10 + (*p - '0');
+        if (digits == 0 || digits > 9) return 0;
+        for (; digits < 3; digits++)
+            frac_ms *= 10;
+    }
+    int64_t offset_s = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om, n = 0;
+        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &n) != 2 || n != 5 || oh > 23 || om > 59) return 0;
+        offset_s = (*p == '+' ? 1 : -1) * (int64_t)(oh * 3600 + om * 60);
+        p += 6;
+    } else {
+        return 0;
+    }
+    if (*p) return 0;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1) return 0;
+    *ms = ((int64_t)t - offset_s) * 1000 + frac_ms;
+    return *ms > 0;
+}
+
+/* Prints whole lines of a log stream as they complete (the rank filter needs whole lines). */
+typedef struct log_printer {
+    const opts *o;
+    char *pending; /* a line not finished yet */
+    size_t len;
+    int failed;
+} log_printer;
+
+static int on_log(const char *data, size_t len, void *user)
+{
+    log_printer *lp = user;
+    char *joined = realloc(lp->pending, lp->len + len + 1);
+    if (!joined) {
+        lp->failed = 1;
+        return 1;
+    }
+    lp->pending = joined;
+    memcpy(lp->pending + lp->len, data, len);
+    lp->len += len;
+    lp->pending[lp->len] = '\0';
+    char *start = lp->pending, *nl;
+    while ((nl = memchr(start, '\n', lp->len - (size_t)(start - lp->pending))) != NULL) {
+        *nl = '\0';
+        print_log_line(lp->o, start);
+        start = nl + 1;
+    }
+    lp->len -= (size_t)(start - lp->pending);
+    memmove(lp->pending, start, lp->len);
+    fflush(stdout);
+    return interrupted;
+}
+
 static int v_logs(obctl_client *c, const opts *o)
 {
     int rc = need_job(o, "logs");
     if (rc) return rc;
-    const char *id = o->positional[0];
+    int64_t since_ms = 0;
+    if (o->since && !parse_since(o->since, &since_ms))
+        return usage_error("logs",
+                           "--since %s: expected a duration (10m, 1h30m) or a time "
+                           "(2026-11-23T15:04:05Z)",
+                           o->since);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
-    int64_t offset = 0;
-    char *pending = NULL; /* a line not finished yet */
-    size_t plen = 0;
+    log_printer lp = {o, NULL, 0, 0};
     ob_err err = {0};
-    rc = EXIT_OK;
-    while (!interrupted) {
-        char *data;
-        size_t len;
-        int64_t next, size;
-        if (obctl_logs(c, id, offset, 0, &data, &len, &next, &size, &err) != OB_OK) {
-            rc = fail(&err);
-            break;
-        }
-        char *joined = realloc(pending, plen + len + 1);
-        if (!joined) {
-            free(data);
-            rc = EXIT_FAIL;
-            break;
-        }
-        pending = joined;
-        if (len) memcpy(pending + plen, data, len);
-        plen += len;
-        pending[plen] = '\0';
-        free(data);
-        char *start = pending, *nl;
-        while ((nl = memchr(start, '\n', plen - (size_t)(start - pending))) != NULL) {
-            *nl = '\0';
-            print_log_line(o, start);
-            start = nl + 1;
-        }
-        plen -= (size_t)(start - pending);
-        memmove(pending, start, plen);
-        fflush(stdout);
-        offset = next;
-        if (offset < size) continue; /* more to read now */
-        if (!o->follow) break;
-        ob_job j;
-        if (obctl_get(c, id, &j, &err) != OB_OK) {
-            rc = fail(&err);
-            break;
-        }
-        int done = ob_job_state_final(j.state);
-        ob_job_clear(&j);
-        if (done) {
-            /* One more read: what the last attempt wrote before the job ended. */
-            if (obctl_logs(c, id, offset, 0, &data, &len, &next, &size, &err) == OB_OK && len) {
-                free(data);
-                continue;
-            }
-            break;
-        }
-        struct timespec pause = {0, 300 * 1000 * 1000};
-        nanosleep(&pause, NULL);
+    /* One stream: the server sends what is there, then, with -f, what is written, and ends it
+     * once the job has ended. */
+    ob_status st = obctl_stream_logs(c, o->positional[0], (int)o->tail, since_ms, o->follow, on_log,
+                                     &lp, &err);
+    if (lp.len && !lp.failed) {
+        lp.pending[lp.len] = '\0';
+        print_log_line(o, lp.pending);
     }
-    if (plen && rc == EXIT_OK) {
-        pending[plen] = '\0';
-        print_log_line(o, pending);
+    free(lp.pending);
+    if (lp.failed) {
+        fprintf(stderr, "onebitctl: out of memory\n");
+        return EXIT_FAIL;
     }
-    free(pending);
-    return rc;
+    if (interrupted) return EXIT_OK;
+    return st == OB_OK ? EXIT_OK : fail(&err);
 }
 
 static int v_inspect(obctl_client *c, const opts *o)
@@ -586,13 +632,17 @@ static const verb verbs[] = {
      "Example:\n  onebitctl delete job-000001\n",
      v_delete, 1, "--keep-checkpoints", OBCTL_ARG_JOB, "remove a job that has ended"},
     {"logs",
-     "usage: onebitctl logs JOB [--rank R] [-f]\n"
+     "usage: onebitctl logs JOB [--tail N] [--since D|T] [--rank R] [-f]\n"
      "  the output of the job's workers, every attempt; lines carry their rank as [job,rank]\n"
-     "  --rank R   only rank R's lines, without the tag\n"
-     "  -f, --follow  keep following until the job ends\n"
-     "Examples:\n  onebitctl logs job-000001 --rank 0 -f\n  onebitctl logs job-000001 | grep "
-     "error\n",
-     v_logs, 1, "--rank= -f --follow", OBCTL_ARG_JOB, "the output of a job's workers"},
+     "  --tail N      only the last N lines of the log (every rank's lines count)\n"
+     "  --since D|T   only lines written in the last D (10m, 1h30m) or since the time T\n"
+     "                (2026-11-23T15:04:05Z), to within about a second\n"
+     "  --rank R      only rank R's lines, without the tag\n"
+     "  -f, --follow  go on with new lines as they are written, until the job ends\n"
+     "Examples:\n  onebitctl logs job-000001 --tail 100 --since 10m -f\n"
+     "  onebitctl logs job-000001 --rank 0 -f\n  onebitctl logs job-000001 | grep error\n",
+     v_logs, 1, "--tail= --since= --rank= -f --follow", OBCTL_ARG_JOB,
+     "the output of a job's workers"},
     {"checkpoints",
      "usage: onebitctl checkpoints JOB\n"
      "  the job's committed checkpoints, newest first\n"
@@ -732,6 +782,8 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         {"label", required_argument, NULL, 'L'},
         {"quiet", no_argument, NULL, 'q'},
         {"deadline", required_argument, NULL, 'D'},
+        {"tail", required_argument, NULL, 'T'},
+        {"since", required_argument, NULL, 'S'},
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
@@ -794,6 +846,12 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
             break;
         case 'D':
             o->deadline = optarg;
+            break;
+        case 'S':
+            o->since = optarg;
+            break;
+        case 'T':
+            if (!parse_long(flag, optarg, 1, OB_LOG_TAIL_MAX_LINES, &o->tail)) return EXIT_USAGE;
             break;
         case 'R':
             o->request_id = optarg;

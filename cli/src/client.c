@@ -83,3 +83,9 @@ ob_status obctl_logs(obctl_client *c, const char *id, int64_t offset, int max_by
     *len = 0;
     return c->ops->logs(c, id, offset, max_bytes, data, len, next, size, err);
 }
+
+ob_status obctl_stream_logs(obctl_client *c, const char *id, int tail_lines, int64_t since_ms,
+                            int follow, obctl_on_log on_log, void *user, ob_err *err)
+{
+    return c->ops->stream_logs(c, id, tail_lines, since_ms, follow, on_log, user, err);
+}

@@ -17,6 +17,7 @@ typedef enum method_id {
     M_WATCH,
     M_CHECKPOINTS,
     M_LOGS,
+    M_STREAM_LOGS,
     M_DELETE,
     M_VERSION,
     M_REPORT,

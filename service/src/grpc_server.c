@@ -7,12 +7,13 @@
  *
  * Unary calls are answered in the handler thread that received them: decode, call the service
  * function, one batch with the answer and the status. Server-streaming calls (WatchJob,
- * Health.Watch) are kept on a watch list: a watcher thread, woken by new job events, starts the
- * next send when the previous one has completed (one send in flight per call); the stream ends
- * with OK after the event that puts the job in a final state. Server reflection
- * (grpc.reflection.v1 and v1alpha) is a bidirectional stream answered from the compiled-in
- * descriptor set (reflection.h): receive a request, send its answer, until the client half-closes;
- * it counts against the same limit of open streams. Shutdown: the server stops
+ * StreamJobLogs, Health.Watch) are kept on a watch list: a watcher thread, woken by new job
+ * events and every 200 ms (a log grows without events), starts the next send when the previous
+ * one has completed (one send in flight per call); the stream ends with OK after the event that
+ * puts the job in a final state (StreamJobLogs: once the log of a job that has ended is sent).
+ * Server reflection (grpc.reflection.v1 and v1alpha) is a bidirectional stream answered from the
+ * compiled-in descriptor set (reflection.h): receive a request, send its answer, until the client
+ * half-closes; it counts against the same limit of open streams. Shutdown: the server stops
  * accepting, every call is cancelled, the queue is shut down once the last call is freed. */
 #include "grpc_internal.h"
 #include "reflection.h"
@@ -70,6 +71,8 @@ typedef struct call_ctx {
     int64_t last_seq;
     int sent_initial, in_flight, finish_after_send, status_started, status_done, closed, broken;
     int health_sent;
+    int64_t log_offset; /* StreamJobLogs: where the next piece starts */
+    int log_follow;
     /* reflection (a bidirectional stream) */
     int reflecting;
     grpc_byte_buffer *recv_bb;
@@ -276,6 +279,49 @@ static void stream_status(call_ctx *c, ob_status st, const char *msg)
     }
 }
 
+/* The next piece of a StreamJobLogs stream: what the log holds past the stream's offset, or
+ * its end. The state is read first, as for WatchJob: a job seen final has its whole log
+ * written, so nothing more to read means the stream is complete. */
+static void stream_pump_logs(ob_grpc_server *s, call_ctx *c)
+{
+    ob_err err;
+    ob_err_clear(&err);
+    ob_job j;
+    ob_status rc = ob_service_get(s->svc, c->job_id, &j, &err);
+    if (rc) {
+        stream_status(c, rc, err.msg);
+        return;
+    }
+    int final = ob_job_state_final(j.state);
+    ob_job_clear(&j);
+    char *data = NULL;
+    size_t len = 0;
+    int64_t size = 0;
+    rc = ob_service_logs(s->svc, c->job_id, c->log_offset, OB_LOG_READ_DEFAULT, &data, &len, &size,
+                         &err);
+    if (rc) {
+        stream_status(c, rc, err.msg);
+        return;
+    }
+    if (len == 0) {
+        if (final || !c->log_follow) stream_status(c, OB_OK, "");
+        return;
+    }
+    Onebit__V1__JobLogs piece = ONEBIT__V1__JOB_LOGS__INIT;
+    piece.data.data = (uint8_t *)data;
+    piece.data.len = len;
+    piece.next_offset = c->log_offset + (int64_t)len;
+    piece.size = size;
+    grpc_byte_buffer *bb = ob__grpc_pack(&piece.base);
+    free(data);
+    if (!bb) {
+        stream_status(c, OB_ERR_NOMEM, "encoding logs");
+        return;
+    }
+    c->log_offset = piece.next_offset;
+    stream_send(c, bb);
+}
+
 /* Starts the next send of a stream when it has something to send and nothing in flight. */
 static void stream_pump(ob_grpc_server *s, call_ctx *c)
 {
@@ -287,6 +333,10 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
         grpc_byte_buffer *bb = ob__grpc_pack(&resp.base);
         if (bb) stream_send(c, bb);
         c->health_sent = 1;
+        return;
+    }
+    if (c->method == M_STREAM_LOGS) {
+        stream_pump_logs(s, c);
         return;
     }
     ob_job_event *evs = NULL;
@@ -594,6 +644,34 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
             c->last_seq = q->after_seq;
         }
         ob_job_clear(&j);
+        protobuf_c_message_free_unpacked(m, NULL);
+        if (rc)
+            finish_unary(c, rc, err.msg, NULL);
+        else
+            stream_begin(s, c);
+        return;
+    }
+    if (c->method == M_STREAM_LOGS) {
+        const Onebit__V1__StreamJobLogsRequest *q = (const Onebit__V1__StreamJobLogsRequest *)m;
+        ob_err err;
+        ob_err_clear(&err);
+        int64_t start = q->offset;
+        ob_status rc = OB_OK;
+        if (q->offset < 0)
+            rc = OB_ERR(&err, OB_ERR_INVALID_ARG, "offset: expected >= 0, got %lld",
+                        (long long)q->offset);
+        else if (q->offset > 0 && (q->tail_lines || q->since_unix_ms))
+            rc = OB_ERR(&err, OB_ERR_INVALID_ARG,
+                        "offset: give an offset, or tail_lines and since_unix_ms, not both");
+        else if (q->tail_lines || q->since_unix_ms)
+            rc = ob_service_log_start(s->svc, q->id, q->tail_lines, q->since_unix_ms, &start, &err);
+        ob_job j;
+        if (rc == OB_OK && (rc = ob_service_get(s->svc, q->id, &j, &err)) == OB_OK) {
+            ob_strlcpy(c->job_id, j.id, sizeof c->job_id);
+            ob_job_clear(&j);
+            c->log_offset = start;
+            c->log_follow = q->follow;
+        }
         protobuf_c_message_free_unpacked(m, NULL);
         if (rc)
             finish_unary(c, rc, err.msg, NULL);

@@ -583,6 +583,112 @@ static enum MHD_Result do_logs(ob_rest_server *s, struct MHD_Connection *conn, c
     return send_json(conn, 200, o);
 }
 
+/* GET /v1/jobs/{id}/logs:stream?offset=|tailLines=&sinceUnixMs=&follow=true: the log itself as
+ * text/plain, chunked, from where the query says (the offset in X-Log-Offset), new bytes as they
+ * are written with follow=true, until the job has ended and its log is sent. */
+typedef struct log_stream {
+    ob_rest_server *srv;
+    char job_id[OB_JOB_ID_LEN];
+    int64_t offset;
+    int follow;
+} log_stream;
+
+static ssize_t log_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    log_stream *ls = cls;
+    ob_service *svc = ls->srv->svc;
+    for (;;) {
+        if (ls->srv->stopping) return MHD_CONTENT_READER_END_OF_STREAM;
+        int64_t seen = ob_service_event_counter(svc);
+        ob_err err;
+        ob_job j;
+        /* The state first, as for the events: a job seen final has its whole log written. */
+        if (ob_service_get(svc, ls->job_id, &j, &err) != OB_OK)
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* deleted under the stream */
+        int final = ob_job_state_final(j.state);
+        ob_job_clear(&j);
+        char *data = NULL;
+        size_t len = 0;
+        int64_t size = 0;
+        int want = max < (size_t)OB_LOG_READ_MAX ? (int)max : OB_LOG_READ_MAX;
+        if (want <= 0) want = 1;
+        if (ob_service_logs(svc, ls->job_id, ls->offset, want, &data, &len, &size, &err) != OB_OK)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (len) {
+            memcpy(buf, data, len);
+            free(data);
+            ls->offset += (int64_t)len;
+            return (ssize_t)len;
+        }
+        if (final || !ls->follow) return MHD_CONTENT_READER_END_OF_STREAM;
+        /* Woken by the job's events; a log grows without any, so look again every 200 ms. */
+        if (ob_service_wait(svc, seen, 200) < 0) return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+}
+
+static void log_stream_free(void *cls)
+{
+    log_stream *ls = cls;
+    atomic_fetch_sub(&ls->srv->streams, 1);
+    free(ls);
+}
+
+static enum MHD_Result do_log_stream(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                     request *rq)
+{
+    (void)rq;
+    ob_err err;
+    long long offset, tail, since;
+    if (query_int(conn, "offset", 0, INT64_MAX, &offset, &err) ||
+        query_int(conn, "tailLines", 0, OB_LOG_TAIL_MAX, &tail, &err) ||
+        query_int(conn, "sinceUnixMs", 0, INT64_MAX, &since, &err))
+        return send_error(conn, OB_ERR_INVALID_ARG, err.msg);
+    const char *follow = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "follow");
+    if (follow && strcmp(follow, "true") && strcmp(follow, "false"))
+        return send_error(conn, OB_ERR_INVALID_ARG, "follow: expected true or false");
+    if (offset > 0 && (tail || since))
+        return send_error(conn, OB_ERR_INVALID_ARG,
+                          "offset: give an offset, or tailLines and sinceUnixMs, not both");
+    int64_t start = offset;
+    ob_status rc =
+        tail || since ? ob_service_log_start(s->svc, id, (int)tail, since, &start, &err) : OB_OK;
+    ob_job j;
+    if (rc == OB_OK && (rc = ob_service_get(s->svc, id, &j, &err)) == OB_OK) ob_job_clear(&j);
+    if (rc) return send_error(conn, rc, err.msg);
+    if (atomic_fetch_add(&s->streams, 1) >= s->max_streams) {
+        atomic_fetch_sub(&s->streams, 1);
+        char msg[128];
+        snprintf(msg, sizeof msg,
+                 "%d streams are open, the most this server keeps; try again later",
+                 s->max_streams);
+        return send_error_http(conn, 429, "RESOURCE_EXHAUSTED", msg);
+    }
+    log_stream *ls = calloc(1, sizeof *ls);
+    if (!ls) {
+        atomic_fetch_sub(&s->streams, 1);
+        return send_error(conn, OB_ERR_NOMEM, "out of memory");
+    }
+    ls->srv = s;
+    ob_strlcpy(ls->job_id, id, sizeof ls->job_id);
+    ls->offset = start;
+    ls->follow = follow && !strcmp(follow, "true");
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 64 << 10, log_stream_read, ls, log_stream_free);
+    if (!r) {
+        log_stream_free(ls);
+        return MHD_NO;
+    }
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)start);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Log-Offset", num);
+    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
 /* ---- the route table -------------------------------------------------------------------- */
 
 static enum MHD_Result do_version(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
@@ -674,6 +780,7 @@ static const struct route {
     {"GET", "/v1/jobs/{id}/events", do_events},
     {"GET", "/v1/jobs/{id}/checkpoints", do_checkpoints},
     {"GET", "/v1/jobs/{id}/logs", do_logs},
+    {"GET", "/v1/jobs/{id}/logs:stream", do_log_stream},
 };
 
 /* Whether url has the route's path; the job id of a "{id}" path into id. *bad_id: the path

@@ -398,6 +398,7 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
 {
     ob_launcher *l = svc->cfg.launcher;
     read_log(svc, r);
+    ob__svc_log_note(svc, r, ob_wall_ms(), 1);
     /* mpirun is gone; no rank of the attempt may outlive it. */
     if (l->ops->alive(l, &r->h)) l->ops->signal(l, &r->h, SIGKILL, NULL);
     ob_job j;
@@ -526,6 +527,7 @@ static void tick(ob_service *svc)
     for (ob__run *r = svc->runs; r; r = next) {
         next = r->next;
         if (!r->reported) read_log(svc, r);
+        ob__svc_log_note(svc, r, now, 0);
         ob_launch_exit ex;
         memset(&ex, 0, sizeof ex);
         if (l->ops->poll(l, &r->h, &ex, NULL) == OB_OK && ex.done) {
