@@ -19,6 +19,11 @@ ob_add_service_test(test_cluster test_cluster.c)
 # it refuses), in-cluster credentials.
 ob_add_service_test(test_kube_config test_kube_config.c)
 
+# Server reflection's answers in process against hostile requests and descriptor sets (white
+# box: reflection.h is private to the service).
+ob_add_service_test(test_reflection_index test_reflection_index.c)
+target_include_directories(test_reflection_index PRIVATE ${PROJECT_SOURCE_DIR}/service/src)
+
 # obrpc: the gRPC client the black-box tests drive onebitd with.
 pkg_check_modules(OB_TEST_JANSSON REQUIRED IMPORTED_TARGET jansson)
 add_executable(obrpc obrpc.c)
