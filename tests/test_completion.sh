@@ -3,7 +3,8 @@
 # _onebitctl for onebitctl and completes verbs, flags, flag values and the job ids of a real
 # onebitd (through `onebitctl list -q` with the --server or --rest already typed);
 # `onebitctl completion zsh` is valid zsh and registers with compinit when zsh is installed
-# (skipped, and said so, without zsh). Exits non-zero on any mismatch.
+# (skipped, and said so, without zsh), and its _onebitctl completes verbs, flags, values and job
+# ids with stand-ins for compadd, _describe and _files. Exits non-zero on any mismatch.
 # usage: test_completion.sh ONEBITCTL ONEBITD FAKE_WORKER
 set -u
 CTL=$1
@@ -95,6 +96,32 @@ if command -v zsh > /dev/null; then
   expect "zsh: from \$fpath too" \
     "$(HOME=$TMP zsh -f -c 'fpath=("$0" $fpath); autoload -U compinit && compinit -u -d "$HOME/.zcompdump" && print -r -- $_comps[onebitctl]' "$TMP")" \
     "_onebitctl"
+  # complete_zsh WORD...: runs _onebitctl on the command line "WORD..." (the last word is the one
+  # being completed) with stand-ins for compadd, _describe and _files that print what they are
+  # given (unfiltered by the prefix: the completion system does that).
+  complete_zsh() {
+    CTL="$CTL" zsh -f -c '
+      compdef() { :; }
+      compadd() { local a; for a in "$@"; do [[ $a == -- ]] || print -r -- $a; done; }
+      _describe() { local a; for a in ${(P)4}; do print -r -- ${a%%:*}; done; }
+      _files() { if [[ $1 == -/ ]]; then print DIRS; else print FILES; fi; }
+      source "$0" || exit 9
+      words=("$CTL" "$@"); CURRENT=${#words}; PREFIX=$words[CURRENT]
+      _onebitctl' "$TMP/_onebitctl" "$@" | sort
+  }
+  expect "zsh: verbs" "$(complete_zsh '' | tr '\n' ' ')" \
+    "cancel checkpoints completion delete inspect list logs status submit version watch "
+  expect "zsh: a verb's flags and the global ones" "$(complete_zsh logs -- | tr '\n' ' ')" \
+    "--follow --help --output --rank --rest --server --since --tail --token --token-file -f -o "
+  expect "zsh: --state values" "$(complete_zsh list --state '' | tr '\n' ' ')" \
+    "CANCELLED FAILED PENDING RESTARTING RUNNING SUCCEEDED "
+  expect "zsh: job ids over gRPC" "$(complete_zsh --server "$GRPC" status '')" "$ID1
+$ID2"
+  expect "zsh: job ids over REST after --rank's value" "$(complete_zsh logs --rest "$REST" --rank 0 '')" "$ID1
+$ID2"
+  expect "zsh: a flag's own value is left alone" "$(complete_zsh logs --tail '')" ""
+  expect "zsh: submit -f completes files" "$(complete_zsh submit -f '')" "FILES"
+  expect "zsh: inspect completes directories" "$(complete_zsh inspect '')" "DIRS"
 else
   echo "[ SKIPPED ] zsh is not installed: only bash is tested"
 fi
