@@ -25,6 +25,10 @@ packages=(
   python3 python3-yaml openssl
   # the checkpoint export test reads checkpoints and exported files with h5py and numpy
   python3-h5py python3-numpy
+  # gRPC server reflection's test: a real gRPC client (tests/test_reflection.py)
+  python3-grpcio python3-protobuf
+  # onebitctl's completion scripts are tested in bash and zsh
+  zsh
 )
 # --containers: what the opt-in image test needs (tests/test_containers.sh): podman with runc,
 # and mmdebstrap to make a Debian base image without a registry.

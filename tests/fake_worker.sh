@@ -9,6 +9,7 @@
 #                     per job (a marker file in the checkpoint folder remembers)
 #       FAKE_HANG_AT  step at which every rank stops reporting and sleeps
 #       FAKE_ENV_FILE rank 0 writes its environment there (what the launcher gave the workers)
+#       FAKE_RANK_LINES  when set, every rank prints "rank R step S" at each log interval
 set -u
 if [ -n "${FAKE_CONTROL:-}" ] && [ -f "$FAKE_CONTROL" ]; then . "$FAKE_CONTROL"; fi
 spec="" job="" ckdir="" resume=0
@@ -62,6 +63,7 @@ for ((s = start + 1; s <= steps; s++)); do
     while [ $term = 0 ]; do sleep 0.05; done
   fi
   if [ $((s % log_interval)) -eq 0 ]; then
+    if [ -n "${FAKE_RANK_LINES:-}" ]; then echo "rank $rank step $s"; fi
     say "{\"event\":\"step\",\"step\":$s,\"phase\":\"warmup\",\"loss\":$(awk -v s=$s 'BEGIN{print 1/s}'),\"lr\":0.001,\"samples_per_s\":1000.0,\"bytes_sent\":$((s * 6000)),\"bytes_step\":6000,\"freeze_ratio\":null}"
   fi
   if [ "$interval" -gt 0 ] && [ $((s % interval)) -eq 0 ]; then checkpoint "$s"; fi

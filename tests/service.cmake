@@ -19,6 +19,11 @@ ob_add_service_test(test_cluster test_cluster.c)
 # it refuses), in-cluster credentials.
 ob_add_service_test(test_kube_config test_kube_config.c)
 
+# Server reflection's answers in process against hostile requests and descriptor sets (white
+# box: reflection.h is private to the service).
+ob_add_service_test(test_reflection_index test_reflection_index.c)
+target_include_directories(test_reflection_index PRIVATE ${PROJECT_SOURCE_DIR}/service/src)
+
 # obrpc: the gRPC client the black-box tests drive onebitd with.
 pkg_check_modules(OB_TEST_JANSSON REQUIRED IMPORTED_TARGET jansson)
 add_executable(obrpc obrpc.c)
@@ -57,6 +62,30 @@ add_test(NAME test_onebitctl
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_onebitctl.sh $<TARGET_FILE:onebitctl>
                  $<TARGET_FILE:onebitd> ${PROJECT_SOURCE_DIR}/examples)
 set_tests_properties(test_onebitctl PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2)
+
+# docs/openapi.json against the REST server: the route table of rest_server.c and the query
+# parameters it reads, the document's structure, and the running onebitd (the document served at
+# /v1/openapi.json, every operation reaching its handler, every other method 405).
+add_test(NAME test_openapi
+         COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/test_openapi.py
+                 ${PROJECT_SOURCE_DIR}/service/src/rest_server.c ${PROJECT_SOURCE_DIR}/docs/openapi.json
+                 $<TARGET_FILE:onebitd>)
+set_tests_properties(test_openapi PROPERTIES TIMEOUT 120)
+
+# onebitctl completion bash|zsh: sourced into bash (and zsh when installed), completing verbs,
+# flags, values and a real onebitd's job ids.
+add_test(NAME test_completion
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_completion.sh $<TARGET_FILE:onebitctl>
+                 $<TARGET_FILE:onebitd> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
+set_tests_properties(test_completion PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 120)
+
+# Streamed logs (StreamJobLogs, GET /v1/jobs/{id}/logs:stream, onebitctl logs --tail --since -f)
+# through the real onebitd, onebitctl and curl, supervising fake workers under mpirun.
+add_test(NAME test_logs
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_logs.sh $<TARGET_FILE:onebitctl>
+                 $<TARGET_FILE:onebitd> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
+set_tests_properties(test_logs PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 180
                      PROCESSORS 2)
 
 # The wire layer's progress report: JSON lines and ReportProgress requests.
@@ -125,3 +154,14 @@ add_test(NAME test_manifests
          COMMAND python3 ${CMAKE_CURRENT_SOURCE_DIR}/test_manifests.py ${PROJECT_SOURCE_DIR}
                  $<TARGET_FILE:onebitd>)
 set_tests_properties(test_manifests PROPERTIES TIMEOUT 60)
+
+# gRPC server reflection (grpc.reflection.v1 and v1alpha) of the real onebitd through a real
+# client (python3-grpcio; the reflection messages compiled by protoc at test time): the services
+# listed, descriptors that load and declare SubmitJob, NOT_FOUND answers, hostile requests, the
+# token, and the shipped onebit.protoset. Debian's grpcio lives in the system Python.
+find_program(OB_SYSTEM_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH)
+add_test(NAME test_reflection
+         COMMAND ${OB_SYSTEM_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/test_reflection.py
+                 $<TARGET_FILE:onebitd> ${PROJECT_SOURCE_DIR}/proto
+                 ${CMAKE_BINARY_DIR}/share/onebit/onebit.protoset)
+set_tests_properties(test_reflection PROPERTIES TIMEOUT 120)

@@ -219,6 +219,17 @@ if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] && [ $rc5
   ok "labels: submit --label, list --label selects (gRPC and REST), status shows them"
 else bad "labels" "rc=$rc/$rc2/$rc3/$rc4/$rc5 $(cat "$TMP/lb2" "$TMP/lb4" "$TMP/lb1.err" "$TMP/lb2.err" "$TMP/lb3.err")"; fi
 ctl "$TMP/r3" --server "$GRPC" cancel "$(cat "$TMP/lb1")" > /dev/null 2>&1
+ctl "$TMP/dl1" --server "$GRPC" submit -f "$TMP/long.yaml" --np 1 --deadline 1h30m; rc=$?
+ctl "$TMP/dl2" --server "$GRPC" status "$(cat "$TMP/dl1")"; rc2=$?
+ctl "$TMP/dl3" --rest "$REST" status "$(cat "$TMP/dl1")" -o json; rc3=$?
+ctl "$TMP/dl4" --rest "$REST" submit -f "$TMP/job.yaml" --deadline 90; rc4=$?
+if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 1 ] &&
+   grep -q "^Deadline: *1h30m after the first start" "$TMP/dl2" &&
+   [ "$(jq -r .deadlineMs "$TMP/dl3")" = 5400000 ] &&
+   grep -q "^onebitctl: deadline: '90': expected a unit (d, h, m or s) after 90$" "$TMP/dl4.err"; then
+  ok "submit --deadline: status shows it (gRPC, REST); a bad one is refused naming the field"
+else bad "deadline" "rc=$rc/$rc2/$rc3/$rc4 $(cat "$TMP/dl2" "$TMP/dl1.err" "$TMP/dl4.err")"; fi
+ctl "$TMP/r3" --server "$GRPC" cancel "$(cat "$TMP/dl1")" > /dev/null 2>&1
 ctl "$TMP/v1" --server "$GRPC" version; rc=$?
 ctl "$TMP/v2" --rest "$REST" version; rc2=$?
 if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && grep -qE "^onebitctl [0-9]+\.[0-9]+\.[0-9]+$" "$TMP/v1" &&

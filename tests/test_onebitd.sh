@@ -341,6 +341,20 @@ check "no progress: FAILED with the reason" 'wait_state "$h" JOB_STATE_FAILED 15
 control "FAKE_STEP_S=0.01"
 stop_daemon
 
+# --- a deadline: the job is stopped (with a checkpoint) and FAILED, not restarted ----------------
+start_daemon "$TMP/var10"
+body=$(jq -n --rawfile s "$TMP/endless.yaml" '{spec: $s, worldSize: 1, maxRestarts: 3, deadline: "3s"}')
+d=$(http POST /v1/jobs -d "$body" | head -1 | jq -r .id)
+check "deadline: accepted and shown as deadlineMs" '[ "$(curl -s "http://$REST/v1/jobs/$d" | jq -r .deadlineMs)" = 3000 ]' "$(curl -s "http://$REST/v1/jobs/$d")"
+check "deadline: running before it" 'wait_state "$d" JOB_STATE_RUNNING 10 && sleep 0.5 && [ "$(state_of "$d")" = JOB_STATE_RUNNING ]'
+check "deadline: FAILED after it, deadline exceeded, with a checkpoint, no restart" 'wait_state "$d" JOB_STATE_FAILED 15 && curl -s "http://$REST/v1/jobs/$d" | jq -e ".restarts == 0 and (.attempts | length) == 1 and (.message | startswith(\"deadline exceeded: not done 3s after its first start; stopped at step \")) and (.lastCheckpoint.step | tonumber) > 0"' "$(curl -s "http://$REST/v1/jobs/$d" | jq -c '{state, message, restarts, lastCheckpoint}')"
+check "deadline: a notice event says it was exceeded" 'curl -s -N --max-time 5 "http://$REST/v1/jobs/$d/events" | grep -q "deadline of 3s exceeded: stopping the workers"'
+out=$(http POST /v1/jobs -d "$(jq -n --rawfile s "$TMP/short.yaml" '{spec: $s, deadline: "1.5h"}')")
+check "deadline: 1.5h is refused, 400, naming the field" '[ "$(echo "$out" | tail -1)" = 400 ] && echo "$out" | head -1 | jq -r .error.message | grep -q "^deadline: '"'"'1.5h'"'"': expected a unit"' "$out"
+out=$(http POST /v1/jobs -d "$(jq -n --rawfile s "$TMP/short.yaml" '{spec: $s, deadline: 7200}')")
+check "deadline: a number is refused, 400" '[ "$(echo "$out" | tail -1)" = 400 ] && echo "$out" | head -1 | jq -r .error.message | grep -q "^deadline: expected a string"' "$out"
+stop_daemon
+
 # --- launch failures: recorded as failed attempts, then FAILED with the reason -------------------
 start_daemon "$TMP/var6" --mpirun "$TMP/no-such-mpirun" --max-restarts 1
 f=$(rpc submit "$TMP/short.yaml" 1 2>/dev/null | jq -r .id)

@@ -47,7 +47,7 @@ typedef struct mock {
     int honor_term; /* SIGTERM ends the attempt with exit 0 */
     int stale_calls;
     char stale_job[OB_JOB_ID_LEN];
-    int can_attach;   /* attach succeeds (a launcher whose attempts outlive the coordinator) */
+    int can_attach; /* attach succeeds (a launcher whose attempts outlive the coordinator) */
     int attach_calls;
     char attach_ext[OB_ATTEMPT_EXT_ID_LEN]; /* the ext_id attach was given */
     char db[256]; /* the service's store, read (by a connection of our own) at every start */
@@ -252,7 +252,7 @@ static const char *good_spec = "model: {type: mlp}\n"
 
 static void submit(fx *f, int world, int max_restarts, char id[OB_JOB_ID_LEN])
 {
-    ob_submit_req req = {good_spec, strlen(good_spec), world, max_restarts, NULL, NULL};
+    ob_submit_req req = {good_spec, strlen(good_spec), world, max_restarts, NULL, NULL, NULL};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
@@ -302,27 +302,29 @@ static void test_invalid_submit_changes_nothing(void **state)
     start(f);
     const char *bad = "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
                       "optimizer: {type: adam, betta1: 0.9}\nbatch_size: 8\nsteps: 10\n";
-    ob_submit_req req = {bad, strlen(bad), 9, 500, NULL, NULL};
+    ob_submit_req req = {bad, strlen(bad), 9, 500, NULL, NULL, NULL};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "spec: optimizer.betta1: unknown field"));
     assert_non_null(strstr(err.msg, "world_size: 9 ranks exceed the service's 4 slots"));
     assert_non_null(strstr(err.msg, "max_restarts: expected 0 to 100"));
-    ob_submit_req empty = {"", 0, 1, -1, NULL, NULL};
+    ob_submit_req empty = {"", 0, 1, -1, NULL, NULL, NULL};
     assert_int_equal(ob_service_submit(f->svc, &empty, &j, &err), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "spec: missing"));
     ob_job *jobs;
     size_t n;
     char next[OB_PAGE_TOKEN_LEN];
-    assert_int_equal(ob_service_list(f->svc, OB_JOB_UNSPECIFIED, NULL, 0, NULL, &jobs, &n, next, &err),
-                     OB_OK);
+    assert_int_equal(
+        ob_service_list(f->svc, OB_JOB_UNSPECIFIED, NULL, 0, NULL, &jobs, &n, next, &err), OB_OK);
     assert_int_equal(n, 0);
     ob_job_array_free(jobs, n);
-    assert_int_equal(ob_service_list(f->svc, OB_JOB_UNSPECIFIED, NULL, 0, "x1", &jobs, &n, next, &err),
-                     OB_ERR_INVALID_ARG);
-    assert_int_equal(ob_service_list(f->svc, (ob_job_state)42, NULL, 0, NULL, &jobs, &n, next, &err),
-                     OB_ERR_INVALID_ARG);
+    assert_int_equal(
+        ob_service_list(f->svc, OB_JOB_UNSPECIFIED, NULL, 0, "x1", &jobs, &n, next, &err),
+        OB_ERR_INVALID_ARG);
+    assert_int_equal(
+        ob_service_list(f->svc, (ob_job_state)42, NULL, 0, NULL, &jobs, &n, next, &err),
+        OB_ERR_INVALID_ARG);
     assert_int_equal(launches(&f->m), 0);
 }
 
@@ -830,8 +832,7 @@ static void test_report_credentials(void **state)
 
 /* Submits a spec reading data from data_path (and warm-starting from `from`, if not NULL);
  * returns the status, the message in msg. */
-static ob_status submit_paths(fx *f, const char *data_path, const char *from, char *msg,
-                              size_t cap)
+static ob_status submit_paths(fx *f, const char *data_path, const char *from, char *msg, size_t cap)
 {
     char spec[2048];
     snprintf(spec, sizeof spec,
@@ -839,7 +840,7 @@ static ob_status submit_paths(fx *f, const char *data_path, const char *from, ch
              "optimizer: {type: %s}\nbatch_size: 8\nsteps: 10\n%s%s%s",
              data_path, from ? "onebit_adam" : "adam", from ? "warm_start: {from: '" : "",
              from ? from : "", from ? "'}\n" : "");
-    ob_submit_req req = {spec, strlen(spec), 1, 0, NULL, NULL};
+    ob_submit_req req = {spec, strlen(spec), 1, 0, NULL, NULL, NULL};
     ob_job j;
     ob_err err;
     ob_err_clear(&err);
@@ -905,7 +906,7 @@ static void test_idempotent_submit(void **state)
 {
     fx *f = *state;
     start(f);
-    ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, "retry-me:1", NULL};
+    ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, "retry-me:1", NULL, NULL};
     ob_job a, b;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &a, &err), OB_OK);
@@ -924,8 +925,8 @@ static void test_idempotent_submit(void **state)
     ob_job *jobs = NULL;
     size_t n = 0;
     char next[OB_PAGE_TOKEN_LEN];
-    assert_int_equal(ob_service_list(f->svc, OB_JOB_UNSPECIFIED, NULL, 0, "", &jobs, &n, next, &err),
-                     OB_OK);
+    assert_int_equal(
+        ob_service_list(f->svc, OB_JOB_UNSPECIFIED, NULL, 0, "", &jobs, &n, next, &err), OB_OK);
     assert_int_equal(n, 1);
     ob_job_array_free(jobs, n);
     ob_service_destroy(f->svc);
@@ -945,7 +946,7 @@ static void test_labels(void **state)
     const char *sets[] = {"team=nlp,run=7", "team=vision", "", "run=7,team=nlp,owner=ana"};
     ob_err err;
     for (int i = 0; i < 4; i++) {
-        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, sets[i]};
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, sets[i], NULL};
         ob_job j;
         assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
         if (i == 0) assert_string_equal(j.labels, "run=7,team=nlp");
@@ -954,8 +955,8 @@ static void test_labels(void **state)
     const struct {
         const char *selector;
         size_t n;
-    } cases[] = {{"team=nlp", 2}, {"run=7,team=nlp", 2}, {"team=nlp,owner=ana", 1},
-                 {"team=vision", 1}, {"team=nl", 0}, {"", 4}};
+    } cases[] = {{"team=nlp", 2},    {"run=7,team=nlp", 2}, {"team=nlp,owner=ana", 1},
+                 {"team=vision", 1}, {"team=nl", 0},        {"", 4}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         ob_job *jobs = NULL;
         size_t n = 0;
@@ -968,7 +969,7 @@ static void test_labels(void **state)
     }
     const char *bad[] = {"Team=x", "team", "team=a,team=b", "=x", "team=a b", "a=1,"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, bad[i]};
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, bad[i], NULL};
         ob_job j;
         if (ob_service_submit(f->svc, &req, &j, &err) != OB_ERR_INVALID_ARG)
             fail_msg("labels '%s' accepted", bad[i]);
@@ -980,6 +981,101 @@ static void test_labels(void **state)
     assert_int_equal(
         ob_service_list(f->svc, OB_JOB_UNSPECIFIED, "bad selector", 0, "", &jobs, &n, next, &err),
         OB_ERR_INVALID_ARG);
+}
+
+/* A job past its deadline is stopped like a cancel (SIGTERM, a checkpoint) and ends FAILED,
+ * "deadline exceeded", without a restart; deadlines are validated strictly. */
+static void test_deadline(void **state)
+{
+    fx *f = *state;
+    start(f);
+    ob_err err;
+    const char *bad[] = {"0s", "2",   "1.5h", "-1h",  "1m1h",        "30m30m",
+                         "h",  "2hh", "1 h",  "367d", "9999999999s", "1h30"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, NULL, bad[i]};
+        ob_job j;
+        if (ob_service_submit(f->svc, &req, &j, &err) != OB_ERR_INVALID_ARG)
+            fail_msg("deadline '%s' accepted", bad[i]);
+        assert_non_null(strstr(err.msg, "deadline: "));
+    }
+    ob_submit_req req = {good_spec, strlen(good_spec), 1, 3, NULL, NULL, "1s"};
+    ob_job j;
+    assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
+    assert_int_equal(j.deadline_ms, 1000);
+    char a[OB_JOB_ID_LEN];
+    snprintf(a, sizeof a, "%s", j.id);
+    ob_job_clear(&j);
+    char b[OB_JOB_ID_LEN];
+    submit(f, 1, 3, b); /* no deadline: runs on */
+    assert_true(wait_state(f, a, OB_JOB_RUNNING));
+    sleep_ms(500);
+    assert_int_equal(state_of(f, a), OB_JOB_RUNNING);
+    for (int i = 0; i < 300 && state_of(f, a) == OB_JOB_RUNNING; i++)
+        sleep_ms(10);
+    assert_int_equal(state_of(f, a), OB_JOB_FAILED);
+    assert_int_equal(ob_service_get(f->svc, a, &j, &err), OB_OK);
+    if (strncmp(j.message, "deadline exceeded: not done 1s after its first start", 52) != 0)
+        fail_msg("message: %s", j.message);
+    assert_int_equal(j.restarts, 0);
+    assert_int_equal(j.n_attempts, 1);
+    assert_true(j.finished_ms - j.started_ms >= 1000);
+    ob_job_clear(&j);
+    assert_int_equal(launches(&f->m), 2); /* a and b, no restart of a */
+    int term = 0;
+    for (int i = 0; i < 2; i++)
+        if (!strcmp(f->m.l[i].job_id, a)) term = f->m.l[i].got_term;
+    assert_int_equal(term, 1);
+    assert_int_equal(state_of(f, b), OB_JOB_RUNNING);
+}
+
+static void test_durations(void **state)
+{
+    (void)state;
+    const struct {
+        const char *text;
+        int64_t ms;
+    } good[] = {{"1s", 1000},           {"90s", 90000},
+                {"10m", 600000},        {"2h", 7200000},
+                {"1h30m", 5400000},     {"1d12h", 129600000},
+                {"1d2h3m4s", 93784000}, {"366d", OB_DURATION_MAX_MS},
+                {"000000001s", 1000}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int64_t ms = -1;
+        ob_err err;
+        if (ob_duration_parse(good[i].text, &ms, &err) != OB_OK || ms != good[i].ms)
+            fail_msg("'%s': %lld", good[i].text, (long long)ms);
+    }
+    const char *bad[] = {"",
+                         "0s",
+                         "0h0m",
+                         "s",
+                         "1",
+                         "1x",
+                         "1s1s",
+                         "1s1m",
+                         "+1s",
+                         "1.0s",
+                         "366d1s",
+                         "1000000000s",
+                         "1h ",
+                         "\xff"
+                         "1s"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t ms = -1;
+        ob_err err;
+        if (ob_duration_parse(bad[i], &ms, &err) != OB_ERR_INVALID_ARG || ms != 0)
+            fail_msg("'%s' accepted", bad[i]);
+    }
+    char out[32];
+    ob_duration_format(5400000, out, sizeof out);
+    assert_string_equal(out, "1h30m");
+    ob_duration_format(93784999, out, sizeof out);
+    assert_string_equal(out, "1d2h3m4s");
+    ob_duration_format(999, out, sizeof out);
+    assert_string_equal(out, "0s");
+    ob_duration_format(7200000, out, 3); /* truncated, terminated */
+    assert_string_equal(out, "2h");
 }
 
 /* A job that has ended can be deleted, with or without its checkpoints; one that runs cannot. */
@@ -1058,7 +1154,7 @@ static void test_default_world_size(void **state)
     fx *f = *state;
     f->cfg.default_world_size = 3;
     start(f);
-    ob_submit_req req = {good_spec, strlen(good_spec), 0, -1, NULL, NULL};
+    ob_submit_req req = {good_spec, strlen(good_spec), 0, -1, NULL, NULL, NULL};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
@@ -1147,6 +1243,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_delete, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idempotent_submit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_labels, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deadline, setup, teardown),
+        cmocka_unit_test(test_durations),
         cmocka_unit_test_setup_teardown(test_recovery_honours_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery_reattaches, setup, teardown),

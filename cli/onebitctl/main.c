@@ -11,6 +11,8 @@
  * reached. */
 #define _GNU_SOURCE /* getopt_long */
 #include "client.h"
+#include "completion.h"
+#include "onebit/base.h"
 #include "onebit/checkpoint.h"
 #include "onebit/report.h"
 #include "onebit/token.h"
@@ -27,16 +29,20 @@
 #include <time.h>
 #include <unistd.h>
 
+/* logs --tail: the server's limit (OB_LOG_TAIL_MAX in service.h, not linked here). */
+#define OB_LOG_TAIL_MAX_LINES 100000
+
 enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
 typedef struct opts {
-    const char *server, *rest, *token, *token_file, *request_id;
+    const char *server, *rest, *token, *token_file, *request_id, *deadline, *since;
+    long tail;                    /* logs --tail: the last N lines; 0: all */
     char token_buf[OB_TOKEN_MAX]; /* a token read from a file */
     char labels[OB_LABELS_LEN];   /* --label k=v, repeated, joined by commas */
     int json;
     /* verb arguments */
     const char *file, *state, *name;
-    int np, max_restarts, watch, limit, follow, keep_checkpoints;
+    int np, max_restarts, watch, limit, follow, keep_checkpoints, quiet;
     long rank; /* logs --rank, -1: every rank */
     const char *model, *data, *optimizer, *lr, *freeze_step;
     long steps, batch_size;
@@ -60,6 +66,7 @@ static const char *const usage_main =
     "  logs         the output of a job's workers (--rank R, -f to follow)\n"
     "  checkpoints  a job's checkpoints, newest first\n"
     "  inspect      read a checkpoint directory here and verify it (no server needed)\n"
+    "  completion   print a bash or zsh completion script\n"
     "\n"
     "Options (before or after the verb):\n"
     "  --server HOST:PORT  gRPC address of onebitd [ONEBIT_SERVER, else 127.0.0.1:50051]\n"
@@ -77,6 +84,10 @@ typedef struct verb {
     const char *help;
     int (*run)(obctl_client *c, const opts *o);
     int needs_server;
+    /* for completion: the verb's flags ("--np=": takes a value), its argument, one line */
+    const char *flags;
+    obctl_arg_kind arg;
+    const char *summary;
 } verb;
 
 static int usage_error(const char *verb_name, const char *fmt, const char *arg)
@@ -219,13 +230,13 @@ static int v_submit(obctl_client *c, const opts *o)
     size_t len = 0;
     int rc;
     if (o->file && (o->model || o->data || o->optimizer || o->steps || o->batch_size))
-        return usage_error("submit ", "%s", "-f FILE and the spec flags exclude each other");
+        return usage_error("submit", "%s", "-f FILE and the spec flags exclude each other");
     rc = o->file ? read_file(o->file, &spec, &len) : spec_from_flags(o, &spec, &len);
     if (rc != EXIT_OK) return rc;
     ob_job j;
     ob_err err = {0};
-    ob_status st =
-        obctl_submit(c, spec, len, o->np, o->max_restarts, o->request_id, o->labels, &j, &err);
+    ob_status st = obctl_submit(c, spec, len, o->np, o->max_restarts, o->request_id, o->labels,
+                                o->deadline, &j, &err);
     free(spec);
     if (st != OB_OK) return fail(&err);
     if (o->json && !o->watch)
@@ -268,11 +279,11 @@ static int v_list(obctl_client *c, const opts *o)
 {
     ob_job_state state = OB_JOB_UNSPECIFIED;
     if (o->state && ob_job_state_parse(o->state, &state) != OB_OK)
-        return usage_error("list ",
+        return usage_error("list",
                            "--state %s: expected PENDING, RUNNING, RESTARTING, "
                            "SUCCEEDED, FAILED or CANCELLED",
                            o->state);
-    if (o->npos) return usage_error("list ", "unexpected argument '%s'", o->positional[0]);
+    if (o->npos) return usage_error("list", "unexpected argument '%s'", o->positional[0]);
     ob_job *all = NULL;
     size_t n_all = 0;
     char token[OB_PAGE_TOKEN_LEN] = "";
@@ -299,7 +310,10 @@ static int v_list(obctl_client *c, const opts *o)
         snprintf(token, sizeof token, "%s", next);
     } while (token[0] && (o->limit <= 0 || n_all < (size_t)o->limit));
     size_t shown = o->limit > 0 && n_all > (size_t)o->limit ? (size_t)o->limit : n_all;
-    if (o->json)
+    if (o->quiet)
+        for (size_t i = 0; i < shown; i++)
+            printf("%s\n", all[i].id);
+    else if (o->json)
         obctl_print_jobs_json(stdout, all, shown);
     else if (n_all == 0)
         printf("no jobs%s%s\n", o->state ? " in state " : "", o->state ? o->state : "");
@@ -396,81 +410,122 @@ static void print_log_line(const opts *o, const char *line)
         puts(text);
 }
 
+/* --since: a duration back from now ("10m", "1h30m") or an RFC 3339 time
+ * ("2026-11-23T15:04:05Z", "2026-11-23T16:04:05.5+01:00"), as Unix ms. */
+static int parse_since(const char *text, int64_t *ms)
+{
+    int64_t d;
+    if (ob_duration_parse(text, &d, NULL) == OB_OK) {
+        *ms = ob_wall_ms() - d;
+        return *ms > 0;
+    }
+    struct tm tm;
+    memset(&tm, 0, sizeof tm);
+    int used = 0;
+    if (sscanf(text, "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
+               &tm.tm_min, &tm.tm_sec, &used) != 6 ||
+        used != 19 || tm.tm_year < 1970 || tm.tm_mon < 1 || tm.tm_mon > 12 || tm.tm_mday < 1 ||
+        tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
+        return 0;
+    const char *p = text + used;
+    int64_t frac_ms = 0;
+    if (*p == '.') { /* a fraction of a second: its first three digits count */
+        int digits = 0;
+        for (p++; *p >= '0' && *p <= '9'; p++, digits++)
+            if (digits < 3) frac_ms = frac_ms * 10 + (*p - '0');
+        if (digits == 0 || digits > 9) return 0;
+        for (; digits < 3; digits++)
+            frac_ms *= 10;
+    }
+    int64_t offset_s = 0;
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int oh, om, n = 0;
+        if (sscanf(p + 1, "%2d:%2d%n", &oh, &om, &n) != 2 || n != 5 || oh > 23 || om > 59) return 0;
+        offset_s = (*p == '+' ? 1 : -1) * (int64_t)(oh * 3600 + om * 60);
+        p += 6;
+    } else {
+        return 0;
+    }
+    if (*p) return 0;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1) return 0;
+    *ms = ((int64_t)t - offset_s) * 1000 + frac_ms;
+    return *ms > 0;
+}
+
+/* Prints whole lines of a log stream as they complete (the rank filter needs whole lines). */
+typedef struct log_printer {
+    const opts *o;
+    char *pending; /* a line not finished yet */
+    size_t len;
+    int failed;
+} log_printer;
+
+static int on_log(const char *data, size_t len, void *user)
+{
+    log_printer *lp = user;
+    char *joined = realloc(lp->pending, lp->len + len + 1);
+    if (!joined) {
+        lp->failed = 1;
+        return 1;
+    }
+    lp->pending = joined;
+    memcpy(lp->pending + lp->len, data, len);
+    lp->len += len;
+    lp->pending[lp->len] = '\0';
+    char *start = lp->pending, *nl;
+    while ((nl = memchr(start, '\n', lp->len - (size_t)(start - lp->pending))) != NULL) {
+        *nl = '\0';
+        print_log_line(lp->o, start);
+        start = nl + 1;
+    }
+    lp->len -= (size_t)(start - lp->pending);
+    memmove(lp->pending, start, lp->len);
+    fflush(stdout);
+    return interrupted;
+}
+
 static int v_logs(obctl_client *c, const opts *o)
 {
     int rc = need_job(o, "logs");
     if (rc) return rc;
-    const char *id = o->positional[0];
+    int64_t since_ms = 0;
+    if (o->since && !parse_since(o->since, &since_ms))
+        return usage_error("logs",
+                           "--since %s: expected a duration (10m, 1h30m) or a time "
+                           "(2026-11-23T15:04:05Z)",
+                           o->since);
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_sigint;
     sigaction(SIGINT, &sa, NULL);
-    int64_t offset = 0;
-    char *pending = NULL; /* a line not finished yet */
-    size_t plen = 0;
+    log_printer lp = {o, NULL, 0, 0};
     ob_err err = {0};
-    rc = EXIT_OK;
-    while (!interrupted) {
-        char *data;
-        size_t len;
-        int64_t next, size;
-        if (obctl_logs(c, id, offset, 0, &data, &len, &next, &size, &err) != OB_OK) {
-            rc = fail(&err);
-            break;
-        }
-        char *joined = realloc(pending, plen + len + 1);
-        if (!joined) {
-            free(data);
-            rc = EXIT_FAIL;
-            break;
-        }
-        pending = joined;
-        if (len) memcpy(pending + plen, data, len);
-        plen += len;
-        pending[plen] = '\0';
-        free(data);
-        char *start = pending, *nl;
-        while ((nl = memchr(start, '\n', plen - (size_t)(start - pending))) != NULL) {
-            *nl = '\0';
-            print_log_line(o, start);
-            start = nl + 1;
-        }
-        plen -= (size_t)(start - pending);
-        memmove(pending, start, plen);
-        fflush(stdout);
-        offset = next;
-        if (offset < size) continue; /* more to read now */
-        if (!o->follow) break;
-        ob_job j;
-        if (obctl_get(c, id, &j, &err) != OB_OK) {
-            rc = fail(&err);
-            break;
-        }
-        int done = ob_job_state_final(j.state);
-        ob_job_clear(&j);
-        if (done) {
-            /* One more read: what the last attempt wrote before the job ended. */
-            if (obctl_logs(c, id, offset, 0, &data, &len, &next, &size, &err) == OB_OK && len) {
-                free(data);
-                continue;
-            }
-            break;
-        }
-        struct timespec pause = {0, 300 * 1000 * 1000};
-        nanosleep(&pause, NULL);
+    /* One stream: the server sends what is there, then, with -f, what is written, and ends it
+     * once the job has ended. */
+    ob_status st = obctl_stream_logs(c, o->positional[0], (int)o->tail, since_ms, o->follow, on_log,
+                                     &lp, &err);
+    if (lp.len && !lp.failed) {
+        lp.pending[lp.len] = '\0';
+        print_log_line(o, lp.pending);
     }
-    if (plen && rc == EXIT_OK) {
-        pending[plen] = '\0';
-        print_log_line(o, pending);
+    free(lp.pending);
+    if (lp.failed) {
+        fprintf(stderr, "onebitctl: out of memory\n");
+        return EXIT_FAIL;
     }
-    free(pending);
-    return rc;
+    if (interrupted) return EXIT_OK;
+    return st == OB_OK ? EXIT_OK : fail(&err);
 }
 
 static int v_inspect(obctl_client *c, const opts *o)
 {
     (void)c;
-    if (o->npos != 1) return usage_error("inspect ", "%s", "expected one CHECKPOINT_DIR");
+    if (o->npos != 1) return usage_error("inspect", "%s", "expected one CHECKPOINT_DIR");
     const char *dir = o->positional[0];
     ob_ckpt_meta m;
     ob_err err = {0}, verr = {0};
@@ -517,9 +572,11 @@ static int v_inspect(obctl_client *c, const opts *o)
     return vst == OB_OK ? EXIT_OK : EXIT_FAIL;
 }
 
+static int v_completion(obctl_client *c, const opts *o);
+
 static const verb verbs[] = {
     {"submit",
-     "usage: onebitctl submit -f FILE [--np N] [--max-restarts N] [--watch]\n"
+     "usage: onebitctl submit -f FILE [--np N] [--max-restarts N] [--deadline D] [--watch]\n"
      "       onebitctl submit --model M --data D --optimizer O --steps N --batch-size B\n"
      "                        [--lr X] [--freeze-step N|auto] [--name NAME] [--np N] [--watch]\n"
      "  -f FILE            job spec, YAML or JSON ('-': standard input)\n"
@@ -528,66 +585,102 @@ static const verb verbs[] = {
      "  --watch            follow the job to its end (exit 0 when it succeeds)\n"
      "  --request-id ID    submit at most once: a retry with the same ID answers the same job\n"
      "  --label K=V        a label of the job (repeatable); onebitctl list --label selects\n"
+     "  --deadline D       stop the job if it has not ended D after its first start (90m, 2h,\n"
+     "                     1h30m); it ends FAILED, \"deadline exceeded\", after a checkpoint\n"
      "Examples:\n"
      "  onebitctl submit -f examples/fmnist-mlp-onebit.yaml --np 4 --watch\n"
      "  onebitctl submit --model mlp --data synthetic_classification --optimizer onebit_adam \\\n"
      "                   --steps 500 --batch-size 32 --freeze-step 100 --np 2\n",
-     v_submit, 1},
+     v_submit, 1,
+     "-f= --file= --np= --max-restarts= --request-id= --label= --watch --model= --data= "
+     "--optimizer= --steps= --batch-size= --lr= --freeze-step= --name= --deadline=",
+     OBCTL_ARG_NONE, "submit a job"},
     {"status",
      "usage: onebitctl status JOB\n"
      "  state, attempts, progress, loss, traffic saved, newest checkpoint\n"
      "Example:\n  onebitctl status job-000001\n  onebitctl status job-000001 -o json | jq "
      ".progress\n",
-     v_status, 1},
+     v_status, 1, "", OBCTL_ARG_JOB, "a job in detail"},
     {"list",
-     "usage: onebitctl list [--state S] [--label K=V]... [--limit N]\n"
+     "usage: onebitctl list [--state S] [--label K=V]... [--limit N] [-q]\n"
      "  --state S   PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED or CANCELLED\n"
      "  --label K=V only jobs with this label (repeatable: all of them)\n"
      "  --limit N   at most N jobs [all]\n"
+     "  -q, --quiet only the job ids, one a line\n"
      "Example:\n  onebitctl list --state RUNNING --label team=nlp\n",
-     v_list, 1},
+     v_list, 1, "--state= --label= --limit= -q --quiet", OBCTL_ARG_NONE, "jobs, newest last"},
     {"watch",
      "usage: onebitctl watch JOB\n"
      "  a live progress bar on a terminal (plain lines otherwise, JSON lines with -o json);\n"
      "  exits 0 when the job succeeds, 1 when it fails or is cancelled. Ctrl-C stops watching,\n"
      "  not the job.\n"
      "Example:\n  onebitctl watch job-000001\n",
-     v_watch, 1},
+     v_watch, 1, "", OBCTL_ARG_JOB, "follow a job to its end"},
     {"cancel",
      "usage: onebitctl cancel JOB\n"
      "  the job's workers finish their step, checkpoint and stop\n"
      "Example:\n  onebitctl cancel job-000001\n",
-     v_cancel, 1},
+     v_cancel, 1, "", OBCTL_ARG_JOB, "cancel a job"},
     {"version",
      "usage: onebitctl version\n"
      "  this program's release, then the server's release and API\n",
-     v_version, 1},
+     v_version, 1, "", OBCTL_ARG_NONE, "the releases of onebitctl and the server"},
     {"delete",
      "usage: onebitctl delete JOB [--keep-checkpoints]\n"
      "  removes a job that has ended: its record, events, log and checkpoints\n"
      "  --keep-checkpoints  leave its checkpoints (a later job may warm-start from them)\n"
      "Example:\n  onebitctl delete job-000001\n",
-     v_delete, 1},
+     v_delete, 1, "--keep-checkpoints", OBCTL_ARG_JOB, "remove a job that has ended"},
     {"logs",
-     "usage: onebitctl logs JOB [--rank R] [-f]\n"
+     "usage: onebitctl logs JOB [--tail N] [--since D|T] [--rank R] [-f]\n"
      "  the output of the job's workers, every attempt; lines carry their rank as [job,rank]\n"
-     "  --rank R   only rank R's lines, without the tag\n"
-     "  -f, --follow  keep following until the job ends\n"
-     "Examples:\n  onebitctl logs job-000001 --rank 0 -f\n  onebitctl logs job-000001 | grep "
-     "error\n",
-     v_logs, 1},
+     "  --tail N      only the last N lines of the log (every rank's lines count)\n"
+     "  --since D|T   only lines written in the last D (10m, 1h30m) or since the time T\n"
+     "                (2026-11-23T15:04:05Z), to within about a second\n"
+     "  --rank R      only rank R's lines, without the tag\n"
+     "  -f, --follow  go on with new lines as they are written, until the job ends\n"
+     "Examples:\n  onebitctl logs job-000001 --tail 100 --since 10m -f\n"
+     "  onebitctl logs job-000001 --rank 0 -f\n  onebitctl logs job-000001 | grep error\n",
+     v_logs, 1, "--tail= --since= --rank= -f --follow", OBCTL_ARG_JOB,
+     "the output of a job's workers"},
     {"checkpoints",
      "usage: onebitctl checkpoints JOB\n"
      "  the job's committed checkpoints, newest first\n"
      "Example:\n  onebitctl checkpoints job-000001\n",
-     v_checkpoints, 1},
+     v_checkpoints, 1, "", OBCTL_ARG_JOB, "a job's checkpoints"},
     {"inspect",
      "usage: onebitctl inspect CHECKPOINT_DIR\n"
      "  reads the HDF5 files here (no server): step, phase, freeze step, sizes, world size,\n"
      "  and whether every file verifies; exit 1 when it does not\n"
      "Example:\n  onebitctl inspect var/checkpoints/job-000001/step-00001000\n",
-     v_inspect, 0},
+     v_inspect, 0, "", OBCTL_ARG_DIR, "read and verify a checkpoint directory"},
+    {"completion",
+     "usage: onebitctl completion bash|zsh\n"
+     "  prints a completion script: verbs, flags, and job ids (from onebitctl list -q with\n"
+     "  the --server, --rest and --token options already typed)\n"
+     "Examples:\n  source <(onebitctl completion bash)\n"
+     "  onebitctl completion zsh > \"${fpath[1]}/_onebitctl\"\n",
+     v_completion, 0, "", OBCTL_ARG_SHELL, "print a shell completion script"},
 };
+
+/* Every verb takes these; "=": with a value. */
+static const char *const global_flags = "--server= --rest= --token= --token-file= -o= --output= "
+                                        "--help";
+
+static int v_completion(obctl_client *c, const opts *o)
+{
+    (void)c;
+    if (o->npos != 1) return usage_error("completion", "%s", "expected bash or zsh");
+    enum { N = sizeof verbs / sizeof *verbs };
+    obctl_completion_verb cv[N];
+    for (size_t i = 0; i < N; i++)
+        cv[i] =
+            (obctl_completion_verb){verbs[i].name, verbs[i].summary, verbs[i].flags, verbs[i].arg};
+    if (obctl_completion_write(stdout, o->positional[0], cv, N, global_flags) != 0)
+        return usage_error("completion", "no completion for shell '%s': expected bash or zsh",
+                           o->positional[0]);
+    return EXIT_OK;
+}
 
 static const verb *find_verb(const char *name)
 {
@@ -687,6 +780,10 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         {"keep-checkpoints", no_argument, NULL, 'K'},
         {"request-id", required_argument, NULL, 'R'},
         {"label", required_argument, NULL, 'L'},
+        {"quiet", no_argument, NULL, 'q'},
+        {"deadline", required_argument, NULL, 'D'},
+        {"tail", required_argument, NULL, 'T'},
+        {"since", required_argument, NULL, 'S'},
         {NULL, 0, NULL, 0},
     };
     memset(o, 0, sizeof *o);
@@ -703,12 +800,12 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
     char **scan = malloc(((size_t)argc + 1) * sizeof *scan);
     if (!scan) return usage_error(NULL, "%s", "out of memory");
     memcpy(scan, argv, ((size_t)argc + 1) * sizeof *scan);
-    while (getopt_long(argc, scan, ":hf:o:w", options, NULL) != -1)
+    while (getopt_long(argc, scan, ":hf:o:wq", options, NULL) != -1)
         ;
     int logs = optind < argc && !strcmp(scan[optind], "logs");
     free(scan);
     optind = 0; /* start over (GNU getopt re-initialises on 0) */
-    while ((c = getopt_long(argc, argv, logs ? ":hfo:w" : ":hf:o:w", options, &idx)) != -1) {
+    while ((c = getopt_long(argc, argv, logs ? ":hfo:wq" : ":hf:o:wq", options, &idx)) != -1) {
         char flag[40];
         if (idx >= 0)
             snprintf(flag, sizeof flag, "--%s", options[idx].name);
@@ -743,6 +840,18 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
             break;
         case 'K':
             o->keep_checkpoints = 1;
+            break;
+        case 'q':
+            o->quiet = 1;
+            break;
+        case 'D':
+            o->deadline = optarg;
+            break;
+        case 'S':
+            o->since = optarg;
+            break;
+        case 'T':
+            if (!parse_long(flag, optarg, 1, OB_LOG_TAIL_MAX_LINES, &o->tail)) return EXIT_USAGE;
             break;
         case 'R':
             o->request_id = optarg;

@@ -29,10 +29,11 @@ ob_status obctl__unreachable(ob_err *err, const obctl_client *c, const char *det
 }
 
 ob_status obctl_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                       int max_restarts, const char *request_id, const char *labels, ob_job *out,
-                       ob_err *err)
+                       int max_restarts, const char *request_id, const char *labels,
+                       const char *deadline, ob_job *out, ob_err *err)
 {
-    return c->ops->submit(c, spec, len, world_size, max_restarts, request_id, labels, out, err);
+    return c->ops->submit(c, spec, len, world_size, max_restarts, request_id, labels, deadline, out,
+                          err);
 }
 
 ob_status obctl_get(obctl_client *c, const char *id, ob_job *out, ob_err *err)
@@ -81,4 +82,10 @@ ob_status obctl_logs(obctl_client *c, const char *id, int64_t offset, int max_by
     *data = NULL;
     *len = 0;
     return c->ops->logs(c, id, offset, max_bytes, data, len, next, size, err);
+}
+
+ob_status obctl_stream_logs(obctl_client *c, const char *id, int tail_lines, int64_t since_ms,
+                            int follow, obctl_on_log on_log, void *user, ob_err *err)
+{
+    return c->ops->stream_logs(c, id, tail_lines, since_ms, follow, on_log, user, err);
 }

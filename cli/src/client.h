@@ -25,8 +25,8 @@ const char *obctl_client_target(const obctl_client *c);
 
 /* *out is caller-owned (ob_job_clear). */
 ob_status obctl_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                       int max_restarts, const char *request_id, const char *labels, ob_job *out,
-                       ob_err *err);
+                       int max_restarts, const char *request_id, const char *labels,
+                       const char *deadline, ob_job *out, ob_err *err);
 ob_status obctl_get(obctl_client *c, const char *id, ob_job *out, ob_err *err);
 ob_status obctl_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *err);
 /* The server's release and API ("0.1.0", "onebit.v1"). */
@@ -47,6 +47,15 @@ ob_status obctl_checkpoints(obctl_client *c, const char *id, ob_checkpoint_info 
  * malloc'd (free(); NULL when *len is 0), *next the offset after it, *size the log's size. */
 ob_status obctl_logs(obctl_client *c, const char *id, int64_t offset, int max_bytes, char **data,
                      size_t *len, int64_t *next, int64_t *size, ob_err *err);
+
+/* Called with each piece of a log stream (bytes borrowed, not terminated); nonzero stops it. */
+typedef int (*obctl_on_log)(const char *data, size_t len, void *user);
+
+/* The job's log streamed: its last tail_lines lines (0: all) written at or after since_ms (Unix
+ * ms; 0: any time), then, with follow, new bytes as they are written until the job has ended
+ * and its log is sent, on_log asks to stop, or the connection fails. */
+ob_status obctl_stream_logs(obctl_client *c, const char *id, int tail_lines, int64_t since_ms,
+                            int follow, obctl_on_log on_log, void *user, ob_err *err);
 
 /* Called for each event; return nonzero to stop watching. */
 typedef int (*obctl_on_event)(const ob_job_event *ev, void *user);

@@ -94,8 +94,8 @@ static ob_status job_call(obctl_client *c, const char *method, const ProtobufCMe
 }
 
 static ob_status g_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                          int max_restarts, const char *request_id, const char *labels, ob_job *out,
-                          ob_err *err)
+                          int max_restarts, const char *request_id, const char *labels,
+                          const char *deadline, ob_job *out, ob_err *err)
 {
     Onebit__V1__SubmitJobRequest q = ONEBIT__V1__SUBMIT_JOB_REQUEST__INIT;
     char *text = strndup(spec, len);
@@ -105,6 +105,7 @@ static ob_status g_submit(obctl_client *c, const char *spec, size_t len, int wor
     q.max_restarts = max_restarts;
     q.request_id = (char *)(request_id ? request_id : "");
     q.labels = (char *)(labels ? labels : "");
+    q.deadline = (char *)(deadline ? deadline : "");
     ob_status st = job_call(c, "/onebit.v1.JobService/SubmitJob", &q.base, out, err);
     free(text);
     return st;
@@ -258,6 +259,58 @@ static ob_status g_watch(obctl_client *c, const char *id, int64_t after_seq, obc
     }
 }
 
+typedef struct log_ctx {
+    obctl_on_log cb;
+    void *user;
+    int64_t next; /* where a reconnect starts */
+    int stopped;
+    int bad;
+} log_ctx;
+
+static int on_log_message(const void *data, size_t len, void *user)
+{
+    log_ctx *w = user;
+    Onebit__V1__JobLogs *m = onebit__v1__job_logs__unpack(NULL, len, data);
+    if (!m) {
+        w->bad = 1;
+        return 1;
+    }
+    w->next = m->next_offset;
+    if (m->data.len && w->cb((const char *)m->data.data, m->data.len, w->user)) w->stopped = 1;
+    onebit__v1__job_logs__free_unpacked(m, NULL);
+    return w->stopped;
+}
+
+static ob_status g_stream_logs(obctl_client *c, const char *id, int tail_lines, int64_t since_ms,
+                               int follow, obctl_on_log cb, void *user, ob_err *err)
+{
+    log_ctx w = {cb, user, -1, 0, 0};
+    for (;;) {
+        Onebit__V1__StreamJobLogsRequest q = ONEBIT__V1__STREAM_JOB_LOGS_REQUEST__INIT;
+        q.id = (char *)id;
+        if (w.next < 0) { /* the first call; a reconnect goes on from where the last one ended */
+            q.tail_lines = tail_lines;
+            q.since_unix_ms = since_ms;
+        } else {
+            q.offset = w.next;
+        }
+        q.follow = follow;
+        size_t len = protobuf_c_message_get_packed_size(&q.base);
+        uint8_t buf[512];
+        if (len > sizeof buf) return OB_ERR(err, OB_ERR_INVALID_ARG, "job id too long");
+        protobuf_c_message_pack(&q.base, buf);
+        ob_rpc_result res;
+        ob_status st = ob_rpc_server_stream(rpc(c), "/onebit.v1.JobService/StreamJobLogs", buf, len,
+                                            on_log_message, &w, &res, WATCH_TIMEOUT_MS, err);
+        if (st != OB_OK) return obctl__unreachable(err, c, err ? err->msg : "stream failed");
+        if (w.bad)
+            return OB_ERR(err, OB_ERR_CORRUPT, "StreamJobLogs sent a message that is not JobLogs");
+        if (w.stopped) return OB_OK;
+        if (res.code == 4 && w.next >= 0) continue; /* our own deadline: on from where it was */
+        return from_grpc(c, &res, err);
+    }
+}
+
 static ob_status g_logs(obctl_client *c, const char *id, int64_t offset, int max_bytes, char **data,
                         size_t *len, int64_t *next, int64_t *size, ob_err *err)
 {
@@ -300,6 +353,7 @@ static const obctl_ops grpc_ops = {
     .checkpoints = g_checkpoints,
     .watch = g_watch,
     .logs = g_logs,
+    .stream_logs = g_stream_logs,
     .destroy = g_destroy,
 };
 

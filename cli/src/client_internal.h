@@ -7,8 +7,8 @@
 
 typedef struct obctl_ops {
     ob_status (*submit)(obctl_client *c, const char *spec, size_t len, int world_size,
-                        int max_restarts, const char *request_id, const char *labels, ob_job *out,
-                        ob_err *err);
+                        int max_restarts, const char *request_id, const char *labels,
+                        const char *deadline, ob_job *out, ob_err *err);
     ob_status (*get)(obctl_client *c, const char *id, ob_job *out, ob_err *err);
     ob_status (*cancel)(obctl_client *c, const char *id, ob_job *out, ob_err *err);
     ob_status (*del)(obctl_client *c, const char *id, int keep_checkpoints, int *deleted,
@@ -23,6 +23,8 @@ typedef struct obctl_ops {
                        void *user, ob_err *err);
     ob_status (*logs)(obctl_client *c, const char *id, int64_t offset, int max_bytes, char **data,
                       size_t *len, int64_t *next, int64_t *size, ob_err *err);
+    ob_status (*stream_logs)(obctl_client *c, const char *id, int tail_lines, int64_t since_ms,
+                             int follow, obctl_on_log cb, void *user, ob_err *err);
     void (*destroy)(obctl_client *c);
 } obctl_ops;
 

@@ -88,6 +88,7 @@ typedef struct request {
     /* streaming: called with each chunk instead of collecting */
     size_t (*on_data)(char *p, size_t size, size_t nmemb, void *user);
     void *user;
+    CURL **handle; /* streaming: set to the transfer's handle, for its status (or NULL) */
 } request;
 
 /* Performs a request; on success *out holds the parsed JSON answer (unless streaming). */
@@ -120,7 +121,9 @@ static ob_status perform(obctl_client *c, const request *rq, json_t **out, ob_er
     curl_easy_setopt(h, CURLOPT_WRITEDATA, rq->on_data ? rq->user : (void *)&b);
     char cerr[CURL_ERROR_SIZE] = "";
     curl_easy_setopt(h, CURLOPT_ERRORBUFFER, cerr);
+    if (rq->handle) *rq->handle = h;
     CURLcode rc = curl_easy_perform(h);
+    if (rq->handle) *rq->handle = NULL;
     long http = 0;
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &http);
     curl_slist_free_all(hdr);
@@ -154,7 +157,7 @@ static ob_status job_request(obctl_client *c, const char *method, const char *pa
                              const char *body, ob_job *out, ob_err *err)
 {
     json_t *o;
-    request rq = {method, path, body, NULL, NULL};
+    request rq = {method, path, body, NULL, NULL, NULL};
     ob_status st = perform(c, &rq, &o, err);
     if (st != OB_OK) return st;
     st = ob_job_from_json(o, out, err);
@@ -174,8 +177,8 @@ static ob_status id_path(char *out, size_t cap, const char *id, const char *suff
 }
 
 static ob_status r_submit(obctl_client *c, const char *spec, size_t len, int world_size,
-                          int max_restarts, const char *request_id, const char *labels, ob_job *out,
-                          ob_err *err)
+                          int max_restarts, const char *request_id, const char *labels,
+                          const char *deadline, ob_job *out, ob_err *err)
 {
     json_t *o = json_object();
     json_object_set_new(o, "spec", json_stringn(spec, len));
@@ -183,6 +186,7 @@ static ob_status r_submit(obctl_client *c, const char *spec, size_t len, int wor
     json_object_set_new(o, "maxRestarts", json_integer(max_restarts));
     if (request_id && request_id[0]) json_object_set_new(o, "requestId", json_string(request_id));
     if (labels && labels[0]) json_object_set_new(o, "labels", json_string(labels));
+    if (deadline && deadline[0]) json_object_set_new(o, "deadline", json_string(deadline));
     char *body = json_dumps(o, JSON_COMPACT);
     json_decref(o);
     if (!body) return OB_ERR(err, OB_ERR_INVALID_ARG, "the spec is not valid UTF-8 text");
@@ -208,7 +212,7 @@ static ob_status r_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *
 static ob_status r_version(obctl_client *c, char version[64], char api[64], ob_err *err)
 {
     json_t *o = NULL;
-    request rq = {"GET", "/v1/version", NULL, NULL, NULL};
+    request rq = {"GET", "/v1/version", NULL, NULL, NULL, NULL};
     ob_status st = perform(c, &rq, &o, err);
     if (st != OB_OK) return st;
     ob_strlcpy(version, json_string_value(json_object_get(o, "version")), 64);
@@ -226,7 +230,7 @@ static ob_status r_delete(obctl_client *c, const char *id, int keep_checkpoints,
     if (st) return st;
     snprintf(path, sizeof path, "%s?keepCheckpoints=%s", base, keep_checkpoints ? "true" : "false");
     json_t *o = NULL;
-    request rq = {"DELETE", path, NULL, NULL, NULL};
+    request rq = {"DELETE", path, NULL, NULL, NULL, NULL};
     if ((st = perform(c, &rq, &o, err)) != OB_OK) return st;
     json_t *n = json_object_get(o, "checkpointsDeleted");
     *deleted = json_is_integer(n) ? (int)json_integer_value(n) : 0;
@@ -247,7 +251,7 @@ static ob_status r_list(obctl_client *c, ob_job_state state, const char *selecto
              token ? token : "", state ? "&state=" : "", state ? ob_job_state_name(state) : "",
              selector && selector[0] ? "&labelSelector=" : "", selector ? selector : "");
     json_t *o;
-    request rq = {"GET", path, NULL, NULL, NULL};
+    request rq = {"GET", path, NULL, NULL, NULL, NULL};
     ob_status st = perform(c, &rq, &o, err);
     if (st != OB_OK) return st;
     const json_t *arr = json_object_get(o, "jobs");
@@ -277,7 +281,7 @@ static ob_status r_checkpoints(obctl_client *c, const char *id, ob_checkpoint_in
     ob_status st = id_path(path, sizeof path, id, "/checkpoints", err);
     if (st != OB_OK) return st;
     json_t *o;
-    request rq = {"GET", path, NULL, NULL, NULL};
+    request rq = {"GET", path, NULL, NULL, NULL, NULL};
     if ((st = perform(c, &rq, &o, err)) != OB_OK) return st;
     const json_t *arr = json_object_get(o, "checkpoints");
     size_t count = json_array_size(arr);
@@ -356,7 +360,7 @@ static ob_status r_watch(obctl_client *c, const char *id, int64_t after_seq, obc
     if (st != OB_OK) return st;
     snprintf(path, sizeof path, "%s?afterSeq=%lld", seg, (long long)after_seq);
     sse s = {.cb = cb, .user = user};
-    request rq = {"GET", path, NULL, on_sse, &s};
+    request rq = {"GET", path, NULL, on_sse, &s, NULL};
     /* perform() reads error bodies from its own buffer; a stream keeps its first bytes. */
     st = perform(c, &rq, NULL, err);
     if (st != OB_OK && st != OB_ERR_COMM && s.error_body.data) {
@@ -376,6 +380,54 @@ static ob_status r_watch(obctl_client *c, const char *id, int64_t after_seq, obc
     return st;
 }
 
+/* The log stream (GET /v1/jobs/{id}/logs:stream): raw bytes on a 200, an error document
+ * otherwise. */
+typedef struct log_stream {
+    obctl_on_log cb;
+    void *user;
+    CURL *h;
+    int stop;
+    buffer error_body;
+} log_stream;
+
+static size_t on_log_bytes(char *p, size_t size, size_t nmemb, void *user)
+{
+    log_stream *s = user;
+    size_t n = size * nmemb;
+    long http = 0;
+    if (s->h) curl_easy_getinfo(s->h, CURLINFO_RESPONSE_CODE, &http);
+    if (http != 200) { /* the first 4 KiB of an error document */
+        collect(p, 1, n < 4096 - s->error_body.len ? n : 0, &s->error_body);
+        return n;
+    }
+    if (n && s->cb(p, n, s->user)) {
+        s->stop = 1;
+        return 0;
+    }
+    return n;
+}
+
+static ob_status r_stream_logs(obctl_client *c, const char *id, int tail_lines, int64_t since_ms,
+                               int follow, obctl_on_log cb, void *user, ob_err *err)
+{
+    char seg[512], path[700];
+    ob_status st = id_path(seg, sizeof seg, id, "/logs:stream", err);
+    if (st != OB_OK) return st;
+    snprintf(path, sizeof path, "%s?tailLines=%d&sinceUnixMs=%lld&follow=%s", seg, tail_lines,
+             (long long)since_ms, follow ? "true" : "false");
+    log_stream s = {.cb = cb, .user = user};
+    request rq = {"GET", path, NULL, on_log_bytes, &s, &s.h};
+    st = perform(c, &rq, NULL, err);
+    if (st != OB_OK && st != OB_ERR_COMM && s.error_body.data) {
+        json_t *o = json_loads(s.error_body.data, 0, NULL);
+        const char *m = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+        if (m && err) snprintf(err->msg, sizeof err->msg, "%s", m);
+        json_decref(o);
+    }
+    free(s.error_body.data);
+    return st;
+}
+
 static ob_status r_logs(obctl_client *c, const char *id, int64_t offset, int max_bytes, char **data,
                         size_t *len, int64_t *next, int64_t *size, ob_err *err)
 {
@@ -384,7 +436,7 @@ static ob_status r_logs(obctl_client *c, const char *id, int64_t offset, int max
     if (st != OB_OK) return st;
     snprintf(path, sizeof path, "%s?offset=%lld&maxBytes=%d", seg, (long long)offset, max_bytes);
     json_t *o;
-    request rq = {"GET", path, NULL, NULL, NULL};
+    request rq = {"GET", path, NULL, NULL, NULL, NULL};
     if ((st = perform(c, &rq, &o, err)) != OB_OK) return st;
     const char *b64 = json_string_value(json_object_get(o, "data"));
     const char *nx = json_string_value(json_object_get(o, "nextOffset"));
@@ -423,6 +475,7 @@ static const obctl_ops rest_ops = {
     .checkpoints = r_checkpoints,
     .watch = r_watch,
     .logs = r_logs,
+    .stream_logs = r_stream_logs,
     .destroy = r_destroy,
 };
 

@@ -82,6 +82,17 @@ void obctl_print_job(FILE *f, const ob_job *j)
     fprintf(f, "Ranks:       %d\n", j->world_size);
     if (j->labels[0]) fprintf(f, "Labels:      %s\n", j->labels);
     if (j->request_id[0]) fprintf(f, "Request id:  %s\n", j->request_id);
+    if (j->deadline_ms) {
+        char limit[32];
+        ob_duration_format(j->deadline_ms, limit, sizeof limit);
+        if (j->started_ms) {
+            char at[64];
+            fmt_time(at, sizeof at, j->started_ms + j->deadline_ms);
+            fprintf(f, "Deadline:    %s after the first start (%s)\n", limit, at);
+        } else {
+            fprintf(f, "Deadline:    %s after the first start\n", limit);
+        }
+    }
     if (p->total_steps > 0) {
         fprintf(f, "Progress:    %lld/%lld steps (%d%%)", (long long)p->step,
                 (long long)p->total_steps, percent(p));

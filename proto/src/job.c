@@ -4,6 +4,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <strings.h>
 #include <time.h>
 
@@ -150,4 +151,69 @@ int ob_labels_match(const char *labels, const char *selector)
         p = end ? end + 1 : NULL;
     }
     return 1;
+}
+
+ob_status ob_duration_parse(const char *text, int64_t *ms, ob_err *err)
+{
+    static const char units[] = "dhms";
+    static const int64_t unit_ms[] = {86400000, 3600000, 60000, 1000};
+    *ms = 0;
+    if (!text || !text[0])
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "expected a duration such as 90s, 10m, 2h or 1h30m");
+    size_t len = strnlen(text, 64);
+    if (len >= 64) return OB_ERR(err, OB_ERR_INVALID_ARG, "a duration of 64 characters or more");
+    int64_t total = 0;
+    int next_unit = 0; /* units come largest first, each once */
+    const char *p = text;
+    while (*p) {
+        if (*p < '0' || *p > '9')
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "'%s': expected a number at '%.10s' (durations are like 90s, 10m, 2h, "
+                          "1h30m)",
+                          text, p);
+        int64_t v = 0;
+        int digits = 0;
+        while (*p >= '0' && *p <= '9') {
+            if (++digits > 9)
+                return OB_ERR(err, OB_ERR_INVALID_ARG, "'%s': a number of more than 9 digits",
+                              text);
+            v = v * 10 + (*p++ - '0');
+        }
+        const char *u = *p ? strchr(units, *p) : NULL;
+        if (!u)
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "'%s': expected a unit (d, h, m or s) after %lld", text, (long long)v);
+        int k = (int)(u - units);
+        if (k < next_unit)
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "'%s': units must come largest first (d, h, m, s), each once", text);
+        next_unit = k + 1;
+        p++;
+        /* v < 1e9 and unit_ms <= 8.64e7: the product fits, and total stays below the limit. */
+        total += v * unit_ms[k];
+        if (total > OB_DURATION_MAX_MS)
+            return OB_ERR(err, OB_ERR_INVALID_ARG, "'%s': longer than 366 days", text);
+    }
+    if (total == 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "'%s': expected at least 1s", text);
+    *ms = total;
+    return OB_OK;
+}
+
+void ob_duration_format(int64_t ms, char *out, size_t cap)
+{
+    static const char units[] = "dhms";
+    static const int64_t unit_ms[] = {86400000, 3600000, 60000, 1000};
+    if (cap == 0) return;
+    out[0] = '\0';
+    int64_t left = ms < 0 ? 0 : ms;
+    size_t used = 0;
+    for (int k = 0; k < 4; k++) {
+        int64_t v = left / unit_ms[k];
+        left -= v * unit_ms[k];
+        if (v == 0) continue;
+        int n = snprintf(out + used, cap - used, "%lld%c", (long long)v, units[k]);
+        if (n < 0 || (size_t)n >= cap - used) return;
+        used += (size_t)n;
+    }
+    if (used == 0) snprintf(out, cap, "0s");
 }

@@ -108,6 +108,7 @@ json_t *ob_job_to_json(const ob_job *j)
     json_object_set_new(o, "message", json_string(j->message));
     if (j->request_id[0]) json_object_set_new(o, "requestId", json_string(j->request_id));
     if (j->labels[0]) json_object_set_new(o, "labels", json_string(j->labels));
+    if (j->deadline_ms) json_object_set_new(o, "deadlineMs", i64(j->deadline_ms));
     return o;
 }
 
@@ -296,7 +297,8 @@ ob_status ob_job_from_json(const json_t *o, ob_job *j, ob_err *err)
         (st = get_i64(o, "finishedUnixMs", &j->finished_ms, err)) ||
         (st = get_str(o, "message", j->message, sizeof j->message, err)) ||
         (st = get_str(o, "requestId", j->request_id, sizeof j->request_id, err)) ||
-        (st = get_str(o, "labels", j->labels, sizeof j->labels, err)))
+        (st = get_str(o, "labels", j->labels, sizeof j->labels, err)) ||
+        (st = get_i64(o, "deadlineMs", &j->deadline_ms, err)))
         goto fail;
     if (ck && json_is_object(ck) &&
         ((st = get_i64(ck, "step", &j->ckpt_step, err)) ||
@@ -469,6 +471,7 @@ ob_status ob_job_to_pb(const ob_job *j, ob_job_pb *pb, ob_err *err)
     o->message = (char *)j->message;
     o->request_id = (char *)j->request_id;
     o->labels = (char *)j->labels;
+    o->deadline_ms = j->deadline_ms;
     return OB_OK;
 }
 
@@ -530,6 +533,7 @@ ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *j, ob_err *err)
     copy_str(j->message, sizeof j->message, m->message);
     copy_str(j->request_id, sizeof j->request_id, m->request_id);
     copy_str(j->labels, sizeof j->labels, m->labels);
+    j->deadline_ms = m->deadline_ms;
     j->spec_json = strdup(m->spec_json ? m->spec_json : "");
     if (m->n_attempts) j->attempts = calloc(m->n_attempts, sizeof *j->attempts);
     if (!j->spec_json || (m->n_attempts && !j->attempts)) {

@@ -21,11 +21,14 @@ const char *const ob__grpc_method_paths[M_COUNT] = {
     [M_WATCH] = "/onebit.v1.JobService/WatchJob",
     [M_CHECKPOINTS] = "/onebit.v1.JobService/ListCheckpoints",
     [M_LOGS] = "/onebit.v1.JobService/GetJobLogs",
+    [M_STREAM_LOGS] = "/onebit.v1.JobService/StreamJobLogs",
     [M_DELETE] = "/onebit.v1.JobService/DeleteJob",
     [M_VERSION] = "/onebit.v1.JobService/GetVersion",
     [M_REPORT] = "/onebit.v1.WorkerService/ReportProgress",
     [M_HEALTH_CHECK] = "/grpc.health.v1.Health/Check",
     [M_HEALTH_WATCH] = "/grpc.health.v1.Health/Watch",
+    [M_REFLECTION] = "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo",
+    [M_REFLECTION_ALPHA] = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
 };
 
 /* ---- messages ------------------------------------------------------------------------------ */
@@ -79,7 +82,8 @@ static ob_status h_submit(ob_service *svc, const ProtobufCMessage *m, const char
                          .world_size = q->world_size,
                          .max_restarts = q->max_restarts,
                          .request_id = q->request_id,
-                         .labels = q->labels};
+                         .labels = q->labels,
+                         .deadline = q->deadline};
     ob_job j;
     return reply_job(r, ob_service_submit(svc, &req, &j, &r->err), &j);
 }
@@ -242,7 +246,9 @@ static ob_status h_logs(ob_service *svc, const ProtobufCMessage *m, const char *
 int ob__grpc_known_service(const char *name)
 {
     return !name[0] || !strcmp(name, "onebit.v1.JobService") ||
-           !strcmp(name, "onebit.v1.WorkerService") || !strcmp(name, "grpc.health.v1.Health");
+           !strcmp(name, "onebit.v1.WorkerService") || !strcmp(name, "grpc.health.v1.Health") ||
+           !strcmp(name, "grpc.reflection.v1.ServerReflection") ||
+           !strcmp(name, "grpc.reflection.v1alpha.ServerReflection");
 }
 
 static ob_status h_health(ob_service *svc, const ProtobufCMessage *m, const char *bearer,
@@ -267,9 +273,12 @@ const ob__grpc_method ob__grpc_methods[M_COUNT] = {
     [M_WATCH] = {&onebit__v1__watch_job_request__descriptor, NULL},
     [M_CHECKPOINTS] = {&onebit__v1__list_checkpoints_request__descriptor, h_checkpoints},
     [M_LOGS] = {&onebit__v1__get_job_logs_request__descriptor, h_logs},
+    [M_STREAM_LOGS] = {&onebit__v1__stream_job_logs_request__descriptor, NULL},
     [M_DELETE] = {&onebit__v1__delete_job_request__descriptor, h_delete},
     [M_VERSION] = {&onebit__v1__get_version_request__descriptor, h_version},
     [M_REPORT] = {&onebit__v1__report_progress_request__descriptor, h_report},
     [M_HEALTH_CHECK] = {&grpc__health__v1__health_check_request__descriptor, h_health},
     [M_HEALTH_WATCH] = {&grpc__health__v1__health_check_request__descriptor, NULL},
+    [M_REFLECTION] = {NULL, NULL},
+    [M_REFLECTION_ALPHA] = {NULL, NULL},
 };

@@ -17,11 +17,14 @@ typedef enum method_id {
     M_WATCH,
     M_CHECKPOINTS,
     M_LOGS,
+    M_STREAM_LOGS,
     M_DELETE,
     M_VERSION,
     M_REPORT,
     M_HEALTH_CHECK,
     M_HEALTH_WATCH,
+    M_REFLECTION,       /* grpc.reflection.v1: a bidirectional stream (reflection.h) */
+    M_REFLECTION_ALPHA, /* grpc.reflection.v1alpha: the same protocol, the same code */
     M_COUNT,
     M_UNKNOWN = -1,
 } method_id;
@@ -40,7 +43,8 @@ typedef struct ob__grpc_reply {
 typedef ob_status (*ob__grpc_handler)(ob_service *svc, const ProtobufCMessage *m,
                                       const char *bearer, ob__grpc_reply *r);
 
-/* Per method: its request message and its unary handler (NULL: a server stream). */
+/* Per method: its request message and its unary handler (NULL: a server stream). The
+ * reflection methods have neither: their requests arrive on the stream. */
 typedef struct ob__grpc_method {
     const ProtobufCMessageDescriptor *request;
     ob__grpc_handler fn;

@@ -7,12 +7,18 @@
  *
  * Unary calls are answered in the handler thread that received them: decode, call the service
  * function, one batch with the answer and the status. Server-streaming calls (WatchJob,
- * Health.Watch) are kept on a watch list: a watcher thread, woken by new job events, starts the
- * next send when the previous one has completed (one send in flight per call); the stream ends
- * with OK after the event that puts the job in a final state. Shutdown: the server stops
+ * StreamJobLogs, Health.Watch) are kept on a watch list: a watcher thread, woken by new job
+ * events and every 200 ms (a log grows without events), starts the next send when the previous
+ * one has completed (one send in flight per call); the stream ends with OK after the event that
+ * puts the job in a final state (StreamJobLogs: once the log of a job that has ended is sent).
+ * Server reflection (grpc.reflection.v1 and v1alpha) is a bidirectional stream answered from the
+ * compiled-in descriptor set (reflection.h): receive a request, send its answer, until the client
+ * half-closes; it counts against the same limit of open streams. Shutdown: the server stops
  * accepting, every call is cancelled, the queue is shut down once the last call is freed. */
 #include "grpc_internal.h"
+#include "reflection.h"
 #include "onebit/job_codec.h"
+#include "onebit/protoset.h"
 #include "onebit/servers.h"
 #include "onebit/status_map.h"
 #include "onebit/v1/jobs.pb-c.h"
@@ -30,7 +36,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-typedef enum tag_kind { TAG_NEW, TAG_DONE, TAG_SEND, TAG_STATUS, TAG_CLOSE, TAG_SHUTDOWN } tag_kind;
+typedef enum tag_kind {
+    TAG_NEW,
+    TAG_DONE,
+    TAG_SEND,
+    TAG_RECV,
+    TAG_STATUS,
+    TAG_CLOSE,
+    TAG_SHUTDOWN
+} tag_kind;
 
 struct call_ctx;
 typedef struct tag {
@@ -46,7 +60,7 @@ typedef struct call_ctx {
     grpc_metadata_array md;
     grpc_byte_buffer *payload;
     grpc_call_details details; /* unknown methods */
-    tag t_new, t_done, t_send, t_status, t_close;
+    tag t_new, t_done, t_send, t_recv, t_status, t_close;
     int cancelled;
     grpc_slice status_msg;
     int has_status_msg;
@@ -57,11 +71,17 @@ typedef struct call_ctx {
     int64_t last_seq;
     int sent_initial, in_flight, finish_after_send, status_started, status_done, closed, broken;
     int health_sent;
+    int64_t log_offset; /* StreamJobLogs: where the next piece starts */
+    int log_follow;
+    /* reflection (a bidirectional stream) */
+    int reflecting;
+    grpc_byte_buffer *recv_bb;
 } call_ctx;
 
 struct ob_grpc_server {
     ob_service *svc;
     char *token;
+    ob__reflection *reflection; /* the answers of server reflection */
     grpc_server *server;
     grpc_completion_queue *cq;
     void *registered[M_COUNT];
@@ -73,13 +93,19 @@ struct ob_grpc_server {
     int outstanding;    /* call_ctx objects alive */
     int shutting_down, server_shutdown_done, cq_shut, watch_stop;
     call_ctx *watches;
-    int n_watches, max_streams;
+    int n_watches, max_streams; /* n_watches counts the reflection streams too */
     tag t_shutdown;
 };
 
 /* ---- call lifetime ------------------------------------------------------------------------- */
 
 static void request_next(ob_grpc_server *s, method_id m);
+
+/* The methods whose requests arrive on the stream rather than with the call. */
+static int is_bidi(method_id m)
+{
+    return m == M_REFLECTION || m == M_REFLECTION_ALPHA;
+}
 
 /* Shuts the queue down once the server has shut down and no call is left. Lock held. */
 static void maybe_shutdown_cq(ob_grpc_server *s)
@@ -98,6 +124,7 @@ static void ctx_free(call_ctx *c)
     grpc_call_details_destroy(&c->details);
     if (c->payload) grpc_byte_buffer_destroy(c->payload);
     if (c->send_bb) grpc_byte_buffer_destroy(c->send_bb);
+    if (c->recv_bb) grpc_byte_buffer_destroy(c->recv_bb);
     if (c->has_status_msg) grpc_slice_unref(c->status_msg);
     free(c);
     pthread_mutex_lock(&s->mu);
@@ -117,6 +144,7 @@ static void request_next(ob_grpc_server *s, method_id m)
     c->t_new = (tag){TAG_NEW, c};
     c->t_done = (tag){TAG_DONE, c};
     c->t_send = (tag){TAG_SEND, c};
+    c->t_recv = (tag){TAG_RECV, c};
     c->t_status = (tag){TAG_STATUS, c};
     c->t_close = (tag){TAG_CLOSE, c};
     pthread_mutex_lock(&s->mu);
@@ -135,7 +163,8 @@ static void request_next(ob_grpc_server *s, method_id m)
                                      &c->t_new);
     else
         e = grpc_server_request_registered_call(s->server, s->registered[m], &c->call, &c->deadline,
-                                                &c->md, &c->payload, s->cq, s->cq, &c->t_new);
+                                                &c->md, is_bidi(m) ? NULL : &c->payload, s->cq,
+                                                s->cq, &c->t_new);
     if (e != GRPC_CALL_OK) ctx_free(c);
 }
 
@@ -250,6 +279,49 @@ static void stream_status(call_ctx *c, ob_status st, const char *msg)
     }
 }
 
+/* The next piece of a StreamJobLogs stream: what the log holds past the stream's offset, or
+ * its end. The state is read first, as for WatchJob: a job seen final has its whole log
+ * written, so nothing more to read means the stream is complete. */
+static void stream_pump_logs(ob_grpc_server *s, call_ctx *c)
+{
+    ob_err err;
+    ob_err_clear(&err);
+    ob_job j;
+    ob_status rc = ob_service_get(s->svc, c->job_id, &j, &err);
+    if (rc) {
+        stream_status(c, rc, err.msg);
+        return;
+    }
+    int final = ob_job_state_final(j.state);
+    ob_job_clear(&j);
+    char *data = NULL;
+    size_t len = 0;
+    int64_t size = 0;
+    rc = ob_service_logs(s->svc, c->job_id, c->log_offset, OB_LOG_READ_DEFAULT, &data, &len, &size,
+                         &err);
+    if (rc) {
+        stream_status(c, rc, err.msg);
+        return;
+    }
+    if (len == 0) {
+        if (final || !c->log_follow) stream_status(c, OB_OK, "");
+        return;
+    }
+    Onebit__V1__JobLogs piece = ONEBIT__V1__JOB_LOGS__INIT;
+    piece.data.data = (uint8_t *)data;
+    piece.data.len = len;
+    piece.next_offset = c->log_offset + (int64_t)len;
+    piece.size = size;
+    grpc_byte_buffer *bb = ob__grpc_pack(&piece.base);
+    free(data);
+    if (!bb) {
+        stream_status(c, OB_ERR_NOMEM, "encoding logs");
+        return;
+    }
+    c->log_offset = piece.next_offset;
+    stream_send(c, bb);
+}
+
 /* Starts the next send of a stream when it has something to send and nothing in flight. */
 static void stream_pump(ob_grpc_server *s, call_ctx *c)
 {
@@ -261,6 +333,10 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
         grpc_byte_buffer *bb = ob__grpc_pack(&resp.base);
         if (bb) stream_send(c, bb);
         c->health_sent = 1;
+        return;
+    }
+    if (c->method == M_STREAM_LOGS) {
+        stream_pump_logs(s, c);
         return;
     }
     ob_job_event *evs = NULL;
@@ -376,6 +452,134 @@ static void *watcher_main(void *arg)
     return NULL;
 }
 
+/* ---- reflection: a bidirectional stream ---------------------------------------------------- */
+
+/* One operation of a reflection stream is in flight at a time besides the close: receive a
+ * request, send its answer, receive the next. The client's half-close ends the stream with OK;
+ * a request that is not a ServerReflectionRequest ends it with INVALID_ARGUMENT. The lock is
+ * held in every function of this section. */
+
+static void reflect_recv(call_ctx *c)
+{
+    grpc_op ops[2];
+    memset(ops, 0, sizeof ops);
+    size_t n = 0;
+    if (!c->sent_initial) {
+        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+        c->sent_initial = 1;
+    }
+    ops[n].op = GRPC_OP_RECV_MESSAGE;
+    ops[n++].data.recv_message.recv_message = &c->recv_bb;
+    if (grpc_call_start_batch(c->call, ops, n, &c->t_recv, NULL) == GRPC_CALL_OK) {
+        c->in_flight = 1;
+    } else {
+        c->broken = 1;
+        grpc_call_cancel(c->call, NULL); /* so that the close completes and frees it */
+    }
+}
+
+static void reflect_maybe_free(ob_grpc_server *s, call_ctx *c)
+{
+    if (!c->closed || c->in_flight || (c->status_started && !c->status_done)) return;
+    s->n_watches--;
+    pthread_mutex_unlock(&s->mu);
+    ctx_free(c);
+    pthread_mutex_lock(&s->mu);
+}
+
+/* Answers the request in bb (borrowed), or ends the stream with the reason it cannot. */
+static void reflect_answer(ob_grpc_server *s, call_ctx *c, grpc_byte_buffer *bb)
+{
+    ob_err err;
+    ob_err_clear(&err);
+    size_t len = grpc_byte_buffer_length(bb);
+    if (len > OB_REFLECTION_MAX_REQUEST) { /* refused before it is copied */
+        OB_ERR(&err, OB_ERR_INVALID_ARG,
+               "ServerReflectionRequest: %zu bytes, larger than the limit of %zu", len,
+               OB_REFLECTION_MAX_REQUEST);
+        stream_status(c, OB_ERR_INVALID_ARG, err.msg);
+        return;
+    }
+    grpc_byte_buffer_reader rd;
+    if (!grpc_byte_buffer_reader_init(&rd, bb)) {
+        stream_status(c, OB_ERR_INVALID_ARG, "ServerReflectionRequest: unreadable message");
+        return;
+    }
+    grpc_slice in = grpc_byte_buffer_reader_readall(&rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+    uint8_t *out = NULL;
+    size_t out_len = 0;
+    ob_status rc = ob__reflection_answer(s->reflection, GRPC_SLICE_START_PTR(in),
+                                         GRPC_SLICE_LENGTH(in), &out, &out_len, &err);
+    grpc_slice_unref(in);
+    if (rc) {
+        stream_status(c, rc, err.msg);
+        return;
+    }
+    grpc_slice answer = grpc_slice_new(out, out_len, free); /* takes out */
+    grpc_byte_buffer *ob = grpc_raw_byte_buffer_create(&answer, 1);
+    grpc_slice_unref(answer);
+    stream_send(c, ob);
+}
+
+static void reflect_begin(ob_grpc_server *s, call_ctx *c)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->cancelled;
+    pthread_mutex_lock(&s->mu);
+    if (s->n_watches >= s->max_streams) {
+        pthread_mutex_unlock(&s->mu);
+        char msg[128];
+        snprintf(msg, sizeof msg,
+                 "%d streams are open, the most this server keeps; try again later",
+                 s->max_streams);
+        finish_unary(c, OB_ERR_TOO_LARGE, msg, NULL);
+        return;
+    }
+    s->n_watches++;
+    c->reflecting = 1;
+    if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) {
+        s->n_watches--;
+        pthread_mutex_unlock(&s->mu);
+        ctx_free(c);
+        return;
+    }
+    reflect_recv(c);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* A reflection stream's receive, send, status or close completed. */
+static void reflect_event(ob_grpc_server *s, call_ctx *c, tag_kind kind, int success)
+{
+    pthread_mutex_lock(&s->mu);
+    if (kind == TAG_RECV) {
+        c->in_flight = 0;
+        grpc_byte_buffer *bb = c->recv_bb;
+        c->recv_bb = NULL;
+        if (!success)
+            c->broken = 1;
+        else if (!bb)
+            stream_status(c, OB_OK, ""); /* the client is done asking */
+        else
+            reflect_answer(s, c, bb);
+        if (bb) grpc_byte_buffer_destroy(bb);
+    } else if (kind == TAG_SEND) {
+        c->in_flight = 0;
+        if (!success)
+            c->broken = 1;
+        else if (!c->status_started)
+            reflect_recv(c);
+    } else if (kind == TAG_STATUS) {
+        c->status_done = 1;
+    } else {
+        c->closed = 1;
+    }
+    reflect_maybe_free(s, c);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* ---- dispatch ----------------------------------------------------------------------------- */
 
 static void handle_new(ob_grpc_server *s, call_ctx *c)
@@ -386,8 +590,8 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
     /* Workers report with their attempt's credential, which the service checks: the admin
      * token is neither needed nor given to them. grpc.health.v1 says only "SERVING" and is open
      * to all, so that probes (Kubernetes' gRPC probe sends no credentials) can ask it. */
-    int open_method = c->method == M_REPORT || c->method == M_HEALTH_CHECK ||
-                      c->method == M_HEALTH_WATCH;
+    int open_method =
+        c->method == M_REPORT || c->method == M_HEALTH_CHECK || c->method == M_HEALTH_WATCH;
     if (!open_method && !authorized(s, bearer)) {
         finish_unary(c, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token", NULL);
         return;
@@ -400,6 +604,10 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
         path[n] = '\0';
         snprintf(msg, sizeof msg, "unknown method %s", path);
         finish_unary(c, OB_ERR_UNSUPPORTED, msg, NULL);
+        return;
+    }
+    if (is_bidi(c->method)) {
+        reflect_begin(s, c);
         return;
     }
     const ProtobufCMessageDescriptor *d = ob__grpc_methods[c->method].request;
@@ -436,6 +644,34 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
             c->last_seq = q->after_seq;
         }
         ob_job_clear(&j);
+        protobuf_c_message_free_unpacked(m, NULL);
+        if (rc)
+            finish_unary(c, rc, err.msg, NULL);
+        else
+            stream_begin(s, c);
+        return;
+    }
+    if (c->method == M_STREAM_LOGS) {
+        const Onebit__V1__StreamJobLogsRequest *q = (const Onebit__V1__StreamJobLogsRequest *)m;
+        ob_err err;
+        ob_err_clear(&err);
+        int64_t start = q->offset;
+        ob_status rc = OB_OK;
+        if (q->offset < 0)
+            rc = OB_ERR(&err, OB_ERR_INVALID_ARG, "offset: expected >= 0, got %lld",
+                        (long long)q->offset);
+        else if (q->offset > 0 && (q->tail_lines || q->since_unix_ms))
+            rc = OB_ERR(&err, OB_ERR_INVALID_ARG,
+                        "offset: give an offset, or tail_lines and since_unix_ms, not both");
+        else if (q->tail_lines || q->since_unix_ms)
+            rc = ob_service_log_start(s->svc, q->id, q->tail_lines, q->since_unix_ms, &start, &err);
+        ob_job j;
+        if (rc == OB_OK && (rc = ob_service_get(s->svc, q->id, &j, &err)) == OB_OK) {
+            ob_strlcpy(c->job_id, j.id, sizeof c->job_id);
+            ob_job_clear(&j);
+            c->log_offset = start;
+            c->log_follow = q->follow;
+        }
         protobuf_c_message_free_unpacked(m, NULL);
         if (rc)
             finish_unary(c, rc, err.msg, NULL);
@@ -482,7 +718,10 @@ static void *handler_main(void *arg)
             ctx_free(c);
             break;
         default:
-            stream_event(s, c, t->kind, ev.success);
+            if (c->reflecting)
+                reflect_event(s, c, t->kind, ev.success);
+            else
+                stream_event(s, c, t->kind, ev.success);
         }
     }
     return NULL;
@@ -506,6 +745,15 @@ ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc, const char
     if (token && token[0] && !(s->token = strdup(token))) goto oom;
     s->threads = calloc((size_t)threads, sizeof *s->threads);
     if (!s->threads) goto oom;
+    ob_status rrc = ob__reflection_create(&s->reflection, ob_protoset, ob_protoset_len, err);
+    if (rrc != OB_OK) {
+        free(s->threads);
+        free(s->token);
+        pthread_mutex_destroy(&s->mu);
+        free(s);
+        grpc_shutdown();
+        return OB_WRAP(err, rrc, "gRPC: the compiled-in descriptor set");
+    }
 
     grpc_arg args[2];
     memset(args, 0, sizeof args);
@@ -520,9 +768,11 @@ ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc, const char
     s->cq = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cq, NULL);
     for (int m = 0; m < M_COUNT; m++) {
-        s->registered[m] =
-            grpc_server_register_method(s->server, ob__grpc_method_paths[m], NULL,
-                                        GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+        s->registered[m] = grpc_server_register_method(
+            s->server, ob__grpc_method_paths[m], NULL,
+            is_bidi((method_id)m) ? GRPC_SRM_PAYLOAD_NONE
+                                  : GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER,
+            0);
         if (!s->registered[m]) {
             OB_ERR(err, OB_ERR_IO, "registering %s", ob__grpc_method_paths[m]);
             goto fail_server;
@@ -560,6 +810,7 @@ fail_server:
            GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(s->cq);
+    ob__reflection_destroy(s->reflection);
     free(s->threads);
     free(s->token);
     pthread_mutex_destroy(&s->mu);
@@ -589,6 +840,7 @@ void ob_grpc_server_stop(ob_grpc_server *s)
         pthread_join(s->threads[i], NULL);
     grpc_server_destroy(s->server);
     grpc_completion_queue_destroy(s->cq);
+    ob__reflection_destroy(s->reflection);
     free(s->threads);
     free(s->token);
     pthread_mutex_destroy(&s->mu);

@@ -1,18 +1,13 @@
 /* The REST front end on libmicrohttpd, one thread per connection, JSON by jansson in the proto3
- * JSON mapping (lowerCamelCase names, 64-bit integers as strings, enums by name).
- *
- *   POST /v1/jobs                  {"spec": "<JSON or YAML text>" | {...}, "worldSize",
- * "maxRestarts"} GET  /v1/jobs                  ?pageSize=&pageToken=&state= GET  /v1/jobs/{id}
- *   POST /v1/jobs/{id}:cancel
- *   DELETE /v1/jobs/{id}           ?keepCheckpoints=true  a job that has ended
- *   GET  /v1/jobs/{id}/events      ?afterSeq=   server-sent events until the job ends
- *   GET  /v1/jobs/{id}/checkpoints
- *   GET  /v1/version               {"version", "api"}
- *   GET  /healthz, GET /metrics    (Prometheus text)
- *   GET  /ui/...                   the web dashboard's embedded files (ui_server.c), no token
+ * JSON mapping (lowerCamelCase names, 64-bit integers as strings, enums by name). The routes are
+ * one table (`routes`, at the end), each described in docs/openapi.json, which the server also
+ * serves at GET /v1/openapi.json; tests/test_openapi.py keeps the two the same.
+ * The web dashboard's embedded files are served under /ui/ (ui_server.c), without the token;
+ * they are no part of the API and not in the OpenAPI document.
  *
  * Errors: {"error": {"code": <HTTP status>, "status": "<gRPC code name>", "message": "..."}},
  * statuses from the one table in status_map.h. */
+#include "openapi.h"
 #include "onebit/job_codec.h"
 #include "onebit/servers.h"
 #include "onebit/status_map.h"
@@ -172,8 +167,10 @@ static void add_problem(char *buf, size_t cap, const char *text)
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
-static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn, request *rq)
+static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                 request *rq)
 {
+    (void)id;
     json_error_t jerr;
     json_t *o = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, &jerr);
     char msg[OB_ERR_MSG_LEN];
@@ -218,6 +215,13 @@ static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn,
                 add_problem(problems, sizeof problems,
                             "labels: expected a string \"key=value,key=value\"");
             }
+        } else if (!strcmp(key, "deadline")) {
+            if (json_is_string(v)) {
+                req.deadline = json_string_value(v);
+            } else {
+                add_problem(problems, sizeof problems,
+                            "deadline: expected a string such as \"2h\" or \"1h30m\"");
+            }
         } else if (!strcmp(key, "requestId") || !strcmp(key, "request_id")) {
             if (json_is_string(v)) {
                 req.request_id = json_string_value(v);
@@ -254,8 +258,10 @@ static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn,
     return ret;
 }
 
-static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn)
+static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                               request *rq)
 {
+    (void)id, (void)rq;
     ob_err err;
     long long page_size;
     if (query_int(conn, "pageSize", 0, 1000, &page_size, &err))
@@ -290,8 +296,9 @@ static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn)
 }
 
 static enum MHD_Result do_checkpoints(ob_rest_server *s, struct MHD_Connection *conn,
-                                      const char *id)
+                                      const char *id, request *rq)
 {
+    (void)rq;
     ob_checkpoint_info *ck = NULL;
     size_t n = 0;
     ob_err err;
@@ -405,8 +412,10 @@ static void sse_free(void *cls)
     free(e);
 }
 
-static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn, const char *id)
+static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                 request *rq)
 {
+    (void)rq;
     ob_err err;
     long long after;
     if (query_int(conn, "afterSeq", 0, INT64_MAX, &after, &err))
@@ -534,8 +543,10 @@ static enum MHD_Result wrong_method(struct MHD_Connection *conn, const char *met
 }
 
 /* DELETE /v1/jobs/{id}?keepCheckpoints=true|false: {"id", "checkpointsDeleted"}. */
-static enum MHD_Result do_delete(ob_rest_server *s, struct MHD_Connection *conn, const char *id)
+static enum MHD_Result do_delete(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                 request *rq)
 {
+    (void)rq;
     ob_err err;
     const char *keep = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "keepCheckpoints");
     if (keep && strcmp(keep, "true") && strcmp(keep, "false"))
@@ -550,8 +561,10 @@ static enum MHD_Result do_delete(ob_rest_server *s, struct MHD_Connection *conn,
 }
 
 /* GET /v1/jobs/{id}/logs?offset=N&maxBytes=M: {"data": base64, "nextOffset", "size"}. */
-static enum MHD_Result do_logs(ob_rest_server *s, struct MHD_Connection *conn, const char *id)
+static enum MHD_Result do_logs(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                               request *rq)
 {
+    (void)rq;
     ob_err err;
     long long offset, max_bytes;
     if (query_int(conn, "offset", 0, INT64_MAX, &offset, &err) ||
@@ -576,82 +589,251 @@ static enum MHD_Result do_logs(ob_rest_server *s, struct MHD_Connection *conn, c
     return send_json(conn, 200, o);
 }
 
+/* GET /v1/jobs/{id}/logs:stream?offset=|tailLines=&sinceUnixMs=&follow=true: the log itself as
+ * text/plain, chunked, from where the query says (the offset in X-Log-Offset), new bytes as they
+ * are written with follow=true, until the job has ended and its log is sent. */
+typedef struct log_stream {
+    ob_rest_server *srv;
+    char job_id[OB_JOB_ID_LEN];
+    int64_t offset;
+    int follow;
+} log_stream;
+
+static ssize_t log_stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos;
+    log_stream *ls = cls;
+    ob_service *svc = ls->srv->svc;
+    for (;;) {
+        if (ls->srv->stopping) return MHD_CONTENT_READER_END_OF_STREAM;
+        int64_t seen = ob_service_event_counter(svc);
+        ob_err err;
+        ob_job j;
+        /* The state first, as for the events: a job seen final has its whole log written. */
+        if (ob_service_get(svc, ls->job_id, &j, &err) != OB_OK)
+            return MHD_CONTENT_READER_END_WITH_ERROR; /* deleted under the stream */
+        int final = ob_job_state_final(j.state);
+        ob_job_clear(&j);
+        char *data = NULL;
+        size_t len = 0;
+        int64_t size = 0;
+        int want = max < (size_t)OB_LOG_READ_MAX ? (int)max : OB_LOG_READ_MAX;
+        if (want <= 0) want = 1;
+        if (ob_service_logs(svc, ls->job_id, ls->offset, want, &data, &len, &size, &err) != OB_OK)
+            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (len) {
+            memcpy(buf, data, len);
+            free(data);
+            ls->offset += (int64_t)len;
+            return (ssize_t)len;
+        }
+        if (final || !ls->follow) return MHD_CONTENT_READER_END_OF_STREAM;
+        /* Woken by the job's events; a log grows without any, so look again every 200 ms. */
+        if (ob_service_wait(svc, seen, 200) < 0) return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+}
+
+static void log_stream_free(void *cls)
+{
+    log_stream *ls = cls;
+    atomic_fetch_sub(&ls->srv->streams, 1);
+    free(ls);
+}
+
+static enum MHD_Result do_log_stream(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                     request *rq)
+{
+    (void)rq;
+    ob_err err;
+    long long offset, tail, since;
+    if (query_int(conn, "offset", 0, INT64_MAX, &offset, &err) ||
+        query_int(conn, "tailLines", 0, OB_LOG_TAIL_MAX, &tail, &err) ||
+        query_int(conn, "sinceUnixMs", 0, INT64_MAX, &since, &err))
+        return send_error(conn, OB_ERR_INVALID_ARG, err.msg);
+    const char *follow = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "follow");
+    if (follow && strcmp(follow, "true") && strcmp(follow, "false"))
+        return send_error(conn, OB_ERR_INVALID_ARG, "follow: expected true or false");
+    if (offset > 0 && (tail || since))
+        return send_error(conn, OB_ERR_INVALID_ARG,
+                          "offset: give an offset, or tailLines and sinceUnixMs, not both");
+    int64_t start = offset;
+    ob_status rc =
+        tail || since ? ob_service_log_start(s->svc, id, (int)tail, since, &start, &err) : OB_OK;
+    ob_job j;
+    if (rc == OB_OK && (rc = ob_service_get(s->svc, id, &j, &err)) == OB_OK) ob_job_clear(&j);
+    if (rc) return send_error(conn, rc, err.msg);
+    if (atomic_fetch_add(&s->streams, 1) >= s->max_streams) {
+        atomic_fetch_sub(&s->streams, 1);
+        char msg[128];
+        snprintf(msg, sizeof msg,
+                 "%d streams are open, the most this server keeps; try again later",
+                 s->max_streams);
+        return send_error_http(conn, 429, "RESOURCE_EXHAUSTED", msg);
+    }
+    log_stream *ls = calloc(1, sizeof *ls);
+    if (!ls) {
+        atomic_fetch_sub(&s->streams, 1);
+        return send_error(conn, OB_ERR_NOMEM, "out of memory");
+    }
+    ls->srv = s;
+    ob_strlcpy(ls->job_id, id, sizeof ls->job_id);
+    ls->offset = start;
+    ls->follow = follow && !strcmp(follow, "true");
+    struct MHD_Response *r = MHD_create_response_from_callback(
+        MHD_SIZE_UNKNOWN, 64 << 10, log_stream_read, ls, log_stream_free);
+    if (!r) {
+        log_stream_free(ls);
+        return MHD_NO;
+    }
+    char num[32];
+    snprintf(num, sizeof num, "%lld", (long long)start);
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
+    MHD_add_response_header(r, "X-Log-Offset", num);
+    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* ---- the route table -------------------------------------------------------------------- */
+
+static enum MHD_Result do_version(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                  request *rq)
+{
+    (void)s, (void)id, (void)rq;
+    return send_text(conn, 200, "application/json",
+                     strdup("{\"version\":\"" ONEBIT_VERSION "\",\"api\":\"onebit.v1\"}\n"));
+}
+
+static enum MHD_Result do_healthz(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                  request *rq)
+{
+    (void)s, (void)id, (void)rq;
+    return send_text(conn, 200, "application/json", strdup("{\"status\":\"SERVING\"}\n"));
+}
+
+static enum MHD_Result do_metrics(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                  request *rq)
+{
+    (void)id, (void)rq;
+    char *text = NULL;
+    ob_err err;
+    ob_status rc = ob_service_metrics(s->svc, &text, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    return send_text(conn, 200, "text/plain; version=0.0.4", text);
+}
+
+/* GET /v1/openapi.json: this API described (docs/openapi.json, compiled in). */
+static enum MHD_Result do_openapi(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                  request *rq)
+{
+    (void)s, (void)id, (void)rq;
+    struct MHD_Response *r = MHD_create_response_from_buffer(
+        ob_openapi_json_len, (void *)ob_openapi_json, MHD_RESPMEM_PERSISTENT);
+    if (!r) return MHD_NO;
+    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
+    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result do_get(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                              request *rq)
+{
+    (void)rq;
+    ob_err err;
+    ob_job j;
+    ob_status rc = ob_service_get(s->svc, id, &j, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
+    ob_job_clear(&j);
+    return ret;
+}
+
+static enum MHD_Result do_cancel(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                 request *rq)
+{
+    (void)rq;
+    ob_err err;
+    ob_job j;
+    ob_status rc = ob_service_cancel(s->svc, id, &j, &err);
+    if (rc) return send_error(conn, rc, err.msg);
+    enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
+    ob_job_clear(&j);
+    return ret;
+}
+
+typedef enum MHD_Result (*route_fn)(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
+                                    request *rq);
+
+/* Every route the server has: method, path ("{id}" stands for a job id, which ends at the next
+ * '/' or ':'), handler. docs/openapi.json describes each of them; tests/test_openapi.py reads
+ * this table and fails when the two differ. */
+static const struct route {
+    const char *method;
+    const char *path;
+    route_fn fn;
+} routes[] = {
+    {"GET", "/healthz", do_healthz},
+    {"GET", "/metrics", do_metrics},
+    {"GET", "/v1/version", do_version},
+    {"GET", "/v1/openapi.json", do_openapi},
+    {"POST", "/v1/jobs", do_submit},
+    {"GET", "/v1/jobs", do_list},
+    {"GET", "/v1/jobs/{id}", do_get},
+    {"DELETE", "/v1/jobs/{id}", do_delete},
+    {"POST", "/v1/jobs/{id}:cancel", do_cancel},
+    {"GET", "/v1/jobs/{id}/events", do_events},
+    {"GET", "/v1/jobs/{id}/checkpoints", do_checkpoints},
+    {"GET", "/v1/jobs/{id}/logs", do_logs},
+    {"GET", "/v1/jobs/{id}/logs:stream", do_log_stream},
+};
+
+/* Whether url has the route's path; the job id of a "{id}" path into id. *bad_id: the path
+ * matched but the id is too long to be one. */
+static int path_matches(const char *pattern, const char *url, char *id, size_t cap, int *bad_id)
+{
+    const char *hole = strstr(pattern, "{id}");
+    if (!hole) return !strcmp(pattern, url);
+    size_t pre = (size_t)(hole - pattern);
+    if (strncmp(pattern, url, pre) != 0) return 0;
+    const char *rest = url + pre;
+    size_t idlen = strcspn(rest, "/:");
+    if (idlen == 0 || strcmp(rest + idlen, hole + 4) != 0) return 0;
+    if (idlen >= cap) {
+        *bad_id = 1;
+        return 1;
+    }
+    memcpy(id, rest, idlen);
+    id[idlen] = '\0';
+    return 1;
+}
+
 static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, const char *url,
                              const char *method, request *rq)
 {
-    int get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
     char msg[OB_ERR_MSG_LEN];
     if (rq->too_large) {
         snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
         return send_error(conn, OB_ERR_TOO_LARGE, msg);
     }
     if (ob__ui_path(url)) return ob__ui_serve(conn, method, url);
-    if (!strcmp(url, "/v1/version")) {
-        if (!get) return wrong_method(conn, method, url);
-        return send_text(conn, 200, "application/json",
-                         strdup("{\"version\":\"" ONEBIT_VERSION "\",\"api\":\"onebit.v1\"}\n"));
-    }
-    if (!strcmp(url, "/healthz")) {
-        if (!get) return wrong_method(conn, method, url);
-        return send_text(conn, 200, "application/json", strdup("{\"status\":\"SERVING\"}\n"));
-    }
-    if (!strcmp(url, "/metrics")) {
-        if (!get) return wrong_method(conn, method, url);
-        char *text = NULL;
-        ob_err err;
-        ob_status rc = ob_service_metrics(s->svc, &text, &err);
-        if (rc) return send_error(conn, rc, err.msg);
-        return send_text(conn, 200, "text/plain; version=0.0.4", text);
-    }
-    if (!strcmp(url, "/v1/jobs")) {
-        if (post) return do_submit(s, conn, rq);
-        if (get) return do_list(s, conn);
-        return wrong_method(conn, method, url);
-    }
-    if (!strncmp(url, "/v1/jobs/", 9) && url[9]) {
-        char id[OB_JOB_ID_LEN + 32];
-        const char *rest = url + 9;
-        size_t idlen = strcspn(rest, "/:");
-        if (idlen == 0 || idlen >= OB_JOB_ID_LEN) {
+    int path_known = 0;
+    for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
+        char id[OB_JOB_ID_LEN] = "";
+        int bad_id = 0;
+        if (!path_matches(routes[i].path, url, id, sizeof id, &bad_id)) continue;
+        if (bad_id) {
+            const char *rest = url + 9; /* every {id} path starts "/v1/jobs/" */
+            size_t idlen = strcspn(rest, "/:");
             snprintf(msg, sizeof msg, "no job with id '%.*s'", (int)(idlen > 64 ? 64 : idlen),
                      rest);
             return send_error(conn, OB_ERR_NOT_FOUND, msg);
         }
-        memcpy(id, rest, idlen);
-        id[idlen] = '\0';
-        const char *tail = rest + idlen;
-        ob_err err;
-        ob_job j;
-        if (!tail[0] && !strcmp(method, "DELETE")) return do_delete(s, conn, id);
-        if (!tail[0]) {
-            if (!get) return wrong_method(conn, method, url);
-            ob_status rc = ob_service_get(s->svc, id, &j, &err);
-            if (rc) return send_error(conn, rc, err.msg);
-            enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
-            ob_job_clear(&j);
-            return ret;
-        }
-        if (!strcmp(tail, ":cancel")) {
-            if (!post) return wrong_method(conn, method, url);
-            ob_status rc = ob_service_cancel(s->svc, id, &j, &err);
-            if (rc) return send_error(conn, rc, err.msg);
-            enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
-            ob_job_clear(&j);
-            return ret;
-        }
-        if (!strcmp(tail, "/events")) {
-            if (!get) return wrong_method(conn, method, url);
-            return do_events(s, conn, id);
-        }
-        if (!strcmp(tail, "/checkpoints")) {
-            if (!get) return wrong_method(conn, method, url);
-            return do_checkpoints(s, conn, id);
-        }
-        if (!strcmp(tail, "/logs")) {
-            if (!get) return wrong_method(conn, method, url);
-            return do_logs(s, conn, id);
-        }
+        path_known = 1;
+        if (!strcmp(routes[i].method, method)) return routes[i].fn(s, conn, id, rq);
     }
+    if (path_known) return wrong_method(conn, method, url);
     snprintf(msg, sizeof msg, "no such resource: %.10s %.300s", method, url);
     return send_error(conn, OB_ERR_NOT_FOUND, msg);
 }

@@ -414,7 +414,8 @@ static ob_status repeated_submit(ob_service *svc, const ob_job *j, int *again, o
     ob_job first;
     if ((rc = ob_store_get_job(svc->store, id, &first, err))) return rc;
     if (strcmp(first.spec_json, j->spec_json) != 0 || first.world_size != j->world_size ||
-        first.max_restarts != j->max_restarts || strcmp(first.labels, j->labels) != 0) {
+        first.max_restarts != j->max_restarts || strcmp(first.labels, j->labels) != 0 ||
+        first.deadline_ms != j->deadline_ms) {
         rc = OB_ERR(err, OB_ERR_STATE,
                     "request_id '%s' already made job %s, with another spec, world size or "
                     "restarts",
@@ -493,6 +494,17 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
                  OB_REQUEST_ID_LEN - 1);
         append_problem(problems, sizeof problems, text);
     }
+    int64_t deadline_ms = 0;
+    if (req->deadline && req->deadline[0]) {
+        ob_err derr;
+        ob_err_clear(&derr);
+        if (ob_duration_parse(req->deadline, &deadline_ms, &derr) != OB_OK) {
+            char clean[OB_ERR_MSG_LEN];
+            ob_status_public_message(derr.msg, clean, sizeof clean);
+            snprintf(text, sizeof text, "deadline: %.400s", clean);
+            append_problem(problems, sizeof problems, text);
+        }
+    }
     if (problems[0]) {
         free(spec);
         return OB_ERR(err, OB_ERR_INVALID_ARG, "%s", problems);
@@ -513,6 +525,7 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
     j.spec_json = json;
     j.world_size = world;
     j.max_restarts = restarts;
+    j.deadline_ms = deadline_ms;
     j.created_ms = j.updated_ms = ob_wall_ms();
     ob_strlcpy(j.message, "waiting for worker slots", sizeof j.message);
     pthread_mutex_lock(&svc->mu);

@@ -22,13 +22,16 @@ typedef struct ob__run {
     ob_launch_handle h;
     int64_t started_ms;
     int64_t last_progress_ms;
-    int64_t kill_at_ms;               /* after SIGTERM: when to send SIGKILL; 0: not stopping */
-    char stop_reason[OB_JOB_MSG_LEN]; /* why we stopped it (timeout, cancel, shutdown) */
-    char last_text[256];              /* the last line of the log that was not progress */
-    char worker_error[256];           /* the last line a worker or mpirun wrote about a failure */
-    char platform[256]; /* what the launcher last said of the running attempt ("PENDING") */
+    int64_t kill_at_ms;     /* after SIGTERM: when to send SIGKILL; 0: not stopping */
+    int64_t deadline_at_ms; /* the job's first start + its deadline; 0: none */
+    int deadline_hit;       /* stopped for its deadline: the job ends FAILED, not restarted */
+    int64_t log_noted_ms, log_noted_size; /* the last note of the log's size (logs.c) */
+    char stop_reason[OB_JOB_MSG_LEN];     /* why we stopped it (timeout, cancel, shutdown) */
+    char last_text[256];                  /* the last line of the log that was not progress */
+    char worker_error[256]; /* the last line a worker or mpirun wrote about a failure */
+    char platform[256];     /* what the launcher last said of the running attempt ("PENDING") */
     int64_t total_steps;
-    int reported; /* has used WorkerService: ignore its log lines */
+    int reported;          /* has used WorkerService: ignore its log lines */
     char report_token[65]; /* the attempt's ReportProgress credential (hex of 32 random bytes) */
     int world_size;
     int64_t num_params;
@@ -73,6 +76,11 @@ struct ob_service {
     ob__run *runs;
     ob__roots data_roots, ckpt_roots; /* where a job's data and warm-start source may be */
 };
+
+/* Notes the size of r's job log with the time now in jobs/<id>/log.index when it grew and the
+ * last note is a second old (force: whatever its age), for ob_service_log_start (logs.c). Lock
+ * held. */
+void ob__svc_log_note(ob_service *svc, ob__run *r, int64_t now, int force);
 
 /* mkdir -p. */
 ob_status ob__svc_mkdirs(const char *path, ob_err *err);

@@ -70,6 +70,8 @@ static const char *const added_columns[][2] = {
     {"events", "worker_error_ratio REAL NOT NULL DEFAULT 0"},
     {"events", "server_error_ratio REAL NOT NULL DEFAULT 0"},
     {"events", "zero_momentum_fraction REAL NOT NULL DEFAULT 0"},
+    /* the job's time limit from its first start (ob_job.deadline_ms); 0: none */
+    {"jobs", "deadline_ms INTEGER NOT NULL DEFAULT 0"},
 };
 
 /* SQL function labels_match(labels, selector): ob_labels_match on two canonical strings. */
@@ -289,8 +291,8 @@ ob_status ob_store_create_job(ob_store *s, ob_job *job, ob_err *err)
     if (rc) return rc;
     rc = prepare(s, &st,
                  "INSERT INTO jobs(id, name, state, spec_json, world_size, max_restarts,"
-                 " created_ms, updated_ms, started_ms, finished_ms, message, request_id, labels)"
-                 " VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                 " created_ms, updated_ms, started_ms, finished_ms, message, request_id, labels,"
+                 " deadline_ms) VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                  err);
     if (rc) goto fail;
     if (job->id[0])
@@ -312,6 +314,7 @@ ob_status ob_store_create_job(ob_store *s, ob_job *job, ob_err *err)
     else
         sqlite3_bind_null(st, 12);
     sqlite3_bind_text(st, 13, job->labels, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 14, job->deadline_ms);
     int step = sqlite3_step(st);
     sqlite3_finalize(st);
     st = NULL;
@@ -356,7 +359,7 @@ fail:
 #define JOB_COLS                                                                                   \
     "seq, id, name, state, spec_json, world_size, max_restarts, restarts, cancel_requested,"       \
     " created_ms, updated_ms, started_ms, finished_ms, next_attempt_ms, message, ckpt_step,"       \
-    " ckpt_ms, ckpt_path, request_id, labels, " PROGRESS_COLS
+    " ckpt_ms, ckpt_path, request_id, labels, deadline_ms, " PROGRESS_COLS
 
 static ob_status read_job_row(ob_store *s, sqlite3_stmt *st, ob_job *j, ob_err *err)
 {
@@ -382,7 +385,8 @@ static ob_status read_job_row(ob_store *s, sqlite3_stmt *st, ob_job *j, ob_err *
     ob_strlcpy(j->ckpt_path, text_or_empty(st, 17), sizeof j->ckpt_path);
     ob_strlcpy(j->request_id, text_or_empty(st, 18), sizeof j->request_id);
     ob_strlcpy(j->labels, text_or_empty(st, 19), sizeof j->labels);
-    read_progress(st, 20, &j->progress);
+    j->deadline_ms = sqlite3_column_int64(st, 20);
+    read_progress(st, 21, &j->progress);
     (void)s;
     return OB_OK;
 }

@@ -224,6 +224,28 @@ static int64_t backoff_ms(const ob_service *svc, int restarts)
     return d < svc->cfg.backoff_max_ms ? d : svc->cfg.backoff_max_ms;
 }
 
+/* When a job's deadline passes: its first start plus its limit; 0 for none (or not started). */
+static int64_t deadline_at(const ob_job *j)
+{
+    return j->deadline_ms > 0 && j->started_ms > 0 ? j->started_ms + j->deadline_ms : 0;
+}
+
+/* The message of a job ended by its deadline. */
+static void deadline_message(const ob_job *j, char *msg, size_t cap)
+{
+    char limit[32];
+    ob_duration_format(j->deadline_ms, limit, sizeof limit);
+    if (j->ckpt_step > 0)
+        snprintf(msg, cap,
+                 "deadline exceeded: not done %s after its first start; stopped at step %" PRId64
+                 "; last checkpoint: step %" PRId64,
+                 limit, j->progress.step, j->ckpt_step);
+    else
+        snprintf(msg, cap,
+                 "deadline exceeded: not done %s after its first start; stopped at step %" PRId64,
+                 limit, j->progress.step);
+}
+
 /* Ends a failed attempt's job: restart after a backoff while restarts are left, else FAILED. */
 static ob_status retry_or_fail(ob_service *svc, ob_job *j, const char *reason, ob_err *err)
 {
@@ -297,6 +319,7 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
      * stops whatever was started (by spec path) before it launches the next one; killed before
      * the transition, nothing was started. */
     if (j->started_ms == 0) j->started_ms = r->started_ms;
+    r->deadline_at_ms = deadline_at(j);
     char msg[OB_JOB_MSG_LEN];
     if (resume)
         snprintf(msg, sizeof msg, "attempt %d: %d ranks, resuming from step %" PRId64, number,
@@ -349,6 +372,7 @@ ob_status ob__svc_adopt(ob_service *svc, const ob_job *j, const ob_attempt *a,
     r->total_steps = spec_steps(j->spec_json);
     r->started_ms = a->started_ms;
     r->last_progress_ms = ob_wall_ms();
+    r->deadline_at_ms = deadline_at(j);
     r->h = *h;
     r->log = fopen(log_path, "re");
     if (r->log) fseek(r->log, 0, SEEK_END);
@@ -386,6 +410,7 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
 {
     ob_launcher *l = svc->cfg.launcher;
     read_log(svc, r);
+    ob__svc_log_note(svc, r, ob_wall_ms(), 1);
     /* mpirun is gone; no rank of the attempt may outlive it. */
     if (l->ops->alive(l, &r->h)) l->ops->signal(l, &r->h, SIGKILL, NULL);
     ob_job j;
@@ -442,7 +467,12 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
         else
             snprintf(msg, sizeof msg, "cancelled at step %" PRId64, j.progress.step);
         ob__svc_transition(svc, &j, OB_JOB_CANCELLED, msg, NULL);
-    } else if (success) {
+    } else if (r->deadline_hit &&
+               !(ex->exit_code == 0 && !ex->term_signal && j.progress.total_steps > 0 &&
+                 j.progress.step >= j.progress.total_steps)) {
+        deadline_message(&j, msg, sizeof msg);
+        ob__svc_transition(svc, &j, OB_JOB_FAILED, msg, NULL);
+    } else if (success || r->deadline_hit) { /* done all its steps as the deadline came */
         if (j.progress.total_steps) j.progress.step = j.progress.total_steps;
         ob__svc_transition(svc, &j, OB_JOB_SUCCEEDED, "completed", NULL);
     } else if (permanent) {
@@ -457,10 +487,30 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
     ob__svc_unlink_run(svc, r);
 }
 
+/* Jobs waiting to restart whose deadline has passed end FAILED now, not after their backoff. */
+static void expire_waiting(ob_service *svc)
+{
+    ob_job *jobs = NULL;
+    size_t n = 0;
+    int more = 0;
+    int64_t now = ob_wall_ms();
+    if (ob_store_list_jobs(svc->store, OB_JOB_RESTARTING, NULL, 0, 200, &jobs, &n, &more, NULL))
+        return;
+    for (size_t i = 0; i < n; i++) {
+        int64_t at = deadline_at(&jobs[i]);
+        if (!at || now < at || ob__svc_find_run(svc, jobs[i].id)) continue;
+        char msg[OB_JOB_MSG_LEN];
+        deadline_message(&jobs[i], msg, sizeof msg);
+        ob__svc_transition(svc, &jobs[i], OB_JOB_FAILED, msg, NULL);
+    }
+    ob_job_array_free(jobs, n);
+}
+
 /* Starts waiting jobs in submission order while their ranks fit in the free slots; a job that
  * does not fit holds back those behind it, so that large jobs are not starved. */
 static void schedule(ob_service *svc)
 {
+    expire_waiting(svc);
     int free_slots = svc->cfg.slots - ob__svc_used_slots(svc);
     const ob_job_state order[] = {OB_JOB_RESTARTING, OB_JOB_PENDING};
     int64_t now = ob_wall_ms();
@@ -489,6 +539,7 @@ static void tick(ob_service *svc)
     for (ob__run *r = svc->runs; r; r = next) {
         next = r->next;
         if (!r->reported) read_log(svc, r);
+        ob__svc_log_note(svc, r, now, 0);
         ob_launch_exit ex;
         memset(&ex, 0, sizeof ex);
         if (l->ops->poll(l, &r->h, &ex, NULL) == OB_OK && ex.done) {
@@ -504,6 +555,25 @@ static void tick(ob_service *svc)
                 ob__svc_commit(svc, &j, "notice", ex.reason, NULL);
                 ob_job_clear(&j);
             }
+        }
+        if (r->deadline_at_ms && !r->deadline_hit && now >= r->deadline_at_ms) {
+            /* Stopped as a cancel stops it: the workers checkpoint the step they are in. */
+            r->deadline_hit = 1;
+            if (!r->stop_reason[0])
+                ob_strlcpy(r->stop_reason, "deadline exceeded", sizeof r->stop_reason);
+            ob_job j;
+            if (ob_store_get_job(svc->store, r->job_id, &j, NULL) == OB_OK) {
+                char limit[32], msg[96];
+                ob_duration_format(j.deadline_ms, limit, sizeof limit);
+                snprintf(msg, sizeof msg, "deadline of %s exceeded: stopping the workers", limit);
+                ob__svc_commit(svc, &j, "notice", msg, NULL);
+                ob_job_clear(&j);
+            }
+            if (!r->kill_at_ms) {
+                l->ops->signal(l, &r->h, SIGTERM, NULL);
+                r->kill_at_ms = now + svc->cfg.cancel_grace_ms;
+            }
+            continue;
         }
         int64_t quiet = now - r->last_progress_ms;
         if (svc->cfg.progress_timeout_ms > 0 && !r->kill_at_ms &&

@@ -53,6 +53,18 @@ ob_status ob_labels_parse(const char *text, char out[OB_LABELS_LEN], ob_err *err
 /* 1 when every pair of the canonical selector is among the canonical labels ("" selects all). */
 int ob_labels_match(const char *labels, const char *selector);
 
+/* Longest duration ob_duration_parse accepts: 366 days. */
+#define OB_DURATION_MAX_MS ((int64_t)366 * 24 * 3600 * 1000)
+
+/* A duration as numbers with units d, h, m, s, largest first and each at most once: "90s",
+ * "10m", "2h", "1h30m", "1d12h". 1 s to OB_DURATION_MAX_MS, into *ms. OB_ERR_INVALID_ARG (with
+ * what is wrong) for anything else: "", "0s", "2", "1.5h", "-1h", "1m1h", "30m30m". */
+ob_status ob_duration_parse(const char *text, int64_t *ms, ob_err *err);
+
+/* ms (>= 0) as ob_duration_parse reads it, largest units first ("1h30m", "45s"; "0s" below a
+ * second: the rest of a second is dropped), into out[cap] (truncated to fit). */
+void ob_duration_format(int64_t ms, char *out, size_t cap);
+
 /* 1 for SUCCEEDED, FAILED and CANCELLED: the job will not change again. */
 int ob_job_state_final(ob_job_state s);
 
@@ -94,6 +106,7 @@ typedef struct ob_job {
     char name[128];
     char request_id[OB_REQUEST_ID_LEN]; /* the client's id of the submit that made it; "" none */
     char labels[OB_LABELS_LEN];         /* "k=v,k=v", sorted by key (ob_labels_parse); "" none */
+    int64_t deadline_ms;                /* time limit from the first start (started_ms); 0: none */
     ob_job_state state;
     char *spec_json; /* canonical spec (owned, malloc) */
     int world_size;

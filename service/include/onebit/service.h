@@ -77,6 +77,10 @@ typedef struct ob_submit_req {
      * and restarts answers the job the first made; anything different is OB_ERR_STATE. */
     const char *request_id;
     const char *labels; /* NULL or "": none; else "k=v,k=v" (ob_labels_parse) */
+    /* NULL or "": none; else the job's time limit from its first start (ob_duration_parse):
+     * past it the supervisor stops the job like a cancel and it ends FAILED, "deadline
+     * exceeded: ...", without a restart. */
+    const char *deadline;
 } ob_submit_req;
 
 /* Validates the spec and the request (every invalid field named, "; "-separated) and stores a
@@ -149,6 +153,20 @@ ob_status ob_service_checkpoints(ob_service *svc, const char *id, ob_checkpoint_
  * offset or max_bytes out of range. */
 ob_status ob_service_logs(ob_service *svc, const char *id, int64_t offset, int max_bytes,
                           char **data, size_t *len, int64_t *size, ob_err *err);
+
+/* Most lines a log stream's tail may ask for, and the most bytes scanned from the end to find
+ * them (a tail that reaches further starts that far from the end). */
+#define OB_LOG_TAIL_MAX 100000
+#define OB_LOG_TAIL_SCAN_MAX ((int64_t)64 << 20)
+
+/* Where a read of the job's log starts that wants its last tail_lines lines (0: all) written at
+ * or after since_ms (Unix ms; 0: any time): the later of the two, at the start of a line, into
+ * *offset. When the log was written is known from the notes the supervisor keeps of its size
+ * (about one a second, in jobs/<id>/log.index), so to within about a second; without notes the
+ * log counts as written after since_ms. OB_ERR_NOT_FOUND for an unknown job,
+ * OB_ERR_INVALID_ARG for tail_lines outside [0, OB_LOG_TAIL_MAX] or a negative since_ms. */
+ob_status ob_service_log_start(ob_service *svc, const char *id, int tail_lines, int64_t since_ms,
+                               int64_t *offset, ob_err *err);
 
 /* Prometheus text exposition of the service's metrics. *out is malloc'd (free()). */
 ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err);
