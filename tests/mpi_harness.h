@@ -21,7 +21,9 @@ typedef struct mpi_harness {
 
 static inline void mpi_harness_init(mpi_harness *h, int *argc, char ***argv)
 {
-    MPI_Init(argc, argv);
+    /* As the worker: a communication thread may run collectives (optimizer.overlap). */
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &h->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &h->size);
     h->checks = h->failures = h->cases_passed = h->cases_failed = 0;

@@ -102,6 +102,32 @@ static void test_out_of_range(void **state)
                  "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
                  "optimizer: {type: adam, eps: 0}\nbatch_size: 1\nsteps: 1\n",
                  "optimizer.eps = 0: must be > 0");
+    /* The gradient buckets and the overlap. */
+    expect_error(
+        OB_SPEC_YAML,
+        "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+        "optimizer: {type: adam, bucket_mb: -1}\nbatch_size: 1\nsteps: 1\n",
+        "optimizer.bucket_mb: expected a number of MiB in [0, 1024] (0: one bucket), got -1");
+    expect_error(
+        OB_SPEC_YAML,
+        "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+        "optimizer: {type: adam, bucket_mb: 2000}\nbatch_size: 1\nsteps: 1\n",
+        "optimizer.bucket_mb: expected a number of MiB in [0, 1024] (0: one bucket), got 2000");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam, bucket_mb: four}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.bucket_mb: expected a number of MiB in [0, 1024] (0: one bucket), got "
+                 "\"four\"");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: onebit_adam, overlap: 1}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.overlap: expected true or false, got 1");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam, overlap: true}\nbatch_size: 1\nsteps: 1\n"
+                 "device: cuda\n",
+                 "optimizer.overlap: not with device: cuda (the NCCL path exchanges the gradient "
+                 "after the backward pass); leave it false");
     /* Through ob_lr_schedule_validate. */
     expect_error(OB_SPEC_YAML, yaml_with("lr: {peak: -1}\n"), "lr.peak = -1: must be > 0");
     expect_error(OB_SPEC_YAML, yaml_with("lr: {schedule: warmup_step_decay, decay_rate: 1.5}\n"),

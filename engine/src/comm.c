@@ -3,6 +3,7 @@
 #include "internal.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +15,10 @@ ob_comm *ob__comm_alloc(const ob__comm_ops *ops, const char *backend, ob_mem_kin
     c->backend = backend;
     c->mem = mem;
     c->size = 1;
+    if (pthread_mutex_init(&c->count_mu, NULL) != 0) {
+        free(c);
+        return NULL;
+    }
     return c;
 }
 
@@ -21,6 +26,7 @@ void ob_comm_destroy(ob_comm *comm)
 {
     if (!comm) return;
     if (comm->ops && comm->ops->destroy) comm->ops->destroy(comm);
+    pthread_mutex_destroy(&comm->count_mu);
     free(comm);
 }
 
@@ -49,12 +55,28 @@ void *ob_comm_stream(const ob_comm *comm)
     return comm->stream;
 }
 
+int ob_comm_any_thread(const ob_comm *comm)
+{
+    return comm->any_thread;
+}
+
+/* The counters may be read on one thread while another communicates (the optimizer's
+ * communication thread): every access holds count_mu. Reading is logically const. */
+static pthread_mutex_t *count_lock(const ob_comm *c)
+{
+    pthread_mutex_t *mu = (pthread_mutex_t *)&c->count_mu;
+    pthread_mutex_lock(mu);
+    return mu;
+}
+
 static ob_status count(ob_comm *c, ob_comm_op op, uint64_t bytes, ob_status st)
 {
     if (st != OB_OK) return st;
+    pthread_mutex_t *mu = count_lock(c);
     c->counters.bytes_sent += bytes;
     c->counters.op_bytes[op] += bytes;
     c->counters.op_calls[op] += 1;
+    pthread_mutex_unlock(mu);
     return OB_OK;
 }
 
@@ -105,12 +127,17 @@ ob_status ob_comm_barrier(ob_comm *comm, ob_err *err)
 
 void ob_comm_get_counters(const ob_comm *comm, ob_comm_counters *out)
 {
+    pthread_mutex_t *mu = count_lock(comm);
     *out = comm->counters;
+    pthread_mutex_unlock(mu);
 }
 
 uint64_t ob_comm_bytes_sent(const ob_comm *comm)
 {
-    return comm->counters.bytes_sent;
+    pthread_mutex_t *mu = count_lock(comm);
+    uint64_t bytes = comm->counters.bytes_sent;
+    pthread_mutex_unlock(mu);
+    return bytes;
 }
 
 ob_status ob_comm_set_timeout(ob_comm *comm, double seconds, ob_err *err)

@@ -5,6 +5,8 @@
 
 #include "onebit/comm.h"
 
+#include <pthread.h>
+
 /* Each collective adds the bytes this rank sent to *sent (only called with a non-empty
  * buffer; comm.c has checked the arguments). */
 typedef struct ob__comm_ops {
@@ -34,6 +36,8 @@ struct ob_comm {
     int size;
     ob_mem_kind mem;
     void *stream;
+    int any_thread;           /* ob_comm_any_thread; set by the backend */
+    pthread_mutex_t count_mu; /* guards counters */
     ob_comm_counters counters;
     int ctl_pending, ctl_n;
     int32_t ctl_buf[OB_COMM_CONTROL_MAX];

@@ -55,6 +55,7 @@ ob_status ob_comm_create_self(ob_comm **out, ob_err *err)
 {
     *out = ob__comm_alloc(&self_ops, "self", OB_MEM_HOST);
     if (!*out) return OB_ERR(err, OB_ERR_NOMEM, "self communicator");
+    (*out)->any_thread = 1; /* it makes no MPI calls */
     return OB_OK;
 }
 

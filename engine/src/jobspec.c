@@ -147,6 +147,8 @@ static const field optim_fields[] = {
     {"precondition", OB1},
     {"stabilizer", OB1},
     {"stability_bound", OB1},
+    {"bucket_mb", ALL},
+    {"overlap", ALL},
 };
 static const field lr_fields[] = {
     {"schedule", ALL},
@@ -400,6 +402,17 @@ static ob_status read_freeze_step(const json_t *o, long *out, ob_err *err)
     return ob__spec_bad_value(err, "optimizer", "freeze_step", "\"auto\" or a positive integer", v);
 }
 
+/* bucket_mb (MiB, a real in [0, 1024]: 0 is one bucket) and overlap. */
+static ob_status read_buckets(const json_t *o, ob_optim_config *c, ob_err *err)
+{
+    double mb = (double)c->bucket_bytes / (double)(1 << 20);
+    ob_status st = ob__spec_get_real(o, "optimizer", "bucket_mb", 0.0, 0, 1024.0, 0,
+                                     "a number of MiB in [0, 1024] (0: one bucket)", &mb, err);
+    if (st) return st;
+    c->bucket_bytes = (size_t)llround(mb * (double)(1 << 20));
+    return ob__spec_get_bool(o, "optimizer", "overlap", &c->overlap, err);
+}
+
 static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
 {
     int kind = 0;
@@ -416,7 +429,8 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
         (st = ob__spec_get_number(o, "optimizer", "beta2", &c->beta2, err)) ||
         (st = ob__spec_get_number(o, "optimizer", "eps", &c->eps, err)) ||
         (st = ob__spec_get_number(o, "optimizer", "weight_decay", &c->weight_decay, err)) ||
-        (st = ob__spec_get_bool(o, "optimizer", "bias_correction", &c->bias_correction, err)))
+        (st = ob__spec_get_bool(o, "optimizer", "bias_correction", &c->bias_correction, err)) ||
+        (st = read_buckets(o, c, err)))
         return st;
     if (kind == OB_OPTIM_ONEBIT_ADAM) {
         int mode = (int)c->mode, scale = (int)c->scale, stab = (int)c->stabilizer;
@@ -492,6 +506,10 @@ static ob_status read_device(const json_t *root, ob_jobspec *s, ob_err *err)
         ob__spec_get_enum(root, "", "device", ob__spec_devices, COUNT(ob__spec_devices), &dev, err);
     if (st) return st;
     s->device = (ob_device)dev;
+    if (s->device == OB_DEVICE_CUDA && s->optim.overlap)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "optimizer.overlap: not with device: cuda (the NCCL path exchanges the "
+                      "gradient after the backward pass); leave it false");
     if (s->device == OB_DEVICE_CUDA && s->model.kind == OB_MODEL_TRANSFORMER)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "device: cuda runs the softmax and mlp models; the transformer runs on the "

@@ -125,6 +125,9 @@ static json_t *optim_tree(builder *b, const ob_optim_config *c)
     put_real(b, o, "eps", c->eps);
     put_real(b, o, "weight_decay", c->weight_decay);
     put(b, o, "bias_correction", json_boolean(c->bias_correction));
+    /* Bytes / 2^20 is exact in a double, so the MiB read back give the same bytes. */
+    put_real(b, o, "bucket_mb", (double)c->bucket_bytes / (double)(1 << 20));
+    put(b, o, "overlap", json_boolean(c->overlap));
     if (c->kind != OB_OPTIM_ONEBIT_ADAM) return o;
     put_str(b, o, "compression",
             name_of(ob__spec_compressions, COUNT(ob__spec_compressions), (int)c->mode));

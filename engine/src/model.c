@@ -367,6 +367,19 @@ ob_status ob_model_forward_backward(ob_model *m, const float *params, const ob_b
     return OB_OK;
 }
 
+void ob_model_set_grad_hook(ob_model *m, ob_model_grad_hook fn, void *user)
+{
+    m->grad_hook = fn;
+    m->grad_hook_user = fn ? user : NULL;
+}
+
+void ob__model_grad_final(const ob_model *m, size_t first, size_t count)
+{
+    if (!m->grad_hook) return;
+    for (size_t i = first; i < first + count; i++)
+        m->grad_hook(m->grad_hook_user, i);
+}
+
 const float *ob_model_logits(const ob_model *m)
 {
     return m->have_logits ? m->logits : NULL;

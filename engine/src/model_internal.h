@@ -95,11 +95,16 @@ struct ob_model {
     /* Non-NULL for a device model: its activations live on the device, acts_block stays NULL
      * and logits points at the pinned host copy the device pass fills. */
     ob__cls_cuda *cuda;
+    ob_model_grad_hook grad_hook; /* ob_model_set_grad_hook; NULL: none */
+    void *grad_hook_user;
     union {
         ob__cls_acts cls;
         ob__tf_acts tf;
     } acts;
 };
+
+/* Reports tensors [first, first + count) final to the grad hook, if one is set. */
+void ob__model_grad_final(const ob_model *m, size_t first, size_t count);
 
 /* Checked size arithmetic for the layout tables: returns a * b * c * d, or sets *overflow and
  * returns 0 when the product does not fit a size_t. */

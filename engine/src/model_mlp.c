@@ -115,9 +115,11 @@ void ob__cls_forward_backward(ob_model *m, const float *params, const ob_batch *
     res->loss = loss_sum / (double)n;
     res->correct = correct;
     res->count = n;
-    if (!grad) return;
+    /* A loss that is not finite fails the call: no gradient to compute (it stays zero). */
+    if (!grad || !isfinite(res->loss)) return;
 
-    /* Backward, from the loss down; layer i's input gradient lands in dpost[i - 1]. */
+    /* Backward, from the loss down; layer i's input gradient lands in dpost[i - 1]. Layer i's
+     * weight and bias (tensors 2i, 2i + 1) are final once its linear backward is done. */
     ob__xent_backward(a->probs, batch->y, n, k, 1.0f / (float)n);
     const float *dout = a->probs;
     for (size_t i = nh + 1; i-- > 0;) {
@@ -126,6 +128,7 @@ void ob__cls_forward_backward(ob_model *m, const float *params, const ob_batch *
         float *dinp = i == 0 ? NULL : a->dpost[i - 1]; /* the input needs no gradient */
         ob__linear_backward(dinp, grad + t[2 * i].offset, grad + t[2 * i + 1].offset, dout,
                             layer_inp, params + t[2 * i].offset, n, c, oc);
+        ob__model_grad_final(m, 2 * i, 2);
         if (i == 0) break;
         ob__act_backward(cfg->activation, dinp, dinp, a->pre[i - 1], a->post[i - 1], n * c);
         dout = dinp;

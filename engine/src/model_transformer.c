@@ -193,9 +193,11 @@ static void tf_backward(ob_model *m, const tf_tensors *p, const tf_tensors *g,
     /* a->probs already holds d loss / d logits. For a tied output, g->lm_head is g->wte and the
      * embedding gradient below adds to it. */
     ob__linear_backward(a->dbtc, g->lm_head, NULL, a->probs, a->lnf, p->lm_head, BT, C, V);
+    if (!cfg->tied_output) ob__model_grad_final(m, OB__TF_LM_HEAD, 1);
     memset(a->dres, 0, BT * C * sizeof(float));
     ob__layernorm_backward(a->dres, g->lnfw, g->lnfb, a->dbtc, a->residual3 + (L - 1) * BT * C,
                            p->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
+    ob__model_grad_final(m, OB__TF_LNFW, 2);
 
     /* dres is d loss / d residual3[l] on entry to each block and d loss / d residual3[l - 1]
      * (the block's input) on exit: the skip connections pass it through unchanged and each
@@ -229,7 +231,11 @@ static void tf_backward(ob_model *m, const tf_tensors *p, const tf_tensors *g,
         ob__layernorm_backward(a->dres, g->ln1w + l * C, g->ln1b + l * C, a->dbtc, residual,
                                p->ln1w + l * C, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
     }
+    /* The blocks' tensors are stacked over the layers: final once layer 0 is done. */
+    ob__model_grad_final(m, OB__TF_LN1W, OB__TF_LNFW - OB__TF_LN1W);
     ob__embed_backward(g->wte, g->wpe, a->dres, batch->tokens, T + 1, B, T, C);
+    ob__model_grad_final(m, OB__TF_WPE, 1);
+    ob__model_grad_final(m, OB__TF_WTE, 1);
 }
 
 void ob__tf_forward_backward(ob_model *m, const float *params, const ob_batch *batch, float *grad,
@@ -256,7 +262,8 @@ void ob__tf_forward_backward(ob_model *m, const float *params, const ob_batch *b
     res->loss = loss_sum / (double)BT;
     res->correct = correct;
     res->count = BT;
-    if (!grad) return;
+    /* A loss that is not finite fails the call: no gradient to compute (it stays zero). */
+    if (!grad || !isfinite(res->loss)) return;
 
     tf_tensors g;
     tf_tensors_at(m, grad, &g);

@@ -4,6 +4,7 @@
 #include "onebit/compress_cuda.h"
 #include "onebit/optim_kernels.h"
 #include "internal.h"
+#include "overlap.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -23,6 +24,13 @@ struct ob_optim {
     float *g;    /* (d) scratch: averaged gradient or momentum to exchange */
     float *den;  /* (d) sqrt(v_Tw) + eps, computed when v is frozen; NULL before */
     ob_car *car; /* compressed allreduce: onebit_adam compressed and naive modes */
+
+    ob__buckets plan;        /* the fp32 exchange's buckets */
+    int layout_set;          /* ob_optim_set_tensor_layout was called */
+    ob__overlap *ov;         /* communication thread (cfg.overlap, when possible), else NULL */
+    const float *armed_grad; /* the gradient of ob_optim_backward_begin while armed */
+    uint64_t bytes_mark;     /* the communicator's bytes when the armed exchange began */
+    uint64_t buckets_exchanged, buckets_early;
 
     long step;        /* completed steps */
     long freeze_step; /* -1 until frozen */
@@ -55,6 +63,8 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->scale = OB_SCALE_L1;
     cfg->stabilizer = kind == OB_OPTIM_ONEBIT_ADAM ? OB_STABILIZER_ADAM_BOUND : OB_STABILIZER_NONE;
     cfg->stability_bound = 0.0;
+    cfg->bucket_bytes = OB_OPTIM_BUCKET_BYTES;
+    cfg->overlap = 0;
 }
 
 const char *ob_stabilizer_name(ob_stabilizer s)
@@ -123,6 +133,10 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
         return BAD("weight_decay = %g: must be >= 0", c->weight_decay);
     if (c->bias_correction != 0 && c->bias_correction != 1)
         return BAD("bias_correction = %d: must be 0 or 1", c->bias_correction);
+    if (c->bucket_bytes > OB_OPTIM_MAX_BUCKET_BYTES)
+        return BAD("bucket_bytes = %zu: must be at most %zu (1 GiB)", c->bucket_bytes,
+                   OB_OPTIM_MAX_BUCKET_BYTES);
+    if (c->overlap != 0 && c->overlap != 1) return BAD("overlap = %d: must be 0 or 1", c->overlap);
     if (c->kind == OB_OPTIM_ADAM) return OB_OK;
 
     if (c->mode != OB_ONEBIT_COMPRESSED && c->mode != OB_ONEBIT_UNCOMPRESSED &&
@@ -202,6 +216,19 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
         st = ob_car_create(&o->car, comm, d, cfg->block_size, cfg->scale, err);
         if (st != OB_OK) goto fail;
     }
+    if ((st = ob__buckets_plan(&o->plan, d, NULL, 0, cfg->bucket_bytes, err)) != OB_OK) goto fail;
+    if (cfg->overlap) {
+        if (o->dev) {
+            st = OB_ERR(err, OB_ERR_UNSUPPORTED,
+                        "overlap: not on the %s communicator (device memory), whose exchange "
+                        "follows the backward pass",
+                        ob_comm_backend(comm));
+            goto fail;
+        }
+        /* Without MPI_THREAD_SERIALIZED: the same buckets after the backward pass. */
+        if (ob_comm_any_thread(comm) && (st = ob__overlap_create(&o->ov, comm, err)) != OB_OK)
+            goto fail;
+    }
     *out = o;
     return OB_OK;
 fail:
@@ -209,9 +236,20 @@ fail:
     return st;
 }
 
+/* Waits for an armed exchange and disarms (its outcome no longer matters). */
+static void disarm(ob_optim *o)
+{
+    if (!ob__overlap_armed(o->ov)) return;
+    ob__overlap_finish(o->ov, NULL, NULL);
+    o->armed_grad = NULL;
+}
+
 void ob_optim_destroy(ob_optim *o)
 {
     if (!o) return;
+    if (o->ov) disarm(o);
+    ob__overlap_destroy(o->ov);
+    ob__buckets_free(&o->plan);
     ob__mem_free(o->dev, o->m);
     ob__mem_free(o->dev, o->v);
     ob__mem_free(o->dev, o->g);
@@ -320,16 +358,90 @@ static ob_status timed_now(ob_optim *o, double *t, ob_err *err)
     return OB_OK;
 }
 
-/* In-place sum of src over the ranks into dst (fp32 ring allreduce); the caller scales. */
+/* Sum of src over the ranks into dst (fp32 ring allreduces, bucket by bucket; src == dst
+ * allowed); the caller scales. When the gradient's exchange is armed (ob_optim_backward_begin),
+ * src is that gradient and the communication thread has run or is running the same exchanges:
+ * wait for them. */
 static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, ob_err *err)
 {
     double t0 = 0.0, t1 = 0.0;
-    ob_status st = ob__mem_copy(o->dev, dst, src, o->d * sizeof(float), o->stream, err);
-    if (st == OB_OK) st = timed_now(o, &t0, err);
-    if (st == OB_OK) st = ob_comm_allreduce_sum_f32(o->comm, dst, o->d, err);
+    ob_status st = timed_now(o, &t0, err);
+    if (st != OB_OK) return st;
+    if (ob__overlap_armed(o->ov) && src == o->armed_grad && dst == o->g) {
+        size_t early = 0;
+        o->armed_grad = NULL;
+        st = ob__overlap_finish(o->ov, &early, err);
+        o->buckets_early += early;
+    } else {
+        st = ob__buckets_exchange_all(o->comm, o->dev, o->stream, &o->plan, src, dst, err);
+    }
     if (st == OB_OK) st = timed_now(o, &t1, err);
-    if (st == OB_OK) o->tim.allreduce_s += t1 - t0; /* a failed step's time means nothing */
-    return st;
+    if (st != OB_OK) return st;
+    o->tim.allreduce_s += t1 - t0; /* a failed step's time means nothing */
+    o->buckets_exchanged += o->plan.n;
+    return OB_OK;
+}
+
+/* --- buckets and the overlap -------------------------------------------------------------- */
+
+ob_status ob_optim_set_tensor_layout(ob_optim *o, const size_t *offsets, size_t n, ob_err *err)
+{
+    if (o->layout_set || o->step > 0 || ob__overlap_armed(o->ov))
+        return OB_ERR(err, OB_ERR_STATE,
+                      "tensor layout: set once, before the first step (step %ld)", o->step);
+    if (!offsets || n == 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "tensor layout: no tensors");
+    ob__buckets plan;
+    ob_status st = ob__buckets_plan(&plan, o->d, offsets, n, o->cfg.bucket_bytes, err);
+    if (st != OB_OK) {
+        ob__buckets_free(&plan);
+        return OB_WRAP(err, st, "tensor layout");
+    }
+    ob__buckets_free(&o->plan);
+    o->plan = plan;
+    o->layout_set = 1;
+    return OB_OK;
+}
+
+size_t ob_optim_num_buckets(const ob_optim *o)
+{
+    return o->plan.n;
+}
+
+void ob_optim_bucket(const ob_optim *o, size_t k, size_t *lo, size_t *hi, size_t *tensor_lo,
+                     size_t *tensor_hi)
+{
+    ob__bucket b = k < o->plan.n ? o->plan.b[k] : (ob__bucket){0, 0, 0, 0};
+    if (lo) *lo = b.lo;
+    if (hi) *hi = b.hi;
+    if (tensor_lo) *tensor_lo = b.tensor_lo;
+    if (tensor_hi) *tensor_hi = b.tensor_hi;
+}
+
+int ob_optim_overlap_active(const ob_optim *o)
+{
+    return o->ov != NULL;
+}
+
+/* The next step averages fp32 gradients (adam, the warmup), not momentum or 1-bit gradients. */
+static int next_step_sums_gradients(const ob_optim *o)
+{
+    int naive = o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_NAIVE;
+    return !naive && o->freeze_step < 0;
+}
+
+void ob_optim_backward_begin(ob_optim *o, const float *grad)
+{
+    if (!o->ov || !grad || !next_step_sums_gradients(o)) return;
+    disarm(o); /* a begin without a step: finish the earlier exchange first */
+    o->bytes_mark = ob_comm_bytes_sent(o->comm);
+    o->armed_grad = grad;
+    ob__overlap_begin(o->ov, &o->plan, grad, o->g);
+}
+
+void ob_optim_grad_hook(void *opt, size_t tensor)
+{
+    ob_optim *o = opt;
+    ob__overlap_tensor_final(o->ov, tensor);
 }
 
 /* --- the step ------------------------------------------------------------------------------ */
@@ -428,9 +540,17 @@ static ob_status compression_step(ob_optim *o, const float *grad, const ob_adam_
 
 ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
 {
+    int armed = ob__overlap_armed(o->ov);
+    if (armed && grad != o->armed_grad) {
+        disarm(o);
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "optimizer step: not the gradient given to ob_optim_backward_begin");
+    }
     if (!grad) return OB_ERR(err, OB_ERR_INVALID_ARG, "optimizer step: NULL gradient");
-    if (!isfinite(lr) || lr < 0.0f)
+    if (!isfinite(lr) || lr < 0.0f) {
+        disarm(o);
         return OB_ERR(err, OB_ERR_INVALID_ARG, "optimizer step: learning rate %g", (double)lr);
+    }
 
     const ob_optim_config *c = &o->cfg;
     long t = o->step + 1;
@@ -440,7 +560,8 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
     /* The naive mode's exchange already averages; the warmup's allreduce sums. */
     ob_adam_coeffs_init(&k, c->beta1, c->beta2, c->eps, c->weight_decay, c->bias_correction, t, lr,
                         naive ? 1 : n);
-    uint64_t before = ob_comm_bytes_sent(o->comm);
+    /* An armed exchange has been sending since ob_optim_backward_begin. */
+    uint64_t before = armed ? o->bytes_mark : ob_comm_bytes_sent(o->comm);
     double t0;
     ob_status st = timed_now(o, &t0, err);
     if (st != OB_OK) return OB_WRAP(err, st, "step %ld", t);
@@ -495,6 +616,8 @@ void ob_optim_get_stats(const ob_optim *o, ob_optim_stats *s)
     s->warm_start = o->warm;
     s->refit_end = o->refit_end;
     s->warm_check_fraction = o->warm_frac;
+    s->buckets_exchanged = o->buckets_exchanged;
+    s->buckets_early = o->buckets_early;
 }
 
 static ob_status k_sum_squares(ob_optim *o, const float *v, size_t n, double *out, ob_err *err)

@@ -94,6 +94,26 @@ static ob_status build_params(ob_trainer *t, ob_err *err)
     return OB_OK;
 }
 
+/* The fp32 exchange's buckets follow the model's tensors; with the overlap, the backward pass
+ * reports each finished tensor to the optimizer. On a device the exchange stays one NCCL
+ * allreduce of the whole vector after the backward pass (each NCCL collective synchronises its
+ * stream, so buckets there would only add waits). */
+static ob_status set_buckets(ob_trainer *t, ob_err *err)
+{
+    if (t->dev) return OB_OK;
+    size_t n = ob_model_num_tensors(t->model);
+    size_t *offsets = malloc(n * sizeof *offsets);
+    if (!offsets) return OB_ERR(err, OB_ERR_NOMEM, "tensor offsets");
+    for (size_t i = 0; i < n; i++)
+        offsets[i] = ob_model_tensor_at(t->model, i)->offset;
+    ob_status st = ob_optim_set_tensor_layout(t->opt, offsets, n, err);
+    free(offsets);
+    if (st != OB_OK) return OB_WRAP(err, st, "optimizer");
+    if (ob_optim_overlap_active(t->opt))
+        ob_model_set_grad_hook(t->model, ob_optim_grad_hook, t->opt);
+    return OB_OK;
+}
+
 static ob_status build(ob_trainer *t, ob_err *err)
 {
     ob_status st = build_device(t, err);
@@ -128,7 +148,7 @@ static ob_status build(ob_trainer *t, ob_err *err)
     ob_optim_config oc = s->optim;
     st = ob_optim_create(&t->opt, &oc, t->dev ? t->dcomm : t->comm, t->params, t->d, err);
     if (st != OB_OK) return OB_WRAP(err, st, "optimizer");
-    return OB_OK;
+    return set_buckets(t, err);
 }
 
 /* --- host views of the state (checkpoints) ------------------------------------------------- */
@@ -429,7 +449,10 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         ob_status st = ob_loader_next(t->train, &b, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld: training batch", step);
         double p1 = t->profiling ? ob_mono_s() : 0.0;
-        /* The forward pass returns the loss, so on a device it has waited for its kernels. */
+        /* The forward pass returns the loss, so on a device it has waited for its kernels.
+         * With the overlap, the gradient's buckets leave while the backward pass runs (no call
+         * on the communicator until the optimizer step). */
+        ob_optim_backward_begin(t->opt, t->grad);
         st = ob_model_forward_backward(t->model, t->params, &b, t->grad, &r, err);
         /* A loss that is not finite (the model says so, or its value does) ends the run, or,
          * with a rollback to go back to, is agreed on in the control reduction below and this
@@ -541,6 +564,14 @@ ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_tra
     ob_optim_get_stats(t->opt, &os);
     sum.first_step = os.step + 1;
 
+    if (s->optim.overlap && !ob_optim_overlap_active(t->opt) && cb) {
+        ob_train_event ev = {0};
+        ev.kind = OB_EVENT_NOTICE;
+        fill_optim_fields(t, &ev);
+        ev.message = "optimizer.overlap: MPI runs below MPI_THREAD_SERIALIZED; the gradient's "
+                     "buckets are exchanged after the backward pass (the same results)";
+        cb(&ev, user);
+    }
     t->t_start = ob_mono_s();
     int stopped = 0;
     ob_status st = train_loop(t, cb, user, &stopped, err);

@@ -475,6 +475,21 @@ ob_status ob__trainer_ckpt_flush(ob_trainer *t, ob_train_callback cb, void *user
 static const char *const resumable_changes[] = {"name",       "steps",      "eval",  "log_interval",
                                                 "checkpoint", "warm_start", "device"};
 
+/* optimizer.overlap changes nothing but timing (the same bits either way): a run may be resumed
+ * with it switched. A spec saved before bucket_mb existed (the whole vector in one exchange) is
+ * taken with the current bucket_mb: with one bucket, which the default of 4 MiB is for models
+ * up to that size, the steps are the same bits; beyond, only the rounding of the sums over more
+ * than two ranks differs. */
+static void optimizer_fields_for_resume(json_t *saved, json_t *current)
+{
+    json_t *so = json_object_get(saved, "optimizer"), *co = json_object_get(current, "optimizer");
+    if (json_is_object(so)) json_object_del(so, "overlap");
+    if (json_is_object(co)) json_object_del(co, "overlap");
+    if (json_is_object(so) && !json_object_get(so, "bucket_mb") && json_is_object(co) &&
+        json_object_get(co, "bucket_mb"))
+        json_object_set(so, "bucket_mb", json_object_get(co, "bucket_mb"));
+}
+
 static ob_status check_spec(const char *saved, const char *current, const char *path, ob_err *err)
 {
     json_t *a = json_loads(saved, 0, NULL), *b = json_loads(current, 0, NULL);
@@ -487,6 +502,7 @@ static ob_status check_spec(const char *saved, const char *current, const char *
         json_object_del(a, resumable_changes[i]);
         json_object_del(b, resumable_changes[i]);
     }
+    optimizer_fields_for_resume(a, b);
     const char *key;
     json_t *va;
     json_object_foreach(a, key, va)

@@ -254,7 +254,10 @@ static int fault_from_env(ob_fault_injection *f, int rank)
 
 int main(int argc, char **argv)
 {
-    MPI_Init(&argc, &argv);
+    /* SERIALIZED: optimizer.overlap exchanges gradient buckets on a communication thread while
+     * the main thread makes no MPI call. Below it the trainer falls back and says so. */
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     int rank = 0, world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world);

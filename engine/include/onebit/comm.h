@@ -16,6 +16,9 @@
  *   barrier:                   0.
  * A world of one sends nothing.
  *
+ * The counters are guarded by a lock, so they stay exact when another thread communicates
+ * (ob_comm_any_thread).
+ *
  * All collectives are blocking from the caller's point of view (the NCCL backend synchronises
  * its stream before returning) and must be called by every rank in the same order. */
 #ifndef ONEBIT_COMM_H
@@ -56,7 +59,8 @@ typedef struct ob_comm_counters {
 } ob_comm_counters;
 
 /* Creates an MPI communicator over a duplicate of MPI_COMM_WORLD. MPI must be initialised by
- * the caller (MPI_Init) and finalised after ob_comm_destroy. Errors of MPI calls are returned,
+ * the caller (MPI_Init, or MPI_Init_thread with MPI_THREAD_SERIALIZED or more for
+ * ob_comm_any_thread) and finalised after ob_comm_destroy. Errors of MPI calls are returned,
  * not fatal. */
 ob_status ob_comm_create_mpi(ob_comm **out, ob_err *err);
 
@@ -83,6 +87,13 @@ const char *ob_comm_backend(const ob_comm *comm); /* "mpi", "self" or "nccl" */
 ob_mem_kind ob_comm_memory(const ob_comm *comm);
 /* The CUDA stream (a cudaStream_t) the NCCL backend runs on; NULL for host backends. */
 void *ob_comm_stream(const ob_comm *comm);
+
+/* 1 when the collectives may be called from a thread other than the one that created the
+ * communicator, one thread at a time (the caller guarantees that no two threads are inside
+ * this communicator, or MPI, at once): MPI initialised with MPI_THREAD_SERIALIZED or more
+ * (MPI_Query_thread at creation); always for self, which makes no MPI calls; 0 for nccl.
+ * The byte counters are safe to read from any thread at any time. */
+int ob_comm_any_thread(const ob_comm *comm);
 
 /* In-place sum of `count` floats over all ranks; every rank ends with bitwise identical values. */
 ob_status ob_comm_allreduce_sum_f32(ob_comm *comm, float *buf, size_t count, ob_err *err);

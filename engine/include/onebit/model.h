@@ -123,6 +123,22 @@ typedef struct ob_model_tensor {
 size_t ob_model_num_tensors(const ob_model *m);
 const ob_model_tensor *ob_model_tensor_at(const ob_model *m, size_t i);
 
+/* Reports that the gradient of tensor `tensor` (an index of the tensor table) is final for the
+ * running ob_model_forward_backward call: the backward pass writes it no more. Called on the
+ * thread that runs the pass, while the pass goes on; it must return quickly and must not call
+ * the model. */
+typedef void (*ob_model_grad_hook)(void *user, size_t tensor);
+
+/* Sets (fn non-NULL) or clears the hook (user borrowed, passed back to fn). During every call
+ * of ob_model_forward_backward with a gradient buffer, the CPU backward pass reports each tensor
+ * once, as soon as it is final, in the order it finishes them: softmax/MLP the output layer
+ * first, then the hidden layers from the last to the first; the transformer an untied lm_head,
+ * then lnfw and lnfb, then the blocks' tensors (stacked over the layers, (L, ...), so they are
+ * final only when layer 0 is done), then wpe and wte (a tied wte also collects the output
+ * projection's gradient, so it comes last). Not called when the loss is not finite (the
+ * backward pass is then skipped) nor by a device model (ob_model_create_cuda). */
+void ob_model_set_grad_hook(ob_model *m, ob_model_grad_hook fn, void *user);
+
 /* Writes a deterministic initial point into params (caller-owned, ob_model_num_params floats):
  * the same seed gives the same values on every machine. Each tensor draws from its own stream
  * (ob_rng seeded with (seed, tensor index)).
@@ -146,13 +162,14 @@ typedef struct ob_model_result {
  * the call enqueues its work on the model's stream and synchronises that stream before it
  * returns, so params must be ready with respect to that stream. grad, if
  * non-NULL, is overwritten (not accumulated) with d(mean loss)/d(params); it must not overlap
- * params. res (may be NULL) receives the loss and accuracy.
+ * params. res (may be NULL) receives the loss and accuracy. A grad hook (ob_model_set_grad_hook)
+ * hears of every tensor as its gradient becomes final.
  *
  * Softmax/MLP read batch->x and batch->y; batch->input_dim must equal the config's, every label
  * must lie in [0, num_classes). The transformer reads batch->tokens; batch->context must equal
  * the config's. batch->n must be in [1, max_batch]. Violations return OB_ERR_INVALID_ARG with a
  * message, before anything is computed. OB_ERR_NUMERIC when the loss is not finite (res is still
- * filled; grad is then unspecified). */
+ * filled; grad is then unspecified: zero on the CPU, where the backward pass is skipped). */
 ob_status ob_model_forward_backward(ob_model *m, const float *params, const ob_batch *batch,
                                     float *grad, ob_model_result *res, ob_err *err);
 

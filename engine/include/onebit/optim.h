@@ -100,7 +100,21 @@ typedef struct ob_optim_config {
      * bits; nothing more crosses the network and there is no new state. */
     ob_stabilizer stabilizer; /* default OB_STABILIZER_ADAM_BOUND for onebit_adam */
     double stability_bound;   /* c > 0; 0 (default): (1 - beta1) / sqrt(1 - beta2) */
+
+    /* Every kind: the fp32 exchanges (adam, the warmup, compression off) run bucket by bucket,
+     * each bucket a contiguous range of whole tensors (ob_optim_set_tensor_layout) of at least
+     * bucket_bytes, the last tensors first. */
+    size_t bucket_bytes; /* default OB_OPTIM_BUCKET_BYTES; 0: one bucket, the whole vector */
+    /* 1: the gradient's buckets are exchanged on a communication thread while the backward
+     * pass goes on (ob_optim_backward_begin); the same bits as 0. Host communicators only. */
+    int overlap; /* default 0 */
 } ob_optim_config;
+
+/* 4 MiB: large enough that a bucket's ring steps stay bandwidth-bound, small enough that the
+ * first buckets of a model of tens of MB leave while its backward pass goes on. */
+#define OB_OPTIM_BUCKET_BYTES ((size_t)4 << 20)
+/* The largest bucket_bytes accepted: 1 GiB. */
+#define OB_OPTIM_MAX_BUCKET_BYTES ((size_t)1 << 30)
 
 /* Fills cfg with the defaults for `kind`. */
 void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind);
@@ -132,6 +146,39 @@ typedef struct ob_optim ob_optim;
 ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *comm, float *params,
                           size_t d, ob_err *err);
 void ob_optim_destroy(ob_optim *opt); /* accepts NULL */
+
+/* The tensors of the parameter buffer: tensor i starts at offsets[i] (ascending, offsets[0]
+ * == 0, all below d; borrowed, read during the call), as in the model's tensor table. The fp32
+ * exchange is then cut into buckets at these boundaries (cfg.bucket_bytes). Before it is called
+ * the whole vector is one tensor, hence one bucket. Call it before the first step, at most
+ * once (OB_ERR_STATE otherwise); OB_ERR_INVALID_ARG for offsets that do not fit d. */
+ob_status ob_optim_set_tensor_layout(ob_optim *opt, const size_t *offsets, size_t n, ob_err *err);
+
+/* The bucket plan: n buckets, bucket k covering floats [lo, hi) and tensors [tensor_lo,
+ * tensor_hi); bucket 0 ends the buffer, and buckets are exchanged in index order. */
+size_t ob_optim_num_buckets(const ob_optim *opt);
+void ob_optim_bucket(const ob_optim *opt, size_t k, size_t *lo, size_t *hi, size_t *tensor_lo,
+                     size_t *tensor_hi);
+
+/* 1 when cfg.overlap is in effect: a host communicator whose collectives may run on another
+ * thread (ob_comm_any_thread). With cfg.overlap set on an MPI communicator whose MPI was
+ * initialised below MPI_THREAD_SERIALIZED the optimizer falls back to exchanging the buckets
+ * after the backward pass (the same bits) and this returns 0; the caller says so. */
+int ob_optim_overlap_active(const ob_optim *opt);
+
+/* The overlapped exchange. Before the backward pass that computes `grad` (d floats, borrowed
+ * until the next ob_optim_step, which must be given the same pointer), call
+ * ob_optim_backward_begin; during it report every tensor whose gradient in `grad` is final with
+ * ob_optim_grad_hook (its signature is ob_model_grad_hook's: pass it with the optimizer as
+ * `user` to ob_model_set_grad_hook); the step then waits for the buckets still in flight. A
+ * bucket's exchange starts, on the communication thread, once every tensor of it and of the
+ * buckets before it is final. Between begin and the step the caller must make no call on the
+ * optimizer's communicator (one thread inside MPI at a time) and must not write a reported
+ * tensor of `grad`. begin does nothing (and the hook is ignored) unless the overlap is active
+ * and the next step exchanges fp32 gradients (adam, the warmup); ob_optim_destroy waits for an
+ * armed exchange. */
+void ob_optim_backward_begin(ob_optim *opt, const float *grad);
+void ob_optim_grad_hook(void *opt, size_t tensor);
 
 /* One optimizer step with this rank's local gradient `grad` (d floats in the communicator's
  * memory, borrowed, not modified) and learning rate lr. Collective: every rank calls it with the
@@ -170,6 +217,10 @@ typedef struct ob_optim_stats {
     /* The check's fraction of coordinates above OB_WARM_CHECK_FACTOR sqrt(v) (NaN until it ran,
      * in this process: a resumed run does not repeat it). */
     double warm_check_fraction;
+    /* Buckets exchanged by fp32 steps, in this process; and of those, handed to the
+     * communication thread while the backward pass was still running (cfg.overlap). */
+    uint64_t buckets_exchanged;
+    uint64_t buckets_early;
 } ob_optim_stats;
 
 void ob_optim_get_stats(const ob_optim *opt, ob_optim_stats *out);
@@ -200,7 +251,8 @@ ob_status ob_optim_health_sums_local(ob_optim *opt, ob_optim_health_sums *out, o
 typedef struct ob_optim_timing {
     uint64_t steps;
     double total_s;     /* whole steps */
-    double allreduce_s; /* fp32 allreduces (warmup gradients, uncompressed momentum) */
+    double allreduce_s; /* fp32 allreduces (warmup gradients, uncompressed momentum); with
+                         * the overlap, the time the step waited for buckets still in flight */
     ob_car_timing car;  /* compressed allreduces, by phase */
 } ob_optim_timing;
 

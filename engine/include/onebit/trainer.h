@@ -81,7 +81,8 @@ typedef struct ob_train_profile {
     double data_s;      /* loading batches */
     double compute_s;   /* forward + backward (on a device, the batch upload included) */
     double optim_s;     /* optimizer steps in all, which include: */
-    double allreduce_s; /*   fp32 allreduces (the warmup's gradients) */
+    double allreduce_s; /*   fp32 allreduces (the warmup's gradients); with optimizer.overlap
+                         *   the time the step still waited for them after the backward pass */
     double compress_s;  /*   1-bit compression: worker, server, decode */
     double exchange_s;  /*   the compressed allreduce's alltoall and allgather */
 } ob_train_profile;

@@ -1,0 +1,98 @@
+/* Bucketed fp32 gradient exchange, and its overlap with the backward pass (private to the
+ * optimizer).
+ *
+ * Buckets. The flat gradient of d floats is cut into contiguous ranges at tensor boundaries
+ * (the model's tensor table). The backward pass finishes the tensors from the end of the buffer
+ * towards its start (output layer first, embeddings last), so the plan walks the tensors from
+ * the last to the first and closes a bucket as soon as it holds at least bucket_bytes; a
+ * remainder smaller than that joins the bucket before it. Bucket 0 therefore ends the buffer and
+ * buckets are exchanged in index order. bucket_bytes 0 (or >= 4 d) gives one bucket: the whole
+ * vector. ob__buckets_plan is the only place the layout is computed.
+ *
+ * Exchange of bucket k (ob__bucket_exchange): copy src[lo, hi) to dst[lo, hi), then the ring
+ * allreduce (ob_comm_allreduce_sum_f32) of dst[lo, hi). The reference path runs it for k = 0,
+ * 1, ... on the caller's thread after the backward pass (ob__buckets_exchange_all); the
+ * overlapped path runs the same function, in the same order, on a communication thread while
+ * the backward pass goes on. Both give the same bits by construction.
+ *
+ * Overlap (ob__overlap). One communication thread per optimizer, created with it and joined at
+ * its destruction. A step: the main thread arms it (ob__overlap_begin) before the backward pass;
+ * the backward pass reports each tensor whose gradient is final (ob__overlap_tensor_final);
+ * when every tensor of bucket k and of all buckets before it is final, k is handed to the
+ * thread (a queue of bucket indices in exchange order: `published` under the mutex, the
+ * condition variable `work`). ob__overlap_finish marks what is left final, waits until every
+ * bucket is exchanged (condition `done`) and returns the first failure. Between begin and
+ * finish the main thread must make no call on the communicator: with MPI initialised at
+ * MPI_THREAD_SERIALIZED, only one thread may be inside MPI at a time, and the ring allreduce's
+ * scratch buffer belongs to whoever runs it. */
+#ifndef ONEBIT_OVERLAP_H
+#define ONEBIT_OVERLAP_H
+
+#include "onebit/comm.h"
+#include "onebit/status.h"
+
+#include <stddef.h>
+
+typedef struct ob__bucket {
+    size_t lo, hi;               /* floats [lo, hi) of the flat buffer */
+    size_t tensor_lo, tensor_hi; /* tensors [tensor_lo, tensor_hi) it holds */
+} ob__bucket;
+
+/* A bucket plan and the per-step bookkeeping of the thread that runs the backward pass. */
+typedef struct ob__buckets {
+    size_t d;
+    size_t n;                /* buckets */
+    ob__bucket *b;           /* (n) in exchange order: b[0] ends the buffer */
+    size_t num_tensors;      /* tensors (1 when no table was given: the whole vector) */
+    size_t *tensor_bucket;   /* (num_tensors) the bucket that holds each tensor */
+    size_t *pending;         /* (n) tensors of each bucket not yet final in this step */
+    unsigned char *is_final; /* (num_tensors) reported final in this step */
+} ob__buckets;
+
+/* Computes the plan for d floats whose tensors start at offsets[0 .. num_tensors) (ascending,
+ * offsets[0] == 0, each < d; borrowed, read only here). offsets NULL: one tensor, the whole
+ * vector. OB_ERR_INVALID_ARG for a table that does not fit d; OB_ERR_NOMEM. out is
+ * caller-owned; free its arrays with ob__buckets_free (also after a failure). */
+ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, size_t num_tensors,
+                           size_t bucket_bytes, ob_err *err);
+void ob__buckets_free(ob__buckets *p);
+
+/* Exchange of one bucket: dst[lo, hi) = sum over the ranks of src[lo, hi). src and dst are d
+ * floats in the communicator's memory (borrowed; src == dst allowed); on a device communicator
+ * the copy is queued on `stream`. */
+ob_status ob__bucket_exchange(ob_comm *comm, int dev, void *stream, const ob__bucket *b,
+                              const float *src, float *dst, ob_err *err);
+
+/* The reference path: every bucket in exchange order on the calling thread. */
+ob_status ob__buckets_exchange_all(ob_comm *comm, int dev, void *stream, const ob__buckets *p,
+                                   const float *src, float *dst, ob_err *err);
+
+typedef struct ob__overlap ob__overlap;
+
+/* Starts the communication thread for `comm` (borrowed; host memory; its collectives must be
+ * callable from another thread: ob_comm_any_thread). OB_ERR_SYSTEM when the thread or its lock
+ * cannot be created. */
+ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_err *err);
+
+/* Stops the thread (after the bucket it may be exchanging) and joins it. Accepts NULL. */
+void ob__overlap_destroy(ob__overlap *ov);
+
+/* Arms the overlap for one backward pass over plan p (borrowed until ob__overlap_finish):
+ * bucket k will be dst[lo, hi) = sum of src[lo, hi). The thread reads src[lo, hi) only after
+ * every tensor of bucket k was reported final. Main thread; none armed. */
+void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, const float *src, float *dst);
+
+/* 1 between ob__overlap_begin and ob__overlap_finish. */
+int ob__overlap_armed(const ob__overlap *ov);
+
+/* The gradient of tensor t is final: the backward pass writes it no more. Hands over every
+ * bucket that became complete, in exchange order. Ignored when not armed, for a tensor out of
+ * range, or reported twice. Main thread. */
+void ob__overlap_tensor_final(ob__overlap *ov, size_t t);
+
+/* Marks every tensor final, waits until every bucket is exchanged and disarms. *early (may be
+ * NULL) receives how many buckets were handed over before this call (during the backward
+ * pass). Returns the first failure of an exchange (later buckets are then skipped). */
+ob_status ob__overlap_finish(ob__overlap *ov, size_t *early, ob_err *err);
+
+#endif /* ONEBIT_OVERLAP_H */

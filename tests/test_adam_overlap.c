@@ -1,0 +1,398 @@
+/* The bucketed fp32 gradient exchange and its overlap with the backward pass, on MPI ranks:
+ *   - the bucket plan: contiguous, cut at tensor boundaries, last tensors first, each bucket at
+ *     least bucket_bytes;
+ *   - one bucket (bucket_bytes >= the vector, or 0) is the whole-vector ring allreduce, bit for
+ *     bit; several buckets are that allreduce per range (an independent Adam reference);
+ *   - overlap on against off with the same buckets, through the real trainer, MLP and
+ *     transformer, adam and 1-bit Adam (warmup -> freeze -> compression): identical parameters
+ *     and optimizer state (memcmp), identical traffic, and the buckets really left during the
+ *     backward pass.
+ * Every case runs on every rank; any mismatch fails the process. */
+#include "mpi_harness.h"
+
+#include "onebit/comm.h"
+#include "onebit/jobspec.h"
+#include "onebit/model.h"
+#include "onebit/optim.h"
+#include "onebit/optim_kernels.h"
+#include "onebit/rng.h"
+#include "onebit/trainer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- the plan ------------------------------------------------------------------------------- */
+
+/* The MLP's tensor table (input 32, hidden {64, 32}, 4 classes), as the trainer passes it. */
+static ob_model *small_mlp(void)
+{
+    ob_model_config mc;
+    ob_model_config_default(&mc, OB_MODEL_MLP);
+    mc.input_dim = 32;
+    mc.num_classes = 4;
+    mc.hidden[0] = 64;
+    mc.hidden[1] = 32;
+    mc.num_hidden = 2;
+    mc.max_batch = 4;
+    ob_model *m = NULL;
+    return ob_model_create(&m, &mc, NULL) == OB_OK ? m : NULL;
+}
+
+static size_t tensor_offsets(const ob_model *m, size_t *out)
+{
+    size_t n = ob_model_num_tensors(m);
+    for (size_t i = 0; i < n; i++)
+        out[i] = ob_model_tensor_at(m, i)->offset;
+    return n;
+}
+
+/* Checks the plan of `opt` over the tensors of m for bucket_bytes; returns the bucket count. */
+static size_t check_plan(mpi_harness *h, const ob_optim *opt, const ob_model *m,
+                         size_t bucket_bytes)
+{
+    size_t nb = ob_optim_num_buckets(opt), d = ob_model_num_params(m);
+    size_t nt = ob_model_num_tensors(m), expect_hi = d, expect_thi = nt;
+    for (size_t k = 0; k < nb; k++) {
+        size_t lo, hi, tlo, thi;
+        ob_optim_bucket(opt, k, &lo, &hi, &tlo, &thi);
+        MH_CHECK(h, hi == expect_hi && thi == expect_thi,
+                 "bucket %zu of %zu: ends at %zu (tensor %zu), expected %zu (%zu)", k, nb, hi, thi,
+                 expect_hi, expect_thi);
+        MH_CHECK(h, tlo < thi && lo == ob_model_tensor_at(m, tlo)->offset,
+                 "bucket %zu starts at %zu, not at tensor %zu", k, lo, tlo);
+        size_t bytes = (hi - lo) * sizeof(float);
+        MH_CHECK(h, nb == 1 || bytes >= bucket_bytes, "bucket %zu: %zu bytes < %zu", k, bytes,
+                 bucket_bytes);
+        /* Minimal: without its first tensor (the one it closed on) it would be short, unless
+         * it is the last bucket, which may hold a short remainder's tensors too. */
+        if (k + 1 < nb && tlo + 1 < thi) {
+            size_t without = hi - ob_model_tensor_at(m, tlo + 1)->offset;
+            MH_CHECK(h, without * sizeof(float) < bucket_bytes,
+                     "bucket %zu is larger than it needs to be", k);
+        }
+        expect_hi = lo;
+        expect_thi = tlo;
+    }
+    MH_CHECK(h, expect_hi == 0 && expect_thi == 0, "the buckets do not reach offset 0");
+    return nb;
+}
+
+static void plan_layouts(mpi_harness *h)
+{
+    ob_comm *comm = NULL;
+    ob_model *m = small_mlp();
+    MH_CHECK(h, m && ob_comm_create_mpi(&comm, NULL) == OB_OK, "setup");
+    if (!m || !comm) return;
+    size_t offsets[16], nt = tensor_offsets(m, offsets), d = ob_model_num_params(m);
+    float *x = calloc(d, sizeof *x);
+    /* layer0.weight 2048, layer0.bias 64, layer1.weight 2048, layer1.bias 32,
+     * output.weight 128, output.bias 4: d = 4324 floats. */
+    MH_CHECK(h, nt == 6 && d == 4324, "the MLP's table changed: %zu tensors, %zu floats", nt, d);
+    struct {
+        size_t bytes, buckets;
+    } cases[] = {
+        {0, 1},            /* 0: one bucket */
+        {4, 6},            /* one float: every tensor a bucket */
+        {600, 3},          /* {output.*, layer1.bias} 164 f; layer1.weight; the rest */
+        {8192, 2},         /* 2048 floats: output..layer1.weight 2212; layer0.* 2112 */
+        {8800, 1},         /* 2200 f: output..layer1.weight 2212, then the remainder layer0.*
+                            * (2112) is short and joins it */
+        {9192, 1},         /* 2298 f: full only with tensor 0 */
+        {4324 * 4, 1},     /* exactly the vector */
+        {4324 * 4 - 4, 1}, /* just below: the last tensor still needed */
+        {(size_t)1 << 30, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ob_optim_config cfg;
+        ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
+        cfg.bucket_bytes = cases[i].bytes;
+        ob_optim *opt = NULL;
+        ob_err err = {0};
+        MH_CHECK(h, ob_optim_create(&opt, &cfg, comm, x, d, &err) == OB_OK, "create: %s", err.msg);
+        if (!opt) continue;
+        MH_CHECK(h, ob_optim_num_buckets(opt) == 1, "before the layout: one bucket");
+        MH_CHECK(h, ob_optim_set_tensor_layout(opt, offsets, nt, &err) == OB_OK, "layout: %s",
+                 err.msg);
+        size_t nb = check_plan(h, opt, m, cases[i].bytes);
+        MH_CHECK(h, nb == cases[i].buckets, "bucket_bytes %zu: %zu buckets, expected %zu",
+                 cases[i].bytes, nb, cases[i].buckets);
+        /* Once only, and offsets that do not fit are refused. */
+        MH_CHECK(h, ob_optim_set_tensor_layout(opt, offsets, nt, &err) == OB_ERR_STATE,
+                 "a second layout");
+        ob_optim_destroy(opt);
+    }
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
+    ob_optim *opt = NULL;
+    ob_optim_create(&opt, &cfg, comm, x, d, NULL);
+    size_t bad1[] = {1, 10}, bad2[] = {0, 10, 10}, bad3[] = {0, 4324};
+    ob_err err = {0};
+    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, bad1, 2, &err) == OB_ERR_INVALID_ARG,
+             "first offset not 0");
+    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, bad2, 3, &err) == OB_ERR_INVALID_ARG,
+             "repeated offset");
+    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, bad3, 2, &err) == OB_ERR_INVALID_ARG,
+             "offset at d");
+    cfg.bucket_bytes = ((size_t)1 << 30) + 1;
+    MH_CHECK(h, ob_optim_config_validate(&cfg, &err) == OB_ERR_INVALID_ARG, "bucket_bytes > 1 GiB");
+    ob_optim_destroy(opt);
+    free(x);
+    ob_model_destroy(m);
+    ob_comm_destroy(comm);
+}
+
+/* --- the bucketed exchange against an independent reference --------------------------------- */
+
+/* Adam with bucket_bytes over the small MLP's tensors, three steps of per-rank random gradients,
+ * against: per bucket (the whole vector when whole != 0) a ring allreduce of a copy, then the
+ * Adam kernel. Bitwise. */
+static void adam_against_reference(mpi_harness *h, size_t bucket_bytes, int whole)
+{
+    ob_comm *comm = NULL;
+    ob_model *m = small_mlp();
+    MH_CHECK(h, m && ob_comm_create_mpi(&comm, NULL) == OB_OK, "setup");
+    if (!m || !comm) return;
+    size_t offsets[16], nt = tensor_offsets(m, offsets), d = ob_model_num_params(m);
+    float *x = malloc(d * sizeof *x), *xr = malloc(d * sizeof *x), *mr = calloc(d, sizeof *x);
+    float *vr = calloc(d, sizeof *x), *g = malloc(d * sizeof *x), *gs = malloc(d * sizeof *x);
+    ob_rng rng;
+    ob_rng_seed(&rng, 7, 0);
+    for (size_t i = 0; i < d; i++)
+        x[i] = xr[i] = (float)ob_rng_normal(&rng);
+    ob_rng_seed(&rng, 11, (uint64_t)ob_comm_rank(comm) + 1);
+
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
+    cfg.bucket_bytes = bucket_bytes;
+    cfg.weight_decay = 0.01;
+    ob_optim *opt = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_optim_create(&opt, &cfg, comm, x, d, &err) == OB_OK, "create: %s", err.msg);
+    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, offsets, nt, &err) == OB_OK, "layout");
+    if (!opt) return;
+    size_t nb = ob_optim_num_buckets(opt);
+    MH_CHECK(h, whole ? nb == 1 : nb > 1, "%zu buckets", nb);
+    int n = ob_comm_size(comm);
+    for (long t = 1; t <= 3; t++) {
+        for (size_t i = 0; i < d; i++)
+            g[i] = (float)ob_rng_normal(&rng) * 0.1f;
+        MH_CHECK(h, ob_optim_step(opt, g, 1e-3f, &err) == OB_OK, "step %ld: %s", t, err.msg);
+        memcpy(gs, g, d * sizeof *g);
+        if (whole) {
+            ob_comm_allreduce_sum_f32(comm, gs, d, NULL);
+        } else {
+            for (size_t k = 0; k < nb; k++) {
+                size_t lo, hi;
+                ob_optim_bucket(opt, k, &lo, &hi, NULL, NULL);
+                ob_comm_allreduce_sum_f32(comm, gs + lo, hi - lo, NULL);
+            }
+        }
+        ob_adam_coeffs k;
+        ob_adam_coeffs_init(&k, cfg.beta1, cfg.beta2, cfg.eps, cfg.weight_decay,
+                            cfg.bias_correction, t, 1e-3f, n);
+        ob_adam_update(xr, mr, vr, gs, d, &k);
+    }
+    ob_optim_state st;
+    ob_optim_get_state(opt, &st);
+    MH_CHECK(h, memcmp(x, xr, d * sizeof *x) == 0, "bucket_bytes %zu: parameters differ",
+             bucket_bytes);
+    MH_CHECK(h, memcmp(st.exp_avg, mr, d * sizeof *x) == 0, "m differs");
+    MH_CHECK(h, memcmp(st.exp_avg_sq, vr, d * sizeof *x) == 0, "v differs");
+    ob_optim_stats s;
+    ob_optim_get_stats(opt, &s);
+    MH_CHECK(h, s.buckets_exchanged == 3 * nb && s.buckets_early == 0, "%llu buckets, %llu early",
+             (unsigned long long)s.buckets_exchanged, (unsigned long long)s.buckets_early);
+    ob_optim_destroy(opt);
+    free(x), free(xr), free(mr), free(vr), free(g), free(gs);
+    ob_model_destroy(m);
+    ob_comm_destroy(comm);
+}
+
+static void one_bucket_is_the_whole_vector_allreduce(mpi_harness *h)
+{
+    adam_against_reference(h, 4324 * 4, 1);
+    adam_against_reference(h, 0, 1);
+    adam_against_reference(h, (size_t)1 << 30, 1);
+}
+
+static void buckets_are_allreduces_per_range(mpi_harness *h)
+{
+    adam_against_reference(h, 4, 0);
+    adam_against_reference(h, 600, 0);
+}
+
+/* --- overlap on against off, through the trainer ------------------------------------------ */
+
+#define MLP_SPEC                                                                                   \
+    "name: t\n"                                                                                    \
+    "model: {type: mlp, hidden: [64, 48, 32]}\n"                                                   \
+    "data: {type: synthetic_classification, n_train: 512, n_eval: 64, input_dim: 40, "             \
+    "num_classes: 5}\n"                                                                            \
+    "batch_size: 8\nseed: 5\nlog_interval: 100\neval: {interval: 0, max_examples: 16}\n"
+
+#define TF_SPEC                                                                                    \
+    "name: t\n"                                                                                    \
+    "model: {type: transformer, layers: 2, heads: 2, d_model: 32, context: 16, "                   \
+    "tied_output: %s}\n"                                                                           \
+    "data: {type: synthetic_text, train_bytes: 4000, eval_bytes: 200}\n"                           \
+    "batch_size: 2\nseed: 9\nlog_interval: 100\neval: {interval: 0, max_examples: 8}\n"
+
+typedef struct outcome {
+    size_t d;
+    float *x, *m, *v, *we, *se;
+    size_t D, C;
+    ob_optim_stats stats;
+    size_t buckets;
+    int overlap_active;
+} outcome;
+
+static float *dup_floats(const float *p, size_t n)
+{
+    if (!p || n == 0) return NULL;
+    float *q = malloc(n * sizeof *q);
+    if (q) memcpy(q, p, n * sizeof *q);
+    return q;
+}
+
+static void outcome_free(outcome *o)
+{
+    free(o->x), free(o->m), free(o->v), free(o->we), free(o->se);
+    memset(o, 0, sizeof *o);
+}
+
+/* Trains the spec text (YAML) plus `extra` lines and keeps the final state. */
+static int train(mpi_harness *h, ob_comm *comm, const char *spec_text, const char *extra,
+                 outcome *out)
+{
+    memset(out, 0, sizeof *out);
+    char text[2048];
+    snprintf(text, sizeof text, "%s%s", spec_text, extra);
+    ob_jobspec spec;
+    ob_err err = {0};
+    ob_status st = ob_jobspec_parse(&spec, text, strlen(text), OB_SPEC_YAML, &err);
+    MH_CHECK(h, st == OB_OK, "spec: %s", err.msg);
+    if (st != OB_OK) return 0;
+    ob_trainer *t = NULL;
+    st = ob_trainer_create(&t, &spec, comm, &err);
+    MH_CHECK(h, st == OB_OK, "trainer: %s", err.msg);
+    if (st != OB_OK) return 0;
+    ob_train_summary sum;
+    st = ob_trainer_run(t, NULL, NULL, &sum, &err);
+    MH_CHECK(h, st == OB_OK, "run: %s", err.msg);
+    ob_optim *opt = ob_trainer_optim(t);
+    ob_optim_state os;
+    ob_optim_get_state(opt, &os);
+    out->d = ob_trainer_num_params(t);
+    out->x = dup_floats(ob_trainer_params(t), out->d);
+    out->m = dup_floats(os.exp_avg, out->d);
+    out->v = dup_floats(os.exp_avg_sq, out->d);
+    out->D = os.padded_size;
+    out->C = os.chunk_size;
+    out->we = dup_floats(os.worker_error, os.padded_size);
+    out->se = dup_floats(os.server_error, os.chunk_size);
+    ob_optim_get_stats(opt, &out->stats);
+    out->buckets = ob_optim_num_buckets(opt);
+    out->overlap_active = ob_optim_overlap_active(opt);
+    ob_trainer_destroy(t);
+    return st == OB_OK;
+}
+
+static int same_floats(const float *a, const float *b, size_t n)
+{
+    if (!a || !b) return a == b;
+    return memcmp(a, b, n * sizeof *a) == 0;
+}
+
+/* Overlap off and on with the same buckets: the same bits, the same traffic; on, every bucket
+ * of every fp32 step was handed over during the backward pass. */
+static void compare_overlap(mpi_harness *h, const char *what, const char *spec_text,
+                            const char *optim_line, long steps, long fp32_steps, size_t min_buckets)
+{
+    ob_comm *comm = NULL;
+    MH_CHECK(h, ob_comm_create_mpi(&comm, NULL) == OB_OK, "comm");
+    if (!comm) return;
+    MH_CHECK(h, ob_comm_any_thread(comm), "MPI_THREAD_SERIALIZED was not provided");
+    char off[512], on[512];
+    snprintf(off, sizeof off, "steps: %ld\noptimizer: {%s, overlap: false}\n", steps, optim_line);
+    snprintf(on, sizeof on, "steps: %ld\noptimizer: {%s, overlap: true}\n", steps, optim_line);
+    outcome a = {0}, b = {0};
+    int ok = train(h, comm, spec_text, off, &a) && train(h, comm, spec_text, on, &b);
+    if (ok) {
+        MH_CHECK(h, a.d == b.d && a.D == b.D && a.C == b.C, "%s: sizes differ", what);
+        MH_CHECK(h, !a.overlap_active && b.overlap_active, "%s: overlap %d / %d", what,
+                 a.overlap_active, b.overlap_active);
+        MH_CHECK(h, a.buckets == b.buckets && a.buckets >= min_buckets,
+                 "%s: %zu / %zu buckets, expected at least %zu", what, a.buckets, b.buckets,
+                 min_buckets);
+        MH_CHECK(h, same_floats(a.x, b.x, a.d), "%s: parameters differ", what);
+        MH_CHECK(h, same_floats(a.m, b.m, a.d), "%s: m differs", what);
+        MH_CHECK(h, same_floats(a.v, b.v, a.d), "%s: v differs", what);
+        MH_CHECK(h, same_floats(a.we, b.we, a.D), "%s: worker error differs", what);
+        MH_CHECK(h, same_floats(a.se, b.se, a.C), "%s: server error differs", what);
+        MH_CHECK(h, a.stats.step == steps && b.stats.step == steps, "%s: steps", what);
+        MH_CHECK(h, a.stats.freeze_step == b.stats.freeze_step, "%s: freeze at %ld / %ld", what,
+                 a.stats.freeze_step, b.stats.freeze_step);
+        int sends = ob_comm_size(comm) > 1;
+        MH_CHECK(h, a.stats.bytes_sent == b.stats.bytes_sent && (a.stats.bytes_sent > 0) == sends,
+                 "%s: bytes %llu / %llu", what, (unsigned long long)a.stats.bytes_sent,
+                 (unsigned long long)b.stats.bytes_sent);
+        uint64_t expect = (uint64_t)fp32_steps * a.buckets;
+        MH_CHECK(h, a.stats.buckets_exchanged == expect && b.stats.buckets_exchanged == expect,
+                 "%s: %llu / %llu buckets exchanged, expected %llu", what,
+                 (unsigned long long)a.stats.buckets_exchanged,
+                 (unsigned long long)b.stats.buckets_exchanged, (unsigned long long)expect);
+        MH_CHECK(h, a.stats.buckets_early == 0 && b.stats.buckets_early == expect,
+                 "%s: %llu / %llu buckets early, expected 0 / %llu", what,
+                 (unsigned long long)a.stats.buckets_early,
+                 (unsigned long long)b.stats.buckets_early, (unsigned long long)expect);
+    }
+    outcome_free(&a);
+    outcome_free(&b);
+    ob_comm_destroy(comm);
+}
+
+static void overlap_mlp_adam(mpi_harness *h)
+{
+    /* 40*64 + 64 | 64*48 + 48 | 48*32 + 32 | 32*5 + 5 floats: 2 KiB (512 floats) buckets give
+     * {layer2, output}, {layer1}, {layer0}. */
+    compare_overlap(h, "mlp adam", MLP_SPEC, "type: adam, bucket_mb: 0.002", 6, 6, 3);
+}
+
+static void overlap_mlp_onebit(mpi_harness *h)
+{
+    /* Warmup steps 1..4 exchange fp32 gradient buckets; 5..9 are compressed. */
+    compare_overlap(h, "mlp onebit_adam", MLP_SPEC,
+                    "type: onebit_adam, freeze_step: 4, block_size: 64, bucket_mb: 0.002", 9, 4, 3);
+}
+
+static void overlap_transformer_adam(mpi_harness *h)
+{
+    char spec[1024];
+    snprintf(spec, sizeof spec, TF_SPEC, "true");
+    compare_overlap(h, "transformer (tied) adam", spec, "type: adam, bucket_mb: 0.01", 4, 4, 3);
+    snprintf(spec, sizeof spec, TF_SPEC, "false");
+    compare_overlap(h, "transformer (untied) adam", spec, "type: adam, bucket_mb: 0.01", 4, 4, 3);
+}
+
+static void overlap_transformer_onebit(mpi_harness *h)
+{
+    char spec[1024];
+    snprintf(spec, sizeof spec, TF_SPEC, "true");
+    compare_overlap(h, "transformer onebit_adam", spec,
+                    "type: onebit_adam, freeze_step: 3, block_size: 64, bucket_mb: 0.01", 6, 3, 3);
+}
+
+int main(int argc, char **argv)
+{
+    mpi_harness h;
+    mpi_harness_init(&h, &argc, &argv);
+    MH_RUN(&h, plan_layouts);
+    MH_RUN(&h, one_bucket_is_the_whole_vector_allreduce);
+    MH_RUN(&h, buckets_are_allreduces_per_range);
+    MH_RUN(&h, overlap_mlp_adam);
+    MH_RUN(&h, overlap_mlp_onebit);
+    MH_RUN(&h, overlap_transformer_adam);
+    MH_RUN(&h, overlap_transformer_onebit);
+    return mpi_harness_finish(&h);
+}
