@@ -90,6 +90,36 @@ static void test_minimal_onebit_defaults(void **state)
     free(y);
 }
 
+/* Buckets default to one (the whole vector) without overlap, to OB_OPTIM_BUCKET_BYTES with it;
+ * an explicit bucket_mb wins either way. */
+static void test_bucket_defaults(void **state)
+{
+    (void)state;
+    const char *base = "model: {type: softmax}\ndata: {type: idx, path: /data/mnist}\n"
+                       "batch_size: 8\nsteps: 5\noptimizer: {type: adam%s}\n";
+    const struct {
+        const char *extra;
+        size_t bytes;
+        int overlap;
+    } cases[] = {
+        {"", 0, 0},
+        {", overlap: false", 0, 0},
+        {", overlap: true", OB_OPTIM_BUCKET_BYTES, 1},
+        {", overlap: true, bucket_mb: 0", 0, 1},
+        {", bucket_mb: 2", (size_t)2 << 20, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, base, cases[i].extra);
+        ob_jobspec *j = new_spec();
+        parse_ok(j, text, OB_SPEC_YAML);
+        assert_int_equal(j->optim.bucket_bytes, cases[i].bytes);
+        assert_int_equal(j->optim.overlap, cases[i].overlap);
+        check_round_trip(j);
+        free(j);
+    }
+}
+
 /* ---- full specs for each combination ------------------------------------------------------- */
 
 static void test_full_softmax_fmnist_adam(void **state)
@@ -335,7 +365,7 @@ static void test_to_json(void **state)
                         "\"/usr/share/datasets/fashion-mnist\",\"normalize\":\"standardize\"},"
                         "\"optimizer\":{\"type\":\"adam\",\"beta1\":0.9,\"beta2\":0.999,"
                         "\"eps\":1e-8,\"weight_decay\":0.0,\"bias_correction\":true,"
-                        "\"bucket_mb\":4.0,\"overlap\":false},"
+                        "\"bucket_mb\":0.0,\"overlap\":false},"
                         "\"batch_size\":16,\"steps\":7,\"lr\":{\"schedule\":\"constant\","
                         "\"peak\":0.001,\"warmup_steps\":0},\"seed\":123,\"eval\":{\"interval\":0,"
                         "\"max_examples\":0},\"log_interval\":10,\"checkpoint\":{\"dir\":\"\","
@@ -510,6 +540,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_minimal_defaults),
         cmocka_unit_test(test_minimal_onebit_defaults),
+        cmocka_unit_test(test_bucket_defaults),
         cmocka_unit_test(test_full_softmax_fmnist_adam),
         cmocka_unit_test(test_full_mlp_idx_onebit_naive),
         cmocka_unit_test(test_full_mlp_synthetic_onebit_off),

@@ -402,15 +402,19 @@ static ob_status read_freeze_step(const json_t *o, long *out, ob_err *err)
     return ob__spec_bad_value(err, "optimizer", "freeze_step", "\"auto\" or a positive integer", v);
 }
 
-/* bucket_mb (MiB, a real in [0, 1024]: 0 is one bucket) and overlap. */
+/* overlap and bucket_mb (MiB, a real in [0, 1024]: 0 is one bucket). Buckets pay only when
+ * they overlap the backward pass (alone they add rounds to the exchange), so bucket_mb defaults
+ * to OB_OPTIM_BUCKET_BYTES with overlap and to one bucket without. */
 static ob_status read_buckets(const json_t *o, ob_optim_config *c, ob_err *err)
 {
-    double mb = (double)c->bucket_bytes / (double)(1 << 20);
-    ob_status st = ob__spec_get_real(o, "optimizer", "bucket_mb", 0.0, 0, 1024.0, 0,
-                                     "a number of MiB in [0, 1024] (0: one bucket)", &mb, err);
+    ob_status st = ob__spec_get_bool(o, "optimizer", "overlap", &c->overlap, err);
+    if (st) return st;
+    double mb = c->overlap ? (double)OB_OPTIM_BUCKET_BYTES / (double)(1 << 20) : 0.0;
+    st = ob__spec_get_real(o, "optimizer", "bucket_mb", 0.0, 0, 1024.0, 0,
+                           "a number of MiB in [0, 1024] (0: one bucket)", &mb, err);
     if (st) return st;
     c->bucket_bytes = (size_t)llround(mb * (double)(1 << 20));
-    return ob__spec_get_bool(o, "optimizer", "overlap", &c->overlap, err);
+    return OB_OK;
 }
 
 static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)

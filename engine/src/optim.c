@@ -63,7 +63,7 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->scale = OB_SCALE_L1;
     cfg->stabilizer = kind == OB_OPTIM_ONEBIT_ADAM ? OB_STABILIZER_ADAM_BOUND : OB_STABILIZER_NONE;
     cfg->stability_bound = 0.0;
-    cfg->bucket_bytes = OB_OPTIM_BUCKET_BYTES;
+    cfg->bucket_bytes = 0;
     cfg->overlap = 0;
 }
 

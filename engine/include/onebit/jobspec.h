@@ -39,7 +39,8 @@
  *   optimizer:
  *     type         adam | onebit_adam                                              (required)
  *     beta1? beta2? eps? weight_decay? bias_correction? (bool)  [ob_optim_config_default]
- *     bucket_mb?   MiB in [0, 1024] [4]: the fp32 gradient exchange (adam, the warmup) runs in
+ *     bucket_mb?   MiB in [0, 1024] [4 with overlap, else 0]: the fp32 gradient exchange (adam,
+ *                  the warmup) runs in
  *                  buckets of whole tensors of at least this size, last layers first; 0: one
  *                  bucket (optim.bucket_bytes); device: cuda keeps one NCCL allreduce
  *     overlap?     bool [false]: exchange each bucket on a communication thread as soon as the

@@ -104,7 +104,8 @@ typedef struct ob_optim_config {
     /* Every kind: the fp32 exchanges (adam, the warmup, compression off) run bucket by bucket,
      * each bucket a contiguous range of whole tensors (ob_optim_set_tensor_layout) of at least
      * bucket_bytes, the last tensors first. */
-    size_t bucket_bytes; /* default OB_OPTIM_BUCKET_BYTES; 0: one bucket, the whole vector */
+    size_t bucket_bytes; /* default 0: one bucket, the whole vector (a job spec with overlap
+                            defaults to OB_OPTIM_BUCKET_BYTES) */
     /* 1: the gradient's buckets are exchanged on a communication thread while the backward
      * pass goes on (ob_optim_backward_begin); the same bits as 0. Host communicators only. */
     int overlap; /* default 0 */
