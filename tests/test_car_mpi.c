@@ -186,6 +186,59 @@ static void test_comm_collectives(mpi_harness *h)
 
 /* Alltoall and allgather on both sides of the size where the MPI backend switches from the
  * direct exchange to the step-by-step schedules (60 KiB per block), and far above it. */
+/* Value k of rank r's input: a float with a full mantissa, so that the order of the additions
+ * shows in the bits. */
+static float ring_input(int r, size_t k)
+{
+    uint64_t z = ((uint64_t)r << 40) ^ (k * 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 31)) * 0xBF58476D1CE4E5B9ull;
+    z ^= z >> 29;
+    return (float)((double)(z >> 11) / 9007199254740992.0 - 0.5) * 3.0f;
+}
+
+/* The ring allreduce adds in a fixed order: element k of ring chunk c (count split into n
+ * chunks, sizes differing by at most one, the larger first) starts at rank c, and every next
+ * rank to the right adds its own value to what came from the left. The sums must be exactly
+ * those of that order, on every rank, whatever the pipeline's segments (one segment and many,
+ * chunks of uneven size, chunks shorter than a segment, empty chunks). */
+static void test_allreduce_ring_order(mpi_harness *h)
+{
+    ob_comm *c = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    if (!c) return;
+    int n = h->size, r = h->rank;
+    size_t counts[] = {1, 3, 1000, 65536, (size_t)n * 65536 * 3 + 5, 1000003};
+    for (size_t ci = 0; ci < sizeof counts / sizeof *counts; ci++) {
+        size_t cnt = counts[ci], base = cnt / (size_t)n, extra = cnt % (size_t)n;
+        float *buf = malloc(cnt * sizeof(float));
+        MH_CHECK(h, buf != NULL, "out of memory");
+        if (!buf) break;
+        for (size_t k = 0; k < cnt; k++)
+            buf[k] = ring_input(r, k);
+        MH_CHECK(h, ob_comm_allreduce_sum_f32(c, buf, cnt, &err) == OB_OK, "%s", err.msg);
+        long bad = 0;
+        size_t first = SIZE_MAX;
+        for (int ch = 0, k0 = 0; ch < n; ch++) {
+            size_t len = base + ((size_t)ch < extra ? 1 : 0);
+            for (size_t k = (size_t)k0; k < (size_t)k0 + len; k++) {
+                float acc = ring_input(ch, k);
+                for (int i = 1; i < n; i++)
+                    acc = ring_input((ch + i) % n, k) + acc;
+                if (memcmp(&acc, &buf[k], sizeof acc) != 0) {
+                    bad++;
+                    if (first == SIZE_MAX) first = k;
+                }
+            }
+            k0 += (int)len;
+        }
+        MH_CHECK(h, bad == 0, "allreduce of %zu floats: %ld sums differ from the ring's order "
+                 "(first at %zu)", cnt, bad, first);
+        free(buf);
+    }
+    ob_comm_destroy(c);
+}
+
 static void test_comm_block_sizes(mpi_harness *h)
 {
     ob_comm *c = NULL;
@@ -633,6 +686,7 @@ int main(int argc, char **argv)
     mpi_harness h;
     mpi_harness_init(&h, &argc, &argv);
     MH_RUN(&h, test_comm_collectives);
+    MH_RUN(&h, test_allreduce_ring_order);
     MH_RUN(&h, test_comm_block_sizes);
     MH_RUN(&h, test_comm_control);
     MH_RUN(&h, test_car_matches_simulation);
