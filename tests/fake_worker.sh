@@ -10,6 +10,8 @@
 #       FAKE_HANG_AT  step at which every rank stops reporting and sleeps
 #       FAKE_ENV_FILE rank 0 writes its environment there (what the launcher gave the workers)
 #       FAKE_RANK_LINES  when set, every rank prints "rank R step S" at each log interval
+#       FAKE_REWARM_AT   steps at which rank 0 reports a rewarm (space-separated), as the divergence
+#                        guard of the real worker does
 set -u
 if [ -n "${FAKE_CONTROL:-}" ] && [ -f "$FAKE_CONTROL" ]; then . "$FAKE_CONTROL"; fi
 spec="" job="" ckdir="" resume=0
@@ -62,6 +64,11 @@ for ((s = start + 1; s <= steps; s++)); do
   if [ -n "${FAKE_HANG_AT:-}" ] && [ "$s" -ge "$FAKE_HANG_AT" ]; then
     while [ $term = 0 ]; do sleep 0.05; done
   fi
+  for r in ${FAKE_REWARM_AT:-}; do
+    if [ "$s" -eq "$r" ]; then
+      say "{\"event\":\"rewarm\",\"step\":$s,\"to_step\":$((s - 1)),\"path\":\"$dir\",\"message\":\"the loss is not finite at step $s (on 1 rank): rolled back\"}"
+    fi
+  done
   if [ $((s % log_interval)) -eq 0 ]; then
     if [ -n "${FAKE_RANK_LINES:-}" ]; then echo "rank $rank step $s"; fi
     say "{\"event\":\"step\",\"step\":$s,\"phase\":\"warmup\",\"loss\":$(awk -v s=$s 'BEGIN{print 1/s}'),\"lr\":0.001,\"samples_per_s\":1000.0,\"bytes_sent\":$((s * 6000)),\"bytes_step\":6000,\"freeze_ratio\":null}"

@@ -20,11 +20,11 @@
 static json_t *progress_json(const Onebit__V1__Progress *p)
 {
     if (!p) return json_null();
-    return json_pack("{sI sI sf ss sI sf sI sI}", "step", (json_int_t)p->step, "total_steps",
+    return json_pack("{sI sI sf ss sI sf sI sI sI}", "step", (json_int_t)p->step, "total_steps",
                      (json_int_t)p->total_steps, "loss", p->loss, "phase", p->phase, "freeze_step",
                      (json_int_t)p->freeze_step, "samples_per_s", p->samples_per_s, "bytes_sent",
                      (json_int_t)p->bytes_sent, "bytes_uncompressed",
-                     (json_int_t)p->bytes_uncompressed);
+                     (json_int_t)p->bytes_uncompressed, "rewarms", (json_int_t)p->rewarms);
 }
 
 static const char *state_name(int s)

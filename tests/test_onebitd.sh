@@ -355,6 +355,19 @@ out=$(http POST /v1/jobs -d "$(jq -n --rawfile s "$TMP/short.yaml" '{spec: $s, d
 check "deadline: a number is refused, 400" '[ "$(echo "$out" | tail -1)" = 400 ] && echo "$out" | head -1 | jq -r .error.message | grep -q "^deadline: expected a string"' "$out"
 stop_daemon
 
+# --- rewarms: counted from the workers' reports, in GetJob, REST, events and /metrics -------------
+control "FAKE_STEP_S=0.02" "FAKE_REWARM_AT='5 9'"
+start_daemon "$TMP/var11"
+w=$(rpc submit "$TMP/endless.yaml" 1 2>/dev/null | jq -r .id)
+for _ in $(seq 200); do [ "$(rpc get "$w" 2>/dev/null | jq .progress.rewarms)" = 2 ] && break; sleep 0.05; done
+metrics=$(curl -s "http://$REST/metrics")
+check "rewarms: 2 over gRPC and REST while running, and in /metrics" '[ "$(rpc get "$w" 2>/dev/null | jq .progress.rewarms)" = 2 ] && [ "$(curl -s "http://$REST/v1/jobs/$w" | jq -r .progress.rewarms)" = 2 ] && echo "$metrics" | grep -q "^onebit_job_rewarms{job=\"$w\"} 2$"' "$(rpc get "$w" 2>/dev/null | jq -c .progress) $(echo "$metrics" | grep rewarm)"
+for _ in $(seq 100); do [ "$(rpc get "$w" 2>/dev/null | jq .progress.step)" -ge 20 ] && break; sleep 0.05; done
+check "rewarms: kept by the step reports after them, and in the events" '[ "$(rpc get "$w" 2>/dev/null | jq .progress.rewarms)" = 2 ] && OBRPC_TIMEOUT_MS=1000 rpc watch "$w" 2>/dev/null | jq -s -e "map(select(.kind == \"rewarm\")) | map(.progress.rewarms) == [1, 2]" > /dev/null' "$(rpc get "$w" 2>/dev/null | jq -c .progress)"
+rpc cancel "$w" > /dev/null 2>&1
+control "FAKE_STEP_S=0.01"
+stop_daemon
+
 # --- launch failures: recorded as failed attempts, then FAILED with the reason -------------------
 start_daemon "$TMP/var6" --mpirun "$TMP/no-such-mpirun" --max-restarts 1
 f=$(rpc submit "$TMP/short.yaml" 1 2>/dev/null | jq -r .id)

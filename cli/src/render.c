@@ -115,6 +115,11 @@ void obctl_print_job(FILE *f, const ob_job *j)
                     "at %.2f%% of coordinates\n",
                     p->worker_error_ratio, p->server_error_ratio,
                     100.0 * p->zero_momentum_fraction);
+        if (p->rewarms > 0)
+            fprintf(f,
+                    "Rewarms:     %lld (a loss that was not finite after the freeze, rolled back "
+                    "and re-warmed)\n",
+                    (long long)p->rewarms);
     }
     if (j->ckpt_step > 0)
         fprintf(f, "Checkpoint:  step %lld  %s\n", (long long)j->ckpt_step, j->ckpt_path);

@@ -51,6 +51,7 @@ json_t *ob_progress_to_json(const ob_progress *p)
     json_object_set_new(o, "workerErrorRatio", dbl(p->worker_error_ratio));
     json_object_set_new(o, "serverErrorRatio", dbl(p->server_error_ratio));
     json_object_set_new(o, "zeroMomentumFraction", dbl(p->zero_momentum_fraction));
+    json_object_set_new(o, "rewarms", i64(p->rewarms));
     return o;
 }
 
@@ -231,7 +232,8 @@ static ob_status progress_from_json(const json_t *o, ob_progress *p, ob_err *err
         (st = get_str(o, "warmStart", p->warm_start, sizeof p->warm_start, err)) ||
         (st = get_dbl(o, "workerErrorRatio", &p->worker_error_ratio, err)) ||
         (st = get_dbl(o, "serverErrorRatio", &p->server_error_ratio, err)) ||
-        (st = get_dbl(o, "zeroMomentumFraction", &p->zero_momentum_fraction, err)))
+        (st = get_dbl(o, "zeroMomentumFraction", &p->zero_momentum_fraction, err)) ||
+        (st = get_i64(o, "rewarms", &p->rewarms, err)))
         return st;
     return OB_OK;
 }
@@ -418,6 +420,7 @@ void ob_progress_to_pb(const ob_progress *p, Onebit__V1__Progress *o)
     o->worker_error_ratio = p->worker_error_ratio;
     o->server_error_ratio = p->server_error_ratio;
     o->zero_momentum_fraction = p->zero_momentum_fraction;
+    o->rewarms = p->rewarms;
 }
 
 ob_status ob_job_to_pb(const ob_job *j, ob_job_pb *pb, ob_err *err)
@@ -509,6 +512,7 @@ void ob_progress_from_pb(const Onebit__V1__Progress *m, ob_progress *p)
     p->worker_error_ratio = m->worker_error_ratio;
     p->server_error_ratio = m->server_error_ratio;
     p->zero_momentum_fraction = m->zero_momentum_fraction;
+    p->rewarms = m->rewarms;
 }
 
 ob_status ob_job_from_pb(const Onebit__V1__Job *m, ob_job *j, ob_err *err)

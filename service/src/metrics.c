@@ -126,6 +126,13 @@ static int job_zero_momentum_fraction(const job_gauge *g, int64_t now_ms, double
     return in_compression(g);
 }
 
+static int job_rewarms(const job_gauge *g, int64_t now_ms, double *v)
+{
+    (void)now_ms;
+    *v = (double)g->p.rewarms;
+    return 1;
+}
+
 static const job_family job_families[] = {
     {"onebit_job_step", "Step of each running job.", AS_INTEGER, job_step},
     {"onebit_job_samples_per_second", "Throughput of each running job.", AS_REAL,
@@ -148,6 +155,10 @@ static const job_family job_families[] = {
      "Fraction of momentum coordinates exactly zero, last logged step of each running job in the "
      "compression phase.",
      AS_REAL, job_zero_momentum_fraction},
+    {"onebit_job_rewarms",
+     "Rewarms of each running job so far (a non-finite loss after the freeze, rolled back to the "
+     "newest checkpoint and re-warmed), over all its attempts.",
+     AS_INTEGER, job_rewarms},
 };
 
 static void per_job_family(sbuf *b, const job_family *f, const job_gauge *g, size_t n,

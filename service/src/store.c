@@ -70,6 +70,9 @@ static const char *const added_columns[][2] = {
     {"events", "worker_error_ratio REAL NOT NULL DEFAULT 0"},
     {"events", "server_error_ratio REAL NOT NULL DEFAULT 0"},
     {"events", "zero_momentum_fraction REAL NOT NULL DEFAULT 0"},
+    /* rewarms of the job so far (ob_progress.rewarms) */
+    {"jobs", "rewarms INTEGER NOT NULL DEFAULT 0"},
+    {"events", "rewarms INTEGER NOT NULL DEFAULT 0"},
     /* the job's time limit from its first start (ob_job.deadline_ms); 0: none */
     {"jobs", "deadline_ms INTEGER NOT NULL DEFAULT 0"},
 };
@@ -222,6 +225,7 @@ static void bind_progress(sqlite3_stmt *st, int first, const ob_progress *p)
     sqlite3_bind_double(st, first + 14, p->worker_error_ratio);
     sqlite3_bind_double(st, first + 15, p->server_error_ratio);
     sqlite3_bind_double(st, first + 16, p->zero_momentum_fraction);
+    sqlite3_bind_int64(st, first + 17, p->rewarms);
 }
 
 static void read_progress(sqlite3_stmt *st, int first, ob_progress *p)
@@ -243,12 +247,13 @@ static void read_progress(sqlite3_stmt *st, int first, ob_progress *p)
     p->worker_error_ratio = sqlite3_column_double(st, first + 14);
     p->server_error_ratio = sqlite3_column_double(st, first + 15);
     p->zero_momentum_fraction = sqlite3_column_double(st, first + 16);
+    p->rewarms = sqlite3_column_int64(st, first + 17);
 }
 
 #define PROGRESS_COLS                                                                              \
     "step, total_steps, loss, phase, freeze_step, samples_per_s, bytes_sent, "                     \
     "bytes_uncompressed, lr, freeze_ratio, eval_step, eval_loss, eval_accuracy, warm_start, "      \
-    "worker_error_ratio, server_error_ratio, zero_momentum_fraction"
+    "worker_error_ratio, server_error_ratio, zero_momentum_fraction, rewarms"
 
 static ob_status insert_event(ob_store *s, const char *job_id, ob_job_event *ev, ob_err *err)
 {
@@ -267,7 +272,7 @@ static ob_status insert_event(ob_store *s, const char *job_id, ob_job_event *ev,
     ob_strlcpy(ev->job_id, job_id, sizeof ev->job_id);
     rc = prepare(s, &st,
                  "INSERT INTO events(job_id, seq, time_ms, kind, state, message, " PROGRESS_COLS
-                 ") VALUES(?,?,?,?,?,?, ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                 ") VALUES(?,?,?,?,?,?, ?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                  err);
     if (rc) return rc;
     sqlite3_bind_text(st, 1, job_id, -1, SQLITE_STATIC);
@@ -536,7 +541,7 @@ static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, o
                  " ckpt_ms=?, ckpt_path=?, step=?, total_steps=?, loss=?, phase=?, freeze_step=?,"
                  " samples_per_s=?, bytes_sent=?, bytes_uncompressed=?, lr=?, freeze_ratio=?,"
                  " eval_step=?, eval_loss=?, eval_accuracy=?, warm_start=?, worker_error_ratio=?,"
-                 " server_error_ratio=?, zero_momentum_fraction=? WHERE id=?",
+                 " server_error_ratio=?, zero_momentum_fraction=?, rewarms=? WHERE id=?",
                  err);
     if (rc) goto fail;
     sqlite3_bind_int(st, 1, j->state);
@@ -551,7 +556,7 @@ static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, o
     sqlite3_bind_int64(st, 10, j->ckpt_ms);
     sqlite3_bind_text(st, 11, j->ckpt_path, -1, SQLITE_STATIC);
     bind_progress(st, 12, &j->progress);
-    sqlite3_bind_text(st, 29, j->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 30, j->id, -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE) {
         rc = SQL_ERR(s, err, "update job");
         goto fail;

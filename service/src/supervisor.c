@@ -49,6 +49,7 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
         p->eval_loss = kept.eval_loss;
         p->eval_accuracy = kept.eval_accuracy;
         memcpy(p->warm_start, kept.warm_start, sizeof p->warm_start);
+        p->rewarms = kept.rewarms; /* counted here, from the rewarm reports */
         p->worker_error_ratio = health_value(p->worker_error_ratio, INFINITY);
         p->server_error_ratio = health_value(p->server_error_ratio, INFINITY);
         p->zero_momentum_fraction = health_value(p->zero_momentum_fraction, 1.0);
@@ -76,6 +77,7 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
     } else if (rep->kind == OB_REPORT_NOTICE) {
         snprintf(msg, sizeof msg, "%.500s", rep->message);
     } else if (rep->kind == OB_REPORT_REWARM) {
+        p->rewarms++;
         snprintf(msg, sizeof msg, "%.500s", rep->message);
     } else if (rep->kind == OB_REPORT_WARM_START) {
         ob_strlcpy(p->warm_start, rep->progress.warm_start, sizeof p->warm_start);

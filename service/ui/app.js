@@ -240,6 +240,14 @@
       ['restarts', num(j.restarts) + ' of ' + num(j.maxRestarts)],
     ];
     if (p.warmStart) stats.push(['warm start', p.warmStart]);
+    if (p.phase === 'compression') {
+      // Compression health at the last logged step: error-feedback norms over the momentum norm.
+      stats.push(['error / momentum norm',
+                  'worker ' + Number(p.workerErrorRatio || 0).toPrecision(3) +
+                  ', server ' + Number(p.serverErrorRatio || 0).toPrecision(3)]);
+      stats.push(['momentum exactly 0', (100 * Number(p.zeroMomentumFraction || 0)).toFixed(2) + ' %']);
+    }
+    if (num(p.rewarms) > 0) stats.push(['rewarms', String(num(p.rewarms))]);
     const dl = $('job-stats');
     dl.replaceChildren();
     for (const [k, val] of stats) {

@@ -86,6 +86,8 @@ typedef struct ob_progress {
      * and before the freeze): ||e_worker||/||m||, ||e_server||/||m|| and the fraction of
      * momentum coordinates that are exactly 0 (onebit/optim.h, ob_optim_health_sums_local). */
     double worker_error_ratio, server_error_ratio, zero_momentum_fraction;
+    /* Rewarm reports of the job so far, over all its attempts (divergence guard, optim.h). */
+    int64_t rewarms;
 } ob_progress;
 
 typedef struct ob_attempt {

@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# onebit against what users would pick instead: PyTorch DistributedDataParallel over gloo (plain
+# fp32, the fp16 compression hook, the PowerSGD hook) on the same 4 network-namespace hosts and
+# the same tc-shaped links as bench/net/, training the same models (bench/net/specs/) with the
+# same data, batch per rank, optimizer and learning-rate schedule (bench/peers/ddp.py).
+#
+# 1. Compute check, one process, no network: samples/s of onebit-worker and of torch on the
+#    same model and the same core (is a difference compute or communication?).
+# 2. Reference: onebit's adam, unshaped, to REF steps; the target eval loss of the model is the
+#    highest of that run's last 3 eval losses (every EVAL steps; one eval is too noisy).
+# 3. For each bandwidth, every system trains until its eval loss reaches the target (or CAP
+#    steps): onebit (1-bit Adam, freeze_step auto), adam (onebit's Adam: the fp32 ring
+#    allreduce), ddp-fp32, ddp-fp16, ddp-powersgd1/4 (start iteration = the 1-bit run's freeze
+#    step). Time to target = the training time of the steps up to the eval that reached it
+#    (evaluation time left out, the same for every system), from the runs' own step timings.
+# bench/peers/report.py then writes docs/peers/README.md's table and time-to-target.svg.
+#
+# usage: sudo bash bench/peers/run.sh [--rates "unshaped 1g 200m 50m"] [--models "mlp transformer"]
+#                                     [--systems "onebit adam ddp-fp32 ddp-fp16 ddp-powersgd1 ddp-powersgd4"]
+#                                     (also: adam-overlap, onebit-overlap: optimizer.overlap: true)
+#                                     [--quick] [--no-compute] [--no-ref] [--skip-runs] [--cleanup]
+#   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
+#   --no-compute / --no-ref  keep the compute-check / reference logs of an earlier run
+#   --skip-runs  only rebuild the table and the plot from docs/peers/logs/
+#   --cleanup    remove namespaces left by a killed run
+# Needs root (ip netns, tc), Open MPI, jq, gnuplot, Debian's python3-torch (installed here if
+# missing: a benchmark-only dependency). Namespaces: OBNET_PREFIX (default obpeer), OBNET_SUBNET
+# (default 10.231.78).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+export OBNET_PREFIX=${OBNET_PREFIX:-obpeer} OBNET_SUBNET=${OBNET_SUBNET:-10.231.78}
+RATES="unshaped 1g 200m 50m"
+MODELS="mlp transformer"
+SYSTEMS="onebit adam ddp-fp32 ddp-fp16 ddp-powersgd1 ddp-powersgd4"
+QUICK=0 SKIP_RUNS=0 NO_COMPUTE=0 NO_REF=0
+usage() {
+  sed -n 's/^# usage: //p; s/^#        //p' "$0" >&2
+  exit 2
+}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rates) RATES=$2; shift 2 ;;
+    --models) MODELS=$2; shift 2 ;;
+    --systems) SYSTEMS=$2; shift 2 ;;
+    --quick) QUICK=1; shift ;;
+    --no-compute) NO_COMPUTE=1; shift ;;
+    --no-ref) NO_REF=1; shift ;;
+    --skip-runs) SKIP_RUNS=1; shift ;;
+    --cleanup)
+      # shellcheck source=bench/net/netns.sh
+      source bench/net/netns.sh
+      obnet_down
+      exit 0 ;;
+    *) usage ;;
+  esac
+done
+PY=/usr/bin/python3
+BUILD=${BUILD_DIR:-build-net}
+OUT=docs/peers
+# Reference steps (the target is adam's eval loss there), eval interval, step cap, compute-check
+# steps: per model. REF lies past the 1-bit run's freeze step (about 140 for the MLP and 600 for
+# the transformer, bench/net), so the target is reached in its compression stage.
+# EVALMAX: examples (windows) of an evaluation, 0 = the whole held-out split.
+REF_mlp=300 EVAL_mlp=25 CAP_mlp=600 EVALMAX_mlp=0
+REF_transformer=800 EVAL_transformer=50 CAP_transformer=1400 EVALMAX_transformer=2048
+COMPUTE_STEPS=40
+if [ "$QUICK" -eq 1 ]; then
+  RATES=unshaped MODELS=mlp REF_mlp=60 EVAL_mlp=10 CAP_mlp=120 COMPUTE_STEPS=10
+  OUT=$BUILD/peers-quick
+fi
+LOGS=$OUT/logs
+[ "$SKIP_RUNS" -eq 1 ] && exec "$PY" bench/peers/report.py "$OUT"
+[ "$(id -u)" -eq 0 ] || { echo "bench/peers: needs root (ip netns, tc): sudo bash $0" >&2; exit 2; }
+for tool in ip tc mpirun jq gnuplot cmake; do
+  command -v "$tool" >/dev/null || { echo "bench/peers: '$tool' not found" >&2; exit 2; }
+done
+if ! "$PY" -c 'import torch' 2>/dev/null; then
+  echo "== installing python3-torch (benchmark only)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y python3-torch >/dev/null
+fi
+
+echo "== build ($BUILD)"
+cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DONEBIT_CUDA=OFF >/dev/null
+cmake --build "$BUILD" -j "$(nproc)" --target onebit-worker >/dev/null
+mkdir -p "$LOGS"
+WORKER=$ROOT/$BUILD/bin/onebit-worker
+
+# shellcheck source=bench/net/netns.sh
+source bench/net/netns.sh
+PIDS=""
+obnet_up 4
+trap '[ -z "$PIDS" ] || kill $PIDS 2>/dev/null; wait; obnet_down' EXIT
+trap 'exit 130' INT TERM
+HOSTFILE=$BUILD/peers-hosts
+for i in 0 1 2 3; do echo "$(obnet_ip "$i") slots=1"; done > "$HOSTFILE"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_mpi_yield_when_idle=1
+export OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
+
+# reached LOG TARGET: exit 0 once rank 0's log has an eval at or below TARGET.
+reached() {
+  jq -se --argjson t "$2" 'any(.[]; .event=="eval" and .eval_loss <= $t)' "$1" >/dev/null 2>&1
+}
+
+# spec NAME MODEL OPTIMIZER STEPS EVAL: the model's bench/net spec plus these, in LOGS/NAME.yaml.
+spec() {
+  { cat "bench/net/specs/$2.yaml"; echo "$3"; echo "steps: $4"; echo "log_interval: 1"
+    echo "eval: {interval: $5, max_examples: ${6:-0}}"; } > "$LOGS/$1.yaml"
+}
+
+# onebit_run NAME MODEL OPTIMIZER STEPS EVAL [TARGET]: onebit-worker on the 4 hosts (MPI over
+# TCP, as bench/net); with TARGET it is stopped (SIGTERM: the step finishes, the worker exits 0)
+# once it reports an eval loss at or below TARGET.
+onebit_run() {
+  local name=$1 target=${6:-} pid rc=0 evalmax=EVALMAX_$2
+  spec "$name" "$2" "$3" "$4" "$5" "${!evalmax}"
+  : > "$LOGS/$name.jsonl"
+  mpirun --hostfile "$HOSTFILE" -np 4 --mca plm_rsh_agent "$ROOT/bench/net/rsh-agent.sh" \
+    --mca btl tcp,self --mca btl_tcp_if_include "$OBNET_SUBNET.0/24" \
+    --mca oob_tcp_if_include "$OBNET_SUBNET.0/24" -x OPENBLAS_NUM_THREADS \
+    "$WORKER" --spec "$LOGS/$name.yaml" > "$LOGS/$name.jsonl" 2> "$LOGS/$name.err" < /dev/null &
+  pid=$!
+  PIDS=$pid
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ -n "$target" ] && reached "$LOGS/$name.jsonl" "$target"; then
+      kill -TERM "$pid" 2>/dev/null || true
+      break
+    fi
+    sleep 0.5
+  done
+  wait "$pid" || rc=$?
+  PIDS=""
+  return "$rc"
+}
+
+# ddp_run NAME MODEL VARIANT STEPS EVAL [TARGET] [START-ITER]: bench/peers/ddp.py, one process
+# per host, gloo over the hosts' eth0.
+ddp_run() {
+  local name=$1 i pids="" rc=0 evalmax=EVALMAX_$2
+  : > "$LOGS/$name.jsonl"
+  : > "$LOGS/$name.err"
+  for i in 3 2 1 0; do
+    ip netns exec "$(obnet_ns "$i")" env RANK=$i WORLD_SIZE=4 MASTER_ADDR="$(obnet_ip 0)" \
+      MASTER_PORT=29511 GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
+      "$PY" bench/peers/ddp.py --model "$2" --variant "$3" --steps "$4" --eval-interval "$5" \
+      --eval-max "${!evalmax}" ${6:+--target "$6"} --start-iter "${7:-1}" \
+      > "$([ "$i" = 0 ] && echo "$LOGS/$name.jsonl" || echo /dev/null)" 2>> "$LOGS/$name.err" < /dev/null &
+    pids="$pids $!"
+  done
+  PIDS=$pids
+  for i in $pids; do wait "$i" || rc=$?; done
+  PIDS=""
+  return "$rc"
+}
+
+summary() { # LOG: one line about a run
+  jq -rs '(map(select(.event=="eval")) | last) as $e | (map(select(.event=="freeze")) | first) as $f
+          | "   \(map(select(.event=="step")) | length) steps, last eval \($e.eval_loss // "-")"
+            + (if $f then ", freeze \($f.step)" else "" end)' "$1"
+}
+
+ADAM="optimizer: {type: adam, beta1: 0.9, beta2: 0.99}"
+ONEBIT="optimizer: {type: onebit_adam, beta1: 0.9, beta2: 0.99, precondition: true, freeze_step: auto}"
+T0=$(date +%s)
+
+if [ "$NO_COMPUTE" -eq 0 ]; then
+  for model in $MODELS; do
+    echo "== compute check, $model, one process, $COMPUTE_STEPS steps"
+    spec "compute-$model-onebit" "$model" "$ADAM" "$COMPUTE_STEPS" 0
+    OPENBLAS_NUM_THREADS=1 taskset -c 0 "$WORKER" --spec "$LOGS/compute-$model-onebit.yaml" \
+      > "$LOGS/compute-$model-onebit.jsonl" 2> "$LOGS/compute-$model-onebit.err"
+    taskset -c 0 "$PY" bench/peers/ddp.py --single --model "$model" --steps "$COMPUTE_STEPS" \
+      > "$LOGS/compute-$model-torch.jsonl" 2> "$LOGS/compute-$model-torch.err"
+  done
+fi
+
+obnet_shape unshaped
+for model in $MODELS; do
+  ref=REF_$model eval=EVAL_$model
+  if [ "$NO_REF" -eq 0 ]; then
+    echo "== reference, $model: adam to step ${!ref}, unshaped"
+    onebit_run "ref-$model" "$model" "$ADAM" "${!ref}" "${!eval}"
+    summary "$LOGS/ref-$model.jsonl"
+  fi
+done
+
+for rate in $RATES; do
+  obnet_shape "$rate"
+  for model in $MODELS; do
+    ref=REF_$model eval=EVAL_$model cap=CAP_$model
+    # The highest of the reference's last 3 eval losses (report.py says why).
+    target=$(jq -s 'map(select(.event=="eval")) | .[-3:] | map(.eval_loss) | max' "$LOGS/ref-$model.jsonl")
+    [ "$target" != null ] || { echo "bench/peers: no eval in ref-$model.jsonl" >&2; exit 1; }
+    freeze=$(jq -s 'map(select(.event=="freeze")) | first | .step // empty' \
+      "$LOGS/$rate-$model-onebit.jsonl" 2>/dev/null || true)
+    for sys in $SYSTEMS; do
+      name=$rate-$model-$sys
+      echo "== $rate, $model, $sys (target eval loss $target)"
+      case "$sys" in
+        onebit) onebit_run "$name" "$model" "$ONEBIT" "${!cap}" "${!eval}" "$target" || true
+                freeze=$(jq -s 'map(select(.event=="freeze")) | first | .step // empty' "$LOGS/$name.jsonl") ;;
+        adam) onebit_run "$name" "$model" "$ADAM" "${!cap}" "${!eval}" "$target" || true ;;
+        adam-overlap) onebit_run "$name" "$model" "${ADAM%\}}, overlap: true}" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-overlap) onebit_run "$name" "$model" "${ONEBIT%\}}, overlap: true}" "${!cap}" "${!eval}" "$target" || true
+                freeze=$(jq -s 'map(select(.event=="freeze")) | first | .step // empty' "$LOGS/$name.jsonl") ;;
+        ddp-*) ddp_run "$name" "$model" "${sys#ddp-}" "${!cap}" "${!eval}" "$target" "${freeze:-1}" ||
+                 echo "   failed: $(grep -m1 -E 'Error|error|Enforce' "$LOGS/$name.err" | cut -c1-200)" ;;
+        *) echo "bench/peers: unknown system $sys" >&2; exit 2 ;;
+      esac
+      summary "$LOGS/$name.jsonl"
+    done
+  done
+done
+echo "RATES=\"$RATES\" MODELS=\"$MODELS\" SYSTEMS=\"$SYSTEMS\" SWEEP_SECONDS=$(($(date +%s) - T0))" >> "$LOGS/params"
+echo "== runs took $(($(date +%s) - T0)) s"
+"$PY" bench/peers/report.py "$OUT"
