@@ -383,7 +383,11 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
 /* The stream is on the watch list before its close can complete: the completion (handled by any
  * thread, under the lock) then always finds it there, and cannot free it while this thread
  * still links it. */
-static void stream_begin(ob_grpc_server *s, call_ctx *c)
+/* Admits a server stream under the limit of open streams and starts waiting for its close.
+ * A watch (reflecting == 0) is linked on the watch list first; a reflection stream is marked
+ * before its close can complete. Returns 1 with s->mu held, or 0 (lock released, the call
+ * answered or freed). */
+static int stream_admit(ob_grpc_server *s, call_ctx *c, int reflecting)
 {
     grpc_op op;
     memset(&op, 0, sizeof op);
@@ -397,18 +401,28 @@ static void stream_begin(ob_grpc_server *s, call_ctx *c)
                  "%d streams are open, the most this server keeps; try again later",
                  s->max_streams);
         finish_unary(c, OB_ERR_TOO_LARGE, msg, NULL);
-        return;
+        return 0;
     }
-    c->wnext = s->watches;
-    s->watches = c;
+    if (reflecting) {
+        c->reflecting = 1;
+    } else {
+        c->wnext = s->watches;
+        s->watches = c;
+    }
     s->n_watches++;
     if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) {
-        s->watches = c->wnext; /* nothing else saw it: it is still the head */
+        if (!reflecting) s->watches = c->wnext; /* nothing else saw it: it is still the head */
         s->n_watches--;
         pthread_mutex_unlock(&s->mu);
         ctx_free(c);
-        return;
+        return 0;
     }
+    return 1;
+}
+
+static void stream_begin(ob_grpc_server *s, call_ctx *c)
+{
+    if (!stream_admit(s, c, 0)) return;
     stream_pump(s, c);
     pthread_mutex_unlock(&s->mu);
 }
@@ -524,28 +538,7 @@ static void reflect_answer(ob_grpc_server *s, call_ctx *c, grpc_byte_buffer *bb)
 
 static void reflect_begin(ob_grpc_server *s, call_ctx *c)
 {
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = &c->cancelled;
-    pthread_mutex_lock(&s->mu);
-    if (s->n_watches >= s->max_streams) {
-        pthread_mutex_unlock(&s->mu);
-        char msg[128];
-        snprintf(msg, sizeof msg,
-                 "%d streams are open, the most this server keeps; try again later",
-                 s->max_streams);
-        finish_unary(c, OB_ERR_TOO_LARGE, msg, NULL);
-        return;
-    }
-    s->n_watches++;
-    c->reflecting = 1;
-    if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) {
-        s->n_watches--;
-        pthread_mutex_unlock(&s->mu);
-        ctx_free(c);
-        return;
-    }
+    if (!stream_admit(s, c, 1)) return;
     reflect_recv(c);
     pthread_mutex_unlock(&s->mu);
 }
