@@ -85,6 +85,9 @@ static fixture *make_fixture(int n, long step)
     m->loader_rng[2] = 3;
     m->loader_rng[3] = 0xffffffffffffffffull;
     m->wall_seconds = 12.5;
+    m->loss_ema = 0.5;
+    m->loss_at_freeze = 0.75;
+    m->loss_best = NAN;
     for (size_t i = 0; i < D_PARAMS; i++) {
         f->params[i] = frand();
         f->m[i] = frand();
@@ -222,6 +225,9 @@ static void test_round_trip(void **state)
     assert_int_equal(m.v_norm_history_len, HIST);
     assert_true(isnan(m.last_ratio));
     assert_true(m.wall_seconds == 12.5);
+    assert_true(m.loss_ema == 0.5);
+    assert_true(m.loss_at_freeze == 0.75);
+    assert_true(isnan(m.loss_best));
 
     float p[D_PARAMS], mm[D_PARAMS], v[D_PARAMS];
     double h[HIST];
@@ -762,6 +768,29 @@ static void test_bad_metadata(void **state)
     set_attr_i64(p, "world_size", 3); /* sizes no longer add up */
     assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_ERR_CORRUPT);
     assert_non_null(strstr(err.msg, "inconsistent sizes"));
+
+    /* The divergence guard's loss tracker: a loss is NaN (none yet) or finite and >= 0; the
+     * attributes are optional (older checkpoints): absent, they read as NaN. */
+    const double bad_loss[] = {-1.0, INFINITY, -INFINITY};
+    for (size_t i = 0; i < sizeof bad_loss / sizeof *bad_loss; i++) {
+        make_job("tracker", 1);
+        step_path(p, "tracker", 20, "state.h5");
+        step_path(dir, "tracker", 20, NULL);
+        set_attr(p, i == 0 ? "loss_ema" : i == 1 ? "loss_at_freeze" : "loss_best",
+                 H5T_NATIVE_DOUBLE, &bad_loss[i]);
+        assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_ERR_CORRUPT);
+        assert_non_null(strstr(err.msg, "is not a loss"));
+    }
+    make_job("no-tracker", 1);
+    step_path(p, "no-tracker", 20, "state.h5");
+    step_path(dir, "no-tracker", 20, NULL);
+    hid_t fh = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(fh >= 0);
+    assert_true(H5Adelete(fh, "loss_ema") >= 0 && H5Adelete(fh, "loss_at_freeze") >= 0 &&
+                H5Adelete(fh, "loss_best") >= 0);
+    H5Fclose(fh);
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_OK);
+    assert_true(isnan(m.loss_ema) && isnan(m.loss_at_freeze) && isnan(m.loss_best));
 
     /* Not a checkpoint directory at all. */
     job_path(dir, "nothing-here");

@@ -369,7 +369,7 @@ static void test_to_json(void **state)
                         "\"batch_size\":16,\"steps\":7,\"lr\":{\"schedule\":\"constant\","
                         "\"peak\":0.001,\"warmup_steps\":0},\"seed\":123,\"eval\":{\"interval\":0,"
                         "\"max_examples\":0},\"log_interval\":10,\"checkpoint\":{\"dir\":\"\","
-                        "\"interval\":0,\"keep\":3,\"async\":false,\"rollbacks\":2},\"device\":\"cpu\"}");
+                        "\"interval\":0,\"keep\":3,\"async\":false,\"rollbacks\":2,\"loss_rise\":2.0},\"device\":\"cpu\"}");
     free(json);
 
     /* An out-of-range enum is refused, not printed as "unknown". */

@@ -501,6 +501,26 @@ static void test_checkpoint_and_warm_start(void **state)
     expect_error(OB_SPEC_YAML, text, "warm_start.form: unknown field");
     snprintf(text, sizeof text, "%soptimizer: {type: adam}\ncheckpoint: {async: 1}\n", base);
     expect_error(OB_SPEC_YAML, text, "checkpoint.async");
+
+    /* checkpoint.loss_rise: 2 by default, 0 turns the rise test off, else in [1.5, 1000]. */
+    snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\n", base);
+    parse_ok(&s, text, OB_SPEC_YAML);
+    assert_true(s.checkpoint_loss_rise == 2.0);
+    const char *good_rise[] = {"0", "1.5", "4", "1000"};
+    const double good_val[] = {0.0, 1.5, 4.0, 1000.0};
+    for (size_t i = 0; i < sizeof good_rise / sizeof *good_rise; i++) {
+        snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\ncheckpoint: {loss_rise: %s}\n",
+                 base, good_rise[i]);
+        parse_ok(&s, text, OB_SPEC_YAML);
+        assert_true(s.checkpoint_loss_rise == good_val[i]);
+        check_round_trip(&s);
+    }
+    const char *bad_rise[] = {"1", "1.49", "-2", "1000.5", "\"high\"", "[]", ".nan"};
+    for (size_t i = 0; i < sizeof bad_rise / sizeof *bad_rise; i++) {
+        snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\ncheckpoint: {loss_rise: %s}\n",
+                 base, bad_rise[i]);
+        expect_error(OB_SPEC_YAML, text, "checkpoint.loss_rise");
+    }
 }
 
 int main(void)

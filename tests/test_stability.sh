@@ -63,22 +63,40 @@ check "the same bytes per compression step as the paper's form" \
 
 # The divergence guard: with checkpoints, the paper's form rolls back to the newest checkpoint
 # (step 150), re-estimates v by Adam over Delta / 2 = 50 steps and carries on; with
-# checkpoint.rollbacks 0 it exits 3 as before.
+# checkpoint.rollbacks 0 it exits 3 as before. By default (checkpoint.loss_rise 2) the rise of
+# the loss after the freeze is caught a few steps before the loss stops being finite; with
+# loss_rise 0 only the non-finite loss is.
+nan_step=$(grep -m1 -o "step 1[5-9][0-9]: the loss is not finite" "$TMP/none.err" | grep -o "1[5-9][0-9]")
 spec "$TMP/guard.yaml" ", stabilizer: none"
 echo "checkpoint: {interval: 50, keep: 2}" >> "$TMP/guard.yaml"
 "$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/guard.yaml" --checkpoint-dir "$TMP/ck" > "$TMP/guard.out" 2> "$TMP/guard.err"
 rc=$?
 notes=$(jq -r 'select(.event == "rewarm" and .to_step == 150) | .message' "$TMP/guard.out" 2>/dev/null)
+rise_step=$(jq -r 'select(.event == "rewarm") | .step' "$TMP/guard.out" 2>/dev/null | head -1)
 freezes=$(jq -r 'select(.event == "freeze") | .step' "$TMP/guard.out" 2>/dev/null | tr '\n' ' ')
 summary=$(jq -c 'select(.event == "summary")' "$TMP/guard.out" 2>/dev/null)
-check "divergence guard: rolled back to step 150, v re-estimated until step 200, the run completes" \
-  '[ $rc -eq 0 ] && echo "$notes" | grep -Eq "^the loss is not finite at step 1[5-9][0-9] \(on [1-4] ranks?\): rolled back to .*/step-00000150 \(rollback 1 of at most 2\); v is re-estimated by Adam until step 200, then frozen again$" && [ "$freezes" = "$freeze 200 " ] && echo "$summary" | jq -e ".steps == 200 and .eval_loss < 1.0" > /dev/null' \
-  "rc=$rc freezes=$freezes $notes $summary $(tail -3 "$TMP/guard.err")"
-sed -i 's/^checkpoint: {interval: 50, keep: 2}$/checkpoint: {interval: 50, keep: 2, rollbacks: 0}/' "$TMP/guard.yaml"
+check "divergence guard: the loss's rise caught before it is not finite, rolled back to step 150, v re-estimated until step 200, the run completes" \
+  '[ $rc -eq 0 ] && echo "$notes" | grep -Eq "^the training loss rose to [0-9.e+]+, [0-9.]+x its lowest since the freeze \([0-9.e+-]+\) at step 1[5-9][0-9]: rolled back to .*/step-00000150 \(rollback 1 of at most 2\); v is re-estimated by Adam until step 200, then frozen again$" && [ -n "$nan_step" ] && [ "$rise_step" -lt "$nan_step" ] && [ "$freezes" = "$freeze 200 " ] && echo "$summary" | jq -e ".steps == 200 and .eval_loss < 1.0" > /dev/null' \
+  "rc=$rc nan=$nan_step rise=$rise_step freezes=$freezes $notes $summary $(tail -3 "$TMP/guard.err")"
+check "the canonical spec names loss_rise 2" \
+  'jq -s -e "map(select(.event == \"start\"))[0].spec.checkpoint.loss_rise == 2" "$TMP/guard.out" > /dev/null'
+
+sed -i 's/^checkpoint: {interval: 50, keep: 2}$/checkpoint: {interval: 50, keep: 2, loss_rise: 0}/' "$TMP/guard.yaml"
+"$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/guard.yaml" --checkpoint-dir "$TMP/ckn" > "$TMP/gn.out" 2> "$TMP/gn.err"
+rc=$?
+notes=$(jq -r 'select(.event == "rewarm" and .to_step == 150) | .message' "$TMP/gn.out" 2>/dev/null)
+freezes=$(jq -r 'select(.event == "freeze") | .step' "$TMP/gn.out" 2>/dev/null | tr '\n' ' ')
+check "loss_rise 0: only the non-finite loss rolls back, at the step the paper's form fails" \
+  '[ $rc -eq 0 ] && echo "$notes" | grep -Eq "^the loss is not finite on [1-4] ranks? at step $nan_step: rolled back to .*/step-00000150 \(rollback 1 of at most 2\); v is re-estimated by Adam until step 200, then frozen again$" && [ "$freezes" = "$freeze 200 " ]' \
+  "rc=$rc nan=$nan_step freezes=$freezes $notes $(tail -3 "$TMP/gn.err")"
+
+sed -i 's/^checkpoint: {interval: 50, keep: 2, loss_rise: 0}$/checkpoint: {interval: 50, keep: 2, rollbacks: 0}/' "$TMP/guard.yaml"
 "$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/guard.yaml" --checkpoint-dir "$TMP/ck0" > "$TMP/g0.out" 2> "$TMP/g0.err"
 rc=$?
-check "checkpoint.rollbacks 0: the divergence ends the run, exit 3" \
-  '[ $rc -eq 3 ] && grep -q "the loss is not finite" "$TMP/g0.err"' "rc=$rc $(grep -m1 failed "$TMP/g0.err")"
+warn=$(jq -r 'select(.event == "notice") | .message' "$TMP/g0.out" 2>/dev/null | grep "loss rose")
+check "checkpoint.rollbacks 0: the rise is a warning, the divergence ends the run, exit 3" \
+  '[ $rc -eq 3 ] && grep -q "the loss is not finite" "$TMP/g0.err" && echo "$warn" | grep -Eq "^warning: the training loss rose to .* at step 1[5-9][0-9]; no rollback: none left \(checkpoint.rollbacks\)$"' \
+  "rc=$rc warn=$warn $(grep -m1 failed "$TMP/g0.err")"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -113,8 +113,30 @@ def stability_cases():
     return out
 
 
+def freeze_cases():
+    """beta2 0.999 (Delta = 1000): the auto freeze beside a sweep of fixed freeze steps, with the
+    paper's uncorrected v and with bias correction (v_hat frozen)."""
+    out = []
+    points = (150, 250, 400, 600, 1000)
+    out.append({"case": "mlp256-gelu-999-s3", "spec": mlp(3, steps=3000, beta2=0.999),
+                "variants": ["adam", "onebit"] + ["freeze-%d" % n for n in points] +
+                            ["freeze-%d-bc" % n for n in (150, 250, 400)]})
+    out.append({"case": "mlp1024-relu-b32-999-s3",
+                "spec": mlp(3, steps=3000, batch=32, hidden=(1024, 512), act="relu", beta2=0.999),
+                "variants": ["adam", "onebit", "freeze-250", "freeze-400", "freeze-250-bc"]})
+    tf = transformer(21, steps=1500)
+    tf["optimizer"]["freeze_step"] = "auto"
+    out.append({"case": "tf-999-s21", "spec": tf,
+                "variants": ["adam", "onebit", "freeze-200", "freeze-400", "freeze-200-bc"]})
+    for c in out:
+        c["group"] = "freeze"
+    return out
+
+
 def all_cases(group):
     cases = []
+    if group in ("freeze", "all"):
+        cases += freeze_cases()
     if group in ("warm", "all"):
         cases += warm_cases()
     if group in ("stability", "all"):
@@ -201,6 +223,13 @@ def case_spec(case, var):
         return variant(case["spec"], var)
     if var == "scratch":
         return variant(case["spec"], "onebit")
+    if var.startswith("freeze-"):
+        s = variant(case["spec"], "onebit")
+        parts = var.split("-")
+        s["optimizer"]["freeze_step"] = int(parts[1])
+        if parts[2:] == ["bc"]:
+            s["optimizer"]["bias_correction"] = True
+        return s
     s = variant(case["spec"], "onebit")
     s["warm_start"] = {"from": ensure_source(case["source"]), "params": case["params"]}
     if var == "warm-asis":
@@ -389,7 +418,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--group", default="warm", choices=["warm", "stability", "all"])
+    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "all"])
     r.add_argument("--only", default="")
     r.add_argument("--variant", default="", help="only this variant (adam, scratch, warm, ...)")
     r.add_argument("--rerun", action="store_true")

@@ -338,6 +338,9 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
         (st = attr_i64(f, "warm_start", m->warm_start, path, err)) ||
         (st = attr_i64(f, "refit_end", m->refit_end, path, err)) ||
         (st = attr_i64(f, "rollbacks", m->rollbacks, path, err)) ||
+        (st = attr_f64(f, "loss_ema", m->loss_ema, path, err)) ||
+        (st = attr_f64(f, "loss_at_freeze", m->loss_at_freeze, path, err)) ||
+        (st = attr_f64(f, "loss_best", m->loss_best, path, err)) ||
         (st = attr_u64(f, "loader_epoch", m->loader_epoch, path, err)) ||
         (st = attr_u64(f, "loader_index", m->loader_index, path, err)) ||
         (st = write_attr(f, "loader_rng", H5T_STD_U64LE, H5T_NATIVE_UINT64, m->loader_rng, 4, path,
@@ -625,6 +628,17 @@ static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, cons
                       path, warm, refit_end, rollbacks);
     m->rollbacks = (int)rollbacks;
     m->warm_start = (int)warm;
+    /* Optional too (written since the guard watches the loss's rise): NaN or a finite loss >= 0. */
+    static const char *const tracker[] = {"loss_ema", "loss_at_freeze", "loss_best"};
+    double *tv[] = {&m->loss_ema, &m->loss_at_freeze, &m->loss_best};
+    for (int i = 0; i < 3; i++) {
+        *tv[i] = NAN;
+        if (H5Aexists(f, tracker[i]) > 0 && (st = read_f64(f, tracker[i], tv[i], path, err)))
+            return st;
+        if (!isnan(*tv[i]) && !(*tv[i] >= 0.0 && isfinite(*tv[i])))
+            return OB_ERR(err, OB_ERR_CORRUPT, "%s: %s %g is not a loss", path, tracker[i],
+                          *tv[i]);
+    }
     m->refit_end = (long)refit_end;
     if (phase < 0 || phase > 1 || freeze < -1 || freeze > m->step)
         return OB_ERR(err, OB_ERR_CORRUPT,

@@ -65,6 +65,8 @@ static int cmd_info(const char *dir)
         printf("error buffers   D %llu, C %llu, block %llu\n", (unsigned long long)m.padded_size,
                (unsigned long long)m.chunk_size, (unsigned long long)m.block_size);
     printf("train loss      %.6g (lr %.6g)\n", m.train_loss, m.lr);
+    printf("loss guard      average %.6g, at the freeze %.6g, lowest since %.6g, rollbacks %d\n",
+           m.loss_ema, m.loss_at_freeze, m.loss_best, m.rollbacks);
     printf("bytes sent      %llu (warmup %llu, compression %llu)\n",
            (unsigned long long)m.bytes_sent, (unsigned long long)m.bytes_warmup,
            (unsigned long long)m.bytes_compression);
@@ -227,6 +229,15 @@ static int cmd_diff(const char *a, const char *b, const char *only)
         if (!only && (la.m.step != lb.m.step || la.m.freeze_step != lb.m.freeze_step)) {
             printf("step %ld vs %ld, freeze step %ld vs %ld\n", la.m.step, lb.m.step,
                    la.m.freeze_step, lb.m.freeze_step);
+            diff = 1;
+        }
+        /* The divergence guard's loss tracker decides rollbacks: a resume must carry it on. */
+        double ta[3] = {la.m.loss_ema, la.m.loss_at_freeze, la.m.loss_best};
+        double tb[3] = {lb.m.loss_ema, lb.m.loss_at_freeze, lb.m.loss_best};
+        if (!only && (memcmp(ta, tb, sizeof ta) != 0 || la.m.rollbacks != lb.m.rollbacks)) {
+            printf("loss guard: average %.9g vs %.9g, at the freeze %.9g vs %.9g, lowest %.9g vs "
+                   "%.9g, rollbacks %d vs %d\n",
+                   ta[0], tb[0], ta[1], tb[1], ta[2], tb[2], la.m.rollbacks, lb.m.rollbacks);
             diff = 1;
         }
     }

@@ -103,6 +103,7 @@ void ob_jobspec_default(ob_jobspec *s)
     s->log_interval = 10;
     s->checkpoint_keep = 3;
     s->checkpoint_rollbacks = 2;
+    s->checkpoint_loss_rise = 2.0;
     s->warm_start_refit_steps = -1;
 }
 
@@ -160,7 +161,8 @@ static const field lr_fields[] = {
 };
 static const field eval_fields[] = {{"interval", ALL}, {"max_examples", ALL}};
 static const field checkpoint_fields[] = {
-    {"dir", ALL}, {"interval", ALL}, {"keep", ALL}, {"async", ALL}, {"rollbacks", ALL}};
+    {"dir", ALL}, {"interval", ALL}, {"keep", ALL}, {"async", ALL}, {"rollbacks", ALL},
+    {"loss_rise", ALL}};
 static const field warm_start_fields[] = {{"from", ALL}, {"params", ALL}, {"refit_steps", ALL}};
 
 /* ==== the validator ======================================================================= */
@@ -473,6 +475,21 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
     return st;
 }
 
+/* checkpoint.loss_rise: 0 (off) or a factor in [1.5, 1000]. */
+static ob_status read_loss_rise(const json_t *ck, double *out, ob_err *err)
+{
+    const json_t *v = json_object_get(ck, "loss_rise");
+    if (!v) return OB_OK;
+    double x;
+    ob_status st = ob__spec_get_number(ck, "checkpoint", "loss_rise", &x, err);
+    if (st != OB_OK) return st;
+    if (x != 0.0 && !(x >= 1.5 && x <= 1000.0))
+        return ob__spec_bad_value(err, "checkpoint", "loss_rise", "0 or a number in [1.5, 1000]",
+                                  v);
+    *out = x;
+    return OB_OK;
+}
+
 static ob_status read_eval_ckpt(const json_t *ev, const json_t *ck, ob_jobspec *s, ob_err *err)
 {
     ob_status st;
@@ -492,7 +509,8 @@ static ob_status read_eval_ckpt(const json_t *ev, const json_t *ck, ob_jobspec *
                                        &s->checkpoint_interval, err)) ||
                (st = ob__spec_get_int(ck, "checkpoint", "keep", 1, INT_MAX, &keep, err)) ||
                (st = ob__spec_get_bool(ck, "checkpoint", "async", &s->checkpoint_async, err)) ||
-               (st = ob__spec_get_int(ck, "checkpoint", "rollbacks", 0, 100, &rollbacks, err))))
+               (st = ob__spec_get_int(ck, "checkpoint", "rollbacks", 0, 100, &rollbacks, err)) ||
+               (st = read_loss_rise(ck, &s->checkpoint_loss_rise, err))))
         return st;
     s->checkpoint_keep = (int)keep;
     s->checkpoint_rollbacks = (int)rollbacks;

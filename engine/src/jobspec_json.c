@@ -186,6 +186,7 @@ static json_t *spec_tree(builder *b, const ob_jobspec *s)
     put_int(b, ck, "keep", s->checkpoint_keep);
     put(b, ck, "async", json_boolean(s->checkpoint_async));
     put_int(b, ck, "rollbacks", s->checkpoint_rollbacks);
+    put_real(b, ck, "loss_rise", s->checkpoint_loss_rise);
     put(b, root, "checkpoint", ck);
     if (s->warm_start_from[0]) {
         char from[OB_JOBSPEC_PATH_LEN];

@@ -4,6 +4,7 @@
 #include "onebit/schedule.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -230,6 +231,7 @@ ob_status ob_trainer_create(ob_trainer **out, const ob_jobspec *spec, ob_comm *c
     t->pending_step = -1;
     t->last_ckpt_step = -1;
     t->last_loss = NAN;
+    t->loss_ema = t->loss_at_freeze = t->loss_best = NAN;
     t->last_lr = NAN;
     ob_status st = ob_jobspec_to_json(spec, &t->spec_json, err);
     if (st == OB_OK) st = build(t, err);
@@ -387,22 +389,76 @@ static ob_status compression_health(ob_trainer *t, ob_train_event *ev, ob_err *e
     return OB_OK;
 }
 
-/* The per-step control reduction: stop requests and async checkpoint completion, so that every
- * rank takes the same decision at the same step. Three int32 through MPI's own allreduce
- * (latency-optimal: two rounds of a 12-byte message on 4 ranks), not the bandwidth-optimal
- * ring the gradients take. Sets *stop. */
-static ob_status control(ob_trainer *t, long step, int bad, int *stop, int *nbad,
-                         ob_train_callback cb, void *user, ob_err *err)
+/* The mean train loss crosses in the control reduction as a fixed-point number in units of
+ * 2^-22, split in a high word (units of 2^-6) and a low word (the 16 bits below it), so that
+ * both sums are exact in int32 and every rank gets the same mean whatever the order of the
+ * sum. A rank's loss is clamped to [0, INT32_MAX / n high units] (1024 ranks: 32767 nats), so
+ * the high sum cannot overflow; the low sum cannot for n <= 32768 (beyond, the low words are
+ * dropped). Not a number counts as 0: it is flagged on its own. */
+#define LOSS_HI_BITS 6
+#define LOSS_LO_BITS 16
+
+static void encode_loss(double loss, int n, int32_t *hi, int32_t *lo)
+{
+    int64_t cap = (int64_t)(INT32_MAX / n) << LOSS_LO_BITS;
+    double q = loss * (double)(1 << (LOSS_HI_BITS + LOSS_LO_BITS));
+    int64_t u = !(q > 0.0) ? 0 : q >= (double)cap ? cap : (int64_t)llround(q);
+    if (u > cap) u = cap;
+    *hi = (int32_t)(u >> LOSS_LO_BITS);
+    *lo = n <= 32768 ? (int32_t)(u & ((1 << LOSS_LO_BITS) - 1)) : 0;
+}
+
+static double decode_loss(int32_t hi, int32_t lo, int n)
+{
+    double u = (double)hi * (double)(1 << LOSS_LO_BITS) + (double)lo;
+    return u / (double)(1 << (LOSS_HI_BITS + LOSS_LO_BITS)) / (double)n;
+}
+
+/* The per-step control reduction: stop requests, async checkpoint completion, ranks whose loss
+ * is not finite and the mean loss, so that every rank takes the same decision at the same
+ * step. Six int32 through MPI's own allreduce (latency-optimal: two rounds of a 24-byte
+ * message on 4 ranks), not the bandwidth-optimal ring the gradients take. Sets *stop, *nbad
+ * and *mean_loss (over every rank, the non-finite ones counting 0). */
+static ob_status control(ob_trainer *t, long step, int bad, double loss, int *stop, int *nbad,
+                         double *mean_loss, ob_train_callback cb, void *user, ob_err *err)
 {
     float ok, failed;
     ob__trainer_ckpt_local_done(t, &ok, &failed);
-    int32_t v[4] = {t->stop_flag && *t->stop_flag ? 1 : 0, ok > 0.0f, failed > 0.0f, bad != 0};
-    ob_status st = ob_comm_control_start(t->comm, v, 4, err);
+    int n = ob_comm_size(t->comm);
+    int32_t v[6] = {t->stop_flag && *t->stop_flag ? 1 : 0, ok > 0.0f, failed > 0.0f, bad != 0};
+    encode_loss(bad ? 0.0 : loss, n, &v[4], &v[5]);
+    ob_status st = ob_comm_control_start(t->comm, v, 6, err);
     if (st == OB_OK) st = ob_comm_control_finish(t->comm, v, err);
     if (st != OB_OK) return OB_WRAP(err, st, "step %ld: control", step);
     *stop = v[0] > 0;
     *nbad = (int)v[3];
+    *mean_loss = decode_loss(v[4], v[5], n);
     return ob__trainer_ckpt_poll(t, (float)v[1], (float)v[2], cb, user, err);
+}
+
+/* The divergence guard's test of the loss after a step (the mean over the ranks, the same on
+ * every rank): updates the tracker and says whether the loss of the compression phase has
+ * risen: its moving average above checkpoint.loss_rise times its lowest since the freeze,
+ * above its level at the freeze, and more than LOSS_RISE_MIN above that lowest (near-zero
+ * losses may double by chance). */
+#define LOSS_EMA_ALPHA 0.1
+#define LOSS_RISE_MIN 0.01
+
+static int loss_rose(ob_trainer *t, double mean, ob_phase phase)
+{
+    t->loss_ema = isnan(t->loss_ema) ? mean : t->loss_ema + LOSS_EMA_ALPHA * (mean - t->loss_ema);
+    if (phase != OB_PHASE_COMPRESSION) {
+        t->loss_at_freeze = t->loss_best = NAN;
+        return 0;
+    }
+    if (isnan(t->loss_at_freeze) || isnan(t->loss_best)) {
+        t->loss_at_freeze = t->loss_best = t->loss_ema;
+        return 0;
+    }
+    if (t->loss_ema < t->loss_best) t->loss_best = t->loss_ema;
+    double f = t->spec.checkpoint_loss_rise;
+    return f > 0.0 && t->loss_ema > f * t->loss_best && t->loss_ema > t->loss_at_freeze &&
+           t->loss_ema > t->loss_best + LOSS_RISE_MIN;
 }
 
 void ob_trainer_set_profiling(ob_trainer *t, int on)
@@ -499,10 +555,37 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         }
         inject_fault(t, step);
         int stop = 0, nbad = 0;
-        st = control(t, step, bad, &stop, &nbad, cb, user, err);
+        double mean_loss = 0.0;
+        st = control(t, step, bad, r.loss, &stop, &nbad, &mean_loss, cb, user, err);
         if (st != OB_OK) return st;
+        char why[160];
+        why[0] = 0;
         if (nbad > 0) {
-            st = ob__trainer_roll_back(t, step, nbad, &step, cb, user, err);
+            snprintf(why, sizeof why, "the loss is not finite on %d rank%s", nbad,
+                     nbad == 1 ? "" : "s");
+        } else if (loss_rose(t, mean_loss, os.phase)) {
+            snprintf(why, sizeof why,
+                     "the training loss rose to %.4g, %.3gx its lowest since the freeze (%.4g)",
+                     t->loss_ema, t->loss_ema / t->loss_best, t->loss_best);
+            if (!ob__trainer_can_roll_back(t)) {
+                if (!t->rise_warned && cb) {
+                    char msg[sizeof why + 160];
+                    snprintf(msg, sizeof msg,
+                             "warning: %s at step %ld; no rollback: %s", why, step,
+                             t->job_dir[0] ? "none left (checkpoint.rollbacks)"
+                                           : "the job keeps no checkpoints");
+                    ob_train_event ev = {0};
+                    ev.kind = OB_EVENT_NOTICE;
+                    fill_optim_fields(t, &ev);
+                    ev.message = msg;
+                    cb(&ev, user);
+                }
+                t->rise_warned = 1;
+                why[0] = 0;
+            }
+        }
+        if (why[0]) {
+            st = ob__trainer_roll_back(t, step, why, &step, cb, user, err);
             if (st != OB_OK) return st;
             ob_optim_get_stats(t->opt, &os);
             loss_window = 0.0;

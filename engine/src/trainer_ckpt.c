@@ -229,6 +229,9 @@ static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
     m->warm_start = (int)p.warm_start;
     m->refit_end = p.refit_end;
     m->rollbacks = t->rollbacks;
+    m->loss_ema = t->loss_ema;
+    m->loss_at_freeze = t->loss_at_freeze;
+    m->loss_best = t->loss_best;
 }
 
 static uint64_t ckpt_bytes(const ob_ckpt_meta *m, size_t hist)
@@ -575,6 +578,9 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
     t->last_lr = meta->lr;
     t->last_ckpt_step = meta->step;
     if (meta->rollbacks > t->rollbacks) t->rollbacks = meta->rollbacks;
+    t->loss_ema = meta->loss_ema;
+    t->loss_at_freeze = meta->loss_at_freeze;
+    t->loss_best = meta->loss_best;
     return OB_OK;
 }
 
@@ -677,7 +683,7 @@ int ob__trainer_can_roll_back(const ob_trainer *t)
     return t->job_dir[0] && t->rollbacks < t->spec.checkpoint_rollbacks;
 }
 
-ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, int nbad, long *step,
+ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, long *step,
                                 ob_train_callback cb, void *user, ob_err *err)
 {
     ob_status st = ob__trainer_ckpt_flush(t, cb, user, err);
@@ -685,10 +691,8 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, int nbad, long *st
     choice c;
     if ((st = choose(t, t->job_dir, 0, &c, cb, user, err)) != OB_OK) return st;
     if (!c.found)
-        return OB_ERR(err, OB_ERR_NUMERIC,
-                      "step %ld: the loss is not finite (on %d rank%s) and there is no checkpoint "
-                      "to roll back to",
-                      bad_step, nbad, nbad == 1 ? "" : "s");
+        return OB_ERR(err, OB_ERR_NUMERIC, "step %ld: %s and there is no checkpoint to roll back to",
+                      bad_step, why);
     /* The traffic already sent stays counted: the statistics say what crossed the network. */
     ob_optim_progress before;
     ob_optim_get_progress(t->opt, &before);
@@ -708,19 +712,19 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, int nbad, long *st
         return OB_WRAP(err, st, "rollback to %s", c.path);
     ob_optim_stats os;
     ob_optim_get_stats(t->opt, &os);
-    char msg[OB_CKPT_PATH_LEN + 300];
+    /* Back in the warmup: the guard watches again from the next freeze. */
+    if (os.phase == OB_PHASE_WARMUP) t->loss_at_freeze = t->loss_best = NAN;
+    char msg[OB_CKPT_PATH_LEN + 400];
     if (os.warm_start == OB_WARM_REWARM)
         snprintf(msg, sizeof msg,
-                 "the loss is not finite at step %ld (on %d rank%s): rolled back to %s (rollback "
-                 "%d of at most %d); v is re-estimated by Adam until step %ld, then frozen again",
-                 bad_step, nbad, nbad == 1 ? "" : "s", c.path, t->rollbacks,
-                 t->spec.checkpoint_rollbacks, os.refit_end);
+                 "%s at step %ld: rolled back to %s (rollback %d of at most %d); v is "
+                 "re-estimated by Adam until step %ld, then frozen again",
+                 why, bad_step, c.path, t->rollbacks, t->spec.checkpoint_rollbacks, os.refit_end);
     else
         snprintf(msg, sizeof msg,
-                 "the loss is not finite at step %ld (on %d rank%s): rolled back to %s (rollback "
-                 "%d of at most %d), still in the warmup",
-                 bad_step, nbad, nbad == 1 ? "" : "s", c.path, t->rollbacks,
-                 t->spec.checkpoint_rollbacks);
+                 "%s at step %ld: rolled back to %s (rollback %d of at most %d), still in the "
+                 "warmup",
+                 why, bad_step, c.path, t->rollbacks, t->spec.checkpoint_rollbacks);
     ob_train_event ev = {0};
     ev.kind = OB_EVENT_REWARM;
     ev.step = bad_step;

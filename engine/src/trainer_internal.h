@@ -16,6 +16,11 @@ struct ob_trainer {
     char *spec_json;             /* canonical JSON of spec, saved in every checkpoint */
     long long warm_source_batch; /* warm start: the source's global batch (0: unknown) */
     int rollbacks;               /* after divergences, in this job (kept in checkpoints) */
+    /* The divergence guard's view of the loss, the same on every rank (from the sums of the
+     * step's control reduction) and kept in checkpoints: the moving average of the mean train
+     * loss, its value at the freeze and its lowest since (NaN while in the warmup). */
+    double loss_ema, loss_at_freeze, loss_best;
+    int rise_warned; /* a rise was reported with no rollback possible */
     ob_comm *comm;               /* borrowed: control, evaluation and loss sums (host memory) */
     ob_comm *dcomm; /* device: cuda: the NCCL communicator of the optimizer (owned), else NULL */
     int dev;        /* params, grad and the optimizer state live on the GPU */
@@ -97,9 +102,10 @@ void ob__trainer_ckpt_destroy(ob_trainer *t);
 /* Whether a divergence can be answered with a rollback (the same on every rank). */
 int ob__trainer_can_roll_back(const ob_trainer *t);
 
-/* After a step whose loss was not finite on nbad ranks: back to the newest checkpoint, v
- * re-estimated (ob_optim_rewarm), a notice. Collective. *step receives the restored step. */
-ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, int nbad, long *step,
+/* After a step that diverged (`why` says how: a loss not finite, or one that rose): back to
+ * the newest checkpoint, v re-estimated (ob_optim_rewarm), a notice. Collective. *step
+ * receives the restored step. */
+ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, long *step,
                                 ob_train_callback cb, void *user, ob_err *err);
 
 /* After step 1 of a warm-started run: a notice of the warm-start check's outcome. */

@@ -68,6 +68,10 @@ typedef struct ob_ckpt_meta {
     long refit_end;
     /* Rollbacks after a divergence so far (optional attribute, 0 when absent). */
     int rollbacks;
+    /* The divergence guard's loss tracker (optional attributes, NaN when absent): the moving
+     * average of the train loss over every rank, its level at the freeze and its lowest value
+     * since (NaN while in the warmup). */
+    double loss_ema, loss_at_freeze, loss_best;
     uint64_t v_norm_history_len; /* read only: entries of /optim/v_norm_history (0: none) */
 } ob_ckpt_meta;
 

@@ -67,13 +67,18 @@
  *   eval?:         { interval? [0: only at the end], max_examples? [0: the whole eval split] }
  *   log_interval?  steps between progress logs, > 0 [10]
  *   checkpoint?:   { dir? [""], interval? [0: none], keep? [3], >= 1, async? [false],
- *                  rollbacks? 0..100 [2] }
+ *                  rollbacks? 0..100 [2], loss_rise? 0 or 1.5..1000 [2] }
  *                  dir is the root: the worker writes under <dir>/<job id>/ (onebit/checkpoint.h);
  *                  with a directory the worker also saves at the end and when stopped by
  *                  SIGTERM; async writes in a background thread while training goes on;
  *                  rollbacks: when the loss stops being finite, the ranks go back to the newest
  *                  checkpoint, re-estimate v by Adam (onebit_adam: ob_optim_rewarm, ceil(Delta
- *                  / 2) steps) and carry on, at most this many times in the job (0: exit 3)
+ *                  / 2) steps) and carry on, at most this many times in the job (0: exit 3);
+ *                  loss_rise: in the compression phase a rise of the train loss counts as a
+ *                  divergence too: its moving average (the mean over the ranks, about the
+ *                  last 10 steps) above loss_rise times its lowest since the freeze and above
+ *                  its level at the freeze (0: only a loss that is not finite counts; without
+ *                  a rollback left, a rise is a warning)
  *   warm_start?:   { from (required): a checkpoint directory (step-XXXXXXXX) or a job's
  *                  checkpoint directory (its newest valid checkpoint), params? [false],
  *                  refit_steps? auto | 0..1000000 [auto] }
@@ -159,6 +164,7 @@ typedef struct ob_jobspec {
     int checkpoint_keep;
     int checkpoint_async;                      /* write in a background thread */
     int checkpoint_rollbacks;                  /* after a divergence, at most this many */
+    double checkpoint_loss_rise;               /* a rise of the loss by this factor: 0 off */
     char warm_start_from[OB_JOBSPEC_PATH_LEN]; /* "" : no warm start */
     int warm_start_params;                     /* also take the parameters */
     long warm_start_refit_steps;               /* -1: auto (ob_optim_auto_refit_steps) */
