@@ -374,8 +374,10 @@ ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *
                 (tls->cert_file && (st = obctl__read_pem("--cert", tls->cert_file, &cert, err))) ||
                 (tls->key_file && (st = obctl__read_pem("--key", tls->key_file, &key, err)))))
         goto done;
-    ob_rpc_tls rt = {.ca_pem = ca, .server_name = tls ? tls->server_name : NULL,
-                     .cert_pem = cert, .key_pem = key};
+    ob_rpc_tls rt = {.ca_pem = ca,
+                     .server_name = tls ? tls->server_name : NULL,
+                     .cert_pem = cert,
+                     .key_pem = key};
     ob_rpc_client *r = NULL;
     st = ob_rpc_client_create_tls(&r, target, token, tls ? &rt : NULL, err);
     if (st == OB_OK) {

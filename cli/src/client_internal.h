@@ -32,8 +32,8 @@ struct obctl_client {
     const obctl_ops *ops;
     char target[512];
     char token[512];
-    int tls;                         /* the transport is TLS */
-    char ca_file[512];               /* REST over TLS: CURLOPT_CAINFO ("" the system's) */
+    int tls;                            /* the transport is TLS */
+    char ca_file[512];                  /* REST over TLS: CURLOPT_CAINFO ("" the system's) */
     char cert_file[512], key_file[512]; /* REST: a client certificate ("" none) */
     void *impl;
 };

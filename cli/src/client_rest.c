@@ -142,10 +142,10 @@ static ob_status perform(obctl_client *c, const request *rq, json_t **out, ob_er
     if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
         rc == CURLE_OPERATION_TIMEDOUT) {
         st = obctl__unreachable(err, c, cerr[0] ? cerr : curl_easy_strerror(rc));
-    } else if (http == 0 && (rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR ||
-                             rc == CURLE_SEND_ERROR || rc == CURLE_SSL_CONNECT_ERROR ||
-                             rc == CURLE_PEER_FAILED_VERIFICATION ||
-                             rc == CURLE_SSL_CACERT_BADFILE || rc == CURLE_SSL_CERTPROBLEM)) {
+    } else if (http == 0 &&
+               (rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR ||
+                rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION ||
+                rc == CURLE_SSL_CACERT_BADFILE || rc == CURLE_SSL_CERTPROBLEM)) {
         /* Plaintext against TLS (nothing comes back), TLS against plaintext, a certificate
          * that does not verify. */
         st = obctl__transport_failed(err, c, cerr[0] ? cerr : curl_easy_strerror(rc));
@@ -544,7 +544,10 @@ ob_status obctl_client_rest(obctl_client **out, const char *base_url, const char
     /* "host:port" alone means http://host:port (https:// with TLS); a trailing slash is
      * dropped. */
     snprintf(c->target, sizeof c->target, "%s%s",
-             strstr(base_url, "://") ? "" : tls ? "https://" : "http://", base_url);
+             strstr(base_url, "://") ? ""
+             : tls                   ? "https://"
+                                     : "http://",
+             base_url);
     size_t tl = strlen(c->target);
     if (tl && c->target[tl - 1] == '/') c->target[tl - 1] = '\0';
     snprintf(c->token, sizeof c->token, "%s", token ? token : "");

@@ -973,12 +973,11 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
         }
     }
     tls_opts[n_tls] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    s->daemon =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)256, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                         MHD_OPTION_UNESCAPE_CALLBACK, ob__rest_unescape, NULL, MHD_OPTION_ARRAY,
-                         tls_opts, MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_UNESCAPE_CALLBACK,
+        ob__rest_unescape, NULL, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         free(s->token);

@@ -59,8 +59,8 @@ static ob_status read_pem(const char *what, const char *path, int secret, char *
     buf[n] = '\0';
     if (n != (size_t)st.st_size || strlen(buf) != n) {
         free(buf);
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s %s: not a PEM file (short read or binary)",
-                      what, path);
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s %s: not a PEM file (short read or binary)", what,
+                      path);
     }
     *out = buf;
     *len = n;
@@ -87,8 +87,7 @@ static ob_status check_certs(const char *what, const char *path, const char *pem
 static ob_status check_key(const char *path, const char *pem, size_t len, ob_err *err)
 {
     gnutls_x509_privkey_t key;
-    if (gnutls_x509_privkey_init(&key) < 0)
-        return OB_ERR(err, OB_ERR_NOMEM, "--tls-key %s", path);
+    if (gnutls_x509_privkey_init(&key) < 0) return OB_ERR(err, OB_ERR_NOMEM, "--tls-key %s", path);
     gnutls_datum_t d = {(unsigned char *)pem, (unsigned)len};
     int g = gnutls_x509_privkey_import2(key, &d, GNUTLS_X509_FMT_PEM, NULL, GNUTLS_PKCS_PLAIN);
     gnutls_x509_privkey_deinit(key);
@@ -135,11 +134,10 @@ ob_status ob_tls_config_load(ob_tls_config **out, const char *cert_file, const c
         (rc = check_key(key_file, t->key_pem, t->key_len, err)) ||
         (rc = check_pair(t, cert_file, key_file, err)))
         goto fail;
-    if (client_ca_file &&
-        ((rc = read_pem("--tls-client-ca", client_ca_file, 0, &t->client_ca_pem, &t->client_ca_len,
-                        err)) ||
-         (rc = check_certs("--tls-client-ca", client_ca_file, t->client_ca_pem, t->client_ca_len,
-                           err))))
+    if (client_ca_file && ((rc = read_pem("--tls-client-ca", client_ca_file, 0, &t->client_ca_pem,
+                                          &t->client_ca_len, err)) ||
+                           (rc = check_certs("--tls-client-ca", client_ca_file, t->client_ca_pem,
+                                             t->client_ca_len, err))))
         goto fail;
     *out = t;
     return OB_OK;
