@@ -12,6 +12,8 @@ packages=(
   # service and CLI
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler
   libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libyaml-dev
+  # TLS: GnuTLS checks onebitd's certificate files; openssl makes the tests' throwaway CA
+  libgnutls28-dev openssl
   # tests and data; clang for the fuzz targets (libFuzzer)
   libcmocka-dev zlib1g-dev clang
   # data: Fashion-MNIST (IDX) and the default text corpus (fortunes)

@@ -36,6 +36,15 @@ add_test(NAME test_onebitd
 set_tests_properties(test_onebitd PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 300
                      PROCESSORS 2)
 
+# TLS on both APIs: a throwaway CA (openssl), onebitctl, curl and openssl s_client against
+# onebitd with --tls-cert/--tls-key (and --tls-client-ca), the refusals and flag errors.
+add_test(NAME test_tls
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_tls.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:onebitctl> $<TARGET_FILE:obrpc>
+                 ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
+set_tests_properties(test_tls PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 300
+                     PROCESSORS 2)
+
 # End to end with the real onebit-worker: REST and gRPC submits, a killed rank, a cancel and a
 # killed coordinator, with bit-exact final parameters.
 add_test(NAME test_onebitd_e2e

@@ -71,7 +71,7 @@ expect "every verb" "$(complete_bash '' | tr '\n' ' ')" \
   "cancel checkpoints completion delete inspect list logs status submit version watch "
 expect "a verb's flags" "$(complete_bash logs --f)" "--follow"
 expect "a verb's flags and the global ones" "$(complete_bash logs -- | tr '\n' ' ')" \
-  "--follow --help --output --rank --rest --server --since --tail --token --token-file "
+  "--ca --cert --follow --help --key --output --rank --rest --server --since --tail --tls --tls-server-name --token --token-file "
 expect "--state values" "$(complete_bash list --state RU)" "RUNNING"
 expect "-o values" "$(complete_bash status -o j)" "json"
 expect "completion shells" "$(complete_bash completion '' | tr '\n' ' ')" "bash zsh "
@@ -112,7 +112,7 @@ if command -v zsh > /dev/null; then
   expect "zsh: verbs" "$(complete_zsh '' | tr '\n' ' ')" \
     "cancel checkpoints completion delete inspect list logs status submit version watch "
   expect "zsh: a verb's flags and the global ones" "$(complete_zsh logs -- | tr '\n' ' ')" \
-    "--follow --help --output --rank --rest --server --since --tail --token --token-file -f -o "
+    "--ca --cert --follow --help --key --output --rank --rest --server --since --tail --tls --tls-server-name --token --token-file -f -o "
   expect "zsh: --state values" "$(complete_zsh list --state '' | tr '\n' ' ')" \
     "CANCELLED FAILED PENDING RESTARTING RUNNING SUCCEEDED "
   expect "zsh: job ids over gRPC" "$(complete_zsh --server "$GRPC" status '')" "$ID1

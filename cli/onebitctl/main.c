@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,6 +37,9 @@ enum { EXIT_OK = 0, EXIT_FAIL = 1, EXIT_USAGE = 2, EXIT_UNREACHABLE = 3 };
 
 typedef struct opts {
     const char *server, *rest, *token, *token_file, *request_id, *deadline, *since;
+    /* --tls (or ONEBIT_TLS=1), --ca (ONEBIT_CA), --tls-server-name, --cert, --key */
+    int tls;
+    const char *ca, *tls_server_name, *cert, *key;
     long tail;                    /* logs --tail: the last N lines; 0: all */
     char token_buf[OB_TOKEN_MAX]; /* a token read from a file */
     char labels[OB_LABELS_LEN];   /* --label k=v, repeated, joined by commas */
@@ -53,7 +57,8 @@ typedef struct opts {
 /* ---- help ------------------------------------------------------------------------------------ */
 
 static const char *const usage_main =
-    "usage: onebitctl [--server HOST:PORT | --rest URL] [--token T] [-o table|json] VERB ...\n"
+    "usage: onebitctl [--server HOST:PORT | --rest URL] [--token T] [--tls --ca FILE]\n"
+    "                 [-o table|json] VERB ...\n"
     "\n"
     "Verbs:\n"
     "  submit       submit a job (-f FILE, or flags for the common fields); prints its id\n"
@@ -74,6 +79,11 @@ static const char *const usage_main =
     "  --token T           bearer token [ONEBIT_TOKEN]\n"
     "  --token-file F      read it from F [ONEBIT_TOKEN_FILE; else the token onebitd made\n"
     "                      in its state directory, $ONEBIT_STATE_DIR/token or ./var/token]\n"
+    "  --tls               talk TLS to onebitd (also: --ca, an https:// URL, ONEBIT_TLS=1)\n"
+    "  --ca FILE           PEM CA to check onebitd's certificate with [ONEBIT_CA; else the\n"
+    "                      system's roots]\n"
+    "  --tls-server-name N gRPC: the name the certificate must carry [the --server host]\n"
+    "  --cert F, --key F   a client certificate and its key, for onebitd --tls-client-ca\n"
     "  -o table|json       output for people (default) or scripts (proto3 JSON)\n"
     "\n"
     "Exit status: 0 ok, 1 refused or job not successful, 2 bad usage, 3 server unreachable.\n"
@@ -664,8 +674,8 @@ static const verb verbs[] = {
 };
 
 /* Every verb takes these; "=": with a value. */
-static const char *const global_flags = "--server= --rest= --token= --token-file= -o= --output= "
-                                        "--help";
+static const char *const global_flags = "--server= --rest= --token= --token-file= --tls --ca= "
+                                        "--tls-server-name= --cert= --key= -o= --output= --help";
 
 static int v_completion(obctl_client *c, const opts *o)
 {
@@ -731,6 +741,29 @@ static int find_token(opts *o)
     return -1;
 }
 
+/* TLS is on with --tls, ONEBIT_TLS=1, --ca, --tls-server-name, --cert or an https:// --rest
+ * URL; ONEBIT_CA gives the CA when --ca does not. Returns -1 to go on, or an exit status. */
+static int tls_settings(opts *o)
+{
+    const char *e = getenv("ONEBIT_TLS");
+    if (e && !strcmp(e, "1")) o->tls = 1;
+    if (o->ca || o->tls_server_name || o->cert || o->key) o->tls = 1;
+    if (o->rest && !strncasecmp(o->rest, "https://", 8)) o->tls = 1;
+    if (o->tls && !o->ca) {
+        const char *ca = getenv("ONEBIT_CA");
+        if (ca && ca[0]) o->ca = ca;
+    }
+    if (!o->cert != !o->key)
+        return usage_error(NULL, "%s", "--cert and --key go together (a client certificate)");
+    if (o->tls && o->rest && strstr(o->rest, "://") && strncasecmp(o->rest, "https://", 8))
+        return usage_error(NULL, "TLS needs an https:// --rest URL, not '%s'", o->rest);
+    if (o->tls_server_name && o->rest)
+        return usage_error(NULL, "%s",
+                           "--tls-server-name is for gRPC; over REST the URL's host is the name "
+                           "checked");
+    return -1;
+}
+
 /* Options may come before or after the verb (getopt_long permutes them); what is left is the
  * verb and its arguments. Returns -1 to go on, or an exit status. */
 static int parse(int argc, char **argv, opts *o, const verb **v)
@@ -752,12 +785,22 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         O_LIMIT,
         O_RANK,
         O_STEPS,
-        O_BATCH
+        O_BATCH,
+        O_TLS,
+        O_CA,
+        O_TLS_NAME,
+        O_CERT,
+        O_KEY
     };
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"server", required_argument, NULL, O_SERVER},
         {"rest", required_argument, NULL, O_REST},
+        {"tls", no_argument, NULL, O_TLS},
+        {"ca", required_argument, NULL, O_CA},
+        {"tls-server-name", required_argument, NULL, O_TLS_NAME},
+        {"cert", required_argument, NULL, O_CERT},
+        {"key", required_argument, NULL, O_KEY},
         {"token", required_argument, NULL, O_TOKEN},
         {"token-file", required_argument, NULL, O_TOKEN_FILE},
         {"file", required_argument, NULL, 'f'},
@@ -828,6 +871,21 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
             break;
         case O_TOKEN_FILE:
             o->token_file = optarg;
+            break;
+        case O_TLS:
+            o->tls = 1;
+            break;
+        case O_CA:
+            o->ca = optarg;
+            break;
+        case O_TLS_NAME:
+            o->tls_server_name = optarg;
+            break;
+        case O_CERT:
+            o->cert = optarg;
+            break;
+        case O_KEY:
+            o->key = optarg;
             break;
         case 'f':
             if (logs)
@@ -946,7 +1004,8 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
     }
     if (!o->server) o->server = getenv("ONEBIT_SERVER");
     if (!o->server || !o->server[0]) o->server = "127.0.0.1:50051";
-    return find_token(o);
+    int tls_rc = tls_settings(o);
+    return tls_rc >= 0 ? tls_rc : find_token(o);
 }
 
 int main(int argc, char **argv)
@@ -958,8 +1017,10 @@ int main(int argc, char **argv)
     obctl_client *c = NULL;
     if (v->needs_server) {
         ob_err err = {0};
-        ob_status st = o.rest ? obctl_client_rest(&c, o.rest, o.token, &err)
-                              : obctl_client_grpc(&c, o.server, o.token, &err);
+        obctl_tls tls = {o.ca, o.tls_server_name, o.cert, o.key};
+        const obctl_tls *t = o.tls ? &tls : NULL;
+        ob_status st = o.rest ? obctl_client_rest(&c, o.rest, o.token, t, &err)
+                              : obctl_client_grpc(&c, o.server, o.token, t, &err);
         if (st != OB_OK) return fail(&err);
     }
     rc = v->run(c, &o);

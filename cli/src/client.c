@@ -1,8 +1,13 @@
 /* obctl_client: dispatch to the transport's table (client_grpc.c, client_rest.c). */
+#define _GNU_SOURCE /* strcasestr */
 #include "client_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#define OBCTL_PEM_MAX ((size_t)1 << 20)
 
 void obctl_client_destroy(obctl_client *c)
 {
@@ -24,6 +29,69 @@ ob_status obctl__unreachable(ob_err *err, const obctl_client *c, const char *det
                  "cannot reach onebitd at %.200s (%.120s); is it running? (start it with "
                  "onebitd, or point --server / ONEBIT_SERVER at it)",
                  c->target, detail);
+    }
+    return OB_ERR_COMM;
+}
+
+ob_status obctl__read_pem(const char *what, const char *path, char **out, ob_err *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (!f) return OB_ERR(err, OB_ERR_IO, "%s %s: %s", what, path, strerror(errno));
+    char *buf = malloc(OBCTL_PEM_MAX + 1);
+    size_t n = buf ? fread(buf, 1, OBCTL_PEM_MAX + 1, f) : 0;
+    int bad = ferror(f);
+    fclose(f);
+    if (!buf) return OB_ERR(err, OB_ERR_NOMEM, "%s %s", what, path);
+    if (bad || n == 0 || n > OBCTL_PEM_MAX || memchr(buf, '\0', n) ||
+        !strstr((buf[n] = '\0', buf), "-----BEGIN ")) {
+        free(buf);
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s %s: %s", what, path,
+                      bad ? "cannot be read" : "not a PEM file");
+    }
+    *out = buf;
+    return OB_OK;
+}
+
+/* 1 when detail holds any of the NULL-terminated needles (case-insensitive). */
+static int mentions(const char *detail, const char *const *needles)
+{
+    for (; *needles; needles++)
+        if (strcasestr(detail, *needles)) return 1;
+    return 0;
+}
+
+ob_status obctl__transport_failed(ob_err *err, const obctl_client *c, const char *detail)
+{
+    static const char *const refused[] = {"refused", "resolve", "Couldn't connect", NULL};
+    static const char *const untrusted[] = {"CERTIFICATE_VERIFY_FAILED",
+                                            "certificate verify failed",
+                                            "SSL certificate problem",
+                                            "issuer certificate",
+                                            "self-signed",
+                                            "self signed",
+                                            NULL};
+    static const char *const wrong_name[] = {"Peer name", "subject name", "does not match",
+                                             "hostname mismatch", NULL};
+    const char *fmt = NULL;
+    if (mentions(detail, refused)) {
+        return obctl__unreachable(err, c, detail);
+    } else if (!c->tls) {
+        fmt = "onebitd at %.200s did not answer in plaintext (%.200s); if it serves TLS, pass "
+              "--tls with --ca CA.pem (REST: an https:// URL)";
+    } else if (mentions(detail, wrong_name)) {
+        fmt = "the certificate of onebitd at %.200s is not for this name (%.200s): connect by a "
+              "name or address it carries, or name one with --tls-server-name (gRPC)";
+    } else if (mentions(detail, untrusted)) {
+        fmt = "the certificate of onebitd at %.200s is not trusted (%.200s): pass --ca (or "
+              "ONEBIT_CA) with the CA that signed it";
+    } else {
+        fmt = "TLS with onebitd at %.200s failed (%.200s); is it serving TLS? (onebitd without "
+              "--tls-cert serves plaintext: then drop --tls)";
+    }
+    if (err) {
+        err->code = OB_ERR_COMM;
+        snprintf(err->msg, sizeof err->msg, fmt, c->target, detail);
     }
     return OB_ERR_COMM;
 }

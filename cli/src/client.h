@@ -13,11 +13,21 @@
 
 typedef struct obctl_client obctl_client;
 
-/* gRPC to target ("host:port"); token (borrowed, may be NULL) as a bearer token. */
-ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *token, ob_err *err);
-/* REST to base_url ("http://host:port"). */
+/* TLS to onebitd: files named by the caller (borrowed). A NULL obctl_tls is plaintext. */
+typedef struct obctl_tls {
+    const char *ca_file;     /* PEM trust roots; NULL: the system's */
+    const char *server_name; /* gRPC: the name to check in the certificate [the target's host] */
+    const char *cert_file, *key_file; /* a client certificate and key, both or neither */
+} obctl_tls;
+
+/* gRPC to target ("host:port"); token (borrowed, may be NULL) as a bearer token; tls (borrowed,
+ * may be NULL: plaintext). A CA or client file that cannot be read fails here, naming it. */
+ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *token,
+                            const obctl_tls *tls, ob_err *err);
+/* REST to base_url ("http://host:port", or "https://..." which needs tls); over https the
+ * URL's host is the name checked in the certificate (tls->server_name must be NULL). */
 ob_status obctl_client_rest(obctl_client **out, const char *base_url, const char *token,
-                            ob_err *err);
+                            const obctl_tls *tls, ob_err *err);
 void obctl_client_destroy(obctl_client *c); /* accepts NULL */
 
 /* Where the client talks to, for messages ("127.0.0.1:50051", "http://..."). */

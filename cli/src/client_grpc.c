@@ -44,8 +44,9 @@ static ob_status from_grpc(obctl_client *c, const ob_rpc_result *res, ob_err *er
         st = OB_ERR_UNAUTHENTICATED;
         break;
     case 4: /* deadline */
-    case 14:
         return obctl__unreachable(err, c, res->details);
+    case 14: /* UNAVAILABLE: not reachable, or the TLS handshake failed */
+        return obctl__transport_failed(err, c, res->details);
     default:
         st = OB_ERR_IO;
         break;
@@ -357,20 +358,39 @@ static const obctl_ops grpc_ops = {
     .destroy = g_destroy,
 };
 
-ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *token, ob_err *err)
+ob_status obctl_client_grpc(obctl_client **out, const char *target, const char *token,
+                            const obctl_tls *tls, ob_err *err)
 {
     *out = NULL;
     obctl_client *c = calloc(1, sizeof *c);
     if (!c) return OB_ERR(err, OB_ERR_NOMEM, "client");
     c->ops = &grpc_ops;
+    c->tls = tls != NULL;
     snprintf(c->target, sizeof c->target, "%s", target);
+    /* gRPC takes PEM text, not paths: the files are read here (and named when they fail). */
+    char *ca = NULL, *cert = NULL, *key = NULL;
+    ob_status st = OB_OK;
+    if (tls && ((tls->ca_file && (st = obctl__read_pem("--ca", tls->ca_file, &ca, err))) ||
+                (tls->cert_file && (st = obctl__read_pem("--cert", tls->cert_file, &cert, err))) ||
+                (tls->key_file && (st = obctl__read_pem("--key", tls->key_file, &key, err)))))
+        goto done;
+    ob_rpc_tls rt = {.ca_pem = ca,
+                     .server_name = tls ? tls->server_name : NULL,
+                     .cert_pem = cert,
+                     .key_pem = key};
     ob_rpc_client *r = NULL;
-    ob_status st = ob_rpc_client_create(&r, target, token, err);
-    if (st != OB_OK) {
-        free(c);
-        return st;
+    st = ob_rpc_client_create_tls(&r, target, token, tls ? &rt : NULL, err);
+    if (st == OB_OK) {
+        c->impl = r;
+        *out = c;
     }
-    c->impl = r;
-    *out = c;
-    return OB_OK;
+done:
+    free(ca);
+    free(cert);
+    if (key) {
+        memset(key, 0, strlen(key));
+        free(key);
+    }
+    if (st != OB_OK) free(c);
+    return st;
 }

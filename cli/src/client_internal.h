@@ -32,8 +32,19 @@ struct obctl_client {
     const obctl_ops *ops;
     char target[512];
     char token[512];
+    int tls;                            /* the transport is TLS */
+    char ca_file[512];                  /* REST over TLS: CURLOPT_CAINFO ("" the system's) */
+    char cert_file[512], key_file[512]; /* REST: a client certificate ("" none) */
     void *impl;
 };
+
+/* Reads the PEM file path (what names the flag) into *out (malloc'd, NUL-terminated). */
+ob_status obctl__read_pem(const char *what, const char *path, char **out, ob_err *err);
+
+/* The message for a call that failed in the transport: unreachable, or a TLS failure
+ * (plaintext against TLS, TLS against plaintext, an untrusted certificate, a wrong name), each
+ * with what to change. detail is the transport's own text. Returns OB_ERR_COMM. */
+ob_status obctl__transport_failed(ob_err *err, const obctl_client *c, const char *detail);
 
 /* Message for a server that cannot be reached, the same for both transports. */
 ob_status obctl__unreachable(ob_err *err, const obctl_client *c, const char *detail);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define MAX_ANSWER (64u << 20)
 
@@ -109,6 +110,14 @@ static ob_status perform(obctl_client *c, const request *rq, json_t **out, ob_er
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT, 10L);
+    if (c->tls) {
+        /* The URL is https (checked at create; redirects are not followed). */
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYPEER, 1L);
+        curl_easy_setopt(h, CURLOPT_SSL_VERIFYHOST, 2L);
+        if (c->ca_file[0]) curl_easy_setopt(h, CURLOPT_CAINFO, c->ca_file);
+        if (c->cert_file[0]) curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert_file);
+        if (c->key_file[0]) curl_easy_setopt(h, CURLOPT_SSLKEY, c->key_file);
+    }
     if (!rq->on_data) curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
     if (!strcmp(rq->method, "POST")) {
         curl_easy_setopt(h, CURLOPT_POST, 1L);
@@ -131,8 +140,15 @@ static ob_status perform(obctl_client *c, const request *rq, json_t **out, ob_er
 
     ob_status st = OB_OK;
     if (rc == CURLE_COULDNT_CONNECT || rc == CURLE_COULDNT_RESOLVE_HOST ||
-        rc == CURLE_OPERATION_TIMEDOUT || (rc == CURLE_GOT_NOTHING && http == 0)) {
+        rc == CURLE_OPERATION_TIMEDOUT) {
         st = obctl__unreachable(err, c, cerr[0] ? cerr : curl_easy_strerror(rc));
+    } else if (http == 0 &&
+               (rc == CURLE_GOT_NOTHING || rc == CURLE_RECV_ERROR || rc == CURLE_SEND_ERROR ||
+                rc == CURLE_SSL_CONNECT_ERROR || rc == CURLE_PEER_FAILED_VERIFICATION ||
+                rc == CURLE_SSL_CACERT_BADFILE || rc == CURLE_SSL_CERTPROBLEM)) {
+        /* Plaintext against TLS (nothing comes back), TLS against plaintext, a certificate
+         * that does not verify. */
+        st = obctl__transport_failed(err, c, cerr[0] ? cerr : curl_easy_strerror(rc));
     } else if (rc == CURLE_WRITE_ERROR && rq->on_data && http == 200) {
         st = OB_OK; /* the stream callback asked to stop */
     } else if (rc != CURLE_OK && http == 0) {
@@ -480,13 +496,38 @@ static const obctl_ops rest_ops = {
 };
 
 ob_status obctl_client_rest(obctl_client **out, const char *base_url, const char *token,
-                            ob_err *err)
+                            const obctl_tls *tls, ob_err *err)
 {
     *out = NULL;
     size_t len = strlen(base_url);
     if (len == 0 || len >= 500)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "--rest: expected a URL such as http://127.0.0.1:8080");
+    int https = !strncasecmp(base_url, "https://", 8);
+    if (tls && !https && strstr(base_url, "://"))
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "--rest %s: TLS needs an https:// URL (or HOST:PORT alone)", base_url);
+    if (https && !tls)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "--rest %s: an https:// URL needs TLS settings",
+                      base_url);
+    if (tls && tls->server_name)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "--tls-server-name is for gRPC: over REST the URL's host is the name "
+                      "checked (--rest https://NAME:PORT)");
+    const char *files[3] = {tls ? tls->ca_file : NULL, tls ? tls->cert_file : NULL,
+                            tls ? tls->key_file : NULL};
+    static const char *const flags[3] = {"--ca", "--cert", "--key"};
+    for (int i = 0; i < 3; i++) {
+        /* Checked here so that a missing file is named, not reported as a TLS failure. */
+        char *pem = NULL;
+        if (!files[i]) continue;
+        if (strlen(files[i]) >= 512)
+            return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: path too long", flags[i]);
+        ob_status rc = obctl__read_pem(flags[i], files[i], &pem, err);
+        if (pem) memset(pem, 0, strlen(pem));
+        free(pem);
+        if (rc != OB_OK) return rc;
+    }
     obctl_client *c = calloc(1, sizeof *c);
     if (!c) return OB_ERR(err, OB_ERR_NOMEM, "client");
     if (curl_global_init(CURL_GLOBAL_DEFAULT) != 0) {
@@ -494,8 +535,18 @@ ob_status obctl_client_rest(obctl_client **out, const char *base_url, const char
         return OB_ERR(err, OB_ERR_IO, "curl_global_init failed");
     }
     c->ops = &rest_ops;
-    /* "host:port" alone means http://host:port; a trailing slash is dropped. */
-    snprintf(c->target, sizeof c->target, "%s%s", strstr(base_url, "://") ? "" : "http://",
+    c->tls = tls != NULL;
+    if (tls) {
+        snprintf(c->ca_file, sizeof c->ca_file, "%s", tls->ca_file ? tls->ca_file : "");
+        snprintf(c->cert_file, sizeof c->cert_file, "%s", tls->cert_file ? tls->cert_file : "");
+        snprintf(c->key_file, sizeof c->key_file, "%s", tls->key_file ? tls->key_file : "");
+    }
+    /* "host:port" alone means http://host:port (https:// with TLS); a trailing slash is
+     * dropped. */
+    snprintf(c->target, sizeof c->target, "%s%s",
+             strstr(base_url, "://") ? ""
+             : tls                   ? "https://"
+                                     : "http://",
              base_url);
     size_t tl = strlen(c->target);
     if (tl && c->target[tl - 1] == '/') c->target[tl - 1] = '\0';

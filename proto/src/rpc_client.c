@@ -10,6 +10,7 @@
 #include <grpc/support/time.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct ob_rpc_client {
     grpc_channel *channel;
@@ -18,6 +19,36 @@ struct ob_rpc_client {
 
 ob_status ob_rpc_client_create(ob_rpc_client **out, const char *target, const char *token,
                                ob_err *err)
+{
+    return ob_rpc_client_create_tls(out, target, token, NULL, err);
+}
+
+/* The channel to target: plaintext, or TLS checking the server against tls. */
+static grpc_channel *make_channel(const char *target, const ob_rpc_tls *tls)
+{
+    if (!tls) {
+        grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+        grpc_channel *ch = grpc_channel_create(target, creds, NULL);
+        grpc_channel_credentials_release(creds);
+        return ch;
+    }
+    grpc_ssl_pem_key_cert_pair pair = {tls->key_pem, tls->cert_pem};
+    grpc_channel_credentials *creds = grpc_ssl_credentials_create(
+        tls->ca_pem, tls->cert_pem && tls->key_pem ? &pair : NULL, NULL, NULL);
+    if (!creds) return NULL;
+    grpc_arg arg;
+    memset(&arg, 0, sizeof arg);
+    arg.type = GRPC_ARG_STRING;
+    arg.key = (char *)GRPC_SSL_TARGET_NAME_OVERRIDE_ARG;
+    arg.value.string = (char *)tls->server_name;
+    grpc_channel_args args = {tls->server_name && tls->server_name[0] ? 1u : 0u, &arg};
+    grpc_channel *ch = grpc_channel_create(target, creds, &args);
+    grpc_channel_credentials_release(creds);
+    return ch;
+}
+
+ob_status ob_rpc_client_create_tls(ob_rpc_client **out, const char *target, const char *token,
+                                   const ob_rpc_tls *tls, ob_err *err)
 {
     *out = NULL;
     ob_rpc_client *c = calloc(1, sizeof *c);
@@ -32,9 +63,7 @@ ob_status ob_rpc_client_create(ob_rpc_client **out, const char *target, const ch
         }
         snprintf(c->auth, n, "Bearer %s", token);
     }
-    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-    c->channel = grpc_channel_create(target, creds, NULL);
-    grpc_channel_credentials_release(creds);
+    c->channel = make_channel(target, tls);
     if (!c->channel) {
         ob_rpc_client_destroy(c);
         return OB_ERR(err, OB_ERR_COMM, "cannot create a gRPC channel to %s", target);

@@ -4,6 +4,7 @@
  * supervises them. Stops cleanly on SIGTERM or SIGINT.
  *
  *   onebitd [--grpc HOST:PORT] [--rest HOST:PORT] [--state-dir DIR] [--slots N] ...
+ *   onebitd --tls-cert server.pem --tls-key server.key [--tls-client-ca ca.pem] ...
  *   onebitd --launcher hosts --hosts node1:4,node2:4 [--ssh-agent CMD] ...
  *   onebitd --launcher slurm [--slurm-partition P] [--slurm-arg --time=4:00:00] ...
  *   onebitd --launcher kubernetes --k8s-image IMAGE [--kubeconfig FILE] [--k8s-namespace NS] ...
@@ -38,6 +39,8 @@ typedef struct opts {
     int n_data_roots, n_checkpoint_roots;
     int insecure_no_auth;    /* --insecure-no-auth: serve without a token */
     int allow_plaintext;     /* --allow-plaintext: non-loopback addresses without TLS */
+    /* --tls-cert, --tls-key, --tls-client-ca; --report-listen: the workers' plaintext port */
+    const char *tls_cert, *tls_key, *tls_client_ca, *report_listen;
     int slots_given;         /* --slots or ONEBIT_SLOTS */
     const char *launcher;    /* local, hosts, slurm */
     const char *report_addr; /* --report-addr: where workers reach the gRPC port */
@@ -62,8 +65,16 @@ static void usage(FILE *f)
                "                          (ONEBIT_TOKEN gives the token itself) [STATE/token,\n"
                "                          made at the first start, mode 0600]\n"
                "  --insecure-no-auth      serve without any token\n"
-               "  --allow-plaintext       allow addresses other than loopback although the APIs\n"
-               "                          have no TLS (behind a TLS proxy or a private network)\n"
+               "  --tls-cert FILE         serve both APIs over TLS with this PEM certificate\n"
+               "                          (then any intermediates) (ONEBIT_TLS_CERT)\n"
+               "  --tls-key FILE          its unencrypted PEM private key, not readable by\n"
+               "                          others (ONEBIT_TLS_KEY)\n"
+               "  --tls-client-ca FILE    require client certificates signed by this PEM CA\n"
+               "                          (mutual TLS) (ONEBIT_TLS_CLIENT_CA)\n"
+               "  --report-listen HOST:PORT with TLS: the plaintext gRPC port workers report\n"
+               "                          to (onebit-worker has no TLS) [127.0.0.1:0]\n"
+               "  --allow-plaintext       allow addresses other than loopback without TLS\n"
+               "                          (behind a TLS proxy or on a private network)\n"
                "  --slots N               ranks that may run at once [4, or the visible GPUs]\n"
                "                          (ONEBIT_SLOTS)\n"
                "  --max-restarts N        default restarts per job [3]\n"
@@ -160,6 +171,43 @@ static int loopback_addr(const char *addr)
     return 0;
 }
 
+/* TLS needs both files; without TLS (or on its plaintext workers' port) an address other than
+ * loopback needs --allow-plaintext. Returns 0, or 2 with a message. */
+static int check_tls_args(opts *o)
+{
+    int tls = o->tls_cert || o->tls_key;
+    if (tls && (!o->tls_cert || !o->tls_key)) {
+        fprintf(stderr, "onebitd: %s needs %s too: TLS takes a certificate and its key\n",
+                o->tls_cert ? "--tls-cert" : "--tls-key", o->tls_cert ? "--tls-key" : "--tls-cert");
+        return 2;
+    }
+    if (!tls && (o->tls_client_ca || o->report_listen)) {
+        fprintf(stderr, "onebitd: %s is for TLS: give --tls-cert and --tls-key too\n",
+                o->tls_client_ca ? "--tls-client-ca" : "--report-listen");
+        return 2;
+    }
+    if (tls && !o->report_listen) o->report_listen = "127.0.0.1:0";
+    const char *addrs[] = {o->grpc_addr, o->rest_addr, o->report_listen};
+    for (int i = tls ? 2 : 0; i < 3 && addrs[i] && !o->allow_plaintext; i++) {
+        if (loopback_addr(addrs[i])) continue;
+        if (tls)
+            fprintf(stderr,
+                    "onebitd: --report-listen %s is not a loopback address, and the workers' port "
+                    "is plaintext. Bind it to 127.0.0.1, or pass --allow-plaintext on a private "
+                    "network\n",
+                    addrs[i]);
+        else
+            fprintf(stderr,
+                    "onebitd: %s is not a loopback address, and the APIs have no TLS: the token "
+                    "and every request would cross the network in clear. Serve TLS "
+                    "(--tls-cert, --tls-key), bind to 127.0.0.1, or pass --allow-plaintext behind "
+                    "a TLS-terminating proxy or on a private network\n",
+                    addrs[i]);
+        return 2;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, opts *o)
 {
     o->grpc_addr = env_or("ONEBIT_GRPC_ADDR", "127.0.0.1:50051");
@@ -187,6 +235,9 @@ static int parse_args(int argc, char **argv, opts *o)
     o->k8s_image = env_or("ONEBIT_K8S_IMAGE", NULL);
     o->k8s_claim = env_or("ONEBIT_K8S_CHECKPOINT_CLAIM", NULL);
     o->k8s_pending_s = 300;
+    o->tls_cert = env_or("ONEBIT_TLS_CERT", NULL);
+    o->tls_key = env_or("ONEBIT_TLS_KEY", NULL);
+    o->tls_client_ca = env_or("ONEBIT_TLS_CLIENT_CA", NULL);
     enum {
         O_GRPC = 256,
         O_REST,
@@ -228,6 +279,10 @@ static int parse_args(int argc, char **argv, opts *o)
         O_K8S_MEMORY,
         O_K8S_PENDING,
         O_K8S_TTL,
+        O_TLS_CERT,
+        O_TLS_KEY,
+        O_TLS_CLIENT_CA,
+        O_REPORT_LISTEN,
     };
     static const struct option options[] = {
         {"grpc", required_argument, NULL, O_GRPC},
@@ -270,6 +325,10 @@ static int parse_args(int argc, char **argv, opts *o)
         {"k8s-memory", required_argument, NULL, O_K8S_MEMORY},
         {"k8s-pending-timeout", required_argument, NULL, O_K8S_PENDING},
         {"k8s-ttl", required_argument, NULL, O_K8S_TTL},
+        {"tls-cert", required_argument, NULL, O_TLS_CERT},
+        {"tls-key", required_argument, NULL, O_TLS_KEY},
+        {"tls-client-ca", required_argument, NULL, O_TLS_CLIENT_CA},
+        {"report-listen", required_argument, NULL, O_REPORT_LISTEN},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -423,6 +482,18 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_PLAINTEXT:
             o->allow_plaintext = 1;
             break;
+        case O_TLS_CERT:
+            o->tls_cert = optarg;
+            break;
+        case O_TLS_KEY:
+            o->tls_key = optarg;
+            break;
+        case O_TLS_CLIENT_CA:
+            o->tls_client_ca = optarg;
+            break;
+        case O_REPORT_LISTEN:
+            o->report_listen = optarg;
+            break;
         case 'h':
             usage(stdout);
             return 1;
@@ -483,17 +554,7 @@ static int parse_args(int argc, char **argv, opts *o)
         fprintf(stderr, "onebitd: --insecure-no-auth and --token-file: choose one\n");
         return 2;
     }
-    const char *addrs[] = {o->grpc_addr, o->rest_addr};
-    for (int i = 0; i < 2 && !o->allow_plaintext; i++) {
-        if (loopback_addr(addrs[i])) continue;
-        fprintf(stderr,
-                "onebitd: %s is not a loopback address, and the APIs have no TLS: the token and "
-                "every request would cross the network in clear. Bind to 127.0.0.1, or pass "
-                "--allow-plaintext behind a TLS-terminating proxy or on a private network\n",
-                addrs[i]);
-        return 2;
-    }
-    return 0;
+    return check_tls_args(o);
 }
 
 /* The admin token: from --token-file, else ONEBIT_TOKEN, else (unless --insecure-no-auth) the
@@ -685,6 +746,12 @@ int main(int argc, char **argv)
     ob_service *svc = NULL;
     ob_grpc_server *grpc = NULL;
     ob_rest_server *rest = NULL;
+    ob_tls_config *tls = NULL;
+    if (o.tls_cert && ob_tls_config_load(&tls, o.tls_cert, o.tls_key, o.tls_client_ca, &err)) {
+        fprintf(stderr, "onebitd: %s\n", err.msg);
+        ob_host_list_clear(&hosts);
+        return 2;
+    }
     if (make_launcher(&o, worker, &hosts, &launcher, &err)) goto fail;
     ob_service_config cfg;
     ob_service_config_default(&cfg);
@@ -706,32 +773,46 @@ int main(int argc, char **argv)
         ob_service_destroy(svc);
         ob_launcher_destroy(launcher);
         ob_host_list_clear(&hosts);
+        ob_tls_config_destroy(tls);
         return 2;
     }
-    int grpc_port = 0, rest_port = 0;
-    if (ob_grpc_server_start(&grpc, svc, o.grpc_addr, token, o.threads, o.max_streams, &grpc_port,
-                             &err))
+    int grpc_port = 0, rest_port = 0, plain_port = 0;
+    ob_grpc_server_config gc = {
+        .addr = o.grpc_addr,
+        .token = token,
+        .threads = o.threads,
+        .max_streams = o.max_streams,
+        .tls = tls,
+        .plain_addr = tls ? o.report_listen : NULL,
+    };
+    if (ob_grpc_server_start(&grpc, svc, &gc, &grpc_port, &plain_port, &err)) goto fail;
+    if (ob_rest_server_start(&rest, svc, o.rest_addr, token, o.max_streams, tls, &rest_port, &err))
         goto fail;
-    if (ob_rest_server_start(&rest, svc, o.rest_addr, token, o.max_streams, &rest_port, &err))
-        goto fail;
-    /* Workers on this machine reach the gRPC port over loopback; elsewhere, at --report-addr. */
+    /* Workers on this machine reach the gRPC port over loopback (with TLS, the plaintext
+     * workers' port); elsewhere, at --report-addr. */
     char report[300];
     if (o.report_addr)
         snprintf(report, sizeof report, "%s", o.report_addr);
     else
-        snprintf(report, sizeof report, "127.0.0.1:%d", grpc_port);
+        snprintf(report, sizeof report, "127.0.0.1:%d", tls ? plain_port : grpc_port);
     if (ob_service_set_report_addr(svc, report, &err)) goto fail;
     if (ob_service_start(svc, &err)) goto fail;
     fprintf(stderr,
-            "onebitd: serving gRPC on port %d, REST on port %d, state in %s, %d slots, "
+            "onebitd: serving gRPC on port %d, REST on port %d%s, state in %s, %d slots, "
             "default ranks per job: %d, launcher %s\n",
-            grpc_port, rest_port, o.state_dir, o.slots, cfg.default_world_size, o.launcher);
+            grpc_port, rest_port,
+            !tls                                       ? " (plaintext)"
+            : ob_tls_config_requires_client_cert(tls) ? " (TLS, client certificates required)"
+                                                       : " (TLS)",
+            o.state_dir, o.slots, cfg.default_world_size, o.launcher);
+    if (tls) fprintf(stderr, "onebitd: workers report to plaintext port %d\n", plain_port);
     if (o.ready_file) {
         char tmp[PATH_MAX];
         snprintf(tmp, sizeof tmp, "%s.tmp", o.ready_file);
         FILE *f = fopen(tmp, "w");
         if (f) {
             fprintf(f, "grpc=%d\nrest=%d\npid=%d\n", grpc_port, rest_port, (int)getpid());
+            if (tls) fprintf(f, "report=%d\n", plain_port);
             fclose(f);
             rename(tmp, o.ready_file);
         }
@@ -747,5 +828,6 @@ fail:
     ob_service_destroy(svc);
     ob_launcher_destroy(launcher);
     ob_host_list_clear(&hosts);
+    ob_tls_config_destroy(tls);
     return rc;
 }

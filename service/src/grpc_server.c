@@ -17,6 +17,7 @@
  * accepting, every call is cancelled, the queue is shut down once the last call is freed. */
 #include "grpc_internal.h"
 #include "reflection.h"
+#include "tls_internal.h"
 #include "onebit/job_codec.h"
 #include "onebit/protoset.h"
 #include "onebit/servers.h"
@@ -722,12 +723,44 @@ static void *handler_main(void *arg)
 
 /* ---- start and stop ------------------------------------------------------------------------ */
 
-ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc, const char *addr,
-                               const char *token, int threads, int max_streams, int *bound_port,
+/* The credentials of the main port: TLS with cfg->tls (and client certificates when it has a
+ * client CA), else plaintext. NULL when gRPC cannot make them. */
+static grpc_server_credentials *server_credentials(const ob_tls_config *tls)
+{
+    if (!tls) return grpc_insecure_server_credentials_create();
+    grpc_ssl_pem_key_cert_pair pair = {tls->key_pem, tls->cert_pem};
+    grpc_ssl_server_certificate_config *config =
+        grpc_ssl_server_certificate_config_create(tls->client_ca_pem, &pair, 1);
+    if (!config) return NULL;
+    grpc_ssl_server_credentials_options *options =
+        grpc_ssl_server_credentials_create_options_using_config(
+            tls->client_ca_pem ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                               : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+            config); /* takes config */
+    return options ? grpc_ssl_server_credentials_create_with_options(options) : NULL;
+}
+
+/* Adds addr with creds (taken) to the server; the port, or 0 with err set. */
+static int add_port(grpc_server *server, const char *addr, grpc_server_credentials *creds,
+                    const char *what, ob_err *err)
+{
+    if (!creds) {
+        OB_ERR(err, OB_ERR_IO, "gRPC: cannot make the %s credentials", what);
+        return 0;
+    }
+    int port = grpc_server_add_http2_port(server, addr, creds);
+    grpc_server_credentials_release(creds);
+    if (port == 0) OB_ERR(err, OB_ERR_IO, "gRPC: cannot listen on %s (%s)", addr, what);
+    return port;
+}
+
+ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc,
+                               const ob_grpc_server_config *cfg, int *bound_port, int *plain_port,
                                ob_err *err)
 {
     *out = NULL;
-    if (threads <= 0) threads = 4;
+    const char *addr = cfg->addr, *token = cfg->token;
+    int threads = cfg->threads > 0 ? cfg->threads : 4, max_streams = cfg->max_streams;
     ob_grpc_server *s = calloc(1, sizeof *s);
     if (!s) return OB_ERR(err, OB_ERR_NOMEM, "allocating the gRPC server");
     grpc_init();
@@ -771,14 +804,16 @@ ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc, const char
             goto fail_server;
         }
     }
-    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-    int port = grpc_server_add_http2_port(s->server, addr, creds);
-    grpc_server_credentials_release(creds);
-    if (port == 0) {
-        OB_ERR(err, OB_ERR_IO, "gRPC: cannot listen on %s", addr);
-        goto fail_server;
-    }
+    int port = add_port(s->server, addr, server_credentials(cfg->tls),
+                        cfg->tls ? "TLS" : "plaintext", err);
+    if (port == 0) goto fail_server;
     if (bound_port) *bound_port = port;
+    if (cfg->tls && cfg->plain_addr) {
+        int p2 = add_port(s->server, cfg->plain_addr, grpc_insecure_server_credentials_create(),
+                          "plaintext, for workers", err);
+        if (p2 == 0) goto fail_server;
+        if (plain_port) *plain_port = p2;
+    }
     grpc_server_start(s->server);
     for (int m = 0; m < M_COUNT; m++)
         request_next(s, (method_id)m);

@@ -12,10 +12,12 @@
 #include "onebit/servers.h"
 #include "onebit/status_map.h"
 #include "onebit/base.h"
+#include "tls_internal.h"
 #include "ui_server.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <gnutls/gnutls.h>
 #include <jansson.h>
 #include <math.h>
 #include <microhttpd.h>
@@ -33,6 +35,7 @@ struct ob_rest_server {
     ob_service *svc;
     char *token;
     int loopback;        /* bound to a loopback address: only loopback Host names are served */
+    int client_certs;    /* TLS with a client CA: every request needs a certificate it signed */
     atomic_int stopping; /* read by the event streams' threads */
     atomic_int streams;  /* event streams open now */
     int max_streams;
@@ -495,6 +498,18 @@ static int loopback_host(const char *host)
     return inet_pton(AF_INET, name, &a) == 1 && (ntohl(a.s_addr) >> 24) == 127;
 }
 
+/* 1 when the connection's TLS peer sent a certificate that the client CA (the trust list
+ * libmicrohttpd was given) verifies. */
+static int client_cert_verified(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (!ci || !ci->tls_session) return 0;
+    unsigned status = 0;
+    gnutls_session_t tls = (gnutls_session_t)ci->tls_session;
+    return gnutls_certificate_verify_peers2(tls, &status) == 0 && status == 0;
+}
+
 /* The first look at a request, from its headers alone: the Host (on a loopback bind), the
  * bearer token, the declared body size, and the content type of a POST (JSON only: a browser
  * sends text/plain and form posts to any site without asking, JSON only after a CORS preflight
@@ -512,7 +527,10 @@ static screen_result screen(ob_rest_server *s, struct MHD_Connection *conn, cons
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     const char *type =
         MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-    if (s->loopback && !loopback_host(host)) {
+    if (s->client_certs && !client_cert_verified(conn)) {
+        r = send_error(conn, OB_ERR_UNAUTHENTICATED,
+                       "a client certificate signed by onebitd's --tls-client-ca is required");
+    } else if (s->loopback && !loopback_host(host)) {
         snprintf(msg, sizeof msg, "host '%.100s' is not served here", host ? host : "");
         r = send_error_http(conn, 421, "PERMISSION_DENIED", msg);
     } else if (strcmp(url, "/healthz") != 0 && !ob__ui_path(url) && !authorized(s, conn)) {
@@ -897,9 +915,14 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char *addr,
-                               const char *token, int max_streams, int *bound_port, ob_err *err)
+                               const char *token, int max_streams, const ob_tls_config *tls,
+                               int *bound_port, ob_err *err)
 {
     *out = NULL;
+    if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return OB_ERR(err, OB_ERR_UNSUPPORTED,
+                      "REST: this libmicrohttpd was built without TLS (GnuTLS); it cannot serve "
+                      "HTTPS");
     char host[256];
     const char *colon = strrchr(addr, ':');
     if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host || !colon[1])
@@ -934,16 +957,33 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
         s->loopback = IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->daemon =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)256, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-                         MHD_OPTION_UNESCAPE_CALLBACK, ob__rest_unescape, NULL, MHD_OPTION_END);
+    /* TLS: the key and certificate chain in memory (libmicrohttpd copies them); a client CA
+     * makes GnuTLS ask for a client certificate, which screen() then requires verified. The
+     * options are an array so that the plaintext server passes none of them. */
+    struct MHD_OptionItem tls_opts[4];
+    int n_tls = 0;
+    if (tls) {
+        flags |= MHD_USE_TLS;
+        tls_opts[n_tls++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, tls->key_pem};
+        tls_opts[n_tls++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, tls->cert_pem};
+        if (tls->client_ca_pem) {
+            tls_opts[n_tls++] =
+                (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_TRUST, 0, tls->client_ca_pem};
+            s->client_certs = 1;
+        }
+    }
+    tls_opts[n_tls] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
+    s->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_UNESCAPE_CALLBACK,
+        ob__rest_unescape, NULL, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         free(s->token);
         free(s);
-        return OB_ERR(err, OB_ERR_IO, "REST: cannot listen on %s", addr);
+        return OB_ERR(err, OB_ERR_IO, "REST: cannot listen on %s%s", addr,
+                      tls ? " (or the TLS certificate and key were refused)" : "");
     }
     if (bound_port) {
         const union MHD_DaemonInfo *info =

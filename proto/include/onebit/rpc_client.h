@@ -24,6 +24,20 @@ typedef struct ob_rpc_client ob_rpc_client;
 ob_status ob_rpc_client_create(ob_rpc_client **out, const char *target, const char *token,
                                ob_err *err);
 
+/* TLS for a client: what the server's certificate is checked against, and the client's own
+ * certificate when the server requires one. All PEM text (not paths), borrowed for the call. */
+typedef struct ob_rpc_tls {
+    const char *ca_pem;      /* trust roots; NULL: gRPC's default roots (the system's) */
+    const char *server_name; /* the name the certificate must carry; NULL: the target's host */
+    const char *cert_pem, *key_pem; /* client certificate chain and key; both NULL: none */
+} ob_rpc_tls;
+
+/* Like ob_rpc_client_create, over TLS when tls is not NULL. A certificate that does not verify
+ * makes calls fail in the transport (ob_rpc_unary's res->code 14, UNAVAILABLE, with gRPC's
+ * handshake message). */
+ob_status ob_rpc_client_create_tls(ob_rpc_client **out, const char *target, const char *token,
+                                   const ob_rpc_tls *tls, ob_err *err);
+
 /* Closes the channel. Accepts NULL. */
 void ob_rpc_client_destroy(ob_rpc_client *c);
 

@@ -3,7 +3,11 @@
  * JSON mapping) on libmicrohttpd. Both are thin: they decode a request, call an ob_service_*
  * function, and encode its result or its error through the one status table (status_map.h).
  * With a token set, a call without "authorization: Bearer TOKEN" is refused as
- * UNAUTHENTICATED / 401 before anything else happens. */
+ * UNAUTHENTICATED / 401 before anything else happens.
+ *
+ * Both serve TLS when given an ob_tls_config (the certificate chain and key onebitd was
+ * started with, checked once by ob_tls_config_load); with a client CA in it, both also require
+ * a client certificate signed by that CA (mutual TLS). Without one they serve plaintext. */
 #ifndef ONEBIT_SERVERS_H
 #define ONEBIT_SERVERS_H
 
@@ -16,15 +20,46 @@ extern "C" {
 /* Default cap on the event streams open at once, per server. */
 #define OB_SERVERS_MAX_STREAMS 256
 
+/* ---- TLS ---------------------------------------------------------------------------------- */
+
+typedef struct ob_tls_config ob_tls_config;
+
+/* Reads and checks the server's PEM files: cert_file (the certificate, then any intermediates),
+ * key_file (its unencrypted private key; refused when others may read it, like the token) and
+ * client_ca_file (may be NULL: no client certificates; else the CA that signs them). Every
+ * failure names the file: unreadable, empty, not PEM, a key that does not belong to the
+ * certificate. The paths are borrowed; *out is owned by the caller. */
+ob_status ob_tls_config_load(ob_tls_config **out, const char *cert_file, const char *key_file,
+                             const char *client_ca_file, ob_err *err);
+
+/* 1 when the configuration requires client certificates (a client CA was given). */
+int ob_tls_config_requires_client_cert(const ob_tls_config *t);
+
+/* Wipes the key from memory and frees. Accepts NULL. */
+void ob_tls_config_destroy(ob_tls_config *t);
+
+/* ---- gRPC ---------------------------------------------------------------------------------- */
+
 typedef struct ob_grpc_server ob_grpc_server;
 
-/* Binds addr ("host:port"; port 0 picks a free one, returned in *bound_port) and starts
- * `threads` handler threads on one completion queue. svc is borrowed and must outlive the
- * server; token (copied) may be NULL or "" for none. At most max_streams server streams
- * (WatchJob, Health.Watch) are open at once (0: OB_SERVERS_MAX_STREAMS); one more is refused
- * with RESOURCE_EXHAUSTED. *out is owned by the caller. */
-ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc, const char *addr,
-                               const char *token, int threads, int max_streams, int *bound_port,
+typedef struct ob_grpc_server_config {
+    const char *addr;  /* "host:port"; port 0 picks a free one */
+    const char *token; /* copied; NULL or "": none */
+    int threads;       /* handler threads on the one completion queue [4] */
+    /* At most this many server streams (WatchJob, Health.Watch) are open at once
+     * (0: OB_SERVERS_MAX_STREAMS); one more is refused with RESOURCE_EXHAUSTED. */
+    int max_streams;
+    const ob_tls_config *tls; /* borrowed, used only during start; NULL: plaintext */
+    /* With tls: a second port serving the same calls in plaintext, for workers' progress
+     * reports (onebit-worker has no TLS); NULL: none. The caller decides where it may be. */
+    const char *plain_addr;
+} ob_grpc_server_config;
+
+/* Binds cfg->addr (the port bound in *bound_port) and cfg->plain_addr when set (its port in
+ * *plain_port, may be NULL otherwise) and starts the handler threads. svc is borrowed and must
+ * outlive the server; cfg is borrowed for the call. *out is owned by the caller. */
+ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc,
+                               const ob_grpc_server_config *cfg, int *bound_port, int *plain_port,
                                ob_err *err);
 
 /* Stops accepting calls, cancels those in progress (streams end), joins the threads and frees
@@ -35,9 +70,12 @@ typedef struct ob_rest_server ob_rest_server;
 
 /* Binds addr ("host:port"; port 0 picks a free one, returned in *bound_port) and serves the
  * REST API, one thread per connection. svc is borrowed; token copied. At most max_streams event
- * streams are open at once (0: OB_SERVERS_MAX_STREAMS); one more is answered 429. */
+ * streams are open at once (0: OB_SERVERS_MAX_STREAMS); one more is answered 429. tls
+ * (borrowed, used only during start; NULL: plaintext) makes it HTTPS only; OB_ERR_UNSUPPORTED
+ * when libmicrohttpd was built without TLS. */
 ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char *addr,
-                               const char *token, int max_streams, int *bound_port, ob_err *err);
+                               const char *token, int max_streams, const ob_tls_config *tls,
+                               int *bound_port, ob_err *err);
 
 /* Ends open event streams, stops the server and frees it. Accepts NULL. */
 void ob_rest_server_stop(ob_rest_server *s);
