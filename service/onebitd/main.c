@@ -50,72 +50,78 @@ typedef struct opts {
     const char *kubeconfig, *k8s_namespace, *k8s_image, *k8s_pull, *k8s_claim, *k8s_sa, *k8s_cpu,
         *k8s_memory;
     int k8s_slots_per_worker, k8s_pending_s, k8s_ttl_s, k8s_given;
+    int64_t store_min_free; /* --store-min-free */
 } opts;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: onebitd [options]\n"
-               "  --grpc HOST:PORT        gRPC address [127.0.0.1:50051] (ONEBIT_GRPC_ADDR)\n"
-               "  --rest HOST:PORT        REST address [127.0.0.1:8080] (ONEBIT_REST_ADDR)\n"
-               "  --state-dir DIR         job store, logs, checkpoints [./var] (ONEBIT_STATE_DIR)\n"
-               "  --token-file FILE       require the bearer token in FILE on every call\n"
-               "                          (ONEBIT_TOKEN gives the token itself) [STATE/token,\n"
-               "                          made at the first start, mode 0600]\n"
-               "  --insecure-no-auth      serve without any token\n"
-               "  --allow-plaintext       allow addresses other than loopback although the APIs\n"
-               "                          have no TLS (behind a TLS proxy or a private network)\n"
-               "  --slots N               ranks that may run at once [4, or the visible GPUs]\n"
-               "                          (ONEBIT_SLOTS)\n"
-               "  --max-restarts N        default restarts per job [3]\n"
-               "  --progress-timeout SEC  end an attempt with no progress for SEC [0: never]\n"
-               "  --backoff SEC           first restart delay, doubled per restart [1]\n"
-               "  --backoff-max SEC       longest restart delay [60]\n"
-               "  --cancel-grace SEC      SIGTERM, then SIGKILL after SEC [10]\n"
-               "  --worker PATH           onebit-worker [next to onebitd] (ONEBIT_WORKER)\n"
-               "  --mpirun PATH           mpirun [mpirun] (ONEBIT_MPIRUN)\n"
-               "  --threads N             gRPC handler threads [4]\n"
-               "  --max-streams N         event streams open at once, per API [256]\n"
-               "  --ready-file FILE       write the bound ports here once serving\n"
-               "  --version               print the release and exit\n"
-               "  --data-root DIR         jobs may read data only under DIR (repeatable)\n"
-               "                          [/usr/share/datasets, /usr/share/games/fortunes,\n"
-               "                          STATE/data; / for anywhere]\n"
-               "  --checkpoint-root DIR   jobs may warm-start only from under DIR (repeatable)\n"
-               "                          [STATE/checkpoints]\n"
-               "  --launcher KIND         local (mpirun here), hosts (mpirun across --hosts) or\n"
-               "                          slurm (a batch job per attempt) [local]\n"
-               "                          (ONEBIT_LAUNCHER)\n"
-               "  --report-addr HOST:PORT where workers reach this gRPC server\n"
-               "                          [127.0.0.1:<gRPC port>]\n"
-               "  --hosts NAME:SLOTS,...  hosts: the machines and their ranks (ONEBIT_HOSTS);\n"
-               "                          --slots defaults to their sum\n"
-               "  --ssh-agent CMD         hosts: how mpirun reaches them (plm_rsh_agent) [ssh]\n"
-               "  --mpi-net NET,...       hosts: the network MPI uses between them, CIDRs or\n"
-               "                          interfaces (btl_tcp_if_include, oob_tcp_if_include)\n"
-               "                          [every interface but loopback] (ONEBIT_MPI_NET)\n"
-               "  --slurm-partition P     slurm: sbatch --partition [the cluster's default]\n"
-               "  --slurm-arg ARG         slurm: one more sbatch option, e.g. --time=4:00:00\n"
-               "                          (repeatable)\n"
-               "  --slurm-mpi TYPE        slurm: srun --mpi=TYPE [pmix]\n"
-               "  --slurm-bin DIR         slurm: where sbatch, squeue, scancel, sacct, srun are\n"
-               "                          [PATH]\n"
-               "  --slurm-poll SEC        slurm: ask squeue about a job at most this often [1]\n"
-               "  --kubeconfig FILE       kubernetes: API server and token from FILE (ONEBIT_\n"
-               "                          KUBECONFIG) [in the cluster: the service account]\n"
-               "  --k8s-namespace NS      kubernetes: where the MPIJobs go [the kubeconfig's\n"
-               "                          or the pod's namespace, else default]\n"
-               "  --k8s-image IMAGE       kubernetes: the worker image (ONEBIT_K8S_IMAGE)\n"
-               "  --k8s-pull-policy P     kubernetes: IfNotPresent, Always or Never [IfNotPresent]\n"
-               "  --k8s-checkpoint-claim C kubernetes: the ReadWriteMany claim mounted at the\n"
-               "                          checkpoint directory in every pod\n"
-               "                          (ONEBIT_K8S_CHECKPOINT_CLAIM)\n"
-               "  --k8s-service-account SA kubernetes: the service account of the MPIJobs' pods\n"
-               "  --k8s-slots-per-worker N kubernetes: ranks (and GPUs) per worker pod [1]\n"
-               "  --k8s-cpu Q             kubernetes: CPU request per worker pod [1]\n"
-               "  --k8s-memory Q          kubernetes: memory request per worker pod [1Gi]\n"
-               "  --k8s-pending-timeout SEC kubernetes: end an attempt whose pods cannot be\n"
-               "                          scheduled or pull their image for SEC [300; 0: never]\n"
-               "  --k8s-ttl SEC           kubernetes: keep ended MPIJobs this long [86400]\n");
+    fprintf(f,
+            "usage: onebitd [options]\n"
+            "  --grpc HOST:PORT        gRPC address [127.0.0.1:50051] (ONEBIT_GRPC_ADDR)\n"
+            "  --rest HOST:PORT        REST address [127.0.0.1:8080] (ONEBIT_REST_ADDR)\n"
+            "  --state-dir DIR         job store, logs, checkpoints [./var] (ONEBIT_STATE_DIR)\n"
+            "  --token-file FILE       require the bearer token in FILE on every call\n"
+            "                          (ONEBIT_TOKEN gives the token itself) [STATE/token,\n"
+            "                          made at the first start, mode 0600]\n"
+            "  --insecure-no-auth      serve without any token\n"
+            "  --allow-plaintext       allow addresses other than loopback although the APIs\n"
+            "                          have no TLS (behind a TLS proxy or a private network)\n"
+            "  --slots N               ranks that may run at once [4, or the visible GPUs]\n"
+            "                          (ONEBIT_SLOTS)\n"
+            "  --max-restarts N        default restarts per job [3]\n"
+            "  --progress-timeout SEC  end an attempt with no progress for SEC [0: never]\n"
+            "  --backoff SEC           first restart delay, doubled per restart [1]\n"
+            "  --backoff-max SEC       longest restart delay [60]\n"
+            "  --cancel-grace SEC      SIGTERM, then SIGKILL after SEC [10]\n"
+            "  --worker PATH           onebit-worker [next to onebitd] (ONEBIT_WORKER)\n"
+            "  --mpirun PATH           mpirun [mpirun] (ONEBIT_MPIRUN)\n"
+            "  --threads N             gRPC handler threads [4]\n"
+            "  --max-streams N         event streams open at once, per API [256]\n"
+            "  --ready-file FILE       write the bound ports here once serving\n"
+            "  --store-min-free SIZE   below SIZE free on the state directory's file system\n"
+            "                          the store counts as full: health NOT_SERVING, submit,\n"
+            "                          cancel and delete refused (UNAVAILABLE / 503) until\n"
+            "                          there is room again [16M; 0: only failed writes]\n"
+            "  --version               print the release and exit\n"
+            "  --data-root DIR         jobs may read data only under DIR (repeatable)\n"
+            "                          [/usr/share/datasets, /usr/share/games/fortunes,\n"
+            "                          STATE/data; / for anywhere]\n"
+            "  --checkpoint-root DIR   jobs may warm-start only from under DIR (repeatable)\n"
+            "                          [STATE/checkpoints]\n"
+            "  --launcher KIND         local (mpirun here), hosts (mpirun across --hosts) or\n"
+            "                          slurm (a batch job per attempt) [local]\n"
+            "                          (ONEBIT_LAUNCHER)\n"
+            "  --report-addr HOST:PORT where workers reach this gRPC server\n"
+            "                          [127.0.0.1:<gRPC port>]\n"
+            "  --hosts NAME:SLOTS,...  hosts: the machines and their ranks (ONEBIT_HOSTS);\n"
+            "                          --slots defaults to their sum\n"
+            "  --ssh-agent CMD         hosts: how mpirun reaches them (plm_rsh_agent) [ssh]\n"
+            "  --mpi-net NET,...       hosts: the network MPI uses between them, CIDRs or\n"
+            "                          interfaces (btl_tcp_if_include, oob_tcp_if_include)\n"
+            "                          [every interface but loopback] (ONEBIT_MPI_NET)\n"
+            "  --slurm-partition P     slurm: sbatch --partition [the cluster's default]\n"
+            "  --slurm-arg ARG         slurm: one more sbatch option, e.g. --time=4:00:00\n"
+            "                          (repeatable)\n"
+            "  --slurm-mpi TYPE        slurm: srun --mpi=TYPE [pmix]\n"
+            "  --slurm-bin DIR         slurm: where sbatch, squeue, scancel, sacct, srun are\n"
+            "                          [PATH]\n"
+            "  --slurm-poll SEC        slurm: ask squeue about a job at most this often [1]\n"
+            "  --kubeconfig FILE       kubernetes: API server and token from FILE (ONEBIT_\n"
+            "                          KUBECONFIG) [in the cluster: the service account]\n"
+            "  --k8s-namespace NS      kubernetes: where the MPIJobs go [the kubeconfig's\n"
+            "                          or the pod's namespace, else default]\n"
+            "  --k8s-image IMAGE       kubernetes: the worker image (ONEBIT_K8S_IMAGE)\n"
+            "  --k8s-pull-policy P     kubernetes: IfNotPresent, Always or Never [IfNotPresent]\n"
+            "  --k8s-checkpoint-claim C kubernetes: the ReadWriteMany claim mounted at the\n"
+            "                          checkpoint directory in every pod\n"
+            "                          (ONEBIT_K8S_CHECKPOINT_CLAIM)\n"
+            "  --k8s-service-account SA kubernetes: the service account of the MPIJobs' pods\n"
+            "  --k8s-slots-per-worker N kubernetes: ranks (and GPUs) per worker pod [1]\n"
+            "  --k8s-cpu Q             kubernetes: CPU request per worker pod [1]\n"
+            "  --k8s-memory Q          kubernetes: memory request per worker pod [1Gi]\n"
+            "  --k8s-pending-timeout SEC kubernetes: end an attempt whose pods cannot be\n"
+            "                          scheduled or pull their image for SEC [300; 0: never]\n"
+            "  --k8s-ttl SEC           kubernetes: keep ended MPIJobs this long [86400]\n");
 }
 
 static const char *env_or(const char *name, const char *def)
@@ -148,6 +154,27 @@ static int parse_secs(const char *flag, const char *v, double *out)
         return -1;
     }
     *out = x;
+    return 0;
+}
+
+/* A size in bytes: digits with an optional K, M, G or T (binary multiples). */
+static int parse_size(const char *flag, const char *v, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    int shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10;
+    if (*end == 'M' || *end == 'm') shift = 20;
+    if (*end == 'G' || *end == 'g') shift = 30;
+    if (*end == 'T' || *end == 't') shift = 40;
+    if (shift) end++;
+    if (!v[0] || *end || errno || x < 0 || x > (INT64_MAX >> shift)) {
+        fprintf(stderr, "onebitd: %s: expected a size in bytes (e.g. 512M, 8G), got '%s'\n", flag,
+                v);
+        return -1;
+    }
+    *out = (int64_t)x << shift;
     return 0;
 }
 
@@ -187,6 +214,7 @@ static int parse_args(int argc, char **argv, opts *o)
     o->k8s_image = env_or("ONEBIT_K8S_IMAGE", NULL);
     o->k8s_claim = env_or("ONEBIT_K8S_CHECKPOINT_CLAIM", NULL);
     o->k8s_pending_s = 300;
+    o->store_min_free = (int64_t)16 << 20;
     enum {
         O_GRPC = 256,
         O_REST,
@@ -228,6 +256,7 @@ static int parse_args(int argc, char **argv, opts *o)
         O_K8S_MEMORY,
         O_K8S_PENDING,
         O_K8S_TTL,
+        O_STORE_MIN_FREE,
     };
     static const struct option options[] = {
         {"grpc", required_argument, NULL, O_GRPC},
@@ -270,6 +299,7 @@ static int parse_args(int argc, char **argv, opts *o)
         {"k8s-memory", required_argument, NULL, O_K8S_MEMORY},
         {"k8s-pending-timeout", required_argument, NULL, O_K8S_PENDING},
         {"k8s-ttl", required_argument, NULL, O_K8S_TTL},
+        {"store-min-free", required_argument, NULL, O_STORE_MIN_FREE},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -310,6 +340,9 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_LAUNCHER:
             o->launcher = optarg;
+            break;
+        case O_STORE_MIN_FREE:
+            bad = parse_size(name, optarg, &o->store_min_free);
             break;
         case O_REPORT_ADDR:
             o->report_addr = optarg;
@@ -700,6 +733,7 @@ int main(int argc, char **argv)
     if (o.n_data_roots) cfg.data_roots = o.data_roots;
     if (o.n_checkpoint_roots) cfg.checkpoint_roots = o.checkpoint_roots;
     cfg.on_state = log_state;
+    cfg.store_min_free_bytes = o.store_min_free;
     if (ob_service_create(&svc, &cfg, &err)) goto fail;
     /* Workers never see the token: each attempt reports with a credential of its own. */
     if (load_token(&o, token, sizeof token) != 0) {
