@@ -51,6 +51,7 @@ typedef struct opts {
         *k8s_memory;
     int k8s_slots_per_worker, k8s_pending_s, k8s_ttl_s, k8s_given;
     int64_t store_min_free; /* --store-min-free */
+    int64_t max_job_memory; /* --max-job-memory; -1: the default */
 } opts;
 
 static void usage(FILE *f)
@@ -82,6 +83,9 @@ static void usage(FILE *f)
             "                          the store counts as full: health NOT_SERVING, submit,\n"
             "                          cancel and delete refused (UNAVAILABLE / 503) until\n"
             "                          there is room again [16M; 0: only failed writes]\n"
+            "  --max-job-memory SIZE   refuse at submit a job whose ranks would need more than\n"
+            "                          SIZE in all (ranks x the spec's memory estimate)\n"
+            "                          [local: half of MemTotal; other launchers: 0, none]\n"
             "  --version               print the release and exit\n"
             "  --data-root DIR         jobs may read data only under DIR (repeatable)\n"
             "                          [/usr/share/datasets, /usr/share/games/fortunes,\n"
@@ -215,6 +219,7 @@ static int parse_args(int argc, char **argv, opts *o)
     o->k8s_claim = env_or("ONEBIT_K8S_CHECKPOINT_CLAIM", NULL);
     o->k8s_pending_s = 300;
     o->store_min_free = (int64_t)16 << 20;
+    o->max_job_memory = -1;
     enum {
         O_GRPC = 256,
         O_REST,
@@ -257,6 +262,7 @@ static int parse_args(int argc, char **argv, opts *o)
         O_K8S_PENDING,
         O_K8S_TTL,
         O_STORE_MIN_FREE,
+        O_MAX_JOB_MEMORY,
     };
     static const struct option options[] = {
         {"grpc", required_argument, NULL, O_GRPC},
@@ -300,6 +306,7 @@ static int parse_args(int argc, char **argv, opts *o)
         {"k8s-pending-timeout", required_argument, NULL, O_K8S_PENDING},
         {"k8s-ttl", required_argument, NULL, O_K8S_TTL},
         {"store-min-free", required_argument, NULL, O_STORE_MIN_FREE},
+        {"max-job-memory", required_argument, NULL, O_MAX_JOB_MEMORY},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -343,6 +350,9 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_STORE_MIN_FREE:
             bad = parse_size(name, optarg, &o->store_min_free);
+            break;
+        case O_MAX_JOB_MEMORY:
+            bad = parse_size(name, optarg, &o->max_job_memory);
             break;
         case O_REPORT_ADDR:
             o->report_addr = optarg;
@@ -576,6 +586,19 @@ static void log_state(void *user, const char *job_id, const char *text)
     fprintf(stderr, "%s onebitd: %s %s\n", when, job_id, text);
 }
 
+/* MemTotal of /proc/meminfo in bytes; 0 when it cannot be read. */
+static int64_t mem_total(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemTotal: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb > 0 && kb < (INT64_MAX >> 10) ? (int64_t)kb << 10 : 0;
+}
+
 /* onebit-worker next to this executable, when it is there. */
 static void default_worker(char *out, size_t cap)
 {
@@ -734,6 +757,11 @@ int main(int argc, char **argv)
     if (o.n_checkpoint_roots) cfg.checkpoint_roots = o.checkpoint_roots;
     cfg.on_state = log_state;
     cfg.store_min_free_bytes = o.store_min_free;
+    /* All ranks of a local job share this machine: by default they may take half its memory.
+     * Other launchers' ranks run elsewhere; no default limit there. */
+    cfg.max_job_memory = o.max_job_memory >= 0          ? o.max_job_memory
+                         : !strcmp(o.launcher, "local") ? mem_total() / 2
+                                                        : 0;
     if (ob_service_create(&svc, &cfg, &err)) goto fail;
     /* Workers never see the token: each attempt reports with a credential of its own. */
     if (load_token(&o, token, sizeof token) != 0) {

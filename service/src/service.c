@@ -595,6 +595,22 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
                  svc->cfg.slots);
         append_problem(problems, sizeof problems, text);
     }
+    if (!problems[0] && svc->cfg.max_job_memory > 0 && world >= 1 && world <= MAX_WORLD_SIZE) {
+        /* Ranks that would not fit are refused now rather than killed later. */
+        ob_memory_estimate est;
+        if (ob_jobspec_memory_estimate(spec, world, &est, NULL) == OB_OK &&
+            (est.total > (uint64_t)svc->cfg.max_job_memory / (uint64_t)world)) {
+            double mib = 1024.0 * 1024.0;
+            snprintf(text, sizeof text,
+                     "memory: the job needs about %.0f MiB per rank (parameters and gradients "
+                     "%.0f, optimizer %.0f, activations %.0f, data %.0f, process %.0f) x %d "
+                     "ranks = %.0f MiB, over the service's limit of %.0f MiB (--max-job-memory)",
+                     (double)est.total / mib, (double)est.params / mib, (double)est.optimizer / mib,
+                     (double)est.activations / mib, (double)est.data / mib, (double)est.base / mib,
+                     world, (double)est.total * world / mib, (double)svc->cfg.max_job_memory / mib);
+            append_problem(problems, sizeof problems, text);
+        }
+    }
     int restarts = req->max_restarts < 0 ? svc->cfg.default_max_restarts : req->max_restarts;
     if (req->max_restarts < -1 || req->max_restarts > MAX_RESTARTS_LIMIT) {
         snprintf(text, sizeof text, "max_restarts: expected 0 to %d (or -1: the default), got %d",
