@@ -174,3 +174,13 @@ add_test(NAME test_reflection
                  $<TARGET_FILE:onebitd> ${PROJECT_SOURCE_DIR}/proto
                  ${CMAKE_BINARY_DIR}/share/onebit/onebit.protoset)
 set_tests_properties(test_reflection PROPERTIES TIMEOUT 120)
+
+# onebitd with its state directory on a small tmpfs that a file fills while a job runs: health
+# NOT_SERVING (gRPC and /healthz 503), submits and cancels refused with UNAVAILABLE, then SERVING
+# again and the job SUCCEEDED with its attempt closed once the file is deleted. Needs root to
+# mount: skipped (77) without it.
+add_test(NAME test_full_disk
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_full_disk.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
+set_tests_properties(test_full_disk PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 180
+                     PROCESSORS 2 SKIP_RETURN_CODE 77)

@@ -3,6 +3,14 @@
  * JSON reads back to a memcmp-identical struct; files load; the files in examples/ all load.
  * Bad input is test_jobspec_errors.c's. */
 #include "jobspec_fixture.h"
+#include "onebit/comm.h"
+#include "onebit/model.h"
+#include "onebit/optim.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 static void test_minimal_defaults(void **state)
 {
@@ -369,7 +377,8 @@ static void test_to_json(void **state)
                         "\"batch_size\":16,\"steps\":7,\"lr\":{\"schedule\":\"constant\","
                         "\"peak\":0.001,\"warmup_steps\":0},\"seed\":123,\"eval\":{\"interval\":0,"
                         "\"max_examples\":0},\"log_interval\":10,\"checkpoint\":{\"dir\":\"\","
-                        "\"interval\":0,\"keep\":3,\"async\":false,\"rollbacks\":2,\"loss_rise\":2.0},\"device\":\"cpu\"}");
+                        "\"interval\":0,\"keep\":3,\"async\":false,\"rollbacks\":2,\"loss_rise\":2.0},"
+                        "\"device\":\"cpu\"}");
     free(json);
 
     /* An out-of-range enum is refused, not printed as "unknown". */
@@ -535,10 +544,87 @@ static void test_examples(void **state)
     free(s);
 }
 
+/* Resident bytes of this process (/proc/self/statm). */
+static uint64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, res = 0;
+    if (f) {
+        if (fscanf(f, "%llu %llu", &size, &res) != 2) res = 0;
+        fclose(f);
+    }
+    return (uint64_t)res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* ob_jobspec_memory_estimate against what a process that builds the same buffers (data set,
+ * model with activations for the batch, parameters and gradients, optimizer) really grows by:
+ * within 25 % (the estimate without its fixed process part). */
+static void check_estimate(const char *yaml)
+{
+    ob_jobspec spec;
+    ob_err err;
+    assert_int_equal(ob_jobspec_parse(&spec, yaml, strlen(yaml), OB_SPEC_YAML, &err), OB_OK);
+    ob_memory_estimate est;
+    assert_int_equal(ob_jobspec_memory_estimate(&spec, 1, &est, &err), OB_OK);
+    assert_int_equal(est.total, est.params + est.optimizer + est.activations + est.data + est.base);
+
+    uint64_t before = rss_bytes();
+    ob_dataset *ds = NULL;
+    ob_synth_classification_spec sc = spec.data.synth_cls;
+    assert_int_equal(ob_dataset_synthetic_classification(&ds, &sc, &err), OB_OK);
+    ob_model_config cfg = spec.model;
+    cfg.input_dim = sc.input_dim;
+    cfg.num_classes = (size_t)sc.num_classes;
+    cfg.max_batch = spec.batch_size;
+    ob_model *m = NULL;
+    assert_int_equal(ob_model_create(&m, &cfg, &err), OB_OK);
+    size_t d = ob_model_num_params(m);
+    float *params = calloc(2 * d, sizeof(float));
+    assert_non_null(params);
+    memset(params, 1, 2 * d * sizeof(float));
+    ob_comm *comm = NULL;
+    assert_int_equal(ob_comm_create_self(&comm, &err), OB_OK);
+    ob_optim *opt = NULL;
+    assert_int_equal(ob_optim_create(&opt, &spec.optim, comm, params, d, &err), OB_OK);
+    /* Touch the activations: a forward and backward pass over one batch. */
+    float *x = calloc(spec.batch_size * sc.input_dim, sizeof(float));
+    int32_t *y = calloc(spec.batch_size, sizeof(int32_t));
+    assert_true(x && y);
+    ob_batch b = {.n = spec.batch_size, .input_dim = sc.input_dim, .x = x, .y = y};
+    ob_model_result res;
+    assert_int_equal(ob_model_forward_backward(m, params, &b, params + d, &res, &err), OB_OK);
+    uint64_t grown = rss_bytes() - before;
+    uint64_t want = est.total - est.base;
+    fprintf(stderr, "estimate %llu bytes, measured growth %llu\n", (unsigned long long)want,
+            (unsigned long long)grown);
+    assert_true((double)grown >= 0.75 * (double)want && (double)grown <= 1.25 * (double)want);
+    free(x);
+    free(y);
+    ob_optim_destroy(opt);
+    ob_comm_destroy(comm);
+    free(params);
+    ob_model_destroy(m);
+    ob_dataset_destroy(ds);
+}
+
+static void test_memory_estimate(void **state)
+{
+    (void)state;
+    check_estimate("model: {type: mlp, hidden: [1024, 1024]}\n"
+                   "data: {type: synthetic_classification, n_train: 20000, n_eval: 1000, "
+                   "input_dim: 512, num_classes: 10}\n"
+                   "optimizer: {type: adam}\nbatch_size: 256\nsteps: 1\n");
+    check_estimate("model: {type: softmax}\n"
+                   "data: {type: synthetic_classification, n_train: 4000, n_eval: 100, "
+                   "input_dim: 4096, num_classes: 64}\n"
+                   "optimizer: {type: onebit_adam}\nbatch_size: 64\nsteps: 1\n");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_minimal_defaults),
+        cmocka_unit_test(test_memory_estimate),
         cmocka_unit_test(test_minimal_onebit_defaults),
         cmocka_unit_test(test_bucket_defaults),
         cmocka_unit_test(test_full_softmax_fmnist_adam),

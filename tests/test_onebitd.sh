@@ -469,5 +469,16 @@ stop_daemon
 t1=$(date +%s%N)
 check "SIGTERM: a clean shutdown" '[ $(((t1 - t0) / 1000000)) -lt 8000 ] && grep -q "shutting down" "$TMP/onebitd.log"' "$(((t1 - t0) / 1000000)) ms"
 
+# --- the memory estimate at submit: a job whose ranks need more than --max-job-memory ---------
+start_daemon "$TMP/var9" --max-job-memory 200M
+printf 'model: {type: mlp, hidden: [64]}\ndata: {type: synthetic_classification, n_train: 200000, input_dim: 256}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: 10\n' > "$TMP/big.yaml"
+rpc submit "$TMP/big.yaml" 2 > /dev/null 2> "$TMP/err"; rc=$?
+check "SubmitJob over the memory limit: INVALID_ARGUMENT with the estimate and the limit" '[ $rc -eq 3 ] && grep -q "memory: the job needs about [0-9]* MiB per rank (.*data [0-9]*.*) x 2 ranks = [0-9]* MiB, over the service.s limit of 200 MiB (--max-job-memory)" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
+out=$(http POST /v1/jobs -d "$(jq -n --rawfile s "$TMP/big.yaml" '{spec: $s, worldSize: 2}')")
+check "POST /v1/jobs over the memory limit: 400 with the estimate" '[ "$(echo "$out" | tail -1)" = 400 ] && echo "$out" | head -1 | jq -r .error.message | grep -q "over the service.s limit of 200 MiB"' "$out"
+rpc submit "$TMP/short.yaml" 2 > /dev/null 2> "$TMP/err"; rc=$?
+check "a job within the memory limit is taken" '[ $rc -eq 0 ]' "rc=$rc $(cat "$TMP/err")"
+stop_daemon
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

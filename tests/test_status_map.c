@@ -25,6 +25,7 @@ static void test_table(void **state)
         {OB_ERR_UNSUPPORTED, 12, 501, "UNIMPLEMENTED"},
         {OB_ERR_IO, 13, 500, "INTERNAL"},
         {OB_ERR_COMM, 14, 503, "UNAVAILABLE"},
+        {OB_ERR_UNAVAILABLE, 14, 503, "UNAVAILABLE"},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
         assert_int_equal(ob_status_grpc_code(want[i].s), want[i].grpc);
@@ -39,6 +40,7 @@ static void test_unknown(void **state)
     assert_int_equal(ob_status_grpc_code((ob_status)-999), 2);
     assert_int_equal(ob_status_http((ob_status)-999), 500);
     assert_string_equal(ob_strerror(OB_ERR_UNAUTHENTICATED), "unauthenticated");
+    assert_string_equal(ob_strerror(OB_ERR_UNAVAILABLE), "unavailable");
 }
 
 int main(void)

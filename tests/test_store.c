@@ -110,7 +110,8 @@ static void test_list_paging_filter(void **state)
     int64_t after = 0, seen = 0;
     do {
         assert_int_equal(
-            ob_store_list_jobs(s, OB_JOB_UNSPECIFIED, NULL, after, 3, &jobs, &n, &more, &err), OB_OK);
+            ob_store_list_jobs(s, OB_JOB_UNSPECIFIED, NULL, after, 3, &jobs, &n, &more, &err),
+            OB_OK);
         for (size_t i = 0; i < n; i++)
             assert_true(jobs[i].seq > after);
         seen += (int64_t)n;
@@ -119,7 +120,8 @@ static void test_list_paging_filter(void **state)
     } while (more);
     assert_int_equal(seen, 7);
 
-    assert_int_equal(ob_store_list_jobs(s, OB_JOB_RUNNING, NULL, 0, 100, &jobs, &n, &more, &err), OB_OK);
+    assert_int_equal(ob_store_list_jobs(s, OB_JOB_RUNNING, NULL, 0, 100, &jobs, &n, &more, &err),
+                     OB_OK);
     assert_int_equal(n, 3);
     assert_int_equal(more, 0);
     for (size_t i = 0; i < n; i++)
@@ -313,6 +315,82 @@ static void test_not_a_store(void **state)
     assert_non_null(strstr(err.msg, "no/such/dir"));
 }
 
+/* A full disk (SQLITE_FULL, here from the page limit): a write that does not fit fails with
+ * OB_ERR_UNAVAILABLE and changes nothing, a job's transition and its attempt's end go together
+ * or not at all, reads still answer, and the same write succeeds once there is room. */
+static void test_full(void **state)
+{
+    fixture *f = *state;
+    ob_store *s = NULL;
+    ob_err err;
+    assert_int_equal(ob_store_open(&s, f->path, &err), OB_OK);
+    ob_job j = make_job("full", 1);
+    assert_int_equal(ob_store_create_job(s, &j, &err), OB_OK);
+    ob_attempt a;
+    memset(&a, 0, sizeof a);
+    a.number = 1;
+    a.started_ms = 2000;
+    a.pgid = 42;
+    j.state = OB_JOB_RUNNING;
+    assert_int_equal(ob_store_update_job_attempt(s, &j, NULL, &a, &err), OB_OK);
+
+    int64_t pages = 0;
+    assert_int_equal(ob_store_page_count(s, &pages, &err), OB_OK);
+    assert_true(pages > 0);
+    assert_int_equal(ob_store_set_page_limit(s, pages, &err), OB_OK);
+    ob_job_event ev;
+    ob_status rc = OB_OK;
+    for (int i = 0; i < 10000 && rc == OB_OK; i++) {
+        memset(&ev, 0, sizeof ev);
+        strcpy(ev.kind, "notice");
+        memset(ev.message, 'x', 400);
+        rc = ob_store_update_job(s, &j, &ev, &err);
+    }
+    assert_int_equal(rc, OB_ERR_UNAVAILABLE);
+    assert_non_null(strstr(err.msg, "full"));
+
+    /* The attempt's end and the job's end: refused together. */
+    ob_job done = j;
+    done.state = OB_JOB_SUCCEEDED;
+    done.finished_ms = 5000;
+    snprintf(done.message, sizeof done.message, "completed");
+    ob_attempt end = a;
+    end.ended_ms = 5000;
+    snprintf(end.exit_reason, sizeof end.exit_reason, "completed");
+    memset(&ev, 0, sizeof ev);
+    strcpy(ev.kind, "state");
+    memset(ev.message, 'y', 400);
+    assert_int_equal(ob_store_update_job_attempt(s, &done, &ev, &end, &err), OB_ERR_UNAVAILABLE);
+    ob_job got;
+    assert_int_equal(ob_store_get_job(s, j.id, &got, &err), OB_OK);
+    assert_int_equal(got.state, OB_JOB_RUNNING);
+    assert_int_equal(got.n_attempts, 1);
+    assert_int_equal(got.attempts[0].ended_ms, 0);
+    int64_t events_before = 0;
+    ob_job_event *evs = NULL;
+    size_t n = 0;
+    assert_int_equal(ob_store_list_events(s, j.id, 0, 100000, &evs, &n, &err), OB_OK);
+    events_before = (int64_t)n;
+    free(evs);
+    ob_job_clear(&got);
+
+    /* Room again: the same write goes through, whole. */
+    assert_int_equal(ob_store_set_page_limit(s, 0, &err), OB_OK);
+    assert_int_equal(ob_store_update_job_attempt(s, &done, &ev, &end, &err), OB_OK);
+    assert_int_equal(ob_store_get_job(s, j.id, &got, &err), OB_OK);
+    assert_int_equal(got.state, OB_JOB_SUCCEEDED);
+    assert_int_equal(got.attempts[0].ended_ms, 5000);
+    assert_string_equal(got.attempts[0].exit_reason, "completed");
+    assert_int_equal(got.attempts[0].pgid, 42);
+    ob_job_clear(&got);
+    assert_int_equal(ob_store_list_events(s, j.id, 0, 100000, &evs, &n, &err), OB_OK);
+    assert_int_equal((int64_t)n, events_before + 1);
+    free(evs);
+    assert_int_equal(ob_store_probe(s, 6000, &err), OB_OK);
+    ob_job_clear(&j);
+    ob_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +400,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_not_a_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_old_store_gains_ext_id, setup, teardown),
         cmocka_unit_test_setup_teardown(test_health_columns, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -193,6 +193,7 @@ ob_status ob__model_alloc_acts(ob_model *m, const ob__act_slot *slots, size_t co
         off += ob_round_up(slots[i].floats, line);
     }
     m->acts_block = block;
+    m->acts_bytes = total * sizeof(float);
     return OB_OK;
 }
 
@@ -269,6 +270,11 @@ void ob_model_destroy(ob_model *m)
 const ob_model_config *ob_model_get_config(const ob_model *m)
 {
     return &m->cfg;
+}
+
+size_t ob_model_activation_bytes(const ob_model *m)
+{
+    return m ? m->acts_bytes : 0;
 }
 
 size_t ob_model_num_params(const ob_model *m)

@@ -90,6 +90,7 @@ struct ob_model {
     float init_value[OB__MODEL_MAX_TENSORS];
 
     float *acts_block;   /* the one activation allocation; every buffer below points into it */
+    size_t acts_bytes;   /* its size */
     int have_logits;     /* a forward pass has completed since creation */
     const float *logits; /* the kind's logits buffer (host memory) */
     /* Non-NULL for a device model: its activations live on the device, acts_block stays NULL

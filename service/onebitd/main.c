@@ -53,6 +53,8 @@ typedef struct opts {
     const char *kubeconfig, *k8s_namespace, *k8s_image, *k8s_pull, *k8s_claim, *k8s_sa, *k8s_cpu,
         *k8s_memory;
     int k8s_slots_per_worker, k8s_pending_s, k8s_ttl_s, k8s_given;
+    int64_t store_min_free; /* --store-min-free */
+    int64_t max_job_memory; /* --max-job-memory; -1: the default */
 } opts;
 
 static void usage(FILE *f)
@@ -87,6 +89,13 @@ static void usage(FILE *f)
                "  --threads N             gRPC handler threads [4]\n"
                "  --max-streams N         event streams open at once, per API [256]\n"
                "  --ready-file FILE       write the bound ports here once serving\n"
+               "  --store-min-free SIZE   below SIZE free on the state directory's file system\n"
+               "                          the store counts as full: health NOT_SERVING, submit,\n"
+               "                          cancel and delete refused (UNAVAILABLE / 503) until\n"
+               "                          there is room again [16M; 0: only failed writes]\n"
+               "  --max-job-memory SIZE   refuse at submit a job whose ranks would need more than\n"
+               "                          SIZE in all (ranks x the spec's memory estimate)\n"
+               "                          [local: half of MemTotal; other launchers: 0, none]\n"
                "  --version               print the release and exit\n"
                "  --data-root DIR         jobs may read data only under DIR (repeatable)\n"
                "                          [/usr/share/datasets, /usr/share/games/fortunes,\n"
@@ -159,6 +168,27 @@ static int parse_secs(const char *flag, const char *v, double *out)
         return -1;
     }
     *out = x;
+    return 0;
+}
+
+/* A size in bytes: digits with an optional K, M, G or T (binary multiples). */
+static int parse_size(const char *flag, const char *v, int64_t *out)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    int shift = 0;
+    if (*end == 'K' || *end == 'k') shift = 10;
+    if (*end == 'M' || *end == 'm') shift = 20;
+    if (*end == 'G' || *end == 'g') shift = 30;
+    if (*end == 'T' || *end == 't') shift = 40;
+    if (shift) end++;
+    if (!v[0] || *end || errno || x < 0 || x > (INT64_MAX >> shift)) {
+        fprintf(stderr, "onebitd: %s: expected a size in bytes (e.g. 512M, 8G), got '%s'\n", flag,
+                v);
+        return -1;
+    }
+    *out = (int64_t)x << shift;
     return 0;
 }
 
@@ -238,6 +268,8 @@ static int parse_args(int argc, char **argv, opts *o)
     o->tls_cert = env_or("ONEBIT_TLS_CERT", NULL);
     o->tls_key = env_or("ONEBIT_TLS_KEY", NULL);
     o->tls_client_ca = env_or("ONEBIT_TLS_CLIENT_CA", NULL);
+    o->store_min_free = (int64_t)16 << 20;
+    o->max_job_memory = -1;
     enum {
         O_GRPC = 256,
         O_REST,
@@ -283,6 +315,8 @@ static int parse_args(int argc, char **argv, opts *o)
         O_TLS_KEY,
         O_TLS_CLIENT_CA,
         O_REPORT_LISTEN,
+        O_STORE_MIN_FREE,
+        O_MAX_JOB_MEMORY,
     };
     static const struct option options[] = {
         {"grpc", required_argument, NULL, O_GRPC},
@@ -329,6 +363,8 @@ static int parse_args(int argc, char **argv, opts *o)
         {"tls-key", required_argument, NULL, O_TLS_KEY},
         {"tls-client-ca", required_argument, NULL, O_TLS_CLIENT_CA},
         {"report-listen", required_argument, NULL, O_REPORT_LISTEN},
+        {"store-min-free", required_argument, NULL, O_STORE_MIN_FREE},
+        {"max-job-memory", required_argument, NULL, O_MAX_JOB_MEMORY},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -369,6 +405,12 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_LAUNCHER:
             o->launcher = optarg;
+            break;
+        case O_STORE_MIN_FREE:
+            bad = parse_size(name, optarg, &o->store_min_free);
+            break;
+        case O_MAX_JOB_MEMORY:
+            bad = parse_size(name, optarg, &o->max_job_memory);
             break;
         case O_REPORT_ADDR:
             o->report_addr = optarg;
@@ -604,6 +646,19 @@ static void log_state(void *user, const char *job_id, const char *text)
     fprintf(stderr, "%s onebitd: %s %s\n", when, job_id, text);
 }
 
+/* MemTotal of /proc/meminfo in bytes; 0 when it cannot be read. */
+static int64_t mem_total(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (!f) return 0;
+    char line[256];
+    long long kb = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "MemTotal: %lld kB", &kb) == 1) break;
+    fclose(f);
+    return kb > 0 && kb < (INT64_MAX >> 10) ? (int64_t)kb << 10 : 0;
+}
+
 /* onebit-worker next to this executable, when it is there. */
 static void default_worker(char *out, size_t cap)
 {
@@ -767,6 +822,12 @@ int main(int argc, char **argv)
     if (o.n_data_roots) cfg.data_roots = o.data_roots;
     if (o.n_checkpoint_roots) cfg.checkpoint_roots = o.checkpoint_roots;
     cfg.on_state = log_state;
+    cfg.store_min_free_bytes = o.store_min_free;
+    /* All ranks of a local job share this machine: by default they may take half its memory.
+     * Other launchers' ranks run elsewhere; no default limit there. */
+    cfg.max_job_memory = o.max_job_memory >= 0          ? o.max_job_memory
+                         : !strcmp(o.launcher, "local") ? mem_total() / 2
+                                                        : 0;
     if (ob_service_create(&svc, &cfg, &err)) goto fail;
     /* Workers never see the token: each attempt reports with a credential of its own. */
     if (load_token(&o, token, sizeof token) != 0) {

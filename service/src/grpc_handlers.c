@@ -254,12 +254,14 @@ int ob__grpc_known_service(const char *name)
 static ob_status h_health(ob_service *svc, const ProtobufCMessage *m, const char *bearer,
                           ob__grpc_reply *r)
 {
-    (void)svc;
     const Grpc__Health__V1__HealthCheckRequest *q = (const Grpc__Health__V1__HealthCheckRequest *)m;
     if (!ob__grpc_known_service(q->service))
         return OB_ERR(&r->err, OB_ERR_NOT_FOUND, "unknown service '%.100s'", q->service);
     Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-    resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+    /* NOT_SERVING while the job store cannot be written (a full disk): no changes are taken. */
+    resp.status = ob_service_serving(svc, NULL, 0)
+                      ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                      : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
     if (!(r->bb = ob__grpc_pack(&resp.base)))
         return OB_ERR(&r->err, OB_ERR_NOMEM, "encoding a health answer");
     return OB_OK;

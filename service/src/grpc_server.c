@@ -71,7 +71,7 @@ typedef struct call_ctx {
     char job_id[OB_JOB_ID_LEN];
     int64_t last_seq;
     int sent_initial, in_flight, finish_after_send, status_started, status_done, closed, broken;
-    int health_sent;
+    int health_sent;    /* the last status a Health.Watch sent + 1; 0: none yet */
     int64_t log_offset; /* StreamJobLogs: where the next piece starts */
     int log_follow;
     /* reflection (a bidirectional stream) */
@@ -328,12 +328,16 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
 {
     if (c->closed || c->broken || c->in_flight || c->status_started) return;
     if (c->method == M_HEALTH_WATCH) {
-        if (c->health_sent) return;
+        /* The status now, and again whenever it changes (the service bumps its event counter
+         * when the store goes down or comes back, which wakes the watcher). */
         Grpc__Health__V1__HealthCheckResponse resp = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
-        resp.status = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+        resp.status = ob_service_serving(s->svc, NULL, 0)
+                          ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                          : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+        if (c->health_sent == (int)resp.status + 1) return;
         grpc_byte_buffer *bb = ob__grpc_pack(&resp.base);
         if (bb) stream_send(c, bb);
-        c->health_sent = 1;
+        c->health_sent = (int)resp.status + 1;
         return;
     }
     if (c->method == M_STREAM_LOGS) {
@@ -582,8 +586,9 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
     char bearer[512];
     bearer_of(&c->md, bearer, sizeof bearer);
     /* Workers report with their attempt's credential, which the service checks: the admin
-     * token is neither needed nor given to them. grpc.health.v1 says only "SERVING" and is open
-     * to all, so that probes (Kubernetes' gRPC probe sends no credentials) can ask it. */
+     * token is neither needed nor given to them. grpc.health.v1 says only SERVING or NOT_SERVING
+     * and is open to all, so that probes (Kubernetes' gRPC probe sends no credentials) can ask it.
+     */
     int open_method =
         c->method == M_REPORT || c->method == M_HEALTH_CHECK || c->method == M_HEALTH_WATCH;
     if (!open_method && !authorized(s, bearer)) {

@@ -23,12 +23,19 @@ ob_status ob_service_delete(ob_service *svc, const char *id, int keep_checkpoint
         goto done;
     }
     ob_job_clear(&j);
+    if ((rc = ob__svc_writable(svc, err))) goto done;
     ob_checkpoint_info *ck = NULL;
     size_t nck = 0;
     if (!keep_checkpoints) ob__svc_scan_checkpoints(svc, id, &ck, &nck, NULL);
     free(ck);
     /* The record goes first: a job that is listed keeps its files. */
-    if ((rc = ob_store_delete_job(svc->store, id, err))) goto done;
+    if ((rc = ob_store_delete_job(svc->store, id, err))) {
+        if (rc == OB_ERR_IO || rc == OB_ERR_UNAVAILABLE) {
+            ob__svc_store_failed(svc, rc, err);
+            rc = ob__svc_writable(svc, err);
+        }
+        goto done;
+    }
     char dir[OB_JOB_PATH_LEN];
     snprintf(dir, sizeof dir, "%s/%s", svc->jobs_dir, id);
     rc = ob_remove_tree(dir, err);

@@ -726,7 +726,11 @@ static enum MHD_Result do_version(ob_rest_server *s, struct MHD_Connection *conn
 static enum MHD_Result do_healthz(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
                                   request *rq)
 {
-    (void)s, (void)id, (void)rq;
+    (void)id, (void)rq;
+    /* 503 NOT_SERVING while the job store cannot be written; the reason stays in the daemon's
+     * log (this answer is open to callers without credentials). */
+    if (!ob_service_serving(s->svc, NULL, 0))
+        return send_text(conn, 503, "application/json", strdup("{\"status\":\"NOT_SERVING\"}\n"));
     return send_text(conn, 200, "application/json", strdup("{\"status\":\"SERVING\"}\n"));
 }
 

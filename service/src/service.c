@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ void ob_service_config_default(ob_service_config *cfg)
     cfg->backoff_max_ms = 60000;
     cfg->cancel_grace_ms = 10000;
     cfg->tick_ms = 100;
+    cfg->store_min_free_bytes = (int64_t)16 << 20;
 }
 
 /* ---- small helpers ------------------------------------------------------------------------ */
@@ -73,34 +75,157 @@ void ob__svc_job_path(const ob_service *svc, const char *id, const char *file, c
  * with the job's row, and wakes the watchers. Called with the lock held. */
 ob_status ob__svc_commit(ob_service *svc, ob_job *j, const char *kind, const char *msg, ob_err *err)
 {
+    return ob__svc_commit_attempt(svc, j, kind, msg, NULL, err);
+}
+
+ob_status ob__svc_commit_attempt(ob_service *svc, ob_job *j, const char *kind, const char *msg,
+                                 const ob_attempt *a, ob_err *err)
+{
     j->updated_ms = ob_wall_ms();
     ob_job_event ev;
     memset(&ev, 0, sizeof ev);
     ev.time_ms = j->updated_ms;
-    ob_strlcpy(ev.kind, kind, sizeof ev.kind);
+    ob_strlcpy(ev.kind, kind ? kind : "", sizeof ev.kind);
     ev.state = j->state;
-    ob_strlcpy(ev.message, msg, sizeof ev.message);
+    ob_strlcpy(ev.message, msg ? msg : "", sizeof ev.message);
     ev.progress = j->progress;
-    ob_status rc = ob_store_update_job(svc->store, j, kind ? &ev : NULL, err);
-    if (rc == OB_OK && kind) {
+    ob_err local;
+    ob_err_clear(&local);
+    ob_status rc = ob_store_update_job_attempt(svc->store, j, kind ? &ev : NULL, a, &local);
+    if (rc) {
+        ob__svc_store_failed(svc, rc, &local);
+        if (err) *err = local;
+        return rc;
+    }
+    if (kind) {
         svc->event_counter++;
         pthread_cond_broadcast(&svc->cv);
     }
-    return rc;
+    return OB_OK;
 }
 
 /* Moves j to state with a message, as one "state" event. */
 ob_status ob__svc_transition(ob_service *svc, ob_job *j, ob_job_state state, const char *msg,
                              ob_err *err)
 {
+    return ob__svc_transition_attempt(svc, j, state, msg, NULL, err);
+}
+
+ob_status ob__svc_transition_attempt(ob_service *svc, ob_job *j, ob_job_state state,
+                                     const char *msg, const ob_attempt *a, ob_err *err)
+{
     j->state = state;
     ob_strlcpy(j->message, msg, sizeof j->message);
     if (ob_job_state_final(state)) j->finished_ms = ob_wall_ms();
     char text[OB_JOB_MSG_LEN + 64];
     snprintf(text, sizeof text, "%s%s%.400s", ob_job_state_name(state), msg[0] ? ": " : "", msg);
-    ob_status rc = ob__svc_commit(svc, j, "state", text, err);
+    ob_status rc = ob__svc_commit_attempt(svc, j, "state", text, a, err);
     if (rc == OB_OK && svc->cfg.on_state) svc->cfg.on_state(svc->cfg.on_state_user, j->id, text);
     return rc;
+}
+
+ob_status ob__svc_put_attempt(ob_service *svc, const char *job_id, const ob_attempt *a, ob_err *err)
+{
+    ob_err local;
+    ob_err_clear(&local);
+    ob_status rc = ob_store_put_attempt(svc->store, job_id, a, &local);
+    if (rc) {
+        ob__svc_store_failed(svc, rc, &local);
+        if (err) *err = local;
+    }
+    return rc;
+}
+
+/* ---- the store's health ------------------------------------------------------------------- */
+
+/* Marks the store down (why: what failed) or up; a change wakes the health watchers. */
+static void set_store_down(ob_service *svc, int down, const char *why)
+{
+    if (down) {
+        char clean[OB_ERR_MSG_LEN];
+        ob_status_public_message(why, clean, sizeof clean);
+        ob_strlcpy(svc->store_why, clean, sizeof svc->store_why);
+    }
+    if (svc->store_down == down) return;
+    svc->store_down = down;
+    if (down) {
+        svc->store_probe_delay_ms = 100;
+        svc->store_probe_at_ms = ob_wall_ms() + svc->store_probe_delay_ms;
+    } else {
+        svc->store_why[0] = '\0';
+    }
+    if (svc->cfg.on_state)
+        svc->cfg.on_state(svc->cfg.on_state_user, "store",
+                          down ? svc->store_why : "the job store can be written again: SERVING");
+    svc->event_counter++;
+    pthread_cond_broadcast(&svc->cv);
+}
+
+ob_status ob__svc_store_failed(ob_service *svc, ob_status rc, const ob_err *err)
+{
+    if (rc == OB_ERR_IO || rc == OB_ERR_UNAVAILABLE) {
+        char why[OB_ERR_MSG_LEN];
+        snprintf(why, sizeof why, "writing the job store failed: %.400s",
+                 err && err->msg[0] ? err->msg : ob_strerror(rc));
+        set_store_down(svc, 1, why);
+    }
+    return rc;
+}
+
+ob_status ob__svc_writable(ob_service *svc, ob_err *err)
+{
+    if (!svc->store_down) return OB_OK;
+    return OB_ERR(err, OB_ERR_UNAVAILABLE,
+                  "the job store cannot be written (%.300s); the service takes no changes until "
+                  "it can: try again later",
+                  svc->store_why);
+}
+
+/* Bytes free to unprivileged writers on the file system of dir; -1 when unknown. */
+static int64_t free_bytes(const char *dir)
+{
+    struct statvfs v;
+    if (statvfs(dir, &v) != 0) return -1;
+    uint64_t b = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
+    return b > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)b;
+}
+
+void ob__svc_check_store(ob_service *svc, int64_t now)
+{
+    int64_t min_free = svc->cfg.store_min_free_bytes;
+    int64_t have = min_free > 0 ? free_bytes(svc->state_dir) : -1;
+    if (have >= 0 && have < min_free) {
+        char why[OB_ERR_MSG_LEN];
+        snprintf(why, sizeof why,
+                 "%lld bytes free on the file system of %.300s, less than the %lld kept for the "
+                 "job store",
+                 (long long)have, svc->state_dir, (long long)min_free);
+        set_store_down(svc, 1, why);
+        return;
+    }
+    if (!svc->store_down || now < svc->store_probe_at_ms) return;
+    ob_err perr;
+    ob_err_clear(&perr);
+    ob_status rc = ob_store_probe(svc->store, now, &perr);
+    if (rc == OB_OK) {
+        set_store_down(svc, 0, NULL);
+        return;
+    }
+    char why[OB_ERR_MSG_LEN];
+    snprintf(why, sizeof why, "writing the job store failed: %.400s", perr.msg);
+    set_store_down(svc, 1, why);
+    svc->store_probe_delay_ms =
+        svc->store_probe_delay_ms < 1000 ? 2 * svc->store_probe_delay_ms : 2000;
+    svc->store_probe_at_ms = now + svc->store_probe_delay_ms;
+}
+
+int ob_service_serving(ob_service *svc, char *why, size_t cap)
+{
+    pthread_mutex_lock(&svc->mu);
+    int serving = !svc->store_down;
+    if (why && cap) ob_strlcpy(why, serving ? "" : svc->store_why, cap);
+    pthread_mutex_unlock(&svc->mu);
+    return serving;
 }
 
 ob__run *ob__svc_find_run(ob_service *svc, const char *id)
@@ -253,7 +378,7 @@ static ob_status recover(ob_service *svc, ob_err *err)
                     a->ended_ms = ob_wall_ms();
                     a->exit_code = -1;
                     ob_strlcpy(a->exit_reason, "coordinator restarted", sizeof a->exit_reason);
-                    rc = ob_store_put_attempt(svc->store, j->id, a, err);
+                    rc = ob__svc_put_attempt(svc, j->id, a, err);
                 }
                 if (rc == OB_OK && j->cancel_requested)
                     /* A cancel that was under way when the coordinator died: its workers are
@@ -470,6 +595,22 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
                  svc->cfg.slots);
         append_problem(problems, sizeof problems, text);
     }
+    if (!problems[0] && svc->cfg.max_job_memory > 0 && world >= 1 && world <= MAX_WORLD_SIZE) {
+        /* Ranks that would not fit are refused now rather than killed later. */
+        ob_memory_estimate est;
+        if (ob_jobspec_memory_estimate(spec, world, &est, NULL) == OB_OK &&
+            (est.total > (uint64_t)svc->cfg.max_job_memory / (uint64_t)world)) {
+            double mib = 1024.0 * 1024.0;
+            snprintf(text, sizeof text,
+                     "memory: the job needs about %.0f MiB per rank (parameters and gradients "
+                     "%.0f, optimizer %.0f, activations %.0f, data %.0f, process %.0f) x %d "
+                     "ranks = %.0f MiB, over the service's limit of %.0f MiB (--max-job-memory)",
+                     (double)est.total / mib, (double)est.params / mib, (double)est.optimizer / mib,
+                     (double)est.activations / mib, (double)est.data / mib, (double)est.base / mib,
+                     world, (double)est.total * world / mib, (double)svc->cfg.max_job_memory / mib);
+            append_problem(problems, sizeof problems, text);
+        }
+    }
     int restarts = req->max_restarts < 0 ? svc->cfg.default_max_restarts : req->max_restarts;
     if (req->max_restarts < -1 || req->max_restarts > MAX_RESTARTS_LIMIT) {
         snprintf(text, sizeof text, "max_restarts: expected 0 to %d (or -1: the default), got %d",
@@ -529,6 +670,11 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
     j.created_ms = j.updated_ms = ob_wall_ms();
     ob_strlcpy(j.message, "waiting for worker slots", sizeof j.message);
     pthread_mutex_lock(&svc->mu);
+    if ((rc = ob__svc_writable(svc, err))) {
+        pthread_mutex_unlock(&svc->mu);
+        ob_job_clear(&j);
+        return rc;
+    }
     if (rid[0]) {
         /* Under the lock: a retried submit racing its first try finds the job or makes it. */
         int again = 0;
@@ -540,6 +686,10 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
         }
     }
     rc = ob_store_create_job(svc->store, &j, err);
+    if (rc == OB_ERR_IO || rc == OB_ERR_UNAVAILABLE) {
+        ob__svc_store_failed(svc, rc, err);
+        rc = ob__svc_writable(svc, err);
+    }
     if (rc == OB_OK) {
         svc->event_counter++;
         pthread_cond_broadcast(&svc->cv);
@@ -607,17 +757,26 @@ ob_status ob_service_cancel(ob_service *svc, const char *id, ob_job *out, ob_err
         ob_job_clear(&j);
         goto done;
     }
+    if ((rc = ob__svc_writable(svc, err))) {
+        ob_job_clear(&j);
+        goto done;
+    }
     ob__run *r = ob__svc_find_run(svc, j.id);
     j.cancel_requested = 1;
     if (r) {
-        /* The workers checkpoint and exit; tick() finishes the job when they are gone. */
-        svc->cfg.launcher->ops->signal(svc->cfg.launcher, &r->h, SIGTERM, NULL);
-        if (!r->kill_at_ms) r->kill_at_ms = ob_wall_ms() + svc->cfg.cancel_grace_ms;
-        ob_strlcpy(r->stop_reason, "cancelled", sizeof r->stop_reason);
+        /* Recorded first: the workers are stopped only for a cancel the store holds (else the
+         * attempt's end would be taken for a failure). tick() finishes the job when they are
+         * gone. */
         rc = ob__svc_commit(svc, &j, "state", "cancel requested: stopping the workers", err);
+        if (rc == OB_OK) {
+            svc->cfg.launcher->ops->signal(svc->cfg.launcher, &r->h, SIGTERM, NULL);
+            if (!r->kill_at_ms) r->kill_at_ms = ob_wall_ms() + svc->cfg.cancel_grace_ms;
+            ob_strlcpy(r->stop_reason, "cancelled", sizeof r->stop_reason);
+        }
     } else {
         rc = ob__svc_transition(svc, &j, OB_JOB_CANCELLED, "cancelled", err);
     }
+    if (rc == OB_ERR_IO || rc == OB_ERR_UNAVAILABLE) rc = ob__svc_writable(svc, err);
     if (rc == OB_OK) {
         ob_job_clear(&j);
         rc = ob_store_get_job(svc->store, id, &j, err);

@@ -40,6 +40,15 @@ typedef struct ob__run {
     char line[LINE_MAX_BYTES];
     size_t line_len;
     int line_overflow;
+    /* The attempt has ended (exit) but its end is not yet in the store (a write failed): the
+     * run stays on the list, holding its slots, and the supervisor records it again at
+     * finish_at_ms, waiting twice as long after each failure (finish_delay_ms). */
+    int exited;
+    int launch_failed; /* exited without a process: the launcher could not start it */
+    ob_launch_exit exit;
+    int64_t finish_at_ms, finish_delay_ms;
+    ob_attempt record;  /* the attempt as launch() wrote it, with its process group */
+    int record_unsaved; /* that write failed: written again on a later tick */
 } ob__run;
 
 /* Directories jobs may read from (roots.c), resolved with realpath. */
@@ -75,6 +84,13 @@ struct ob_service {
     pthread_t thread;
     ob__run *runs;
     ob__roots data_roots, ckpt_roots; /* where a job's data and warm-start source may be */
+    /* The store cannot be written (a write failed, or the state directory's file system has
+     * less than cfg.store_min_free_bytes free): health says NOT_SERVING, requests that change
+     * something are refused (OB_ERR_UNAVAILABLE), and the supervisor probes the store at
+     * store_probe_at_ms (backing off to 2 s) until a write succeeds with space free. */
+    int store_down;
+    char store_why[OB_ERR_MSG_LEN];
+    int64_t store_probe_at_ms, store_probe_delay_ms;
 };
 
 /* Notes the size of r's job log with the time now in jobs/<id>/log.index when it grew and the
@@ -94,9 +110,34 @@ void ob__svc_job_path(const ob_service *svc, const char *id, const char *file, c
 ob_status ob__svc_commit(ob_service *svc, ob_job *j, const char *kind, const char *msg,
                          ob_err *err);
 
+/* ob__svc_commit that also writes attempt a (NULL: none) in the same transaction. */
+ob_status ob__svc_commit_attempt(ob_service *svc, ob_job *j, const char *kind, const char *msg,
+                                 const ob_attempt *a, ob_err *err);
+
 /* Moves j to state with a message, as one "state" event. */
 ob_status ob__svc_transition(ob_service *svc, ob_job *j, ob_job_state state, const char *msg,
                              ob_err *err);
+
+/* ob__svc_transition that also writes attempt a (NULL: none) in the same transaction: a job
+ * never becomes RUNNING without its open attempt, nor ends with it open. */
+ob_status ob__svc_transition_attempt(ob_service *svc, ob_job *j, ob_job_state state,
+                                     const char *msg, const ob_attempt *a, ob_err *err);
+
+/* ob_store_put_attempt, noting a failure in the service's store health. */
+ob_status ob__svc_put_attempt(ob_service *svc, const char *job_id, const ob_attempt *a,
+                              ob_err *err);
+
+/* After a failed write (rc from the store; err may be NULL): OB_ERR_IO and OB_ERR_UNAVAILABLE
+ * mark the store down (health NOT_SERVING) until a probe succeeds. Returns rc. */
+ob_status ob__svc_store_failed(ob_service *svc, ob_status rc, const ob_err *err);
+
+/* OB_OK while the store can be written; otherwise OB_ERR_UNAVAILABLE, with the reason, for a
+ * request that would change something. */
+ob_status ob__svc_writable(ob_service *svc, ob_err *err);
+
+/* The supervisor's check of the store, every tick: the state directory's free space and, while
+ * the store is down, a probe write on its backoff. */
+void ob__svc_check_store(ob_service *svc, int64_t now);
 
 /* The running attempt of a job, or NULL. */
 ob__run *ob__svc_find_run(ob_service *svc, const char *id);

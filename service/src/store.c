@@ -91,17 +91,28 @@ static const char *const index_sql =
     "CREATE UNIQUE INDEX IF NOT EXISTS jobs_request ON jobs(request_id)"
     " WHERE request_id IS NOT NULL;";
 
+/* The ob_status of a SQLite result code: a full disk (or the page limit of
+ * ob_store_set_page_limit) is OB_ERR_UNAVAILABLE, a state that passes when space comes back;
+ * every other failure is OB_ERR_IO. */
+static ob_status sql_status(int code)
+{
+    return (code & 0xff) == SQLITE_FULL ? OB_ERR_UNAVAILABLE : OB_ERR_IO;
+}
+
 /* Converts a SQLite failure into an ob_status with the call and the database's message. */
 #define SQL_ERR(s, err, what)                                                                      \
-    OB_ERR(err, OB_ERR_IO, "sqlite %s: %s", what, (s)->db ? sqlite3_errmsg((s)->db) : "no database")
+    OB_ERR(err, (s)->db ? sql_status(sqlite3_errcode((s)->db)) : OB_ERR_IO, "sqlite %s: %s", what, \
+           (s)->db ? sqlite3_errmsg((s)->db) : "no database")
 
 static ob_status exec(ob_store *s, const char *sql, ob_err *err)
 {
     char *msg = NULL;
-    if (sqlite3_exec(s->db, sql, NULL, NULL, &msg) != SQLITE_OK) {
-        OB_ERR(err, OB_ERR_IO, "sqlite exec: %s", msg ? msg : "?");
+    int code = sqlite3_exec(s->db, sql, NULL, NULL, &msg);
+    if (code != SQLITE_OK) {
+        ob_status rc = sql_status(code);
+        OB_ERR(err, rc, "sqlite exec: %s", msg ? msg : sqlite3_errstr(code));
         sqlite3_free(msg);
-        return OB_ERR_IO;
+        return rc;
     }
     return OB_OK;
 }
@@ -287,7 +298,9 @@ static ob_status insert_event(ob_store *s, const char *job_id, ob_job_event *ev,
     return rc;
 }
 
-static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, ob_err *err);
+static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, const ob_attempt *a,
+                               ob_err *err);
+static ob_status write_attempt(ob_store *s, const char *job_id, const ob_attempt *a, ob_err *err);
 
 ob_status ob_store_create_job(ob_store *s, ob_job *job, ob_err *err)
 {
@@ -518,6 +531,12 @@ fail:
 
 ob_status ob_store_update_job(ob_store *s, const ob_job *j, ob_job_event *ev, ob_err *err)
 {
+    return ob_store_update_job_attempt(s, j, ev, NULL, err);
+}
+
+ob_status ob_store_update_job_attempt(ob_store *s, const ob_job *j, ob_job_event *ev,
+                                      const ob_attempt *a, ob_err *err)
+{
     /* Step progress is frequent and cheap to lose: it is committed without an fsync (still
      * safe when the process is killed; a power cut may lose the last few, and the next
      * synchronous commit flushes them). Everything else waits for the disk. */
@@ -525,12 +544,13 @@ ob_status ob_store_update_job(ob_store *s, const ob_job *j, ob_job_event *ev, ob
     if (relaxed &&
         (sqlite3_exec(s->db, "PRAGMA synchronous=NORMAL", NULL, NULL, NULL) != SQLITE_OK))
         relaxed = 0;
-    ob_status rc = update_job_tx(s, j, ev, err);
+    ob_status rc = update_job_tx(s, j, ev, a, err);
     if (relaxed) sqlite3_exec(s->db, "PRAGMA synchronous=FULL", NULL, NULL, NULL);
     return rc;
 }
 
-static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, ob_err *err)
+static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, const ob_attempt *a,
+                               ob_err *err)
 {
     sqlite3_stmt *st = NULL;
     ob_status rc = exec(s, "BEGIN IMMEDIATE", err);
@@ -568,6 +588,7 @@ static ob_status update_job_tx(ob_store *s, const ob_job *j, ob_job_event *ev, o
         goto fail;
     }
     if (ev && (rc = insert_event(s, j->id, ev, err))) goto fail;
+    if (a && (rc = write_attempt(s, j->id, a, err))) goto fail;
     if ((rc = exec(s, "COMMIT", err))) goto fail;
     return OB_OK;
 fail:
@@ -627,6 +648,12 @@ fail:
 
 ob_status ob_store_put_attempt(ob_store *s, const char *job_id, const ob_attempt *a, ob_err *err)
 {
+    return write_attempt(s, job_id, a, err);
+}
+
+/* One statement: a transaction of its own, or a part of the caller's. */
+static ob_status write_attempt(ob_store *s, const char *job_id, const ob_attempt *a, ob_err *err)
+{
     sqlite3_stmt *st = NULL;
     ob_status rc = prepare(s, &st,
                            "INSERT OR REPLACE INTO attempts(job_id, number, started_ms, ended_ms,"
@@ -644,6 +671,51 @@ ob_status ob_store_put_attempt(ob_store *s, const char *job_id, const ob_attempt
     sqlite3_bind_text(st, 8, a->exit_reason, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 9, a->ext_id, -1, SQLITE_STATIC);
     if (sqlite3_step(st) != SQLITE_DONE) rc = SQL_ERR(s, err, "write attempt");
+    sqlite3_finalize(st);
+    return rc;
+}
+
+ob_status ob_store_probe(ob_store *s, int64_t now_ms, ob_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    ob_status rc = exec(s, "BEGIN IMMEDIATE", err);
+    if (rc) return rc;
+    rc = prepare(s, &st, "INSERT OR REPLACE INTO meta(key, value) VALUES('probe', ?)", err);
+    if (rc) goto fail;
+    char text[32];
+    snprintf(text, sizeof text, "%lld", (long long)now_ms);
+    sqlite3_bind_text(st, 1, text, -1, SQLITE_TRANSIENT);
+    if (sqlite3_step(st) != SQLITE_DONE) {
+        rc = SQL_ERR(s, err, "probe write");
+        goto fail;
+    }
+    sqlite3_finalize(st);
+    st = NULL;
+    if ((rc = exec(s, "COMMIT", err))) goto fail;
+    return OB_OK;
+fail:
+    sqlite3_finalize(st);
+    rollback(s);
+    return rc;
+}
+
+ob_status ob_store_set_page_limit(ob_store *s, int64_t pages, ob_err *err)
+{
+    char sql[64];
+    snprintf(sql, sizeof sql, "PRAGMA max_page_count=%lld", (long long)(pages > 0 ? pages : 0));
+    if (pages <= 0) snprintf(sql, sizeof sql, "PRAGMA max_page_count=4294967294");
+    return exec(s, sql, err);
+}
+
+ob_status ob_store_page_count(ob_store *s, int64_t *pages, ob_err *err)
+{
+    sqlite3_stmt *st = NULL;
+    ob_status rc = prepare(s, &st, "PRAGMA page_count", err);
+    if (rc) return rc;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        *pages = sqlite3_column_int64(st, 0);
+    else
+        rc = SQL_ERR(s, err, "page count");
     sqlite3_finalize(st);
     return rc;
 }

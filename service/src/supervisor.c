@@ -89,7 +89,7 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
         for (size_t i = 0; i < j.n_attempts; i++) {
             if (j.attempts[i].number != r->attempt) continue;
             j.attempts[i].start_step = rep->ckpt_step;
-            ob_store_put_attempt(svc->store, j.id, &j.attempts[i], NULL);
+            ob__svc_put_attempt(svc, j.id, &j.attempts[i], NULL);
         }
         snprintf(msg, sizeof msg, "resumed from step %" PRId64 ": %.400s", rep->ckpt_step,
                  rep->ckpt_path);
@@ -248,8 +248,10 @@ static void deadline_message(const ob_job *j, char *msg, size_t cap)
                  limit, j->progress.step);
 }
 
-/* Ends a failed attempt's job: restart after a backoff while restarts are left, else FAILED. */
-static ob_status retry_or_fail(ob_service *svc, ob_job *j, const char *reason, ob_err *err)
+/* Ends a failed attempt's job: restart after a backoff while restarts are left, else FAILED;
+ * with the attempt's record a (NULL: none) in the same transaction. */
+static ob_status retry_or_fail(ob_service *svc, ob_job *j, const char *reason, const ob_attempt *a,
+                               ob_err *err)
 {
     char msg[OB_JOB_MSG_LEN];
     if (j->restarts < j->max_restarts) {
@@ -258,11 +260,13 @@ static ob_status retry_or_fail(ob_service *svc, ob_job *j, const char *reason, o
         j->next_attempt_ms = ob_wall_ms() + delay;
         snprintf(msg, sizeof msg, "%.300s; restart %d of %d in %.1f s from the newest checkpoint",
                  reason, j->restarts, j->max_restarts, (double)delay / 1000.0);
-        return ob__svc_transition(svc, j, OB_JOB_RESTARTING, msg, err);
+        return ob__svc_transition_attempt(svc, j, OB_JOB_RESTARTING, msg, a, err);
     }
     snprintf(msg, sizeof msg, "%.400s; no restarts left", reason);
-    return ob__svc_transition(svc, j, OB_JOB_FAILED, msg, err);
+    return ob__svc_transition_attempt(svc, j, OB_JOB_FAILED, msg, a, err);
 }
+
+static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex);
 
 static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
 {
@@ -328,8 +332,8 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
                  j->world_size, r->start_step);
     else
         snprintf(msg, sizeof msg, "attempt %d: %d ranks", number, j->world_size);
-    rc = ob__svc_transition(svc, j, OB_JOB_RUNNING, msg, err);
-    if (rc == OB_OK) rc = ob_store_put_attempt(svc->store, j->id, &a, err);
+    /* The job and its open attempt in one commit, or nothing (and no process). */
+    rc = ob__svc_transition_attempt(svc, j, OB_JOB_RUNNING, msg, &a, err);
     if (rc) {
         ob__svc_free_run(r);
         return rc;
@@ -337,21 +341,30 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
     ob_err lerr;
     ob_err_clear(&lerr);
     rc = svc->cfg.launcher->ops->start(svc->cfg.launcher, &req, &r->h, &lerr);
+    r->next = svc->runs;
+    svc->runs = r;
     if (rc) {
-        /* Counts as a failed attempt: recorded, then the restart policy decides. */
-        a.ended_ms = ob_wall_ms();
-        a.exit_code = -1;
-        snprintf(a.exit_reason, sizeof a.exit_reason, "launch failed: %.400s", lerr.msg);
-        ob__svc_free_run(r);
-        rc = ob_store_put_attempt(svc->store, j->id, &a, err);
-        if (rc == OB_OK) rc = retry_or_fail(svc, j, a.exit_reason, err);
-        return rc;
+        /* Counts as a failed attempt: recorded, then the restart policy decides; the run stays
+         * (ended, no process) until the store holds that. */
+        memset(&r->h, 0, sizeof r->h);
+        ob_launch_exit ex;
+        memset(&ex, 0, sizeof ex);
+        ex.done = 1;
+        ex.exit_code = -1;
+        snprintf(ex.reason, sizeof ex.reason, "launch failed: %.240s", lerr.msg);
+        r->launch_failed = 1;
+        r->exited = 1;
+        r->exit = ex;
+        finish_attempt(svc, r, &ex);
+        return OB_OK;
     }
     a.pgid = r->h.pgid;
     ob_strlcpy(a.ext_id, r->h.ext_id, sizeof a.ext_id);
-    r->next = svc->runs;
-    svc->runs = r;
-    rc = ob_store_put_attempt(svc->store, j->id, &a, err);
+    r->record = a;
+    rc = ob__svc_put_attempt(svc, j->id, &a, err);
+    /* Without its process group in the store a restarted coordinator still finds the workers
+     * by their spec path; the supervisor writes it again when it can. */
+    r->record_unsaved = rc != OB_OK;
     if (rc == OB_OK && a.ext_id[0]) {
         const char *kind = svc->cfg.launcher->ops->ext_id_kind;
         snprintf(msg, sizeof msg, "attempt %d: %s %s", number, kind ? kind : "id", a.ext_id);
@@ -407,26 +420,39 @@ static const char *permanent_failure(const ob_launch_exit *ex)
     }
 }
 
-/* The attempt of r has ended: record why, then finish, restart or fail its job. */
+/* The attempt of r has ended: record why, then finish, restart or fail its job, the attempt's
+ * end and the job's transition in one commit. When the store cannot take it, r stays on the list
+ * (ended, holding its slots) and the next try comes after a backoff (100 ms doubling to 5 s):
+ * a job never stays RUNNING in the store once its processes are gone. */
 static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex)
 {
     ob_launcher *l = svc->cfg.launcher;
-    read_log(svc, r);
-    ob__svc_log_note(svc, r, ob_wall_ms(), 1);
-    /* mpirun is gone; no rank of the attempt may outlive it. */
-    if (l->ops->alive(l, &r->h)) l->ops->signal(l, &r->h, SIGKILL, NULL);
+    if (!r->exited) {
+        read_log(svc, r);
+        ob__svc_log_note(svc, r, ob_wall_ms(), 1);
+        /* mpirun is gone; no rank of the attempt may outlive it. */
+        if (l->ops->alive(l, &r->h)) l->ops->signal(l, &r->h, SIGKILL, NULL);
+        r->exited = 1;
+        r->exit = *ex;
+    }
     ob_job j;
-    if (ob_store_get_job(svc->store, r->job_id, &j, NULL) != OB_OK) {
+    ob_err ferr;
+    ob_err_clear(&ferr);
+    ob_status rc = ob_store_get_job(svc->store, r->job_id, &j, &ferr);
+    if (rc == OB_ERR_NOT_FOUND) {
         ob__svc_unlink_run(svc, r);
         return;
     }
+    if (rc) goto retry;
     char status[64], reason[OB_JOB_MSG_LEN];
     if (ex->term_signal)
         snprintf(status, sizeof status, "killed by signal %d", ex->term_signal);
     else
         snprintf(status, sizeof status, "exit code %d", ex->exit_code);
-    int success = ex->exit_code == 0 && !r->stop_reason[0];
-    if (success)
+    int success = !r->launch_failed && ex->exit_code == 0 && !r->stop_reason[0];
+    if (r->launch_failed)
+        ob_strlcpy(reason, ex->reason, sizeof reason);
+    else if (success)
         snprintf(reason, sizeof reason, "completed");
     else if (r->stop_reason[0])
         snprintf(reason, sizeof reason, "%.200s (%s)", r->stop_reason, status);
@@ -438,17 +464,19 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
                  r->worker_error[0] ? r->worker_error : r->last_text);
     else
         snprintf(reason, sizeof reason, "workers failed (%s)", status);
-    const char *permanent = success || r->stop_reason[0] ? NULL
+    const char *permanent = success || r->stop_reason[0] || r->launch_failed ? NULL
                             : ex->permanent
                                 ? "a restart with the same request would end the same way"
                                 : permanent_failure(ex);
 
     ob_attempt *a = j.n_attempts ? &j.attempts[j.n_attempts - 1] : NULL;
     if (a && a->number == r->attempt) {
+        if (r->record_unsaved) *a = r->record;
         a->ended_ms = ob_wall_ms();
         a->exit_code = ex->term_signal ? -1 : ex->exit_code;
         ob_strlcpy(a->exit_reason, reason, sizeof a->exit_reason);
-        ob_store_put_attempt(svc->store, j.id, a, NULL);
+    } else {
+        a = NULL;
     }
     ob_checkpoint_info *ck = NULL;
     size_t nck = 0;
@@ -468,25 +496,36 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
                      j.progress.step, j.ckpt_step);
         else
             snprintf(msg, sizeof msg, "cancelled at step %" PRId64, j.progress.step);
-        ob__svc_transition(svc, &j, OB_JOB_CANCELLED, msg, NULL);
+        rc = ob__svc_transition_attempt(svc, &j, OB_JOB_CANCELLED, msg, a, &ferr);
     } else if (r->deadline_hit &&
                !(ex->exit_code == 0 && !ex->term_signal && j.progress.total_steps > 0 &&
                  j.progress.step >= j.progress.total_steps)) {
         deadline_message(&j, msg, sizeof msg);
-        ob__svc_transition(svc, &j, OB_JOB_FAILED, msg, NULL);
-    } else if (success || r->deadline_hit) { /* done all its steps as the deadline came */
+        rc = ob__svc_transition_attempt(svc, &j, OB_JOB_FAILED, msg, a, &ferr);
+    } else if (success || (r->deadline_hit && !r->launch_failed)) {
+        /* done all its steps as the deadline came */
         if (j.progress.total_steps) j.progress.step = j.progress.total_steps;
-        ob__svc_transition(svc, &j, OB_JOB_SUCCEEDED, "completed", NULL);
+        rc = ob__svc_transition_attempt(svc, &j, OB_JOB_SUCCEEDED, "completed", a, &ferr);
     } else if (permanent) {
         snprintf(msg, sizeof msg, "attempt %d ended: %.250s; not retried: %.200s", r->attempt,
                  reason, permanent);
-        ob__svc_transition(svc, &j, OB_JOB_FAILED, msg, NULL);
+        rc = ob__svc_transition_attempt(svc, &j, OB_JOB_FAILED, msg, a, &ferr);
+    } else if (r->launch_failed) {
+        rc = retry_or_fail(svc, &j, reason, a, &ferr);
     } else {
         snprintf(msg, sizeof msg, "attempt %d ended: %.400s", r->attempt, reason);
-        retry_or_fail(svc, &j, msg, NULL);
+        rc = retry_or_fail(svc, &j, msg, a, &ferr);
     }
     ob_job_clear(&j);
-    ob__svc_unlink_run(svc, r);
+    if (rc == OB_OK) {
+        ob__svc_unlink_run(svc, r);
+        return;
+    }
+retry:
+    ob__svc_store_failed(svc, rc, &ferr);
+    r->finish_delay_ms = r->finish_delay_ms ? r->finish_delay_ms * 2 : 100;
+    if (r->finish_delay_ms > 5000) r->finish_delay_ms = 5000;
+    r->finish_at_ms = ob_wall_ms() + r->finish_delay_ms;
 }
 
 /* Jobs waiting to restart whose deadline has passed end FAILED now, not after their backoff. */
@@ -512,6 +551,7 @@ static void expire_waiting(ob_service *svc)
  * does not fit holds back those behind it, so that large jobs are not starved. */
 static void schedule(ob_service *svc)
 {
+    if (svc->store_down) return;
     expire_waiting(svc);
     int free_slots = svc->cfg.slots - ob__svc_used_slots(svc);
     const ob_job_state order[] = {OB_JOB_RESTARTING, OB_JOB_PENDING};
@@ -526,8 +566,9 @@ static void schedule(ob_service *svc)
             if (j->state == OB_JOB_RESTARTING && j->next_attempt_ms > now) continue;
             if (ob__svc_find_run(svc, j->id)) continue;
             if (j->world_size > free_slots) break;
-            if (launch(svc, j, NULL) == OB_OK && j->state == OB_JOB_RUNNING)
-                free_slots -= j->world_size;
+            launch(svc, j, NULL);
+            if (ob__svc_find_run(svc, j->id)) free_slots -= j->world_size;
+            if (svc->store_down) break; /* nothing is launched that the store cannot record */
         }
         ob_job_array_free(jobs, n);
     }
@@ -538,8 +579,15 @@ static void tick(ob_service *svc)
     ob_launcher *l = svc->cfg.launcher;
     int64_t now = ob_wall_ms();
     ob__run *next;
+    ob__svc_check_store(svc, now);
     for (ob__run *r = svc->runs; r; r = next) {
         next = r->next;
+        if (r->exited) { /* ended, its end not yet recorded */
+            if (now >= r->finish_at_ms) finish_attempt(svc, r, &r->exit);
+            continue;
+        }
+        if (r->record_unsaved && !svc->store_down)
+            r->record_unsaved = ob__svc_put_attempt(svc, r->job_id, &r->record, NULL) != OB_OK;
         if (!r->reported) read_log(svc, r);
         ob__svc_log_note(svc, r, now, 0);
         ob_launch_exit ex;
@@ -662,6 +710,17 @@ void ob_service_stop(ob_service *svc)
         }
         ob__svc_unlink_run(svc, r);
     }
+    /* Ended attempts whose end the store did not take yet: one more try, then the next
+     * coordinator's recovery closes them. */
+    for (ob__run *r = svc->runs; r; r = next) {
+        next = r->next;
+        if (!r->exited) continue;
+        char id[OB_JOB_ID_LEN];
+        ob_strlcpy(id, r->job_id, sizeof id);
+        finish_attempt(svc, r, &r->exit); /* frees r when it succeeds */
+        ob__run *left = ob__svc_find_run(svc, id);
+        if (left) ob__svc_unlink_run(svc, left);
+    }
     int64_t deadline = ob_wall_ms() + svc->cfg.cancel_grace_ms;
     for (ob__run *r = svc->runs; r; r = r->next)
         l->ops->signal(l, &r->h, SIGTERM, NULL);
@@ -681,7 +740,7 @@ void ob_service_stop(ob_service *svc)
                     a->ended_ms = ob_wall_ms();
                     a->exit_code = ex.term_signal ? -1 : ex.exit_code;
                     ob_strlcpy(a->exit_reason, "coordinator shut down", sizeof a->exit_reason);
-                    ob_store_put_attempt(svc->store, j.id, a, NULL);
+                    ob__svc_put_attempt(svc, j.id, a, NULL);
                 }
                 /* Stays RUNNING: the next coordinator resumes it from its checkpoint. */
                 ob__svc_commit(svc, &j, "attempt", "coordinator shutting down: workers stopped",

@@ -35,6 +35,8 @@ const char *ob_strerror(ob_status status)
         return "unauthenticated";
     case OB_ERR_TOO_LARGE:
         return "too large";
+    case OB_ERR_UNAVAILABLE:
+        return "unavailable";
     }
     return "unknown status";
 }

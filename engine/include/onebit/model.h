@@ -100,6 +100,10 @@ const ob_model_config *ob_model_get_config(const ob_model *m);
 /* Number of float32 values in the parameter buffer (and in a gradient buffer). */
 size_t ob_model_num_params(const ob_model *m);
 
+/* Bytes of the model's activation memory (sized for cfg.max_batch examples) in host memory; 0
+ * for a device model. */
+size_t ob_model_activation_bytes(const ob_model *m);
+
 /* One named tensor inside the flat parameter buffer, row-major with the given shape. */
 typedef struct ob_model_tensor {
     const char *name; /* static string, e.g. "qkvw" or "layer0.weight" */

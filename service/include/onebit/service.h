@@ -43,10 +43,17 @@ typedef struct ob_service_config {
      * state, with the job id and "STATE: why"; the daemon writes these to its log. NULL: none. */
     void (*on_state)(void *user, const char *job_id, const char *text);
     void *on_state_user;
+    /* The store counts as unwritable (health NOT_SERVING, changes refused) while the file
+     * system of state_dir has less than this many bytes free for unprivileged writers, so that
+     * the running jobs' transitions still have room; 0: only failed writes count. */
+    int64_t store_min_free_bytes;
+    /* Jobs whose ranks would need more memory than this in all (world_size times
+     * ob_jobspec_memory_estimate per rank) are refused at submit; 0: no limit. */
+    int64_t max_job_memory;
 } ob_service_config;
 
 /* Defaults: state "./var", 4 slots, 3 restarts, no progress timeout, 1 s backoff up to 60 s,
- * 10 s grace, 100 ms ticks. */
+ * 10 s grace, 100 ms ticks, 16 MiB kept free for the store, no job memory limit. */
 void ob_service_config_default(ob_service_config *cfg);
 
 /* Opens the store under cfg->state_dir (strings copied) and recovers what an earlier
@@ -167,6 +174,11 @@ ob_status ob_service_logs(ob_service *svc, const char *id, int64_t offset, int m
  * OB_ERR_INVALID_ARG for tail_lines outside [0, OB_LOG_TAIL_MAX] or a negative since_ms. */
 ob_status ob_service_log_start(ob_service *svc, const char *id, int tail_lines, int64_t since_ms,
                                int64_t *offset, ob_err *err);
+
+/* 1 while the service can take changes (its store can be written), 0 when it cannot, with the
+ * reason in why[cap] (may be NULL). Health answers NOT_SERVING, and submit, cancel and delete
+ * OB_ERR_UNAVAILABLE, while it is 0; it comes back by itself when a write succeeds again. */
+int ob_service_serving(ob_service *svc, char *why, size_t cap);
 
 /* Prometheus text exposition of the service's metrics. *out is malloc'd (free()). */
 ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err);

@@ -46,6 +46,12 @@ ob_status ob_store_list_jobs(ob_store *s, ob_job_state state, const char *select
  * ev->job_id are filled in), in one transaction. OB_ERR_NOT_FOUND for an unknown id. */
 ob_status ob_store_update_job(ob_store *s, const ob_job *job, ob_job_event *ev, ob_err *err);
 
+/* ob_store_update_job and, in the same transaction, ob_store_put_attempt of a (borrowed; NULL:
+ * none): a job moves to RUNNING with its new attempt open, or ends with its attempt closed, in
+ * one commit or not at all. */
+ob_status ob_store_update_job_attempt(ob_store *s, const ob_job *job, ob_job_event *ev,
+                                      const ob_attempt *a, ob_err *err);
+
 /* Inserts or replaces attempt a->number of the job (borrowed). */
 /* The id of the job a submit with request_id made into id; OB_ERR_NOT_FOUND when none did. */
 ob_status ob_store_find_request(ob_store *s, const char *request_id, char id[OB_JOB_ID_LEN],
@@ -56,6 +62,20 @@ ob_status ob_store_find_request(ob_store *s, const char *request_id, char id[OB_
 ob_status ob_store_delete_job(ob_store *s, const char *id, ob_err *err);
 
 ob_status ob_store_put_attempt(ob_store *s, const char *job_id, const ob_attempt *a, ob_err *err);
+
+/* Write failures: a full disk is OB_ERR_UNAVAILABLE (SQLITE_FULL; the transaction is rolled
+ * back and the store is as it was, so the caller may retry the same write when space comes
+ * back); other failures of SQLite are OB_ERR_IO. */
+
+/* Commits a small write (a 'probe' row of the meta table holding now_ms): OB_OK when the store
+ * can be written now. */
+ob_status ob_store_probe(ob_store *s, int64_t now_ms, ob_err *err);
+
+/* Fault injection for tests: the database may not grow past pages pages (SQLite's
+ * max_page_count; writes that need more fail as on a full disk, OB_ERR_UNAVAILABLE); pages <= 0
+ * lifts the limit. *pages of ob_store_page_count: the pages it has now. */
+ob_status ob_store_set_page_limit(ob_store *s, int64_t pages, ob_err *err);
+ob_status ob_store_page_count(ob_store *s, int64_t *pages, ob_err *err);
 
 /* Events of a job with seq > after_seq, oldest first, at most limit. *out is a malloc'd array
  * (free()) of *n events; NULL when there are none. */

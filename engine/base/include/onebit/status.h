@@ -27,6 +27,7 @@ typedef enum ob_status {
     OB_ERR_NUMERIC = -10,    /* a value became NaN or infinite */
     OB_ERR_UNAUTHENTICATED = -11, /* a request came without the credentials the service needs */
     OB_ERR_TOO_LARGE = -12,       /* a request or message is larger than the limit */
+    OB_ERR_UNAVAILABLE = -13,     /* a service cannot take the request now (its disk is full) */
 } ob_status;
 
 /* Static, human-readable name of a status code ("invalid argument", ...). Never NULL. */
