@@ -32,6 +32,7 @@
 typedef struct opts {
     const char *grpc_addr, *rest_addr, *state_dir, *token_file, *worker, *mpirun, *ready_file;
     int slots, max_restarts, threads, gpus, max_streams;
+    int max_connections, max_client_connections, request_timeout_s;
     double progress_timeout_s, backoff_s, backoff_max_s, grace_s;
     /* --data-root and --checkpoint-root, NULL-terminated; empty: the service's defaults */
     const char *data_roots[17], *checkpoint_roots[17];
@@ -75,6 +76,11 @@ static void usage(FILE *f)
                "  --mpirun PATH           mpirun [mpirun] (ONEBIT_MPIRUN)\n"
                "  --threads N             gRPC handler threads [4]\n"
                "  --max-streams N         event streams open at once, per API [256]\n"
+               "  --max-connections N     REST connections open at once [256]\n"
+               "  --max-client-connections N\n"
+               "                          REST connections from one IP address [32]\n"
+               "  --request-timeout SEC   close a REST connection that sends nothing for SEC\n"
+               "                          while its request arrives or between requests [10]\n"
                "  --ready-file FILE       write the bound ports here once serving\n"
                "  --version               print the release and exit\n"
                "  --data-root DIR         jobs may read data only under DIR (repeatable)\n"
@@ -207,6 +213,9 @@ static int parse_args(int argc, char **argv, opts *o)
         O_NO_AUTH,
         O_PLAINTEXT,
         O_MAX_STREAMS,
+        O_MAX_CONNECTIONS,
+        O_MAX_CLIENT_CONNECTIONS,
+        O_REQUEST_TIMEOUT,
         O_LAUNCHER,
         O_REPORT_ADDR,
         O_HOSTS,
@@ -249,6 +258,9 @@ static int parse_args(int argc, char **argv, opts *o)
         {"insecure-no-auth", no_argument, NULL, O_NO_AUTH},
         {"allow-plaintext", no_argument, NULL, O_PLAINTEXT},
         {"max-streams", required_argument, NULL, O_MAX_STREAMS},
+        {"max-connections", required_argument, NULL, O_MAX_CONNECTIONS},
+        {"max-client-connections", required_argument, NULL, O_MAX_CLIENT_CONNECTIONS},
+        {"request-timeout", required_argument, NULL, O_REQUEST_TIMEOUT},
         {"launcher", required_argument, NULL, O_LAUNCHER},
         {"report-addr", required_argument, NULL, O_REPORT_ADDR},
         {"hosts", required_argument, NULL, O_HOSTS},
@@ -416,6 +428,15 @@ static int parse_args(int argc, char **argv, opts *o)
         }
         case O_MAX_STREAMS:
             bad = parse_int(name, optarg, 1, 100000, &o->max_streams);
+            break;
+        case O_MAX_CONNECTIONS:
+            bad = parse_int(name, optarg, 1, 100000, &o->max_connections);
+            break;
+        case O_MAX_CLIENT_CONNECTIONS:
+            bad = parse_int(name, optarg, 1, 100000, &o->max_client_connections);
+            break;
+        case O_REQUEST_TIMEOUT:
+            bad = parse_int(name, optarg, 1, 3600, &o->request_timeout_s);
             break;
         case O_NO_AUTH:
             o->insecure_no_auth = 1;
@@ -712,7 +733,11 @@ int main(int argc, char **argv)
     if (ob_grpc_server_start(&grpc, svc, o.grpc_addr, token, o.threads, o.max_streams, &grpc_port,
                              &err))
         goto fail;
-    if (ob_rest_server_start(&rest, svc, o.rest_addr, token, o.max_streams, &rest_port, &err))
+    ob_rest_limits limits = {.max_streams = o.max_streams,
+                             .max_connections = o.max_connections,
+                             .max_client_connections = o.max_client_connections,
+                             .request_timeout_s = o.request_timeout_s};
+    if (ob_rest_server_start(&rest, svc, o.rest_addr, token, &limits, &rest_port, &err))
         goto fail;
     /* Workers on this machine reach the gRPC port over loopback; elsewhere, at --report-addr. */
     char report[300];
