@@ -90,6 +90,35 @@ big=$(head -c 40000 /dev/zero | tr '\0' a)
 out=$(curl -s -o /dev/null -w '%{http_code}' --max-time 5 -H "X-Big: $big" "http://$REST/healthz")
 check "40 KB of headers: 431, the server still serves" '[ "$out" = 431 ] && [ "$(curl -s -o /dev/null -w "%{http_code}" "http://$REST/healthz")" = 200 ]' "$out"
 
+# --- gRPC: 60 WatchJob streams of a job that reports as they pump ------------------------------
+# The watcher reads the store without the server's lock, one stream at a time: every stream gets
+# every event once, in order, and unary calls are answered meanwhile.
+printf '%s\n' "FAKE_STEP_S=0.01" > "$FAKE_CONTROL"
+printf 'name: t\nmodel: {type: mlp, hidden: [8]}\ndata: {type: synthetic_classification}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: 300\nlog_interval: 2\ncheckpoint: {interval: 50}\n' > "$TMP/busy.yaml"
+id=$(rpc submit "$TMP/busy.yaml" 1 2>/dev/null | jq -r .id)
+wpids=()
+for i in $(seq 60); do
+  OBRPC_TIMEOUT_MS=60000 "$OBRPC" "$GRPC" watch "$id" > "$TMP/w$i.out" 2> "$TMP/w$i.err" & wpids+=($!)
+done
+slow=0
+for _ in $(seq 20); do
+  t0=$(date +%s%N)
+  rpc get "$id" > /dev/null 2>&1 || slow=$((slow + 1000))
+  ms=$((($(date +%s%N) - t0) / 1000000))
+  [ "$ms" -gt "$slow" ] && slow=$ms
+  sleep 0.1
+done
+wrc=0
+for p in "${wpids[@]}"; do wait "$p" || wrc=$?; done
+OBRPC_TIMEOUT_MS=5000 rpc watch "$id" 2>/dev/null | jq -c '[.seq, .kind]' > "$TMP/history"
+bad_w=0
+for i in $(seq 60); do
+  jq -c '[.seq, .kind]' "$TMP/w$i.out" | cmp -s - "$TMP/history" || bad_w=$((bad_w + 1))
+done
+nsteps=$(grep -c '"step"' "$TMP/history")
+check "60 watches while the job reports: each ends OK with the whole history, in order" '[ $wrc = 0 ] && [ $bad_w = 0 ] && [ "$nsteps" -ge 150 ] && sort -n -c <(jq ".[0]" "$TMP/history") && [ "$(tail -1 "$TMP/history" | jq -r ".[1]")" = state ]' "rc=$wrc differing=$bad_w steps=$nsteps $(cat "$TMP/w1.err")"
+check "GetJob meanwhile: answered within a second each time" '[ "$slow" -lt 1000 ]' "slowest ${slow} ms"
+
 # --- event streams of a quiet job outlive the request timeout ----------------------------------
 printf '%s\n' "FAKE_STEP_S=0.01" "FAKE_HANG_AT=10" > "$FAKE_CONTROL"
 printf 'name: t\nmodel: {type: mlp, hidden: [8]}\ndata: {type: synthetic_classification}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: 1000000\nlog_interval: 5\ncheckpoint: {interval: 0}\n' > "$TMP/quiet.yaml"
