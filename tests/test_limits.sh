@@ -138,5 +138,9 @@ wait $log_pid; log_rc=$?
 check "an SSE stream of a quiet job outlives the request timeout: its keepalive, then the end" '[ $sse_rc = 0 ] && grep -q "^: keepalive" "$TMP/sse.out" && grep -q "JOB_STATE_CANCELLED" "$TMP/sse.out"' "rc=$sse_rc $(tail -c 300 "$TMP/sse.out")"
 check "a followed log of a quiet job outlives the request timeout: the lines after the quiet" '[ $log_rc = 0 ] && grep -q "\"event\":\"checkpoint\"" "$TMP/log.out"' "rc=$log_rc $(tail -c 300 "$TMP/log.out")"
 
+"$ONEBITD" --retention-days -1 > "$TMP/ret.out" 2>&1; rc=$?
+"$ONEBITD" --max-client-connections 0 > "$TMP/mcc.out" 2>&1; rc2=$?
+check "bad --retention-days and --max-client-connections: refused" '[ $rc = 2 ] && grep -q "retention-days: expected days" "$TMP/ret.out" && [ $rc2 = 2 ]' "rc=$rc rc2=$rc2 $(cat "$TMP/ret.out" "$TMP/mcc.out")"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -34,6 +34,7 @@ typedef struct opts {
     int slots, max_restarts, threads, gpus, max_streams;
     int max_connections, max_client_connections, request_timeout_s;
     double progress_timeout_s, backoff_s, backoff_max_s, grace_s;
+    double retention_days; /* --retention-days: 0 keeps jobs until DeleteJob */
     /* --data-root and --checkpoint-root, NULL-terminated; empty: the service's defaults */
     const char *data_roots[17], *checkpoint_roots[17];
     int n_data_roots, n_checkpoint_roots;
@@ -81,6 +82,8 @@ static void usage(FILE *f)
                "                          REST connections from one IP address [32]\n"
                "  --request-timeout SEC   close a REST connection that sends nothing for SEC\n"
                "                          while its request arrives or between requests [10]\n"
+               "  --retention-days D      delete jobs that ended more than D days ago, with\n"
+               "                          their events, logs and checkpoints [0: keep them]\n"
                "  --ready-file FILE       write the bound ports here once serving\n"
                "  --version               print the release and exit\n"
                "  --data-root DIR         jobs may read data only under DIR (repeatable)\n"
@@ -216,6 +219,7 @@ static int parse_args(int argc, char **argv, opts *o)
         O_MAX_CONNECTIONS,
         O_MAX_CLIENT_CONNECTIONS,
         O_REQUEST_TIMEOUT,
+        O_RETENTION,
         O_LAUNCHER,
         O_REPORT_ADDR,
         O_HOSTS,
@@ -261,6 +265,7 @@ static int parse_args(int argc, char **argv, opts *o)
         {"max-connections", required_argument, NULL, O_MAX_CONNECTIONS},
         {"max-client-connections", required_argument, NULL, O_MAX_CLIENT_CONNECTIONS},
         {"request-timeout", required_argument, NULL, O_REQUEST_TIMEOUT},
+        {"retention-days", required_argument, NULL, O_RETENTION},
         {"launcher", required_argument, NULL, O_LAUNCHER},
         {"report-addr", required_argument, NULL, O_REPORT_ADDR},
         {"hosts", required_argument, NULL, O_HOSTS},
@@ -438,6 +443,19 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_REQUEST_TIMEOUT:
             bad = parse_int(name, optarg, 1, 3600, &o->request_timeout_s);
             break;
+        case O_RETENTION: {
+            char *end;
+            errno = 0;
+            double d = strtod(optarg, &end);
+            if (!optarg[0] || *end || errno || !(d >= 0) || d > 36500) {
+                fprintf(stderr, "onebitd: %s: expected days from 0 to 36500, got '%s'\n", name,
+                        optarg);
+                bad = -1;
+            } else {
+                o->retention_days = d;
+            }
+            break;
+        }
         case O_NO_AUTH:
             o->insecure_no_auth = 1;
             break;
@@ -721,6 +739,7 @@ int main(int argc, char **argv)
     if (o.n_data_roots) cfg.data_roots = o.data_roots;
     if (o.n_checkpoint_roots) cfg.checkpoint_roots = o.checkpoint_roots;
     cfg.on_state = log_state;
+    cfg.retention_ms = (int64_t)(o.retention_days * 86400.0 * 1000.0);
     if (ob_service_create(&svc, &cfg, &err)) goto fail;
     /* Workers never see the token: each attempt reports with a credential of its own. */
     if (load_token(&o, token, sizeof token) != 0) {
