@@ -663,7 +663,8 @@ static void ended_job(fx *f, ob_job_state state, int64_t finished_ms, char id[OB
     snprintf(id, OB_JOB_ID_LEN, "%s", j.id);
     ob_job_clear(&j);
     ob_store_close(st);
-    snprintf(path, sizeof path, "mkdir -p '%s/jobs/%s' '%s/checkpoints/%s/step-00000010' && "
+    snprintf(path, sizeof path,
+             "mkdir -p '%s/jobs/%s' '%s/checkpoints/%s/step-00000010' && "
              "echo log > '%s/jobs/%s/log' && echo 10 > '%s/checkpoints/%s/step-00000010/state.h5'",
              f->dir, id, f->dir, id, f->dir, id, f->dir, id);
     assert_int_equal(system(path), 0);

@@ -9,8 +9,9 @@
  * function, one batch with the answer and the status. Server-streaming calls (WatchJob,
  * StreamJobLogs, Health.Watch) are kept on a watch list: a watcher thread, woken by new job
  * events and every 200 ms (a log grows without events), starts the next send when the previous
- * one has completed (one send in flight per call); the stream ends with OK after the event that
- * puts the job in a final state (StreamJobLogs: once the log of a job that has ended is sent).
+ * one has completed (one send in flight per call), reading the store without the server's lock
+ * (a stream is pinned while it is read; see stream_pump); the stream ends with OK after the event
+ * that puts the job in a final state (StreamJobLogs: once the log of a job that has ended is sent).
  * Server reflection (grpc.reflection.v1 and v1alpha) is a bidirectional stream answered from the
  * compiled-in descriptor set (reflection.h): receive a request, send its answer, until the client
  * half-closes; it counts against the same limit of open streams. Shutdown: the server stops
@@ -98,7 +99,7 @@ struct ob_grpc_server {
     int outstanding;    /* call_ctx objects alive */
     int shutting_down, server_shutdown_done, cq_shut, watch_stop;
     call_ctx *watches;
-    call_ctx **pinned; /* the watcher's: max_streams of them (pump_watches) */
+    call_ctx **pinned;          /* the watcher's: max_streams of them (pump_watches) */
     int n_watches, max_streams; /* n_watches counts the reflection streams too */
     tag t_shutdown;
 };

@@ -32,9 +32,9 @@ struct ob_rest_server {
     struct MHD_Daemon *daemon;
     ob_service *svc;
     char *token;
-    int loopback;        /* bound to a loopback address: only loopback Host names are served */
-    atomic_int stopping; /* read by the event streams' threads */
-    atomic_int streams;  /* event streams open now */
+    int loopback;          /* bound to a loopback address: only loopback Host names are served */
+    atomic_int stopping;   /* read by the event streams' threads */
+    atomic_int streams;    /* event streams open now */
     ob_rest_limits limits; /* every field set */
 };
 
@@ -917,7 +917,8 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
     if (limits) lim = *limits;
     if (lim.max_streams <= 0) lim.max_streams = OB_SERVERS_MAX_STREAMS;
     if (lim.max_connections <= 0) lim.max_connections = OB_REST_MAX_CONNECTIONS;
-    if (lim.max_client_connections <= 0) lim.max_client_connections = OB_REST_MAX_CLIENT_CONNECTIONS;
+    if (lim.max_client_connections <= 0)
+        lim.max_client_connections = OB_REST_MAX_CLIENT_CONNECTIONS;
     if (lim.request_timeout_s <= 0) lim.request_timeout_s = OB_REST_REQUEST_TIMEOUT_S;
     if (lim.stream_timeout_s <= 0) lim.stream_timeout_s = OB_REST_STREAM_TIMEOUT_S;
     if (lim.max_client_connections > lim.max_connections)
@@ -960,14 +961,14 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
      * that stops sending its request is closed after the request timeout. */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
-    s->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-        (unsigned)lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)lim.max_client_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-        (unsigned)lim.request_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        OB_REST_CONNECTION_MEMORY, MHD_OPTION_UNESCAPE_CALLBACK, ob__rest_unescape, NULL,
-        MHD_OPTION_END);
+    s->daemon =
+        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+                         (unsigned)lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+                         (unsigned)lim.max_client_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+                         (unsigned)lim.request_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+                         OB_REST_CONNECTION_MEMORY, MHD_OPTION_UNESCAPE_CALLBACK, ob__rest_unescape,
+                         NULL, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         free(s->token);
