@@ -45,6 +45,14 @@ add_test(NAME test_tls
 set_tests_properties(test_tls PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 300
                      PROCESSORS 2)
 
+# What one client can hold of the REST server: 300 half-open connections from one address while
+# another is served, the request timeout, event streams that outlive it, oversized headers.
+add_test(NAME test_limits
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_limits.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
+set_tests_properties(test_limits PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 180
+                     PROCESSORS 2)
+
 # End to end with the real onebit-worker: REST and gRPC submits, a killed rank, a cancel and a
 # killed coordinator, with bit-exact final parameters.
 add_test(NAME test_onebitd_e2e

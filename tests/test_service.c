@@ -637,6 +637,106 @@ static void stored_job(fx *f, ob_job_state state, int cancel_requested, int max_
     ob_store_close(st);
 }
 
+/* A job in `state` that ended at finished_ms (0: not ended), with a "step" and a "state"
+ * event, a log under jobs/<id>/ and a checkpoint under checkpoints/<id>/, as the store and the
+ * state directory hold them. */
+static void ended_job(fx *f, ob_job_state state, int64_t finished_ms, char id[OB_JOB_ID_LEN])
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/jobs.db", f->dir);
+    ob_store *st;
+    ob_err err;
+    assert_int_equal(ob_store_open(&st, path, &err), OB_OK);
+    ob_job j;
+    memset(&j, 0, sizeof j);
+    j.state = OB_JOB_PENDING;
+    j.spec_json = strdup("{\"steps\":100}");
+    j.world_size = 1;
+    j.created_ms = j.updated_ms = 1;
+    assert_int_equal(ob_store_create_job(st, &j, &err), OB_OK);
+    ob_job_event ev = {.time_ms = 2, .kind = "step", .state = OB_JOB_RUNNING};
+    assert_int_equal(ob_store_update_job(st, &j, &ev, &err), OB_OK);
+    j.state = state;
+    j.finished_ms = j.updated_ms = finished_ms ? finished_ms : 3;
+    ob_job_event end = {.time_ms = j.updated_ms, .kind = "state", .state = state};
+    assert_int_equal(ob_store_update_job(st, &j, &end, &err), OB_OK);
+    snprintf(id, OB_JOB_ID_LEN, "%s", j.id);
+    ob_job_clear(&j);
+    ob_store_close(st);
+    snprintf(path, sizeof path,
+             "mkdir -p '%s/jobs/%s' '%s/checkpoints/%s/step-00000010' && "
+             "echo log > '%s/jobs/%s/log' && echo 10 > '%s/checkpoints/%s/step-00000010/state.h5'",
+             f->dir, id, f->dir, id, f->dir, id, f->dir, id);
+    assert_int_equal(system(path), 0);
+}
+
+static int exists(fx *f, const char *sub, const char *id)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/%s/%s", f->dir, sub, id);
+    return access(path, F_OK) == 0;
+}
+
+/* Retention: jobs that ended before the period are deleted with their events, log and
+ * checkpoints; later ones, and jobs that have not ended, are kept. The clock is the caller's. */
+static void test_retention(void **state)
+{
+    fx *f = *state;
+    const int64_t day = 86400000;
+    char a[OB_JOB_ID_LEN], b[OB_JOB_ID_LEN], c[OB_JOB_ID_LEN];
+    ended_job(f, OB_JOB_SUCCEEDED, 1000, a);
+    ended_job(f, OB_JOB_CANCELLED, 2 * day, b);
+    ended_job(f, OB_JOB_PENDING, 0, c); /* waits to run: never pruned */
+    f->cfg.retention_ms = day;
+    ob_err err;
+    /* Created, not started: the supervisor's own rounds (on the real clock) stay out of it. */
+    assert_int_equal(ob_service_create(&f->svc, &f->cfg, &err), OB_OK);
+    int deleted = -1;
+    assert_int_equal(ob_service_prune(f->svc, 1000 + day, &deleted, &err), OB_OK);
+    assert_int_equal(deleted, 0); /* a is exactly one period old: kept */
+    assert_int_equal(ob_service_prune(f->svc, 1001 + day, &deleted, &err), OB_OK);
+    assert_int_equal(deleted, 1);
+    ob_job j;
+    assert_int_equal(ob_service_get(f->svc, a, &j, &err), OB_ERR_NOT_FOUND);
+    ob_job_event *evs = NULL;
+    size_t n = 0;
+    assert_int_not_equal(ob_service_events(f->svc, a, 0, 10, &evs, &n, &err), OB_OK);
+    free(evs);
+    assert_false(exists(f, "jobs", a));
+    assert_false(exists(f, "checkpoints", a));
+    assert_true(exists(f, "jobs", b) && exists(f, "checkpoints", b));
+    assert_int_equal(ob_service_events(f->svc, b, 0, 10, &evs, &n, &err), OB_OK);
+    assert_int_equal(n, 3); /* submitted, a step, the end */
+    free(evs);
+    /* Later: b's turn; c, which has not ended, stays whatever its age. */
+    assert_int_equal(ob_service_prune(f->svc, 3 * day + 1, &deleted, &err), OB_OK);
+    assert_int_equal(deleted, 1);
+    assert_int_equal(ob_service_get(f->svc, b, &j, &err), OB_ERR_NOT_FOUND);
+    assert_false(exists(f, "checkpoints", b));
+    assert_int_equal(ob_service_prune(f->svc, 1000 * day, &deleted, &err), OB_OK);
+    assert_int_equal(deleted, 0);
+    assert_int_equal(ob_service_get(f->svc, c, &j, &err), OB_OK);
+    ob_job_clear(&j);
+    assert_true(exists(f, "jobs", c));
+}
+
+/* Without a retention period nothing is pruned, however old. */
+static void test_retention_off(void **state)
+{
+    fx *f = *state;
+    char a[OB_JOB_ID_LEN];
+    ended_job(f, OB_JOB_FAILED, 1000, a);
+    ob_err err;
+    assert_int_equal(ob_service_create(&f->svc, &f->cfg, &err), OB_OK);
+    int deleted = -1;
+    assert_int_equal(ob_service_prune(f->svc, 1000000 * (int64_t)86400000, &deleted, &err), OB_OK);
+    assert_int_equal(deleted, 0);
+    ob_job j;
+    assert_int_equal(ob_service_get(f->svc, a, &j, &err), OB_OK);
+    ob_job_clear(&j);
+    assert_true(exists(f, "checkpoints", a));
+}
+
 static void test_recovery(void **state)
 {
     fx *f = *state;
@@ -1251,6 +1351,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_recovery_attach_not_found, setup, teardown),
         cmocka_unit_test_setup_teardown(test_platform_reasons, setup, teardown),
         cmocka_unit_test_setup_teardown(test_default_world_size, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retention, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retention_off, setup, teardown),
         cmocka_unit_test(test_visible_gpus),
         cmocka_unit_test(test_parse_lines),
         cmocka_unit_test(test_public_message),

@@ -33,7 +33,9 @@
 typedef struct opts {
     const char *grpc_addr, *rest_addr, *state_dir, *token_file, *worker, *mpirun, *ready_file;
     int slots, max_restarts, threads, gpus, max_streams;
+    int max_connections, max_client_connections, request_timeout_s;
     double progress_timeout_s, backoff_s, backoff_max_s, grace_s;
+    double retention_days; /* --retention-days: 0 keeps jobs until DeleteJob */
     /* --data-root and --checkpoint-root, NULL-terminated; empty: the service's defaults */
     const char *data_roots[17], *checkpoint_roots[17];
     int n_data_roots, n_checkpoint_roots;
@@ -88,6 +90,13 @@ static void usage(FILE *f)
                "  --mpirun PATH           mpirun [mpirun] (ONEBIT_MPIRUN)\n"
                "  --threads N             gRPC handler threads [4]\n"
                "  --max-streams N         event streams open at once, per API [256]\n"
+               "  --max-connections N     REST connections open at once [256]\n"
+               "  --max-client-connections N\n"
+               "                          REST connections from one IP address [32]\n"
+               "  --request-timeout SEC   close a REST connection that sends nothing for SEC\n"
+               "                          while its request arrives or between requests [10]\n"
+               "  --retention-days D      delete jobs that ended more than D days ago, with\n"
+               "                          their events, logs and checkpoints [0: keep them]\n"
                "  --ready-file FILE       write the bound ports here once serving\n"
                "  --store-min-free SIZE   below SIZE free on the state directory's file system\n"
                "                          the store counts as full: health NOT_SERVING, submit,\n"
@@ -290,6 +299,10 @@ static int parse_args(int argc, char **argv, opts *o)
         O_NO_AUTH,
         O_PLAINTEXT,
         O_MAX_STREAMS,
+        O_MAX_CONNECTIONS,
+        O_MAX_CLIENT_CONNECTIONS,
+        O_REQUEST_TIMEOUT,
+        O_RETENTION,
         O_LAUNCHER,
         O_REPORT_ADDR,
         O_HOSTS,
@@ -338,6 +351,10 @@ static int parse_args(int argc, char **argv, opts *o)
         {"insecure-no-auth", no_argument, NULL, O_NO_AUTH},
         {"allow-plaintext", no_argument, NULL, O_PLAINTEXT},
         {"max-streams", required_argument, NULL, O_MAX_STREAMS},
+        {"max-connections", required_argument, NULL, O_MAX_CONNECTIONS},
+        {"max-client-connections", required_argument, NULL, O_MAX_CLIENT_CONNECTIONS},
+        {"request-timeout", required_argument, NULL, O_REQUEST_TIMEOUT},
+        {"retention-days", required_argument, NULL, O_RETENTION},
         {"launcher", required_argument, NULL, O_LAUNCHER},
         {"report-addr", required_argument, NULL, O_REPORT_ADDR},
         {"hosts", required_argument, NULL, O_HOSTS},
@@ -518,6 +535,28 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_MAX_STREAMS:
             bad = parse_int(name, optarg, 1, 100000, &o->max_streams);
             break;
+        case O_MAX_CONNECTIONS:
+            bad = parse_int(name, optarg, 1, 100000, &o->max_connections);
+            break;
+        case O_MAX_CLIENT_CONNECTIONS:
+            bad = parse_int(name, optarg, 1, 100000, &o->max_client_connections);
+            break;
+        case O_REQUEST_TIMEOUT:
+            bad = parse_int(name, optarg, 1, 3600, &o->request_timeout_s);
+            break;
+        case O_RETENTION: {
+            char *end;
+            errno = 0;
+            double d = strtod(optarg, &end);
+            if (!optarg[0] || *end || errno || !(d >= 0) || d > 36500) {
+                fprintf(stderr, "onebitd: %s: expected days from 0 to 36500, got '%s'\n", name,
+                        optarg);
+                bad = -1;
+            } else {
+                o->retention_days = d;
+            }
+            break;
+        }
         case O_NO_AUTH:
             o->insecure_no_auth = 1;
             break;
@@ -828,6 +867,7 @@ int main(int argc, char **argv)
     cfg.max_job_memory = o.max_job_memory >= 0          ? o.max_job_memory
                          : !strcmp(o.launcher, "local") ? mem_total() / 2
                                                         : 0;
+    cfg.retention_ms = (int64_t)(o.retention_days * 86400.0 * 1000.0);
     if (ob_service_create(&svc, &cfg, &err)) goto fail;
     /* Workers never see the token: each attempt reports with a credential of its own. */
     if (load_token(&o, token, sizeof token) != 0) {
@@ -847,7 +887,11 @@ int main(int argc, char **argv)
         .plain_addr = tls ? o.report_listen : NULL,
     };
     if (ob_grpc_server_start(&grpc, svc, &gc, &grpc_port, &plain_port, &err)) goto fail;
-    if (ob_rest_server_start(&rest, svc, o.rest_addr, token, o.max_streams, tls, &rest_port, &err))
+    ob_rest_limits limits = {.max_streams = o.max_streams,
+                             .max_connections = o.max_connections,
+                             .max_client_connections = o.max_client_connections,
+                             .request_timeout_s = o.request_timeout_s};
+    if (ob_rest_server_start(&rest, svc, o.rest_addr, token, &limits, tls, &rest_port, &err))
         goto fail;
     /* Workers on this machine reach the gRPC port over loopback (with TLS, the plaintext
      * workers' port); elsewhere, at --report-addr. */

@@ -9,8 +9,9 @@
  * function, one batch with the answer and the status. Server-streaming calls (WatchJob,
  * StreamJobLogs, Health.Watch) are kept on a watch list: a watcher thread, woken by new job
  * events and every 200 ms (a log grows without events), starts the next send when the previous
- * one has completed (one send in flight per call); the stream ends with OK after the event that
- * puts the job in a final state (StreamJobLogs: once the log of a job that has ended is sent).
+ * one has completed (one send in flight per call), reading the store without the server's lock
+ * (a stream is pinned while it is read; see stream_pump); the stream ends with OK after the event
+ * that puts the job in a final state (StreamJobLogs: once the log of a job that has ended is sent).
  * Server reflection (grpc.reflection.v1 and v1alpha) is a bidirectional stream answered from the
  * compiled-in descriptor set (reflection.h): receive a request, send its answer, until the client
  * half-closes; it counts against the same limit of open streams. Shutdown: the server stops
@@ -72,6 +73,10 @@ typedef struct call_ctx {
     int64_t last_seq;
     int sent_initial, in_flight, finish_after_send, status_started, status_done, closed, broken;
     int health_sent;    /* the last status a Health.Watch sent + 1; 0: none yet */
+    /* The store is read without the lock: a stream being pumped (pumping) or about to be
+     * (pins, the watcher's list) is neither freed nor pumped by another thread; pump_again
+     * asks the pumping thread to look once more. */
+    int pumping, pump_again, pins;
     int64_t log_offset; /* StreamJobLogs: where the next piece starts */
     int log_follow;
     /* reflection (a bidirectional stream) */
@@ -90,10 +95,12 @@ struct ob_grpc_server {
     int n_threads;
     pthread_t watcher;
     int watcher_started;
-    pthread_mutex_t mu; /* everything below, and every call_ctx's stream fields */
+    pthread_mutex_t mu; /* everything below, and every call_ctx's stream fields; never held
+                         * while the store is read */
     int outstanding;    /* call_ctx objects alive */
     int shutting_down, server_shutdown_done, cq_shut, watch_stop;
     call_ctx *watches;
+    call_ctx **pinned;          /* the watcher's: max_streams of them (pump_watches) */
     int n_watches, max_streams; /* n_watches counts the reflection streams too */
     tag t_shutdown;
 };
@@ -223,7 +230,9 @@ static int authorized(const ob_grpc_server *s, const char *bearer)
  * is released around ctx_free's own locking, so the caller must not use c afterwards. */
 static int stream_maybe_free(ob_grpc_server *s, call_ctx *c)
 {
-    if (!c->closed || c->in_flight || (c->status_started && !c->status_done)) return 0;
+    if (!c->closed || c->in_flight || c->pumping || c->pins ||
+        (c->status_started && !c->status_done))
+        return 0;
     for (call_ctx **p = &s->watches; *p; p = &(*p)->wnext) {
         if (*p == c) {
             *p = c->wnext;
@@ -280,17 +289,34 @@ static void stream_status(call_ctx *c, ob_status st, const char *msg)
     }
 }
 
+/* What a stream sends next, found without the lock: a message, or the status that ends it, or
+ * nothing yet. */
+typedef struct piece {
+    grpc_byte_buffer *bb; /* taken by whoever sends it */
+    int end;              /* end the stream with st and msg */
+    ob_status st;
+    char msg[OB_ERR_MSG_LEN];
+} piece;
+
+static void piece_end(piece *p, ob_status st, const char *msg)
+{
+    p->end = 1;
+    p->st = st;
+    ob_strlcpy(p->msg, msg, sizeof p->msg);
+}
+
 /* The next piece of a StreamJobLogs stream: what the log holds past the stream's offset, or
  * its end. The state is read first, as for WatchJob: a job seen final has its whole log
- * written, so nothing more to read means the stream is complete. */
-static void stream_pump_logs(ob_grpc_server *s, call_ctx *c)
+ * written, so nothing more to read means the stream is complete. Lock not held; c is the
+ * caller's (pumping). */
+static void stream_next_logs(ob_grpc_server *s, call_ctx *c, piece *p)
 {
     ob_err err;
     ob_err_clear(&err);
     ob_job j;
     ob_status rc = ob_service_get(s->svc, c->job_id, &j, &err);
     if (rc) {
-        stream_status(c, rc, err.msg);
+        piece_end(p, rc, err.msg);
         return;
     }
     int final = ob_job_state_final(j.state);
@@ -301,32 +327,32 @@ static void stream_pump_logs(ob_grpc_server *s, call_ctx *c)
     rc = ob_service_logs(s->svc, c->job_id, c->log_offset, OB_LOG_READ_DEFAULT, &data, &len, &size,
                          &err);
     if (rc) {
-        stream_status(c, rc, err.msg);
+        piece_end(p, rc, err.msg);
         return;
     }
     if (len == 0) {
-        if (final || !c->log_follow) stream_status(c, OB_OK, "");
+        if (final || !c->log_follow) piece_end(p, OB_OK, "");
         return;
     }
-    Onebit__V1__JobLogs piece = ONEBIT__V1__JOB_LOGS__INIT;
-    piece.data.data = (uint8_t *)data;
-    piece.data.len = len;
-    piece.next_offset = c->log_offset + (int64_t)len;
-    piece.size = size;
-    grpc_byte_buffer *bb = ob__grpc_pack(&piece.base);
+    Onebit__V1__JobLogs logs = ONEBIT__V1__JOB_LOGS__INIT;
+    logs.data.data = (uint8_t *)data;
+    logs.data.len = len;
+    logs.next_offset = c->log_offset + (int64_t)len;
+    logs.size = size;
+    p->bb = ob__grpc_pack(&logs.base);
     free(data);
-    if (!bb) {
-        stream_status(c, OB_ERR_NOMEM, "encoding logs");
+    if (!p->bb) {
+        piece_end(p, OB_ERR_NOMEM, "encoding logs");
         return;
     }
-    c->log_offset = piece.next_offset;
-    stream_send(c, bb);
+    c->log_offset = logs.next_offset;
 }
 
-/* Starts the next send of a stream when it has something to send and nothing in flight. */
-static void stream_pump(ob_grpc_server *s, call_ctx *c)
+/* The next piece of a stream, read from the store. Lock not held; c is the caller's (pumping):
+ * no other thread reads or writes its cursor (last_seq, log_offset, health_sent,
+ * finish_after_send) meanwhile. */
+static void stream_next(ob_grpc_server *s, call_ctx *c, piece *p)
 {
-    if (c->closed || c->broken || c->in_flight || c->status_started) return;
     if (c->method == M_HEALTH_WATCH) {
         /* The status now, and again whenever it changes (the service bumps its event counter
          * when the store goes down or comes back, which wakes the watcher). */
@@ -335,13 +361,12 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
                           ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                           : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
         if (c->health_sent == (int)resp.status + 1) return;
-        grpc_byte_buffer *bb = ob__grpc_pack(&resp.base);
-        if (bb) stream_send(c, bb);
+        p->bb = ob__grpc_pack(&resp.base);
         c->health_sent = (int)resp.status + 1;
         return;
     }
     if (c->method == M_STREAM_LOGS) {
-        stream_pump_logs(s, c);
+        stream_next_logs(s, c, p);
         return;
     }
     ob_job_event *evs = NULL;
@@ -357,11 +382,11 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
         rc = ob_service_events(s->svc, c->job_id, c->last_seq, 1, &evs, &n, &err);
     }
     if (rc) {
-        stream_status(c, rc, err.msg);
+        piece_end(p, rc, err.msg);
         return;
     }
     if (n == 0) {
-        if (final) stream_status(c, OB_OK, "");
+        if (final) piece_end(p, OB_OK, "");
         return;
     }
     const ob_job_event *e = &evs[0];
@@ -375,14 +400,46 @@ static void stream_pump(ob_grpc_server *s, call_ctx *c)
     ev.state = (Onebit__V1__JobState)e->state;
     ev.message = (char *)e->message;
     ev.progress = &prog;
-    grpc_byte_buffer *bb = ob__grpc_pack(&ev.base);
+    p->bb = ob__grpc_pack(&ev.base);
     c->last_seq = e->seq;
     if (!strcmp(e->kind, "state") && ob_job_state_final(e->state)) c->finish_after_send = 1;
     free(evs);
-    if (bb)
-        stream_send(c, bb);
-    else
-        stream_status(c, OB_ERR_NOMEM, "encoding an event");
+    if (!p->bb) piece_end(p, OB_ERR_NOMEM, "encoding an event");
+}
+
+/* Starts the next send of a stream when it has something to send and nothing in flight. Lock
+ * held on entry and on return, released while the store is read; the stream is pinned
+ * (pumping) meanwhile, so the caller must call stream_maybe_free afterwards (its close may
+ * have completed). One thread pumps a stream at a time; another that wants it to look again
+ * (a new event, a send completed) sets pump_again. */
+static void stream_pump(ob_grpc_server *s, call_ctx *c)
+{
+    if (c->pumping) {
+        c->pump_again = 1;
+        return;
+    }
+    while (!(c->closed || c->broken || c->in_flight || c->status_started)) {
+        c->pumping = 1;
+        c->pump_again = 0;
+        pthread_mutex_unlock(&s->mu);
+        piece p = {0};
+        stream_next(s, c, &p);
+        pthread_mutex_lock(&s->mu);
+        c->pumping = 0;
+        if (c->closed || c->broken || c->status_started) {
+            if (p.bb) grpc_byte_buffer_destroy(p.bb);
+            return;
+        }
+        if (p.bb) {
+            stream_send(c, p.bb);
+            return;
+        }
+        if (p.end) {
+            stream_status(c, p.st, p.msg);
+            return;
+        }
+        if (!c->pump_again) return;
+    }
 }
 
 /* The stream is on the watch list before its close can complete: the completion (handled by any
@@ -429,6 +486,7 @@ static void stream_begin(ob_grpc_server *s, call_ctx *c)
 {
     if (!stream_admit(s, c, 0)) return;
     stream_pump(s, c);
+    stream_maybe_free(s, c);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -452,14 +510,32 @@ static void stream_event(ob_grpc_server *s, call_ctx *c, tag_kind kind, int succ
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Pumps every stream on the watch list. The list is not walked while the lock is released:
+ * the streams that can send are pinned under the lock into an array (of max_streams, made by
+ * the caller), then pumped one at a time. Lock held. */
+static void pump_watches(ob_grpc_server *s, call_ctx **pinned, int cap)
+{
+    int n = 0;
+    for (call_ctx *c = s->watches; c && n < cap; c = c->wnext) {
+        if (c->closed || c->broken || c->in_flight || c->status_started) continue;
+        c->pins++;
+        pinned[n++] = c;
+    }
+    for (int i = 0; i < n; i++) {
+        call_ctx *c = pinned[i];
+        c->pins--;
+        stream_pump(s, c);
+        stream_maybe_free(s, c);
+    }
+}
+
 static void *watcher_main(void *arg)
 {
     ob_grpc_server *s = arg;
     pthread_mutex_lock(&s->mu);
     while (!s->watch_stop) {
         int64_t seen = ob_service_event_counter(s->svc);
-        for (call_ctx *c = s->watches; c; c = c->wnext)
-            stream_pump(s, c);
+        pump_watches(s, s->pinned, s->max_streams);
         pthread_mutex_unlock(&s->mu);
         if (ob_service_wait(s->svc, seen, 200) < 0) {
             struct timespec ts = {0, 200 * 1000000L};
@@ -775,10 +851,12 @@ ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc,
     s->t_shutdown = (tag){TAG_SHUTDOWN, NULL};
     if (token && token[0] && !(s->token = strdup(token))) goto oom;
     s->threads = calloc((size_t)threads, sizeof *s->threads);
-    if (!s->threads) goto oom;
+    s->pinned = calloc((size_t)s->max_streams, sizeof *s->pinned);
+    if (!s->threads || !s->pinned) goto oom;
     ob_status rrc = ob__reflection_create(&s->reflection, ob_protoset, ob_protoset_len, err);
     if (rrc != OB_OK) {
         free(s->threads);
+        free(s->pinned);
         free(s->token);
         pthread_mutex_destroy(&s->mu);
         free(s);
@@ -845,6 +923,7 @@ fail_server:
     grpc_completion_queue_destroy(s->cq);
     ob__reflection_destroy(s->reflection);
     free(s->threads);
+    free(s->pinned);
     free(s->token);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -852,6 +931,7 @@ fail_server:
     return err ? err->code : OB_ERR_IO;
 oom:
     free(s->threads);
+    free(s->pinned);
     free(s->token);
     pthread_mutex_destroy(&s->mu);
     free(s);
@@ -875,6 +955,7 @@ void ob_grpc_server_stop(ob_grpc_server *s)
     grpc_completion_queue_destroy(s->cq);
     ob__reflection_destroy(s->reflection);
     free(s->threads);
+    free(s->pinned);
     free(s->token);
     pthread_mutex_destroy(&s->mu);
     free(s);

@@ -1,5 +1,6 @@
 /* Deleting a job that has ended (ob_service_delete): its store rows, its files under
- * STATE/jobs/<id>/ and, unless kept, its checkpoints under STATE/checkpoints/<id>/. */
+ * STATE/jobs/<id>/ and, unless kept, its checkpoints under STATE/checkpoints/<id>/; and the
+ * retention that deletes the jobs that ended long ago the same way (ob_service_prune). */
 #include "onebit/base.h"
 #include "onebit/store.h"
 #include "service_internal.h"
@@ -50,4 +51,44 @@ ob_status ob_service_delete(ob_service *svc, const char *id, int keep_checkpoint
 done:
     pthread_mutex_unlock(&svc->mu);
     return rc;
+}
+
+ob_status ob_service_prune(ob_service *svc, int64_t now_ms, int *deleted, ob_err *err)
+{
+    *deleted = 0;
+    if (svc->cfg.retention_ms <= 0 || now_ms <= svc->cfg.retention_ms) return OB_OK;
+    int64_t before = now_ms - svc->cfg.retention_ms;
+    for (;;) {
+        char(*ids)[OB_JOB_ID_LEN] = NULL;
+        size_t n = 0;
+        pthread_mutex_lock(&svc->mu);
+        ob_status rc = ob_store_list_ended_before(svc->store, before, 100, &ids, &n, err);
+        pthread_mutex_unlock(&svc->mu);
+        if (rc) return OB_WRAP(err, rc, "retention: listing the jobs that ended");
+        int progress = 0;
+        for (size_t i = 0; i < n; i++) {
+            int nck = 0;
+            rc = ob_service_delete(svc, ids[i], 0, &nck, err);
+            if (rc == OB_OK) {
+                (*deleted)++;
+                progress = 1;
+                if (svc->cfg.on_state) {
+                    char text[128];
+                    snprintf(text, sizeof text, "DELETED: ended more than %lld s ago (retention)",
+                             (long long)(svc->cfg.retention_ms / 1000));
+                    pthread_mutex_lock(&svc->mu);
+                    svc->cfg.on_state(svc->cfg.on_state_user, ids[i], text);
+                    pthread_mutex_unlock(&svc->mu);
+                }
+            } else if (rc != OB_ERR_NOT_FOUND && rc != OB_ERR_STATE) {
+                /* (Deleted meanwhile by DeleteJob, or its attempt still being stopped: the
+                 * next round sees to it.) */
+                OB_WRAP(err, rc, "retention: deleting job %s", ids[i]);
+                free(ids);
+                return rc;
+            }
+        }
+        free(ids);
+        if (n < 100 || !progress) return OB_OK;
+    }
 }

@@ -34,11 +34,11 @@ struct ob_rest_server {
     struct MHD_Daemon *daemon;
     ob_service *svc;
     char *token;
-    int loopback;        /* bound to a loopback address: only loopback Host names are served */
-    int client_certs;    /* TLS with a client CA: every request needs a certificate it signed */
-    atomic_int stopping; /* read by the event streams' threads */
-    atomic_int streams;  /* event streams open now */
-    int max_streams;
+    int loopback;          /* bound to a loopback address: only loopback Host names are served */
+    int client_certs;      /* TLS with a client CA: every request needs a certificate it signed */
+    atomic_int stopping;   /* read by the event streams' threads */
+    atomic_int streams;    /* event streams open now */
+    ob_rest_limits limits; /* every field set */
 };
 
 /* Per-request state: the body as it arrives. */
@@ -317,6 +317,16 @@ static enum MHD_Result do_checkpoints(ob_rest_server *s, struct MHD_Connection *
     return send_json(conn, 200, o);
 }
 
+/* An event stream outlives the request timeout. MHD counts only bytes that move as activity,
+ * and checks the timeout as soon as a reader returns, however long it waited: an SSE stream
+ * (a comment at least every 15 s) is closed when its client takes nothing for the stream
+ * timeout (seconds); a followed log, which has nothing to write while the job is quiet, has no
+ * timeout (0) and ends with its job, its client or the server. Both count against max_streams. */
+static void stream_timeout(struct MHD_Connection *conn, int seconds)
+{
+    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)seconds);
+}
+
 /* Server-sent events: the history after afterSeq, then new events as they come. */
 typedef struct sse {
     ob_rest_server *srv;
@@ -437,13 +447,13 @@ static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn,
     ob_status rc = ob_service_get(s->svc, id, &j, &err);
     if (rc) return send_error(conn, rc, err.msg);
     ob_job_clear(&j);
-    if (atomic_fetch_add(&s->streams, 1) >= s->max_streams) {
+    if (atomic_fetch_add(&s->streams, 1) >= s->limits.max_streams) {
         atomic_fetch_sub(&s->streams, 1);
         char msg[128];
         snprintf(msg, sizeof msg,
                  "%d event streams are open, the most this server keeps; try "
                  "again later",
-                 s->max_streams);
+                 s->limits.max_streams);
         return send_error_http(conn, 429, "RESOURCE_EXHAUSTED", msg);
     }
     sse *e = calloc(1, sizeof *e);
@@ -462,6 +472,7 @@ static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn,
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+    stream_timeout(conn, s->limits.stream_timeout_s);
     ob__rest_security_headers(r);
     enum MHD_Result ret = MHD_queue_response(conn, 200, r);
     MHD_destroy_response(r);
@@ -680,12 +691,12 @@ static enum MHD_Result do_log_stream(ob_rest_server *s, struct MHD_Connection *c
     ob_job j;
     if (rc == OB_OK && (rc = ob_service_get(s->svc, id, &j, &err)) == OB_OK) ob_job_clear(&j);
     if (rc) return send_error(conn, rc, err.msg);
-    if (atomic_fetch_add(&s->streams, 1) >= s->max_streams) {
+    if (atomic_fetch_add(&s->streams, 1) >= s->limits.max_streams) {
         atomic_fetch_sub(&s->streams, 1);
         char msg[128];
         snprintf(msg, sizeof msg,
                  "%d streams are open, the most this server keeps; try again later",
-                 s->max_streams);
+                 s->limits.max_streams);
         return send_error_http(conn, 429, "RESOURCE_EXHAUSTED", msg);
     }
     log_stream *ls = calloc(1, sizeof *ls);
@@ -708,6 +719,7 @@ static enum MHD_Result do_log_stream(ob_rest_server *s, struct MHD_Connection *c
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Log-Offset", num);
+    stream_timeout(conn, 0);
     enum MHD_Result ret = MHD_queue_response(conn, 200, r);
     MHD_destroy_response(r);
     return ret;
@@ -919,14 +931,24 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 }
 
 ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char *addr,
-                               const char *token, int max_streams, const ob_tls_config *tls,
-                               int *bound_port, ob_err *err)
+                               const char *token, const ob_rest_limits *limits,
+                               const ob_tls_config *tls, int *bound_port, ob_err *err)
 {
     *out = NULL;
     if (tls && MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
         return OB_ERR(err, OB_ERR_UNSUPPORTED,
                       "REST: this libmicrohttpd was built without TLS (GnuTLS); it cannot serve "
                       "HTTPS");
+    ob_rest_limits lim = {0};
+    if (limits) lim = *limits;
+    if (lim.max_streams <= 0) lim.max_streams = OB_SERVERS_MAX_STREAMS;
+    if (lim.max_connections <= 0) lim.max_connections = OB_REST_MAX_CONNECTIONS;
+    if (lim.max_client_connections <= 0)
+        lim.max_client_connections = OB_REST_MAX_CLIENT_CONNECTIONS;
+    if (lim.request_timeout_s <= 0) lim.request_timeout_s = OB_REST_REQUEST_TIMEOUT_S;
+    if (lim.stream_timeout_s <= 0) lim.stream_timeout_s = OB_REST_STREAM_TIMEOUT_S;
+    if (lim.max_client_connections > lim.max_connections)
+        lim.max_client_connections = lim.max_connections;
     char host[256];
     const char *colon = strrchr(addr, ':');
     if (!colon || colon == addr || (size_t)(colon - addr) >= sizeof host || !colon[1])
@@ -953,12 +975,16 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
         return OB_ERR(err, OB_ERR_NOMEM, "allocating the REST server");
     }
     s->svc = svc;
-    s->max_streams = max_streams > 0 ? max_streams : OB_SERVERS_MAX_STREAMS;
+    s->limits = lim;
     if (ai->ai_family == AF_INET)
         s->loopback =
             (ntohl(((const struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127;
     else if (ai->ai_family == AF_INET6)
         s->loopback = IN6_IS_ADDR_LOOPBACK(&((const struct sockaddr_in6 *)ai->ai_addr)->sin6_addr);
+    /* A thread per connection: the event streams' readers block between events, which a
+     * thread pool could only afford with suspend and resume. The threads are bounded by the
+     * connection limits: one client (one IP address) cannot hold them all, and a connection
+     * that stops sending its request is closed after the request timeout. */
     unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD;
     if (ai->ai_family == AF_INET6) flags |= MHD_USE_IPv6;
     /* TLS: the key and certificate chain in memory (libmicrohttpd copies them); a client CA
@@ -979,9 +1005,12 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
     tls_opts[n_tls] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
     s->daemon = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120, MHD_OPTION_UNESCAPE_CALLBACK,
-        ob__rest_unescape, NULL, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
+        (unsigned)lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)lim.max_client_connections, MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)lim.request_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
+        OB_REST_CONNECTION_MEMORY, MHD_OPTION_UNESCAPE_CALLBACK, ob__rest_unescape, NULL,
+        MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
         free(s->token);

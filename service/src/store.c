@@ -646,6 +646,44 @@ fail:
     return rc;
 }
 
+ob_status ob_store_list_ended_before(ob_store *s, int64_t finished_before_ms, int limit,
+                                     char (**ids)[OB_JOB_ID_LEN], size_t *n, ob_err *err)
+{
+    *ids = NULL;
+    *n = 0;
+    if (limit <= 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "job limit must be positive");
+    sqlite3_stmt *st = NULL;
+    ob_status rc = prepare(s, &st,
+                           "SELECT id FROM jobs WHERE state IN (?,?,?) AND finished_ms > 0"
+                           " AND finished_ms < ? ORDER BY finished_ms LIMIT ?",
+                           err);
+    if (rc) return rc;
+    sqlite3_bind_int(st, 1, OB_JOB_SUCCEEDED);
+    sqlite3_bind_int(st, 2, OB_JOB_FAILED);
+    sqlite3_bind_int(st, 3, OB_JOB_CANCELLED);
+    sqlite3_bind_int64(st, 4, finished_before_ms);
+    sqlite3_bind_int(st, 5, limit);
+    char(*out)[OB_JOB_ID_LEN] = calloc((size_t)limit, sizeof *out);
+    if (!out) {
+        sqlite3_finalize(st);
+        return OB_ERR(err, OB_ERR_NOMEM, "listing ended jobs");
+    }
+    size_t count = 0;
+    int step;
+    while ((step = sqlite3_step(st)) == SQLITE_ROW && count < (size_t)limit)
+        ob_strlcpy(out[count++], text_or_empty(st, 0), OB_JOB_ID_LEN);
+    if (step != SQLITE_DONE && step != SQLITE_ROW) {
+        rc = SQL_ERR(s, err, "list ended jobs");
+        free(out);
+        out = NULL;
+        count = 0;
+    }
+    sqlite3_finalize(st);
+    *ids = out;
+    *n = count;
+    return rc;
+}
+
 ob_status ob_store_put_attempt(ob_store *s, const char *job_id, const ob_attempt *a, ob_err *err)
 {
     return write_attempt(s, job_id, a, err);

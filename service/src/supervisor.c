@@ -640,11 +640,32 @@ static void tick(ob_service *svc)
     if (!svc->stopping) schedule(svc);
 }
 
+/* Retention, once a minute: the jobs that ended before the retention period are deleted. Lock
+ * held on entry and return, released meanwhile (deleting takes it per job). */
+static void retention(ob_service *svc, int64_t *next_ms)
+{
+    int64_t now = ob_wall_ms();
+    if (svc->cfg.retention_ms <= 0 || now < *next_ms) return;
+    *next_ms = now + 60000;
+    pthread_mutex_unlock(&svc->mu);
+    int deleted = 0;
+    ob_err err;
+    ob_err_clear(&err);
+    ob_status rc = ob_service_prune(svc, now, &deleted, &err);
+    pthread_mutex_lock(&svc->mu);
+    /* (The deleted jobs are logged by ob_service_prune; a failure is logged here, and tried
+     * again at the next round.) */
+    if (rc && svc->cfg.on_state) svc->cfg.on_state(svc->cfg.on_state_user, "retention:", err.msg);
+}
+
 static void *supervisor_main(void *arg)
 {
     ob_service *svc = arg;
+    int64_t next_retention_ms = 0;
     pthread_mutex_lock(&svc->mu);
     while (!svc->stopping) {
+        retention(svc, &next_retention_ms);
+        if (svc->stopping) break;
         tick(svc);
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);

@@ -68,14 +68,36 @@ void ob_grpc_server_stop(ob_grpc_server *s);
 
 typedef struct ob_rest_server ob_rest_server;
 
+/* Defaults of ob_rest_limits. */
+#define OB_REST_MAX_CONNECTIONS 256
+#define OB_REST_MAX_CLIENT_CONNECTIONS 32
+#define OB_REST_REQUEST_TIMEOUT_S 10
+#define OB_REST_STREAM_TIMEOUT_S 60
+/* Memory of one connection for its request line and headers (and the body's read buffer): a
+ * request whose headers do not fit is answered 431. */
+#define OB_REST_CONNECTION_MEMORY ((size_t)32 << 10)
+
+/* What one REST server lets its clients hold; 0 in a field: its default. */
+typedef struct ob_rest_limits {
+    int max_streams;            /* event streams open at once [OB_SERVERS_MAX_STREAMS]; 429 */
+    int max_connections;        /* connections open at once [OB_REST_MAX_CONNECTIONS] */
+    int max_client_connections; /* of them from one IP address [OB_REST_MAX_CLIENT_CONNECTIONS];
+                                 * one more is closed as soon as it is accepted */
+    int request_timeout_s;      /* a connection that sends nothing for this long while its
+                                 * request (headers or body) arrives, or between two requests,
+                                 * is closed [OB_REST_REQUEST_TIMEOUT_S] */
+    int stream_timeout_s;       /* an event stream whose client takes nothing for this long is
+                                 * closed [OB_REST_STREAM_TIMEOUT_S]; SSE streams send a comment
+                                 * every 15 s, so it must be longer than that */
+} ob_rest_limits;
+
 /* Binds addr ("host:port"; port 0 picks a free one, returned in *bound_port) and serves the
- * REST API, one thread per connection. svc is borrowed; token copied. At most max_streams event
- * streams are open at once (0: OB_SERVERS_MAX_STREAMS); one more is answered 429. tls
- * (borrowed, used only during start; NULL: plaintext) makes it HTTPS only; OB_ERR_UNSUPPORTED
- * when libmicrohttpd was built without TLS. */
+ * REST API, one thread per connection, under the limits (borrowed; NULL: every default).
+ * svc is borrowed; token copied. tls (borrowed, used only during start; NULL: plaintext)
+ * makes it HTTPS only; OB_ERR_UNSUPPORTED when libmicrohttpd was built without TLS. */
 ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char *addr,
-                               const char *token, int max_streams, const ob_tls_config *tls,
-                               int *bound_port, ob_err *err);
+                               const char *token, const ob_rest_limits *limits,
+                               const ob_tls_config *tls, int *bound_port, ob_err *err);
 
 /* Ends open event streams, stops the server and frees it. Accepts NULL. */
 void ob_rest_server_stop(ob_rest_server *s);

@@ -50,6 +50,9 @@ typedef struct ob_service_config {
     /* Jobs whose ranks would need more memory than this in all (world_size times
      * ob_jobspec_memory_estimate per rank) are refused at submit; 0: no limit. */
     int64_t max_job_memory;
+    /* Jobs that ended longer ago than this are deleted with their events, logs and checkpoints
+     * (ob_service_prune, run by the supervisor every minute); 0: kept until DeleteJob. */
+    int64_t retention_ms;
 } ob_service_config;
 
 /* Defaults: state "./var", 4 slots, 3 restarts, no progress timeout, 1 s backoff up to 60 s,
@@ -119,6 +122,12 @@ ob_status ob_service_cancel(ob_service *svc, const char *id, ob_job *out, ob_err
  * job, OB_ERR_STATE for one that has not ended (cancel it first). */
 ob_status ob_service_delete(ob_service *svc, const char *id, int keep_checkpoints,
                             int *checkpoints_deleted, ob_err *err);
+
+/* Retention: deletes, as ob_service_delete does (checkpoints included), every job that ended
+ * more than cfg.retention_ms before now_ms (the caller's clock, so that tests can choose it);
+ * *deleted counts them. Nothing when retention_ms is 0. Takes the lock per job, so that the
+ * APIs are served between deletions. */
+ob_status ob_service_prune(ob_service *svc, int64_t now_ms, int *deleted, ob_err *err);
 
 /* Events of a job after after_seq (at most limit), oldest first. *evs is malloc'd (free()).
  * OB_ERR_NOT_FOUND for an unknown job. */

@@ -57,6 +57,12 @@ ob_status ob_store_update_job_attempt(ob_store *s, const ob_job *job, ob_job_eve
 ob_status ob_store_find_request(ob_store *s, const char *request_id, char id[OB_JOB_ID_LEN],
                                 ob_err *err);
 
+/* Ids of the jobs in a final state that ended (finished_ms) before finished_before_ms, the
+ * earliest end first, at most limit of them. *ids is a malloc'd array of *n ids owned by the
+ * caller (NULL when none). */
+ob_status ob_store_list_ended_before(ob_store *s, int64_t finished_before_ms, int limit,
+                                     char (**ids)[OB_JOB_ID_LEN], size_t *n, ob_err *err);
+
 /* Removes the job's row, attempts and events in one transaction. OB_ERR_NOT_FOUND when there is
  * no such job. */
 ob_status ob_store_delete_job(ob_store *s, const char *id, ob_err *err);
