@@ -284,8 +284,10 @@ ob_status ob__spawn_limited(const ob__spawn_req *req, pid_t *pid, ob_err *err)
         while (waitpid(p, NULL, 0) < 0 && errno == EINTR)
             ;
         int step = report[0] > 0 && report[0] < 8 ? report[0] : 7;
-        return OB_ERR(err, OB_ERR_IO, "%s %s: %s", spawn_steps[step], file,
-                      strerror(report[1]));
+        /* execve's error reads as the program's ("No such file or directory"); the others name
+         * their step. */
+        if (step == 7) return OB_ERR(err, OB_ERR_IO, "%s", strerror(report[1]));
+        return OB_ERR(err, OB_ERR_IO, "%s: %s", spawn_steps[step], strerror(report[1]));
     }
     *pid = p;
     return OB_OK;
