@@ -1253,9 +1253,29 @@ static void test_worker_memory_limit_parse(void **state)
         if (v != good[i].want) fail_msg("'%s': got %lld", good[i].text, (long long)v);
     }
     static const char *const bad[] = {
-        "", "M", "10E", "1E", "8388608T", "9223372036854775808", "18446744073709551616",
-        "1180591620717411303424", "-1", "+1G", " 1G", "1G ", "1GB", "1.5G", "1 G", "Auto",
-        "auto ", "0x10000000", "none", "100M", "268435455", "1", "255M",
+        "",
+        "M",
+        "10E",
+        "1E",
+        "8388608T",
+        "9223372036854775808",
+        "18446744073709551616",
+        "1180591620717411303424",
+        "-1",
+        "+1G",
+        " 1G",
+        "1G ",
+        "1GB",
+        "1.5G",
+        "1 G",
+        "Auto",
+        "auto ",
+        "0x10000000",
+        "none",
+        "100M",
+        "268435455",
+        "1",
+        "255M",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int64_t v = 12345;
@@ -1417,8 +1437,7 @@ int main(void)
         cmocka_unit_test(test_worker_memory_limit_for),
         cmocka_unit_test(test_worker_exit_judge),
         cmocka_unit_test_setup_teardown(test_worker_memory_limit_attempts, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_memory_exit_without_limit_is_retried, setup,
-                                        teardown),
+        cmocka_unit_test_setup_teardown(test_memory_exit_without_limit_is_retried, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

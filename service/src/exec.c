@@ -201,9 +201,14 @@ static int find_program(const char *name, char *const *env, char *out, size_t ca
 }
 
 /* Which step of the child failed, for the parent's message. */
-static const char *const spawn_steps[] = {"", "setpgid", "opening /dev/null", "opening the log",
-                                          "dup2", "setrlimit(RLIMIT_CORE)",
-                                          "setrlimit(RLIMIT_DATA)", "execve"};
+static const char *const spawn_steps[] = {"",
+                                          "setpgid",
+                                          "opening /dev/null",
+                                          "opening the log",
+                                          "dup2",
+                                          "setrlimit(RLIMIT_CORE)",
+                                          "setrlimit(RLIMIT_DATA)",
+                                          "execve"};
 
 /* The child's side of ob__spawn_limited: only async-signal-safe calls. Reports the failing step
  * and errno on fd (close-on-exec: nothing arrives when execve succeeds). */
@@ -256,8 +261,7 @@ ob_status ob__spawn_limited(const ob__spawn_req *req, pid_t *pid, ob_err *err)
     int e = find_program(req->argv[0], req->env, file, sizeof file);
     if (e) return OB_ERR(err, OB_ERR_IO, "%s", strerror(e));
     int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0)
-        return OB_ERR(err, OB_ERR_IO, "pipe: %s", strerror(errno));
+    if (pipe2(fds, O_CLOEXEC) != 0) return OB_ERR(err, OB_ERR_IO, "pipe: %s", strerror(errno));
     /* Every signal blocked across fork: no handler of the coordinator runs in the child. */
     sigset_t all, old;
     sigfillset(&all);

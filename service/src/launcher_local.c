@@ -198,8 +198,8 @@ static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch
     if (!env) return OB_ERR(err, OB_ERR_NOMEM, "environment for job %s", req->job_id);
     /* A process group of its own (pgid = its pid): cancel and restart signal all of it. No core
      * files, and req->memory_limit on mpirun, which every rank it starts here inherits. */
-    ob__spawn_req sr = {.argv = argv, .env = env, .log_path = req->log_path,
-                        .memory_limit = req->memory_limit};
+    ob__spawn_req sr = {
+        .argv = argv, .env = env, .log_path = req->log_path, .memory_limit = req->memory_limit};
     pid_t pid;
     ob_err serr;
     ob_err_clear(&serr);

@@ -23,11 +23,24 @@ ob_status ob_worker_memory_limit_parse(const char *text, int64_t *out, ob_err *e
     }
     int shift = 0;
     switch (text[i]) {
-    case 'K': case 'k': shift = 10; break;
-    case 'M': case 'm': shift = 20; break;
-    case 'G': case 'g': shift = 30; break;
-    case 'T': case 't': shift = 40; break;
-    default: break;
+    case 'K':
+    case 'k':
+        shift = 10;
+        break;
+    case 'M':
+    case 'm':
+        shift = 20;
+        break;
+    case 'G':
+    case 'g':
+        shift = 30;
+        break;
+    case 'T':
+    case 't':
+        shift = 40;
+        break;
+    default:
+        break;
     }
     if (shift) i++;
     if (i == 0 || (shift && i == 1) || text[i] || x > ((uint64_t)INT64_MAX >> shift)) goto bad;
@@ -56,8 +69,7 @@ uint64_t ob_worker_memory_limit_for(int64_t setting, uint64_t estimate)
     return v < (uint64_t)OB_WORKER_MEMORY_MIN ? (uint64_t)OB_WORKER_MEMORY_MIN : v;
 }
 
-void ob_worker_exit_judge(int exit_code, int term_signal, uint64_t memory_limit,
-                          ob_exit_verdict *v)
+void ob_worker_exit_judge(int exit_code, int term_signal, uint64_t memory_limit, ob_exit_verdict *v)
 {
     memset(v, 0, sizeof *v);
     if (term_signal) return; /* killed ranks, lost nodes: worth a restart */
@@ -74,8 +86,7 @@ void ob_worker_exit_judge(int exit_code, int term_signal, uint64_t memory_limit,
         break;
     case 4:
         v->permanent = 1;
-        snprintf(v->why, sizeof v->why,
-                 "its data, checkpoint or warm-start source cannot be used");
+        snprintf(v->why, sizeof v->why, "its data, checkpoint or warm-start source cannot be used");
         break;
     case 5:
         if (!memory_limit) {
