@@ -16,11 +16,12 @@ ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
 bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
 check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
 
-# A daemon on free ports with its state in $TMP/var (kept across restarts).
+# A daemon on free ports with its state in $TMP/var (kept across restarts); its arguments are
+# passed on to onebitd after the harness's own.
 start_daemon() {
   rm -f "$TMP/ready"
   "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var" --ready-file "$TMP/ready" \
-    --insecure-no-auth --slots 4 --backoff 0.2 --cancel-grace 20 >> "$TMP/onebitd.log" 2>&1 &
+    --insecure-no-auth --slots 4 --backoff 0.2 --cancel-grace 20 "$@" >> "$TMP/onebitd.log" 2>&1 &
   PID=$!
   for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
   GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")

@@ -61,6 +61,15 @@ add_test(NAME test_onebitd_e2e
 set_tests_properties(test_onebitd_e2e PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2)
 
+# Worker resource limits with the real onebit-worker: RLIMIT_DATA and RLIMIT_CORE read from the
+# running ranks, a job over --worker-memory-limit FAILED for memory without restarts, the same job
+# under the default limit SUCCEEDED.
+add_test(NAME test_worker_limits
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_worker_limits.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> $<TARGET_FILE:onebitctl> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_worker_limits PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2)
+
 # The web dashboard (/ui/): its embedded files, headers and refused paths over curl; and the page
 # in headless Chromium while the real onebit-worker trains (skipped, 77, without Chromium:
 # scripts/install-deps.sh --browser).

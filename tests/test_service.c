@@ -37,6 +37,7 @@ typedef struct launch {
     int permanent;
     int adopted; /* made by attach, not start */
     char log_path[OB_JOB_PATH_LEN];
+    uint64_t memory_limit; /* ob_launch_req.memory_limit */
 } launch;
 
 typedef struct mock {
@@ -65,6 +66,7 @@ static ob_status m_start(ob_launcher *lb, const ob_launch_req *req, ob_launch_ha
     x->attempt = req->attempt;
     x->world = req->world_size;
     x->resume = req->resume;
+    x->memory_limit = req->memory_limit;
     snprintf(x->log_path, sizeof x->log_path, "%s", req->log_path ? req->log_path : "");
     snprintf(x->report_token, sizeof x->report_token, "%s",
              req->report_token ? req->report_token : "");
@@ -1324,6 +1326,183 @@ static void test_public_message(void **state)
     assert_string_equal(out, "");
 }
 
+/* --worker-memory-limit: auto, 0 or a size of at least 256 MiB; nothing that overflows. */
+static void test_worker_memory_limit_parse(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        int64_t want;
+    } good[] = {
+        {"auto", OB_WORKER_MEMORY_AUTO},
+        {"0", 0},
+        {"0G", 0},
+        {"256M", (int64_t)256 << 20},
+        {"268435456", (int64_t)256 << 20},
+        {"4g", (int64_t)4 << 30},
+        {"1T", (int64_t)1 << 40},
+        {"262144k", (int64_t)256 << 20},
+        {"8388607T", (int64_t)8388607 << 40},
+        {"9223372036854775807", INT64_MAX},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        int64_t v = 12345;
+        ob_err err;
+        if (ob_worker_memory_limit_parse(good[i].text, &v, &err) != OB_OK)
+            fail_msg("'%s' refused: %s", good[i].text, err.msg);
+        if (v != good[i].want) fail_msg("'%s': got %lld", good[i].text, (long long)v);
+    }
+    static const char *const bad[] = {
+        "",
+        "M",
+        "10E",
+        "1E",
+        "8388608T",
+        "9223372036854775808",
+        "18446744073709551616",
+        "1180591620717411303424",
+        "-1",
+        "+1G",
+        " 1G",
+        "1G ",
+        "1GB",
+        "1.5G",
+        "1 G",
+        "Auto",
+        "auto ",
+        "0x10000000",
+        "none",
+        "100M",
+        "268435455",
+        "1",
+        "255M",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int64_t v = 12345;
+        ob_err err;
+        ob_err_clear(&err);
+        if (ob_worker_memory_limit_parse(bad[i], &v, &err) != OB_ERR_INVALID_ARG)
+            fail_msg("'%s' accepted as %lld", bad[i], (long long)v);
+        assert_int_equal(v, 12345);
+        if (strncmp(err.msg, "--worker-memory-limit: ", 23) != 0) fail_msg("%s", err.msg);
+    }
+    int64_t v;
+    ob_err err;
+    assert_int_equal(ob_worker_memory_limit_parse("100M", &v, &err), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "below the smallest limit, 256 MiB"));
+    assert_int_equal(ob_worker_memory_limit_parse("10E", &v, &err), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "expected auto, 0 or a size"));
+}
+
+/* An attempt's limit: the setting, or twice the estimate plus 256 MiB, saturating. */
+static void test_worker_memory_limit_for(void **state)
+{
+    (void)state;
+    const uint64_t mib = (uint64_t)1 << 20;
+    assert_true(ob_worker_memory_limit_for(0, 100 * mib) == 0);
+    assert_true(ob_worker_memory_limit_for((int64_t)512 << 20, 900 * mib) == 512 * mib);
+    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, 0) == 0);
+    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, 100 * mib) == 456 * mib);
+    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, 1) == 256 * mib + 2);
+    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, UINT64_MAX) ==
+                (uint64_t)INT64_MAX);
+    uint64_t top = ((uint64_t)INT64_MAX - 256 * mib) / 2;
+    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, top) == top * 2 + 256 * mib);
+    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, top + 1) == (uint64_t)INT64_MAX);
+    assert_true(ob_worker_memory_limit_for(-2, 100 * mib) == 0);
+}
+
+/* Exit statuses: 5 is memory, permanent only under a limit; signals are always retryable. */
+static void test_worker_exit_judge(void **state)
+{
+    (void)state;
+    const uint64_t lim = (uint64_t)256 << 20;
+    ob_exit_verdict v;
+    ob_worker_exit_judge(5, 0, lim, &v);
+    assert_int_equal(v.permanent, 1);
+    assert_string_equal(v.cause, "out of memory: the ranks exceeded the worker memory limit of "
+                                 "256 MiB per process (--worker-memory-limit)");
+    assert_non_null(strstr(v.why, "raise --worker-memory-limit"));
+    ob_worker_exit_judge(5, 0, lim + 1, &v); /* whole MiB, rounded up */
+    assert_non_null(strstr(v.cause, "limit of 257 MiB"));
+    ob_worker_exit_judge(5, 0, 0, &v);
+    assert_int_equal(v.permanent, 0);
+    assert_string_equal(v.cause, "out of memory: an allocation of a rank failed");
+    ob_worker_exit_judge(5, 9, lim, &v);
+    assert_int_equal(v.permanent, 0);
+    assert_string_equal(v.cause, "");
+    for (int code = 2; code <= 4; code++) {
+        ob_worker_exit_judge(code, 0, 0, &v);
+        assert_int_equal(v.permanent, 1);
+        assert_true(v.why[0] != '\0');
+        assert_string_equal(v.cause, "");
+    }
+    const int retryable[] = {0, 1, 6, 127, 137, 255};
+    for (size_t i = 0; i < sizeof retryable / sizeof retryable[0]; i++) {
+        ob_worker_exit_judge(retryable[i], 0, lim, &v);
+        assert_int_equal(v.permanent, 0);
+        assert_string_equal(v.why, "");
+    }
+}
+
+/* The service gives each attempt its limit, and a memory exit under it is not retried; without
+ * a limit the same exit is. */
+static void test_worker_memory_limit_attempts(void **state)
+{
+    fx *f = *state;
+    f->cfg.worker_memory_limit = OB_WORKER_MEMORY_AUTO;
+    start(f);
+    char id[OB_JOB_ID_LEN];
+    submit(f, 2, 2, id);
+    assert_true(wait_launches(f, 1));
+    /* Twice an estimate (which holds at least the worker's own 64 MiB) plus 256 MiB; the
+     * estimate itself is test_jobspec's. */
+    const uint64_t mib = (uint64_t)1 << 20, got = f->m.l[0].memory_limit;
+    if (got < 384 * mib || got > 1024 * mib || (got - 256 * mib) % 2)
+        fail_msg("memory limit of the attempt: %llu", (unsigned long long)got);
+    ob_err err;
+    assert_true(wait_state(f, id, OB_JOB_RUNNING));
+    worker_says(&f->m, 0, "[1,1]<stderr>:onebit-worker[1]: setup failed: data: out of memory\n");
+    finish(&f->m, 0, 5);
+    assert_true(wait_state(f, id, OB_JOB_FAILED));
+    ob_job j;
+    assert_int_equal(ob_service_get(f->svc, id, &j, &err), OB_OK);
+    assert_int_equal(j.restarts, 0);
+    assert_int_equal(j.n_attempts, 1);
+    assert_int_equal(j.attempts[0].exit_code, 5);
+    char want[160];
+    snprintf(want, sizeof want,
+             "out of memory: the ranks exceeded the worker memory limit of %llu MiB per process",
+             (unsigned long long)((f->m.l[0].memory_limit + ((uint64_t)1 << 20) - 1) >> 20));
+    if (strncmp(j.attempts[0].exit_reason, want, strlen(want)) != 0 ||
+        !strstr(j.attempts[0].exit_reason, "(exit code 5): ") ||
+        !strstr(j.attempts[0].exit_reason, "setup failed: data: out of memory"))
+        fail_msg("exit reason: %s", j.attempts[0].exit_reason);
+    if (!strstr(j.message, "not retried: the same job needs the same memory"))
+        fail_msg("message: %s", j.message);
+    ob_job_clear(&j);
+    sleep_ms(100);
+    assert_int_equal(launches(&f->m), 1);
+}
+
+static void test_memory_exit_without_limit_is_retried(void **state)
+{
+    fx *f = *state;
+    start(f); /* the library's default: no worker memory limit */
+    char id[OB_JOB_ID_LEN];
+    submit(f, 1, 1, id);
+    assert_true(wait_launches(f, 1));
+    assert_true(f->m.l[0].memory_limit == 0);
+    finish(&f->m, 0, 5);
+    assert_true(wait_launches(f, 2));
+    ob_job j;
+    ob_err err;
+    assert_int_equal(ob_service_get(f->svc, id, &j, &err), OB_OK);
+    if (strncmp(j.attempts[0].exit_reason, "out of memory: an allocation of a rank failed", 45))
+        fail_msg("exit reason: %s", j.attempts[0].exit_reason);
+    ob_job_clear(&j);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1356,6 +1535,11 @@ int main(void)
         cmocka_unit_test(test_visible_gpus),
         cmocka_unit_test(test_parse_lines),
         cmocka_unit_test(test_public_message),
+        cmocka_unit_test(test_worker_memory_limit_parse),
+        cmocka_unit_test(test_worker_memory_limit_for),
+        cmocka_unit_test(test_worker_exit_judge),
+        cmocka_unit_test_setup_teardown(test_worker_memory_limit_attempts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_memory_exit_without_limit_is_retried, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,13 +4,15 @@
  *
  * Rank 0 prints progress on stdout, one JSON object per line (--format json, the default, read
  * by the coordinator) or as aligned text (--format text); errors go to stderr. Exit status (the
- * same on every rank, so mpirun passes it on; onebitd retries only 1):
+ * same on every rank, so mpirun passes it on; onebitd retries 1, and 5 without a memory limit):
  *   0  success (also after SIGTERM or SIGUSR1: the ranks finish the step, checkpoint and stop)
  *   1  a failure that may pass (I/O, memory, communication, a GPU): worth a restart
  *   2  bad command line or job spec (nothing started)
  *   3  the run diverged (the loss is not finite): a restart from its checkpoint would repeat it
  *   4  bad input found at setup: data, a checkpoint or a warm-start source that cannot be used,
  *      or a resume whose spec does not match
+ *   5  out of memory: an allocation failed (OB_ERR_NOMEM); under onebitd's worker memory limit
+ *      (RLIMIT_DATA) the same job would fail the same way, so it is not retried there
  *
  * Checkpoints go to <DIR>/<ID>/step-XXXXXXXX/ (DIR: --checkpoint-dir, else the spec's
  * checkpoint.dir; ID: --job-id, else the spec's name, else "job").
@@ -159,7 +161,7 @@ static int parse_args(int argc, char **argv, worker_opts *o, int rank)
     return 0;
 }
 
-enum { EXIT_RETRYABLE = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3, EXIT_BAD_INPUT = 4 };
+enum { EXIT_RETRYABLE = 1, EXIT_USAGE = 2, EXIT_DIVERGED = 3, EXIT_BAD_INPUT = 4, EXIT_NOMEM = 5 };
 
 /* The exit status for a failure with status st (see the top of this file). OB_ERR_STATE is what
  * the ranks that did not fail a collective setup step see: 0, so that the failing rank's class
@@ -174,6 +176,8 @@ static int exit_class(ob_status st)
     case OB_ERR_CORRUPT:
     case OB_ERR_UNSUPPORTED:
         return EXIT_BAD_INPUT;
+    case OB_ERR_NOMEM:
+        return EXIT_NOMEM;
     case OB_ERR_STATE:
         return 0;
     default:

@@ -19,6 +19,7 @@
 #include "onebit/token.h"
 
 #include <sys/stat.h>
+#include <sys/utsname.h>
 
 #include <errno.h>
 #include <getopt.h>
@@ -57,6 +58,8 @@ typedef struct opts {
     int k8s_slots_per_worker, k8s_pending_s, k8s_ttl_s, k8s_given;
     int64_t store_min_free; /* --store-min-free */
     int64_t max_job_memory; /* --max-job-memory; -1: the default */
+    int64_t worker_memory_limit; /* --worker-memory-limit; OB_WORKER_MEMORY_AUTO by default */
+    int worker_memory_given;
 } opts;
 
 static void usage(FILE *f)
@@ -105,6 +108,13 @@ static void usage(FILE *f)
                "  --max-job-memory SIZE   refuse at submit a job whose ranks would need more than\n"
                "                          SIZE in all (ranks x the spec's memory estimate)\n"
                "                          [local: half of MemTotal; other launchers: 0, none]\n"
+               "  --worker-memory-limit SIZE|auto|0\n"
+               "                          the most private memory (RLIMIT_DATA) mpirun and each\n"
+               "                          rank on this machine may map; a job that runs out of it\n"
+               "                          FAILS without restarts ('out of memory'). auto: twice\n"
+               "                          the job's per-rank estimate + 256 MiB; 0: none; at least\n"
+               "                          256M [auto; local and hosts launchers only]. Workers\n"
+               "                          never write core files\n"
                "  --version               print the release and exit\n"
                "  --data-root DIR         jobs may read data only under DIR (repeatable)\n"
                "                          [/usr/share/datasets, /usr/share/games/fortunes,\n"
@@ -279,6 +289,7 @@ static int parse_args(int argc, char **argv, opts *o)
     o->tls_client_ca = env_or("ONEBIT_TLS_CLIENT_CA", NULL);
     o->store_min_free = (int64_t)16 << 20;
     o->max_job_memory = -1;
+    o->worker_memory_limit = OB_WORKER_MEMORY_AUTO;
     enum {
         O_GRPC = 256,
         O_REST,
@@ -330,6 +341,7 @@ static int parse_args(int argc, char **argv, opts *o)
         O_REPORT_LISTEN,
         O_STORE_MIN_FREE,
         O_MAX_JOB_MEMORY,
+        O_WORKER_MEMORY,
     };
     static const struct option options[] = {
         {"grpc", required_argument, NULL, O_GRPC},
@@ -382,6 +394,7 @@ static int parse_args(int argc, char **argv, opts *o)
         {"report-listen", required_argument, NULL, O_REPORT_LISTEN},
         {"store-min-free", required_argument, NULL, O_STORE_MIN_FREE},
         {"max-job-memory", required_argument, NULL, O_MAX_JOB_MEMORY},
+        {"worker-memory-limit", required_argument, NULL, O_WORKER_MEMORY},
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, 'V'},
         {NULL, 0, NULL, 0},
@@ -429,6 +442,14 @@ static int parse_args(int argc, char **argv, opts *o)
         case O_MAX_JOB_MEMORY:
             bad = parse_size(name, optarg, &o->max_job_memory);
             break;
+        case O_WORKER_MEMORY: {
+            ob_err perr;
+            ob_err_clear(&perr);
+            bad = ob_worker_memory_limit_parse(optarg, &o->worker_memory_limit, &perr) ? -1 : 0;
+            if (bad) fprintf(stderr, "onebitd: %s\n", perr.msg);
+            o->worker_memory_given = 1;
+            break;
+        }
         case O_REPORT_ADDR:
             o->report_addr = optarg;
             break;
@@ -685,6 +706,51 @@ static void log_state(void *user, const char *job_id, const char *text)
     fprintf(stderr, "%s onebitd: %s %s\n", when, job_id, text);
 }
 
+/* 1 when the running kernel's RLIMIT_DATA counts private writable mappings (Linux 4.7 on),
+ * not only the brk heap that malloc leaves for mmap above 128 KiB. */
+static int data_limit_counts_mmap(void)
+{
+    struct utsname u;
+    int major = 0, minor = 0;
+    if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &major, &minor) != 2) return 0;
+    return major > 4 || (major == 4 && minor >= 7);
+}
+
+/* The worker memory limit the service applies (ob_service_config.worker_memory_limit), with a
+ * line on stderr saying what it is, or why none is applied. */
+static int64_t worker_memory_setting(const opts *o)
+{
+    int64_t v = o->worker_memory_limit;
+    if (strcmp(o->launcher, "local") != 0 && strcmp(o->launcher, "hosts") != 0) {
+        if (o->worker_memory_given && v != 0)
+            fprintf(stderr,
+                    "onebitd: notice: --worker-memory-limit is not applied by the %s launcher; "
+                    "its platform's own limits apply (%s)\n",
+                    o->launcher,
+                    !strcmp(o->launcher, "slurm") ? "--slurm-arg=--mem=..." : "--k8s-memory");
+        return 0;
+    }
+    if (v == 0) {
+        fprintf(stderr, "onebitd: worker memory limit: none (--worker-memory-limit 0)\n");
+        return 0;
+    }
+    if (!data_limit_counts_mmap()) {
+        fprintf(stderr, "onebitd: notice: this kernel's RLIMIT_DATA counts only the heap (Linux "
+                        "before 4.7): no worker memory limit is applied\n");
+        return 0;
+    }
+    if (v == OB_WORKER_MEMORY_AUTO)
+        fprintf(stderr, "onebitd: worker memory limit: %d x each job's per-rank estimate + %d "
+                        "MiB, per process (RLIMIT_DATA)%s\n",
+                OB_WORKER_MEMORY_FACTOR, (int)(OB_WORKER_MEMORY_MARGIN >> 20),
+                !strcmp(o->launcher, "hosts") ? "; on this machine only" : "");
+    else
+        fprintf(stderr, "onebitd: worker memory limit: %lld MiB per process (RLIMIT_DATA)%s\n",
+                (long long)(v >> 20),
+                !strcmp(o->launcher, "hosts") ? "; on this machine only" : "");
+    return v;
+}
+
 /* MemTotal of /proc/meminfo in bytes; 0 when it cannot be read. */
 static int64_t mem_total(void)
 {
@@ -868,6 +934,7 @@ int main(int argc, char **argv)
                          : !strcmp(o.launcher, "local") ? mem_total() / 2
                                                         : 0;
     cfg.retention_ms = (int64_t)(o.retention_days * 86400.0 * 1000.0);
+    cfg.worker_memory_limit = worker_memory_setting(&o);
     if (ob_service_create(&svc, &cfg, &err)) goto fail;
     /* Workers never see the token: each attempt reports with a credential of its own. */
     if (load_token(&o, token, sizeof token) != 0) {

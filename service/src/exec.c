@@ -8,11 +8,14 @@
 #include <limits.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -173,6 +176,124 @@ ob_status ob__exec(const char *const *argv, char *const *env, int timeout_ms, ch
     }
     if (WIFEXITED(st) && !res->timed_out) res->exit_code = WEXITSTATUS(st);
     if (WIFSIGNALED(st)) res->term_signal = WTERMSIG(st);
+    return OB_OK;
+}
+
+/* The program file for name (a path when it holds '/', else the first executable entry of
+ * the PATH in env) into out[cap]; found in the parent so that the child only calls execve. */
+static int find_program(const char *name, char *const *env, char *out, size_t cap)
+{
+    if (strchr(name, '/')) return (size_t)snprintf(out, cap, "%s", name) < cap ? 0 : ENAMETOOLONG;
+    const char *path = "/usr/local/bin:/usr/bin:/bin";
+    for (size_t i = 0; env[i]; i++)
+        if (!strncmp(env[i], "PATH=", 5)) path = env[i] + 5;
+    for (const char *p = path;;) {
+        size_t len = strcspn(p, ":");
+        int n = len ? snprintf(out, cap, "%.*s/%s", (int)len, p, name)
+                    : snprintf(out, cap, "./%s", name);
+        struct stat st;
+        if (n > 0 && (size_t)n < cap && stat(out, &st) == 0 && S_ISREG(st.st_mode) &&
+            access(out, X_OK) == 0)
+            return 0;
+        if (!p[len]) return ENOENT;
+        p += len + 1;
+    }
+}
+
+/* Which step of the child failed, for the parent's message. */
+static const char *const spawn_steps[] = {"",
+                                          "setpgid",
+                                          "opening /dev/null",
+                                          "opening the log",
+                                          "dup2",
+                                          "setrlimit(RLIMIT_CORE)",
+                                          "setrlimit(RLIMIT_DATA)",
+                                          "execve"};
+
+/* The child's side of ob__spawn_limited: only async-signal-safe calls. Reports the failing step
+ * and errno on fd (close-on-exec: nothing arrives when execve succeeds). */
+static void spawn_child(const ob__spawn_req *req, const char *file, int fd)
+{
+    int step = 1;
+    struct rlimit rl;
+    if (setpgid(0, 0) != 0) goto fail;
+    const int dfl[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGCHLD};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = SIG_DFL;
+    for (size_t i = 0; i < sizeof dfl / sizeof dfl[0]; i++)
+        sigaction(dfl[i], &sa, NULL);
+    step = 2;
+    int in = open("/dev/null", O_RDONLY);
+    if (in < 0) goto fail;
+    step = 3;
+    int out = open(req->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (out < 0) goto fail;
+    step = 4;
+    if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) goto fail;
+    if (in > 2) close(in);
+    if (out > 2) close(out);
+    step = 5;
+    rl.rlim_cur = rl.rlim_max = 0;
+    if (setrlimit(RLIMIT_CORE, &rl) != 0) goto fail;
+    step = 6;
+    if (req->memory_limit && getrlimit(RLIMIT_DATA, &rl) == 0) {
+        rlim_t want = (rlim_t)req->memory_limit;
+        if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want) want = rl.rlim_max;
+        rl.rlim_cur = rl.rlim_max = want; /* hard too: the ranks cannot raise it */
+        if (setrlimit(RLIMIT_DATA, &rl) != 0) goto fail;
+    }
+    step = 7;
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    execve(file, (char *const *)req->argv, req->env);
+fail:;
+    int report[2] = {step, errno};
+    ssize_t w = write(fd, report, sizeof report);
+    (void)w;
+    _exit(127);
+}
+
+ob_status ob__spawn_limited(const ob__spawn_req *req, pid_t *pid, ob_err *err)
+{
+    char file[PATH_MAX];
+    int e = find_program(req->argv[0], req->env, file, sizeof file);
+    if (e) return OB_ERR(err, OB_ERR_IO, "%s", strerror(e));
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) return OB_ERR(err, OB_ERR_IO, "pipe: %s", strerror(errno));
+    /* Every signal blocked across fork: no handler of the coordinator runs in the child. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t p = fork();
+    if (p == 0) {
+        close(fds[0]);
+        spawn_child(req, file, fds[1]);
+    }
+    e = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(fds[1]);
+    if (p < 0) {
+        close(fds[0]);
+        return OB_ERR(err, OB_ERR_IO, "fork: %s", strerror(e));
+    }
+    int report[2] = {0, 0};
+    ssize_t n;
+    do
+        n = read(fds[0], report, sizeof report);
+    while (n < 0 && errno == EINTR);
+    close(fds[0]);
+    if (n == (ssize_t)sizeof report) {
+        while (waitpid(p, NULL, 0) < 0 && errno == EINTR)
+            ;
+        int step = report[0] > 0 && report[0] < 8 ? report[0] : 7;
+        /* execve's error reads as the program's ("No such file or directory"); the others name
+         * their step. */
+        if (step == 7) return OB_ERR(err, OB_ERR_IO, "%s", strerror(report[1]));
+        return OB_ERR(err, OB_ERR_IO, "%s: %s", spawn_steps[step], strerror(report[1]));
+    }
+    *pid = p;
     return OB_OK;
 }
 

@@ -12,6 +12,8 @@
 #include "onebit/status.h"
 
 #include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
 
 /* The result of one program run. */
 typedef struct ob__exec_result {
@@ -28,6 +30,24 @@ typedef struct ob__exec_result {
  * (look at *res for how it ended); OB_ERR_IO when it cannot be started. */
 ob_status ob__exec(const char *const *argv, char *const *env, int timeout_ms, char *out,
                    size_t out_cap, char *errout, size_t err_cap, ob__exec_result *res, ob_err *err);
+
+/* How ob__spawn_limited starts a launcher's process. Every pointer is borrowed for the call. */
+typedef struct ob__spawn_req {
+    const char *const *argv; /* argv[0]: a path, or a name searched in env's PATH */
+    char *const *env;        /* NULL-terminated */
+    const char *log_path;    /* stdout and stderr are appended here (created 0644) */
+    uint64_t memory_limit;   /* RLIMIT_DATA, soft and hard, in bytes; 0: left as it is */
+} ob__spawn_req;
+
+/* Starts req->argv in a process group of its own (pgid = its pid), stdin from /dev/null,
+ * stdout and stderr appended to req->log_path, the signals a coordinator catches or blocks back
+ * to their defaults and unblocked, RLIMIT_CORE 0 and RLIMIT_DATA req->memory_limit (never above
+ * the hard limit it inherits). The limits are set in the child between fork and exec, so that
+ * nothing it starts ever runs without them (posix_spawn has no attribute for them); the child
+ * calls only async-signal-safe functions. OB_OK with *pid once the program runs; OB_ERR_IO when
+ * it cannot be started, the failing step and errno in the message (which does not name
+ * argv[0] unless the step does: the caller says what was started). */
+ob_status ob__spawn_limited(const ob__spawn_req *req, pid_t *pid, ob_err *err);
 
 /* The environment of what a launcher starts: ours without the admin token (and without any
  * ONEBIT_REPORT_TOKEN of our own), what Open MPI needs in containers unless already set

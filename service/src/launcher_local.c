@@ -1,5 +1,6 @@
-/* The local launcher: `mpirun -np N [args] onebit-worker ...` started with posix_spawn (fork and
- * gRPC's threads do not mix) in a new process group, its output appended to the job's log.
+/* The local launcher: `mpirun -np N [args] onebit-worker ...` started in a new process group
+ * (ob__spawn_limited: fork, limits, exec, with only async-signal-safe calls between, as gRPC's
+ * threads need), its output appended to the job's log.
  *
  * The processes of an attempt are mpirun's process group plus every process with the attempt's
  * spec path among its arguments: Open MPI starts each rank in a process group of its own.
@@ -13,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/types.h>
@@ -189,8 +189,6 @@ static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch
         argv[a++] = ll->mpirun_args[i];
     a = ob__worker_argv(argv, a, ll->worker, req);
 
-    posix_spawn_file_actions_t fa;
-    posix_spawnattr_t at;
     char report_var[160] = "";
     if (req->report_token && req->report_token[0] &&
         (size_t)snprintf(report_var, sizeof report_var, "ONEBIT_REPORT_TOKEN=%s",
@@ -198,36 +196,21 @@ static ob_status local_start(ob_launcher *l, const ob_launch_req *req, ob_launch
         return OB_ERR(err, OB_ERR_INVALID_ARG, "job %s: report credential too long", req->job_id);
     char **env = ob__child_env(report_var);
     if (!env) return OB_ERR(err, OB_ERR_NOMEM, "environment for job %s", req->job_id);
-    posix_spawn_file_actions_init(&fa);
-    posix_spawnattr_init(&at);
-    posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, req->log_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    posix_spawn_file_actions_adddup2(&fa, 1, 2);
-    /* A process group of its own (pgid = its pid): cancel and restart signal all of it. The
-     * coordinator's blocked signals and ignored dispositions are not passed on. */
-    sigset_t none, all;
-    sigemptyset(&none);
-    sigemptyset(&all);
-    const int dfl[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1, SIGUSR2, SIGCHLD};
-    for (size_t i = 0; i < sizeof dfl / sizeof dfl[0]; i++)
-        sigaddset(&all, dfl[i]);
-    posix_spawnattr_setpgroup(&at, 0);
-    posix_spawnattr_setsigmask(&at, &none);
-    posix_spawnattr_setsigdefault(&at, &all);
-    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+    /* A process group of its own (pgid = its pid): cancel and restart signal all of it. No core
+     * files, and req->memory_limit on mpirun, which every rank it starts here inherits. */
+    ob__spawn_req sr = {
+        .argv = argv, .env = env, .log_path = req->log_path, .memory_limit = req->memory_limit};
     pid_t pid;
-    int e = posix_spawnp(&pid, ll->mpirun, &fa, &at, (char *const *)argv, env);
-    if (e != 0) {
-        rc = OB_ERR(err, OB_ERR_IO, "starting %s for job %s: %s", ll->mpirun, req->job_id,
-                    strerror(e));
+    ob_err serr;
+    ob_err_clear(&serr);
+    if (ob__spawn_limited(&sr, &pid, &serr) != OB_OK) {
+        if (err) *err = serr;
+        rc = OB_WRAP(err, OB_ERR_IO, "starting %s for job %s", ll->mpirun, req->job_id);
     } else {
         h->pid = pid;
         h->pgid = pid;
         ob_strlcpy(h->spec_path, req->spec_path, sizeof h->spec_path);
     }
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&at);
     free(env);
     return rc;
 }

@@ -31,6 +31,7 @@ typedef struct ob__run {
     char worker_error[256]; /* the last line a worker or mpirun wrote about a failure */
     char platform[256];     /* what the launcher last said of the running attempt ("PENDING") */
     int64_t total_steps;
+    uint64_t memory_limit; /* of each of its processes (RLIMIT_DATA), bytes; 0: none */
     int reported;          /* has used WorkerService: ignore its log lines */
     char report_token[65]; /* the attempt's ReportProgress credential (hex of 32 random bytes) */
     int world_size;

@@ -218,6 +218,24 @@ static int64_t spec_steps(const char *spec_json)
     return spec.steps;
 }
 
+/* The memory limit of each process of an attempt of j (ob_worker_memory_limit_for), from the
+ * service's setting and, for "auto", the job's per-rank estimate (0 when the estimate cannot be
+ * made: its data file is gone, which the attempt itself will report). */
+static uint64_t attempt_memory_limit(const ob_service *svc, const ob_job *j)
+{
+    int64_t setting = svc->cfg.worker_memory_limit;
+    uint64_t estimate = 0;
+    if (setting == OB_WORKER_MEMORY_AUTO) {
+        ob_jobspec spec;
+        ob_memory_estimate est;
+        if (ob_jobspec_parse(&spec, j->spec_json, strlen(j->spec_json), OB_SPEC_JSON, NULL) ==
+                OB_OK &&
+            ob_jobspec_memory_estimate(&spec, j->world_size, &est, NULL) == OB_OK)
+            estimate = est.total;
+    }
+    return ob_worker_memory_limit_for(setting, estimate);
+}
+
 static int64_t backoff_ms(const ob_service *svc, int restarts)
 {
     int64_t d = svc->cfg.backoff_ms;
@@ -293,11 +311,16 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
     r->world_size = j->world_size;
     r->start_step = resume ? start_step : 0;
     r->total_steps = spec_steps(j->spec_json);
+    r->memory_limit = attempt_memory_limit(svc, j);
     r->started_ms = r->last_progress_ms = ob_wall_ms();
     FILE *lf = fopen(log_path, "a");
     if (lf) {
-        fprintf(lf, "== onebitd: attempt %d of job %s: %d ranks%s\n", number, j->id, j->world_size,
-                resume ? ", resuming" : "");
+        char mem[64] = "";
+        if (r->memory_limit)
+            snprintf(mem, sizeof mem, ", memory limit %llu MiB per process",
+                     (unsigned long long)(r->memory_limit >> 20));
+        fprintf(lf, "== onebitd: attempt %d of job %s: %d ranks%s%s\n", number, j->id,
+                j->world_size, resume ? ", resuming" : "", mem);
         fclose(lf);
     }
     r->log = fopen(log_path, "re"); /* not inherited by the workers */
@@ -318,6 +341,7 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
         .resume = resume,
         .log_path = log_path,
         .report_addr = svc->report_addr,
+        .memory_limit = r->memory_limit,
     };
     ob_attempt a = {.number = number, .started_ms = r->started_ms, .start_step = r->start_step};
     /* Write ahead: the job is RUNNING with this attempt open in the store before any process
@@ -401,25 +425,6 @@ ob_status ob__svc_adopt(ob_service *svc, const ob_job *j, const ob_attempt *a,
     return OB_OK;
 }
 
-/* Why a restart cannot help, for the worker's deterministic exit statuses (onebit-worker's
- * main.c): the same spec, data and checkpoint give the same failure again. NULL: retryable
- * (killed ranks, lost nodes, timeouts, I/O, memory, communication). */
-static const char *permanent_failure(const ob_launch_exit *ex)
-{
-    if (ex->term_signal) return NULL;
-    switch (ex->exit_code) {
-    case 2:
-        return "the job spec or the worker's command line is invalid";
-    case 3:
-        return "the training diverged (the loss is not finite); a restart from its checkpoint "
-               "would diverge the same way";
-    case 4:
-        return "its data, checkpoint or warm-start source cannot be used";
-    default:
-        return NULL;
-    }
-}
-
 /* The attempt of r has ended: record why, then finish, restart or fail its job, the attempt's
  * end and the job's transition in one commit. When the store cannot take it, r stays on the list
  * (ended, holding its slots) and the next try comes after a backoff (100 ms doubling to 5 s):
@@ -450,6 +455,10 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
     else
         snprintf(status, sizeof status, "exit code %d", ex->exit_code);
     int success = !r->launch_failed && ex->exit_code == 0 && !r->stop_reason[0];
+    /* The worker's deterministic statuses (2, 3, 4; 5 under a memory limit): the same spec,
+     * data and checkpoint give the same failure again. */
+    ob_exit_verdict v;
+    ob_worker_exit_judge(ex->exit_code, ex->term_signal, r->memory_limit, &v);
     if (r->launch_failed)
         ob_strlcpy(reason, ex->reason, sizeof reason);
     else if (success)
@@ -459,6 +468,9 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
     else if (ex->reason[0])
         /* The platform's account (a lost node, a time limit) says more than the exit status. */
         snprintf(reason, sizeof reason, "%.300s (%s)", ex->reason, status);
+    else if (v.cause[0])
+        snprintf(reason, sizeof reason, "%.180s (%s): %.240s", v.cause, status,
+                 r->worker_error[0] ? r->worker_error : r->last_text);
     else if (r->worker_error[0] || r->last_text[0])
         snprintf(reason, sizeof reason, "workers failed (%s): %.250s", status,
                  r->worker_error[0] ? r->worker_error : r->last_text);
@@ -467,7 +479,8 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
     const char *permanent = success || r->stop_reason[0] || r->launch_failed ? NULL
                             : ex->permanent
                                 ? "a restart with the same request would end the same way"
-                                : permanent_failure(ex);
+                            : v.permanent ? v.why
+                                          : NULL;
 
     ob_attempt *a = j.n_attempts ? &j.attempts[j.n_attempts - 1] : NULL;
     if (a && a->number == r->attempt) {

@@ -39,6 +39,11 @@ typedef struct ob_launch_req {
     /* The attempt's own credential for ReportProgress (valid for this job and attempt only),
      * given to the workers as ONEBIT_REPORT_TOKEN; never the service's admin token. */
     const char *report_token;
+    /* The most private writable memory (RLIMIT_DATA) each process of the attempt may map, in
+     * bytes; 0: no limit. The local and hosts launchers set it on mpirun before it runs, and
+     * the ranks on this machine inherit it; the other launchers leave it to their platform's
+     * own limits (sbatch --mem, the pod's resources). See ob_worker_memory_limit_for. */
+    uint64_t memory_limit;
 } ob_launch_req;
 
 /* A running attempt, as its launcher identifies it. Plain data: the store keeps pgid and ext_id
@@ -118,6 +123,51 @@ typedef struct ob_local_launcher_config {
  * OPENBLAS_NUM_THREADS=1. */
 ob_status ob_local_launcher_create(ob_launcher **out, const ob_local_launcher_config *cfg,
                                    ob_err *err);
+
+/* ---- worker resource limits ------------------------------------------------------------------
+ *
+ * Every process the local and hosts launchers start (mpirun, and through it the ranks on this
+ * machine) runs with RLIMIT_CORE 0 (no core files of training state) and, unless switched off,
+ * an RLIMIT_DATA per process: since Linux 4.7 it counts every private writable mapping (the
+ * heap, anonymous mmap, thread stacks), so a rank that maps more than the limit sees its
+ * allocation fail, reports OB_ERR_NOMEM and exits with status 5. RLIMIT_AS is not used: it also
+ * counts shared libraries, MPI's shared-memory segments, reserved but inaccessible ranges and
+ * the GPU driver's address space, none of which is memory the rank uses. */
+
+#define OB_WORKER_MEMORY_AUTO (-1) /* ob_worker_memory_limit_parse: "auto" */
+/* The smallest limit accepted: a rank's libraries alone map about 150 MiB (OpenBLAS reserves
+ * a 128 MiB buffer and retries forever when it cannot), so less would hang it, not stop it. */
+#define OB_WORKER_MEMORY_MIN ((int64_t)256 << 20)
+/* "auto": the job's per-rank estimate times OB_WORKER_MEMORY_FACTOR plus OB_WORKER_MEMORY_MARGIN
+ * (room for the allocator's slack, MPI's buffers and the libraries' reservations). */
+#define OB_WORKER_MEMORY_FACTOR 2
+#define OB_WORKER_MEMORY_MARGIN ((uint64_t)256 << 20)
+
+/* Parses --worker-memory-limit: "auto" (OB_WORKER_MEMORY_AUTO), "0" (no limit) or a size, a
+ * decimal number of bytes with an optional binary suffix K, M, G or T (either case), at least
+ * OB_WORKER_MEMORY_MIN and at most INT64_MAX bytes. Anything else (signs, spaces, other
+ * suffixes, a value that overflows) is OB_ERR_INVALID_ARG with a message; *out is unchanged. */
+ob_status ob_worker_memory_limit_parse(const char *text, int64_t *out, ob_err *err);
+
+/* The limit for one attempt: setting's bytes as they are (0: none), or for
+ * OB_WORKER_MEMORY_AUTO the per-rank estimate times OB_WORKER_MEMORY_FACTOR plus
+ * OB_WORKER_MEMORY_MARGIN, at least OB_WORKER_MEMORY_MIN; 0 when estimate is 0 (unknown).
+ * Saturates at INT64_MAX rather than overflowing. */
+uint64_t ob_worker_memory_limit_for(int64_t setting, uint64_t estimate);
+
+/* What an attempt's exit says (onebit-worker's exit statuses, see its main.c). */
+typedef struct ob_exit_verdict {
+    int permanent;   /* 1: a restart with the same request would end the same way */
+    char cause[200]; /* what the status means when it says more than a number, else "" */
+    char why[200];   /* when permanent: why a restart cannot help */
+} ob_exit_verdict;
+
+/* Judges an attempt that ended with exit_code (or the signal term_signal) and ran under
+ * memory_limit bytes per process (0: none). Status 5, memory, is permanent under a limit (the
+ * same job needs the same memory) and retryable without one (the machine was short of memory
+ * for a while); 2, 3 and 4 are permanent; anything else, signals included, is retryable. */
+void ob_worker_exit_judge(int exit_code, int term_signal, uint64_t memory_limit,
+                          ob_exit_verdict *v);
 
 /* ---- hosts: mpirun over a list of machines ----------------------------------------------- */
 

@@ -53,10 +53,16 @@ typedef struct ob_service_config {
     /* Jobs that ended longer ago than this are deleted with their events, logs and checkpoints
      * (ob_service_prune, run by the supervisor every minute); 0: kept until DeleteJob. */
     int64_t retention_ms;
+    /* The memory limit of each worker process (ob_launch_req.memory_limit, RLIMIT_DATA): bytes,
+     * 0 for none, or OB_WORKER_MEMORY_AUTO for twice the job's per-rank estimate plus 256 MiB
+     * (ob_worker_memory_limit_for). An attempt that runs out of it is not retried. Only for
+     * launchers that apply it (local, hosts); 0 for the others. */
+    int64_t worker_memory_limit;
 } ob_service_config;
 
 /* Defaults: state "./var", 4 slots, 3 restarts, no progress timeout, 1 s backoff up to 60 s,
- * 10 s grace, 100 ms ticks, 16 MiB kept free for the store, no job memory limit. */
+ * 10 s grace, 100 ms ticks, 16 MiB kept free for the store, no job memory limit, no worker
+ * memory limit. */
 void ob_service_config_default(ob_service_config *cfg);
 
 /* Opens the store under cfg->state_dir (strings copied) and recovers what an earlier
