@@ -220,7 +220,8 @@ static int64_t spec_steps(const char *spec_json)
 
 /* The memory limit of each process of an attempt of j (ob_worker_memory_limit_for), from the
  * service's setting and, for "auto", the job's per-rank estimate (0 when the estimate cannot be
- * made: its data file is gone, which the attempt itself will report). */
+ * made: its data file is gone, which the attempt itself will report; and 0 for device: cuda,
+ * whose driver maps host memory the estimate does not know of). */
 static uint64_t attempt_memory_limit(const ob_service *svc, const ob_job *j)
 {
     int64_t setting = svc->cfg.worker_memory_limit;
@@ -230,6 +231,7 @@ static uint64_t attempt_memory_limit(const ob_service *svc, const ob_job *j)
         ob_memory_estimate est;
         if (ob_jobspec_parse(&spec, j->spec_json, strlen(j->spec_json), OB_SPEC_JSON, NULL) ==
                 OB_OK &&
+            spec.device != OB_DEVICE_CUDA &&
             ob_jobspec_memory_estimate(&spec, j->world_size, &est, NULL) == OB_OK)
             estimate = est.total;
     }
