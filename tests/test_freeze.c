@@ -95,6 +95,39 @@ static void test_auto_freeze_at_predicted_step(void **state)
     run_end(&r);
 }
 
+/* beta2 0.999 (Delta 1000): with a constant gradient the uncorrected test cannot pass before
+ * step 1000 and passes only once (1 - b2^t) / (1 - b2^(t - 1000)) <= 1/thr; with bias
+ * correction v_hat is the same at every step, so the ratio is 1 and the freeze comes at the
+ * lag, OB_FREEZE_MAX_LAG, with v_hat frozen. */
+static void test_auto_freeze_beta2_999(void **state)
+{
+    double b2 = 0.999, thr = 0.96;
+    long delta = ob_optim_freeze_delta(b2);
+    assert_int_equal(delta, 1000);
+    assert_int_equal(ob_optim_freeze_lag(b2, 0), 1000);
+    assert_int_equal(ob_optim_freeze_lag(b2, 1), OB_FREEZE_MAX_LAG);
+    assert_int_equal(ob_optim_freeze_lag(0.99, 1), 100);
+    assert_int_equal(ob_optim_default_bias_correction(OB_OPTIM_ONEBIT_ADAM, 0.999), 1);
+    assert_int_equal(ob_optim_default_bias_correction(OB_OPTIM_ONEBIT_ADAM, 0.99), 0);
+    for (int bc = 0; bc < 2; bc++) {
+        ob_optim_config cfg;
+        ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+        cfg.beta2 = b2;
+        cfg.freeze_threshold = thr;
+        cfg.bias_correction = bc;
+        cfg.lr_warmup_steps = 100;
+        run r;
+        run_start(&r, &cfg);
+        for (int i = 0; i < D; i++)
+            r.g[i] = (i % 3) ? 0.5f : -0.25f;
+        long got = step_until_freeze(&r, 5000);
+        assert_int_equal(got, bc ? OB_FREEZE_MAX_LAG + 1 : predict(b2, delta, thr, 0));
+        ob_optim_stats s = stats(&r);
+        if (bc) assert_true(fabs(s.freeze_ratio - 1.0) < 1e-3); /* v is summed in float */
+        run_end(&r);
+    }
+}
+
 static void test_no_freeze_before_lr_warmup_or_min_steps(void **state)
 {
     double b2 = 0.99, thr = 0.9;
@@ -488,6 +521,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_freeze_at_predicted_step),
+        cmocka_unit_test(test_auto_freeze_beta2_999),
         cmocka_unit_test(test_no_freeze_before_lr_warmup_or_min_steps),
         cmocka_unit_test(test_no_freeze_while_variance_falls),
         cmocka_unit_test(test_fixed_freeze_and_bias_corrected_v),

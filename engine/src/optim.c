@@ -458,7 +458,23 @@ static ob_status freeze(ob_optim *o, long t, ob_err *err)
     return compute_den(o, err);
 }
 
-/* After warmup step t: record ||v_t||_1 and decide whether to freeze. */
+int ob_optim_default_bias_correction(ob_optim_kind kind, double beta2)
+{
+    if (kind != OB_OPTIM_ONEBIT_ADAM) return 1;
+    return ob_optim_freeze_delta(beta2) > OB_FREEZE_MAX_LAG;
+}
+
+/* The lag of the auto freeze's ratio: Delta, or with bias correction at most
+ * OB_FREEZE_MAX_LAG (v_hat has no zero-initialisation bias to outgrow, so its norm can be
+ * compared over a shorter window). */
+long ob_optim_freeze_lag(double beta2, int bias_correction)
+{
+    long delta = ob_optim_freeze_delta(beta2);
+    return bias_correction && delta > OB_FREEZE_MAX_LAG ? OB_FREEZE_MAX_LAG : delta;
+}
+
+/* After warmup step t: record ||v_t||_1 (of v_hat with bias correction) and decide whether to
+ * freeze. */
 static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
 {
     const ob_optim_config *c = &o->cfg;
@@ -467,17 +483,20 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
     double norm = 0.0;
     ob_status st = k_l1(o, o->v, &norm, err);
     if (st != OB_OK) return st;
+    if (c->bias_correction) norm /= 1.0 - pow(c->beta2, (double)t);
+    long lag = ob_optim_freeze_lag(c->beta2, c->bias_correction);
     size_t slot = (size_t)(t % o->delta);
-    double old = t > o->delta ? o->norms[slot] : 0.0;
+    size_t back = (size_t)((t - lag) % o->delta);
+    double old = t > lag ? o->norms[back] : 0.0;
     o->norms[slot] = norm;
     o->last_norm = norm;
     o->last_ratio = old > 0.0 ? norm / old : NAN;
 
     long earliest = c->lr_warmup_steps;
-    if (o->delta > earliest) earliest = o->delta;
+    if (lag > earliest) earliest = lag;
     if (c->freeze_min_steps > earliest) earliest = c->freeze_min_steps;
     double lo = c->freeze_threshold, hi = 1.0 / c->freeze_threshold;
-    if (t >= earliest && t > o->delta && o->last_ratio >= lo && o->last_ratio <= hi)
+    if (t >= earliest && t > lag && o->last_ratio >= lo && o->last_ratio <= hi)
         return freeze(o, t, err);
     return OB_OK;
 }

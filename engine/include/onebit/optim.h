@@ -25,10 +25,13 @@
  * progress is t+1). The freeze happens at the end of step T_w: steps 1..T_w are warmup steps,
  * steps T_w+1.. are compression steps.
  *
- * Auto freeze (freeze_step == 0): after every warmup step t, r_t = ||v_t||_1 / ||v_{t-Delta}||_1
- * with Delta = ceil(1/(1-beta2)); freeze at the first t with t >= max(lr_warmup_steps, Delta,
- * freeze_min_steps), t > Delta (so that v_{t-Delta} exists) and threshold <= r_t <= 1/threshold.
- * With bias correction on, the frozen v is the corrected v_hat, so the step size does not jump.
+ * Auto freeze (freeze_step == 0): after every warmup step t, r_t = ||v_t||_1 / ||v_{t-L}||_1
+ * with Delta = ceil(1/(1-beta2)) and the lag L = Delta; freeze at the first t with t >=
+ * max(lr_warmup_steps, L, freeze_min_steps), t > L (so that v_{t-L} exists) and threshold <=
+ * r_t <= 1/threshold. With bias correction on, the norms are those of v_hat = v / (1 -
+ * beta2^t), L = min(Delta, OB_FREEZE_MAX_LAG) (ob_optim_freeze_lag), and the frozen v is v_hat,
+ * so the step size does not jump: without it, v carries its zero-initialisation bias for about
+ * 3 Delta steps, and with beta2 0.999 the test cannot pass before step 1000.
  *
  * Memory: the optimizer's state and its parameter and gradient buffers live in the memory of its
  * communicator: host memory for MPI and self, the CUDA device for NCCL. Its element-wise
@@ -38,6 +41,9 @@
  * within about 1e-12 of the threshold. */
 #ifndef ONEBIT_OPTIM_H
 #define ONEBIT_OPTIM_H
+
+/* The longest lag of the auto freeze's ratio with bias correction (see above). */
+#define OB_FREEZE_MAX_LAG 200
 
 #include "onebit/car.h"
 #include "onebit/comm.h"
@@ -79,7 +85,8 @@ typedef struct ob_optim_config {
     double beta2;        /* [0, 1), default 0.999 */
     double eps;          /* > 0, default 1e-8 */
     double weight_decay; /* >= 0, decoupled (AdamW style), default 0 */
-    int bias_correction; /* default 1 for adam, 0 for onebit_adam (as the paper and BERT) */
+    int bias_correction; /* default 1 for adam, 0 for onebit_adam (as the paper and BERT); a job
+                          * spec's default is ob_optim_default_bias_correction */
 
     /* onebit_adam only */
     ob_onebit_mode mode;     /* default OB_ONEBIT_COMPRESSED */
@@ -126,6 +133,15 @@ ob_status ob_optim_config_validate(const ob_optim_config *cfg, ob_err *err);
 /* Delta = ceil(1/(1-beta2)), computed so that the decimal betas people write (0.999 -> 1000)
  * are not pushed up by binary rounding. */
 long ob_optim_freeze_delta(double beta2);
+
+/* The lag L of the auto freeze's ratio (see the top of this file). */
+long ob_optim_freeze_lag(double beta2, int bias_correction);
+
+/* What a job spec that does not say takes for bias_correction: 1 for adam; for onebit_adam 1
+ * when Delta > OB_FREEZE_MAX_LAG (beta2 above 0.995: the uncorrected v would hold the freeze
+ * back past step Delta, and a v frozen early would carry its bias into every later step), else
+ * 0 (the paper's form). */
+int ob_optim_default_bias_correction(ob_optim_kind kind, double beta2);
 
 const char *ob_optim_kind_name(ob_optim_kind kind);   /* "adam", "onebit_adam" */
 const char *ob_onebit_mode_name(ob_onebit_mode mode); /* "compressed", "uncompressed", "naive" */
