@@ -399,7 +399,8 @@ static void test_rewarm(void **state)
     run r;
     run_start(&r, &cfg);
     ob_err err = {0};
-    assert_int_equal(ob_optim_rewarm(r.opt, 3, &err), OB_OK); /* not frozen: nothing */
+    /* Not frozen, the bad step already behind the delay: nothing. */
+    assert_int_equal(ob_optim_rewarm(r.opt, 3, -5, &err), OB_OK);
     assert_int_equal(stats(&r).warm_start, OB_WARM_NONE);
     for (long t = 1; t <= 5; t++) {
         for (int i = 0; i < D; i++)
@@ -413,8 +414,8 @@ static void test_rewarm(void **state)
     for (size_t i = 0; i < st.padded_size; i++)
         nonzero += st.worker_error[i] != 0.0f;
     assert_true(nonzero > 0); /* the 1-bit exchange left errors behind */
-    assert_int_equal(ob_optim_rewarm(r.opt, 0, &err), OB_ERR_INVALID_ARG);
-    assert_int_equal(ob_optim_rewarm(r.opt, 3, &err), OB_OK);
+    assert_int_equal(ob_optim_rewarm(r.opt, 0, 5, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_rewarm(r.opt, 3, 5, &err), OB_OK);
     ob_optim_stats s = stats(&r);
     assert_int_equal(s.phase, OB_PHASE_WARMUP);
     assert_int_equal(s.warm_start, OB_WARM_REWARM);
@@ -435,8 +436,59 @@ static void test_rewarm(void **state)
 
     ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
     run_start(&r, &cfg);
-    assert_int_equal(ob_optim_rewarm(r.opt, 3, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_rewarm(r.opt, 3, 1, &err), OB_ERR_INVALID_ARG);
     run_end(&r);
+}
+
+/* A rollback into the warmup (the checkpoint predates the freeze): the same path would freeze
+ * at the same step and diverge the same way, so the freeze waits until the bad step plus the
+ * rewarm length, for a fixed freeze step and for the auto rule; the delay survives a
+ * checkpoint (progress) and a restore that claims none is refused. */
+static void test_rewarm_in_warmup_delays_the_freeze(void **state)
+{
+    for (int fixed = 0; fixed < 2; fixed++) {
+        ob_optim_config cfg;
+        ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+        cfg.beta2 = 0.9; /* Delta 10 */
+        cfg.freeze_step = fixed ? 4 : 0;
+        cfg.block_size = 32;
+        run r;
+        run_start(&r, &cfg);
+        for (int i = 0; i < D; i++)
+            r.g[i] = 0.25f;
+        ob_err err = {0};
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+        /* diverged at step 6 (after a freeze at 4 or so), back to step 1 */
+        assert_int_equal(ob_optim_rewarm(r.opt, 5, 6, &err), OB_OK);
+        ob_optim_stats s = stats(&r);
+        assert_int_equal(s.warm_start, OB_WARM_DELAYED);
+        assert_int_equal(s.refit_end, 11);
+        ob_optim_progress p;
+        ob_optim_get_progress(r.opt, &p);
+        assert_int_equal(p.warm_start, OB_WARM_DELAYED);
+        assert_int_equal(p.refit_end, 11);
+        /* A constant gradient: without the delay the auto rule freezes at Delta + 1 = 11 or
+         * so; with it no freeze comes before step 11 either way. */
+        long got = -1;
+        for (long t = 2; t <= 40 && got < 0; t++) {
+            assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+            if (stats(&r).phase == OB_PHASE_COMPRESSION) got = t;
+        }
+        assert_true(got >= 11);
+        if (fixed) assert_int_equal(got, 11);
+        run_end(&r);
+
+        run_start(&r, &cfg);
+        p.step = 3;
+        p.freeze_step = -1;
+        p.refit_end = 0;
+        assert_int_equal(ob_optim_set_progress(r.opt, &p, &err), OB_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "delayed"));
+        p.refit_end = 11;
+        assert_int_equal(ob_optim_set_progress(r.opt, &p, &err), OB_OK);
+        assert_int_equal(stats(&r).warm_start, OB_WARM_DELAYED);
+        run_end(&r);
+    }
 }
 
 /* The naive mode never freezes and keeps updating v from the compressed gradient. */
@@ -522,6 +574,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_auto_freeze_at_predicted_step),
         cmocka_unit_test(test_auto_freeze_beta2_999),
+        cmocka_unit_test(test_rewarm_in_warmup_delays_the_freeze),
         cmocka_unit_test(test_no_freeze_before_lr_warmup_or_min_steps),
         cmocka_unit_test(test_no_freeze_while_variance_falls),
         cmocka_unit_test(test_fixed_freeze_and_bias_corrected_v),

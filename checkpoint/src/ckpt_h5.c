@@ -620,7 +620,7 @@ static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, cons
         (H5Aexists(f, "refit_end") > 0 && (st = read_i64(f, "refit_end", &refit_end, path, err))) ||
         (H5Aexists(f, "rollbacks") > 0 && (st = read_i64(f, "rollbacks", &rollbacks, path, err))))
         return st;
-    if (warm < 0 || warm > 4 || refit_end < 0 || refit_end > INT32_MAX || rollbacks < 0 ||
+    if (warm < 0 || warm > 5 || refit_end < 0 || refit_end > INT32_MAX || rollbacks < 0 ||
         rollbacks > 1000)
         return OB_ERR(err, OB_ERR_CORRUPT,
                       "%s: warm start state %" PRId64 " / refit end %" PRId64

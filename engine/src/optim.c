@@ -479,7 +479,9 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
 {
     const ob_optim_config *c = &o->cfg;
     if (c->kind != OB_OPTIM_ONEBIT_ADAM || c->mode == OB_ONEBIT_NAIVE) return OB_OK;
-    if (c->freeze_step > 0) return t >= c->freeze_step ? freeze(o, t, err) : OB_OK;
+    long not_before = o->warm == OB_WARM_DELAYED ? o->refit_end : 0;
+    if (c->freeze_step > 0)
+        return t >= c->freeze_step && t >= not_before ? freeze(o, t, err) : OB_OK;
     double norm = 0.0;
     ob_status st = k_l1(o, o->v, &norm, err);
     if (st != OB_OK) return st;
@@ -495,6 +497,7 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
     long earliest = c->lr_warmup_steps;
     if (lag > earliest) earliest = lag;
     if (c->freeze_min_steps > earliest) earliest = c->freeze_min_steps;
+    if (not_before > earliest) earliest = not_before;
     double lo = c->freeze_threshold, hi = 1.0 / c->freeze_threshold;
     if (t >= earliest && t > lag && o->last_ratio >= lo && o->last_ratio <= hi)
         return freeze(o, t, err);
@@ -707,13 +710,17 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
         (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer never freezes",
                       o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
-    if (p->warm_start < OB_WARM_NONE || p->warm_start > OB_WARM_REWARM)
+    if (p->warm_start < OB_WARM_NONE || p->warm_start > OB_WARM_DELAYED)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: warm start state %d", (int)p->warm_start);
     if (p->warm_start != OB_WARM_NONE &&
         (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer is never warm-started",
                       o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
     int refitting = p->warm_start == OB_WARM_REFIT || p->warm_start == OB_WARM_REWARM;
+    int delayed = p->warm_start == OB_WARM_DELAYED;
+    if (delayed && p->refit_end <= 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a freeze delayed until step %ld",
+                      p->refit_end);
     if (refitting && p->freeze_step < 0 && p->refit_end <= p->step)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "restore: a warm start's refit ending at step %ld, not frozen at step %ld",
@@ -721,7 +728,7 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
     o->step = p->step;
     o->freeze_step = p->freeze_step < 0 ? -1 : p->freeze_step;
     o->warm = p->warm_start;
-    o->refit_end = refitting ? p->refit_end : 0;
+    o->refit_end = refitting || delayed ? p->refit_end : 0;
     o->last_ratio = p->last_ratio;
     o->last_norm = p->last_norm;
     o->bytes_sent = p->bytes_sent;
@@ -745,17 +752,24 @@ const char *ob_warm_state_name(ob_warm_state s)
         return "refused";
     case OB_WARM_REWARM:
         return "rewarm";
+    case OB_WARM_DELAYED:
+        return "delayed";
     }
     return "?";
 }
 
-ob_status ob_optim_rewarm(ob_optim *o, long steps, ob_err *err)
+ob_status ob_optim_rewarm(ob_optim *o, long steps, long bad_step, ob_err *err)
 {
     if (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "rewarm needs onebit_adam in the compressed or uncompressed mode");
     if (steps <= 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "rewarm: %ld steps", steps);
-    if (o->freeze_step < 0) return OB_OK;
+    if (o->freeze_step < 0) {
+        if (o->warm == OB_WARM_REFIT || bad_step + steps <= o->step) return OB_OK;
+        o->warm = OB_WARM_DELAYED;
+        o->refit_end = bad_step + steps;
+        return OB_OK;
+    }
     if (o->car) {
         ob_status st = ob_car_reset_errors(o->car, err);
         if (st != OB_OK) return OB_WRAP(err, st, "rewarm");

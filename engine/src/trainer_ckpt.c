@@ -708,7 +708,7 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, l
     t->rollbacks++;
     long rewarm = ob_optim_auto_refit_steps(t->spec.optim.beta2, 0);
     if ((st = ob_optim_set_progress(t->opt, &p, err)) != OB_OK ||
-        (st = ob_optim_rewarm(t->opt, rewarm, err)) != OB_OK)
+        (st = ob_optim_rewarm(t->opt, rewarm, bad_step, err)) != OB_OK)
         return OB_WRAP(err, st, "rollback to %s", c.path);
     ob_optim_stats os;
     ob_optim_get_stats(t->opt, &os);
@@ -719,6 +719,11 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, l
         snprintf(msg, sizeof msg,
                  "%s at step %ld: rolled back to %s (rollback %d of at most %d); v is "
                  "re-estimated by Adam until step %ld, then frozen again",
+                 why, bad_step, c.path, t->rollbacks, t->spec.checkpoint_rollbacks, os.refit_end);
+    else if (os.warm_start == OB_WARM_DELAYED)
+        snprintf(msg, sizeof msg,
+                 "%s at step %ld: rolled back to %s (rollback %d of at most %d), still in the "
+                 "warmup; the freeze waits until step %ld",
                  why, bad_step, c.path, t->rollbacks, t->spec.checkpoint_rollbacks, os.refit_end);
     else
         snprintf(msg, sizeof msg,

@@ -62,7 +62,8 @@ typedef struct ob_ckpt_meta {
     uint64_t loader_rng[4];
     double wall_seconds; /* training time before this checkpoint, all attempts */
     /* A warm start's state (ob_warm_state of onebit/optim.h: 0 none, 1 taken, 2 refit,
-     * 3 refused, 4 re-warming after a rollback) and the step its refit ends; optional
+     * 3 refused, 4 re-warming after a rollback, 5 the freeze delayed after a rollback into the
+     * warmup) and the step its refit (or delay) ends; optional
      * attributes, 0 when absent. */
     int warm_start;
     long refit_end;

@@ -210,6 +210,8 @@ typedef enum ob_warm_state {
     OB_WARM_REFIT = 2,   /* re-estimated by Adam from v_Tw until refit_end, then frozen */
     OB_WARM_REFUSED = 3, /* did not fit the first gradients: discarded, a warmup from scratch */
     OB_WARM_REWARM = 4,  /* after a rollback (ob_optim_rewarm): re-estimating until refit_end */
+    OB_WARM_DELAYED = 5, /* after a rollback into the warmup (ob_optim_rewarm): the freeze waits
+                          * until refit_end, then its rule applies as before */
 } ob_warm_state;
 
 /* The warm-start check: the borrowed v is refused when at the first step more than this
@@ -218,7 +220,7 @@ typedef enum ob_warm_state {
 #define OB_WARM_CHECK_FACTOR 10.0
 #define OB_WARM_REFUSE_FRACTION 0.05
 
-/* "none", "taken", "refit", "refused", "rewarm" */
+/* "none", "taken", "refit", "refused", "rewarm", "delayed" */
 const char *ob_warm_state_name(ob_warm_state s);
 
 typedef struct ob_optim_stats {
@@ -329,12 +331,14 @@ ob_status ob_optim_set_progress(ob_optim *opt, const ob_optim_progress *p, ob_er
  * applies). Either way the state survives a checkpoint (ob_optim_progress). */
 ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, long refit_steps, ob_err *err);
 
-/* After a rollback to a checkpoint of a run that then diverged: a frozen optimizer goes back to
- * Adam steps (fp32 exchange) that carry v on from its v_Tw for `steps` steps, then freezes
- * again (OB_WARM_REWARM, refit_end = step + steps), with both error-feedback buffers zeroed.
- * Nothing changes for an optimizer that is not frozen. Only onebit_adam in the compressed or
- * uncompressed modes; steps > 0. */
-ob_status ob_optim_rewarm(ob_optim *opt, long steps, ob_err *err);
+/* After a rollback to a checkpoint of a run that then diverged at step bad_step: a frozen
+ * optimizer goes back to Adam steps (fp32 exchange) that carry v on from its v_Tw for `steps`
+ * steps, then freezes again (OB_WARM_REWARM, refit_end = step + steps), with both
+ * error-feedback buffers zeroed. An optimizer still in the warmup (the checkpoint predates the
+ * freeze) would take the same path to the same divergence, so its freeze waits until step
+ * bad_step + steps (OB_WARM_DELAYED, refit_end), then its rule (auto or fixed) applies. Only
+ * onebit_adam in the compressed or uncompressed modes; steps > 0. */
+ob_status ob_optim_rewarm(ob_optim *opt, long steps, long bad_step, ob_err *err);
 
 /* refit_steps for "auto": ceil(Delta / 5), a fifth of the variance's memory (20 steps at
  * beta2 = 0.99, 200 at 0.999), over which 1 - beta2^(Delta/5) = 18 % of v is re-estimated;
