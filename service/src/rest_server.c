@@ -164,6 +164,44 @@ static enum MHD_Result send_json(exchange *ex, int http, json_t *o /* taken */)
     return send_text(ex, http, "application/json", text);
 }
 
+/* The length of the valid UTF-8 sequence at s (1 to 4), or 0 when there is none: overlong
+ * forms, surrogates and code points past U+10FFFF are invalid, as for jansson. */
+static size_t utf8_sequence(const unsigned char *s)
+{
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t n;
+    unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF)
+        n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+        n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else
+        return 0;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    return n;
+}
+
+/* Replaces, in place, every byte of s that is not part of valid UTF-8 with '?': an error
+ * message quotes what the client sent (a path, a field name), and JSON text is UTF-8 (jansson
+ * refuses any other string, which would leave the error without its message). */
+static void scrub_utf8(char *s)
+{
+    unsigned char *u = (unsigned char *)s;
+    while (*u) {
+        size_t n = utf8_sequence(u);
+        if (n == 0) {
+            *u++ = '?';
+        } else {
+            u += n;
+        }
+    }
+}
+
 static enum MHD_Result send_error_http(exchange *ex, int http, const char *status,
                                        const char *msg)
 {
@@ -172,6 +210,7 @@ static enum MHD_Result send_error_http(exchange *ex, int http, const char *statu
     json_object_set_new(e, "status", json_string(status));
     char text[OB_ERR_MSG_LEN];
     ob_status_public_message(msg, text, sizeof text);
+    scrub_utf8(text);
     json_object_set_new(e, "message", json_string(text));
     json_t *o = json_object();
     json_object_set_new(o, "error", e);
