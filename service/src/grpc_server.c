@@ -136,6 +136,14 @@ struct ob_grpc_server {
 
 static void request_next(ob_grpc_server *s, method_id m);
 
+/* Starts a batch on the call with tag t: c is read before the tag is handed over, since a
+ * handler thread may take t back (and free c) before grpc_call_start_batch returns. */
+static grpc_call_error start_batch(call_ctx *c, const grpc_op *ops, size_t n, tag *t)
+{
+    grpc_call *call = c->call;
+    return grpc_call_start_batch(call, ops, n, tag_handed(t), NULL);
+}
+
 /* The methods whose requests arrive on the stream rather than with the call. */
 static int is_bidi(method_id m)
 {
@@ -226,7 +234,7 @@ static void finish_unary(call_ctx *c, ob_status status, const char *msg, grpc_by
     ops[n++].data.send_status_from_server.status_details = &c->status_msg;
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
-    if (grpc_call_start_batch(c->call, ops, n, tag_handed(&c->t_done), NULL) != GRPC_CALL_OK) ctx_free(c);
+    if (start_batch(c, ops, n, &c->t_done) != GRPC_CALL_OK) ctx_free(c);
 }
 
 /* The token of the call's "authorization: Bearer TOKEN" header into out ("" when there is
@@ -284,7 +292,7 @@ static void stream_send(call_ctx *c, grpc_byte_buffer *bb)
     c->send_bb = bb;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = bb;
-    if (grpc_call_start_batch(c->call, ops, n, tag_handed(&c->t_send), NULL) == GRPC_CALL_OK)
+    if (start_batch(c, ops, n, &c->t_send) == GRPC_CALL_OK)
         c->in_flight = 1;
     else
         c->broken = 1;
@@ -308,7 +316,7 @@ static void stream_status(call_ctx *c, ob_status st, const char *msg)
     ops[n].data.send_status_from_server.status = (grpc_status_code)ob_status_grpc_code(st);
     ops[n++].data.send_status_from_server.status_details = &c->status_msg;
     c->status_started = 1;
-    if (grpc_call_start_batch(c->call, ops, n, tag_handed(&c->t_status), NULL) != GRPC_CALL_OK) {
+    if (start_batch(c, ops, n, &c->t_status) != GRPC_CALL_OK) {
         c->status_done = 1;
         c->broken = 1;
     }
@@ -445,7 +453,7 @@ static int stream_admit(ob_grpc_server *s, call_ctx *c, int reflecting)
         s->watches = c;
     }
     s->n_watches++;
-    if (grpc_call_start_batch(c->call, &op, 1, tag_handed(&c->t_close), NULL) != GRPC_CALL_OK) {
+    if (start_batch(c, &op, 1, &c->t_close) != GRPC_CALL_OK) {
         if (!reflecting) s->watches = c->wnext; /* nothing else saw it: it is still the head */
         s->n_watches--;
         pthread_mutex_unlock(&s->mu);
@@ -519,7 +527,7 @@ static void reflect_recv(call_ctx *c)
     }
     ops[n].op = GRPC_OP_RECV_MESSAGE;
     ops[n++].data.recv_message.recv_message = &c->recv_bb;
-    if (grpc_call_start_batch(c->call, ops, n, tag_handed(&c->t_recv), NULL) == GRPC_CALL_OK) {
+    if (start_batch(c, ops, n, &c->t_recv) == GRPC_CALL_OK) {
         c->in_flight = 1;
     } else {
         c->broken = 1;
