@@ -30,8 +30,8 @@ static int setup(void **state)
     strcpy(f->dir, "/tmp/test_rest.XXXXXX");
     assert_non_null(mkdtemp(f->dir));
     static const char *const no_args[] = {NULL};
-    ob_local_launcher_config lc = {.mpirun = "/bin/false", .worker = "/bin/false",
-                                   .mpirun_args = no_args};
+    ob_local_launcher_config lc = {
+        .mpirun = "/bin/false", .worker = "/bin/false", .mpirun_args = no_args};
     ob_err err;
     assert_int_equal(ob_local_launcher_create(&f->launcher, &lc, &err), OB_OK);
     ob_service_config cfg;
@@ -81,7 +81,8 @@ static void test_error_message_not_utf8(void **state)
     assert_int_equal(http, 404);
     const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
     assert_non_null(msg);
-    assert_string_equal(msg, "no such resource: GET /v1/jobs/\xce\x99?" "?/nope");
+    assert_string_equal(msg, "no such resource: GET /v1/jobs/\xce\x99?"
+                             "?/nope");
     json_decref(o);
 }
 

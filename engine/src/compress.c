@@ -10,7 +10,7 @@
 #include <math.h>
 #include <string.h>
 
-/* Not under ThreadSanitizer: GCC's TSan runtime crashes resolving the clones' ifunc at load. */
+/* Not under ThreadSanitizer: GCC's TSan crashes on function multiversioning (target_clones). */
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define OB_MULTIVERSION __attribute__((target_clones("avx2", "default")))
 #else

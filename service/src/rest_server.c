@@ -66,10 +66,10 @@ typedef struct exchange {
     const char *const *headers; /* without conn: name, value pairs */
     size_t n_headers;
     /* the answer */
-    int http;                    /* 0: none yet */
-    const char *type;            /* static */
-    char *text;                  /* owned, or NULL with fixed */
-    const char *fixed;           /* a static body (not freed) */
+    int http;          /* 0: none yet */
+    const char *type;  /* static */
+    char *text;        /* owned, or NULL with fixed */
+    const char *fixed; /* a static body (not freed) */
     size_t fixed_len;
     int bare;                    /* without the security headers (the OpenAPI document) */
     struct MHD_Response *stream; /* owned: an answer whose body is produced as it is read */
@@ -202,8 +202,7 @@ static void scrub_utf8(char *s)
     }
 }
 
-static enum MHD_Result send_error_http(exchange *ex, int http, const char *status,
-                                       const char *msg)
+static enum MHD_Result send_error_http(exchange *ex, int http, const char *status, const char *msg)
 {
     json_t *e = json_object();
     json_object_set_new(e, "code", json_integer(http));
@@ -225,8 +224,8 @@ static enum MHD_Result send_error(exchange *ex, ob_status st, const char *msg)
 /* ---- request fields ----------------------------------------------------------------------- */
 
 /* Reads an int32 query parameter; 0 when absent. */
-static ob_status query_int(const exchange *ex, const char *name, long long lo,
-                           long long hi, long long *out, ob_err *err)
+static ob_status query_int(const exchange *ex, const char *name, long long lo, long long hi,
+                           long long *out, ob_err *err)
 {
     *out = 0;
     const char *v = arg(ex, name);
@@ -278,7 +277,8 @@ static enum MHD_Result do_submit(ob_rest_server *s, exchange *ex, const char *id
 {
     (void)id;
     json_error_t jerr;
-    json_t *o = json_loadb(ex->rq->body ? ex->rq->body : "", ex->rq->len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *o =
+        json_loadb(ex->rq->body ? ex->rq->body : "", ex->rq->len, JSON_REJECT_DUPLICATES, &jerr);
     char msg[OB_ERR_MSG_LEN];
     if (!o) {
         snprintf(msg, sizeof msg, "body: malformed JSON at line %d column %d: %.300s", jerr.line,
@@ -385,8 +385,7 @@ static enum MHD_Result do_list(ob_rest_server *s, exchange *ex, const char *id)
     ob_job *jobs = NULL;
     size_t n = 0;
     char next[OB_PAGE_TOKEN_LEN];
-    const char *selector =
-        arg(ex, "labelSelector");
+    const char *selector = arg(ex, "labelSelector");
     ob_status rc =
         ob_service_list(s->svc, state, selector, (int)page_size, token, &jobs, &n, next, &err);
     if (rc) return send_error(ex, rc, err.msg);
@@ -600,15 +599,12 @@ static int loopback_host(const char *host)
  * this server never grants). Returns 1 when the request may go on, 0 after queueing the
  * refusal in the exchange. */
 
-static int screen(ob_rest_server *s, exchange *ex, const char *method,
-                            const char *url)
+static int screen(ob_rest_server *s, exchange *ex, const char *method, const char *url)
 {
     char msg[200];
     const char *host = header(ex, MHD_HTTP_HEADER_HOST);
-    const char *len =
-        header(ex, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    const char *type =
-        header(ex, MHD_HTTP_HEADER_CONTENT_TYPE);
+    const char *len = header(ex, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *type = header(ex, MHD_HTTP_HEADER_CONTENT_TYPE);
     if (s->loopback && !loopback_host(host)) {
         snprintf(msg, sizeof msg, "host '%.100s' is not served here", host ? host : "");
         send_error_http(ex, 421, "PERMISSION_DENIED", msg);
@@ -631,8 +627,7 @@ static int screen(ob_rest_server *s, exchange *ex, const char *method,
     return 0;
 }
 
-static enum MHD_Result wrong_method(exchange *ex, const char *method,
-                                    const char *url)
+static enum MHD_Result wrong_method(exchange *ex, const char *method, const char *url)
 {
     char msg[300];
     snprintf(msg, sizeof msg, "method %.10s is not allowed on %.200s", method, url);
@@ -888,8 +883,7 @@ static int path_matches(const char *pattern, const char *url, char *id, size_t c
     return 1;
 }
 
-static enum MHD_Result route(ob_rest_server *s, exchange *ex, const char *url,
-                             const char *method)
+static enum MHD_Result route(ob_rest_server *s, exchange *ex, const char *url, const char *method)
 {
     char msg[OB_ERR_MSG_LEN];
     if (ex->rq->too_large) {
@@ -1081,8 +1075,11 @@ ob_status ob__rest_handle(ob_rest_server *s, const ob__rest_request *req, ob__re
     char *q = strchr(url, '?');
     if (q) *q++ = '\0';
     ob__rest_unescape(NULL, NULL, url);
-    exchange ex = {.rq = &rq, .args = pairs, .n_args = q ? parse_query(q, pairs) : 0,
-                   .headers = req->headers, .n_headers = req->n_headers};
+    exchange ex = {.rq = &rq,
+                   .args = pairs,
+                   .n_args = q ? parse_query(q, pairs) : 0,
+                   .headers = req->headers,
+                   .n_headers = req->n_headers};
     ob_status rc = OB_OK;
     if (screen(s, &ex, req->method, url)) {
         if (!rq.too_large && ob__ui_path(url)) goto done; /* http 0: the dashboard's */

@@ -57,8 +57,8 @@ static void setup(void)
     if (!mkdtemp(dir)) abort();
     static ob_launcher *launcher;
     static const char *const no_args[] = {NULL};
-    ob_local_launcher_config lc = {.mpirun = "/bin/false", .worker = "/bin/false",
-                                   .mpirun_args = no_args};
+    ob_local_launcher_config lc = {
+        .mpirun = "/bin/false", .worker = "/bin/false", .mpirun_args = no_args};
     ob_service_config cfg;
     ob_service_config_default(&cfg);
     cfg.state_dir = dir;
@@ -79,8 +79,8 @@ static void ensure_standing(void)
         ob_job_clear(&j);
         return;
     }
-    ob_submit_req req = {.spec = standing_spec, .spec_len = sizeof standing_spec - 1,
-                         .max_restarts = -1};
+    ob_submit_req req = {
+        .spec = standing_spec, .spec_len = sizeof standing_spec - 1, .max_restarts = -1};
     if (ob_service_submit(svc, &req, &j, &err) != OB_OK) fail(err.msg, "", "", 0, NULL);
     snprintf(standing, sizeof standing, "%s", j.id);
     ob_job_clear(&j);
@@ -96,12 +96,23 @@ static int status_allowed(int http)
 
 static int grpc_code_name(const char *s)
 {
-    static const char *const names[] = {
-        "OK",        "CANCELLED",           "UNKNOWN",           "INVALID_ARGUMENT",
-        "DEADLINE_EXCEEDED", "NOT_FOUND",   "ALREADY_EXISTS",    "PERMISSION_DENIED",
-        "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",
-        "UNIMPLEMENTED", "INTERNAL",        "UNAVAILABLE",       "DATA_LOSS",
-        "UNAUTHENTICATED"};
+    static const char *const names[] = {"OK",
+                                        "CANCELLED",
+                                        "UNKNOWN",
+                                        "INVALID_ARGUMENT",
+                                        "DEADLINE_EXCEEDED",
+                                        "NOT_FOUND",
+                                        "ALREADY_EXISTS",
+                                        "PERMISSION_DENIED",
+                                        "RESOURCE_EXHAUSTED",
+                                        "FAILED_PRECONDITION",
+                                        "ABORTED",
+                                        "OUT_OF_RANGE",
+                                        "UNIMPLEMENTED",
+                                        "INTERNAL",
+                                        "UNAVAILABLE",
+                                        "DATA_LOSS",
+                                        "UNAUTHENTICATED"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(names[i], s)) return 1;
     return 0;
@@ -143,8 +154,12 @@ static json_t *check_answer(const char *method, const char *target, const ob__re
 static json_t *call(const char *method, const char *target, const char *const *headers,
                     size_t n_headers, const char *body, size_t len, int *http)
 {
-    ob__rest_request req = {.method = method, .target = target, .headers = headers,
-                            .n_headers = n_headers, .body = body, .len = len};
+    ob__rest_request req = {.method = method,
+                            .target = target,
+                            .headers = headers,
+                            .n_headers = n_headers,
+                            .body = body,
+                            .len = len};
     ob__rest_answer a;
     ob_err err;
     if (ob__rest_handle(rest, &req, &a, &err) != OB_OK) fail(err.msg, method, target, 0, NULL);
@@ -158,10 +173,10 @@ static json_t *call(const char *method, const char *target, const char *const *h
 static void follow_submitted(const json_t *job)
 {
     const char *id = json_string_value(json_object_get(job, "id"));
-    if (!id || !id[0] || strlen(id) >= OB_JOB_ID_LEN) fail("submit answered no id", "POST",
-                                                           "/v1/jobs", 200, NULL);
+    if (!id || !id[0] || strlen(id) >= OB_JOB_ID_LEN)
+        fail("submit answered no id", "POST", "/v1/jobs", 200, NULL);
     if (!strcmp(id, standing)) return; /* a request id replayed: the same job */
-    const char *const h[] = {"Host", "localhost", "Authorization", ("Bearer " TOKEN),
+    const char *const h[] = {"Host",         "localhost",       "Authorization", ("Bearer " TOKEN),
                              "Content-Type", "application/json"};
     char target[128];
     int http;
