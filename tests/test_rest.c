@@ -60,7 +60,7 @@ static int teardown(void **state)
 /* GET target with the usual Host and token; the answer's JSON (owned). */
 static json_t *get(fixture *f, const char *target, int *http)
 {
-    const char *const h[] = {"Host", "localhost", "authorization", "Bearer " TOKEN};
+    const char *const h[] = {"Host", "localhost", "authorization", ("Bearer " TOKEN)};
     ob__rest_request req = {.method = "GET", .target = target, .headers = h, .n_headers = 2};
     ob__rest_answer a;
     ob_err err;
