@@ -50,8 +50,8 @@ check("every route of the server is documented", not server_routes - doc_routes,
 check("every documented route is the server's", not doc_routes - server_routes,
       sorted(doc_routes - server_routes))
 
-server_params = set(re.findall(r'query_int\(conn, "(\w+)"', src)) | \
-    set(re.findall(r'MHD_GET_ARGUMENT_KIND,\s*"(\w+)"', src))
+server_params = set(re.findall(r'query_int\(ex, "(\w+)"', src)) | \
+    set(re.findall(r'\barg\(ex,\s*"(\w+)"', src))
 doc_params = {p["name"] for item in doc["paths"].values()
               for o in [item] + [item[m] for m in item if m in METHODS]
               for p in o.get("parameters", []) if p.get("in") == "query"}

@@ -10,7 +10,8 @@
 #include <math.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* Not under ThreadSanitizer: GCC's TSan crashes on function multiversioning (target_clones). */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
 #define OB_MULTIVERSION __attribute__((target_clones("avx2", "default")))
 #else
 #define OB_MULTIVERSION

@@ -8,6 +8,7 @@
  * Errors: {"error": {"code": <HTTP status>, "status": "<gRPC code name>", "message": "..."}},
  * statuses from the one table in status_map.h. */
 #include "openapi.h"
+#include "rest_internal.h"
 #include "onebit/job_codec.h"
 #include "onebit/servers.h"
 #include "onebit/status_map.h"
@@ -54,36 +55,103 @@ typedef struct request {
 /* Jobs, events and checkpoints are encoded by job_codec (shared with the gRPC server and the
  * CLI). */
 
-/* ---- responses ---------------------------------------------------------------------------- */
+/* ---- exchanges ---------------------------------------------------------------------------- */
 
-static enum MHD_Result send_text(struct MHD_Connection *conn, int http, const char *type,
-                                 char *text /* taken */)
+/* One request as the routes see it, and the answer they leave in it. The request's query
+ * arguments and headers come from the libmicrohttpd connection, or (ob__rest_handle, no
+ * connection) from the pairs parsed out of the caller's target and headers. The answer is sent
+ * by on_request (queue_answer) or copied out by ob__rest_handle. */
+typedef struct exchange {
+    struct MHD_Connection *conn; /* borrowed; NULL in ob__rest_handle */
+    request *rq;                 /* borrowed: the body */
+    const char *const *args;     /* without conn: key, value pairs (value NULL: "key" alone) */
+    size_t n_args;
+    const char *const *headers; /* without conn: name, value pairs */
+    size_t n_headers;
+    /* the answer */
+    int http;          /* 0: none yet */
+    const char *type;  /* static */
+    char *text;        /* owned, or NULL with fixed */
+    const char *fixed; /* a static body (not freed) */
+    size_t fixed_len;
+    int bare;                    /* without the security headers (the OpenAPI document) */
+    struct MHD_Response *stream; /* owned: an answer whose body is produced as it is read */
+    int drop;                    /* no answer could be made: close the connection */
+} exchange;
+
+/* A query argument of the request (the first with that name), or NULL. Borrowed. */
+static const char *arg(const exchange *ex, const char *name)
 {
-    if (!text) {
-        static const char oom[] = "{\"error\":{\"code\":503,\"status\":\"RESOURCE_EXHAUSTED\","
-                                  "\"message\":\"out of memory\"}}";
-        struct MHD_Response *r =
-            MHD_create_response_from_buffer(sizeof oom - 1, (void *)oom, MHD_RESPMEM_PERSISTENT);
-        MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-        ob__rest_security_headers(r);
-        enum MHD_Result ret = MHD_queue_response(conn, 503, r);
-        MHD_destroy_response(r);
-        return ret;
+    if (ex->conn) return MHD_lookup_connection_value(ex->conn, MHD_GET_ARGUMENT_KIND, name);
+    for (size_t i = 0; i < ex->n_args; i++)
+        if (!strcmp(ex->args[2 * i], name)) return ex->args[2 * i + 1];
+    return NULL;
+}
+
+/* A header of the request (the first with that name, in any case), or NULL. Borrowed. */
+static const char *header(const exchange *ex, const char *name)
+{
+    if (ex->conn) return MHD_lookup_connection_value(ex->conn, MHD_HEADER_KIND, name);
+    for (size_t i = 0; i < ex->n_headers; i++)
+        if (!strcasecmp(ex->headers[2 * i], name)) return ex->headers[2 * i + 1];
+    return NULL;
+}
+
+static const char oom_json[] = "{\"error\":{\"code\":503,\"status\":\"RESOURCE_EXHAUSTED\","
+                               "\"message\":\"out of memory\"}}";
+
+/* Sends the exchange's answer on its connection; frees what the answer owned. */
+static enum MHD_Result queue_answer(exchange *ex)
+{
+    struct MHD_Response *r = ex->stream;
+    ex->stream = NULL;
+    if (ex->drop) return MHD_NO;
+    if (!r && ex->text) {
+        r = MHD_create_response_from_buffer(strlen(ex->text), ex->text, MHD_RESPMEM_MUST_FREE);
+        if (!r) free(ex->text);
+        ex->text = NULL;
+        if (!r) return MHD_NO;
+    } else if (!r) {
+        r = MHD_create_response_from_buffer(ex->fixed_len, (void *)ex->fixed,
+                                            MHD_RESPMEM_PERSISTENT);
+        if (!r) return MHD_NO;
     }
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        free(text);
-        return MHD_NO;
-    }
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-    ob__rest_security_headers(r);
-    enum MHD_Result ret = MHD_queue_response(conn, (unsigned)http, r);
+    if (ex->type) MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, ex->type);
+    if (!ex->bare) ob__rest_security_headers(r);
+    enum MHD_Result ret = MHD_queue_response(ex->conn, (unsigned)ex->http, r);
     MHD_destroy_response(r);
     return ret;
 }
 
-static enum MHD_Result send_json(struct MHD_Connection *conn, int http, json_t *o /* taken */)
+/* ---- responses ---------------------------------------------------------------------------- */
+
+static enum MHD_Result send_text(exchange *ex, int http, const char *type, char *text /* taken */)
+{
+    free(ex->text);
+    ex->text = text;
+    if (!text) {
+        ex->http = 503;
+        ex->type = "application/json";
+        ex->fixed = oom_json;
+        ex->fixed_len = sizeof oom_json - 1;
+        return MHD_YES;
+    }
+    ex->http = http;
+    ex->type = type;
+    return MHD_YES;
+}
+
+/* A response whose body libmicrohttpd produces as it is read (taken); headers are added by the
+ * route, the security headers too. */
+static enum MHD_Result send_stream(exchange *ex, int http, struct MHD_Response *r /* taken */)
+{
+    ex->http = http;
+    ex->stream = r;
+    ex->bare = 1;
+    return MHD_YES;
+}
+
+static enum MHD_Result send_json(exchange *ex, int http, json_t *o /* taken */)
 {
     char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
@@ -96,36 +164,74 @@ static enum MHD_Result send_json(struct MHD_Connection *conn, int http, json_t *
             text = t;
         }
     }
-    return send_text(conn, http, "application/json", text);
+    return send_text(ex, http, "application/json", text);
 }
 
-static enum MHD_Result send_error_http(struct MHD_Connection *conn, int http, const char *status,
-                                       const char *msg)
+/* The length of the valid UTF-8 sequence at s (1 to 4), or 0 when there is none: overlong
+ * forms, surrogates and code points past U+10FFFF are invalid, as for jansson. */
+static size_t utf8_sequence(const unsigned char *s)
+{
+    unsigned c = s[0];
+    if (c < 0x80) return 1;
+    size_t n;
+    unsigned lo = 0x80, hi = 0xBF; /* the range of the second byte */
+    if (c >= 0xC2 && c <= 0xDF)
+        n = 2;
+    else if (c >= 0xE0 && c <= 0xEF)
+        n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+        n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else
+        return 0;
+    if (s[1] < lo || s[1] > hi) return 0;
+    for (size_t i = 2; i < n; i++)
+        if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+    return n;
+}
+
+/* Replaces, in place, every byte of s that is not part of valid UTF-8 with '?': an error
+ * message quotes what the client sent (a path, a field name), and JSON text is UTF-8 (jansson
+ * refuses any other string, which would leave the error without its message). */
+static void scrub_utf8(char *s)
+{
+    unsigned char *u = (unsigned char *)s;
+    while (*u) {
+        size_t n = utf8_sequence(u);
+        if (n == 0) {
+            *u++ = '?';
+        } else {
+            u += n;
+        }
+    }
+}
+
+static enum MHD_Result send_error_http(exchange *ex, int http, const char *status, const char *msg)
 {
     json_t *e = json_object();
     json_object_set_new(e, "code", json_integer(http));
     json_object_set_new(e, "status", json_string(status));
     char text[OB_ERR_MSG_LEN];
     ob_status_public_message(msg, text, sizeof text);
+    scrub_utf8(text);
     json_object_set_new(e, "message", json_string(text));
     json_t *o = json_object();
     json_object_set_new(o, "error", e);
-    return send_json(conn, http, o);
+    return send_json(ex, http, o);
 }
 
-static enum MHD_Result send_error(struct MHD_Connection *conn, ob_status st, const char *msg)
+static enum MHD_Result send_error(exchange *ex, ob_status st, const char *msg)
 {
-    return send_error_http(conn, ob_status_http(st), ob_status_code_name(st), msg);
+    return send_error_http(ex, ob_status_http(st), ob_status_code_name(st), msg);
 }
 
 /* ---- request fields ----------------------------------------------------------------------- */
 
 /* Reads an int32 query parameter; 0 when absent. */
-static ob_status query_int(struct MHD_Connection *conn, const char *name, long long lo,
-                           long long hi, long long *out, ob_err *err)
+static ob_status query_int(const exchange *ex, const char *name, long long lo, long long hi,
+                           long long *out, ob_err *err)
 {
     *out = 0;
-    const char *v = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, name);
+    const char *v = arg(ex, name);
     if (!v || !v[0]) return OB_OK;
     char *end;
     errno = 0;
@@ -170,21 +276,21 @@ static void add_problem(char *buf, size_t cap, const char *text)
 
 /* ---- routes ------------------------------------------------------------------------------- */
 
-static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                                 request *rq)
+static enum MHD_Result do_submit(ob_rest_server *s, exchange *ex, const char *id)
 {
     (void)id;
     json_error_t jerr;
-    json_t *o = json_loadb(rq->body ? rq->body : "", rq->len, JSON_REJECT_DUPLICATES, &jerr);
+    json_t *o =
+        json_loadb(ex->rq->body ? ex->rq->body : "", ex->rq->len, JSON_REJECT_DUPLICATES, &jerr);
     char msg[OB_ERR_MSG_LEN];
     if (!o) {
         snprintf(msg, sizeof msg, "body: malformed JSON at line %d column %d: %.300s", jerr.line,
                  jerr.column, jerr.text);
-        return send_error(conn, OB_ERR_INVALID_ARG, msg);
+        return send_error(ex, OB_ERR_INVALID_ARG, msg);
     }
     if (!json_is_object(o)) {
         json_decref(o);
-        return send_error(conn, OB_ERR_INVALID_ARG, "body: expected a JSON object");
+        return send_error(ex, OB_ERR_INVALID_ARG, "body: expected a JSON object");
     }
     char problems[OB_ERR_MSG_LEN - 16] = "";
     ob_submit_req req = {.max_restarts = -1};
@@ -244,15 +350,15 @@ static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn,
     }
     enum MHD_Result ret;
     if (problems[0]) {
-        ret = send_error(conn, OB_ERR_INVALID_ARG, problems);
+        ret = send_error(ex, OB_ERR_INVALID_ARG, problems);
     } else {
         ob_job j;
         ob_err err;
         ob_status rc = ob_service_submit(s->svc, &req, &j, &err);
         if (rc) {
-            ret = send_error(conn, rc, err.msg);
+            ret = send_error(ex, rc, err.msg);
         } else {
-            ret = send_json(conn, 200, ob_job_to_json(&j));
+            ret = send_json(ex, 200, ob_job_to_json(&j));
             ob_job_clear(&j);
         }
     }
@@ -261,33 +367,31 @@ static enum MHD_Result do_submit(ob_rest_server *s, struct MHD_Connection *conn,
     return ret;
 }
 
-static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                               request *rq)
+static enum MHD_Result do_list(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)id, (void)rq;
+    (void)id;
     ob_err err;
     long long page_size;
-    if (query_int(conn, "pageSize", 0, 1000, &page_size, &err))
-        return send_error(conn, OB_ERR_INVALID_ARG, err.msg);
+    if (query_int(ex, "pageSize", 0, 1000, &page_size, &err))
+        return send_error(ex, OB_ERR_INVALID_ARG, err.msg);
     ob_job_state state = OB_JOB_UNSPECIFIED;
-    const char *st = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "state");
+    const char *st = arg(ex, "state");
     if (st && st[0] && ob_job_state_parse(st, &state) != OB_OK) {
         char msg[200];
         snprintf(msg, sizeof msg,
                  "state: expected PENDING, RUNNING, RESTARTING, SUCCEEDED, FAILED or CANCELLED, "
                  "got '%.40s'",
                  st);
-        return send_error(conn, OB_ERR_INVALID_ARG, msg);
+        return send_error(ex, OB_ERR_INVALID_ARG, msg);
     }
-    const char *token = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "pageToken");
+    const char *token = arg(ex, "pageToken");
     ob_job *jobs = NULL;
     size_t n = 0;
     char next[OB_PAGE_TOKEN_LEN];
-    const char *selector =
-        MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "labelSelector");
+    const char *selector = arg(ex, "labelSelector");
     ob_status rc =
         ob_service_list(s->svc, state, selector, (int)page_size, token, &jobs, &n, next, &err);
-    if (rc) return send_error(conn, rc, err.msg);
+    if (rc) return send_error(ex, rc, err.msg);
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++)
         json_array_append_new(arr, ob_job_to_json(&jobs[i]));
@@ -295,18 +399,16 @@ static enum MHD_Result do_list(ob_rest_server *s, struct MHD_Connection *conn, c
     json_t *o = json_object();
     json_object_set_new(o, "jobs", arr);
     json_object_set_new(o, "nextPageToken", json_string(next));
-    return send_json(conn, 200, o);
+    return send_json(ex, 200, o);
 }
 
-static enum MHD_Result do_checkpoints(ob_rest_server *s, struct MHD_Connection *conn,
-                                      const char *id, request *rq)
+static enum MHD_Result do_checkpoints(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)rq;
     ob_checkpoint_info *ck = NULL;
     size_t n = 0;
     ob_err err;
     ob_status rc = ob_service_checkpoints(s->svc, id, &ck, &n, &err);
-    if (rc) return send_error(conn, rc, err.msg);
+    if (rc) return send_error(ex, rc, err.msg);
     json_t *arr = json_array();
     for (size_t i = 0; i < n; i++) {
         json_array_append_new(arr, ob_checkpoint_info_to_json(&ck[i]));
@@ -314,7 +416,7 @@ static enum MHD_Result do_checkpoints(ob_rest_server *s, struct MHD_Connection *
     free(ck);
     json_t *o = json_object();
     json_object_set_new(o, "checkpoints", arr);
-    return send_json(conn, 200, o);
+    return send_json(ex, 200, o);
 }
 
 /* An event stream outlives the request timeout. MHD counts only bytes that move as activity,
@@ -322,9 +424,10 @@ static enum MHD_Result do_checkpoints(ob_rest_server *s, struct MHD_Connection *
  * (a comment at least every 15 s) is closed when its client takes nothing for the stream
  * timeout (seconds); a followed log, which has nothing to write while the job is quiet, has no
  * timeout (0) and ends with its job, its client or the server. Both count against max_streams. */
-static void stream_timeout(struct MHD_Connection *conn, int seconds)
+static void stream_timeout(const exchange *ex, int seconds)
 {
-    MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)seconds);
+    if (ex->conn)
+        MHD_set_connection_option(ex->conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)seconds);
 }
 
 /* Server-sent events: the history after afterSeq, then new events as they come. */
@@ -425,27 +528,25 @@ static void sse_free(void *cls)
     free(e);
 }
 
-static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                                 request *rq)
+static enum MHD_Result do_events(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)rq;
     ob_err err;
     long long after;
-    if (query_int(conn, "afterSeq", 0, INT64_MAX, &after, &err))
-        return send_error(conn, OB_ERR_INVALID_ARG, err.msg);
+    if (query_int(ex, "afterSeq", 0, INT64_MAX, &after, &err))
+        return send_error(ex, OB_ERR_INVALID_ARG, err.msg);
     /* A reconnecting EventSource sends the id of the last event it saw. */
-    const char *last = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Last-Event-ID");
-    if (last && last[0] && !MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "afterSeq")) {
+    const char *last = header(ex, "Last-Event-ID");
+    if (last && last[0] && !arg(ex, "afterSeq")) {
         char *end;
         errno = 0;
         long long v = strtoll(last, &end, 10);
         if (*end || errno || v < 0)
-            return send_error(conn, OB_ERR_INVALID_ARG, "Last-Event-ID: expected an event number");
+            return send_error(ex, OB_ERR_INVALID_ARG, "Last-Event-ID: expected an event number");
         after = v;
     }
     ob_job j;
     ob_status rc = ob_service_get(s->svc, id, &j, &err);
-    if (rc) return send_error(conn, rc, err.msg);
+    if (rc) return send_error(ex, rc, err.msg);
     ob_job_clear(&j);
     if (atomic_fetch_add(&s->streams, 1) >= s->limits.max_streams) {
         atomic_fetch_sub(&s->streams, 1);
@@ -454,12 +555,12 @@ static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn,
                  "%d event streams are open, the most this server keeps; try "
                  "again later",
                  s->limits.max_streams);
-        return send_error_http(conn, 429, "RESOURCE_EXHAUSTED", msg);
+        return send_error_http(ex, 429, "RESOURCE_EXHAUSTED", msg);
     }
     sse *e = calloc(1, sizeof *e);
     if (!e) {
         atomic_fetch_sub(&s->streams, 1);
-        return send_error(conn, OB_ERR_NOMEM, "out of memory");
+        return send_error(ex, OB_ERR_NOMEM, "out of memory");
     }
     e->srv = s;
     ob_strlcpy(e->job_id, id, sizeof e->job_id);
@@ -472,17 +573,15 @@ static enum MHD_Result do_events(ob_rest_server *s, struct MHD_Connection *conn,
         return MHD_NO;
     }
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
-    stream_timeout(conn, s->limits.stream_timeout_s);
+    stream_timeout(ex, s->limits.stream_timeout_s);
     ob__rest_security_headers(r);
-    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
-    MHD_destroy_response(r);
-    return ret;
+    return send_stream(ex, 200, r);
 }
 
-static int authorized(const ob_rest_server *s, struct MHD_Connection *conn)
+static int authorized(const ob_rest_server *s, const exchange *ex)
 {
     if (!s->token) return 1;
-    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    const char *h = header(ex, "Authorization");
     return h && !strncmp(h, "Bearer ", 7) && ob_secret_equal(h + 7, s->token);
 }
 
@@ -525,88 +624,78 @@ static int client_cert_verified(struct MHD_Connection *conn)
  * bearer token, the declared body size, and the content type of a POST (JSON only: a browser
  * sends text/plain and form posts to any site without asking, JSON only after a CORS preflight
  * this server never grants). Returns 1 when the request may go on, 0 after queueing the
- * refusal (or when even that failed). */
-typedef enum { SCREEN_PASS, SCREEN_REFUSED, SCREEN_FAILED } screen_result;
+ * refusal in the exchange. */
 
-static screen_result screen(ob_rest_server *s, struct MHD_Connection *conn, const char *method,
-                            const char *url)
+static int screen(ob_rest_server *s, exchange *ex, const char *method, const char *url)
 {
-    enum MHD_Result r;
     char msg[200];
-    const char *host = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_HOST);
-    const char *len =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    const char *type =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_TYPE);
-    if (s->client_certs && !client_cert_verified(conn)) {
-        r = send_error(conn, OB_ERR_UNAUTHENTICATED,
-                       "a client certificate signed by onebitd's --tls-client-ca is required");
+    const char *host = header(ex, MHD_HTTP_HEADER_HOST);
+    const char *len = header(ex, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *type = header(ex, MHD_HTTP_HEADER_CONTENT_TYPE);
+    if (s->client_certs && !(ex->conn && client_cert_verified(ex->conn))) {
+        send_error(ex, OB_ERR_UNAUTHENTICATED,
+                   "a client certificate signed by onebitd's --tls-client-ca is required");
     } else if (s->loopback && !loopback_host(host)) {
         snprintf(msg, sizeof msg, "host '%.100s' is not served here", host ? host : "");
-        r = send_error_http(conn, 421, "PERMISSION_DENIED", msg);
-    } else if (strcmp(url, "/healthz") != 0 && !ob__ui_path(url) && !authorized(s, conn)) {
+        send_error_http(ex, 421, "PERMISSION_DENIED", msg);
+    } else if (strcmp(url, "/healthz") != 0 && !ob__ui_path(url) && !authorized(s, ex)) {
         /* /healthz says only "SERVING", for probes that carry no credentials; /ui/ serves only
          * the dashboard's embedded code, which asks for the token itself. */
-        r = send_error(conn, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token");
+        send_error(ex, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token");
     } else if (len && strtoull(len, NULL, 10) > OB_API_MAX_REQUEST) {
         snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
-        r = send_error(conn, OB_ERR_TOO_LARGE, msg);
+        send_error(ex, OB_ERR_TOO_LARGE, msg);
     } else if (!strcmp(method, "POST") &&
                (!type || strncasecmp(type, "application/json", 16) != 0 ||
                 (type[16] && type[16] != ';' && type[16] != ' '))) {
         snprintf(msg, sizeof msg, "Content-Type: expected application/json, got '%.80s'",
                  type ? type : "");
-        r = send_error_http(conn, 415, "INVALID_ARGUMENT", msg);
+        send_error_http(ex, 415, "INVALID_ARGUMENT", msg);
     } else {
-        return SCREEN_PASS;
+        return 1;
     }
-    return r == MHD_YES ? SCREEN_REFUSED : SCREEN_FAILED;
+    return 0;
 }
 
-static enum MHD_Result wrong_method(struct MHD_Connection *conn, const char *method,
-                                    const char *url)
+static enum MHD_Result wrong_method(exchange *ex, const char *method, const char *url)
 {
     char msg[300];
     snprintf(msg, sizeof msg, "method %.10s is not allowed on %.200s", method, url);
-    return send_error_http(conn, 405, "UNIMPLEMENTED", msg);
+    return send_error_http(ex, 405, "UNIMPLEMENTED", msg);
 }
 
 /* DELETE /v1/jobs/{id}?keepCheckpoints=true|false: {"id", "checkpointsDeleted"}. */
-static enum MHD_Result do_delete(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                                 request *rq)
+static enum MHD_Result do_delete(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)rq;
     ob_err err;
-    const char *keep = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "keepCheckpoints");
+    const char *keep = arg(ex, "keepCheckpoints");
     if (keep && strcmp(keep, "true") && strcmp(keep, "false"))
-        return send_error(conn, OB_ERR_INVALID_ARG, "keepCheckpoints: expected true or false");
+        return send_error(ex, OB_ERR_INVALID_ARG, "keepCheckpoints: expected true or false");
     int deleted = 0;
     ob_status rc = ob_service_delete(s->svc, id, keep && !strcmp(keep, "true"), &deleted, &err);
-    if (rc) return send_error(conn, rc, err.msg);
+    if (rc) return send_error(ex, rc, err.msg);
     json_t *o = json_object();
     json_object_set_new(o, "id", json_string(id));
     json_object_set_new(o, "checkpointsDeleted", json_integer(deleted));
-    return send_json(conn, 200, o);
+    return send_json(ex, 200, o);
 }
 
 /* GET /v1/jobs/{id}/logs?offset=N&maxBytes=M: {"data": base64, "nextOffset", "size"}. */
-static enum MHD_Result do_logs(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                               request *rq)
+static enum MHD_Result do_logs(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)rq;
     ob_err err;
     long long offset, max_bytes;
-    if (query_int(conn, "offset", 0, INT64_MAX, &offset, &err) ||
-        query_int(conn, "maxBytes", 0, OB_LOG_READ_MAX, &max_bytes, &err))
-        return send_error(conn, OB_ERR_INVALID_ARG, err.msg);
+    if (query_int(ex, "offset", 0, INT64_MAX, &offset, &err) ||
+        query_int(ex, "maxBytes", 0, OB_LOG_READ_MAX, &max_bytes, &err))
+        return send_error(ex, OB_ERR_INVALID_ARG, err.msg);
     char *data = NULL;
     size_t len = 0;
     int64_t size = 0;
     ob_status rc = ob_service_logs(s->svc, id, offset, (int)max_bytes, &data, &len, &size, &err);
-    if (rc) return send_error(conn, rc, err.msg);
+    if (rc) return send_error(ex, rc, err.msg);
     char *b64 = ob_base64_encode(data, len);
     free(data);
-    if (!b64) return send_error(conn, OB_ERR_NOMEM, "encoding logs");
+    if (!b64) return send_error(ex, OB_ERR_NOMEM, "encoding logs");
     json_t *o = json_object();
     char num[32];
     json_object_set_new(o, "data", json_string(b64));
@@ -615,7 +704,7 @@ static enum MHD_Result do_logs(ob_rest_server *s, struct MHD_Connection *conn, c
     snprintf(num, sizeof num, "%lld", (long long)size);
     json_object_set_new(o, "size", json_string(num));
     free(b64);
-    return send_json(conn, 200, o);
+    return send_json(ex, 200, o);
 }
 
 /* GET /v1/jobs/{id}/logs:stream?offset=|tailLines=&sinceUnixMs=&follow=true: the log itself as
@@ -669,40 +758,38 @@ static void log_stream_free(void *cls)
     free(ls);
 }
 
-static enum MHD_Result do_log_stream(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                                     request *rq)
+static enum MHD_Result do_log_stream(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)rq;
     ob_err err;
     long long offset, tail, since;
-    if (query_int(conn, "offset", 0, INT64_MAX, &offset, &err) ||
-        query_int(conn, "tailLines", 0, OB_LOG_TAIL_MAX, &tail, &err) ||
-        query_int(conn, "sinceUnixMs", 0, INT64_MAX, &since, &err))
-        return send_error(conn, OB_ERR_INVALID_ARG, err.msg);
-    const char *follow = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "follow");
+    if (query_int(ex, "offset", 0, INT64_MAX, &offset, &err) ||
+        query_int(ex, "tailLines", 0, OB_LOG_TAIL_MAX, &tail, &err) ||
+        query_int(ex, "sinceUnixMs", 0, INT64_MAX, &since, &err))
+        return send_error(ex, OB_ERR_INVALID_ARG, err.msg);
+    const char *follow = arg(ex, "follow");
     if (follow && strcmp(follow, "true") && strcmp(follow, "false"))
-        return send_error(conn, OB_ERR_INVALID_ARG, "follow: expected true or false");
+        return send_error(ex, OB_ERR_INVALID_ARG, "follow: expected true or false");
     if (offset > 0 && (tail || since))
-        return send_error(conn, OB_ERR_INVALID_ARG,
+        return send_error(ex, OB_ERR_INVALID_ARG,
                           "offset: give an offset, or tailLines and sinceUnixMs, not both");
     int64_t start = offset;
     ob_status rc =
         tail || since ? ob_service_log_start(s->svc, id, (int)tail, since, &start, &err) : OB_OK;
     ob_job j;
     if (rc == OB_OK && (rc = ob_service_get(s->svc, id, &j, &err)) == OB_OK) ob_job_clear(&j);
-    if (rc) return send_error(conn, rc, err.msg);
+    if (rc) return send_error(ex, rc, err.msg);
     if (atomic_fetch_add(&s->streams, 1) >= s->limits.max_streams) {
         atomic_fetch_sub(&s->streams, 1);
         char msg[128];
         snprintf(msg, sizeof msg,
                  "%d streams are open, the most this server keeps; try again later",
                  s->limits.max_streams);
-        return send_error_http(conn, 429, "RESOURCE_EXHAUSTED", msg);
+        return send_error_http(ex, 429, "RESOURCE_EXHAUSTED", msg);
     }
     log_stream *ls = calloc(1, sizeof *ls);
     if (!ls) {
         atomic_fetch_sub(&s->streams, 1);
-        return send_error(conn, OB_ERR_NOMEM, "out of memory");
+        return send_error(ex, OB_ERR_NOMEM, "out of memory");
     }
     ls->srv = s;
     ob_strlcpy(ls->job_id, id, sizeof ls->job_id);
@@ -719,86 +806,74 @@ static enum MHD_Result do_log_stream(ob_rest_server *s, struct MHD_Connection *c
     MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/plain; charset=utf-8");
     MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
     MHD_add_response_header(r, "X-Log-Offset", num);
-    stream_timeout(conn, 0);
-    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
-    MHD_destroy_response(r);
-    return ret;
+    stream_timeout(ex, 0);
+    return send_stream(ex, 200, r);
 }
 
 /* ---- the route table -------------------------------------------------------------------- */
 
-static enum MHD_Result do_version(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                                  request *rq)
+static enum MHD_Result do_version(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)s, (void)id, (void)rq;
-    return send_text(conn, 200, "application/json",
+    (void)s, (void)id;
+    return send_text(ex, 200, "application/json",
                      strdup("{\"version\":\"" ONEBIT_VERSION "\",\"api\":\"onebit.v1\"}\n"));
 }
 
-static enum MHD_Result do_healthz(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                                  request *rq)
+static enum MHD_Result do_healthz(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)id, (void)rq;
+    (void)id;
     /* 503 NOT_SERVING while the job store cannot be written; the reason stays in the daemon's
      * log (this answer is open to callers without credentials). */
     if (!ob_service_serving(s->svc, NULL, 0))
-        return send_text(conn, 503, "application/json", strdup("{\"status\":\"NOT_SERVING\"}\n"));
-    return send_text(conn, 200, "application/json", strdup("{\"status\":\"SERVING\"}\n"));
+        return send_text(ex, 503, "application/json", strdup("{\"status\":\"NOT_SERVING\"}\n"));
+    return send_text(ex, 200, "application/json", strdup("{\"status\":\"SERVING\"}\n"));
 }
 
-static enum MHD_Result do_metrics(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                                  request *rq)
+static enum MHD_Result do_metrics(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)id, (void)rq;
+    (void)id;
     char *text = NULL;
     ob_err err;
     ob_status rc = ob_service_metrics(s->svc, &text, &err);
-    if (rc) return send_error(conn, rc, err.msg);
-    return send_text(conn, 200, "text/plain; version=0.0.4", text);
+    if (rc) return send_error(ex, rc, err.msg);
+    return send_text(ex, 200, "text/plain; version=0.0.4", text);
 }
 
 /* GET /v1/openapi.json: this API described (docs/openapi.json, compiled in). */
-static enum MHD_Result do_openapi(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                                  request *rq)
+static enum MHD_Result do_openapi(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)s, (void)id, (void)rq;
-    struct MHD_Response *r = MHD_create_response_from_buffer(
-        ob_openapi_json_len, (void *)ob_openapi_json, MHD_RESPMEM_PERSISTENT);
-    if (!r) return MHD_NO;
-    MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "application/json");
-    enum MHD_Result ret = MHD_queue_response(conn, 200, r);
-    MHD_destroy_response(r);
-    return ret;
+    (void)s, (void)id;
+    ex->http = 200;
+    ex->type = "application/json";
+    ex->fixed = (const char *)ob_openapi_json;
+    ex->fixed_len = ob_openapi_json_len;
+    ex->bare = 1; /* as it has always been served */
+    return MHD_YES;
 }
 
-static enum MHD_Result do_get(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                              request *rq)
+static enum MHD_Result do_get(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)rq;
     ob_err err;
     ob_job j;
     ob_status rc = ob_service_get(s->svc, id, &j, &err);
-    if (rc) return send_error(conn, rc, err.msg);
-    enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
+    if (rc) return send_error(ex, rc, err.msg);
+    enum MHD_Result ret = send_json(ex, 200, ob_job_to_json(&j));
     ob_job_clear(&j);
     return ret;
 }
 
-static enum MHD_Result do_cancel(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                                 request *rq)
+static enum MHD_Result do_cancel(ob_rest_server *s, exchange *ex, const char *id)
 {
-    (void)rq;
     ob_err err;
     ob_job j;
     ob_status rc = ob_service_cancel(s->svc, id, &j, &err);
-    if (rc) return send_error(conn, rc, err.msg);
-    enum MHD_Result ret = send_json(conn, 200, ob_job_to_json(&j));
+    if (rc) return send_error(ex, rc, err.msg);
+    enum MHD_Result ret = send_json(ex, 200, ob_job_to_json(&j));
     ob_job_clear(&j);
     return ret;
 }
 
-typedef enum MHD_Result (*route_fn)(ob_rest_server *s, struct MHD_Connection *conn, const char *id,
-                                    request *rq);
+typedef enum MHD_Result (*route_fn)(ob_rest_server *s, exchange *ex, const char *id);
 
 /* Every route the server has: method, path ("{id}" stands for a job id, which ends at the next
  * '/' or ':'), handler. docs/openapi.json describes each of them; tests/test_openapi.py reads
@@ -843,15 +918,13 @@ static int path_matches(const char *pattern, const char *url, char *id, size_t c
     return 1;
 }
 
-static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, const char *url,
-                             const char *method, request *rq)
+static enum MHD_Result route(ob_rest_server *s, exchange *ex, const char *url, const char *method)
 {
     char msg[OB_ERR_MSG_LEN];
-    if (rq->too_large) {
+    if (ex->rq->too_large) {
         snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
-        return send_error(conn, OB_ERR_TOO_LARGE, msg);
+        return send_error(ex, OB_ERR_TOO_LARGE, msg);
     }
-    if (ob__ui_path(url)) return ob__ui_serve(conn, method, url);
     int path_known = 0;
     for (size_t i = 0; i < sizeof routes / sizeof *routes; i++) {
         char id[OB_JOB_ID_LEN] = "";
@@ -862,14 +935,32 @@ static enum MHD_Result route(ob_rest_server *s, struct MHD_Connection *conn, con
             size_t idlen = strcspn(rest, "/:");
             snprintf(msg, sizeof msg, "no job with id '%.*s'", (int)(idlen > 64 ? 64 : idlen),
                      rest);
-            return send_error(conn, OB_ERR_NOT_FOUND, msg);
+            return send_error(ex, OB_ERR_NOT_FOUND, msg);
         }
         path_known = 1;
-        if (!strcmp(routes[i].method, method)) return routes[i].fn(s, conn, id, rq);
+        if (!strcmp(routes[i].method, method)) return routes[i].fn(s, ex, id);
     }
-    if (path_known) return wrong_method(conn, method, url);
+    if (path_known) return wrong_method(ex, method, url);
     snprintf(msg, sizeof msg, "no such resource: %.10s %.300s", method, url);
-    return send_error(conn, OB_ERR_NOT_FOUND, msg);
+    return send_error(ex, OB_ERR_NOT_FOUND, msg);
+}
+
+/* Frees what the exchange's answer still owns. */
+static void exchange_clear(exchange *ex)
+{
+    free(ex->text);
+    ex->text = NULL;
+    if (ex->stream) MHD_destroy_response(ex->stream);
+    ex->stream = NULL;
+}
+
+/* Sends what a route or the screening answered; closes the connection when that failed. */
+static enum MHD_Result answer(exchange *ex, enum MHD_Result routed)
+{
+    if (routed == MHD_NO) ex->drop = 1;
+    enum MHD_Result ret = queue_answer(ex);
+    exchange_clear(ex);
+    return ret;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -879,15 +970,17 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     (void)version;
     ob_rest_server *s = cls;
     request *rq = *con_cls;
+    exchange ex = {.conn = conn, .rq = rq};
     if (!rq) {
         rq = calloc(1, sizeof *rq);
         if (!rq) return MHD_NO;
         *con_cls = rq;
+        ex.rq = rq;
         /* Everything that can refuse a request is decided here, from the headers, before a
          * byte of the body is read or buffered. */
-        screen_result sr = screen(s, conn, method, url);
-        rq->answered = sr == SCREEN_REFUSED;
-        return sr == SCREEN_FAILED ? MHD_NO : MHD_YES;
+        if (screen(s, &ex, method, url)) return MHD_YES;
+        rq->answered = 1;
+        return answer(&ex, MHD_YES);
     }
     if (rq->answered) {
         *upload_size = 0; /* refused already: the body is dropped as it arrives */
@@ -913,7 +1006,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         rq->body[rq->len] = '\0';
         return MHD_YES;
     }
-    return route(s, conn, url, method, rq);
+    if (!rq->too_large && ob__ui_path(url)) return ob__ui_serve(conn, method, url);
+    return answer(&ex, route(s, &ex, url, method));
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
@@ -928,6 +1022,134 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         free(rq);
         *con_cls = NULL;
     }
+}
+
+ob_status ob__rest_server_create(ob_rest_server **out, ob_service *svc, const char *token,
+                                 int loopback, int max_streams, ob_err *err)
+{
+    *out = NULL;
+    ob_rest_server *s = calloc(1, sizeof *s);
+    if (!s || (token && token[0] && !(s->token = strdup(token)))) {
+        free(s);
+        return OB_ERR(err, OB_ERR_NOMEM, "allocating the REST server");
+    }
+    s->svc = svc;
+    s->loopback = loopback;
+    s->limits.max_streams = max_streams > 0 ? max_streams : OB_SERVERS_MAX_STREAMS;
+    s->limits.max_connections = OB_REST_MAX_CONNECTIONS;
+    s->limits.max_client_connections = OB_REST_MAX_CLIENT_CONNECTIONS;
+    s->limits.request_timeout_s = OB_REST_REQUEST_TIMEOUT_S;
+    s->limits.stream_timeout_s = OB_REST_STREAM_TIMEOUT_S;
+    *out = s;
+    return OB_OK;
+}
+
+/* libmicrohttpd's '+' to ' ' in query arguments, before the unescaping. */
+static void unescape_plus(char *t)
+{
+    for (; *t; t++)
+        if (*t == '+') *t = ' ';
+}
+
+/* Cuts query (a copy, modified in place) into its key, value pairs, as libmicrohttpd does:
+ * '&' between arguments, the first '=' between key and value (none: the value is NULL), each
+ * unescaped. pairs has room for 2 * (the number of '&' + 1). Returns the number of pairs. */
+static size_t parse_query(char *query, const char **pairs)
+{
+    size_t n = 0;
+    for (char *p = query; p;) {
+        char *amp = strchr(p, '&');
+        if (amp) *amp = '\0';
+        if (*p) {
+            char *eq = strchr(p, '=');
+            if (eq) {
+                *eq = '\0';
+                unescape_plus(eq + 1);
+                ob__rest_unescape(NULL, NULL, eq + 1);
+            }
+            unescape_plus(p);
+            ob__rest_unescape(NULL, NULL, p);
+            pairs[2 * n] = p;
+            pairs[2 * n + 1] = eq ? eq + 1 : NULL;
+            n++;
+        }
+        p = amp ? amp + 1 : NULL;
+    }
+    return n;
+}
+
+void ob__rest_answer_clear(ob__rest_answer *a)
+{
+    free(a->body);
+    memset(a, 0, sizeof *a);
+}
+
+ob_status ob__rest_handle(ob_rest_server *s, const ob__rest_request *req, ob__rest_answer *out,
+                          ob_err *err)
+{
+    memset(out, 0, sizeof *out);
+    size_t tlen = strlen(req->target), n_amp = 0;
+    for (const char *c = req->target; *c; c++)
+        n_amp += *c == '&';
+    char *url = malloc(tlen + 1);
+    const char **pairs = malloc(2 * (n_amp + 1) * sizeof *pairs);
+    request rq = {.len = req->len};
+    if (req->len <= OB_API_MAX_REQUEST) {
+        rq.body = req->len ? malloc(req->len + 1) : NULL;
+        if (rq.body) {
+            memcpy(rq.body, req->body, req->len);
+            rq.body[req->len] = '\0';
+        }
+    } else {
+        rq.too_large = 1;
+        rq.len = 0;
+    }
+    if (!url || !pairs || (rq.len && !rq.body)) {
+        free(url);
+        free(pairs);
+        free(rq.body);
+        return OB_ERR(err, OB_ERR_NOMEM, "copying a REST request");
+    }
+    memcpy(url, req->target, tlen + 1);
+    char *q = strchr(url, '?');
+    if (q) *q++ = '\0';
+    ob__rest_unescape(NULL, NULL, url);
+    exchange ex = {.rq = &rq,
+                   .args = pairs,
+                   .n_args = q ? parse_query(q, pairs) : 0,
+                   .headers = req->headers,
+                   .n_headers = req->n_headers};
+    ob_status rc = OB_OK;
+    if (screen(s, &ex, req->method, url)) {
+        if (!rq.too_large && ob__ui_path(url)) goto done; /* http 0: the dashboard's */
+        if (route(s, &ex, url, req->method) == MHD_NO) ex.drop = 1;
+    }
+    if (ex.drop) {
+        rc = OB_ERR(err, OB_ERR_NOMEM, "REST %s %.200s: no answer (out of memory)", req->method,
+                    url);
+        goto done;
+    }
+    const char *text = ex.text ? ex.text : ex.fixed;
+    size_t len = ex.text ? strlen(ex.text) : ex.fixed_len;
+    out->http = ex.http;
+    out->type = ex.type;
+    out->stream = ex.stream != NULL;
+    if (!out->stream) {
+        out->body = malloc(len + 1);
+        if (!out->body) {
+            rc = OB_ERR(err, OB_ERR_NOMEM, "copying a REST answer");
+            goto done;
+        }
+        memcpy(out->body, text ? text : "", len);
+        out->body[len] = '\0';
+        out->len = len;
+    }
+done:
+    exchange_clear(&ex);
+    free(rq.body);
+    free(pairs);
+    free(url);
+    return rc;
 }
 
 ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char *addr,
@@ -968,13 +1190,12 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
     int g = getaddrinfo(h, colon + 1, &hints, &ai);
     if (g != 0)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "REST address '%s': %s", addr, gai_strerror(g));
-    ob_rest_server *s = calloc(1, sizeof *s);
-    if (!s || (token && token[0] && !(s->token = strdup(token)))) {
+    ob_rest_server *s;
+    ob_status rc = ob__rest_server_create(&s, svc, token, 0, lim.max_streams, err);
+    if (rc) {
         freeaddrinfo(ai);
-        if (s) free(s);
-        return OB_ERR(err, OB_ERR_NOMEM, "allocating the REST server");
+        return rc;
     }
-    s->svc = svc;
     s->limits = lim;
     if (ai->ai_family == AF_INET)
         s->loopback =
@@ -1031,7 +1252,7 @@ void ob_rest_server_stop(ob_rest_server *s)
 {
     if (!s) return;
     s->stopping = 1;
-    MHD_stop_daemon(s->daemon);
+    if (s->daemon) MHD_stop_daemon(s->daemon);
     free(s->token);
     free(s);
 }
