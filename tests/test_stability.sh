@@ -90,6 +90,19 @@ check "loss_rise 0: only the non-finite loss rolls back, at the step the paper's
   '[ $rc -eq 0 ] && echo "$notes" | grep -Eq "^the loss is not finite on [1-4] ranks? at step $nan_step: rolled back to .*/step-00000150 \(rollback 1 of at most 2\); v is re-estimated by Adam until step 200, then frozen again$" && [ "$freezes" = "$freeze 200 " ]' \
   "rc=$rc nan=$nan_step freezes=$freezes $notes $(tail -3 "$TMP/gn.err")"
 
+# A checkpoint older than the freeze (every 100 steps: the rise at step 152 goes back to step
+# 100, before the freeze at step 147): the same path would freeze at 147 and diverge again, so
+# the freeze moves to the bad step + 50.
+sed -e 's/^checkpoint: {interval: 50, keep: 2, loss_rise: 0}$/checkpoint: {interval: 100, keep: 2}/' \
+  -e 's/^steps: 200$/steps: 205/' "$TMP/guard.yaml" > "$TMP/delay.yaml"
+"$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/delay.yaml" --checkpoint-dir "$TMP/ckd" > "$TMP/gd.out" 2> "$TMP/gd.err"
+rc=$?
+notes=$(jq -r 'select(.event == "rewarm") | .message' "$TMP/gd.out" 2>/dev/null)
+freezes=$(jq -r 'select(.event == "freeze") | .step' "$TMP/gd.out" 2>/dev/null | tr '\n' ' ')
+check "a rollback to before the freeze: the freeze moves to the bad step + Delta / 2" \
+  '[ $rc -eq 0 ] && echo "$notes" | grep -Eq "^the training loss rose to .* at step $rise_step: rolled back to .*/step-00000100 \(rollback 1 of at most 2\), still in the warmup; v is frozen again at step $((rise_step + 50))$" && [ "$freezes" = "$freeze $((rise_step + 50)) " ]' \
+  "rc=$rc freezes=$freezes $notes $(tail -3 "$TMP/gd.err")"
+
 sed -i 's/^checkpoint: {interval: 50, keep: 2, loss_rise: 0}$/checkpoint: {interval: 50, keep: 2, rollbacks: 0}/' "$TMP/guard.yaml"
 "$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/guard.yaml" --checkpoint-dir "$TMP/ck0" > "$TMP/g0.out" 2> "$TMP/g0.err"
 rc=$?

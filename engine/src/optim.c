@@ -479,9 +479,13 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
 {
     const ob_optim_config *c = &o->cfg;
     if (c->kind != OB_OPTIM_ONEBIT_ADAM || c->mode == OB_ONEBIT_NAIVE) return OB_OK;
-    long not_before = o->warm == OB_WARM_DELAYED ? o->refit_end : 0;
-    if (c->freeze_step > 0)
-        return t >= c->freeze_step && t >= not_before ? freeze(o, t, err) : OB_OK;
+    /* After a rollback into the warmup the freeze comes at the end of the delay, whatever the
+     * rule says: the rule had passed on the path that diverged. */
+    int delayed = o->warm == OB_WARM_DELAYED;
+    if (c->freeze_step > 0) {
+        long at = delayed ? o->refit_end : c->freeze_step;
+        return t >= at ? freeze(o, t, err) : OB_OK;
+    }
     double norm = 0.0;
     ob_status st = k_l1(o, o->v, &norm, err);
     if (st != OB_OK) return st;
@@ -493,11 +497,11 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
     o->norms[slot] = norm;
     o->last_norm = norm;
     o->last_ratio = old > 0.0 ? norm / old : NAN;
+    if (delayed) return t >= o->refit_end ? freeze(o, t, err) : OB_OK;
 
     long earliest = c->lr_warmup_steps;
     if (lag > earliest) earliest = lag;
     if (c->freeze_min_steps > earliest) earliest = c->freeze_min_steps;
-    if (not_before > earliest) earliest = not_before;
     double lo = c->freeze_threshold, hi = 1.0 / c->freeze_threshold;
     if (t >= earliest && t > lag && o->last_ratio >= lo && o->last_ratio <= hi)
         return freeze(o, t, err);

@@ -723,7 +723,7 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, l
     else if (os.warm_start == OB_WARM_DELAYED)
         snprintf(msg, sizeof msg,
                  "%s at step %ld: rolled back to %s (rollback %d of at most %d), still in the "
-                 "warmup; the freeze waits until step %ld",
+                 "warmup; v is frozen again at step %ld",
                  why, bad_step, c.path, t->rollbacks, t->spec.checkpoint_rollbacks, os.refit_end);
     else
         snprintf(msg, sizeof msg,

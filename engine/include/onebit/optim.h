@@ -210,8 +210,8 @@ typedef enum ob_warm_state {
     OB_WARM_REFIT = 2,   /* re-estimated by Adam from v_Tw until refit_end, then frozen */
     OB_WARM_REFUSED = 3, /* did not fit the first gradients: discarded, a warmup from scratch */
     OB_WARM_REWARM = 4,  /* after a rollback (ob_optim_rewarm): re-estimating until refit_end */
-    OB_WARM_DELAYED = 5, /* after a rollback into the warmup (ob_optim_rewarm): the freeze waits
-                          * until refit_end, then its rule applies as before */
+    OB_WARM_DELAYED = 5, /* after a rollback into the warmup (ob_optim_rewarm): the freeze comes
+                          * at the end of step refit_end, whatever the rule */
 } ob_warm_state;
 
 /* The warm-start check: the borrowed v is refused when at the first step more than this
@@ -335,8 +335,9 @@ ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, long refit_s
  * optimizer goes back to Adam steps (fp32 exchange) that carry v on from its v_Tw for `steps`
  * steps, then freezes again (OB_WARM_REWARM, refit_end = step + steps), with both
  * error-feedback buffers zeroed. An optimizer still in the warmup (the checkpoint predates the
- * freeze) would take the same path to the same divergence, so its freeze waits until step
- * bad_step + steps (OB_WARM_DELAYED, refit_end), then its rule (auto or fixed) applies. Only
+ * freeze) would take the same path to the same divergence, so its freeze is moved to the end
+ * of step bad_step + steps (OB_WARM_DELAYED, refit_end), for the auto rule as for a fixed
+ * freeze step. Only
  * onebit_adam in the compressed or uncompressed modes; steps > 0. */
 ob_status ob_optim_rewarm(ob_optim *opt, long steps, long bad_step, ob_err *err);
 
