@@ -6,10 +6,16 @@ It speaks the wire protocol of the endpoints the launcher uses, over HTTPS with 
   /apis/kubeflow.org/v2beta1/namespaces/NS/mpijobs/NAME   GET, DELETE
   /api/v1/namespaces/NS/pods                              GET (list, ?watch=1)
   /api/v1/namespaces/NS/pods/NAME                         DELETE
-  /api/v1/namespaces/NS/pods/NAME/log                     GET (?follow, timestamps, sinceTime)
+  /api/v1/namespaces/NS/pods/NAME/log                     GET (?container, follow, timestamps,
+                                                          sinceTime)
+  /api/v1/namespaces/NS/secrets                           POST (a list is 403: the Role has no
+                                                          "list" on Secrets)
+  /api/v1/namespaces/NS/secrets/NAME                      GET, DELETE
 with JSON bodies shaped like the real kubeflow.org/v2beta1 MPIJob and core/v1 Pod, list
-resourceVersions, watch streams as chunked newline-delimited events, 401/404/409 Status answers
-and "410 Gone" ERROR events for a resourceVersion older than the compacted history.
+resourceVersions, watch streams as chunked newline-delimited events, 401/404/409/422 Status
+answers and "410 Gone" ERROR events for a resourceVersion older than the compacted history.
+Secrets are core/v1 objects with base64 data (stringData is folded into data as the real server
+does); the garbage collector is not modelled (ownerReferences are kept, not acted on).
 
 It stands in for the MPI Operator too: a created MPIJob gets a launcher pod and its worker pods,
 which the test moves through states over a plain-HTTP control port on 127.0.0.1:
@@ -17,7 +23,11 @@ which the test moves through states over a plain-HTTP control port on 127.0.0.1:
                                        (slow_delete: as run, but graceful deletes never end)
   POST /ctl/succeed {"name"}           launcher exits 0, MPIJob Succeeded
   POST /ctl/fail_worker {"name", "index", "exit_code", "reason"}  worker dies, MPIJob Failed
-  POST /ctl/log {"name", "text"}       a line of the launcher pod's log
+  POST /ctl/log {"name", "text", ["index"]}  a line of the launcher pod's log, or with index of
+                                       worker pod <name>-worker-<index>'s
+  POST /ctl/silence {"on"}             open and new watches send nothing and never end (a stream
+                                       that died without the connection saying so)
+  POST /ctl/precreate_secret {"name", "job", "attempt", "token"}  a Secret made by someone else
   POST /ctl/down, /ctl/up              the API server goes away (streams cut) and comes back
   POST /ctl/compact                    history compacted: old resourceVersions get 410
   POST /ctl/garbage                    hostile lines on every open watch stream
@@ -26,6 +36,7 @@ which the test moves through states over a plain-HTTP control port on 127.0.0.1:
 usage: k8s_standin.py --cert C --key K --token T --port-file F --ctl-port-file G [--grace S]
 """
 import argparse
+import base64
 import copy
 import datetime
 import json
@@ -42,6 +53,8 @@ STATE = {
     "compacted": 0,
     "mpijobs": {},  # name -> object
     "pods": {},  # name -> object
+    "secrets": {},  # name -> object
+    "silent": False,
     "events": [],  # (rv, kind, type, object)
     "logs": {},  # pod -> [(ts, text)]
     "mode": "run",
@@ -247,8 +260,9 @@ class Api(BaseHTTPRequestHandler):
                 and len(parts) >= 6 and parts[5] == "mpijobs":
             return "mpijobs", parts[4], parts[6] if len(parts) > 6 else None, \
                 parts[7] if len(parts) > 7 else None, q
-        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 5 and parts[4] == "pods":
-            return "pods", parts[3], parts[5] if len(parts) > 5 else None, \
+        if parts[:3] == ["api", "v1", "namespaces"] and len(parts) >= 5 and \
+                parts[4] in ("pods", "secrets"):
+            return parts[4], parts[3], parts[5] if len(parts) > 5 else None, \
                 parts[6] if len(parts) > 6 else None, q
         return None, None, None, None, q
 
@@ -273,6 +287,10 @@ class Api(BaseHTTPRequestHandler):
             if not obj:
                 return self.send_json(404, status_obj(404, "NotFound", '%s "%s" not found' % (kind, name)))
             return self.send_json(200, obj)
+        if kind == "secrets":
+            return self.send_json(403, status_obj(
+                403, "Forbidden", 'secrets is forbidden: User "system:serviceaccount:onebit:onebitd" '
+                                  'cannot list resource "secrets" in API group ""'))
         if q.get("watch") in ("1", "true"):
             self.count("WATCH %s" % kind)
             return self.watch(kind, q)
@@ -308,9 +326,20 @@ class Api(BaseHTTPRequestHandler):
                 self.chunk(b"")
                 return
             garbage_seen = STATE["garbage"]
-            while time.time() < deadline:
+            silenced = False
+            while True:
                 with LOCK:
-                    if STATE["epoch"] != epoch:
+                    # A stream of a server that went away (ctl down) ends, even one that began
+                    # as it went.
+                    if STATE["epoch"] != epoch or Servers.api is not self.server:
+                        break
+                    if STATE["silent"]:  # says nothing, and does not end at timeoutSeconds
+                        if not silenced:
+                            STATE["silent_watches"] = STATE.get("silent_watches", 0) + 1
+                            silenced = True
+                        LOCK.wait(0.5)
+                        continue
+                    if time.time() >= deadline:
                         break
                     out = [(rv, t, o) for rv, k, t, o in STATE["events"] if k == kind and rv > since
                            and selector_match(sel, o["metadata"].get("labels", {}))]
@@ -340,7 +369,11 @@ class Api(BaseHTTPRequestHandler):
         with LOCK:
             if pod not in STATE["pods"]:
                 return self.send_json(404, status_obj(404, "NotFound", 'pods "%s" not found' % pod))
+            names = [c["name"] for c in STATE["pods"][pod]["spec"]["containers"]]
             epoch = STATE["epoch"]
+        if q.get("container") and q["container"] not in names:
+            return self.send_json(400, status_obj(
+                400, "BadRequest", "container %s is not valid for pod %s" % (q["container"], pod)))
         self.send_response(200)
         self.send_header("Content-Type", "text/plain")
         self.send_header("Transfer-Encoding", "chunked")
@@ -352,7 +385,7 @@ class Api(BaseHTTPRequestHandler):
                     lines = STATE["logs"].get(pod, [])[sent:]
                     p = STATE["pods"].get(pod)
                     over = (not p or p["status"]["phase"] in ("Succeeded", "Failed")
-                            or STATE["epoch"] != epoch)
+                            or STATE["epoch"] != epoch or Servers.api is not self.server)
                 for ts, text in lines:
                     sent += 1
                     if since and ts[:19] + "Z" < since:
@@ -373,6 +406,8 @@ class Api(BaseHTTPRequestHandler):
         kind, ns, name, sub, q = self.route()
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n)
+        if kind == "secrets" and not name:
+            return self.create_secret(ns, body)
         if kind != "mpijobs" or name:
             return self.send_json(405, status_obj(405, "MethodNotAllowed", "not here"))
         self.count("POST mpijobs")
@@ -397,6 +432,34 @@ class Api(BaseHTTPRequestHandler):
             operate_created(job)
         self.send_json(201, out)
 
+    def create_secret(self, ns, body):
+        self.count("POST secrets")
+        try:
+            sec = json.loads(body)
+            sname = sec["metadata"]["name"]
+            assert sec["apiVersion"] == "v1" and sec["kind"] == "Secret"
+            assert isinstance(sname, str) and 0 < len(sname) <= 253
+            for k, v in sec.get("stringData", {}).items():
+                sec.setdefault("data", {})[k] = base64.b64encode(v.encode()).decode()
+            sec.pop("stringData", None)
+            for v in sec.get("data", {}).values():
+                base64.b64decode(v, validate=True)
+            for o in sec["metadata"].get("ownerReferences", []):
+                assert o["apiVersion"] and o["kind"] and o["name"] and o["uid"]
+        except Exception as e:  # noqa: BLE001 - the answer says what was wrong
+            return self.send_json(422, status_obj(422, "Invalid", "Secret is invalid: %r" % e))
+        with LOCK:
+            if sname in STATE["secrets"]:
+                return self.send_json(409, status_obj(409, "AlreadyExists",
+                                                      'secrets "%s" already exists' % sname))
+            sec["metadata"].update(namespace=ns, uid="uid-secret-" + sname,
+                                   creationTimestamp=now_rfc3339())
+            STATE["rv"] += 1
+            sec["metadata"]["resourceVersion"] = str(STATE["rv"])
+            STATE["secrets"][sname] = sec
+            out = copy.deepcopy(sec)
+        self.send_json(201, out)
+
     def do_DELETE(self):
         if not self.authorized():
             return
@@ -408,6 +471,11 @@ class Api(BaseHTTPRequestHandler):
             if not obj:
                 return self.send_json(404, status_obj(404, "NotFound", '%s "%s" not found' % (kind, name)))
             grace = q.get("gracePeriodSeconds")
+            if kind == "secrets":
+                del STATE["secrets"][name]
+                return self.send_json(200, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                            "status": "Success", "details": {"name": name,
+                                                                             "kind": "secrets"}})
             if kind == "pods":
                 del STATE["pods"][name]
                 bump("pods", "DELETED", obj)
@@ -431,12 +499,32 @@ class Servers:
     thread = None
 
 
+class TlsServer(ThreadingHTTPServer):
+    """TLS whose handshake runs in the connection's own thread, under a time limit: a client
+    that connects and says nothing cannot hold up accept() for the others."""
+    daemon_threads = True
+    ctx = None
+
+    def finish_request(self, request, client_address):
+        try:
+            request.settimeout(5)
+            tls = self.ctx.wrap_socket(request, server_side=True)
+            tls.settimeout(None)
+        except (ssl.SSLError, OSError):
+            return
+        try:
+            super().finish_request(tls, client_address)
+        finally:
+            try:
+                tls.close()
+            except OSError:
+                pass
+
+
 def start_api(port):
-    srv = ThreadingHTTPServer(("127.0.0.1", port), Api)
-    srv.daemon_threads = True
-    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    ctx.load_cert_chain(ARGS.cert, ARGS.key)
-    srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+    srv = TlsServer(("127.0.0.1", port), Api)
+    srv.ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    srv.ctx.load_cert_chain(ARGS.cert, ARGS.key)
     Servers.api = srv
     Servers.thread = threading.Thread(target=srv.serve_forever, daemon=True)
     Servers.thread.start()
@@ -461,7 +549,8 @@ class Ctl(BaseHTTPRequestHandler):
         with LOCK:
             st = {"mpijobs": STATE["mpijobs"], "pods": STATE["pods"], "requests": STATE["requests"],
                   "deletes": STATE["deletes"], "gone_sent": STATE["gone_sent"], "rv": STATE["rv"],
-                  "created": STATE["created"]}
+                  "created": STATE["created"], "secrets": STATE["secrets"],
+                  "silent_watches": STATE.get("silent_watches", 0)}
             body = json.loads(json.dumps(st))
         self.reply(200, body)
 
@@ -515,10 +604,30 @@ class Ctl(BaseHTTPRequestHandler):
                 STATE["garbage"] += 1
                 LOCK.notify_all()
             elif cmd == "log":
-                pod = [p for p in pods_of(arg["name"])
-                       if p["metadata"]["labels"]["training.kubeflow.org/job-role"] == "launcher"][0]
-                STATE["logs"].setdefault(pod["metadata"]["name"], []).append((ts_nano(), arg["text"]))
+                if "index" in arg:
+                    pname = "%s-worker-%d" % (arg["name"], arg["index"])
+                    if pname not in STATE["pods"]:
+                        raise KeyError(pname)
+                else:
+                    pname = [p for p in pods_of(arg["name"]) if p["metadata"]["labels"][
+                        "training.kubeflow.org/job-role"] == "launcher"][0]["metadata"]["name"]
+                for text in arg["text"] if isinstance(arg["text"], list) else [arg["text"]]:
+                    STATE["logs"].setdefault(pname, []).append((ts_nano(), text))
                 LOCK.notify_all()
+            elif cmd == "silence":
+                STATE["silent"] = bool(arg["on"])
+                LOCK.notify_all()
+            elif cmd == "precreate_secret":
+                sec = {"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                       "metadata": {"name": arg["name"], "namespace": "training",
+                                    "uid": "uid-secret-" + arg["name"],
+                                    "labels": {"app.kubernetes.io/managed-by": "onebitd",
+                                               "onebit.dev/job-id": arg["job"],
+                                               "onebit.dev/attempt": str(arg["attempt"])}},
+                       "data": {"token": base64.b64encode(arg["token"].encode()).decode()}}
+                STATE["rv"] += 1
+                sec["metadata"]["resourceVersion"] = str(STATE["rv"])
+                STATE["secrets"][arg["name"]] = sec
             elif cmd == "succeed":
                 job = STATE["mpijobs"][arg["name"]]
                 for p in pods_of(arg["name"]):

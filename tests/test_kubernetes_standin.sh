@@ -5,6 +5,12 @@
 # test: the stand-in plays the MPI Operator and the test moves MPIJobs and pods through states.
 #   - the MPIJob onebitd creates (labels, backoffLimit 0, WaitForWorkersReady, slots, volumes,
 #     the mpirun command line), a launcher log line copied to worker.log, success;
+#   - the report credential in a Secret of its own (owned by the MPIJob, labelled, read through a
+#     secretKeyRef; the MPIJob carries no token), deleted when the attempt ends; a Secret of that
+#     name left by an earlier start is replaced, one of another job's ends the attempt (409);
+#   - each worker pod's log copied too, "[worker I] " before its lines, up to its size limit;
+#   - a watch that falls silent: dropped after --k8s-watch-idle, relisted, a change seen;
+#   - deleting a job removes its spec copies and queues the deletion of its MPIJobs and Secrets;
 #   - a worker that dies (exit 137): the attempt's reason names the pod, a second MPIJob resumes;
 #   - an OOMKilled worker: FAILED without a retry, the reason says OOMKilled;
 #   - unschedulable pods: a notice, then the attempt ends after --k8s-pending-timeout;
@@ -72,7 +78,8 @@ start_k8s_daemon() {
     --k8s-checkpoint-claim onebit-checkpoints --k8s-pending-timeout 2 --k8s-cpu 2 --k8s-memory 3Gi \
     --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --report-addr onebitd.training.svc:50051 \
     --state-dir "$TMP/var" --ready-file "$TMP/ready" --insecure-no-auth --slots 8 \
-    --backoff 0.2 --cancel-grace 20 "$@" >> "$TMP/onebitd.log" 2>&1 &
+    --backoff 0.2 --cancel-grace 20 --k8s-watch-idle 3 --k8s-worker-log-max 4096 \
+    "$@" >> "$TMP/onebitd.log" 2>&1 &
   PID=$!
   for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
   GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")
@@ -85,6 +92,7 @@ wait_for() { # SECONDS COMMAND...: until COMMAND succeeds
 }
 jstate() { get "$1" | jq -r .state; }
 mpijob() { state | jq -c --arg n "$1" '.mpijobs[$n]'; }
+secret() { state | jq -c --arg n "$1" '.secrets[$n]'; }
 events() { curl -s -N --max-time 3 "http://$REST/v1/jobs/$1/events" | grep -o '"message":"[^"]*"'; }
 submit() { rpc submit "$TMP/job.yaml" "$1" "${2:-2}" 2>/dev/null | jq -r .id; }
 
@@ -105,18 +113,36 @@ W=$(echo "$m" | jq -c '.spec.mpiReplicaSpecs.Worker.template.spec.containers[0]'
 spec_copy=$(echo "$L" | jq -r '.args | index("--spec") as $i | .[$i+1]')
 check "the launcher runs mpirun -np 2 onebit-worker with the job's arguments, no shell" '[ "$(echo "$L" | jq -r ".command[0]")" = mpirun ] && echo "$L" | jq -e ".args[0:2] == [\"-np\",\"2\"] and (.args | index(\"onebit-worker\")) and (.args | index(\"--report\")) and (.args | index(\"--resume\") | not)" > /dev/null' "$L"
 check "the spec is shared on the checkpoint volume, identical to the job's" 'cmp -s "$spec_copy" "$TMP/var/jobs/$a/spec.json" && [[ "$spec_copy" == "$TMP/var/checkpoints/"* ]]' "$spec_copy"
-check "the attempt's report credential is given to the launcher, not the admin token" '[ "$(echo "$L" | jq -r ".env[] | select(.name==\"ONEBIT_REPORT_TOKEN\") | .value" | wc -c)" = 65 ]' "$(echo "$L" | jq -c .env)"
+check "the launcher reads the report credential from the attempt's Secret (secretKeyRef), no value" '[ "$(echo "$L" | jq -c ".env[] | select(.name==\"ONEBIT_REPORT_TOKEN\")")" = "{\"name\":\"ONEBIT_REPORT_TOKEN\",\"valueFrom\":{\"secretKeyRef\":{\"name\":\"$n1-report\",\"key\":\"token\"}}}" ]' "$(echo "$L" | jq -c .env)"
+wait_for 10 '[ "$(state | jq -c --arg n "$n1-report" ".secrets[\$n]")" != null ]'
+sec=$(state | jq -c --arg n "$n1-report" '.secrets[$n]')
+rtok=$(echo "$sec" | jq -r .data.token | base64 -d 2>/dev/null)
+check "the Secret $n1-report holds the attempt's credential (64 hex digits), not the admin token" '[[ "$rtok" =~ ^[0-9a-f]{64}$ ]] && [ "$rtok" != "$TOKEN" ] && [ "$(echo "$sec" | jq -r .type)" = Opaque ]' "$sec"
+check "the Secret is labelled for the job and the attempt and owned by the MPIJob (its uid)" '[ "$(echo "$sec" | jq -r ".metadata.labels[\"onebit.dev/job-id\"]")" = "$a" ] && [ "$(echo "$sec" | jq -r ".metadata.labels[\"onebit.dev/attempt\"]")" = 1 ] && [ "$(echo "$sec" | jq -r ".metadata.labels[\"app.kubernetes.io/managed-by\"]")" = onebitd ] && [ "$(echo "$sec" | jq -c ".metadata.ownerReferences | map([.apiVersion, .kind, .name, .uid])")" = "[[\"kubeflow.org/v2beta1\",\"MPIJob\",\"$n1\",\"$(mpijob "$n1" | jq -r .metadata.uid)\"]]" ]' "$sec"
+check "the MPIJob as stored holds no credential" '[ -n "$rtok" ] && ! mpijob "$n1" | grep -q "$rtok" && ! mpijob "$n1" | grep -q "$(echo "$sec" | jq -r .data.token)"'
+check "mpirun tags every rank's line (--tag-output)" 'echo "$L" | jq -e ".args | index(\"--tag-output\")" > /dev/null' "$L"
 check "workers: the image, the requests, the checkpoint claim at the checkpoint dir, no GPU" '[ "$(echo "$W" | jq -r .image)" = registry.example/onebit/worker:1.0 ] && [ "$(echo "$W" | jq -c .resources)" = "{\"requests\":{\"cpu\":\"2\",\"memory\":\"3Gi\"}}" ] && [ "$(echo "$W" | jq -r .volumeMounts[0].mountPath)" = "$TMP/var/checkpoints" ] && [ "$(echo "$m" | jq -r .spec.mpiReplicaSpecs.Worker.template.spec.volumes[0].persistentVolumeClaim.claimName)" = onebit-checkpoints ]' "$W"
 check "pods run as non-root" '[ "$(echo "$m" | jq .spec.mpiReplicaSpecs.Worker.template.spec.securityContext.runAsNonRoot)" = true ]'
 ctl log "{\"name\":\"$n1\",\"text\":\"hello from the launcher pod\"}" > /dev/null
 check "the launcher pod's log reaches the job's worker.log" 'wait_for 10 "grep -q \"^hello from the launcher pod$\" \"$TMP/var/jobs/$a/worker.log\""' "$(cat "$TMP/var/jobs/$a/worker.log")"
+ctl log "{\"name\":\"$n1\",\"index\":0,\"text\":\"sshd on worker zero\"}" > /dev/null
+ctl log "{\"name\":\"$n1\",\"index\":1,\"text\":\"sshd on worker one\"}" > /dev/null
+check "each worker pod's log reaches worker.log, its lines prefixed with its replica index" 'wait_for 10 "grep -q \"^\[worker 0\] sshd on worker zero$\" \"$TMP/var/jobs/$a/worker.log\" && grep -q \"^\[worker 1\] sshd on worker one$\" \"$TMP/var/jobs/$a/worker.log\""' "$(cat "$TMP/var/jobs/$a/worker.log")"
+big=$(python3 -c 'import json; print(json.dumps(["line %03d " % i + "x" * 90 for i in range(60)]))')
+ctl log "{\"name\":\"$n1\",\"index\":1,\"text\":$big}" > /dev/null
+check "a worker pod's log is copied up to --k8s-worker-log-max, then a line says so" 'wait_for 10 "grep -q \"^\[worker 1\] onebitd: pod $n1-worker-1 wrote more than 4096 bytes of log\" \"$TMP/var/jobs/$a/worker.log\"" && grep -q "^\[worker 1\] line 000 x" "$TMP/var/jobs/$a/worker.log" && ! grep -q "line 059" "$TMP/var/jobs/$a/worker.log" && [ "$(grep -c "^\[worker 1\]" "$TMP/var/jobs/$a/worker.log")" -lt 45 ]' "$(grep -c . "$TMP/var/jobs/$a/worker.log")"
 logs=$(curl -s "http://$REST/v1/jobs/$a/logs?maxBytes=65536" | jq -r .data | base64 -d 2>/dev/null)
-check "GetJobLogs serves it" 'echo "$logs" | grep -q "hello from the launcher pod"' "$logs"
+check "GetJobLogs serves the launcher's and the workers' lines" 'echo "$logs" | grep -q "^hello from the launcher pod$" && echo "$logs" | grep -q "^\[worker 0\] sshd on worker zero$"' "$logs"
 ctl succeed "{\"name\":\"$n1\"}" > /dev/null
 wait_for 15 '[ "$(jstate "$a")" = SUCCEEDED ]'
 j=$(get "$a")
 check "MPIJob Succeeded: the job SUCCEEDED, its attempt carries the MPIJob's name" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && [ "$(echo "$j" | jq -r .attempts[0].external_id)" = "$n1" ] && [ "$(echo "$j" | jq .restarts)" = 0 ]' "$j"
-check "the log line was copied once" '[ "$(grep -c "hello from the launcher pod" "$TMP/var/jobs/$a/worker.log")" = 1 ]'
+check "the log line was copied once (over reconnects of the idle stream)" '[ "$(grep -c "hello from the launcher pod" "$TMP/var/jobs/$a/worker.log")" = 1 ] && [ "$(grep -c "sshd on worker zero" "$TMP/var/jobs/$a/worker.log")" = 1 ]'
+check "the attempt ended: its Secret is deleted" 'wait_for 10 "[ \"\$(secret $n1-report)\" = null ]" && state | jq -r ".deletes[]" | grep -q "/secrets/$n1-report$"' "$(state | jq -c .deletes)"
+[ -s "$spec_copy" ] || echo "note: the spec copy is missing before the delete"
+del=$(curl -s -X DELETE "http://$REST/v1/jobs/$a")
+check "DELETE /v1/jobs/$a: its spec copies on the checkpoint volume are removed" '[ ! -e "$spec_copy" ] && ! ls "$TMP/var/checkpoints/.onebit-specs/" | grep -q "^onebit-$a-"' "$del $(ls "$TMP/var/checkpoints/.onebit-specs/")"
+check "DELETE /v1/jobs/$a: its ended MPIJob is deleted too" 'wait_for 10 "[ \"\$(mpijob $n1)\" = null ]" && state | jq -r ".deletes[]" | grep -q "mpijobs/$n1?propagationPolicy=Background$"' "$(state | jq -c .deletes)"
 
 # --- 2. a worker dies: the reason names the pod; a second MPIJob resumes -------------------------
 b=$(submit 2 2)
@@ -162,6 +188,7 @@ wait_for 15 '[ "$(jstate "$e")" = CANCELLED ]'
 dels=$(state | jq -r '.deletes[]' | grep "mpijobs/onebit-$e-1")
 check "cancel: the job ends CANCELLED" '[ "$(jstate "$e")" = CANCELLED ]' "$(get "$e")"
 check "cancel: one graceful delete (foreground, the pods' own grace period), no kill" '[ "$(echo "$dels" | wc -l)" = 1 ] && echo "$dels" | grep -q "propagationPolicy=Foreground" && ! echo "$dels" | grep -q "gracePeriodSeconds=0"' "$dels"
+check "cancel: the attempt's Secret is deleted" 'wait_for 10 "[ \"\$(secret onebit-$e-1-report)\" = null ]" && state | jq -r ".deletes[]" | grep -q "/secrets/onebit-$e-1-report$"' "$(state | jq -c '.deletes | map(select(test("secrets")))')"
 check "cancel: the pods' grace period is the cancel grace" '[ "$(state | jq ".mpijobs | length")" -ge 0 ] && [ "$(echo "$m" | jq .spec.mpiReplicaSpecs.Worker.template.spec.terminationGracePeriodSeconds)" = 20 ]'
 
 # --- 6. onebitd killed and started again: it re-attaches ------------------------------------------
@@ -228,6 +255,38 @@ ctl precreate "{\"name\":\"onebit-$next-1\"}" > /dev/null
 k=$(submit 2 0)
 wait_for 15 '[ "$(jstate "$k")" = FAILED ]'
 check "409 AlreadyExists for another job's MPIJob: the attempt ends saying so, the MPIJob is left alone" '[ "$k" = "$next" ] && get "$k" | jq -r .message | grep -q "an MPIJob named onebit-$k-1 exists already and is not this attempt.s (labels: job job-elsewhere" && [ "$(mpijob "onebit-$k-1" | jq -r ".metadata.labels[\"onebit.dev/job-id\"]")" = job-elsewhere ]' "$k $(get "$k" | jq -r .message)"
+
+# --- 10b. the Secret's name is taken: 409 ----------------------------------------------------------
+s1=$(printf 'job-%06d' $((10#${k#job-} + 1)))
+ctl precreate_secret "{\"name\":\"onebit-$s1-1-report\",\"job\":\"$s1\",\"attempt\":1,\"token\":\"left-by-an-earlier-start\"}" > /dev/null
+s1b=$(submit 2)
+wait_for 10 '[ "$(secret "onebit-$s1-1-report" | jq -r .data.token | base64 -d)" != left-by-an-earlier-start ]'
+sec=$(secret "onebit-$s1-1-report")
+check "409 on a Secret of this attempt left by an earlier start: deleted and made again with this start's credential" '[ "$s1b" = "$s1" ] && [[ "$(echo "$sec" | jq -r .data.token | base64 -d)" =~ ^[0-9a-f]{64}$ ]] && [ "$(echo "$sec" | jq -r ".metadata.ownerReferences[0].name")" = "onebit-$s1-1" ] && [ "$(jstate "$s1")" = RUNNING ] && state | jq -r ".deletes[]" | grep -q "/secrets/onebit-$s1-1-report$"' "$s1b $sec $(get "$s1" | jq -c .message)"
+sleep 0.5
+ctl succeed "{\"name\":\"onebit-$s1-1\"}" > /dev/null
+wait_for 15 '[ "$(jstate "$s1")" = SUCCEEDED ]'
+s2=$(printf 'job-%06d' $((10#${s1#job-} + 1)))
+ctl precreate_secret "{\"name\":\"onebit-$s2-1-report\",\"job\":\"job-elsewhere\",\"attempt\":1,\"token\":\"someone-elses\"}" > /dev/null
+s2b=$(submit 2 0)
+wait_for 15 '[ "$(jstate "$s2")" = FAILED ]'
+check "409 on another job's Secret: the attempt ends saying so, its MPIJob goes, the Secret is left alone" '[ "$s2b" = "$s2" ] && get "$s2" | jq -r .message | grep -q "a Secret named onebit-$s2-1-report exists already and is not this attempt.s" && [ "$(secret "onebit-$s2-1-report" | jq -r .data.token | base64 -d)" = someone-elses ] && wait_for 10 "[ \"\$(mpijob onebit-$s2-1)\" = null ]"' "$s2b $(get "$s2" | jq -c .message)"
+
+# --- 10c. a watch that falls silent ------------------------------------------------------------------
+q=$(submit 2)
+wait_for 10 '[ "$(mpijob "onebit-$q-1")" != null ]'
+sleep 0.5
+lists_before=$(state | jq '.requests["LIST mpijobs"] // 0')
+ctl silence '{"on":true}' > /dev/null
+sleep 0.5
+t0=$(date +%s%N)
+ctl succeed "{\"name\":\"onebit-$q-1\"}" > /dev/null   # while every watch says nothing
+wait_for 20 '[ "$(jstate "$q")" = SUCCEEDED ]'
+t1=$(date +%s%N)
+silent=$(state | jq .silent_watches)
+ctl silence '{"on":false}' > /dev/null
+check "a silent watch is dropped after --k8s-watch-idle 3, relisted, and the change made meanwhile seen" '[ "$(jstate "$q")" = SUCCEEDED ] && [ $(((t1 - t0) / 1000000)) -lt 10000 ] && [ "$silent" -ge 1 ] && [ "$(state | jq ".requests[\"LIST mpijobs\"]")" -gt "$lists_before" ]' "$(((t1 - t0) / 1000000)) ms, silent watches $silent, $(get "$q" | jq -c .state)"
+w=$(state | jq -r '[.requests | to_entries[] | select(.key | startswith("WATCH"))] | map(.value) | add')
 kill -TERM "$PID"; wait "$PID" 2>/dev/null; PID=""
 
 # --- 11. GPUs, Restarting, and a cancel whose pods ignore SIGTERM ---------------------------------
@@ -255,4 +314,8 @@ out=$("$ONEBITD" --launcher kubernetes --kubeconfig "$K/kubeconfig" --state-dir 
 check "--launcher kubernetes without --k8s-image: a usage error" '[ $rc -eq 2 ] && echo "$out" | grep -q "needs --k8s-image"' "rc=$rc $out"
 
 echo "$passed passed, $failed failed"
+if [ "$failed" -ne 0 ]; then
+  echo "--- onebitd's log (end)"; tail -40 "$TMP/onebitd.log"
+  echo "--- the stand-in's log (end)"; tail -40 "$K/standin.log"
+fi
 [ "$failed" -eq 0 ]

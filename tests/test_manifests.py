@@ -3,20 +3,26 @@
 - every YAML file parses (python3-yaml), every document has apiVersion, kind and metadata.name;
 - every kustomization's resources and patches name files or directories that exist, and every
   file of the tree is used by some kustomization;
-- the Role grants exactly what the Kubernetes launcher uses (MPIJobs, pods, pods/log);
+- the Role grants exactly what the Kubernetes launcher uses (MPIJobs, pods, pods/log, and
+  create/get/delete on Secrets for each attempt's report credential);
+- the API token is never in the tree: a secretGenerator reads it from base/token, a file the
+  installer makes (ignored by git), and the StatefulSet reads it as a file;
 - onebitd's StatefulSet: one replica, a claim template for its state, the checkpoint claim at
   the checkpoint directory, a gRPC readiness probe and an HTTP /healthz liveness probe on the
   ports it serves, resource requests, the token from the Secret;
 - every onebitd flag in the manifests is one that `onebitd --help` lists;
-- with kubectl installed: each overlay renders (`kubectl kustomize`) with its patches applied.
+- with kubectl installed: without base/token rendering fails naming it; with one, each overlay
+  renders (`kubectl kustomize`) with its patches applied and the token in the Secret.
 Exits non-zero on any mismatch.
 usage: test_manifests.py SOURCE_DIR ONEBITD
 """
+import base64
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 try:
     import yaml
@@ -39,6 +45,8 @@ docs = {}  # path -> [documents]
 for d, _, files in os.walk(ROOT):
     for f in files:
         p = os.path.join(d, f)
+        if p == os.path.join(ROOT, "base", "token"):  # the installer's token, never committed
+            continue
         if not f.endswith((".yaml", ".yml")):
             check(False, "only YAML under docker/kubernetes", p)
             continue
@@ -96,12 +104,15 @@ rules = sorted((tuple(r["apiGroups"]), tuple(r["resources"]), tuple(sorted(r["ve
                for r in role[0]["rules"]) if role else []
 want = sorted([(("kubeflow.org",), ("mpijobs",), ("create", "delete", "get", "list", "watch")),
                (("",), ("pods",), ("delete", "get", "list", "watch")),
-               (("",), ("pods/log",), ("get",))])
-check(rules == want, "the Role allows exactly MPIJobs, pods and pods/log", rules)
+               (("",), ("pods/log",), ("get",)),
+               (("",), ("secrets",), ("create", "delete", "get"))])
+check(rules == want, "the Role allows exactly MPIJobs, pods, pods/log and Secrets (create, get, "
+      "delete: no list, no watch, no update)", rules)
 launcher = open(os.path.join(SRC, "service", "src", "launcher_kubernetes.c")).read()
 check("/mpijobs" in launcher and "/pods" in launcher and "/log?" in launcher and
-      "secrets" not in launcher and "configmaps" not in launcher,
-      "the launcher uses only those resources")
+      "/secrets" in launcher and "configmaps" not in launcher and
+      not re.search(r'"(PATCH|PUT)"', launcher),
+      "the launcher uses only those resources, and never PATCH or PUT")
 rb = by_kind("RoleBinding")
 check(rb and rb[0]["roleRef"]["name"] == role[0]["metadata"]["name"] and
       rb[0]["subjects"][0]["name"] == "onebitd", "the RoleBinding gives the Role to onebitd's account")
@@ -135,10 +146,21 @@ check(claims.get("checkpoints") == claim_arg and claim_arg in pvcs and
       "checkpoints on a ReadWriteMany claim at <state>/checkpoints, the claim given to the launcher",
       (claims, mounts, claim_arg))
 env = {e["name"]: e for e in c["env"]}
-sec = by_kind("Secret")
-check(env.get("ONEBIT_TOKEN", {}).get("valueFrom", {}).get("secretKeyRef", {}).get("name") ==
-      sec[0]["metadata"]["name"] and "token" in sec[0].get("stringData", {}),
-      "the API token comes from the Secret")
+base_k = docs[os.path.join(ROOT, "base", "kustomization.yaml")][0]
+gen = base_k.get("secretGenerator", [])
+check(not by_kind("Secret", base_only=False) and len(gen) == 1 and gen[0].get("files") == ["token"]
+      and gen[0].get("options", {}).get("disableNameSuffixHash") is True,
+      "no Secret (no token) in the tree: a secretGenerator makes onebitd-token from base/token", gen)
+ignored = subprocess.run(["git", "-C", SRC, "check-ignore", "-q", "docker/kubernetes/base/token"])
+check(ignored.returncode in (0, 128), "git ignores docker/kubernetes/base/token", ignored.returncode)
+vols = {v["name"]: v for v in pod["volumes"]}
+tok_vol = [n for n, v in vols.items() if v.get("secret", {}).get("secretName") == gen[0]["name"]]
+tok_arg = [a.split("=", 1)[1] for a in args if a.startswith("--token-file=")]
+check(tok_vol and tok_arg and mounts.get(tok_vol[0]) and
+      tok_arg[0] == mounts[tok_vol[0]] + "/token" and "ONEBIT_TOKEN" not in env and
+      vols[tok_vol[0]]["secret"].get("defaultMode") == 0o440,
+      "onebitd reads the token from the Secret as a file (--token-file, mode 0440), not its "
+      "environment", (tok_vol, tok_arg, mounts))
 svc = [x for x in by_kind("Service") if x["spec"].get("clusterIP") != "None"][0]
 check(sorted(p["port"] for p in svc["spec"]["ports"]) == [8080, 50051],
       "the Service exposes gRPC and REST", svc["spec"]["ports"])
@@ -157,13 +179,26 @@ check(any(a.startswith("--k8s-slots-per-worker=") for a in gpu_args),
       "the GPU overlay sets GPUs (slots) per worker")
 
 # With kubectl (kustomize built in), each overlay renders, and the patches land where meant.
+# Rendered from a copy of the tree, first without the token file, then with one.
 kubectl = shutil.which("kubectl")
 if not kubectl:
     print("[ SKIPPED ] rendering the overlays: no kubectl")
+work = tempfile.mkdtemp()
+copy = os.path.join(work, "kubernetes")
+shutil.copytree(ROOT, copy, ignore=lambda d, names: ["token"] if d == os.path.join(ROOT, "base") else [])
+if kubectl:
+    r = subprocess.run([kubectl, "kustomize", os.path.join(copy, "overlays", "cpu")],
+                       capture_output=True, text=True, timeout=60)
+    check(r.returncode != 0 and "base/token" in r.stderr and "no such file" in r.stderr,
+          "without base/token, kubectl kustomize fails naming the file (no default token)",
+          (r.returncode, r.stderr[-300:]))
+TOKEN = "0123456789abcdef" * 4
+with open(os.path.join(copy, "base", "token"), "w") as fh:
+    fh.write(TOKEN + "\n")  # as `openssl rand -hex 32 > token` writes it
 for ov, image, slots in (("cpu", "onebit/worker:", "1"), ("gpu", "onebit/worker-cuda:", "8")):
     if not kubectl:
         break
-    r = subprocess.run([kubectl, "kustomize", os.path.join(ROOT, "overlays", ov)],
+    r = subprocess.run([kubectl, "kustomize", os.path.join(copy, "overlays", ov)],
                        capture_output=True, text=True, timeout=60)
     if r.returncode != 0:
         check(False, "kubectl kustomize overlays/%s" % ov, r.stderr[-300:])
@@ -173,11 +208,16 @@ for ov, image, slots in (("cpu", "onebit/worker:", "1"), ("gpu", "onebit/worker-
     st = [x for x in rendered if x["kind"] == "StatefulSet"]
     c = st[0]["spec"]["template"]["spec"]["containers"][0] if st else {}
     env = {e["name"]: e for e in c.get("env", [])}
+    secs = [x for x in rendered if x["kind"] == "Secret"]
+    tok = base64.b64decode(secs[0].get("data", {}).get("token", "")).decode() if secs else ""
+    check(len(secs) == 1 and secs[0]["metadata"]["name"] == "onebitd-token" and
+          tok.strip() == TOKEN, "kubectl kustomize overlays/%s: Secret onebitd-token holds the "
+          "file's token" % ov, secs)
     ok = (kinds == sorted(["Namespace", "ServiceAccount", "ServiceAccount", "Role", "RoleBinding",
                            "Secret", "PersistentVolumeClaim", "Service", "Service", "StatefulSet"])
           and all(x["metadata"].get("namespace") == "onebit" for x in rendered if x["kind"] != "Namespace")
           and env.get("ONEBIT_K8S_IMAGE", {}).get("value", "").startswith(image)
-          and "secretKeyRef" in env.get("ONEBIT_TOKEN", {}).get("valueFrom", {})
+          and "--token-file=/etc/onebit/token/token" in c.get("args", [])
           and "--k8s-slots-per-worker=" + slots in c.get("args", [])
           and "--launcher=kubernetes" in c.get("args", [])
           and c.get("readinessProbe", {}).get("grpc", {}).get("port") == 50051)
@@ -185,5 +225,6 @@ for ov, image, slots in (("cpu", "onebit/worker:", "1"), ("gpu", "onebit/worker-
           "%s slots per worker, the token and the probes kept" % (ov, image, slots),
           (kinds, env, c.get("args")))
 
+shutil.rmtree(work, ignore_errors=True)
 print("%d failed" % failed)
 sys.exit(1 if failed else 0)

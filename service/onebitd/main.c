@@ -55,7 +55,8 @@ typedef struct opts {
     /* --launcher kubernetes */
     const char *kubeconfig, *k8s_namespace, *k8s_image, *k8s_pull, *k8s_claim, *k8s_sa, *k8s_cpu,
         *k8s_memory;
-    int k8s_slots_per_worker, k8s_pending_s, k8s_ttl_s, k8s_given;
+    int k8s_slots_per_worker, k8s_pending_s, k8s_ttl_s, k8s_watch_idle_s, k8s_worker_log_max,
+        k8s_given;
     int64_t store_min_free; /* --store-min-free */
     int64_t max_job_memory; /* --max-job-memory; -1: the default */
     int64_t worker_memory_limit; /* --worker-memory-limit; OB_WORKER_MEMORY_AUTO by default */
@@ -154,7 +155,11 @@ static void usage(FILE *f)
                "  --k8s-memory Q          kubernetes: memory request per worker pod [1Gi]\n"
                "  --k8s-pending-timeout SEC kubernetes: end an attempt whose pods cannot be\n"
                "                          scheduled or pull their image for SEC [300; 0: never]\n"
-               "  --k8s-ttl SEC           kubernetes: keep ended MPIJobs this long [86400]\n");
+               "  --k8s-ttl SEC           kubernetes: keep ended MPIJobs this long [86400]\n"
+               "  --k8s-watch-idle SEC    kubernetes: a watch or pod log that sends nothing this\n"
+               "                          long is taken for dead and made again [90]\n"
+               "  --k8s-worker-log-max BYTES kubernetes: copied from each worker pod's log per\n"
+               "                          attempt [8388608]\n");
 }
 
 static const char *env_or(const char *name, const char *def)
@@ -335,6 +340,8 @@ static int parse_args(int argc, char **argv, opts *o)
         O_K8S_MEMORY,
         O_K8S_PENDING,
         O_K8S_TTL,
+        O_K8S_WATCH_IDLE,
+        O_K8S_WORKER_LOG_MAX,
         O_TLS_CERT,
         O_TLS_KEY,
         O_TLS_CLIENT_CA,
@@ -388,6 +395,8 @@ static int parse_args(int argc, char **argv, opts *o)
         {"k8s-memory", required_argument, NULL, O_K8S_MEMORY},
         {"k8s-pending-timeout", required_argument, NULL, O_K8S_PENDING},
         {"k8s-ttl", required_argument, NULL, O_K8S_TTL},
+        {"k8s-watch-idle", required_argument, NULL, O_K8S_WATCH_IDLE},
+        {"k8s-worker-log-max", required_argument, NULL, O_K8S_WORKER_LOG_MAX},
         {"tls-cert", required_argument, NULL, O_TLS_CERT},
         {"tls-key", required_argument, NULL, O_TLS_KEY},
         {"tls-client-ca", required_argument, NULL, O_TLS_CLIENT_CA},
@@ -517,6 +526,14 @@ static int parse_args(int argc, char **argv, opts *o)
             break;
         case O_K8S_PENDING:
             bad = parse_int(name, optarg, 0, 1000000, &o->k8s_pending_s);
+            o->k8s_given = 1;
+            break;
+        case O_K8S_WATCH_IDLE:
+            bad = parse_int(name, optarg, 2, 3600, &o->k8s_watch_idle_s);
+            o->k8s_given = 1;
+            break;
+        case O_K8S_WORKER_LOG_MAX:
+            bad = parse_int(name, optarg, 1024, 1 << 30, &o->k8s_worker_log_max);
             o->k8s_given = 1;
             break;
         case O_K8S_TTL:
@@ -814,6 +831,8 @@ static ob_status make_launcher(const opts *o, const char *worker, const ob_host_
             .grace_s = (int)(o->grace_s + 0.999),
             .pending_timeout_s = o->k8s_pending_s,
             .ttl_s = o->k8s_ttl_s,
+            .watch_idle_s = o->k8s_watch_idle_s,
+            .worker_log_max = o->k8s_worker_log_max,
         };
         return ob_kubernetes_launcher_create(out, &kc, err);
     }

@@ -7,8 +7,17 @@
  *   request) for the attempt's MPIJob by its labels;
  * - the thread: creates and deletes what was queued, lists and then watches MPIJobs and pods
  *   labelled app.kubernetes.io/managed-by=onebitd (relisting after 410 Gone, reconnecting with
- *   a backoff when a stream breaks), follows each launcher pod's log into the job's worker.log,
- *   and ends attempts whose pods stay unschedulable or cannot pull their image.
+ *   a backoff when a stream breaks or stays silent past the idle limit), follows the launcher
+ *   pod's log and each worker pod's log into the job's worker.log, makes and deletes each
+ *   attempt's report-credential Secret, and ends attempts whose pods stay unschedulable or
+ *   cannot pull their image.
+ * The report credential never travels in the MPIJob: the MPIJob is created first, then the
+ * Secret onebit-<job>-<attempt>-report with an ownerReference to the MPIJob's uid (so that
+ * Kubernetes deletes it with the MPIJob even when onebitd is not there to), which the launcher
+ * container reads through a secretKeyRef. That order needs no "patch" on Secrets (the other
+ * order would: the owner's uid is only known once the MPIJob exists); the launcher pod is only
+ * created once the workers are ready (WaitForWorkersReady), by when the Secret exists, and the
+ * kubelet would retry a container whose Secret is missing anyway.
  * Everything the API server sends is parsed with jansson under a size limit, with its types
  * checked; text taken from it is bounded and stripped of control characters. */
 #define _GNU_SOURCE /* timegm */
@@ -18,7 +27,9 @@
 
 #include <jansson.h>
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
@@ -31,6 +42,7 @@
 
 #define API_MPIJOBS "/apis/kubeflow.org/v2beta1/namespaces/%s/mpijobs"
 #define API_PODS "/api/v1/namespaces/%s/pods"
+#define API_SECRETS "/api/v1/namespaces/%s/secrets"
 #define LABEL_MANAGED "app.kubernetes.io/managed-by"
 #define LABEL_JOB "onebit.dev/job-id"
 #define LABEL_ATTEMPT "onebit.dev/attempt"
@@ -40,7 +52,10 @@
 #define SELECTOR LABEL_MANAGED "=onebitd"
 #define MAX_EVENT (4u << 20) /* one watch event */
 #define MAX_LOG_LINE 65536
-#define MAX_PODS 4096      /* pods tracked per attempt */
+#define MAX_PODS 4096  /* pods tracked per attempt */
+#define MAX_STREAMS 65 /* log streams per attempt: the launcher pod and 64 worker pods */
+#define SECRET_SUFFIX "-report"
+#define SECRET_NAME_MAX (OB_K8S_NAME_MAX + sizeof SECRET_SUFFIX)
 #define LOG_SETTLE_MS 5000 /* how long an ended attempt waits for the rest of its log */
 #define FORGET_MS 600000   /* an ended attempt nobody polls is forgotten after this */
 #define TEXT 320
@@ -62,8 +77,28 @@ typedef struct kpod {
     char waiting[64], waiting_msg[TEXT];
     char unschedulable[TEXT];
     char reason[64], message[TEXT]; /* status.reason (Evicted, DeadlineExceeded) */
+    int index; /* a worker's replica index; -1 for the launcher or when unknown */
     int64_t stuck_since_ms;
 } kpod;
+
+struct katt;
+
+/* One pod's log followed into the job's log (pods/log?follow=true&timestamps=true). The
+ * newest copied line's time is kept next to the log (a mark) so that a reconnect, or a
+ * restarted coordinator, does not copy a line twice. */
+typedef struct kstream {
+    struct katt *att;
+    int index; /* -1: the launcher pod; else the worker's replica index */
+    char pod[254];
+    CURL *h;
+    struct curl_slist *hl;
+    int fd;
+    linebuf lb;
+    int done, truncated, mark_loaded;
+    int64_t retry_ms, sec, nsec;
+    long long copied, max; /* bytes written; the limit, 0: none */
+    struct kstream *next;
+} kstream;
 
 typedef enum { K_TO_CREATE, K_LIVE } kphase;
 
@@ -87,13 +122,16 @@ typedef struct katt {
     int64_t final_ms, last_poll_ms;
     kpod *pods;
     size_t npods, cap;
-    /* the launcher pod's log */
-    CURL *log_h;
-    struct curl_slist *log_hl;
-    FILE *log_f;
-    linebuf log_lb;
-    int log_done;
-    int64_t log_retry_ms, log_sec, log_nsec; /* the newest line copied */
+    kstream *streams; /* log streams, at most MAX_STREAMS */
+    size_t nstreams;
+    /* The report-credential Secret. */
+    char uid[128];      /* the MPIJob's metadata.uid, "" until seen */
+    char *report_token; /* owned, until the Secret holds it (then wiped and freed) */
+    int secret_want;    /* to be created once the MPIJob's uid is known */
+    int secret_made;    /* created, or may exist (attached): deleted when the attempt ends */
+    int secret_gone;    /* deleted, or given up on */
+    int secret_tries;
+    int64_t secret_next_ms, secret_deadline_ms;
     struct katt *next;
 } katt;
 
@@ -104,21 +142,30 @@ typedef struct watch {
     CURL *h;
     struct curl_slist *hl;
     linebuf lb;
-    int gone; /* a 410 arrived on the stream */
+    int gone;   /* a 410 arrived on the stream */
+    int silent; /* times it was dropped for saying nothing past the idle limit */
     int64_t retry_ms;
     int failures;
 } watch;
+
+typedef struct kpurge {
+    char name[OB_K8S_NAME_MAX + 1];
+    struct kpurge *next;
+} kpurge;
 
 typedef struct kube_launcher {
     ob_launcher base;
     ob_kube_conn conn;
     char ns[254], image[512], pull[32], claim[254], sa[254], cpu[32], mem[32];
-    int slots, grace_s, pending_s, ttl_s, timeout_ms;
+    int slots, grace_s, pending_s, ttl_s, timeout_ms, idle_s;
+    long long worker_log_max;
     pthread_mutex_t mu;
     pthread_t thread;
     int started, stop;
     CURLM *multi;
     katt *atts;
+    kpurge *purge; /* MPIJobs and Secrets of deleted jobs, to delete */
+    size_t npurge;
     watch w[2];
     char api_problem[TEXT]; /* why the API server cannot be watched now; "" when it can */
 } kube_launcher;
@@ -144,14 +191,49 @@ static katt *find_att(kube_launcher *kl, const char *name)
     return NULL;
 }
 
+static void wipe_token(katt *a)
+{
+    if (!a->report_token) return;
+    volatile char *p = a->report_token;
+    while (*p)
+        *p++ = '\0';
+    free(a->report_token);
+    a->report_token = NULL;
+}
+
+/* Frees a stream whose transfer is over (h == NULL). */
+static void free_stream(kstream *st)
+{
+    if (st->fd >= 0) close(st->fd);
+    free(st->lb.buf);
+    free(st);
+}
+
+static int streams_open(const katt *a)
+{
+    for (const kstream *st = a->streams; st; st = st->next)
+        if (st->h) return 1;
+    return 0;
+}
+
 static void free_att(katt *a)
 {
     if (!a) return;
     free(a->body);
     free(a->pods);
-    free(a->log_lb.buf);
-    if (a->log_f) fclose(a->log_f);
+    while (a->streams) {
+        kstream *st = a->streams;
+        a->streams = st->next;
+        free_stream(st);
+    }
+    wipe_token(a);
     free(a);
+}
+
+/* The name of an attempt's Secret: "<MPIJob name>-report". */
+static void secret_name(const katt *a, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s" SECRET_SUFFIX, a->name);
 }
 
 static int64_t parse_rv(const char *s)
@@ -248,10 +330,13 @@ static json_t *build_mpijob(const kube_launcher *kl, const ob_launch_req *req, c
     char np[16], gpus[16];
     snprintf(np, sizeof np, "%d", req->world_size);
     snprintf(gpus, sizeof gpus, "%d", slots);
-    json_t *args = json_pack("[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]", "-np", np, "--bind-to", "none",
-                             "-x", "ONEBIT_REPORT_TOKEN", "-x", "OPENBLAS_NUM_THREADS",
-                             "onebit-worker", "--spec", shared_spec, "--format", "json", "--job-id",
-                             req->job_id, "--checkpoint-dir", req->checkpoint_dir);
+    /* --tag-output: every rank's line names its rank, as with the local launcher
+     * (onebitctl logs --rank). */
+    json_t *args =
+        json_pack("[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]", "-np", np, "--bind-to", "none",
+                  "--tag-output", "-x", "ONEBIT_REPORT_TOKEN", "-x", "OPENBLAS_NUM_THREADS",
+                  "onebit-worker", "--spec", shared_spec, "--format", "json", "--job-id",
+                  req->job_id, "--checkpoint-dir", req->checkpoint_dir);
     if (!args) return NULL;
     if (req->resume) json_array_append_new(args, json_string("--resume"));
     if (req->report_addr && req->report_addr[0]) {
@@ -259,9 +344,14 @@ static json_t *build_mpijob(const kube_launcher *kl, const ob_launch_req *req, c
         json_array_append_new(args, json_string(req->report_addr));
     }
     json_t *env = json_pack("[{s:s, s:s}]", "name", "OPENBLAS_NUM_THREADS", "value", "1");
-    if (req->report_token && req->report_token[0])
-        json_array_append_new(env, json_pack("{s:s, s:s}", "name", "ONEBIT_REPORT_TOKEN", "value",
-                                             req->report_token));
+    /* The credential itself is in the attempt's Secret, never in the MPIJob. */
+    if (req->report_token && req->report_token[0]) {
+        char secret[SECRET_NAME_MAX];
+        snprintf(secret, sizeof secret, "%s" SECRET_SUFFIX, name);
+        json_array_append_new(env, json_pack("{s:s, s:{s:{s:s, s:s}}}", "name",
+                                             "ONEBIT_REPORT_TOKEN", "valueFrom", "secretKeyRef",
+                                             "name", secret, "key", "token"));
+    }
     json_t *launcher =
         json_pack("{s:s, s:s, s:s, s:[s], s:o, s:o, s:{s:{s:s, s:s}}}", "name", "launcher", "image",
                   kl->image, "imagePullPolicy", kl->pull, "command", "mpirun", "args", args, "env",
@@ -307,6 +397,11 @@ static katt *apply_mpijob(kube_launcher *kl, json_t *obj, int deleted)
         return NULL;
     int64_t rv = parse_rv(jstr(meta, "resourceVersion"));
     if (rv && rv > a->rv) a->rv = rv;
+    const char *uid = jstr(meta, "uid");
+    if (!a->uid[0] && uid[0] && strlen(uid) < sizeof a->uid &&
+        strspn(uid, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") ==
+            strlen(uid))
+        ob_strlcpy(a->uid, uid, sizeof a->uid);
     if (a->phase == K_TO_CREATE) {
         a->phase = K_LIVE;
         free(a->body);
@@ -372,6 +467,12 @@ static void apply_pod(kube_launcher *kl, json_t *obj, int deleted)
     }
     p->launcher = !strcmp(jstr(labels, LABEL_ROLE), "launcher") ||
                   !strcmp(jstr(labels, "training.kubeflow.org/job-role"), "launcher");
+    /* The operator's replica-index label, else the "-worker-<i>" its pod names end with. */
+    const char *idx = jstr(labels, "training.kubeflow.org/replica-index");
+    const char *tail = strstr(name, "-worker-");
+    if (!idx[0] && tail) idx = tail + 8;
+    size_t idigits = strspn(idx, "0123456789");
+    p->index = !p->launcher && idigits > 0 && idigits < 5 && !idx[idigits] ? atoi(idx) : -1;
     json_t *st = json_object_get(obj, "status");
     clean_text(p->phase, sizeof p->phase, jstr(st, "phase"));
     clean_text(p->reason, sizeof p->reason, jstr(st, "reason"));
@@ -593,57 +694,100 @@ static int parse_ts(const char *s, int64_t *sec, int64_t *nsec)
     return 1;
 }
 
-/* One log line "TIMESTAMP text": copied to the job's log unless an earlier stream did. */
-static void on_log_line(void *user, char *line, size_t len)
+/* The mark file of a stream: next to the job's log, one per pod role and replica index. */
+static void mark_path(const kstream *st, char *out, size_t cap)
 {
-    katt *a = user;
-    char *sp = memchr(line, ' ', len);
-    int64_t sec, nsec;
-    if (!sp) return;
-    *sp = '\0';
-    if (!parse_ts(line, &sec, &nsec)) return;
-    if (sec < a->log_sec || (sec == a->log_sec && nsec <= a->log_nsec)) return;
-    a->log_sec = sec;
-    a->log_nsec = nsec;
-    if (a->log_f) {
-        fwrite(sp + 1, 1, len - (size_t)(sp + 1 - line), a->log_f);
-        fputc('\n', a->log_f);
-    }
-}
-
-static size_t log_write(char *p, size_t size, size_t n, void *user)
-{
-    katt *a = user;
-    feed_lines(&a->log_lb, p, size * n, on_log_line, a);
-    if (a->log_f) fflush(a->log_f);
-    return size * n;
+    if (st->index < 0)
+        snprintf(out, cap, "%s.k8s-mark", st->att->log_path);
+    else
+        snprintf(out, cap, "%s.k8s-mark.worker-%d", st->att->log_path, st->index);
 }
 
 /* The newest copied line's time, kept next to the log so that a restarted coordinator does not
  * copy it twice. */
-static void save_log_mark(const katt *a)
+static void save_mark(const kstream *st)
 {
-    char path[1100], tmp[1110];
-    snprintf(path, sizeof path, "%s.k8s-mark", a->log_path);
+    char path[1200], tmp[1210];
+    mark_path(st, path, sizeof path);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "w");
     if (!f) return;
-    fprintf(f, "%" PRId64 " %" PRId64 "\n", a->log_sec, a->log_nsec);
+    fprintf(f, "%" PRId64 " %" PRId64 "\n", st->sec, st->nsec);
     if (fclose(f) == 0) rename(tmp, path);
 }
 
-static void load_log_mark(katt *a)
+static void load_mark(kstream *st)
 {
-    char path[1100];
-    snprintf(path, sizeof path, "%s.k8s-mark", a->log_path);
+    char path[1200];
+    mark_path(st, path, sizeof path);
+    st->mark_loaded = 1;
     FILE *f = fopen(path, "r");
     if (!f) return;
     long long s = 0, ns = 0;
     if (fscanf(f, "%lld %lld", &s, &ns) == 2 && s > 0 && ns >= 0 && ns < 1000000000) {
-        a->log_sec = s;
-        a->log_nsec = ns;
+        st->sec = s;
+        st->nsec = ns;
     }
     fclose(f);
+}
+
+/* Appends one line to the job's log in one write (O_APPEND: the streams of an attempt share
+ * the file, and a line is never split by another's). */
+static void append_line(kstream *st, const char *text, size_t len)
+{
+    char prefix[32] = "";
+    if (st->index >= 0) snprintf(prefix, sizeof prefix, "[worker %d] ", st->index);
+    size_t plen = strlen(prefix), n = plen + len + 1;
+    char *buf = malloc(n);
+    if (!buf || st->fd < 0) {
+        free(buf);
+        return;
+    }
+    memcpy(buf, prefix, plen);
+    memcpy(buf + plen, text, len);
+    buf[n - 1] = '\n';
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(st->fd, buf + off, n - off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        off += (size_t)w;
+    }
+    st->copied += (long long)n;
+    free(buf);
+}
+
+/* One log line "TIMESTAMP text": copied to the job's log unless an earlier stream did, and
+ * while the stream's limit allows. */
+static void on_log_line(void *user, char *line, size_t len)
+{
+    kstream *st = user;
+    char *sp = memchr(line, ' ', len);
+    int64_t sec, nsec;
+    if (!sp || st->truncated) return;
+    *sp = '\0';
+    if (!parse_ts(line, &sec, &nsec)) return;
+    if (sec < st->sec || (sec == st->sec && nsec <= st->nsec)) return;
+    st->sec = sec;
+    st->nsec = nsec;
+    size_t tlen = len - (size_t)(sp + 1 - line);
+    if (st->max > 0 && st->copied + (long long)tlen + 16 > st->max) {
+        char note[400];
+        int k = snprintf(note, sizeof note,
+                         "onebitd: pod %.200s wrote more than %lld bytes of log; the rest is not "
+                         "copied (kubectl logs %.200s)",
+                         st->pod, st->max, st->pod);
+        append_line(st, note, (size_t)k < sizeof note ? (size_t)k : sizeof note - 1);
+        st->truncated = 1;
+        return;
+    }
+    append_line(st, sp + 1, tlen);
+}
+
+static size_t log_write(char *p, size_t size, size_t n, void *user)
+{
+    kstream *st = user;
+    feed_lines(&st->lb, p, size * n, on_log_line, st);
+    return st->truncated ? 0 : size * n; /* over its limit: the stream ends */
 }
 
 /* ---- the thread ------------------------------------------------------------------------------ */
@@ -720,14 +864,28 @@ static void relist(kube_launcher *kl, watch *w)
     free(body);
 }
 
+/* A stream that sends nothing for idle_s is dead (a watch's bookmarks and timeoutSeconds keep a
+ * live one talking): curl ends it with CURLE_OPERATION_TIMEDOUT. TCP keepalive finds a peer
+ * that is gone sooner where the network says so. */
+static void idle_limits(const kube_launcher *kl, CURL *h)
+{
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_LIMIT, 1L);
+    curl_easy_setopt(h, CURLOPT_LOW_SPEED_TIME, (long)kl->idle_s);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPIDLE, 30L);
+    curl_easy_setopt(h, CURLOPT_TCP_KEEPINTVL, 10L);
+}
+
 static void start_watch(kube_launcher *kl, watch *w, watch_ctx *wc)
 {
     char base[600], full[800];
     snprintf(base, sizeof base, w == &kl->w[0] ? API_MPIJOBS : API_PODS, kl->ns);
+    /* The server ends the watch before the idle limit: a live stream is never taken for dead. */
+    int server_s = kl->idle_s - kl->idle_s / 6;
     snprintf(full, sizeof full,
-             "%s?labelSelector=" SELECTOR "&watch=1&allowWatchBookmarks=true&timeoutSeconds=300"
+             "%s?labelSelector=" SELECTOR "&watch=1&allowWatchBookmarks=true&timeoutSeconds=%d"
              "&resourceVersion=%s",
-             base, w->rv);
+             base, server_s > 0 ? server_s : 1, w->rv);
     ob_err err;
     ob_err_clear(&err);
     w->h = ob__kube_stream(&kl->conn, full, &w->hl, &err);
@@ -742,39 +900,59 @@ static void start_watch(kube_launcher *kl, watch *w, watch_ctx *wc)
     curl_easy_setopt(w->h, CURLOPT_WRITEFUNCTION, watch_write);
     curl_easy_setopt(w->h, CURLOPT_WRITEDATA, wc);
     curl_easy_setopt(w->h, CURLOPT_PRIVATE, w);
-    /* A stream that sends nothing for long is dead (bookmarks and timeoutSeconds keep a live
-     * one talking). */
-    curl_easy_setopt(w->h, CURLOPT_LOW_SPEED_LIMIT, 1L);
-    curl_easy_setopt(w->h, CURLOPT_LOW_SPEED_TIME, 330L);
+    idle_limits(kl, w->h);
     curl_multi_add_handle(kl->multi, w->h);
 }
 
-static void start_log(kube_launcher *kl, katt *a, const kpod *p)
+/* The stream of a pod role and index, made when missing (NULL when the attempt has its most). */
+static kstream *stream_for(kube_launcher *kl, katt *a, const kpod *p)
 {
+    for (kstream *st = a->streams; st; st = st->next)
+        if (st->index == p->index) return st;
+    if (a->nstreams >= MAX_STREAMS) return NULL;
+    kstream *st = calloc(1, sizeof *st);
+    if (!st) return NULL;
+    st->att = a;
+    st->index = p->index;
+    st->fd = -1;
+    st->max = p->index < 0 ? 0 : kl->worker_log_max;
+    st->next = a->streams;
+    a->streams = st;
+    a->nstreams++;
+    return st;
+}
+
+/* Follows pod p's log from the stream's mark. With the mutex held. */
+static void start_stream(kube_launcher *kl, kstream *st, const kpod *p)
+{
+    katt *a = st->att;
     char path[1200], since[64] = "";
-    if (a->log_sec > 0) {
+    if (!st->mark_loaded) load_mark(st);
+    if (st->sec > 0) {
         struct tm tm;
-        time_t t = (time_t)a->log_sec;
+        time_t t = (time_t)st->sec;
         gmtime_r(&t, &tm);
         strftime(since, sizeof since, "&sinceTime=%Y-%m-%dT%H%%3A%M%%3A%SZ", &tm);
     }
-    snprintf(path, sizeof path, API_PODS "/%s/log?container=launcher&follow=true&timestamps=true%s",
-             kl->ns, p->name, since);
-    a->log_f = fopen(a->log_path, "a");
-    a->log_h = ob__kube_stream(&kl->conn, path, &a->log_hl, NULL);
-    if (!a->log_h) {
-        if (a->log_f) fclose(a->log_f);
-        a->log_f = NULL;
-        a->log_retry_ms = ob_wall_ms() + 2000;
+    snprintf(path, sizeof path, API_PODS "/%s/log?container=%s&follow=true&timestamps=true%s",
+             kl->ns, p->name, p->launcher ? "launcher" : "worker", since);
+    ob_strlcpy(st->pod, p->name, sizeof st->pod);
+    st->fd = open(a->log_path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+    st->h = ob__kube_stream(&kl->conn, path, &st->hl, NULL);
+    if (!st->h) {
+        if (st->fd >= 0) close(st->fd);
+        st->fd = -1;
+        st->retry_ms = ob_wall_ms() + 2000;
         return;
     }
-    a->log_lb.len = 0;
-    a->log_lb.overflow = 0;
-    a->log_lb.max = MAX_LOG_LINE;
-    curl_easy_setopt(a->log_h, CURLOPT_WRITEFUNCTION, log_write);
-    curl_easy_setopt(a->log_h, CURLOPT_WRITEDATA, a);
-    curl_easy_setopt(a->log_h, CURLOPT_PRIVATE, a);
-    curl_multi_add_handle(kl->multi, a->log_h);
+    st->lb.len = 0;
+    st->lb.overflow = 0;
+    st->lb.max = MAX_LOG_LINE;
+    curl_easy_setopt(st->h, CURLOPT_WRITEFUNCTION, log_write);
+    curl_easy_setopt(st->h, CURLOPT_WRITEDATA, st);
+    curl_easy_setopt(st->h, CURLOPT_PRIVATE, st);
+    idle_limits(kl, st->h);
+    curl_multi_add_handle(kl->multi, st->h);
 }
 
 /* After a 409 on create: the MPIJob of that name is this attempt's (its labels say so) or the
@@ -814,15 +992,206 @@ static void resolve_conflict(kube_launcher *kl, const char *name)
 
 /* A queued request, made without the mutex. */
 typedef struct op {
-    enum { OP_CREATE, OP_TERM, OP_KILL, OP_DROP } kind;
+    enum { OP_CREATE, OP_TERM, OP_KILL, OP_DROP, OP_SECRET, OP_SECRET_DEL, OP_PURGE } kind;
     char name[OB_K8S_NAME_MAX + 1];
-    char *body;
+    char *body;  /* OP_CREATE: the MPIJob; OP_SECRET: the Secret (wiped after) */
+    char *token; /* OP_SECRET: the token as base64, as the Secret's data holds it (wiped) */
+    char job_id[OB_JOB_ID_LEN];
+    int attempt;
     char pods[8][254]; /* pods to force-delete (OP_KILL), at most 8 per round */
     size_t npods;
 } op;
 
+static void wipe_free(char *p)
+{
+    if (!p) return;
+    for (volatile char *q = p; *q; q++)
+        *q = '\0';
+    free(p);
+}
+
+static char *b64_encode(const char *in)
+{
+    static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    size_t n = strlen(in), k = 0;
+    char *o = malloc((n + 2) / 3 * 4 + 1);
+    if (!o) return NULL;
+    for (size_t i = 0; i < n; i += 3) {
+        uint32_t v = (uint32_t)(unsigned char)in[i] << 16;
+        if (i + 1 < n) v |= (uint32_t)(unsigned char)in[i + 1] << 8;
+        if (i + 2 < n) v |= (uint32_t)(unsigned char)in[i + 2];
+        o[k++] = tbl[(v >> 18) & 63];
+        o[k++] = tbl[(v >> 12) & 63];
+        o[k++] = i + 1 < n ? tbl[(v >> 6) & 63] : '=';
+        o[k++] = i + 2 < n ? tbl[v & 63] : '=';
+    }
+    o[k] = '\0';
+    return o;
+}
+
+/* The attempt's Secret (with the mutex held): labels tying it to the job and the attempt, owned
+ * by the MPIJob (uid) so that Kubernetes' garbage collector deletes it with it; immutable. */
+static ob_status secret_op(kube_launcher *kl, katt *a, op *o)
+{
+    char sname[SECRET_NAME_MAX], attempt[16];
+    secret_name(a, sname, sizeof sname);
+    snprintf(attempt, sizeof attempt, "%d", a->attempt);
+    o->token = b64_encode(a->report_token);
+    json_t *sec =
+        o->token
+            ? json_pack("{s:s, s:s, s:{s:s, s:s, s:{s:s, s:s, s:s, s:s}, s:[{s:s, s:s, "
+                        "s:s, s:s}]}, s:s, s:b, s:{s:s}}",
+                        "apiVersion", "v1", "kind", "Secret", "metadata", "name", sname,
+                        "namespace", kl->ns, "labels", LABEL_MANAGED, "onebitd", LABEL_JOB,
+                        a->job_id, LABEL_ATTEMPT, attempt, LABEL_MPIJOB, a->name, "ownerReferences",
+                        "apiVersion", "kubeflow.org/v2beta1", "kind", "MPIJob", "name", a->name,
+                        "uid", a->uid, "type", "Opaque", "immutable", 1, "data", "token", o->token)
+            : NULL;
+    o->body = sec ? json_dumps(sec, JSON_COMPACT) : NULL;
+    json_decref(sec); /* jansson copied the token: its tree is freed, not wiped (its heap) */
+    if (!o->body) {
+        wipe_free(o->token);
+        o->token = NULL;
+        return OB_ERR_NOMEM;
+    }
+    o->kind = OP_SECRET;
+    ob_strlcpy(o->job_id, a->job_id, sizeof o->job_id);
+    o->attempt = a->attempt;
+    return OB_OK;
+}
+
+typedef enum { SEC_MADE, SEC_RETRY, SEC_REFUSED, SEC_FOREIGN } sec_result;
+
+/* After a 409 on the Secret: one of this attempt's with this token is made already (an answer
+ * that was lost); one of this attempt's with another token is left from an earlier start and is
+ * deleted, to be made again; any other is someone else's. Called without the mutex. */
+static sec_result secret_conflict(kube_launcher *kl, const op *o, const char *sname)
+{
+    char path[800];
+    snprintf(path, sizeof path, API_SECRETS "/%s", kl->ns, sname);
+    long status = 0;
+    char *out = NULL;
+    ob_status rc = api(kl, "GET", path, NULL, &status, &out, NULL);
+    json_t *obj =
+        rc == OB_OK && status == 200 ? json_loads(out, JSON_REJECT_DUPLICATES, NULL) : NULL;
+    wipe_free(out);
+    if (!obj) return SEC_RETRY; /* gone meanwhile, or no answer: try again */
+    json_t *labels = json_object_get(json_object_get(obj, "metadata"), "labels");
+    char attempt[16];
+    snprintf(attempt, sizeof attempt, "%d", o->attempt);
+    int ours = !strcmp(jstr(labels, LABEL_MANAGED), "onebitd") &&
+               !strcmp(jstr(labels, LABEL_JOB), o->job_id) &&
+               !strcmp(jstr(labels, LABEL_ATTEMPT), attempt);
+    int same = ours && !strcmp(jstr(json_object_get(obj, "data"), "token"), o->token);
+    json_decref(obj);
+    if (!ours) return SEC_FOREIGN;
+    if (same) return SEC_MADE;
+    out = NULL;
+    api(kl, "DELETE", path, NULL, &status, &out, NULL);
+    free(out);
+    return SEC_RETRY;
+}
+
+/* POST of the attempt's Secret, and what its answer means for the attempt. */
+static void run_secret(kube_launcher *kl, op *o)
+{
+    char path[800], sname[SECRET_NAME_MAX], msg[TEXT] = "";
+    snprintf(sname, sizeof sname, "%s" SECRET_SUFFIX, o->name);
+    snprintf(path, sizeof path, API_SECRETS, kl->ns);
+    long status = 0;
+    char *out = NULL;
+    ob_err err;
+    ob_err_clear(&err);
+    ob_status rc = api(kl, "POST", path, o->body, &status, &out, &err);
+    if (rc)
+        ob_strlcpy(msg, err.msg, sizeof msg);
+    else
+        ob__kube_status_message(out, msg, sizeof msg);
+    wipe_free(out);
+    sec_result res = SEC_RETRY;
+    if (rc == OB_OK && (status == 201 || status == 200))
+        res = SEC_MADE;
+    else if (rc == OB_OK && status == 409)
+        res = secret_conflict(kl, o, sname);
+    else if (rc == OB_OK && status >= 400 && status < 500 && status != 429)
+        res = SEC_REFUSED;
+    int64_t now = ob_wall_ms();
+    pthread_mutex_lock(&kl->mu);
+    katt *a = find_att(kl, o->name);
+    if (a && a->secret_want) {
+        if (res == SEC_MADE) {
+            a->secret_want = 0;
+            a->secret_made = 1;
+            wipe_token(a);
+        } else if (res == SEC_RETRY && now < a->secret_deadline_ms) {
+            a->secret_next_ms = status == 409 ? now : now + 1000;
+        } else {
+            if (res == SEC_FOREIGN)
+                snprintf(a->end_reason, sizeof a->end_reason,
+                         "a Secret named %s exists already and is not this attempt's; delete it "
+                         "or use another namespace",
+                         sname);
+            else if (res == SEC_REFUSED)
+                snprintf(a->end_reason, sizeof a->end_reason,
+                         "the API server refused Secret %s (HTTP %ld): %.150s", sname, status, msg);
+            else
+                snprintf(a->end_reason, sizeof a->end_reason,
+                         "the report credential's Secret %s could not be created: %.150s", sname,
+                         msg[0] ? msg : "no answer");
+            a->permanent = res != SEC_RETRY;
+            a->ended = 1;
+            a->final_ms = now;
+            a->drop_wanted = 1; /* its MPIJob goes: its launcher could not report */
+            a->secret_want = 0;
+            wipe_token(a);
+        }
+    }
+    pthread_mutex_unlock(&kl->mu);
+}
+
+/* DELETE of an attempt's Secret once the attempt has ended (its pods have the credential
+ * already, and nothing else needs it), or of what a deleted job left (OP_PURGE). 1 when it is
+ * gone. */
+static int delete_secret(kube_launcher *kl, const char *mpijob)
+{
+    char path[800];
+    long status = 0;
+    char *out = NULL;
+    snprintf(path, sizeof path, API_SECRETS "/%s" SECRET_SUFFIX, kl->ns, mpijob);
+    ob_status rc = api(kl, "DELETE", path, NULL, &status, &out, NULL);
+    free(out);
+    return rc == OB_OK && (status < 300 || status == 404);
+}
+
 static void run_op(kube_launcher *kl, op *o)
 {
+    if (o->kind == OP_SECRET) {
+        run_secret(kl, o);
+        return;
+    }
+    if (o->kind == OP_SECRET_DEL) {
+        int gone = delete_secret(kl, o->name);
+        pthread_mutex_lock(&kl->mu);
+        katt *a = find_att(kl, o->name);
+        if (a) {
+            /* Given up after a few tries: the ownerReference has it deleted with the MPIJob. */
+            a->secret_gone = gone || ++a->secret_tries >= 5;
+            a->secret_next_ms = ob_wall_ms() + 2000;
+        }
+        pthread_mutex_unlock(&kl->mu);
+        return;
+    }
+    if (o->kind == OP_PURGE) {
+        char path[800];
+        long status = 0;
+        char *out = NULL;
+        snprintf(path, sizeof path, API_MPIJOBS "/%s?propagationPolicy=Background", kl->ns,
+                 o->name);
+        api(kl, "DELETE", path, NULL, &status, &out, NULL);
+        free(out);
+        delete_secret(kl, o->name);
+        return;
+    }
     char path[800];
     long status = 0;
     char *out = NULL;
@@ -906,8 +1275,35 @@ static void run_op(kube_launcher *kl, op *o)
 static int next_op(kube_launcher *kl, op *o, int64_t now)
 {
     memset(o, 0, sizeof *o);
+    if (kl->purge) {
+        kpurge *pg = kl->purge;
+        kl->purge = pg->next;
+        kl->npurge--;
+        o->kind = OP_PURGE;
+        ob_strlcpy(o->name, pg->name, sizeof o->name);
+        free(pg);
+        return 1;
+    }
     for (katt *a = kl->atts; a; a = a->next) {
+        if (!a->name[0]) continue; /* a replaced start, finishing its log */
         ob_strlcpy(o->name, a->name, sizeof o->name);
+        int final = a->ended || a->succeeded || a->failed || a->deleted;
+        if (final && a->secret_want) { /* never made: nothing to make any more */
+            a->secret_want = 0;
+            wipe_token(a);
+        }
+        if (a->secret_want && a->phase == K_LIVE && a->uid[0] && now >= a->secret_next_ms) {
+            if (!a->secret_deadline_ms) a->secret_deadline_ms = now + 60000;
+            a->secret_next_ms = now + 1000; /* not again while this one runs */
+            if (secret_op(kl, a, o) == OB_OK) return 1;
+            memset(o, 0, sizeof *o);
+            continue;
+        }
+        if (final && a->secret_made && !a->secret_gone && now >= a->secret_next_ms) {
+            o->kind = OP_SECRET_DEL;
+            a->secret_next_ms = now + 2000;
+            return 1;
+        }
         if (a->phase == K_TO_CREATE && !a->ended && !a->kill_wanted && !a->term_wanted &&
             now >= a->next_try_ms && a->body) {
             o->kind = OP_CREATE;
@@ -961,6 +1357,30 @@ static void check_stuck(kube_launcher *kl, int64_t now)
     }
 }
 
+/* The pod of a role and index: the launcher (index -1) or a worker. */
+static const kpod *pod_of(const katt *a, int index)
+{
+    for (size_t i = 0; i < a->npods; i++)
+        if (index < 0 ? a->pods[i].launcher : a->pods[i].index == index) return &a->pods[i];
+    return NULL;
+}
+
+/* With the mutex held: follows the log of every pod of the attempt that has started (worker
+ * pods' only when worker_log_max allows). */
+static void follow_logs(kube_launcher *kl, katt *a, int64_t now)
+{
+    if (!a->log_path[0]) return;
+    for (size_t i = 0; i < a->npods; i++) {
+        const kpod *p = &a->pods[i];
+        if (!p->launcher && (p->index < 0 || kl->worker_log_max <= 0)) continue;
+        if (strcmp(p->phase, "Running") && strcmp(p->phase, "Succeeded") &&
+            strcmp(p->phase, "Failed"))
+            continue;
+        kstream *st = stream_for(kl, a, p);
+        if (st && !st->h && !st->done && now >= st->retry_ms) start_stream(kl, st, p);
+    }
+}
+
 static void reap_transfers(kube_launcher *kl)
 {
     int left;
@@ -988,6 +1408,12 @@ static void reap_transfers(kube_launcher *kl)
                 w->retry_ms = 0; /* the server ended the watch (timeoutSeconds): resume */
                 w->failures = 0;
                 kl->api_problem[0] = '\0';
+            } else if (cc == CURLE_OPERATION_TIMEDOUT && status == 200) {
+                /* Silent past the idle limit: taken for dead. What happened meanwhile is read
+                 * from a fresh list, at once. */
+                w->need_list = 1;
+                w->retry_ms = 0;
+                w->silent++;
             } else {
                 w->failures++;
                 w->need_list = 1; /* what happened meanwhile is read from a fresh list */
@@ -995,26 +1421,30 @@ static void reap_transfers(kube_launcher *kl)
                 char why[80];
                 if (cc == CURLE_OK)
                     snprintf(why, sizeof why, "HTTP status %ld", status);
+                else if (cc == CURLE_OPERATION_TIMEDOUT)
+                    snprintf(why, sizeof why, "nothing for %d s", kl->idle_s);
                 else
                     snprintf(why, sizeof why, "%s", curl_easy_strerror(cc));
                 snprintf(kl->api_problem, sizeof kl->api_problem,
                          "the Kubernetes API server cannot be watched (%s): %s", w->what, why);
             }
         } else {
-            katt *a = priv;
-            curl_slist_free_all(a->log_hl);
-            a->log_hl = NULL;
-            a->log_h = NULL;
-            if (a->log_f) fclose(a->log_f);
-            a->log_f = NULL;
-            if (a->log_sec) save_log_mark(a);
-            const kpod *lp = launcher_pod(a);
-            int over = lp && (!strcmp(lp->phase, "Succeeded") || !strcmp(lp->phase, "Failed") ||
-                              !strcmp(lp->phase, "Deleted"));
-            if ((cc == CURLE_OK && status == 200 && over) || a->deleted || status == 404)
-                a->log_done = 1;
+            kstream *st = priv;
+            katt *a = st->att;
+            curl_slist_free_all(st->hl);
+            st->hl = NULL;
+            st->h = NULL;
+            if (st->fd >= 0) close(st->fd);
+            st->fd = -1;
+            if (st->sec) save_mark(st);
+            const kpod *p = pod_of(a, st->index);
+            int over = !p || !strcmp(p->phase, "Succeeded") || !strcmp(p->phase, "Failed") ||
+                       !strcmp(p->phase, "Deleted");
+            if ((cc == CURLE_OK && status == 200 && over) || a->deleted || status == 404 ||
+                st->truncated)
+                st->done = 1;
             else
-                a->log_retry_ms = ob_wall_ms() + 1000;
+                st->retry_ms = ob_wall_ms() + 1000;
         }
         pthread_mutex_unlock(&kl->mu);
         curl_easy_cleanup(h);
@@ -1032,7 +1462,8 @@ static void *kube_thread(void *arg)
         if (next_op(kl, &o, now)) {
             pthread_mutex_unlock(&kl->mu);
             run_op(kl, &o);
-            free(o.body);
+            wipe_free(o.body);
+            wipe_free(o.token);
             pthread_mutex_lock(&kl->mu);
             continue;
         }
@@ -1051,14 +1482,11 @@ static void *kube_thread(void *arg)
         katt **pp = &kl->atts;
         while (*pp) {
             katt *a = *pp;
-            const kpod *lp = launcher_pod(a);
-            if (!a->log_h && !a->log_done && lp && now >= a->log_retry_ms && a->log_path[0] &&
-                (!strcmp(lp->phase, "Running") || !strcmp(lp->phase, "Succeeded") ||
-                 !strcmp(lp->phase, "Failed")))
-                start_log(kl, a, lp);
+            follow_logs(kl, a, now);
             /* Ended, and nobody has asked about it for long: forgotten. */
             int final = a->ended || a->succeeded || a->failed || a->deleted;
-            if (final && !a->log_h && a->last_poll_ms && now - a->last_poll_ms > FORGET_MS) {
+            if (final && !streams_open(a) && (!a->secret_made || a->secret_gone) &&
+                a->last_poll_ms && now - a->last_poll_ms > FORGET_MS) {
                 *pp = a->next;
                 free_att(a);
                 continue;
@@ -1093,7 +1521,6 @@ static katt *new_att(const ob_launch_req *req, const char *name)
     ob_strlcpy(a->job_id, req->job_id, sizeof a->job_id);
     a->attempt = req->attempt;
     if (req->log_path) ob_strlcpy(a->log_path, req->log_path, sizeof a->log_path);
-    a->log_lb.max = MAX_LOG_LINE;
     return a;
 }
 
@@ -1119,6 +1546,14 @@ static ob_status kube_start(ob_launcher *l, const ob_launch_req *req, ob_launch_
     }
     a->body = body;
     a->phase = K_TO_CREATE;
+    if (req->report_token && req->report_token[0]) {
+        a->report_token = strdup(req->report_token);
+        if (!a->report_token) {
+            free_att(a);
+            return OB_ERR(err, OB_ERR_NOMEM, "the MPIJob of job %s", req->job_id);
+        }
+        a->secret_want = 1;
+    }
     a->create_deadline_ms = ob_wall_ms() + 60000;
     pthread_mutex_lock(&kl->mu);
     katt *old = find_att(kl, name);
@@ -1127,7 +1562,7 @@ static ob_status kube_start(ob_launcher *l, const ob_launch_req *req, ob_launch_
         while (*pp != old)
             pp = &(*pp)->next;
         *pp = old->next;
-        if (old->log_h) {
+        if (streams_open(old)) {
             /* still streaming: keep it, renamed out of the way, for the thread to finish */
             old->name[0] = '\0';
             old->ended = 1;
@@ -1167,7 +1602,7 @@ static ob_status kube_poll(ob_launcher *l, const ob_launch_handle *h, ob_launch_
     a->last_poll_ms = now;
     int final = a->ended || a->succeeded || a->failed || a->deleted;
     /* An ended attempt waits a little for the rest of its log, which may say why. */
-    if (final && !(a->log_h && now - a->final_ms < LOG_SETTLE_MS)) {
+    if (final && !(streams_open(a) && now - a->final_ms < LOG_SETTLE_MS)) {
         ex->done = 1;
         const kpod *lp = launcher_pod(a);
         int lcode = lp && lp->terminated ? lp->exit_code : -1;
@@ -1301,7 +1736,7 @@ static ob_status kube_attach(ob_launcher *l, ob_launch_handle *h, const ob_launc
         return OB_ERR(err, OB_ERR_NOMEM, "following MPIJob %s", name);
     }
     a->phase = K_LIVE;
-    load_log_mark(a);
+    a->secret_made = 1; /* it may exist: deleted when the attempt ends (404 when not) */
     pthread_mutex_lock(&kl->mu);
     if (!find_att(kl, name)) {
         a->next = kl->atts;
@@ -1330,6 +1765,43 @@ static void kube_stop_stale(ob_launcher *l, const ob_launch_handle *h, const ob_
     kube_signal(l, &mine, SIGKILL, NULL);
 }
 
+/* A deleted job: its spec copies go (<ckpt>/.onebit-specs/onebit-<job>-<attempt>.json, and a
+ * .tmp a crash left), and the deletion of its attempts' MPIJobs and Secrets is queued (the ended
+ * ones stay until ttlSecondsAfterFinished otherwise; 404 for those already gone). */
+static void kube_forget(ob_launcher *l, const ob_launch_req *req)
+{
+    kube_launcher *kl = (kube_launcher *)l;
+    char dir[1100], prefix[128], path[1400];
+    if (!ob_k8s_dns_label(req->job_id)) return;
+    snprintf(dir, sizeof dir, "%s/.onebit-specs", req->checkpoint_dir);
+    int plen = snprintf(prefix, sizeof prefix, "onebit-%s-", req->job_id);
+    DIR *d = opendir(dir);
+    for (struct dirent *e; d && (e = readdir(d));) {
+        const char *n = e->d_name;
+        if (strncmp(n, prefix, (size_t)plen) != 0) continue;
+        size_t digits = strspn(n + plen, "0123456789");
+        const char *rest = n + plen + digits;
+        /* Only this job's: "onebit-job-1-2-3.json" is job-1-2's, not job-1's. */
+        if (digits == 0 || (strcmp(rest, ".json") && strcmp(rest, ".json.tmp"))) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, n);
+        unlink(path);
+    }
+    if (d) closedir(d);
+    pthread_mutex_lock(&kl->mu);
+    for (int k = 1; k <= req->attempt && kl->npurge < 4096; k++) {
+        kpurge *pg = calloc(1, sizeof *pg);
+        if (!pg || ob_k8s_attempt_name(req->job_id, k, pg->name, sizeof pg->name, NULL)) {
+            free(pg);
+            break;
+        }
+        pg->next = kl->purge;
+        kl->purge = pg;
+        kl->npurge++;
+    }
+    pthread_mutex_unlock(&kl->mu);
+    wake(kl);
+}
+
 static void kube_destroy(ob_launcher *l)
 {
     kube_launcher *kl = (kube_launcher *)l;
@@ -1352,13 +1824,20 @@ static void kube_destroy(ob_launcher *l)
     while (kl->atts) {
         katt *a = kl->atts;
         kl->atts = a->next;
-        if (a->log_h) {
-            curl_multi_remove_handle(kl->multi, a->log_h);
-            curl_easy_cleanup(a->log_h);
-            curl_slist_free_all(a->log_hl);
-            if (a->log_sec) save_log_mark(a);
+        for (kstream *st = a->streams; st; st = st->next) {
+            if (!st->h) continue;
+            curl_multi_remove_handle(kl->multi, st->h);
+            curl_easy_cleanup(st->h);
+            curl_slist_free_all(st->hl);
+            st->h = NULL;
+            if (st->sec) save_mark(st);
         }
         free_att(a);
+    }
+    while (kl->purge) {
+        kpurge *pg = kl->purge;
+        kl->purge = pg->next;
+        free(pg);
     }
     if (kl->multi) curl_multi_cleanup(kl->multi);
     pthread_mutex_destroy(&kl->mu);
@@ -1374,6 +1853,7 @@ static const ob_launcher_ops kube_ops = {
     .alive = kube_alive,
     .stop_stale = kube_stop_stale,
     .attach = kube_attach,
+    .forget = kube_forget,
     .destroy = kube_destroy,
 };
 
@@ -1439,6 +1919,8 @@ ob_status ob_kubernetes_launcher_create(ob_launcher **out, const ob_kubernetes_l
     kl->pending_s = cfg->pending_timeout_s >= 0 ? cfg->pending_timeout_s : 300;
     kl->ttl_s = cfg->ttl_s > 0 ? cfg->ttl_s : 86400;
     kl->timeout_ms = cfg->request_timeout_ms > 0 ? cfg->request_timeout_ms : 10000;
+    kl->idle_s = cfg->watch_idle_s > 0 ? cfg->watch_idle_s : 90;
+    kl->worker_log_max = cfg->worker_log_max > 0 ? cfg->worker_log_max : 8LL << 20;
     kl->w[0].what = "mpijobs";
     kl->w[1].what = "pods";
     for (int i = 0; i < 2; i++) {

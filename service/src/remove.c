@@ -1,6 +1,7 @@
 /* Deleting a job that has ended (ob_service_delete): its store rows, its files under
- * STATE/jobs/<id>/ and, unless kept, its checkpoints under STATE/checkpoints/<id>/; and the
- * retention that deletes the jobs that ended long ago the same way (ob_service_prune). */
+ * STATE/jobs/<id>/, unless kept its checkpoints under STATE/checkpoints/<id>/, and what the
+ * launcher keeps of it elsewhere (ob_launcher_ops.forget); and the retention that deletes the
+ * jobs that ended long ago the same way (ob_service_prune). */
 #include "onebit/base.h"
 #include "onebit/store.h"
 #include "service_internal.h"
@@ -23,6 +24,9 @@ ob_status ob_service_delete(ob_service *svc, const char *id, int keep_checkpoint
         ob_job_clear(&j);
         goto done;
     }
+    int attempts = 0;
+    for (size_t i = 0; i < j.n_attempts; i++)
+        if (j.attempts[i].number > attempts) attempts = j.attempts[i].number;
     ob_job_clear(&j);
     if ((rc = ob__svc_writable(svc, err))) goto done;
     ob_checkpoint_info *ck = NULL;
@@ -44,6 +48,11 @@ ob_status ob_service_delete(ob_service *svc, const char *id, int keep_checkpoint
         snprintf(dir, sizeof dir, "%s/%s", svc->ckpt_dir, id);
         rc = ob_remove_tree(dir, err);
         if (rc == OB_OK) *checkpoints_deleted = (int)nck;
+    }
+    ob_launcher *l = svc->cfg.launcher;
+    if (l && l->ops->forget) {
+        ob_launch_req req = {.job_id = id, .attempt = attempts, .checkpoint_dir = svc->ckpt_dir};
+        l->ops->forget(l, &req);
     }
     if (rc) OB_WRAP(err, rc, "job %s deleted from the store, but its files remain", id);
     svc->event_counter++; /* open streams of the job see it gone */

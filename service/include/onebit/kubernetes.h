@@ -10,12 +10,15 @@
  * The launcher talks to the API server over HTTPS (libcurl) with a bearer token, in the cluster
  * (the pod's service account) or from a kubeconfig. A thread of its own lists and then watches
  * (`?watch=1&resourceVersion=...`) the MPIJobs and the pods it labelled, relisting after 410
- * Gone and reconnecting with a backoff when the API server goes away, and follows each launcher
- * pod's log (pods/log) into the job's worker.log. The launcher calls the supervisor makes (with
- * the service lock held) only read that state or queue work for the thread: creating an MPIJob,
- * deleting one gracefully (SIGTERM: the pods get their termination grace period, the ranks
- * checkpoint) or at once (SIGKILL). A restarted coordinator re-attaches to its MPIJobs by their
- * labels (ob_launch_handle.ext_id holds the MPIJob's name). */
+ * Gone and reconnecting with a backoff when the API server goes away or a stream falls silent,
+ * and follows the launcher pod's log and each worker pod's log (pods/log) into the job's
+ * worker.log, the worker pods' lines prefixed "[worker I] " (I: the replica index). The
+ * attempt's report credential goes into a Secret of its own, onebit-<job id>-<attempt>-report,
+ * owned by the MPIJob; the launcher container reads it through a secretKeyRef. The launcher calls
+ * the supervisor makes (with the service lock held) only read that state or queue work for the
+ * thread: creating an MPIJob, deleting one gracefully (SIGTERM: the pods get their termination
+ * grace period, the ranks checkpoint) or at once (SIGKILL). A restarted coordinator re-attaches to
+ * its MPIJobs by their labels (ob_launch_handle.ext_id holds the MPIJob's name). */
 #ifndef ONEBIT_KUBERNETES_H
 #define ONEBIT_KUBERNETES_H
 
@@ -83,6 +86,12 @@ typedef struct ob_kubernetes_launcher_config {
                                       their image this long ends [300]; 0: wait forever */
     int ttl_s;                     /* runPolicy.ttlSecondsAfterFinished [86400] */
     int request_timeout_ms;        /* one API request, not a watch [10000] */
+    int watch_idle_s;              /* a watch or log stream that sends nothing for this long is
+                                      taken for dead: dropped, relisted and made again [90];
+                                      watches ask the server to end them after 5/6 of it
+                                      (timeoutSeconds) and take bookmarks, so a live one talks */
+    long long worker_log_max;      /* bytes copied from each worker pod's log per attempt
+                                      [8 MiB]; the launcher pod's log is copied whole */
 } ob_kubernetes_launcher_config;
 
 /* Creates the Kubernetes launcher and starts its thread. *out is owned by the caller

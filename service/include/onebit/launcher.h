@@ -97,6 +97,12 @@ typedef struct ob_launcher_ops {
      * OB_ERR_NOT_FOUND: the platform has nothing of it that is this job's; other errors: the
      * platform cannot be asked now. */
     ob_status (*attach)(ob_launcher *l, ob_launch_handle *h, const ob_launch_req *req, ob_err *err);
+    /* Optional (NULL: the launcher keeps nothing of a job outside the job's directory). The job
+     * req->job_id, whose attempts were 1 to req->attempt and whose checkpoints are under
+     * req->checkpoint_dir, has been deleted (it had ended): removes what the launcher wrote for
+     * it elsewhere (the Kubernetes launcher: the spec copies on the checkpoint volume, and its
+     * MPIJobs and Secrets, whose deletion is queued). Never blocks for long; best effort. */
+    void (*forget)(ob_launcher *l, const ob_launch_req *req);
     void (*destroy)(ob_launcher *l);
 } ob_launcher_ops;
 
