@@ -14,6 +14,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -24,7 +25,7 @@ WORKER = os.environ.get("WORKER", os.path.join(ROOT, "build-rel", "bin", "onebit
 MPIRUN = os.environ.get("MPIRUN", "mpirun")
 NP = int(os.environ.get("NP", "4"))
 FIELDS = ["case", "variant", "status", "steps", "eval_loss", "eval_accuracy", "freeze_step",
-          "bytes_sent", "bytes_warmup", "wall_s", "notes"]
+          "bytes_sent", "bytes_warmup", "wall_s", "notes", "rewarms"]
 
 # --- workloads -------------------------------------------------------------------------------
 
@@ -41,13 +42,20 @@ def mlp(seed, steps=1500, batch=64, lr=1e-3, hidden=(256, 128), act="gelu", beta
     }
 
 
-def transformer(seed, steps=1500, batch=16, lr=3e-4, freeze=400):
+def softmax(seed, steps=1500, batch=64, lr=1e-3, beta2=0.99):
+    s = mlp(seed, steps=steps, batch=batch, lr=lr, beta2=beta2)
+    s["model"] = {"type": "softmax"}
+    return s
+
+
+def transformer(seed, steps=1500, batch=16, lr=3e-4, freeze=400, corpus=None):
     # beta2 0.999: Delta = 1000 steps, so an auto freeze needs well over 1000 warmup steps and
     # 1500-step runs would be Adam throughout; the transformer freezes at a fixed step instead.
     return {
         "model": {"type": "transformer", "layers": 2, "heads": 4, "d_model": 64, "context": 64,
                   "tied_output": True},
-        "data": {"type": "text", "eval_fraction": 0.1, "max_bytes": 0},
+        "data": dict({"type": "text", "eval_fraction": 0.1, "max_bytes": 0},
+                     **({"path": corpus[0], "max_bytes": corpus[1]} if corpus else {})),
         "optimizer": {"type": "onebit_adam", "beta1": 0.9, "beta2": 0.999, "eps": 1e-8,
                       "weight_decay": 0.01, "freeze_step": freeze, "block_size": 2048},
         "batch_size": batch, "steps": steps,
@@ -119,22 +127,52 @@ def freeze_cases():
     out = []
     points = (150, 250, 400, 600, 1000)
     out.append({"case": "mlp256-gelu-999-s3", "spec": mlp(3, steps=3000, beta2=0.999),
-                "variants": ["adam", "onebit"] + ["freeze-%d" % n for n in points] +
+                "variants": ["adam", "onebit", "auto-nobc"] + ["freeze-%d" % n for n in points] +
                             ["freeze-%d-bc" % n for n in (150, 250, 400)]})
+    out.append({"case": "mlp256-gelu-999-s4", "spec": mlp(4, steps=3000, beta2=0.999),
+                "variants": ["adam", "onebit", "auto-nobc"]})
     out.append({"case": "mlp1024-relu-b32-999-s3",
                 "spec": mlp(3, steps=3000, batch=32, hidden=(1024, 512), act="relu", beta2=0.999),
-                "variants": ["adam", "onebit", "freeze-250", "freeze-400", "freeze-250-bc"]})
+                "variants": ["adam", "onebit", "auto-nobc", "freeze-250", "freeze-250-bc"]})
     tf = transformer(21, steps=1500)
     tf["optimizer"]["freeze_step"] = "auto"
     out.append({"case": "tf-999-s21", "spec": tf,
-                "variants": ["adam", "onebit", "freeze-200", "freeze-400", "freeze-200-bc"]})
+                "variants": ["adam", "onebit", "auto-nobc", "freeze-200", "freeze-200-bc"]})
     for c in out:
         c["group"] = "freeze"
     return out
 
 
+# The second text corpus: Python's standard library (source code, 4 MB of it), beside the
+# default one (fortunes: English prose).
+PYLIB = ("/usr/lib/python3.11", 4 << 20)
+
+
+def wide_cases():
+    """More models, widths, depths, batch sizes and learning rates (beta2 0.99), and the
+    transformer on two corpora (beta2 0.999, auto freeze)."""
+    out = []
+    for seed in (3, 4, 5):
+        out.append(("softmax-s%d" % seed, softmax(seed)))
+        out.append(("mlp128-relu-d1-s%d" % seed, mlp(seed, hidden=(128,), act="relu")))
+    for seed in (3, 4):
+        out.append(("mlp512-relu-lr3e-3-s%d" % seed, mlp(seed, hidden=(512, 256), act="relu", lr=3e-3)))
+    out.append(("mlp512-relu-lr3e-4-s3", mlp(3, hidden=(512, 256), act="relu", lr=3e-4)))
+    out.append(("mlp256-relu-b16-s3", mlp(3, batch=16, act="relu")))
+    out.append(("mlp256-relu-b256-s3", mlp(3, batch=256, act="relu")))
+    out.append(("mlp2048-gelu-d3-s3", mlp(3, steps=1000, hidden=(2048, 1024, 512))))
+    for corpus, name in ((None, "fortunes"), (PYLIB, "pylib")):
+        tf = transformer(21, steps=1500, corpus=corpus)
+        tf["optimizer"]["freeze_step"] = "auto"
+        out.append(("tf-%s-999-s21" % name, tf))
+    return [{"case": c, "group": "wide", "spec": sp, "variants": ["adam", "onebit", "onebit-none"]}
+            for c, sp in out]
+
+
 def all_cases(group):
     cases = []
+    if group in ("wide", "all"):
+        cases += wide_cases()
     if group in ("freeze", "all"):
         cases += freeze_cases()
     if group in ("warm", "all"):
@@ -146,7 +184,8 @@ def all_cases(group):
 # --- running -----------------------------------------------------------------------------------
 
 def run_spec(name, spec, ckpt_dir=None):
-    """Runs one job; returns (status, summary dict, notices, wall seconds)."""
+    """Runs one job; returns (status, summary dict, notices, wall seconds). Notices include the
+    rewarm events (rollbacks of the divergence guard) and warnings."""
     os.makedirs(os.path.join(OUT, "specs"), exist_ok=True)
     os.makedirs(os.path.join(OUT, "logs"), exist_ok=True)
     spec = dict(spec, name=name)
@@ -172,8 +211,10 @@ def run_spec(name, spec, ckpt_dir=None):
                 continue
             if j.get("event") == "summary":
                 summary = j
-            elif j.get("event") in ("notice", "warm_start", "rewarm"):
+            elif j.get("event") in ("notice", "warm_start"):
                 notices.append(j.get("message", ""))
+            elif j.get("event") == "rewarm":
+                notices.append("rewarm: " + j.get("message", ""))
             elif j.get("event") == "step":
                 last = j
     status = "ok" if rc == 0 else ("diverged" if rc == 3 else "exit %d" % rc)
@@ -189,9 +230,9 @@ def done_rows():
         with open(path) as f:
             for line in f:
                 parts = line.rstrip("\n").split("\t")
-                if parts[0] == "case" or len(parts) != len(FIELDS):
-                    continue
-                rows.append(dict(zip(FIELDS, parts)))
+                if parts[0] == "case" or len(parts) not in (len(FIELDS) - 1, len(FIELDS)):
+                    continue  # rows written before the rewarm count have one field less
+                rows.append(dict(zip(FIELDS, parts + [""] * (len(FIELDS) - len(parts)))))
     return rows
 
 
@@ -223,12 +264,15 @@ def case_spec(case, var):
         return variant(case["spec"], var)
     if var == "scratch":
         return variant(case["spec"], "onebit")
-    if var.startswith("freeze-"):
+    if var == "auto-nobc":  # the auto freeze on the uncorrected v (the rule before beta2 > 0.995 got v_hat)
+        s = variant(case["spec"], "onebit")
+        s["optimizer"]["bias_correction"] = False
+        return s
+    if var.startswith("freeze-"):  # a fixed freeze step, on v (freeze-N) or v_hat (freeze-N-bc)
         s = variant(case["spec"], "onebit")
         parts = var.split("-")
         s["optimizer"]["freeze_step"] = int(parts[1])
-        if parts[2:] == ["bc"]:
-            s["optimizer"]["bias_correction"] = True
+        s["optimizer"]["bias_correction"] = parts[2:] == ["bc"]
         return s
     s = variant(case["spec"], "onebit")
     s["warm_start"] = {"from": ensure_source(case["source"]), "params": case["params"]}
@@ -249,13 +293,24 @@ def cmd_run(args):
     print("%d runs to do" % len(pending), flush=True)
     for i, (c, v) in enumerate(pending, 1):
         spec = case_spec(c, v)
-        status, s, notices, wall = run_spec("%s-%s" % (c["case"], v), spec)
+        ck = None
+        if c["group"] in ("stability", "wide", "freeze") and v != "adam":
+            # Checkpoints, so that the divergence guard can roll back (its rollbacks counted).
+            spec["checkpoint"] = {"interval": 100, "keep": 1}
+            ck = os.path.join(OUT, "ck-run")
+            shutil.rmtree(ck, ignore_errors=True)
+        status, s, notices, wall = run_spec("%s-%s" % (c["case"], v), spec, ckpt_dir=ck)
+        if ck:
+            shutil.rmtree(ck, ignore_errors=True)
+        rewarms = sum(1 for n in notices if n.startswith("rewarm: "))
+        rise = [n for n in notices if "loss rose" in n]
         warm = [n for n in notices if n.startswith("warm start check") or n.startswith("warm start refused")]
         row = {"case": c["case"], "variant": v, "status": status, "steps": s.get("steps", ""),
                "eval_loss": s.get("eval_loss", ""), "eval_accuracy": s.get("eval_accuracy", ""),
                "freeze_step": s.get("freeze_step", ""), "bytes_sent": s.get("bytes_sent", ""),
                "bytes_warmup": s.get("bytes_warmup", ""), "wall_s": "%.1f" % wall,
-               "notes": (warm[0] if warm else "").replace("\t", " ")[:160]}
+               "notes": (warm[0] if warm else rise[0] if rise else "").replace("\t", " ")[:160],
+               "rewarms": rewarms}
         append_row(row)
         print("[%d/%d] %-28s %-12s %-10s eval %-9s bytes %s (%.0f s)" % (
             i, len(pending), c["case"], v, status, row["eval_loss"], row["bytes_sent"], wall), flush=True)
@@ -365,29 +420,87 @@ def cmd_report(args):
                 return "%+.2f%% (%+.2f%%)" % (sum(v) / len(v), max(v)) if v else "-"
             lines.append("| %s | %d | %s | %s | %s |" % (cfg, len(groups[cfg].get("warm", [])), agg("warm"), agg("warm-asis"), agg("adam")))
         lines.append("")
-    stab = sorted({r["case"] for r in rows if r["variant"] in ("onebit", "onebit-none")})
+    freeze = [c for c in dict.fromkeys(r["case"] for r in rows)
+              if any(r["case"] == c and (r["variant"].startswith("freeze-") or r["variant"] == "auto-nobc")
+                     for r in rows)]
+    stab = [c for c in dict.fromkeys(r["case"] for r in rows)
+            if c not in freeze and any(r["case"] == c and r["variant"] in ("onebit", "onebit-none") for r in rows)]
+
+    def cell(r):
+        if not r:
+            return "-"
+        e = fnum(r["eval_loss"])
+        return ("%.4f" % e) if (r["status"] == "ok" and e is not None) else r["status"]
+
+    def gap(r, base):
+        e = fnum(r and r["eval_loss"])
+        if not r or r["status"] != "ok" or e is None or not base:
+            return None
+        return 100.0 * (e - base) / base
+
+    def pct(g):
+        return "-" if g is None else "%+.2f%%" % g
+
+    def ratio(a, b):
+        x, y = fnum(a and a["bytes_sent"]), fnum(b and b["bytes_sent"])
+        return "%.1fx" % (x / y) if x and y else "-"
+
+    if freeze:
+        lines += ["## Freeze step (beta2 0.999)", "",
+                  "Each case: Adam; the default (`onebit`: v_hat, auto freeze over a lag of at most 200 "
+                  "steps); `auto-nobc`: the auto freeze on the uncorrected v (the rule before, lag Delta "
+                  "= 1000); fixed freeze steps on v (`freeze-N`) and on v_hat (`freeze-N-bc`). Gap: eval "
+                  "loss against Adam's; bytes: Adam's over the run's.", "",
+                  "| case | variant | eval loss | gap to Adam | freeze step | bytes Adam/run |",
+                  "|---|---|---|---|---|---|"]
+        for c in freeze:
+            ad = by.get((c, "adam"))
+            base = fnum(ad and ad["eval_loss"])
+            order = ["adam", "onebit", "auto-nobc"] + sorted(
+                {r["variant"] for r in rows if r["case"] == c and r["variant"].startswith("freeze-")},
+                key=lambda v: (v.endswith("-bc"), int(v.split("-")[1])))
+            for v in order:
+                r = by.get((c, v))
+                if not r:
+                    continue
+                lines.append("| %s | %s | %s | %s | %s | %s |" % (
+                    c, v, cell(r), pct(gap(r, base)) if v != "adam" else "",
+                    r["freeze_step"] if r["freeze_step"] not in ("", "None") else "-",
+                    ratio(ad, r) if v != "adam" else ""))
+        lines.append("")
     if stab:
         lines += ["## Stability", "",
-                  "| case | adam | 1-bit Adam (default) | gap | stabilizer none | gap | bytes adam/1-bit |",
-                  "|---|---|---|---|---|---|---|"]
+                  "The default 1-bit Adam and the paper's exact step (`stabilizer: none`) against Adam, "
+                  "each 1-bit run with checkpoints every 100 steps so that the divergence guard can roll "
+                  "back (rewarms: its rollbacks; `-`: a run made before the count was recorded).", "",
+                  "| case | adam | 1-bit Adam (default) | gap | freeze | rewarms | stabilizer none | gap | bytes adam/1-bit |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        gaps, div_default, div_none, ratios, n = [], 0, 0, [], 0
         for c in stab:
             ad, ob, nn = by.get((c, "adam")), by.get((c, "onebit")), by.get((c, "onebit-none"))
             base = fnum(ad and ad["eval_loss"])
-            def cell2(r):
-                if not r:
-                    return "-"
-                e = fnum(r["eval_loss"])
-                return ("%.4f" % e) if (r["status"] == "ok" and e is not None) else r["status"]
-            def gap2(r):
-                e = fnum(r and r["eval_loss"])
-                if not r or r["status"] != "ok" or e is None or not base:
-                    return "-"
-                return "%+.2f%%" % (100.0 * (e - base) / base)
-            ratio = "-"
+            g = gap(ob, base)
+            if ad and ad["status"] == "ok" and ob:
+                n += 1
+                if ob["status"] != "ok":
+                    div_default += 1
+                elif g is not None:
+                    gaps.append(g)
+            if nn and nn["status"] != "ok":
+                div_none += 1
             if ad and ob and fnum(ad["bytes_sent"]) and fnum(ob["bytes_sent"]):
-                ratio = "%.2fx" % (fnum(ad["bytes_sent"]) / fnum(ob["bytes_sent"]))
-            lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (c, cell2(ad), cell2(ob), gap2(ob), cell2(nn), gap2(nn), ratio))
+                ratios.append(fnum(ad["bytes_sent"]) / fnum(ob["bytes_sent"]))
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                c, cell(ad), cell(ob), pct(g), (ob or {}).get("freeze_step", "-"),
+                (ob or {}).get("rewarms", "") or "-", cell(nn), pct(gap(nn, base)), ratio(ad, ob)))
         lines.append("")
+        if gaps:
+            srt = sorted(gaps)
+            med = srt[len(srt) // 2] if len(srt) % 2 else (srt[len(srt) // 2 - 1] + srt[len(srt) // 2]) / 2
+            lines += ["Over %d cases where Adam converges: the default diverged in %d; its gap to Adam: "
+                      "median %+.2f%%, worst %+.2f%%, best %+.2f%%; bytes %.1fx to %.1fx fewer than Adam. "
+                      "The paper's exact step diverged in %d." % (
+                          n, div_default, med, max(gaps), min(gaps), min(ratios), max(ratios), div_none), ""]
     text = "\n".join(lines) + "\n"
     with open(os.path.join(OUT, "tables.md"), "w") as f:
         f.write(text)
@@ -418,7 +531,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "all"])
+    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "all"])
     r.add_argument("--only", default="")
     r.add_argument("--variant", default="", help="only this variant (adam, scratch, warm, ...)")
     r.add_argument("--rerun", action="store_true")
