@@ -95,20 +95,18 @@ static void test_auto_freeze_at_predicted_step(void **state)
     run_end(&r);
 }
 
-/* beta2 0.999 (Delta 1000): with a constant gradient the uncorrected test cannot pass before
- * step 1000 and passes only once (1 - b2^t) / (1 - b2^(t - 1000)) <= 1/thr; with bias
- * correction v_hat is the same at every step, so the ratio is 1 and the freeze comes at the
- * lag, OB_FREEZE_MAX_LAG, with v_hat frozen. */
+/* beta2 0.999 (Delta 1000): the lag is OB_FREEZE_MAX_LAG and the test is on v_hat, with or
+ * without bias correction. With a constant gradient v_hat is the same at every step, so the
+ * ratio is 1 and the freeze comes right after the lag; on the uncorrected v over Delta (the rule
+ * before) it could not come before step 1000 and came only once (1 - b2^t) / (1 - b2^(t -
+ * 1000)) <= 1/thr. With beta2 0.99 (Delta 100 <= the longest lag) nothing changes (above). */
 static void test_auto_freeze_beta2_999(void **state)
 {
     double b2 = 0.999, thr = 0.96;
-    long delta = ob_optim_freeze_delta(b2);
-    assert_int_equal(delta, 1000);
-    assert_int_equal(ob_optim_freeze_lag(b2, 0), 1000);
-    assert_int_equal(ob_optim_freeze_lag(b2, 1), OB_FREEZE_MAX_LAG);
-    assert_int_equal(ob_optim_freeze_lag(0.99, 1), 100);
-    assert_int_equal(ob_optim_default_bias_correction(OB_OPTIM_ONEBIT_ADAM, 0.999), 1);
-    assert_int_equal(ob_optim_default_bias_correction(OB_OPTIM_ONEBIT_ADAM, 0.99), 0);
+    assert_int_equal(ob_optim_freeze_delta(b2), 1000);
+    assert_int_equal(ob_optim_freeze_lag(b2), OB_FREEZE_MAX_LAG);
+    assert_int_equal(ob_optim_freeze_lag(0.99), 100);
+    assert_true(predict(b2, 1000, thr, 0) > 1000);
     for (int bc = 0; bc < 2; bc++) {
         ob_optim_config cfg;
         ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
@@ -121,9 +119,9 @@ static void test_auto_freeze_beta2_999(void **state)
         for (int i = 0; i < D; i++)
             r.g[i] = (i % 3) ? 0.5f : -0.25f;
         long got = step_until_freeze(&r, 5000);
-        assert_int_equal(got, bc ? OB_FREEZE_MAX_LAG + 1 : predict(b2, delta, thr, 0));
+        assert_int_equal(got, OB_FREEZE_MAX_LAG + 1);
         ob_optim_stats s = stats(&r);
-        if (bc) assert_true(fabs(s.freeze_ratio - 1.0) < 1e-3); /* v is summed in float */
+        assert_true(fabs(s.freeze_ratio - 1.0) < 1e-3); /* v is summed in float */
         run_end(&r);
     }
 }

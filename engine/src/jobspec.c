@@ -438,8 +438,6 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
         (st = ob__spec_get_bool(o, "optimizer", "bias_correction", &c->bias_correction, err)) ||
         (st = read_buckets(o, c, err)))
         return st;
-    if (!json_object_get(o, "bias_correction") && c->beta2 >= 0.0 && c->beta2 < 1.0)
-        c->bias_correction = ob_optim_default_bias_correction((ob_optim_kind)kind, c->beta2);
     if (kind == OB_OPTIM_ONEBIT_ADAM) {
         int mode = (int)c->mode, scale = (int)c->scale, stab = (int)c->stabilizer;
         if ((st = ob__spec_get_enum(o, "optimizer", "compression", ob__spec_compressions,

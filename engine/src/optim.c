@@ -458,22 +458,22 @@ static ob_status freeze(ob_optim *o, long t, ob_err *err)
     return compute_den(o, err);
 }
 
-int ob_optim_default_bias_correction(ob_optim_kind kind, double beta2)
-{
-    if (kind != OB_OPTIM_ONEBIT_ADAM) return 1;
-    return ob_optim_freeze_delta(beta2) > OB_FREEZE_MAX_LAG;
-}
-
-/* The lag of the auto freeze's ratio: Delta, or with bias correction at most
- * OB_FREEZE_MAX_LAG (v_hat has no zero-initialisation bias to outgrow, so its norm can be
- * compared over a shorter window). */
-long ob_optim_freeze_lag(double beta2, int bias_correction)
+/* The lag of the auto freeze's ratio: Delta, at most OB_FREEZE_MAX_LAG. */
+long ob_optim_freeze_lag(double beta2)
 {
     long delta = ob_optim_freeze_delta(beta2);
-    return bias_correction && delta > OB_FREEZE_MAX_LAG ? OB_FREEZE_MAX_LAG : delta;
+    return delta > OB_FREEZE_MAX_LAG ? OB_FREEZE_MAX_LAG : delta;
 }
 
-/* After warmup step t: record ||v_t||_1 (of v_hat with bias correction) and decide whether to
+/* Whether the auto freeze compares the norms of v_hat = v / (1 - beta2^t) rather than of v:
+ * with bias correction, and whenever the lag is shorter than Delta (v's zero-initialisation
+ * bias then changes its norm more over the lag than the gradients do). */
+static int freeze_on_v_hat(const ob_optim_config *c)
+{
+    return c->bias_correction || ob_optim_freeze_delta(c->beta2) > OB_FREEZE_MAX_LAG;
+}
+
+/* After warmup step t: record ||v_t||_1 (of v_hat, see freeze_on_v_hat) and decide whether to
  * freeze. */
 static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
 {
@@ -489,8 +489,8 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
     double norm = 0.0;
     ob_status st = k_l1(o, o->v, &norm, err);
     if (st != OB_OK) return st;
-    if (c->bias_correction) norm /= 1.0 - pow(c->beta2, (double)t);
-    long lag = ob_optim_freeze_lag(c->beta2, c->bias_correction);
+    if (freeze_on_v_hat(c)) norm /= 1.0 - pow(c->beta2, (double)t);
+    long lag = ob_optim_freeze_lag(c->beta2);
     size_t slot = (size_t)(t % o->delta);
     size_t back = (size_t)((t - lag) % o->delta);
     double old = t > lag ? o->norms[back] : 0.0;

@@ -38,8 +38,7 @@
  *     needs text or synthetic_text. Synthetic data is drawn from the job's seed.
  *   optimizer:
  *     type         adam | onebit_adam                                              (required)
- *     beta1? beta2? eps? weight_decay? [ob_optim_config_default] bias_correction? (bool)
- *       [ob_optim_default_bias_correction: adam true; onebit_adam false, true for beta2 > 0.995]
+ *     beta1? beta2? eps? weight_decay? bias_correction? (bool)  [ob_optim_config_default]
  *     bucket_mb?   MiB in [0, 1024] [4 with overlap, else 0]: the fp32 gradient exchange (adam,
  *                  the warmup) runs in
  *                  buckets of whole tensors of at least this size, last layers first; 0: one

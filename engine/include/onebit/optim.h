@@ -26,12 +26,14 @@
  * steps T_w+1.. are compression steps.
  *
  * Auto freeze (freeze_step == 0): after every warmup step t, r_t = ||v_t||_1 / ||v_{t-L}||_1
- * with Delta = ceil(1/(1-beta2)) and the lag L = Delta; freeze at the first t with t >=
- * max(lr_warmup_steps, L, freeze_min_steps), t > L (so that v_{t-L} exists) and threshold <=
- * r_t <= 1/threshold. With bias correction on, the norms are those of v_hat = v / (1 -
- * beta2^t), L = min(Delta, OB_FREEZE_MAX_LAG) (ob_optim_freeze_lag), and the frozen v is v_hat,
- * so the step size does not jump: without it, v carries its zero-initialisation bias for about
- * 3 Delta steps, and with beta2 0.999 the test cannot pass before step 1000.
+ * with Delta = ceil(1/(1-beta2)) and the lag L = min(Delta, OB_FREEZE_MAX_LAG)
+ * (ob_optim_freeze_lag); freeze at the first t with t >= max(lr_warmup_steps, L,
+ * freeze_min_steps), t > L (so that v_{t-L} exists) and threshold <= r_t <= 1/threshold. With
+ * bias correction on, or when L < Delta (beta2 above 0.995), the norms are those of v_hat = v /
+ * (1 - beta2^t): v carries its zero-initialisation bias for about 3 Delta steps, which with
+ * beta2 0.999 and L = Delta kept the test from passing before step 1000. What is frozen is v
+ * as the optimizer holds it: with bias correction on, the corrected v_hat, so the step size
+ * does not jump; without it, the paper's v.
  *
  * Memory: the optimizer's state and its parameter and gradient buffers live in the memory of its
  * communicator: host memory for MPI and self, the CUDA device for NCCL. Its element-wise
@@ -42,7 +44,7 @@
 #ifndef ONEBIT_OPTIM_H
 #define ONEBIT_OPTIM_H
 
-/* The longest lag of the auto freeze's ratio with bias correction (see above). */
+/* The longest lag of the auto freeze's ratio (see above). */
 #define OB_FREEZE_MAX_LAG 200
 
 #include "onebit/car.h"
@@ -85,8 +87,7 @@ typedef struct ob_optim_config {
     double beta2;        /* [0, 1), default 0.999 */
     double eps;          /* > 0, default 1e-8 */
     double weight_decay; /* >= 0, decoupled (AdamW style), default 0 */
-    int bias_correction; /* default 1 for adam, 0 for onebit_adam (as the paper and BERT); a job
-                          * spec's default is ob_optim_default_bias_correction */
+    int bias_correction; /* default 1 for adam, 0 for onebit_adam (as the paper and BERT) */
 
     /* onebit_adam only */
     ob_onebit_mode mode;     /* default OB_ONEBIT_COMPRESSED */
@@ -135,13 +136,7 @@ ob_status ob_optim_config_validate(const ob_optim_config *cfg, ob_err *err);
 long ob_optim_freeze_delta(double beta2);
 
 /* The lag L of the auto freeze's ratio (see the top of this file). */
-long ob_optim_freeze_lag(double beta2, int bias_correction);
-
-/* What a job spec that does not say takes for bias_correction: 1 for adam; for onebit_adam 1
- * when Delta > OB_FREEZE_MAX_LAG (beta2 above 0.995: the uncorrected v would hold the freeze
- * back past step Delta, and a v frozen early would carry its bias into every later step), else
- * 0 (the paper's form). */
-int ob_optim_default_bias_correction(ob_optim_kind kind, double beta2);
+long ob_optim_freeze_lag(double beta2);
 
 const char *ob_optim_kind_name(ob_optim_kind kind);   /* "adam", "onebit_adam" */
 const char *ob_onebit_mode_name(ob_onebit_mode mode); /* "compressed", "uncompressed", "naive" */
