@@ -465,14 +465,6 @@ long ob_optim_freeze_lag(double beta2)
     return delta > OB_FREEZE_MAX_LAG ? OB_FREEZE_MAX_LAG : delta;
 }
 
-/* Whether the auto freeze compares the norms of v_hat = v / (1 - beta2^t) rather than of v:
- * with bias correction, and whenever the lag is shorter than Delta (v's zero-initialisation
- * bias then changes its norm more over the lag than the gradients do). */
-static int freeze_on_v_hat(const ob_optim_config *c)
-{
-    return c->bias_correction || ob_optim_freeze_delta(c->beta2) > OB_FREEZE_MAX_LAG;
-}
-
 /* After warmup step t: record ||v_t||_1 (of v_hat, see freeze_on_v_hat) and decide whether to
  * freeze. */
 static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
@@ -489,22 +481,34 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
     double norm = 0.0;
     ob_status st = k_l1(o, o->v, &norm, err);
     if (st != OB_OK) return st;
-    if (freeze_on_v_hat(c)) norm /= 1.0 - pow(c->beta2, (double)t);
-    long lag = ob_optim_freeze_lag(c->beta2);
-    size_t slot = (size_t)(t % o->delta);
-    size_t back = (size_t)((t - lag) % o->delta);
-    double old = t > lag ? o->norms[back] : 0.0;
+    long delta = o->delta, lag = ob_optim_freeze_lag(c->beta2);
+    size_t slot = (size_t)(t % delta);
+    /* The paper's test: ||v_t|| against ||v_{t-Delta}|| (the slot this step overwrites). */
+    double old = t > delta ? o->norms[slot] : 0.0;
+    double ratio = old > 0.0 ? norm / old : NAN;
+    /* Above beta2 0.995 also v_hat's norm against its value L steps back, from the same
+     * history: (||v_t|| / (1 - b2^t)) / (||v_{t-L}|| / (1 - b2^(t-L))). */
+    double ratio_hat = NAN;
+    if (lag < delta && t > lag) {
+        double back = o->norms[(size_t)((t - lag) % delta)];
+        double b2 = c->beta2;
+        if (back > 0.0)
+            ratio_hat = (norm / (1.0 - pow(b2, (double)t))) /
+                        (back / (1.0 - pow(b2, (double)(t - lag))));
+    }
     o->norms[slot] = norm;
     o->last_norm = norm;
-    o->last_ratio = old > 0.0 ? norm / old : NAN;
+    o->last_ratio = lag < delta ? ratio_hat : ratio;
     if (delayed) return t >= o->refit_end ? freeze(o, t, err) : OB_OK;
 
-    long earliest = c->lr_warmup_steps;
-    if (lag > earliest) earliest = lag;
-    if (c->freeze_min_steps > earliest) earliest = c->freeze_min_steps;
     double lo = c->freeze_threshold, hi = 1.0 / c->freeze_threshold;
-    if (t >= earliest && t > lag && o->last_ratio >= lo && o->last_ratio <= hi)
+    long floor = c->lr_warmup_steps > c->freeze_min_steps ? c->lr_warmup_steps : c->freeze_min_steps;
+    int paper = t >= floor && t > delta && ratio >= lo && ratio <= hi;
+    int hat = lag < delta && t >= floor && t > lag && ratio_hat >= lo && ratio_hat <= hi;
+    if (paper || hat) {
+        o->last_ratio = paper ? ratio : ratio_hat;
         return freeze(o, t, err);
+    }
     return OB_OK;
 }
 

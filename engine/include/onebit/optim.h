@@ -25,15 +25,17 @@
  * progress is t+1). The freeze happens at the end of step T_w: steps 1..T_w are warmup steps,
  * steps T_w+1.. are compression steps.
  *
- * Auto freeze (freeze_step == 0): after every warmup step t, r_t = ||v_t||_1 / ||v_{t-L}||_1
- * with Delta = ceil(1/(1-beta2)) and the lag L = min(Delta, OB_FREEZE_MAX_LAG)
- * (ob_optim_freeze_lag); freeze at the first t with t >= max(lr_warmup_steps, L,
- * freeze_min_steps), t > L (so that v_{t-L} exists) and threshold <= r_t <= 1/threshold. With
- * bias correction on, or when L < Delta (beta2 above 0.995), the norms are those of v_hat = v /
- * (1 - beta2^t): v carries its zero-initialisation bias for about 3 Delta steps, which with
- * beta2 0.999 and L = Delta kept the test from passing before step 1000. What is frozen is v
- * as the optimizer holds it: with bias correction on, the corrected v_hat, so the step size
- * does not jump; without it, the paper's v.
+ * Auto freeze (freeze_step == 0): after every warmup step t, r_t = ||v_t||_1 / ||v_{t-Delta}||_1
+ * with Delta = ceil(1/(1-beta2)); freeze at the first t with t >= max(lr_warmup_steps, Delta,
+ * freeze_min_steps), t > Delta (so that v_{t-Delta} exists) and threshold <= r_t <= 1/threshold.
+ * Above beta2 0.995 (Delta > OB_FREEZE_MAX_LAG) v carries its zero-initialisation bias for about
+ * 3 Delta steps and that test cannot pass before step Delta (1000 at beta2 0.999), so a second
+ * one may freeze earlier: the same band on the norms of v_hat = v / (1 - beta2^t) over the lag
+ * L = OB_FREEZE_MAX_LAG (ob_optim_freeze_lag), from t >= max(lr_warmup_steps, L,
+ * freeze_min_steps); the freeze comes at the first step either test passes (never later than
+ * the first alone), and freeze_ratio is the ratio of the test that passed (while in the warmup,
+ * the v_hat one above beta2 0.995). With bias correction on, the frozen v is the corrected
+ * v_hat, so the step size does not jump; without it, the paper's v.
  *
  * Memory: the optimizer's state and its parameter and gradient buffers live in the memory of its
  * communicator: host memory for MPI and self, the CUDA device for NCCL. Its element-wise
