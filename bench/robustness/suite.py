@@ -127,19 +127,19 @@ def freeze_cases():
     out = []
     points = (150, 250, 400, 600, 1000)
     out.append({"case": "mlp256-gelu-999-s3", "spec": mlp(3, steps=3000, beta2=0.999),
-                "variants": ["adam", "onebit", "auto-nobc"] + ["freeze-%d" % n for n in points] +
+                "variants": ["adam", "onebit"] + ["freeze-%d" % n for n in points] +
                             ["freeze-%d-bc" % n for n in (150, 250, 400)]})
     out.append({"case": "mlp256-gelu-999-s4", "spec": mlp(4, steps=3000, beta2=0.999),
-                "variants": ["adam", "onebit", "auto-nobc"]})
+                "variants": ["adam", "onebit"]})
     out.append({"case": "mlp1024-relu-b32-999-s3",
                 "spec": mlp(3, steps=3000, batch=32, hidden=(1024, 512), act="relu", beta2=0.999),
-                "variants": ["adam", "onebit", "auto-nobc", "freeze-250", "freeze-250-bc"]})
+                "variants": ["adam", "onebit", "freeze-250", "freeze-250-bc"]})
     # the same job as the wide group's tf-fortunes-999-s21 (whose adam and onebit runs the
     # report shows beside these)
     tf = transformer(21, steps=1500)
     tf["optimizer"]["freeze_step"] = "auto"
     out.append({"case": "tf-999-s21", "spec": tf,
-                "variants": ["auto-nobc", "freeze-200", "freeze-200-bc"]})
+                "variants": ["freeze-200", "freeze-200-bc"]})
     for c in out:
         c["group"] = "freeze"
     return out
@@ -266,10 +266,6 @@ def case_spec(case, var):
         return variant(case["spec"], var)
     if var == "scratch":
         return variant(case["spec"], "onebit")
-    if var == "auto-nobc":  # the auto freeze on the uncorrected v (the rule before beta2 > 0.995 got v_hat)
-        s = variant(case["spec"], "onebit")
-        s["optimizer"]["bias_correction"] = False
-        return s
     if var.startswith("freeze-"):  # a fixed freeze step, on v (freeze-N) or v_hat (freeze-N-bc)
         s = variant(case["spec"], "onebit")
         parts = var.split("-")
@@ -449,9 +445,10 @@ def cmd_report(args):
 
     if freeze:
         lines += ["## Freeze step (beta2 0.999)", "",
-                  "Each case: Adam; the default (`onebit`: the auto freeze on the norms of v_hat over a "
-                  "lag of at most 200 steps, the paper's v frozen); `auto-nobc`: the rule before (the "
-                  "uncorrected v over Delta = 1000 steps); fixed freeze steps with the paper's v "
+                  "Each case: Adam; the default (`onebit`: the paper's test on v over Delta = 1000 "
+                  "steps beside the test on v_hat over 200 steps, the freeze at the first that passes, "
+                  "the paper's v frozen); `auto-nobc`: the paper's test alone, the rule before (rows "
+                  "from the build before the change: it is no longer selectable); fixed freeze steps with the paper's v "
                   "(`freeze-N`) and with bias correction, v_hat frozen (`freeze-N-bc`). Gap: eval loss "
                   "against Adam's; bytes: Adam's over the run's. `tf-999-s21` is the job "
                   "`tf-fortunes-999-s21` of the stability table, whose Adam and default runs it shows.", "",
