@@ -1326,7 +1326,7 @@ static void test_public_message(void **state)
     assert_string_equal(out, "");
 }
 
-/* --worker-memory-limit: auto, 0 or a size of at least 256 MiB; nothing that overflows. */
+/* --worker-memory-limit: auto, 0 or a size of at least 1 GiB; nothing that overflows. */
 static void test_worker_memory_limit_parse(void **state)
 {
     (void)state;
@@ -1337,11 +1337,11 @@ static void test_worker_memory_limit_parse(void **state)
         {"auto", OB_WORKER_MEMORY_AUTO},
         {"0", 0},
         {"0G", 0},
-        {"256M", (int64_t)256 << 20},
-        {"268435456", (int64_t)256 << 20},
+        {"1024M", (int64_t)1 << 30},
+        {"1073741824", (int64_t)1 << 30},
         {"4g", (int64_t)4 << 30},
         {"1T", (int64_t)1 << 40},
-        {"262144k", (int64_t)256 << 20},
+        {"1048576k", (int64_t)1 << 30},
         {"8388607T", (int64_t)8388607 << 40},
         {"9223372036854775807", INT64_MAX},
     };
@@ -1373,9 +1373,10 @@ static void test_worker_memory_limit_parse(void **state)
         "0x10000000",
         "none",
         "100M",
-        "268435455",
+        "1073741823",
         "1",
-        "255M",
+        "256M",
+        "1023M",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         int64_t v = 12345;
@@ -1389,12 +1390,12 @@ static void test_worker_memory_limit_parse(void **state)
     int64_t v;
     ob_err err;
     assert_int_equal(ob_worker_memory_limit_parse("100M", &v, &err), OB_ERR_INVALID_ARG);
-    assert_non_null(strstr(err.msg, "below the smallest limit, 256 MiB"));
+    assert_non_null(strstr(err.msg, "below the smallest limit, 1024 MiB"));
     assert_int_equal(ob_worker_memory_limit_parse("10E", &v, &err), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "expected auto, 0 or a size"));
 }
 
-/* An attempt's limit: the setting, or twice the estimate plus 256 MiB, saturating. */
+/* An attempt's limit: the setting, or twice the estimate plus 1 GiB, saturating. */
 static void test_worker_memory_limit_for(void **state)
 {
     (void)state;
@@ -1402,12 +1403,12 @@ static void test_worker_memory_limit_for(void **state)
     assert_true(ob_worker_memory_limit_for(0, 100 * mib) == 0);
     assert_true(ob_worker_memory_limit_for((int64_t)512 << 20, 900 * mib) == 512 * mib);
     assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, 0) == 0);
-    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, 100 * mib) == 456 * mib);
-    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, 1) == 256 * mib + 2);
+    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, 100 * mib) == 1224 * mib);
+    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, 1) == 1024 * mib + 2);
     assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, UINT64_MAX) ==
                 (uint64_t)INT64_MAX);
-    uint64_t top = ((uint64_t)INT64_MAX - 256 * mib) / 2;
-    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, top) == top * 2 + 256 * mib);
+    uint64_t top = ((uint64_t)INT64_MAX - 1024 * mib) / 2;
+    assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, top) == top * 2 + 1024 * mib);
     assert_true(ob_worker_memory_limit_for(OB_WORKER_MEMORY_AUTO, top + 1) == (uint64_t)INT64_MAX);
     assert_true(ob_worker_memory_limit_for(-2, 100 * mib) == 0);
 }
@@ -1455,10 +1456,10 @@ static void test_worker_memory_limit_attempts(void **state)
     char id[OB_JOB_ID_LEN];
     submit(f, 2, 2, id);
     assert_true(wait_launches(f, 1));
-    /* Twice an estimate (which holds at least the worker's own 64 MiB) plus 256 MiB; the
+    /* Twice an estimate (which holds at least the worker's own 64 MiB) plus 1 GiB; the
      * estimate itself is test_jobspec's. */
     const uint64_t mib = (uint64_t)1 << 20, got = f->m.l[0].memory_limit;
-    if (got < 384 * mib || got > 1024 * mib || (got - 256 * mib) % 2)
+    if (got < 1152 * mib || got > 1792 * mib || (got - 1024 * mib) % 2)
         fail_msg("memory limit of the attempt: %llu", (unsigned long long)got);
     ob_err err;
     assert_true(wait_state(f, id, OB_JOB_RUNNING));

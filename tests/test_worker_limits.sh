@@ -37,11 +37,11 @@ finished() { # ID SECONDS: until SUCCEEDED, FAILED or CANCELLED
   return 1
 }
 
-# 2,000,000 examples of 32 floats: 256 MiB of data in each rank, over a 256 MiB limit.
-sed 's/^  n_train: 4096/  n_train: 2000000/; s/^steps: 200/steps: 60/' \
+# 10,000,000 examples of 32 floats: 1280 MiB of data in each rank, over a 1 GiB limit.
+sed 's/^  n_train: 4096/  n_train: 10000000/; s/^steps: 200/steps: 60/' \
   "$EXAMPLES/synthetic-mlp-onebit.yaml" > "$TMP/big.yaml"
 sed 's/^steps: 200/steps: 100000000/' "$EXAMPLES/synthetic-mlp-onebit.yaml" > "$TMP/endless.yaml"
-grep -q "n_train: 2000000" "$TMP/big.yaml" || { echo "the example changed"; exit 1; }
+grep -q "n_train: 10000000" "$TMP/big.yaml" || { echo "the example changed"; exit 1; }
 
 # --- bad values are refused at start -------------------------------------------------------------
 for v in 10E 1180591620717411303424 100M -1 " 1G" 1G5 ""; do
@@ -50,20 +50,20 @@ for v in 10E 1180591620717411303424 100M -1 " 1G" 1G5 ""; do
 done
 
 # --- an explicit limit: applied to the ranks; a job over it fails for memory, not retried -------
-start_daemon --worker-memory-limit 256M
+start_daemon --worker-memory-limit 1G
 [ -n "$GRPC" ] || { echo "onebitd did not start"; cat "$TMP/onebitd.log"; exit 1; }
 check "onebitd itself may write core files and map any amount of data" '[ "$(limit_of "$PID" "Max core file size")" != "0 0" ] && [ "$(limit_of "$PID" "Max data size" | cut -d" " -f1)" = unlimited ]' "$(cat /proc/$PID/limits)"
-check "the daemon says which limit it applies" 'grep -q "worker memory limit: 256 MiB per process (RLIMIT_DATA)" "$TMP/onebitd.log"' "$(cat "$TMP/onebitd.log")"
+check "the daemon says which limit it applies" 'grep -q "worker memory limit: 1024 MiB per process (RLIMIT_DATA)" "$TMP/onebitd.log"' "$(cat "$TMP/onebitd.log")"
 
 e=$(rpc submit "$TMP/endless.yaml" 2 2>/dev/null | jq -r .id)
 ranks=$(wait_ranks "$e")
-check "256M: two ranks run" '[ "$(echo "$ranks" | grep -c .)" = 2 ]' "$(get "$e")"
+check "1G: two ranks run" '[ "$(echo "$ranks" | grep -c .)" = 2 ]' "$(get "$e")"
 for p in $ranks; do
-  check "256M: rank $p has Max data size 268435456 (soft and hard)" '[ "$(limit_of "$p" "Max data size")" = "268435456 268435456" ]' "$(cat /proc/$p/limits)"
-  check "256M: rank $p writes no core files" '[ "$(limit_of "$p" "Max core file size")" = "0 0" ]' "$(cat /proc/$p/limits)"
+  check "1G: rank $p has Max data size 1073741824 (soft and hard)" '[ "$(limit_of "$p" "Max data size")" = "1073741824 1073741824" ]' "$(cat /proc/$p/limits)"
+  check "1G: rank $p writes no core files" '[ "$(limit_of "$p" "Max core file size")" = "0 0" ]' "$(cat /proc/$p/limits)"
 done
 m=$(procs_of "$e" mpirun)
-check "256M: mpirun itself runs under the limit" '[ -n "$m" ] && [ "$(limit_of "$m" "Max data size")" = "268435456 268435456" ]' "m=$m"
+check "1G: mpirun itself runs under the limit" '[ -n "$m" ] && [ "$(limit_of "$m" "Max data size")" = "1073741824 1073741824" ]' "m=$m"
 rpc cancel "$e" > /dev/null 2>&1
 finished "$e" 60
 
@@ -74,28 +74,28 @@ reason=$(echo "$j" | jq -r '.attempts[0].exit_reason')
 check "over the limit: FAILED" '[ "$(echo "$j" | jq -r .state)" = FAILED ]' "$j"
 check "over the limit: FAILED and not restarted (one attempt, restarts 0)" '[ "$(echo "$j" | jq -r .state)" = FAILED ] && [ "$(echo "$j" | jq ".restarts // 0")" = 0 ] && [ "$(echo "$j" | jq ".attempts | length")" = 1 ]' "$j"
 check "over the limit: the attempt ended with the worker's memory status, 5" '[ "$(echo "$j" | jq .attempts[0].exit_code)" = 5 ]' "$j"
-check "over the limit: the exit reason says memory and the limit" 'echo "$reason" | grep -q "^out of memory: the ranks exceeded the worker memory limit of 256 MiB per process (--worker-memory-limit) (exit code 5): .*out of memory"' "$reason"
+check "over the limit: the exit reason says memory and the limit" 'echo "$reason" | grep -q "^out of memory: the ranks exceeded the worker memory limit of 1024 MiB per process (--worker-memory-limit) (exit code 5): .*out of memory"' "$reason"
 check "over the limit: the job says why it is not retried" 'echo "$j" | jq -r .message | grep -q "not retried: the same job needs the same memory"' "$(echo "$j" | jq -r .message)"
 ctl_out=$("$CTL" --server "$GRPC" status "$f" 2>&1)
-check "onebitctl status shows the memory reason" 'echo "$ctl_out" | grep -q "exit 5, out of memory: the ranks exceeded the worker memory limit of 256 MiB"' "$ctl_out"
+check "onebitctl status shows the memory reason" 'echo "$ctl_out" | grep -q "exit 5, out of memory: the ranks exceeded the worker memory limit of 1024 MiB"' "$ctl_out"
 
-# --- the default (auto): the same job succeeds, its ranks under twice the estimate + 256 MiB ----
+# --- the default (auto): the same job succeeds, its ranks under twice the estimate + 1 GiB ------
 kill -TERM "$PID"; wait "$PID" 2>/dev/null
 start_daemon
 [ -n "$GRPC" ] || { echo "onebitd did not restart"; cat "$TMP/onebitd.log"; exit 1; }
-check "the default is auto" 'grep -q "worker memory limit: 2 x each job.s per-rank estimate + 256 MiB, per process (RLIMIT_DATA)" "$TMP/onebitd.log"' "$(tail -3 "$TMP/onebitd.log")"
+check "the default is auto" 'grep -q "worker memory limit: 2 x each job.s per-rank estimate + 1024 MiB, per process (RLIMIT_DATA)" "$TMP/onebitd.log"' "$(tail -3 "$TMP/onebitd.log")"
 g=$(rpc submit "$TMP/big.yaml" 2 2 2>/dev/null | jq -r .id)
 ranks=$(wait_ranks "$g")
 mib=$(sed -n 's/^== onebitd: attempt 1 of job .*memory limit \([0-9]*\) MiB per process$/\1/p' "$TMP/var/jobs/$g/worker.log")
-# The job's data alone is 256 MiB a rank: auto gives it more than twice that.
-check "auto: the attempt's limit is logged and above twice the data" '[ -n "$mib" ] && [ "$mib" -gt 768 ]' "mib=$mib $(head -2 "$TMP/var/jobs/$g/worker.log")"
+# The job's data alone is 1280 MiB a rank: auto gives it more than twice that, plus 1 GiB.
+check "auto: the attempt's limit is logged and above twice the data" '[ -n "$mib" ] && [ "$mib" -gt 3584 ]' "mib=$mib $(head -2 "$TMP/var/jobs/$g/worker.log")"
 for p in $ranks; do
   l=$(limit_of "$p" "Max data size")
   check "auto: rank $p runs under it" '[ -n "$mib" ] && [ "${l% *}" -ge $((mib << 20)) ] && [ "${l% *}" -lt $(((mib + 1) << 20)) ] && [ "${l#* }" = "${l% *}" ]' "l=$l mib=$mib"
 done
 finished "$g" 180
 j=$(get "$g")
-check "auto: the job that failed under 256M succeeds" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && [ "$(echo "$j" | jq ".restarts // 0")" = 0 ]' "$j $(tail -5 "$TMP/var/jobs/$g/worker.log")"
+check "auto: the job that failed under 1G succeeds" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && [ "$(echo "$j" | jq ".restarts // 0")" = 0 ]' "$j $(tail -5 "$TMP/var/jobs/$g/worker.log")"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -48,7 +48,8 @@ ob_status ob_worker_memory_limit_parse(const char *text, int64_t *out, ob_err *e
     if (x != 0 && x < (uint64_t)OB_WORKER_MEMORY_MIN)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "--worker-memory-limit: %s is below the smallest limit, %lld MiB (a "
-                      "rank's libraries alone map about 150 MiB); 0 sets none",
+                      "rank's libraries, CUDA's included, and OpenBLAS's buffers map about "
+                      "400 MiB, and a rank short of them hangs in OpenBLAS); 0 sets none",
                       text, (long long)(OB_WORKER_MEMORY_MIN >> 20));
     *out = (int64_t)x;
     return OB_OK;

@@ -143,11 +143,11 @@ ob_status ob_local_launcher_create(ob_launcher **out, const ob_local_launcher_co
 #define OB_WORKER_MEMORY_AUTO (-1) /* ob_worker_memory_limit_parse: "auto" */
 /* The smallest limit accepted: a rank's libraries alone map about 150 MiB (OpenBLAS reserves
  * a 128 MiB buffer and retries forever when it cannot), so less would hang it, not stop it. */
-#define OB_WORKER_MEMORY_MIN ((int64_t)256 << 20)
+#define OB_WORKER_MEMORY_MIN ((int64_t)1 << 30)
 /* "auto": the job's per-rank estimate times OB_WORKER_MEMORY_FACTOR plus OB_WORKER_MEMORY_MARGIN
  * (room for the allocator's slack, MPI's buffers and the libraries' reservations). */
 #define OB_WORKER_MEMORY_FACTOR 2
-#define OB_WORKER_MEMORY_MARGIN ((uint64_t)256 << 20)
+#define OB_WORKER_MEMORY_MARGIN ((uint64_t)1 << 30)
 
 /* Parses --worker-memory-limit: "auto" (OB_WORKER_MEMORY_AUTO), "0" (no limit) or a size, a
  * decimal number of bytes with an optional binary suffix K, M, G or T (either case), at least

@@ -54,7 +54,7 @@ typedef struct ob_service_config {
      * (ob_service_prune, run by the supervisor every minute); 0: kept until DeleteJob. */
     int64_t retention_ms;
     /* The memory limit of each worker process (ob_launch_req.memory_limit, RLIMIT_DATA): bytes,
-     * 0 for none, or OB_WORKER_MEMORY_AUTO for twice the job's per-rank estimate plus 256 MiB
+     * 0 for none, or OB_WORKER_MEMORY_AUTO for twice the job's per-rank estimate plus 1 GiB
      * (ob_worker_memory_limit_for). An attempt that runs out of it is not retried. Only for
      * launchers that apply it (local, hosts); 0 for the others. */
     int64_t worker_memory_limit;
