@@ -1,9 +1,13 @@
 # Engine core: compression kernels, optimizers, communicators and the compressed allreduce.
 ob_add_unit_test(test_compress test_compress.c)
+# The fp16 message's conversions are private arithmetic (src/f16_math.h): tested directly.
+ob_add_unit_test(test_f16 test_f16.c)
+target_include_directories(test_f16 PRIVATE ${PROJECT_SOURCE_DIR}/engine/src)
 ob_add_unit_test(test_adam test_adam.c)
 ob_add_unit_test(test_freeze test_freeze.c)
 ob_add_unit_test(test_schedule test_schedule.c)
 ob_add_mpi_test(test_car_mpi test_car_mpi.c NP 1 2 3 4 5)
+ob_add_mpi_test(test_f16sum_mpi test_f16sum_mpi.c NP 1 2 3 4)
 ob_add_mpi_test(test_adam_overlap test_adam_overlap.c NP 1 2 4)
 ob_add_mpi_test(test_adam_overlap_fallback test_adam_overlap_fallback.c NP 2)
 set_tests_properties(test_adam_overlap_fallback_np2 PROPERTIES SKIP_RETURN_CODE 77)

@@ -366,6 +366,15 @@ static void overlap_mlp_onebit(mpi_harness *h)
                     "type: onebit_adam, freeze_step: 4, block_size: 64, bucket_mb: 0.002", 9, 4, 3);
 }
 
+static void overlap_mlp_onebit_fp16(mpi_harness *h)
+{
+    /* The same with the warmup's gradients exchanged in fp16. */
+    compare_overlap(h, "mlp onebit_adam fp16", MLP_SPEC,
+                    "type: onebit_adam, freeze_step: 4, block_size: 64, bucket_mb: 0.002, "
+                    "gradient_exchange: fp16",
+                    9, 4, 3);
+}
+
 static void overlap_transformer_adam(mpi_harness *h)
 {
     char spec[1024];
@@ -392,6 +401,7 @@ int main(int argc, char **argv)
     MH_RUN(&h, buckets_are_allreduces_per_range);
     MH_RUN(&h, overlap_mlp_adam);
     MH_RUN(&h, overlap_mlp_onebit);
+    MH_RUN(&h, overlap_mlp_onebit_fp16);
     MH_RUN(&h, overlap_transformer_adam);
     MH_RUN(&h, overlap_transformer_onebit);
     return mpi_harness_finish(&h);

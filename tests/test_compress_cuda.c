@@ -1,7 +1,8 @@
 /* The CUDA compression kernels (onebit/compress_cuda.h) against the CPU kernels of
  * onebit/compress.h: packed bits, scales, error buffers, decompress and decompress_average must
  * be bitwise identical for every block size, scale kind and ragged x_len, including zeros,
- * -0.0, subnormals and blocks whose scale depends on the CPU's summation order.
+ * -0.0, subnormals and blocks whose scale depends on the CPU's summation order; and the fp16
+ * gradient message's encode, decode and ordered sum, byte for byte.
  *
  * Without a usable CUDA device the test checks that the library reports that cleanly (device
  * count 0, OB_ERR_CUDA naming the failing call) and exits with 77, which ctest reports as
@@ -606,6 +607,67 @@ static int no_device_checks(void)
     return failed;
 }
 
+/* --- the fp16 gradient message ------------------------------------------------------------ */
+
+/* Encode on both, byte for byte; decode and the index-ordered sum of nsrc messages on both, bit
+ * for bit. Inputs span 2^-149 .. 2^127 over blocks, with zeros, -0.0, subnormals, and one
+ * block each holding a NaN and an infinity. */
+static void compare_f16(size_t n, size_t B, size_t x_len, size_t nsrc, uint64_t seed)
+{
+    size_t bytes = ob_f16_bytes(n, B);
+    float *x = malloc(nsrc * n * sizeof(float));
+    unsigned char *want = malloc(nsrc * bytes), *got = malloc(nsrc * bytes);
+    float *dec_w = malloc(n * sizeof(float)), *dec_g = malloc(n * sizeof(float));
+    for (size_t i = 0; i < nsrc; i++) {
+        float *xi = x + i * n;
+        fill(xi, n, seed + i, 1.0f);
+        for (size_t b = 0; b < n / B; b++) /* a magnitude per block */
+            for (size_t k = b * B; k < (b + 1) * B; k++)
+                xi[k] = ldexpf(xi[k], (int)((b * 37 + i * 11) % 260) - 140);
+        if (n >= 4 * B) {
+            xi[B + 3] = NAN;
+            xi[2 * B + 5] = -INFINITY;
+        }
+        ob_f16_encode(xi, x_len, n, B, want + i * bytes);
+    }
+    float *dx = dev_upload(x, nsrc * n * sizeof(float));
+    unsigned char *dmsg = dev_alloc(nsrc * bytes);
+    float *dout = dev_alloc(n * sizeof(float));
+    ob_err err = {0};
+    for (size_t i = 0; i < nsrc; i++)
+        if (ob_cuda_f16_encode(dx + i * n, x_len, n, B, dmsg + i * bytes, NULL, &err) != OB_OK)
+            fail_msg("ob_cuda_f16_encode: %s", err.msg);
+    dev_download(got, dmsg, nsrc * bytes);
+    for (size_t i = 0; i < nsrc * bytes; i++)
+        if (want[i] != got[i])
+            fail_msg("f16 encode n=%zu B=%zu: byte %zu differs (%02x, CPU %02x)", n, B, i, got[i],
+                     want[i]);
+    ob_f16_decode(want, n, B, dec_w);
+    if (ob_cuda_f16_decode(dmsg, n, B, dout, NULL, &err) != OB_OK)
+        fail_msg("ob_cuda_f16_decode: %s", err.msg);
+    dev_download(dec_g, dout, n * sizeof(float));
+    expect_floats_equal(dec_w, dec_g, n, "f16 decode");
+    ob_f16_decode_sum(want, nsrc, n, B, dec_w);
+    if (ob_cuda_f16_decode_sum(dmsg, nsrc, n, B, dout, NULL, &err) != OB_OK)
+        fail_msg("ob_cuda_f16_decode_sum: %s", err.msg);
+    dev_download(dec_g, dout, n * sizeof(float));
+    expect_floats_equal(dec_w, dec_g, n, "f16 decode_sum");
+    ob_cuda_free(dx);
+    ob_cuda_free(dmsg);
+    ob_cuda_free(dout);
+    free(x), free(want), free(got), free(dec_w), free(dec_g);
+}
+
+static void test_f16(void **state)
+{
+    (void)state;
+    compare_f16(256, 256, 256, 1, 1);
+    compare_f16(4096, 256, 4000, 4, 2);
+    compare_f16(8 * 1024, 1024, 8 * 1024, 3, 3);
+    compare_f16(64 * 256, 256, 64 * 256 - 1, 8, 4);
+    if (max_n >= ((size_t)1 << 20)) compare_f16((size_t)1 << 20, 256, ((size_t)1 << 20) - 77, 2, 5);
+}
+
 int main(void)
 {
     const char *cap = getenv("OB_CUDA_TEST_MAX_N");
@@ -632,6 +694,7 @@ int main(void)
         cmocka_unit_test(test_compress_special_values),
         cmocka_unit_test(test_decompress),
         cmocka_unit_test(test_decompress_average_order),
+        cmocka_unit_test(test_f16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

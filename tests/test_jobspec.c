@@ -115,6 +115,7 @@ static void test_bucket_defaults(void **state)
         {", overlap: true", OB_OPTIM_BUCKET_BYTES, 1},
         {", overlap: true, bucket_mb: 0", 0, 1},
         {", bucket_mb: 2", (size_t)2 << 20, 0},
+        {", gradient_exchange: fp16", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[512];
@@ -123,6 +124,8 @@ static void test_bucket_defaults(void **state)
         parse_ok(j, text, OB_SPEC_YAML);
         assert_int_equal(j->optim.bucket_bytes, cases[i].bytes);
         assert_int_equal(j->optim.overlap, cases[i].overlap);
+        assert_int_equal(j->optim.gradient_exchange,
+                         strstr(cases[i].extra, "fp16") ? OB_EXCHANGE_FP16 : OB_EXCHANGE_FP32);
         check_round_trip(j);
         free(j);
     }
@@ -367,18 +370,18 @@ static void test_to_json(void **state)
     snprintf(s->name, sizeof s->name, "by-hand");
     check_round_trip(s);
     assert_int_equal(ob_jobspec_to_json(s, &json, &err), OB_OK);
-    assert_string_equal(json,
-                        "{\"name\":\"by-hand\",\"model\":{\"type\":\"mlp\",\"hidden\":[256,128],"
-                        "\"activation\":\"relu\"},\"data\":{\"type\":\"fashion_mnist\",\"path\":"
-                        "\"/usr/share/datasets/fashion-mnist\",\"normalize\":\"standardize\"},"
-                        "\"optimizer\":{\"type\":\"adam\",\"beta1\":0.9,\"beta2\":0.999,"
-                        "\"eps\":1e-8,\"weight_decay\":0.0,\"bias_correction\":true,"
-                        "\"bucket_mb\":0.0,\"overlap\":false},"
-                        "\"batch_size\":16,\"steps\":7,\"lr\":{\"schedule\":\"constant\","
-                        "\"peak\":0.001,\"warmup_steps\":0},\"seed\":123,\"eval\":{\"interval\":0,"
-                        "\"max_examples\":0},\"log_interval\":10,\"checkpoint\":{\"dir\":\"\","
-                        "\"interval\":0,\"keep\":3,\"async\":false,\"rollbacks\":2,\"loss_rise\":2.0},"
-                        "\"device\":\"cpu\"}");
+    assert_string_equal(
+        json, "{\"name\":\"by-hand\",\"model\":{\"type\":\"mlp\",\"hidden\":[256,128],"
+              "\"activation\":\"relu\"},\"data\":{\"type\":\"fashion_mnist\",\"path\":"
+              "\"/usr/share/datasets/fashion-mnist\",\"normalize\":\"standardize\"},"
+              "\"optimizer\":{\"type\":\"adam\",\"beta1\":0.9,\"beta2\":0.999,"
+              "\"eps\":1e-8,\"weight_decay\":0.0,\"bias_correction\":true,"
+              "\"bucket_mb\":0.0,\"overlap\":false,\"gradient_exchange\":\"fp32\"},"
+              "\"batch_size\":16,\"steps\":7,\"lr\":{\"schedule\":\"constant\","
+              "\"peak\":0.001,\"warmup_steps\":0},\"seed\":123,\"eval\":{\"interval\":0,"
+              "\"max_examples\":0},\"log_interval\":10,\"checkpoint\":{\"dir\":\"\","
+              "\"interval\":0,\"keep\":3,\"async\":false,\"rollbacks\":2,\"loss_rise\":2.0},"
+              "\"device\":\"cpu\"}");
     free(json);
 
     /* An out-of-range enum is refused, not printed as "unknown". */

@@ -61,6 +61,10 @@ static void test_wrong_types(void **state)
                  "optimizer: {type: adam, bias_correction: yes}\nbatch_size: 1\nsteps: 1\n",
                  "optimizer.bias_correction: expected true or false, got \"yes\"");
     expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam, gradient_exchange: fp8}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.gradient_exchange: expected one of fp32 or fp16, got \"fp8\"");
+    expect_error(OB_SPEC_YAML,
                  "model: {type: cnn}\ndata: {type: fashion_mnist}\noptimizer: {type: adam}\n"
                  "batch_size: 1\nsteps: 1\n",
                  "model.type: expected one of softmax, mlp or transformer, got \"cnn\"");
@@ -509,16 +513,18 @@ static void test_checkpoint_and_warm_start(void **state)
     const char *good_rise[] = {"0", "1.5", "4", "1000"};
     const double good_val[] = {0.0, 1.5, 4.0, 1000.0};
     for (size_t i = 0; i < sizeof good_rise / sizeof *good_rise; i++) {
-        snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\ncheckpoint: {loss_rise: %s}\n",
-                 base, good_rise[i]);
+        snprintf(text, sizeof text,
+                 "%soptimizer: {type: onebit_adam}\ncheckpoint: {loss_rise: %s}\n", base,
+                 good_rise[i]);
         parse_ok(&s, text, OB_SPEC_YAML);
         assert_true(s.checkpoint_loss_rise == good_val[i]);
         check_round_trip(&s);
     }
     const char *bad_rise[] = {"1", "1.49", "-2", "1000.5", "\"high\"", "[]", ".nan"};
     for (size_t i = 0; i < sizeof bad_rise / sizeof *bad_rise; i++) {
-        snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\ncheckpoint: {loss_rise: %s}\n",
-                 base, bad_rise[i]);
+        snprintf(text, sizeof text,
+                 "%soptimizer: {type: onebit_adam}\ncheckpoint: {loss_rise: %s}\n", base,
+                 bad_rise[i]);
         expect_error(OB_SPEC_YAML, text, "checkpoint.loss_rise");
     }
 }

@@ -119,6 +119,28 @@ if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(field "$TMP/ovl-sw-2.jsonl" resume .s
 else bad "overlap switched on at a resume" "rc=$rc/$rc2 $(cat "$TMP/ovl-sw-2.jsonl.err")"; fi
 same "$OVL" "$TMP/ovl-sw/job/step-00000120" "overlap switched on at a resume: final state identical"
 
+# --- optimizer.gradient_exchange fp16: the warmup's gradients in half the bytes ---------------
+# No state: a rank killed in the warmup resumes bit-exactly; the warmup sends about half of the
+# fp32 run's bytes; a checkpoint of an fp32 run is refused by an fp16 job (other bits).
+spec "$TMP/f16.yaml" 'checkpoint: {interval: 10, keep: 20}'
+sed -i 's/^optimizer: {type: onebit_adam, /optimizer: {type: onebit_adam, gradient_exchange: fp16, /' "$TMP/f16.yaml"
+F16="$TMP/f16/job/step-00000120"
+run $NP "$TMP/f16.jsonl" --spec "$TMP/f16.yaml" --checkpoint-dir "$TMP/f16"; rc=$?
+w16=$(field "$TMP/f16.jsonl" summary .bytes_warmup)
+w32=$(field "$TMP/base.jsonl" summary .bytes_warmup)
+if [ $rc -eq 0 ] && [ "$(field "$TMP/f16.jsonl" freeze .step)" = 60 ] && [ -n "$w16" ] && [ -n "$w32" ] &&
+   awk -v a="$w16" -v b="$w32" 'BEGIN { exit !(a > 0 && a < 0.6 * b) }'; then
+  ok "fp16 exchange: finishes, freezes at step 60, warmup bytes $w16 against fp32's $w32"
+else bad "fp16 exchange run" "rc=$rc warmup bytes $w16 / $w32 $(cat "$TMP/f16.jsonl.err")"; fi
+if ! "$CKPT" diff "$BASE" "$F16" > /dev/null 2>&1; then ok "fp16 exchange: other bits than fp32"
+else bad "fp16 exchange: other bits than fp32" "identical final state"; fi
+kill_and_resume f16-kill-warmup "$TMP/f16.yaml" 35 1 "$F16"
+cp -r "$TMP/base" "$TMP/f16-switch"
+run $NP "$TMP/f16-switch.jsonl" --spec "$TMP/f16.yaml" --checkpoint-dir "$TMP/f16-switch" --resume; rc=$?
+if [ $rc -ne 0 ] && grep -q "gradient_exchange\|optimizer" "$TMP/f16-switch.jsonl.err" "$TMP/f16-switch.jsonl"; then
+  ok "an fp32 run's checkpoint is refused by an fp16 job"
+else bad "fp32 checkpoint, fp16 job" "rc=$rc $(cat "$TMP/f16-switch.jsonl.err")"; fi
+
 # --- damaged checkpoints are skipped with a reason, the previous one used --------------------
 damaged() { # NAME EXPECTED-REASON COMMAND-ON-DIR
   local name=$1 reason=$2 dir="$TMP/dmg-$1"

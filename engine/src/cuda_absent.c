@@ -31,6 +31,24 @@ ob_status ob_cuda_decompress_average(const void *packed, size_t nsrc, size_t n, 
     return NO_CUDA(err);
 }
 
+ob_status ob_cuda_f16_encode(const float *x, size_t x_len, size_t n, size_t block, void *msg,
+                             void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_f16_decode(const void *msg, size_t n, size_t block, float *out, void *stream,
+                             ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_f16_decode_sum(const void *msgs, size_t nsrc, size_t n, size_t block, float *out,
+                                 void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
 ob_status ob_cuda_alloc(void **ptr, size_t bytes, ob_err *err)
 {
     *ptr = NULL;
@@ -80,9 +98,8 @@ ob_status ob_cuda_momentum_precondition(float *m, float *p, const float *g, cons
     return NO_CUDA(err);
 }
 
-ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den,
-                                     size_t d, float lr, float wd, float c, void *stream,
-                                     ob_err *err)
+ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den, size_t d,
+                                     float lr, float wd, float c, void *stream, ob_err *err)
 {
     return NO_CUDA(err);
 }

@@ -38,6 +38,7 @@ const char *const ob__spec_optim_kinds[] = {"adam", "onebit_adam"};
 const char *const ob__spec_compressions[] = {"on", "off", "naive"}; /* = ob_onebit_mode */
 const char *const ob__spec_scales[] = {"l1", "l2"};
 const char *const ob__spec_stabilizers[] = {"none", "adam_bound"}; /* = ob_stabilizer */
+const char *const ob__spec_exchanges[] = {"fp32", "fp16"};         /* = ob_gradient_exchange */
 const char *const ob__spec_lr_kinds[] = {"constant", "warmup_step_decay", "cosine"};
 const char *const ob__spec_devices[] = {"cpu", "cuda"}; /* index = ob_device */
 
@@ -150,6 +151,7 @@ static const field optim_fields[] = {
     {"stability_bound", OB1},
     {"bucket_mb", ALL},
     {"overlap", ALL},
+    {"gradient_exchange", ALL},
 };
 static const field lr_fields[] = {
     {"schedule", ALL},
@@ -160,9 +162,8 @@ static const field lr_fields[] = {
     {"min_lr", K(OB_LR_COSINE)},
 };
 static const field eval_fields[] = {{"interval", ALL}, {"max_examples", ALL}};
-static const field checkpoint_fields[] = {
-    {"dir", ALL}, {"interval", ALL}, {"keep", ALL}, {"async", ALL}, {"rollbacks", ALL},
-    {"loss_rise", ALL}};
+static const field checkpoint_fields[] = {{"dir", ALL},   {"interval", ALL},  {"keep", ALL},
+                                          {"async", ALL}, {"rollbacks", ALL}, {"loss_rise", ALL}};
 static const field warm_start_fields[] = {{"from", ALL}, {"params", ALL}, {"refit_steps", ALL}};
 
 /* ==== the validator ======================================================================= */
@@ -406,7 +407,8 @@ static ob_status read_freeze_step(const json_t *o, long *out, ob_err *err)
 
 /* overlap and bucket_mb (MiB, a real in [0, 1024]: 0 is one bucket). Buckets pay only when
  * they overlap the backward pass (alone they add rounds to the exchange), so bucket_mb defaults
- * to OB_OPTIM_BUCKET_BYTES with overlap and to one bucket without. */
+ * to OB_OPTIM_BUCKET_BYTES with overlap and to one bucket without. And gradient_exchange, how
+ * those buckets cross the network (fp32 or fp16). */
 static ob_status read_buckets(const json_t *o, ob_optim_config *c, ob_err *err)
 {
     ob_status st = ob__spec_get_bool(o, "optimizer", "overlap", &c->overlap, err);
@@ -416,7 +418,11 @@ static ob_status read_buckets(const json_t *o, ob_optim_config *c, ob_err *err)
                            "a number of MiB in [0, 1024] (0: one bucket)", &mb, err);
     if (st) return st;
     c->bucket_bytes = (size_t)llround(mb * (double)(1 << 20));
-    return OB_OK;
+    int ex = (int)c->gradient_exchange;
+    st = ob__spec_get_enum(o, "optimizer", "gradient_exchange", ob__spec_exchanges,
+                           COUNT(ob__spec_exchanges), &ex, err);
+    c->gradient_exchange = (ob_gradient_exchange)ex;
+    return st;
 }
 
 static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)

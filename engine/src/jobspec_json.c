@@ -128,6 +128,8 @@ static json_t *optim_tree(builder *b, const ob_optim_config *c)
     /* Bytes / 2^20 is exact in a double, so the MiB read back give the same bytes. */
     put_real(b, o, "bucket_mb", (double)c->bucket_bytes / (double)(1 << 20));
     put(b, o, "overlap", json_boolean(c->overlap));
+    put_str(b, o, "gradient_exchange",
+            name_of(ob__spec_exchanges, COUNT(ob__spec_exchanges), (int)c->gradient_exchange));
     if (c->kind != OB_OPTIM_ONEBIT_ADAM) return o;
     put_str(b, o, "compression",
             name_of(ob__spec_compressions, COUNT(ob__spec_compressions), (int)c->mode));

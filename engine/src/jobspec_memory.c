@@ -4,6 +4,7 @@
  * coordinator refuses at submit a job whose ranks would not fit. */
 #define _XOPEN_SOURCE 700
 #include "onebit/jobspec.h"
+#include "onebit/f16sum.h"
 #include "onebit/model.h"
 
 #include <dirent.h>
@@ -107,6 +108,14 @@ ob_status ob_jobspec_memory_estimate(const ob_jobspec *spec, int world_size,
     if (spec->optim.kind == OB_OPTIM_ONEBIT_ADAM && spec->optim.mode == OB_ONEBIT_COMPRESSED) {
         uint64_t extra = sat_add(sat_mul(fl, d), sat_mul(fl, d / (uint64_t)world_size + 1));
         out->optimizer = sat_add(out->optimizer, sat_add(extra, d / 4));
+    }
+    if (spec->optim.gradient_exchange == OB_EXCHANGE_FP16 && world_size > 1) {
+        /* f16sum.c: three buffers of N encoded chunks (2 bytes an element, chunks padded to
+         * whole blocks) and two chunks of floats. */
+        uint64_t padded = sat_add(d, sat_mul((uint64_t)world_size, OB_F16SUM_BLOCK));
+        uint64_t chunk = padded / (uint64_t)world_size + 1;
+        out->optimizer =
+            sat_add(out->optimizer, sat_add(sat_mul(6, padded), sat_mul(2 * fl, chunk)));
     }
     out->activations = sat_mul(act1, spec->batch_size);
     out->data = data_bytes(spec);

@@ -2,6 +2,7 @@
 #include "onebit/optim.h"
 #include "onebit/car.h"
 #include "onebit/compress_cuda.h"
+#include "onebit/f16sum.h"
 #include "onebit/optim_kernels.h"
 #include "internal.h"
 #include "overlap.h"
@@ -19,11 +20,12 @@ struct ob_optim {
     float *x;      /* (d) parameters, borrowed, in the communicator's memory */
     size_t d;
 
-    float *m;    /* (d) exp_avg */
-    float *v;    /* (d) exp_avg_sq, v_Tw after the freeze */
-    float *g;    /* (d) scratch: averaged gradient or momentum to exchange */
-    float *den;  /* (d) sqrt(v_Tw) + eps, computed when v is frozen; NULL before */
-    ob_car *car; /* compressed allreduce: onebit_adam compressed and naive modes */
+    float *m;       /* (d) exp_avg */
+    float *v;       /* (d) exp_avg_sq, v_Tw after the freeze */
+    float *g;       /* (d) scratch: averaged gradient or momentum to exchange */
+    float *den;     /* (d) sqrt(v_Tw) + eps, computed when v is frozen; NULL before */
+    ob_car *car;    /* compressed allreduce: onebit_adam compressed and naive modes */
+    ob_f16sum *f16; /* the gradients' fp16 exchange (gradient_exchange fp16, 2+ ranks), or NULL */
 
     ob__buckets plan;        /* the fp32 exchange's buckets */
     int layout_set;          /* ob_optim_set_tensor_layout was called */
@@ -65,6 +67,18 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->stability_bound = 0.0;
     cfg->bucket_bytes = 0;
     cfg->overlap = 0;
+    cfg->gradient_exchange = OB_EXCHANGE_FP32;
+}
+
+const char *ob_gradient_exchange_name(ob_gradient_exchange e)
+{
+    switch (e) {
+    case OB_EXCHANGE_FP32:
+        return "fp32";
+    case OB_EXCHANGE_FP16:
+        return "fp16";
+    }
+    return "unknown";
 }
 
 const char *ob_stabilizer_name(ob_stabilizer s)
@@ -137,6 +151,8 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
         return BAD("bucket_bytes = %zu: must be at most %zu (1 GiB)", c->bucket_bytes,
                    OB_OPTIM_MAX_BUCKET_BYTES);
     if (c->overlap != 0 && c->overlap != 1) return BAD("overlap = %d: must be 0 or 1", c->overlap);
+    if (c->gradient_exchange != OB_EXCHANGE_FP32 && c->gradient_exchange != OB_EXCHANGE_FP16)
+        return BAD("gradient_exchange = %d: expected fp32 or fp16", (int)c->gradient_exchange);
     if (c->kind == OB_OPTIM_ADAM) return OB_OK;
 
     if (c->mode != OB_ONEBIT_COMPRESSED && c->mode != OB_ONEBIT_UNCOMPRESSED &&
@@ -216,6 +232,11 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
         st = ob_car_create(&o->car, comm, d, cfg->block_size, cfg->scale, err);
         if (st != OB_OK) goto fail;
     }
+    if (cfg->gradient_exchange == OB_EXCHANGE_FP16 && ob_comm_size(comm) > 1 &&
+        !(cfg->kind == OB_OPTIM_ONEBIT_ADAM && cfg->mode == OB_ONEBIT_NAIVE)) {
+        st = ob_f16sum_create(&o->f16, comm, d, err);
+        if (st != OB_OK) goto fail;
+    }
     if ((st = ob__buckets_plan(&o->plan, d, NULL, 0, cfg->bucket_bytes, err)) != OB_OK) goto fail;
     if (cfg->overlap) {
         if (o->dev) {
@@ -226,7 +247,8 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
             goto fail;
         }
         /* Without MPI_THREAD_SERIALIZED: the same buckets after the backward pass. */
-        if (ob_comm_any_thread(comm) && (st = ob__overlap_create(&o->ov, comm, err)) != OB_OK)
+        if (ob_comm_any_thread(comm) &&
+            (st = ob__overlap_create(&o->ov, comm, o->f16, err)) != OB_OK)
             goto fail;
     }
     *out = o;
@@ -256,6 +278,7 @@ void ob_optim_destroy(ob_optim *o)
     ob__mem_free(o->dev, o->den);
     free(o->norms);
     ob_car_destroy(o->car);
+    ob_f16sum_destroy(o->f16);
     free(o);
 }
 
@@ -358,11 +381,11 @@ static ob_status timed_now(ob_optim *o, double *t, ob_err *err)
     return OB_OK;
 }
 
-/* Sum of src over the ranks into dst (fp32 ring allreduces, bucket by bucket; src == dst
- * allowed); the caller scales. When the gradient's exchange is armed (ob_optim_backward_begin),
- * src is that gradient and the communication thread has run or is running the same exchanges:
- * wait for them. */
-static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, ob_err *err)
+/* Sum of src over the ranks into dst (bucket by bucket; src == dst allowed); the caller scales.
+ * Gradients (grads) cross as cfg.gradient_exchange says, anything else in fp32. When the
+ * gradient's exchange is armed (ob_optim_backward_begin), src is that gradient and the
+ * communication thread has run or is running the same exchanges: wait for them. */
+static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int grads, ob_err *err)
 {
     double t0 = 0.0, t1 = 0.0;
     ob_status st = timed_now(o, &t0, err);
@@ -373,7 +396,8 @@ static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, ob_err *er
         st = ob__overlap_finish(o->ov, &early, err);
         o->buckets_early += early;
     } else {
-        st = ob__buckets_exchange_all(o->comm, o->dev, o->stream, &o->plan, src, dst, err);
+        st = ob__buckets_exchange_all(o->comm, grads ? o->f16 : NULL, o->dev, o->stream, &o->plan,
+                                      src, dst, err);
     }
     if (st == OB_OK) st = timed_now(o, &t1, err);
     if (st != OB_OK) return st;
@@ -493,8 +517,8 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
         double back = o->norms[(size_t)((t - lag) % delta)];
         double b2 = c->beta2;
         if (back > 0.0)
-            ratio_hat = (norm / (1.0 - pow(b2, (double)t))) /
-                        (back / (1.0 - pow(b2, (double)(t - lag))));
+            ratio_hat =
+                (norm / (1.0 - pow(b2, (double)t))) / (back / (1.0 - pow(b2, (double)(t - lag))));
     }
     o->norms[slot] = norm;
     o->last_norm = norm;
@@ -502,7 +526,8 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
     if (delayed) return t >= o->refit_end ? freeze(o, t, err) : OB_OK;
 
     double lo = c->freeze_threshold, hi = 1.0 / c->freeze_threshold;
-    long floor = c->lr_warmup_steps > c->freeze_min_steps ? c->lr_warmup_steps : c->freeze_min_steps;
+    long floor =
+        c->lr_warmup_steps > c->freeze_min_steps ? c->lr_warmup_steps : c->freeze_min_steps;
     int paper = t >= floor && t > delta && ratio >= lo && ratio <= hi;
     int hat = lag < delta && t >= floor && t > lag && ratio_hat >= lo && ratio_hat <= hi;
     if (paper || hat) {
@@ -531,7 +556,7 @@ static ob_status warm_check(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
  * warm start's refit, or freeze_step). */
 static ob_status warmup_step(ob_optim *o, const float *grad, long t, ob_adam_coeffs *k, ob_err *err)
 {
-    ob_status st = sum_ranks(o, grad, o->g, err);
+    ob_status st = sum_ranks(o, grad, o->g, 1, err);
     if (st == OB_OK && o->warm == OB_WARM_REFIT && t == 1) st = warm_check(o, k, err);
     if (st != OB_OK) return st;
     if (o->warm != OB_WARM_REFIT && o->warm != OB_WARM_REWARM) {
@@ -561,7 +586,7 @@ static ob_status compression_step(ob_optim *o, const float *grad, const ob_adam_
         st = ob_car_allreduce(o->car, o->m, o->m, err);
     } else {
         int n = ob_comm_size(o->comm);
-        st = sum_ranks(o, o->m, o->m, err);
+        st = sum_ranks(o, o->m, o->m, 0, err);
         if (st == OB_OK && n > 1) st = k_scale(o, o->m, 1.0f / (float)n, err);
     }
     if (st != OB_OK) return st;

@@ -84,22 +84,27 @@ ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, si
 
 /* --- the exchange --------------------------------------------------------------------------- */
 
-ob_status ob__bucket_exchange(ob_comm *comm, int dev, void *stream, const ob__bucket *b,
-                              const float *src, float *dst, ob_err *err)
+ob_status ob__bucket_exchange(ob_comm *comm, ob_f16sum *f16, int dev, void *stream,
+                              const ob__bucket *b, const float *src, float *dst, ob_err *err)
 {
     size_t count = b->hi - b->lo;
-    ob_status st = ob__mem_copy(dev, dst + b->lo, src + b->lo, count * sizeof(float), stream, err);
-    if (st == OB_OK) st = ob_comm_allreduce_sum_f32(comm, dst + b->lo, count, err);
+    ob_status st;
+    if (f16) {
+        st = ob_f16sum_run(f16, src + b->lo, dst + b->lo, count, err);
+    } else {
+        st = ob__mem_copy(dev, dst + b->lo, src + b->lo, count * sizeof(float), stream, err);
+        if (st == OB_OK) st = ob_comm_allreduce_sum_f32(comm, dst + b->lo, count, err);
+    }
     if (st != OB_OK)
         return OB_WRAP(err, st, "bucket [%zu, %zu) of %zu floats", b->lo, b->hi, count);
     return OB_OK;
 }
 
-ob_status ob__buckets_exchange_all(ob_comm *comm, int dev, void *stream, const ob__buckets *p,
-                                   const float *src, float *dst, ob_err *err)
+ob_status ob__buckets_exchange_all(ob_comm *comm, ob_f16sum *f16, int dev, void *stream,
+                                   const ob__buckets *p, const float *src, float *dst, ob_err *err)
 {
     for (size_t k = 0; k < p->n; k++) {
-        ob_status st = ob__bucket_exchange(comm, dev, stream, &p->b[k], src, dst, err);
+        ob_status st = ob__bucket_exchange(comm, f16, dev, stream, &p->b[k], src, dst, err);
         if (st != OB_OK) return st;
     }
     return OB_OK;
@@ -108,7 +113,8 @@ ob_status ob__buckets_exchange_all(ob_comm *comm, int dev, void *stream, const o
 /* --- the communication thread ------------------------------------------------------------- */
 
 struct ob__overlap {
-    ob_comm *comm; /* borrowed */
+    ob_comm *comm;  /* borrowed */
+    ob_f16sum *f16; /* borrowed; NULL: fp32 */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work; /* published grew, or stop */
@@ -143,7 +149,8 @@ static void *comm_main(void *arg)
         pthread_mutex_unlock(&ov->mu);
 
         ob_err e = {0};
-        ob_status st = skip ? OB_OK : ob__bucket_exchange(ov->comm, 0, NULL, &b, src, dst, &e);
+        ob_status st =
+            skip ? OB_OK : ob__bucket_exchange(ov->comm, ov->f16, 0, NULL, &b, src, dst, &e);
 
         pthread_mutex_lock(&ov->mu);
         if (st != OB_OK && ov->failed == OB_OK) {
@@ -157,7 +164,7 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
-ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_err *err)
+ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_f16sum *f16, ob_err *err)
 {
     *out = NULL;
     if (ob_comm_memory(comm) != OB_MEM_HOST)
@@ -166,6 +173,7 @@ ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_err *err)
     ob__overlap *ov = calloc(1, sizeof *ov);
     if (!ov) return OB_ERR(err, OB_ERR_NOMEM, "overlap");
     ov->comm = comm;
+    ov->f16 = f16;
     if (pthread_mutex_init(&ov->mu, NULL) != 0) {
         free(ov);
         return OB_ERR(err, OB_ERR_NOMEM, "overlap: pthread_mutex_init failed");

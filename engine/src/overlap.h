@@ -10,10 +10,11 @@
  * vector. ob__buckets_plan is the only place the layout is computed.
  *
  * Exchange of bucket k (ob__bucket_exchange): copy src[lo, hi) to dst[lo, hi), then the ring
- * allreduce (ob_comm_allreduce_sum_f32) of dst[lo, hi). The reference path runs it for k = 0,
- * 1, ... on the caller's thread after the backward pass (ob__buckets_exchange_all); the
- * overlapped path runs the same function, in the same order, on a communication thread while
- * the backward pass goes on. Both give the same bits by construction.
+ * allreduce (ob_comm_allreduce_sum_f32) of dst[lo, hi); or, with an fp16 exchange (f16 not
+ * NULL: optimizer.gradient_exchange fp16), ob_f16sum_run of src[lo, hi) into dst[lo, hi). The
+ * reference path runs it for k = 0, 1, ... on the caller's thread after the backward pass
+ * (ob__buckets_exchange_all); the overlapped path runs the same function, in the same order, on a
+ * communication thread while the backward pass goes on. Both give the same bits by construction.
  *
  * Overlap (ob__overlap). One communication thread per optimizer, created with it and joined at
  * its destruction. A step: the main thread arms it (ob__overlap_begin) before the backward pass;
@@ -29,6 +30,7 @@
 #define ONEBIT_OVERLAP_H
 
 #include "onebit/comm.h"
+#include "onebit/f16sum.h"
 #include "onebit/status.h"
 
 #include <stddef.h>
@@ -57,22 +59,24 @@ ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, si
                            size_t bucket_bytes, ob_err *err);
 void ob__buckets_free(ob__buckets *p);
 
-/* Exchange of one bucket: dst[lo, hi) = sum over the ranks of src[lo, hi). src and dst are d
- * floats in the communicator's memory (borrowed; src == dst allowed); on a device communicator
- * the copy is queued on `stream`. */
-ob_status ob__bucket_exchange(ob_comm *comm, int dev, void *stream, const ob__bucket *b,
-                              const float *src, float *dst, ob_err *err);
+/* Exchange of one bucket: dst[lo, hi) = sum over the ranks of src[lo, hi), in fp32 (f16
+ * NULL) or through the fp16 exchange f16 (borrowed, over comm). src and dst are d floats in the
+ * communicator's memory (borrowed; src == dst allowed); on a device communicator the copy is
+ * queued on `stream`. */
+ob_status ob__bucket_exchange(ob_comm *comm, ob_f16sum *f16, int dev, void *stream,
+                              const ob__bucket *b, const float *src, float *dst, ob_err *err);
 
 /* The reference path: every bucket in exchange order on the calling thread. */
-ob_status ob__buckets_exchange_all(ob_comm *comm, int dev, void *stream, const ob__buckets *p,
-                                   const float *src, float *dst, ob_err *err);
+ob_status ob__buckets_exchange_all(ob_comm *comm, ob_f16sum *f16, int dev, void *stream,
+                                   const ob__buckets *p, const float *src, float *dst, ob_err *err);
 
 typedef struct ob__overlap ob__overlap;
 
 /* Starts the communication thread for `comm` (borrowed; host memory; its collectives must be
- * callable from another thread: ob_comm_any_thread). OB_ERR_SYSTEM when the thread or its lock
- * cannot be created. */
-ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_err *err);
+ * callable from another thread: ob_comm_any_thread), exchanging in fp32 or, when f16 is not
+ * NULL, through it (borrowed, over comm). OB_ERR_SYSTEM when the thread or its lock cannot be
+ * created. */
+ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_f16sum *f16, ob_err *err);
 
 /* Stops the thread (after the bucket it may be exchanging) and joins it. Accepts NULL. */
 void ob__overlap_destroy(ob__overlap *ov);

@@ -482,7 +482,7 @@ static const char *const resumable_changes[] = {"name",       "steps",      "eva
  * with it switched. A spec saved before bucket_mb existed (the whole vector in one exchange) is
  * taken with the current bucket_mb: with one bucket, which the default of 4 MiB is for models
  * up to that size, the steps are the same bits; beyond, only the rounding of the sums over more
- * than two ranks differs. */
+ * than two ranks differs. A spec saved before gradient_exchange existed exchanged in fp32. */
 static void optimizer_fields_for_resume(json_t *saved, json_t *current)
 {
     json_t *so = json_object_get(saved, "optimizer"), *co = json_object_get(current, "optimizer");
@@ -491,6 +491,8 @@ static void optimizer_fields_for_resume(json_t *saved, json_t *current)
     if (json_is_object(so) && !json_object_get(so, "bucket_mb") && json_is_object(co) &&
         json_object_get(co, "bucket_mb"))
         json_object_set(so, "bucket_mb", json_object_get(co, "bucket_mb"));
+    if (json_is_object(so) && !json_object_get(so, "gradient_exchange"))
+        json_object_set_new(so, "gradient_exchange", json_string("fp32"));
 }
 
 static ob_status check_spec(const char *saved, const char *current, const char *path, ob_err *err)
@@ -691,8 +693,8 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, l
     choice c;
     if ((st = choose(t, t->job_dir, 0, &c, cb, user, err)) != OB_OK) return st;
     if (!c.found)
-        return OB_ERR(err, OB_ERR_NUMERIC, "step %ld: %s and there is no checkpoint to roll back to",
-                      bad_step, why);
+        return OB_ERR(err, OB_ERR_NUMERIC,
+                      "step %ld: %s and there is no checkpoint to roll back to", bad_step, why);
     /* The traffic already sent stays counted: the statistics say what crossed the network. */
     ob_optim_progress before;
     ob_optim_get_progress(t->opt, &before);

@@ -1,4 +1,4 @@
-/* 1-bit compression with error feedback: the CPU kernels.
+/* 1-bit compression with error feedback, and the fp16 gradient message: the CPU kernels.
  *
  * A buffer of n elements (n a multiple of the block size B, B a multiple of 32) compresses to
  * a "packed" message laid out as
@@ -51,6 +51,28 @@ void ob_sign_pack(const float *u, size_t n, uint32_t *bits);
 
 /* Unpacks n signs to +1.0f / -1.0f. */
 void ob_sign_unpack(const uint32_t *bits, size_t n, float *out);
+
+/* --- fp16 with block shifts: the message of the fp16 gradient exchange (onebit/f16sum.h) ---
+ *
+ * n elements (n a multiple of the block size B) travel as
+ *     uint16_t half[n];        IEEE binary16 of x * 2^shift[k / B], rounded to nearest even
+ *     int16_t  shift[n / B];   per block: brings the block's largest |x| into [2^14, 2^15)
+ * which is ob_f16_bytes(n, B) bytes. Element k decodes to half[k] * 2^-shift[k / B]: every value
+ * down to 2^-28 of its block's largest keeps 11 significant bits, smaller ones fewer (half
+ * subnormals), below 2^-39 of it they become zero. A block that holds a NaN or an infinity has
+ * shift 0, so it crosses as half NaN/infinity (finite values beyond 65504 become infinite):
+ * a non-finite gradient stays visible to the receiver. All-zero blocks have shift 0. The
+ * arithmetic is shared with the CUDA kernels (onebit/compress_cuda.h), bit for bit. */
+size_t ob_f16_bytes(size_t n, size_t block);
+/* Encodes x (x_len <= n elements; positions x_len..n-1 are taken as 0; x may be NULL when
+ * x_len is 0) into msg (ob_f16_bytes(n, block) bytes). */
+void ob_f16_encode(const float *x, size_t x_len, size_t n, size_t block, void *msg);
+/* Decodes a message of n elements into out (n floats). */
+void ob_f16_decode(const void *msg, size_t n, size_t block, float *out);
+/* out = sum over i = 0..nsrc-1 of decode(message i), added in index order (the first decoded
+ * value, then + the next, ...), so that every caller gets the same bits. The messages are nsrc
+ * consecutive messages of ob_f16_bytes(n, block) bytes each. */
+void ob_f16_decode_sum(const void *msgs, size_t nsrc, size_t n, size_t block, float *out);
 
 #ifdef __cplusplus
 }

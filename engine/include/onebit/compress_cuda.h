@@ -22,6 +22,14 @@ ob_status ob_cuda_decompress(const void *packed, size_t n, size_t block, float *
 ob_status ob_cuda_decompress_average(const void *packed, size_t nsrc, size_t n, size_t block,
                                      float *out, void *stream, ob_err *err);
 
+/* The fp16 gradient message (onebit/compress.h), bitwise as the CPU codec. */
+ob_status ob_cuda_f16_encode(const float *x, size_t x_len, size_t n, size_t block, void *msg,
+                             void *stream, ob_err *err);
+ob_status ob_cuda_f16_decode(const void *msg, size_t n, size_t block, float *out, void *stream,
+                             ob_err *err);
+ob_status ob_cuda_f16_decode_sum(const void *msgs, size_t nsrc, size_t n, size_t block, float *out,
+                                 void *stream, ob_err *err);
+
 /* Device memory helpers used by the device path of the compressed allreduce. */
 ob_status ob_cuda_alloc(void **ptr, size_t bytes, ob_err *err); /* zero-filled */
 void ob_cuda_free(void *ptr);

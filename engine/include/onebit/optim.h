@@ -83,6 +83,13 @@ typedef enum ob_stabilizer {
     OB_STABILIZER_ADAM_BOUND = 1, /* the default: no coordinate moves more than c lr per step */
 } ob_stabilizer;
 
+/* How the averaged gradients (adam, the warmup of onebit_adam) cross the network. */
+typedef enum ob_gradient_exchange {
+    OB_EXCHANGE_FP32 = 0, /* the default: the fp32 ring allreduce, the exact sum */
+    OB_EXCHANGE_FP16 = 1, /* fp16 with block shifts (onebit/f16sum.h): half the bytes, each
+                             element rounded to 11 significant bits of its block's largest */
+} ob_gradient_exchange;
+
 typedef struct ob_optim_config {
     ob_optim_kind kind;
     double beta1;        /* [0, 1), default 0.9 */
@@ -119,6 +126,10 @@ typedef struct ob_optim_config {
     /* 1: the gradient's buckets are exchanged on a communication thread while the backward
      * pass goes on (ob_optim_backward_begin); the same bits as 0. Host communicators only. */
     int overlap; /* default 0 */
+    /* Every kind but the naive mode: the gradients' exchange (not the momentum's of
+     * compression: uncompressed, which stays fp32). A world of one sends nothing and
+     * rounds nothing. */
+    ob_gradient_exchange gradient_exchange; /* default OB_EXCHANGE_FP32 */
 } ob_optim_config;
 
 /* 4 MiB: large enough that a bucket's ring steps stay bandwidth-bound, small enough that the
@@ -144,6 +155,7 @@ const char *ob_optim_kind_name(ob_optim_kind kind);   /* "adam", "onebit_adam" *
 const char *ob_onebit_mode_name(ob_onebit_mode mode); /* "compressed", "uncompressed", "naive" */
 const char *ob_phase_name(ob_phase phase);            /* "warmup", "compression" */
 const char *ob_stabilizer_name(ob_stabilizer s);      /* "none", "adam_bound" */
+const char *ob_gradient_exchange_name(ob_gradient_exchange e); /* "fp32", "fp16" */
 
 /* The bound c in force for cfg: stability_bound, or (1 - beta1) / sqrt(1 - beta2) when that is
  * 0; INFINITY with OB_STABILIZER_NONE. */

@@ -1,0 +1,134 @@
+/* CUDA kernels of the fp16 gradient message (onebit/compress.h, declared in
+ * onebit/compress_cuda.h): the per-element arithmetic is src/f16_math.h, the same code the CPU
+ * codec runs, so both give the same bits. A block's shift needs its largest |x|, and a maximum
+ * does not depend on the order it is taken in: the tree reduction here and the CPU's loop
+ * agree exactly (NaN is never the maximum on either, and a non-finite value sets the flag that
+ * makes the shift 0). The decoded sum adds the sources in index order with __fadd_rn. */
+#include "onebit/compress_cuda.h"
+
+#include "cuda_internal.h"
+
+#include "f16_math.h"
+
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+
+namespace
+{
+
+constexpr int kThreads = 256;
+constexpr size_t kMaxGrid = (size_t)1 << 30; /* grid-stride loops cover the rest */
+
+size_t grid_for(size_t work, size_t per_cta)
+{
+    size_t g = (work + per_cta - 1) / per_cta;
+    if (g < 1) g = 1;
+    return g < kMaxGrid ? g : kMaxGrid;
+}
+
+/* One thread block per scale block (grid-stride over blocks). */
+__global__ void encode_kernel(const float *x, size_t x_len, size_t nblocks, unsigned B, uint16_t *h,
+                              int16_t *shifts)
+{
+    __shared__ float smax[kThreads];
+    __shared__ int sflag[kThreads];
+    for (size_t b = blockIdx.x; b < nblocks; b += gridDim.x) {
+        size_t lo = b * (size_t)B;
+        size_t valid = x_len > lo ? (x_len - lo < B ? x_len - lo : B) : 0;
+        float m = 0.0f;
+        int flag = 0;
+        for (size_t k = threadIdx.x; k < valid; k += blockDim.x) {
+            float a = fabsf(x[lo + k]);
+            flag |= ob__f16_nonfinite(a);
+            m = a > m ? a : m;
+        }
+        smax[threadIdx.x] = m;
+        sflag[threadIdx.x] = flag;
+        __syncthreads();
+        for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+            if (threadIdx.x < s) {
+                float o = smax[threadIdx.x + s];
+                smax[threadIdx.x] = o > smax[threadIdx.x] ? o : smax[threadIdx.x];
+                sflag[threadIdx.x] |= sflag[threadIdx.x + s];
+            }
+            __syncthreads();
+        }
+        int shift = ob__f16_shift(smax[0], sflag[0]);
+        __syncthreads(); /* smax[0] is read by all before the next block overwrites it */
+        if (threadIdx.x == 0) shifts[b] = (int16_t)shift;
+        for (size_t k = threadIdx.x; k < B; k += blockDim.x)
+            h[lo + k] = k < valid ? ob__f16_encode_elem(x[lo + k], shift) : (uint16_t)0;
+    }
+}
+
+__global__ void decode_kernel(const unsigned char *msgs, size_t msg, size_t nsrc, size_t n,
+                              unsigned B, float *out)
+{
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        float acc = 0.0f;
+        for (size_t i = 0; i < nsrc; i++) {
+            const uint16_t *h = (const uint16_t *)(msgs + i * msg);
+            const int16_t *shifts = (const int16_t *)(msgs + i * msg + n * sizeof(uint16_t));
+            float v = ob__f16_decode_elem(h[k], shifts[k / B]);
+            acc = i == 0 ? v : __fadd_rn(acc, v);
+        }
+        out[k] = acc;
+    }
+}
+
+ob_status check(const char *fn, size_t n, size_t block, const void *in, const void *out,
+                ob_err *err)
+{
+    if (block == 0 || block > 32768 || n % block != 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: n = %zu, block %zu", fn, n, block);
+    if (n > 0 && (!in || !out)) return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: NULL buffer", fn);
+    return OB_OK;
+}
+
+ob_status launch_decode(const void *msgs, size_t nsrc, size_t n, size_t block, float *out,
+                        cudaStream_t s, ob_err *err)
+{
+    size_t msg = ob_f16_bytes(n, block);
+    decode_kernel<<<(unsigned)grid_for(n, kThreads), kThreads, 0, s>>>(
+        (const unsigned char *)msgs, msg, nsrc, n, (unsigned)block, out);
+    CUDA_CHECK(err, cudaGetLastError());
+    return OB_OK;
+}
+
+} // namespace
+
+extern "C" ob_status ob_cuda_f16_encode(const float *x, size_t x_len, size_t n, size_t block,
+                                        void *msg, void *stream, ob_err *err)
+{
+    ob_status st = check("ob_cuda_f16_encode", n, block, msg, msg, err);
+    if (st != OB_OK) return st;
+    if (x_len > n || (x_len > 0 && !x))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "ob_cuda_f16_encode: x_len %zu of %zu", x_len, n);
+    if (n == 0) return OB_OK;
+    size_t nblocks = n / block;
+    uint16_t *h = (uint16_t *)msg;
+    int16_t *shifts = (int16_t *)((unsigned char *)msg + n * sizeof(uint16_t));
+    encode_kernel<<<(unsigned)grid_for(nblocks, 1), kThreads, 0, (cudaStream_t)stream>>>(
+        x, x_len, nblocks, (unsigned)block, h, shifts);
+    CUDA_CHECK(err, cudaGetLastError());
+    return OB_OK;
+}
+
+extern "C" ob_status ob_cuda_f16_decode(const void *msg, size_t n, size_t block, float *out,
+                                        void *stream, ob_err *err)
+{
+    ob_status st = check("ob_cuda_f16_decode", n, block, msg, out, err);
+    if (st != OB_OK || n == 0) return st;
+    return launch_decode(msg, 1, n, block, out, (cudaStream_t)stream, err);
+}
+
+extern "C" ob_status ob_cuda_f16_decode_sum(const void *msgs, size_t nsrc, size_t n, size_t block,
+                                            float *out, void *stream, ob_err *err)
+{
+    ob_status st = check("ob_cuda_f16_decode_sum", n, block, nsrc ? msgs : out, out, err);
+    if (st != OB_OK || n == 0) return st;
+    if (nsrc == 0) return ob_cuda_memset0(out, n * sizeof(float), stream, err);
+    return launch_decode(msgs, nsrc, n, block, out, (cudaStream_t)stream, err);
+}

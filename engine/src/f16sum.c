@@ -1,0 +1,149 @@
+/* The fp16 gradient exchange (see onebit/f16sum.h), over ob_comm with the CPU codec for host
+ * communicators and the CUDA kernels for device communicators. */
+#include "onebit/f16sum.h"
+
+#include "onebit/compress.h"
+#include "onebit/compress_cuda.h"
+#include "internal.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+
+struct ob_f16sum {
+    ob_comm *comm; /* borrowed */
+    int device;
+    int nranks, rank;
+    size_t max_n, B;
+    size_t max_c;          /* chunk of the largest vector */
+    unsigned char *send;   /* (N, msg) this rank's encoded chunks */
+    unsigned char *recv;   /* (N, msg) chunk `rank` of every rank */
+    unsigned char *gather; /* (N, msg) every rank's encoded sum */
+    float *sum;            /* (C) this rank's sum of its chunk */
+    float *tail;           /* (C) decode target of the chunk that straddles n */
+};
+
+/* Chunk size for a vector of n elements: ceil(n / N) rounded up to whole blocks. */
+static size_t chunk_for(const ob_f16sum *f, size_t n)
+{
+    size_t per = n / (size_t)f->nranks + (n % (size_t)f->nranks != 0);
+    return ob_round_up(per, f->B);
+}
+
+ob_status ob_f16sum_create(ob_f16sum **out, ob_comm *comm, size_t max_n, ob_err *err)
+{
+    *out = NULL;
+    if (!comm) return OB_ERR(err, OB_ERR_INVALID_ARG, "fp16 exchange: NULL communicator");
+    if (max_n == 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "fp16 exchange: size 0");
+    ob_f16sum *f = calloc(1, sizeof *f);
+    if (!f) return OB_ERR(err, OB_ERR_NOMEM, "fp16 exchange");
+    f->comm = comm;
+    f->device = ob_comm_memory(comm) == OB_MEM_DEVICE;
+    f->nranks = ob_comm_size(comm);
+    f->rank = ob_comm_rank(comm);
+    f->max_n = max_n;
+    f->B = OB_F16SUM_BLOCK;
+    f->max_c = chunk_for(f, max_n);
+    size_t n = (size_t)f->nranks, C = f->max_c;
+    size_t msg = ob_f16_bytes(C, f->B);
+    if (C > SIZE_MAX / 8 || SIZE_MAX / n < msg) {
+        free(f);
+        return OB_ERR(err, OB_ERR_NOMEM, "fp16 exchange: %zu elements over %zu ranks", max_n, n);
+    }
+    ob_status st;
+    const char *what = "fp16 exchange buffer";
+    if ((st = ob__mem_alloc(f->device, (void **)&f->send, n * msg, what, err)) ||
+        (st = ob__mem_alloc(f->device, (void **)&f->recv, n * msg, what, err)) ||
+        (st = ob__mem_alloc(f->device, (void **)&f->gather, n * msg, what, err)) ||
+        (st = ob__mem_alloc(f->device, (void **)&f->sum, C * sizeof(float), what, err)) ||
+        (st = ob__mem_alloc(f->device, (void **)&f->tail, C * sizeof(float), what, err))) {
+        ob_f16sum_destroy(f);
+        return st;
+    }
+    *out = f;
+    return OB_OK;
+}
+
+void ob_f16sum_destroy(ob_f16sum *f)
+{
+    if (!f) return;
+    void *bufs[] = {f->send, f->recv, f->gather, f->sum, f->tail};
+    for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
+        ob__mem_free(f->device, bufs[i]);
+    free(f);
+}
+
+uint64_t ob_f16sum_bytes_per_call(const ob_f16sum *f, size_t n)
+{
+    if (f->nranks < 2 || n == 0) return 0;
+    return 2u * (uint64_t)(f->nranks - 1) * ob_f16_bytes(chunk_for(f, n), f->B);
+}
+
+/* --- kernels of either kind --------------------------------------------------------------- */
+
+static ob_status k_encode(ob_f16sum *f, const float *x, size_t x_len, size_t C, void *msg,
+                          ob_err *err)
+{
+    if (f->device) return ob_cuda_f16_encode(x, x_len, C, f->B, msg, ob_comm_stream(f->comm), err);
+    ob_f16_encode(x, x_len, C, f->B, msg);
+    return OB_OK;
+}
+
+static ob_status k_decode(ob_f16sum *f, const void *msg, size_t C, float *out, ob_err *err)
+{
+    if (f->device) return ob_cuda_f16_decode(msg, C, f->B, out, ob_comm_stream(f->comm), err);
+    ob_f16_decode(msg, C, f->B, out);
+    return OB_OK;
+}
+
+static ob_status k_sum(ob_f16sum *f, const void *msgs, size_t C, float *out, ob_err *err)
+{
+    if (f->device)
+        return ob_cuda_f16_decode_sum(msgs, (size_t)f->nranks, C, f->B, out,
+                                      ob_comm_stream(f->comm), err);
+    ob_f16_decode_sum(msgs, (size_t)f->nranks, C, f->B, out);
+    return OB_OK;
+}
+
+/* --- the collective ------------------------------------------------------------------------ */
+
+ob_status ob_f16sum_run(ob_f16sum *f, const float *in, float *out, size_t n, ob_err *err)
+{
+    if (n == 0 || n > f->max_n)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "fp16 exchange: %zu elements (1 .. %zu)", n,
+                      f->max_n);
+    void *stream = ob_comm_stream(f->comm);
+    if (f->nranks == 1) return ob__mem_copy(f->device, out, in, n * sizeof(float), stream, err);
+    size_t N = (size_t)f->nranks, C = chunk_for(f, n), msg = ob_f16_bytes(C, f->B);
+    ob_status st;
+    for (size_t j = 0; j < N; j++) {
+        size_t lo = j * C;
+        size_t valid = lo < n ? (n - lo < C ? n - lo : C) : 0;
+        st = k_encode(f, valid ? in + lo : NULL, valid, C, f->send + j * msg, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "fp16 exchange: encode");
+    }
+    if ((st = ob_comm_alltoall(f->comm, f->send, f->recv, msg, err)))
+        return OB_WRAP(err, st, "fp16 exchange: alltoall");
+    unsigned char *mine = f->gather + (size_t)f->rank * msg;
+    if ((st = k_sum(f, f->recv, C, f->sum, err)) || (st = k_encode(f, f->sum, C, C, mine, err)))
+        return OB_WRAP(err, st, "fp16 exchange: sum");
+    if ((st = ob_comm_allgather(f->comm, mine, f->gather, msg, err)))
+        return OB_WRAP(err, st, "fp16 exchange: allgather");
+    for (size_t j = 0; j < N; j++) {
+        size_t lo = j * C;
+        if (lo >= n) break;
+        size_t valid = n - lo < C ? n - lo : C;
+        if (valid == C) {
+            st = k_decode(f, f->gather + j * msg, C, out + lo, err);
+        } else {
+            st = k_decode(f, f->gather + j * msg, C, f->tail, err);
+            if (st == OB_OK)
+                st = ob__mem_copy(f->device, out + lo, f->tail, valid * sizeof(float), stream, err);
+        }
+        if (st != OB_OK) return OB_WRAP(err, st, "fp16 exchange: decode");
+    }
+    if (f->device) {
+        st = ob_cuda_sync(stream, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "fp16 exchange: stream sync");
+    }
+    return OB_OK;
+}

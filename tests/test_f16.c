@@ -1,0 +1,227 @@
+/* The fp16 gradient message (onebit/compress.h): the conversions against IEEE binary16 as
+ * defined (nearest half, ties to even), and the block codec against its contract. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "f16_math.h"
+#include "onebit/compress.h"
+#include "onebit/rng.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A half's value from its fields, in double (the definition, not the code under test). */
+static double half_value(uint16_t h)
+{
+    int sign = h >> 15, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    double v;
+    if (e == 0x1f)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexp((double)m, -24);
+    else
+        v = ldexp(1024.0 + m, e - 25);
+    return sign ? -v : v;
+}
+
+static void test_decode_every_half(void **state)
+{
+    (void)state;
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = ob__f32_from_f16((uint16_t)h);
+        double want = half_value((uint16_t)h);
+        if (isnan(want)) {
+            assert_true(isnan(f));
+            continue;
+        }
+        assert_true((double)f == want);
+        assert_int_equal(signbit(f) != 0, (h >> 15) != 0); /* -0 stays -0 */
+    }
+}
+
+/* Encoding x gives the nearest half, ties to the even one; at or beyond 65520 infinity. */
+static void check_encode(float x)
+{
+    uint16_t h = ob__f16_from_f32(x);
+    if (isnan(x)) {
+        assert_true(isnan(half_value(h)));
+        return;
+    }
+    assert_int_equal(h >> 15, signbit(x) ? 1 : 0);
+    double ax = fabs((double)x), v = fabs(half_value(h));
+    if (ax >= 65520.0) {
+        assert_true(isinf(v));
+        return;
+    }
+    assert_false(isinf(v));
+    uint16_t mag = h & 0x7fff;
+    double dist = fabs(v - ax);
+    if (mag > 0) { /* the half below is not nearer, nor as near and even */
+        double below = fabs(half_value((uint16_t)(mag - 1)));
+        assert_true(fabs(below - ax) > dist || (fabs(below - ax) == dist && !(mag & 1)));
+    }
+    if (mag < 0x7bff) {
+        double above = fabs(half_value((uint16_t)(mag + 1)));
+        assert_true(fabs(above - ax) > dist || (fabs(above - ax) == dist && !(mag & 1)));
+    }
+}
+
+static void test_encode_nearest_even(void **state)
+{
+    (void)state;
+    /* Every 4099th float bit pattern (a million values over all exponents and signs). */
+    for (uint64_t u = 0; u < (1ull << 32); u += 4099) {
+        float x;
+        uint32_t b = (uint32_t)u;
+        memcpy(&x, &b, sizeof x);
+        check_encode(x);
+    }
+    /* Every half, the midpoints between neighbours and the floats next to them. */
+    for (uint32_t h = 0; h < 0x7c00; h++) {
+        double v = half_value((uint16_t)h), next = half_value((uint16_t)(h + 1));
+        float mid = (float)((v + next) / 2); /* exact: a midpoint of halves has 12 bits */
+        check_encode((float)v);
+        check_encode(-(float)v);
+        check_encode(mid);
+        check_encode(nextafterf(mid, 0.0f));
+        check_encode(nextafterf(mid, INFINITY));
+    }
+    const float specials[] = {0.0f,
+                              -0.0f,
+                              65504.0f,
+                              65519.996f,
+                              65520.0f,
+                              1e30f,
+                              INFINITY,
+                              -INFINITY,
+                              NAN,
+                              5.960464477539063e-08f,
+                              2.98023223876953125e-08f,
+                              2.9802326e-08f,
+                              1.4e-45f,
+                              6.1035156e-05f,
+                              6.1035152e-05f};
+    for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
+        check_encode(specials[i]);
+    assert_int_equal(ob__f16_from_f32(65504.0f), 0x7bff);
+    assert_int_equal(ob__f16_from_f32(65520.0f), 0x7c00);
+    assert_int_equal(ob__f16_from_f32(2.98023223876953125e-08f), 0x0000); /* 2^-25: tie to 0 */
+    assert_int_equal(ob__f16_from_f32(-1.0f), 0xbc00);
+}
+
+/* Every element decodes within half a unit of the half it became: 2^-11 of itself, or of
+ * the block's largest scaled to 2^-24 for the smallest ones. */
+static void test_block_round_trip(void **state)
+{
+    (void)state;
+    const size_t B = 256, n = 8 * B, x_len = 7 * B + 100;
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    void *msg = malloc(ob_f16_bytes(n, B));
+    assert_int_equal(ob_f16_bytes(n, B), 2 * n + 2 * (n / B));
+    ob_rng rng;
+    ob_rng_seed(&rng, 7, 0);
+    /* Block b: values of magnitude 10^(6b - 24) (1e-24 .. 1e18), half of them 1e-6 smaller. */
+    for (size_t k = 0; k < n; k++) {
+        double mag = pow(10.0, 6.0 * (double)(k / B) - 24.0);
+        x[k] = (float)(mag * ob_rng_normal(&rng) * ((k % 2) ? 1e-6 : 1.0));
+    }
+    x[3] = 0.0f;
+    x[4] = -0.0f;
+    x[B + 5] = 1.4e-45f; /* the smallest subnormal float */
+    ob_f16_encode(x, x_len, n, B, msg);
+    ob_f16_decode(msg, n, B, y);
+    for (size_t b = 0; b < n / B; b++) {
+        double maxabs = 0;
+        for (size_t k = b * B; k < (b + 1) * B && k < x_len; k++)
+            maxabs = fmax(maxabs, fabs(x[k]));
+        for (size_t k = b * B; k < (b + 1) * B; k++) {
+            double want = k < x_len ? x[k] : 0.0;
+            double tol = fabs(want) * 0x1p-11 + maxabs * 0x1p-39;
+            assert_true(fabs((double)y[k] - want) <= tol);
+        }
+    }
+    assert_true(y[4] == 0.0f && signbit(y[4]));
+    /* The largest element of a block keeps 11 bits exactly when it has no more. */
+    float exact[256];
+    for (size_t k = 0; k < B; k++)
+        exact[k] = (float)((int)k - 128) * 0.0078125f; /* multiples of 2^-7 below 1 */
+    ob_f16_encode(exact, B, B, B, msg);
+    ob_f16_decode(msg, B, B, y);
+    assert_memory_equal(exact, y, B * sizeof(float));
+    free(x);
+    free(y);
+    free(msg);
+}
+
+/* A block with a NaN or an infinity crosses with shift 0: the non-finite value survives, other
+ * blocks are untouched; an all-zero block decodes to zeros. */
+static void test_nonfinite_blocks(void **state)
+{
+    (void)state;
+    const size_t B = 32, n = 4 * B;
+    float x[128] = {0}, y[128];
+    unsigned char msg[4 * 32 * 2 + 8];
+    for (size_t k = 0; k < n; k++)
+        x[k] = 1e-3f * (float)(k + 1);
+    x[B + 2] = NAN;
+    x[2 * B + 7] = -INFINITY;
+    x[2 * B + 8] = 1e6f; /* beyond 65504 in a shift-0 block: infinite */
+    memset(x + 3 * B, 0, B * sizeof(float));
+    ob_f16_encode(x, n, n, B, msg);
+    const int16_t *shifts = (const int16_t *)(msg + 2 * n);
+    assert_int_equal(shifts[1], 0);
+    assert_int_equal(shifts[2], 0);
+    assert_int_equal(shifts[3], 0);
+    assert_true(shifts[0] > 0);
+    ob_f16_decode(msg, n, B, y);
+    assert_true(isnan(y[B + 2]));
+    assert_true(isinf(y[2 * B + 7]) && y[2 * B + 7] < 0);
+    assert_true(isinf(y[2 * B + 8]) && y[2 * B + 8] > 0);
+    for (size_t k = 0; k < B; k++)
+        assert_true(fabsf(y[k] - x[k]) <= fabsf(x[k]) * 0x1p-11f);
+    for (size_t k = 3 * B; k < n; k++)
+        assert_true(y[k] == 0.0f);
+}
+
+/* decode_sum adds the messages in index order: the same bits as decoding each and adding them
+ * one after another. */
+static void test_decode_sum_order(void **state)
+{
+    (void)state;
+    const size_t B = 256, n = 2 * B, nsrc = 5;
+    size_t bytes = ob_f16_bytes(n, B);
+    unsigned char *msgs = malloc(nsrc * bytes);
+    float *x = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+    float *part = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    ob_rng rng;
+    ob_rng_seed(&rng, 11, 0);
+    for (size_t i = 0; i < nsrc; i++) {
+        for (size_t k = 0; k < n; k++)
+            x[k] = ob_rng_normal(&rng) * powf(10.0f, (float)i - 2.0f);
+        ob_f16_encode(x, n, n, B, msgs + i * bytes);
+        ob_f16_decode(msgs + i * bytes, n, B, part);
+        for (size_t k = 0; k < n; k++)
+            want[k] = i == 0 ? part[k] : want[k] + part[k];
+    }
+    ob_f16_decode_sum(msgs, nsrc, n, B, got);
+    assert_memory_equal(want, got, n * sizeof(float));
+    free(msgs);
+    free(x);
+    free(want);
+    free(part);
+    free(got);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode_every_half), cmocka_unit_test(test_encode_nearest_even),
+        cmocka_unit_test(test_block_round_trip),  cmocka_unit_test(test_nonfinite_blocks),
+        cmocka_unit_test(test_decode_sum_order),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
