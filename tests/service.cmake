@@ -122,7 +122,7 @@ set_tests_properties(test_logs PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEO
 
 # The wire layer's progress report: JSON lines and ReportProgress requests.
 add_executable(test_report test_report.c)
-target_link_libraries(test_report PRIVATE onebit_wire PkgConfig::CMOCKA m)
+target_link_libraries(test_report PRIVATE onebit_wire onebit_rpc PkgConfig::CMOCKA m)
 add_test(NAME test_report COMMAND test_report)
 set_tests_properties(test_report PROPERTIES TIMEOUT 60)
 

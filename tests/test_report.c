@@ -1,6 +1,8 @@
 /* The progress report's wire forms (onebit/report.h): every kind survives a JSON line and comes
  * out of a ReportProgressRequest as the coordinator reads it from the log; JSON lines keep the
- * exact text the worker has always printed. */
+ * exact text the worker has always printed. And the worker's report credential read from a
+ * file. */
+#define _XOPEN_SOURCE 700 /* mkdtemp */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,11 +11,13 @@
 #include <cmocka.h>
 
 #include "onebit/report.h"
+#include "onebit/rpc_client.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* One report of each kind with every field it writes set to something distinctive. */
 static ob_report sample(ob_report_kind kind)
@@ -341,12 +345,64 @@ static void test_parse_rejects(void **state)
     assert_int_equal(strlen(r.message), OB_REPORT_MSG_LEN - 1);
 }
 
+/* The credential file the Kubernetes launcher mounts: its content with one trailing newline
+ * dropped; refused when missing, empty, too long or not printable ASCII, and the refusal never
+ * quotes it. */
+static void test_token_file(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/ob-token-XXXXXX"; /* mkdtemp template */
+    assert_non_null(mkdtemp(dir));
+    char path[64], out[80];
+    snprintf(path, sizeof path, "%s/token", dir);
+    const struct {
+        const char *content;
+        int ok;
+        const char *want;
+    } cases[] = {
+        {"0123abcd\n", 1, "0123abcd"},
+        {"0123abcd", 1, "0123abcd"},
+        {"", 0, NULL},
+        {"\n", 0, NULL},
+        {"secret with space", 0, NULL},
+        {"secret\n\n", 0, NULL},
+        {"s3cret\x01", 0, NULL},
+        /* 78 characters fit (cap 80 less the newline's and the terminator's room) */
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\n", 1,
+         NULL},
+        {"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", 0,
+         NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        fputs(cases[i].content, f);
+        fclose(f);
+        ob_err err = {0};
+        ob_status st = ob_report_token_read(path, out, sizeof out, &err);
+        if (cases[i].ok) {
+            assert_int_equal(st, OB_OK);
+            if (cases[i].want) assert_string_equal(out, cases[i].want);
+        } else {
+            assert_int_equal(st, OB_ERR_INVALID_ARG);
+            assert_null(strstr(err.msg, "secret"));
+            assert_string_equal(out, "");
+        }
+    }
+    unlink(path);
+    ob_err err = {0};
+    assert_int_equal(ob_report_token_read(path, out, sizeof out, &err), OB_ERR_IO);
+    assert_non_null(strstr(err.msg, "No such file"));
+    rmdir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_kind_names),  cmocka_unit_test(test_json_round_trip),
         cmocka_unit_test(test_json_text),   cmocka_unit_test(test_pb_matches_log),
         cmocka_unit_test(test_pb_refusals), cmocka_unit_test(test_parse_rejects),
+        cmocka_unit_test(test_token_file),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,13 +4,40 @@
 #include "onebit/v1/worker.pb-c.h"
 #include "onebit/base.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct ob_reporter {
     ob_rpc_client *client;
     char job_id[OB_JOB_ID_LEN];
     int failures;
 };
+
+ob_status ob_report_token_read(const char *path, char *out, size_t cap, ob_err *err)
+{
+    if (cap < 2) return OB_ERR(err, OB_ERR_INVALID_ARG, "report credential: no room");
+    out[0] = '\0';
+    FILE *f = fopen(path, "rb");
+    if (!f) return OB_ERR(err, OB_ERR_IO, "report credential %s: %s", path, strerror(errno));
+    size_t n = fread(out, 1, cap - 1, f);
+    int more = fgetc(f) != EOF, bad = ferror(f);
+    fclose(f);
+    if (bad) return OB_ERR(err, OB_ERR_IO, "report credential %s: read error", path);
+    if (n > 0 && out[n - 1] == '\n') n--;
+    out[n] = '\0';
+    int ok = n > 0 && !more;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = out[i] > ' ' && out[i] < 0x7f;
+    if (!ok) {
+        memset(out, 0, cap);
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "report credential %s: expected 1 to %zu printable characters", path,
+                      cap - 2);
+    }
+    return OB_OK;
+}
 
 ob_status ob_reporter_create(ob_reporter **out, const char *target, const char *job_id,
                              const char *token, ob_err *err)
@@ -22,8 +49,19 @@ ob_status ob_reporter_create(ob_reporter **out, const char *target, const char *
     ob_reporter *r = calloc(1, sizeof *r);
     if (!r) return OB_ERR(err, OB_ERR_NOMEM, "allocating a reporter");
     ob_strlcpy(r->job_id, job_id, sizeof r->job_id);
+    char from_file[512];
+    const char *file = getenv("ONEBIT_REPORT_TOKEN_FILE");
     if (!token) token = getenv("ONEBIT_REPORT_TOKEN");
+    if (!token && file && file[0]) {
+        ob_status rc = ob_report_token_read(file, from_file, sizeof from_file, err);
+        if (rc) {
+            free(r);
+            return rc;
+        }
+        token = from_file;
+    }
     ob_status rc = ob_rpc_client_create(&r->client, target, token, err);
+    memset(from_file, 0, sizeof from_file);
     if (rc) {
         free(r);
         return rc;

@@ -13,11 +13,13 @@
  *   cannot pull their image.
  * The report credential never travels in the MPIJob: the MPIJob is created first, then the
  * Secret onebit-<job>-<attempt>-report with an ownerReference to the MPIJob's uid (so that
- * Kubernetes deletes it with the MPIJob even when onebitd is not there to), which the launcher
- * container reads through a secretKeyRef. That order needs no "patch" on Secrets (the other
- * order would: the owner's uid is only known once the MPIJob exists); the launcher pod is only
- * created once the workers are ready (WaitForWorkersReady), by when the Secret exists, and the
- * kubelet would retry a container whose Secret is missing anyway.
+ * Kubernetes deletes it with the MPIJob even when onebitd is not there to), which the worker
+ * pods mount read-only (rank 0 reads it from the file ONEBIT_REPORT_TOKEN_FILE names; mpirun
+ * forwards only that path, so the credential is in no process's environment). That order
+ * needs no "patch" on Secrets (the other order would: the owner's uid is only known once the
+ * MPIJob exists); a worker pod whose Secret does not exist yet waits in ContainerCreating (the
+ * kubelet retries the mount), and the launcher pod is only created once the workers are ready
+ * (WaitForWorkersReady).
  * Everything the API server sends is parsed with jansson under a size limit, with its types
  * checked; text taken from it is bounded and stripped of control characters. */
 #define _GNU_SOURCE /* timegm */
@@ -55,6 +57,8 @@
 #define MAX_PODS 4096  /* pods tracked per attempt */
 #define MAX_STREAMS 65 /* log streams per attempt: the launcher pod and 64 worker pods */
 #define SECRET_SUFFIX "-report"
+/* Where the worker pods mount the attempt's Secret. */
+#define REPORT_TOKEN_DIR "/var/run/onebit/report"
 #define SECRET_NAME_MAX (OB_K8S_NAME_MAX + sizeof SECRET_SUFFIX)
 #define LOG_SETTLE_MS 5000 /* how long an ended attempt waits for the rest of its log */
 #define FORGET_MS 600000   /* an ended attempt nobody polls is forgotten after this */
@@ -301,23 +305,38 @@ static json_t *labels_for(const ob_launch_req *req, const char *name, const char
     return l;
 }
 
-/* One replica's pod template. */
+/* One replica's pod template; report_secret (NULL: none) is the attempt's Secret, mounted
+ * read-only at REPORT_TOKEN_DIR (the workers: rank 0 reads its credential there). */
 static json_t *pod_template(const kube_launcher *kl, const ob_launch_req *req, const char *name,
-                            const char *role, json_t *container)
+                            const char *role, json_t *container, const char *report_secret)
 {
     json_t *spec = json_pack("{s:i, s:{s:b, s:i, s:i}, s:[o]}", "terminationGracePeriodSeconds",
                              kl->grace_s, "securityContext", "runAsNonRoot", 1, "runAsUser", 1000,
                              "fsGroup", 1000, "containers", container);
     if (!spec) return NULL;
     if (kl->sa[0]) json_object_set_new(spec, "serviceAccountName", json_string(kl->sa));
+    json_t *volumes = json_array(), *mounts = json_array();
     if (kl->claim[0]) {
-        json_object_set_new(spec, "volumes",
-                            json_pack("[{s:s, s:{s:s}}]", "name", "checkpoints",
-                                      "persistentVolumeClaim", "claimName", kl->claim));
-        json_object_set_new(
-            container, "volumeMounts",
-            json_pack("[{s:s, s:s}]", "name", "checkpoints", "mountPath", req->checkpoint_dir));
+        json_array_append_new(volumes, json_pack("{s:s, s:{s:s}}", "name", "checkpoints",
+                                                 "persistentVolumeClaim", "claimName", kl->claim));
+        json_array_append_new(mounts, json_pack("{s:s, s:s}", "name", "checkpoints", "mountPath",
+                                                req->checkpoint_dir));
     }
+    if (report_secret) {
+        /* 0440 with the pod's fsGroup: the onebit user reads it, nobody else. */
+        json_array_append_new(volumes, json_pack("{s:s, s:{s:s, s:i, s:[{s:s, s:s}]}}", "name",
+                                                 "report-credential", "secret", "secretName",
+                                                 report_secret, "defaultMode", 0440, "items", "key",
+                                                 "token", "path", "token"));
+        json_array_append_new(mounts, json_pack("{s:s, s:s, s:b}", "name", "report-credential",
+                                                "mountPath", REPORT_TOKEN_DIR, "readOnly", 1));
+    }
+    if (json_array_size(volumes)) {
+        json_object_set(spec, "volumes", volumes);
+        json_object_set(container, "volumeMounts", mounts);
+    }
+    json_decref(volumes);
+    json_decref(mounts);
     return json_pack("{s:{s:o}, s:o}", "metadata", "labels", labels_for(req, name, role), "spec",
                      spec);
 }
@@ -334,7 +353,7 @@ static json_t *build_mpijob(const kube_launcher *kl, const ob_launch_req *req, c
      * (onebitctl logs --rank). */
     json_t *args =
         json_pack("[s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s,s]", "-np", np, "--bind-to", "none",
-                  "--tag-output", "-x", "ONEBIT_REPORT_TOKEN", "-x", "OPENBLAS_NUM_THREADS",
+                  "--tag-output", "-x", "ONEBIT_REPORT_TOKEN_FILE", "-x", "OPENBLAS_NUM_THREADS",
                   "onebit-worker", "--spec", shared_spec, "--format", "json", "--job-id",
                   req->job_id, "--checkpoint-dir", req->checkpoint_dir);
     if (!args) return NULL;
@@ -344,13 +363,16 @@ static json_t *build_mpijob(const kube_launcher *kl, const ob_launch_req *req, c
         json_array_append_new(args, json_string(req->report_addr));
     }
     json_t *env = json_pack("[{s:s, s:s}]", "name", "OPENBLAS_NUM_THREADS", "value", "1");
-    /* The credential itself is in the attempt's Secret, never in the MPIJob. */
+    /* The credential itself is in the attempt's Secret, never in the MPIJob nor in any
+     * process's environment: the worker pods mount the Secret, and mpirun forwards only the
+     * file's path to the ranks. */
+    char secret[SECRET_NAME_MAX];
+    const char *report_secret = NULL;
     if (req->report_token && req->report_token[0]) {
-        char secret[SECRET_NAME_MAX];
         snprintf(secret, sizeof secret, "%s" SECRET_SUFFIX, name);
-        json_array_append_new(env, json_pack("{s:s, s:{s:{s:s, s:s}}}", "name",
-                                             "ONEBIT_REPORT_TOKEN", "valueFrom", "secretKeyRef",
-                                             "name", secret, "key", "token"));
+        report_secret = secret;
+        json_array_append_new(env, json_pack("{s:s, s:s}", "name", "ONEBIT_REPORT_TOKEN_FILE",
+                                             "value", REPORT_TOKEN_DIR "/token"));
     }
     json_t *launcher =
         json_pack("{s:s, s:s, s:s, s:[s], s:o, s:o, s:{s:{s:s, s:s}}}", "name", "launcher", "image",
@@ -361,8 +383,8 @@ static json_t *build_mpijob(const kube_launcher *kl, const ob_launch_req *req, c
     json_t *worker = json_pack("{s:s, s:s, s:s, s:o, s:[{s:s, s:i}]}", "name", "worker", "image",
                                kl->image, "imagePullPolicy", kl->pull, "resources", res, "ports",
                                "name", "ssh", "containerPort", 2222);
-    json_t *lt = launcher ? pod_template(kl, req, name, "launcher", launcher) : NULL;
-    json_t *wt = worker ? pod_template(kl, req, name, "worker", worker) : NULL;
+    json_t *lt = launcher ? pod_template(kl, req, name, "launcher", launcher, NULL) : NULL;
+    json_t *wt = worker ? pod_template(kl, req, name, "worker", worker, report_secret) : NULL;
     if (!lt || !wt) {
         json_decref(lt);
         json_decref(wt);

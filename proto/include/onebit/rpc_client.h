@@ -70,10 +70,16 @@ ob_status ob_rpc_server_stream(ob_rpc_client *c, const char *method, const void 
 typedef struct ob_reporter ob_reporter;
 
 /* A reporter for job_id (copied) to the coordinator at target; token (borrowed) is the
- * attempt's report credential, NULL: ONEBIT_REPORT_TOKEN from the environment, where onebitd's
- * launcher puts it. */
+ * attempt's report credential, NULL: ONEBIT_REPORT_TOKEN from the environment (where the local,
+ * hosts and Slurm launchers put it), else the file named by ONEBIT_REPORT_TOKEN_FILE (the
+ * Kubernetes launcher mounts the attempt's Secret there), else none. */
 ob_status ob_reporter_create(ob_reporter **out, const char *target, const char *job_id,
                              const char *token, ob_err *err);
+
+/* Reads a credential file: at most cap - 1 bytes of printable ASCII, one trailing newline
+ * allowed. OB_ERR_IO when it cannot be read, OB_ERR_INVALID_ARG when it is empty, too long or
+ * holds anything else (the message never quotes the content). */
+ob_status ob_report_token_read(const char *path, char *out, size_t cap, ob_err *err);
 
 /* Sends a report (borrowed; its job_id is replaced by the reporter's) as a ReportProgress call,
  * waiting at most a second. Failures are not fatal to training: they are counted and returned,
