@@ -2,7 +2,7 @@
 """The robustness suite: whole training runs of onebit-worker on several models, seeds and
 settings, 1-bit Adam beside its baselines (Adam, and for warm starts the same job from scratch).
 
-    bench/robustness/suite.py run [--group warm|stability|all] [--only SUBSTR] [--rerun]
+    bench/robustness/suite.py run [--group warm|stability|freeze|wide|fp16|all] [--only SUBSTR] [--rerun]
     bench/robustness/suite.py report [--docs]  # tables + SVG plot (--docs: into docs/robustness/)
 
 Runs go one at a time (4 MPI ranks each, `mpirun --oversubscribe`); every finished run appends
@@ -65,7 +65,8 @@ def transformer(seed, steps=1500, batch=16, lr=3e-4, freeze=400, corpus=None):
 
 
 def variant(spec, name):
-    """adam | onebit (the default) | onebit-none (the paper's step, stabilizer none)."""
+    """adam | onebit (the default) | onebit-none (the paper's step, stabilizer none) |
+    onebit-fp16 (the default with the gradients of the warmup exchanged in fp16)."""
     s = json.loads(json.dumps(spec))
     if name == "adam":
         s["optimizer"] = {k: v for k, v in s["optimizer"].items()
@@ -74,6 +75,8 @@ def variant(spec, name):
         s["optimizer"]["bias_correction"] = False
     elif name == "onebit-none":
         s["optimizer"]["stabilizer"] = "none"
+    elif name == "onebit-fp16":
+        s["optimizer"]["gradient_exchange"] = "fp16"
     return s
 
 # --- cases -------------------------------------------------------------------------------------
@@ -171,8 +174,22 @@ def wide_cases():
             for c, sp in out]
 
 
+def fp16_cases():
+    """The default with gradient_exchange fp16 on the jobs of the freeze (beta2 0.999, 3000
+    steps), wide and stability groups, beside their Adam and default runs (mlp2048-gelu-d3, which
+    never freezes, left out)."""
+    out = []
+    for c in freeze_cases()[:3] + wide_cases() + stability_cases():
+        if c["case"] == "mlp2048-gelu-d3-s3":
+            continue
+        out.append(dict(c, group="fp16", variants=["onebit-fp16"]))
+    return out
+
+
 def all_cases(group):
     cases = []
+    if group == "fp16":
+        return fp16_cases()
     if group in ("wide", "all"):
         cases += wide_cases()
     if group in ("freeze", "all"):
@@ -262,7 +279,7 @@ def ensure_source(name):
 
 
 def case_spec(case, var):
-    if var in ("adam", "onebit", "onebit-none"):
+    if var in ("adam", "onebit", "onebit-none", "onebit-fp16"):
         return variant(case["spec"], var)
     if var == "scratch":
         return variant(case["spec"], "onebit")
@@ -292,7 +309,7 @@ def cmd_run(args):
     for i, (c, v) in enumerate(pending, 1):
         spec = case_spec(c, v)
         ck = None
-        if c["group"] in ("stability", "wide", "freeze") and v != "adam":
+        if c["group"] in ("stability", "wide", "freeze", "fp16") and v != "adam":
             # Checkpoints, so that the divergence guard can roll back (its rollbacks counted).
             spec["checkpoint"] = {"interval": 100, "keep": 1}
             ck = os.path.join(OUT, "ck-run")
@@ -506,6 +523,47 @@ def cmd_report(args):
                       "median %+.2f%%, worst %+.2f%%, best %+.2f%%; bytes %.1fx to %.1fx fewer than Adam. "
                       "The paper's exact step diverged in %d." % (
                           n, div_default, med, max(gaps), min(gaps), min(ratios), max(ratios), div_none), ""]
+    f16 = [c["case"] for c in fp16_cases() if (c["case"], "onebit-fp16") in by]
+    if f16:
+        lines += ["## fp16 gradient exchange", "",
+                  "The default (`onebit`, fp32 gradients in the warmup) and the same with "
+                  "`gradient_exchange: fp16` (`fp16`), each against Adam (fp32): eval loss, gap, "
+                  "freeze step, and Adam's bytes over the run's.", "",
+                  "| case | steps | adam | default | gap | freeze | bytes | fp16 | gap | freeze | bytes |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|"]
+        g32, g16, diff, div, big = [], [], [], 0, []
+        for c in f16:
+            ad, ob, fp = by.get((c, "adam")), by.get((c, "onebit")), by.get((c, "onebit-fp16"))
+            base = fnum(ad and ad["eval_loss"])
+            a, b = gap(ob, base), gap(fp, base)
+            if fp["status"] != "ok":
+                div += 1
+            if a is not None:
+                g32.append(a)
+            if b is not None:
+                g16.append(b)
+            if a is not None and b is not None:
+                diff.append(b - a)
+            steps = (fp or {}).get("steps", "")
+            if fnum(steps) and fnum(steps) >= 2000 and ad and fnum(ad["bytes_sent"]):
+                big.append((c, fnum(ad["bytes_sent"]) / fnum(ob["bytes_sent"]),
+                            fnum(ad["bytes_sent"]) / fnum(fp["bytes_sent"])))
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                c, steps, cell(ad), cell(ob), pct(a), (ob or {}).get("freeze_step", "-"),
+                ratio(ad, ob), cell(fp), pct(b), fp.get("freeze_step", "-"), ratio(ad, fp)))
+        lines.append("")
+
+        def med(v):
+            v = sorted(v)
+            return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+        if g16 and g32 and diff:
+            lines += ["Over %d cases: fp16 diverged in %d; gap to Adam median %+.2f%% (default %+.2f%%), "
+                      "worst %+.2f%% (default %+.2f%%); fp16 against the default: median %+.2f%%, "
+                      "%+.2f%% to %+.2f%%." % (len(f16), div, med(g16), med(g32), max(g16), max(g32),
+                                               med(diff), min(diff), max(diff))]
+            for c, x, y in big:
+                lines.append("%s (>= 2000 steps): %.1fx fewer bytes than Adam by default, %.1fx with fp16." % (c, x, y))
+            lines.append("")
     text = "\n".join(lines) + "\n"
     with open(os.path.join(OUT, "tables.md"), "w") as f:
         f.write(text)
@@ -536,7 +594,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "all"])
+    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "all"])
     r.add_argument("--only", default="")
     r.add_argument("--variant", default="", help="only this variant (adam, scratch, warm, ...)")
     r.add_argument("--rerun", action="store_true")
