@@ -7,13 +7,15 @@ import statistics
 import subprocess
 import sys
 
-SYSTEMS = ["onebit", "onebit-overlap", "adam", "adam-overlap", "ddp-fp32", "ddp-fp16",
-           "ddp-powersgd1", "ddp-powersgd4"]
+SYSTEMS = ["onebit", "onebit-fp16", "onebit-overlap", "adam", "adam-fp16", "adam-overlap",
+           "ddp-fp32", "ddp-fp16", "ddp-powersgd1", "ddp-powersgd4"]
 LABEL = {"onebit": "onebit 1-bit Adam", "onebit-overlap": "onebit 1-bit Adam, overlap",
+         "onebit-fp16": "onebit 1-bit Adam, fp16 warmup", "adam-fp16": "onebit Adam, fp16",
          "adam": "onebit Adam (fp32)", "adam-overlap": "onebit Adam, overlap", "ddp-fp32": "DDP fp32",
          "ddp-fp16": "DDP + fp16 hook", "ddp-powersgd1": "DDP + PowerSGD r1",
          "ddp-powersgd4": "DDP + PowerSGD r4"}
-COLOR = {"onebit": "#7b2cbf", "onebit-overlap": "#c77dff", "adam": "#2a9d8f",
+COLOR = {"onebit": "#7b2cbf", "onebit-overlap": "#c77dff", "onebit-fp16": "#3c096c",
+         "adam-fp16": "#1d6b62", "adam": "#2a9d8f",
          "adam-overlap": "#8ad1c8", "ddp-fp32": "#e76f51", "ddp-fp16": "#f4a261",
          "ddp-powersgd1": "#264653", "ddp-powersgd4": "#6c757d"}
 RATES = ["50m", "200m", "1g", "unshaped"]
@@ -124,8 +126,9 @@ def main():
                    f"| torch {events(os.path.join(logs, f'compute-{model}-torch.jsonl'))[0].get('torch', '')} (1 thread) | {m2 * 1e3:.1f} | {batch / m2:.0f} | 1.00x |", ""]
         md += [f"Target eval loss **{target:.4f}**: the highest eval loss of onebit's Adam over steps "
                f"{ref_from}-{ref_step} of its reference run.", "",
-               "| bandwidth | " + " | ".join(LABEL[s] for s in SYSTEMS) + " | 1-bit vs DDP fp32 | 1-bit vs best DDP |",
-               "|---|" + "---|" * (len(SYSTEMS) + 2)]
+               "| bandwidth | " + " | ".join(LABEL[s] for s in SYSTEMS) +
+               " | 1-bit vs DDP fp32 | 1-bit vs best DDP | 1-bit fp16 vs DDP fp32 | 1-bit fp16 vs best DDP |",
+               "|---|" + "---|" * (len(SYSTEMS) + 4)]
         detail = ["", "Step times per phase [ms] (median; for onebit 1-bit Adam: warmup / compression; "
                   "PowerSGD: before / after its start iteration) and the run's freeze step:", "",
                   "| bandwidth | " + " | ".join(LABEL[s] for s in SYSTEMS) + " |", "|---|" + "---|" * len(SYSTEMS)]
@@ -155,12 +158,14 @@ def main():
                 if r["freeze"]:
                     ph += f" (freeze {r['freeze']})"
                 dcells.append(ph)
-            one = res["onebit"] and res["onebit"].get("ttt")
             ddp = [res[s]["ttt"] for s in SYSTEMS if s.startswith("ddp") and res[s] and res[s].get("ttt")]
             fp32 = res["ddp-fp32"] and res["ddp-fp32"].get("ttt")
-            vs32 = f"**{fp32 / one:.2f}x**" if one and fp32 else "-"
-            vsbest = f"**{min(ddp) / one:.2f}x**" if one and ddp else "-"
-            md.append(f"| {RATE_LABEL[rate]} | " + " | ".join(cells) + f" | {vs32} | {vsbest} |")
+            ratios = []
+            for mine in ("onebit", "onebit-fp16"):
+                one = res[mine] and res[mine].get("ttt")
+                ratios.append(f"**{fp32 / one:.2f}x**" if one and fp32 else "-")
+                ratios.append(f"**{min(ddp) / one:.2f}x**" if one and ddp else "-")
+            md.append(f"| {RATE_LABEL[rate]} | " + " | ".join(cells) + " | " + " | ".join(ratios) + " |")
             detail.append(f"| {RATE_LABEL[rate]} | " + " | ".join(dcells) + " |")
         md += ["", "Cells: time to target (step at which it was reached)."] + detail + [""]
     if sweep_s:

@@ -17,7 +17,8 @@
 #
 # usage: sudo bash bench/peers/run.sh [--rates "unshaped 1g 200m 50m"] [--models "mlp transformer"]
 #                                     [--systems "onebit adam ddp-fp32 ddp-fp16 ddp-powersgd1 ddp-powersgd4"]
-#                                     (also: adam-overlap, onebit-overlap: optimizer.overlap: true)
+#                                     (also: adam-overlap, onebit-overlap: optimizer.overlap: true;
+#                                     adam-fp16, onebit-fp16: optimizer.gradient_exchange: fp16)
 #                                     [--quick] [--no-compute] [--no-ref] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
 #   --no-compute / --no-ref  keep the compute-check / reference logs of an earlier run
@@ -203,6 +204,8 @@ for rate in $RATES; do
         adam-overlap) onebit_run "$name" "$model" "${ADAM%\}}, overlap: true}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-overlap) onebit_run "$name" "$model" "${ONEBIT%\}}, overlap: true}" "${!cap}" "${!eval}" "$target" || true
                 freeze=$(jq -s 'map(select(.event=="freeze")) | first | .step // empty' "$LOGS/$name.jsonl") ;;
+        adam-fp16) onebit_run "$name" "$model" "${ADAM%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-fp16) onebit_run "$name" "$model" "${ONEBIT%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;
         ddp-*) ddp_run "$name" "$model" "${sys#ddp-}" "${!cap}" "${!eval}" "$target" "${freeze:-1}" ||
                  echo "   failed: $(grep -m1 -E 'Error|error|Enforce' "$LOGS/$name.err" | cut -c1-200)" ;;
         *) echo "bench/peers: unknown system $sys" >&2; exit 2 ;;
