@@ -38,7 +38,8 @@ target_link_libraries(obrpc PRIVATE onebit_rpc PkgConfig::OB_TEST_JANSSON)
 # The real onebitd over the wire (gRPC and REST), supervising real mpirun processes.
 add_test(NAME test_onebitd
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_onebitd.sh $<TARGET_FILE:onebitd>
-                 $<TARGET_FILE:obrpc> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh)
+                 $<TARGET_FILE:obrpc> ${CMAKE_CURRENT_SOURCE_DIR}/fake_worker.sh
+                 $<TARGET_FILE:onebit-worker>)
 set_tests_properties(test_onebitd PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 300
                      PROCESSORS 2)
 

@@ -3,11 +3,14 @@
 # driven over gRPC (obrpc, a C client on the gRPC C core) and REST (curl), launching workers with
 # the real mpirun. Workers are tests/fake_worker.sh: the worker's command line, progress lines,
 # checkpoints and SIGTERM behaviour, minus the training, so that supervision is tested quickly.
-# usage: test_onebitd.sh ONEBITD OBRPC FAKE_WORKER
+# usage: test_onebitd.sh ONEBITD OBRPC FAKE_WORKER [WORKER]
+# (WORKER, the real onebit-worker: its report credential read from a file, as the Kubernetes
+# launcher gives it)
 set -u
 ONEBITD=$1
 OBRPC=$2
 FAKE=$3
+WORKER=${4:-}
 TMP=$(mktemp -d)
 PID=""
 passed=0
@@ -462,6 +465,24 @@ rpc raw /onebit.v1.WorkerService/ReportProgress "$report_hex" > /dev/null 2>&1; 
 ONEBIT_TOKEN= rpc raw /onebit.v1.WorkerService/ReportProgress "$report_hex" > /dev/null 2>&1; rc2=$?
 ONEBIT_TOKEN=$(sed -n 's/^ONEBIT_REPORT_TOKEN=//p' "$TMP/worker.env") rpc raw /onebit.v1.WorkerService/ReportProgress "$report_hex" > /dev/null 2>&1; rc3=$?
 check "ReportProgress: the admin token or none: UNAUTHENTICATED; the attempt's credential: OK" '[ $rc -eq 16 ] && [ $rc2 -eq 16 ] && [ $rc3 -eq 0 ]' "rc=$rc rc2=$rc2 rc3=$rc3"
+if [ -n "$WORKER" ]; then
+  # The real worker reads the credential from ONEBIT_REPORT_TOKEN_FILE (no ONEBIT_REPORT_TOKEN):
+  # its reports are taken; with a wrong credential in the file they are refused and it trains on.
+  reports() { curl -s -H "Authorization: Bearer s3cret-token" "http://$REST/metrics" | sed -n 's/^onebit_worker_reports_total //p'; }
+  printf 'model: {type: mlp, hidden: [16]}\ndata: {type: synthetic_classification, n_train: 256, n_eval: 32, input_dim: 8, num_classes: 2}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: 20\nlog_interval: 5\n' > "$TMP/tiny.yaml"
+  sed -n 's/^ONEBIT_REPORT_TOKEN=//p' "$TMP/worker.env" > "$TMP/report-token"
+  echo 0123456789abcdef > "$TMP/wrong-token"
+  chmod 600 "$TMP/report-token" "$TMP/wrong-token"
+  n0=$(reports)
+  env -u ONEBIT_REPORT_TOKEN -u ONEBIT_TOKEN ONEBIT_REPORT_TOKEN_FILE="$TMP/report-token" mpirun -np 1 "$WORKER" \
+    --spec "$TMP/tiny.yaml" --job-id "$e" --report "$GRPC" > "$TMP/real.out" 2> "$TMP/real.err"; rc=$?
+  n1=$(reports)
+  env -u ONEBIT_REPORT_TOKEN -u ONEBIT_TOKEN ONEBIT_REPORT_TOKEN_FILE="$TMP/wrong-token" mpirun -np 1 "$WORKER" \
+    --spec "$TMP/tiny.yaml" --job-id "$e" --report "$GRPC" > "$TMP/wrong.out" 2> "$TMP/wrong.err"; rc2=$?
+  n2=$(reports)
+  check "the real worker reports with the credential read from ONEBIT_REPORT_TOKEN_FILE" '[ $rc -eq 0 ] && [ -n "$n0" ] && [ "$n1" -gt "$n0" ]' "rc=$rc reports $n0 -> $n1 $(cat "$TMP/real.err")"
+  check "a wrong credential in the file: refused, the worker trains on" '[ $rc2 -eq 0 ] && [ "$n2" = "$n1" ] && grep -q "\"event\":\"summary\"" "$TMP/wrong.out"' "rc=$rc2 reports $n1 -> $n2"
+fi
 rpc cancel "$e" > /dev/null 2>&1
 unset ONEBIT_TOKEN
 control "FAKE_STEP_S=0.01"
