@@ -77,6 +77,8 @@ def variant(spec, name):
         s["optimizer"]["stabilizer"] = "none"
     elif name == "onebit-fp16":
         s["optimizer"]["gradient_exchange"] = "fp16"
+    elif name == "onebit-bc":
+        s["optimizer"]["bias_correction"] = True
     return s
 
 # --- cases -------------------------------------------------------------------------------------
@@ -130,19 +132,20 @@ def freeze_cases():
     out = []
     points = (150, 250, 400, 600, 1000)
     out.append({"case": "mlp256-gelu-999-s3", "spec": mlp(3, steps=3000, beta2=0.999),
-                "variants": ["adam", "onebit"] + ["freeze-%d" % n for n in points] +
+                "variants": ["adam", "onebit", "onebit-bc"] + ["freeze-%d" % n for n in points] +
                             ["freeze-%d-bc" % n for n in (150, 250, 400)]})
-    out.append({"case": "mlp256-gelu-999-s4", "spec": mlp(4, steps=3000, beta2=0.999),
-                "variants": ["adam", "onebit"]})
+    for seed in (4, 5, 6, 7):
+        out.append({"case": "mlp256-gelu-999-s%d" % seed, "spec": mlp(seed, steps=3000, beta2=0.999),
+                    "variants": ["adam", "onebit", "onebit-bc"]})
     out.append({"case": "mlp1024-relu-b32-999-s3",
                 "spec": mlp(3, steps=3000, batch=32, hidden=(1024, 512), act="relu", beta2=0.999),
-                "variants": ["adam", "onebit", "freeze-250", "freeze-250-bc"]})
+                "variants": ["adam", "onebit", "onebit-bc", "freeze-250", "freeze-250-bc"]})
     # the same job as the wide group's tf-fortunes-999-s21 (whose adam and onebit runs the
     # report shows beside these)
     tf = transformer(21, steps=1500)
     tf["optimizer"]["freeze_step"] = "auto"
     out.append({"case": "tf-999-s21", "spec": tf,
-                "variants": ["freeze-200", "freeze-200-bc"]})
+                "variants": ["freeze-200", "freeze-200-bc", "onebit-bc"]})
     for c in out:
         c["group"] = "freeze"
     return out
@@ -179,7 +182,7 @@ def fp16_cases():
     steps), wide and stability groups, beside their Adam and default runs (mlp2048-gelu-d3, which
     never freezes, left out)."""
     out = []
-    for c in freeze_cases()[:3] + wide_cases() + stability_cases():
+    for c in [c for c in freeze_cases() if c["case"] != "tf-999-s21"] + wide_cases() + stability_cases():
         if c["case"] == "mlp2048-gelu-d3-s3":
             continue
         out.append(dict(c, group="fp16", variants=["onebit-fp16"]))
@@ -279,7 +282,7 @@ def ensure_source(name):
 
 
 def case_spec(case, var):
-    if var in ("adam", "onebit", "onebit-none", "onebit-fp16"):
+    if var in ("adam", "onebit", "onebit-none", "onebit-fp16", "onebit-bc"):
         return variant(case["spec"], var)
     if var == "scratch":
         return variant(case["spec"], "onebit")
@@ -436,7 +439,8 @@ def cmd_report(args):
             lines.append("| %s | %d | %s | %s | %s |" % (cfg, len(groups[cfg].get("warm", [])), agg("warm"), agg("warm-asis"), agg("adam")))
         lines.append("")
     freeze = [c for c in dict.fromkeys(r["case"] for r in rows)
-              if any(r["case"] == c and (r["variant"].startswith("freeze-") or r["variant"] == "auto-nobc")
+              if any(r["case"] == c and (r["variant"].startswith("freeze-") or
+                                         r["variant"] in ("auto-nobc", "onebit-bc"))
                      for r in rows)]
     stab = [c for c in dict.fromkeys(r["case"] for r in rows)
             if c not in freeze and any(r["case"] == c and r["variant"] in ("onebit", "onebit-none") for r in rows)]
@@ -464,7 +468,8 @@ def cmd_report(args):
         lines += ["## Freeze step (beta2 0.999)", "",
                   "Each case: Adam; the default (`onebit`: the paper's test on v over Delta = 1000 "
                   "steps beside the test on v_hat over 200 steps, the freeze at the first that passes, "
-                  "the paper's v frozen); `auto-nobc`: the paper's test alone, the rule before (rows "
+                  "the paper's v frozen); `onebit-bc`: the same rule with `bias_correction: true` (Adam's "
+                  "warmup with bias correction, v_hat frozen); `auto-nobc`: the paper's test alone, the rule before (rows "
                   "from the build before the change: it is no longer selectable); fixed freeze steps with the paper's v "
                   "(`freeze-N`) and with bias correction, v_hat frozen (`freeze-N-bc`). Gap: eval loss "
                   "against Adam's; bytes: Adam's over the run's. `tf-999-s21` is the job "
@@ -478,7 +483,7 @@ def cmd_report(args):
                     by[(c, v)] = by[(same[c], v)]
             ad = by.get((c, "adam"))
             base = fnum(ad and ad["eval_loss"])
-            order = ["adam", "onebit", "auto-nobc"] + sorted(
+            order = ["adam", "onebit", "onebit-bc", "auto-nobc"] + sorted(
                 {r["variant"] for r in rows if r["case"] == c and r["variant"].startswith("freeze-")},
                 key=lambda v: (v.endswith("-bc"), int(v.split("-")[1])))
             for v in order:
