@@ -246,7 +246,7 @@ static void test_comm_block_sizes(mpi_harness *h)
     MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
     if (!c) return;
     int n = h->size, r = h->rank;
-    /* ints per block: 60 KiB, just above, 156 KiB, 1 MiB + 12 bytes (18 pieces, the last ragged) */
+    /* ints per block: 60 KiB, just above, 156 KiB, 1 MiB + 12 bytes */
     size_t pers[] = {15360, 15361, 40000, 262147};
     for (size_t pi = 0; pi < sizeof pers / sizeof *pers; pi++) {
         size_t per = pers[pi], bytes = per * sizeof(int);
