@@ -513,9 +513,8 @@ static void test_checkpoint_and_warm_start(void **state)
     const char *good_rise[] = {"0", "1.5", "4", "1000"};
     const double good_val[] = {0.0, 1.5, 4.0, 1000.0};
     for (size_t i = 0; i < sizeof good_rise / sizeof *good_rise; i++) {
-        snprintf(text, sizeof text,
-                 "%soptimizer: {type: onebit_adam}\ncheckpoint: {loss_rise: %s}\n", base,
-                 good_rise[i]);
+        snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\ncheckpoint: {loss_rise: %s}\n",
+                 base, good_rise[i]);
         parse_ok(&s, text, OB_SPEC_YAML);
         assert_true(s.checkpoint_loss_rise == good_val[i]);
         check_round_trip(&s);

@@ -98,8 +98,9 @@ ob_status ob_cuda_momentum_precondition(float *m, float *p, const float *g, cons
     return NO_CUDA(err);
 }
 
-ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den, size_t d,
-                                     float lr, float wd, float c, void *stream, ob_err *err)
+ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den,
+                                     size_t d, float lr, float wd, float c, void *stream,
+                                     ob_err *err)
 {
     return NO_CUDA(err);
 }

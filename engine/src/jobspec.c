@@ -162,8 +162,9 @@ static const field lr_fields[] = {
     {"min_lr", K(OB_LR_COSINE)},
 };
 static const field eval_fields[] = {{"interval", ALL}, {"max_examples", ALL}};
-static const field checkpoint_fields[] = {{"dir", ALL},   {"interval", ALL},  {"keep", ALL},
-                                          {"async", ALL}, {"rollbacks", ALL}, {"loss_rise", ALL}};
+static const field checkpoint_fields[] = {
+    {"dir", ALL}, {"interval", ALL}, {"keep", ALL}, {"async", ALL}, {"rollbacks", ALL},
+    {"loss_rise", ALL}};
 static const field warm_start_fields[] = {{"from", ALL}, {"params", ALL}, {"refit_steps", ALL}};
 
 /* ==== the validator ======================================================================= */

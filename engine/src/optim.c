@@ -70,17 +70,6 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->gradient_exchange = OB_EXCHANGE_FP32;
 }
 
-const char *ob_gradient_exchange_name(ob_gradient_exchange e)
-{
-    switch (e) {
-    case OB_EXCHANGE_FP32:
-        return "fp32";
-    case OB_EXCHANGE_FP16:
-        return "fp16";
-    }
-    return "unknown";
-}
-
 const char *ob_stabilizer_name(ob_stabilizer s)
 {
     switch (s) {
@@ -517,8 +506,8 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
         double back = o->norms[(size_t)((t - lag) % delta)];
         double b2 = c->beta2;
         if (back > 0.0)
-            ratio_hat =
-                (norm / (1.0 - pow(b2, (double)t))) / (back / (1.0 - pow(b2, (double)(t - lag))));
+            ratio_hat = (norm / (1.0 - pow(b2, (double)t))) /
+                        (back / (1.0 - pow(b2, (double)(t - lag))));
     }
     o->norms[slot] = norm;
     o->last_norm = norm;
@@ -526,8 +515,7 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
     if (delayed) return t >= o->refit_end ? freeze(o, t, err) : OB_OK;
 
     double lo = c->freeze_threshold, hi = 1.0 / c->freeze_threshold;
-    long floor =
-        c->lr_warmup_steps > c->freeze_min_steps ? c->lr_warmup_steps : c->freeze_min_steps;
+    long floor = c->lr_warmup_steps > c->freeze_min_steps ? c->lr_warmup_steps : c->freeze_min_steps;
     int paper = t >= floor && t > delta && ratio >= lo && ratio <= hi;
     int hat = lag < delta && t >= floor && t > lag && ratio_hat >= lo && ratio_hat <= hi;
     if (paper || hat) {

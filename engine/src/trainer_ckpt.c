@@ -693,8 +693,8 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, l
     choice c;
     if ((st = choose(t, t->job_dir, 0, &c, cb, user, err)) != OB_OK) return st;
     if (!c.found)
-        return OB_ERR(err, OB_ERR_NUMERIC,
-                      "step %ld: %s and there is no checkpoint to roll back to", bad_step, why);
+        return OB_ERR(err, OB_ERR_NUMERIC, "step %ld: %s and there is no checkpoint to roll back to",
+                      bad_step, why);
     /* The traffic already sent stays counted: the statistics say what crossed the network. */
     ob_optim_progress before;
     ob_optim_get_progress(t->opt, &before);

@@ -40,8 +40,8 @@ typedef struct opts {
     /* --data-root and --checkpoint-root, NULL-terminated; empty: the service's defaults */
     const char *data_roots[17], *checkpoint_roots[17];
     int n_data_roots, n_checkpoint_roots;
-    int insecure_no_auth; /* --insecure-no-auth: serve without a token */
-    int allow_plaintext;  /* --allow-plaintext: non-loopback addresses without TLS */
+    int insecure_no_auth;    /* --insecure-no-auth: serve without a token */
+    int allow_plaintext;     /* --allow-plaintext: non-loopback addresses without TLS */
     /* --tls-cert, --tls-key, --tls-client-ca; --report-listen: the workers' plaintext port */
     const char *tls_cert, *tls_key, *tls_client_ca, *report_listen;
     int slots_given;         /* --slots or ONEBIT_SLOTS */
@@ -57,110 +57,109 @@ typedef struct opts {
         *k8s_memory;
     int k8s_slots_per_worker, k8s_pending_s, k8s_ttl_s, k8s_watch_idle_s, k8s_worker_log_max,
         k8s_given;
-    int64_t store_min_free;      /* --store-min-free */
-    int64_t max_job_memory;      /* --max-job-memory; -1: the default */
+    int64_t store_min_free; /* --store-min-free */
+    int64_t max_job_memory; /* --max-job-memory; -1: the default */
     int64_t worker_memory_limit; /* --worker-memory-limit; OB_WORKER_MEMORY_AUTO by default */
     int worker_memory_given;
 } opts;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: onebitd [options]\n"
-            "  --grpc HOST:PORT        gRPC address [127.0.0.1:50051] (ONEBIT_GRPC_ADDR)\n"
-            "  --rest HOST:PORT        REST address [127.0.0.1:8080] (ONEBIT_REST_ADDR)\n"
-            "  --state-dir DIR         job store, logs, checkpoints [./var] (ONEBIT_STATE_DIR)\n"
-            "  --token-file FILE       require the bearer token in FILE on every call\n"
-            "                          (ONEBIT_TOKEN gives the token itself) [STATE/token,\n"
-            "                          made at the first start, mode 0600]\n"
-            "  --insecure-no-auth      serve without any token\n"
-            "  --tls-cert FILE         serve both APIs over TLS with this PEM certificate\n"
-            "                          (then any intermediates) (ONEBIT_TLS_CERT)\n"
-            "  --tls-key FILE          its unencrypted PEM private key, not readable by\n"
-            "                          others (ONEBIT_TLS_KEY)\n"
-            "  --tls-client-ca FILE    require client certificates signed by this PEM CA\n"
-            "                          (mutual TLS) (ONEBIT_TLS_CLIENT_CA)\n"
-            "  --report-listen HOST:PORT with TLS: the plaintext gRPC port workers report\n"
-            "                          to (onebit-worker has no TLS) [127.0.0.1:0]\n"
-            "  --allow-plaintext       allow addresses other than loopback without TLS\n"
-            "                          (behind a TLS proxy or on a private network)\n"
-            "  --slots N               ranks that may run at once [4, or the visible GPUs]\n"
-            "                          (ONEBIT_SLOTS)\n"
-            "  --max-restarts N        default restarts per job [3]\n"
-            "  --progress-timeout SEC  end an attempt with no progress for SEC [0: never]\n"
-            "  --backoff SEC           first restart delay, doubled per restart [1]\n"
-            "  --backoff-max SEC       longest restart delay [60]\n"
-            "  --cancel-grace SEC      SIGTERM, then SIGKILL after SEC [10]\n"
-            "  --worker PATH           onebit-worker [next to onebitd] (ONEBIT_WORKER)\n"
-            "  --mpirun PATH           mpirun [mpirun] (ONEBIT_MPIRUN)\n"
-            "  --threads N             gRPC handler threads [4]\n"
-            "  --max-streams N         event streams open at once, per API [256]\n"
-            "  --max-connections N     REST connections open at once [256]\n"
-            "  --max-client-connections N\n"
-            "                          REST connections from one IP address [32]\n"
-            "  --request-timeout SEC   close a REST connection that sends nothing for SEC\n"
-            "                          while its request arrives or between requests [10]\n"
-            "  --retention-days D      delete jobs that ended more than D days ago, with\n"
-            "                          their events, logs and checkpoints [0: keep them]\n"
-            "  --ready-file FILE       write the bound ports here once serving\n"
-            "  --store-min-free SIZE   below SIZE free on the state directory's file system\n"
-            "                          the store counts as full: health NOT_SERVING, submit,\n"
-            "                          cancel and delete refused (UNAVAILABLE / 503) until\n"
-            "                          there is room again [16M; 0: only failed writes]\n"
-            "  --max-job-memory SIZE   refuse at submit a job whose ranks would need more than\n"
-            "                          SIZE in all (ranks x the spec's memory estimate)\n"
-            "                          [local: half of MemTotal; other launchers: 0, none]\n"
-            "  --worker-memory-limit SIZE|auto|0\n"
-            "                          the most private memory (RLIMIT_DATA) mpirun and each\n"
-            "                          rank on this machine may map; a job that runs out of it\n"
-            "                          FAILS without restarts ('out of memory'). auto: twice\n"
-            "                          the job's per-rank estimate + 1 GiB; 0: none; at least\n"
-            "                          1G [auto; local and hosts launchers only]. Workers\n"
-            "                          never write core files\n"
-            "  --version               print the release and exit\n"
-            "  --data-root DIR         jobs may read data only under DIR (repeatable)\n"
-            "                          [/usr/share/datasets, /usr/share/games/fortunes,\n"
-            "                          STATE/data; / for anywhere]\n"
-            "  --checkpoint-root DIR   jobs may warm-start only from under DIR (repeatable)\n"
-            "                          [STATE/checkpoints]\n"
-            "  --launcher KIND         local (mpirun here), hosts (mpirun across --hosts) or\n"
-            "                          slurm (a batch job per attempt) [local]\n"
-            "                          (ONEBIT_LAUNCHER)\n"
-            "  --report-addr HOST:PORT where workers reach this gRPC server\n"
-            "                          [127.0.0.1:<gRPC port>]\n"
-            "  --hosts NAME:SLOTS,...  hosts: the machines and their ranks (ONEBIT_HOSTS);\n"
-            "                          --slots defaults to their sum\n"
-            "  --ssh-agent CMD         hosts: how mpirun reaches them (plm_rsh_agent) [ssh]\n"
-            "  --mpi-net NET,...       hosts: the network MPI uses between them, CIDRs or\n"
-            "                          interfaces (btl_tcp_if_include, oob_tcp_if_include)\n"
-            "                          [every interface but loopback] (ONEBIT_MPI_NET)\n"
-            "  --slurm-partition P     slurm: sbatch --partition [the cluster's default]\n"
-            "  --slurm-arg ARG         slurm: one more sbatch option, e.g. --time=4:00:00\n"
-            "                          (repeatable)\n"
-            "  --slurm-mpi TYPE        slurm: srun --mpi=TYPE [pmix]\n"
-            "  --slurm-bin DIR         slurm: where sbatch, squeue, scancel, sacct, srun are\n"
-            "                          [PATH]\n"
-            "  --slurm-poll SEC        slurm: ask squeue about a job at most this often [1]\n"
-            "  --kubeconfig FILE       kubernetes: API server and token from FILE (ONEBIT_\n"
-            "                          KUBECONFIG) [in the cluster: the service account]\n"
-            "  --k8s-namespace NS      kubernetes: where the MPIJobs go [the kubeconfig's\n"
-            "                          or the pod's namespace, else default]\n"
-            "  --k8s-image IMAGE       kubernetes: the worker image (ONEBIT_K8S_IMAGE)\n"
-            "  --k8s-pull-policy P     kubernetes: IfNotPresent, Always or Never [IfNotPresent]\n"
-            "  --k8s-checkpoint-claim C kubernetes: the ReadWriteMany claim mounted at the\n"
-            "                          checkpoint directory in every pod\n"
-            "                          (ONEBIT_K8S_CHECKPOINT_CLAIM)\n"
-            "  --k8s-service-account SA kubernetes: the service account of the MPIJobs' pods\n"
-            "  --k8s-slots-per-worker N kubernetes: ranks (and GPUs) per worker pod [1]\n"
-            "  --k8s-cpu Q             kubernetes: CPU request per worker pod [1]\n"
-            "  --k8s-memory Q          kubernetes: memory request per worker pod [1Gi]\n"
-            "  --k8s-pending-timeout SEC kubernetes: end an attempt whose pods cannot be\n"
-            "                          scheduled or pull their image for SEC [300; 0: never]\n"
-            "  --k8s-ttl SEC           kubernetes: keep ended MPIJobs this long [86400]\n"
-            "  --k8s-watch-idle SEC    kubernetes: a watch or pod log that sends nothing this\n"
-            "                          long is taken for dead and made again [90]\n"
-            "  --k8s-worker-log-max BYTES kubernetes: copied from each worker pod's log per\n"
-            "                          attempt [8388608]\n");
+    fprintf(f, "usage: onebitd [options]\n"
+               "  --grpc HOST:PORT        gRPC address [127.0.0.1:50051] (ONEBIT_GRPC_ADDR)\n"
+               "  --rest HOST:PORT        REST address [127.0.0.1:8080] (ONEBIT_REST_ADDR)\n"
+               "  --state-dir DIR         job store, logs, checkpoints [./var] (ONEBIT_STATE_DIR)\n"
+               "  --token-file FILE       require the bearer token in FILE on every call\n"
+               "                          (ONEBIT_TOKEN gives the token itself) [STATE/token,\n"
+               "                          made at the first start, mode 0600]\n"
+               "  --insecure-no-auth      serve without any token\n"
+               "  --tls-cert FILE         serve both APIs over TLS with this PEM certificate\n"
+               "                          (then any intermediates) (ONEBIT_TLS_CERT)\n"
+               "  --tls-key FILE          its unencrypted PEM private key, not readable by\n"
+               "                          others (ONEBIT_TLS_KEY)\n"
+               "  --tls-client-ca FILE    require client certificates signed by this PEM CA\n"
+               "                          (mutual TLS) (ONEBIT_TLS_CLIENT_CA)\n"
+               "  --report-listen HOST:PORT with TLS: the plaintext gRPC port workers report\n"
+               "                          to (onebit-worker has no TLS) [127.0.0.1:0]\n"
+               "  --allow-plaintext       allow addresses other than loopback without TLS\n"
+               "                          (behind a TLS proxy or on a private network)\n"
+               "  --slots N               ranks that may run at once [4, or the visible GPUs]\n"
+               "                          (ONEBIT_SLOTS)\n"
+               "  --max-restarts N        default restarts per job [3]\n"
+               "  --progress-timeout SEC  end an attempt with no progress for SEC [0: never]\n"
+               "  --backoff SEC           first restart delay, doubled per restart [1]\n"
+               "  --backoff-max SEC       longest restart delay [60]\n"
+               "  --cancel-grace SEC      SIGTERM, then SIGKILL after SEC [10]\n"
+               "  --worker PATH           onebit-worker [next to onebitd] (ONEBIT_WORKER)\n"
+               "  --mpirun PATH           mpirun [mpirun] (ONEBIT_MPIRUN)\n"
+               "  --threads N             gRPC handler threads [4]\n"
+               "  --max-streams N         event streams open at once, per API [256]\n"
+               "  --max-connections N     REST connections open at once [256]\n"
+               "  --max-client-connections N\n"
+               "                          REST connections from one IP address [32]\n"
+               "  --request-timeout SEC   close a REST connection that sends nothing for SEC\n"
+               "                          while its request arrives or between requests [10]\n"
+               "  --retention-days D      delete jobs that ended more than D days ago, with\n"
+               "                          their events, logs and checkpoints [0: keep them]\n"
+               "  --ready-file FILE       write the bound ports here once serving\n"
+               "  --store-min-free SIZE   below SIZE free on the state directory's file system\n"
+               "                          the store counts as full: health NOT_SERVING, submit,\n"
+               "                          cancel and delete refused (UNAVAILABLE / 503) until\n"
+               "                          there is room again [16M; 0: only failed writes]\n"
+               "  --max-job-memory SIZE   refuse at submit a job whose ranks would need more than\n"
+               "                          SIZE in all (ranks x the spec's memory estimate)\n"
+               "                          [local: half of MemTotal; other launchers: 0, none]\n"
+               "  --worker-memory-limit SIZE|auto|0\n"
+               "                          the most private memory (RLIMIT_DATA) mpirun and each\n"
+               "                          rank on this machine may map; a job that runs out of it\n"
+               "                          FAILS without restarts ('out of memory'). auto: twice\n"
+               "                          the job's per-rank estimate + 1 GiB; 0: none; at least\n"
+               "                          1G [auto; local and hosts launchers only]. Workers\n"
+               "                          never write core files\n"
+               "  --version               print the release and exit\n"
+               "  --data-root DIR         jobs may read data only under DIR (repeatable)\n"
+               "                          [/usr/share/datasets, /usr/share/games/fortunes,\n"
+               "                          STATE/data; / for anywhere]\n"
+               "  --checkpoint-root DIR   jobs may warm-start only from under DIR (repeatable)\n"
+               "                          [STATE/checkpoints]\n"
+               "  --launcher KIND         local (mpirun here), hosts (mpirun across --hosts) or\n"
+               "                          slurm (a batch job per attempt) [local]\n"
+               "                          (ONEBIT_LAUNCHER)\n"
+               "  --report-addr HOST:PORT where workers reach this gRPC server\n"
+               "                          [127.0.0.1:<gRPC port>]\n"
+               "  --hosts NAME:SLOTS,...  hosts: the machines and their ranks (ONEBIT_HOSTS);\n"
+               "                          --slots defaults to their sum\n"
+               "  --ssh-agent CMD         hosts: how mpirun reaches them (plm_rsh_agent) [ssh]\n"
+               "  --mpi-net NET,...       hosts: the network MPI uses between them, CIDRs or\n"
+               "                          interfaces (btl_tcp_if_include, oob_tcp_if_include)\n"
+               "                          [every interface but loopback] (ONEBIT_MPI_NET)\n"
+               "  --slurm-partition P     slurm: sbatch --partition [the cluster's default]\n"
+               "  --slurm-arg ARG         slurm: one more sbatch option, e.g. --time=4:00:00\n"
+               "                          (repeatable)\n"
+               "  --slurm-mpi TYPE        slurm: srun --mpi=TYPE [pmix]\n"
+               "  --slurm-bin DIR         slurm: where sbatch, squeue, scancel, sacct, srun are\n"
+               "                          [PATH]\n"
+               "  --slurm-poll SEC        slurm: ask squeue about a job at most this often [1]\n"
+               "  --kubeconfig FILE       kubernetes: API server and token from FILE (ONEBIT_\n"
+               "                          KUBECONFIG) [in the cluster: the service account]\n"
+               "  --k8s-namespace NS      kubernetes: where the MPIJobs go [the kubeconfig's\n"
+               "                          or the pod's namespace, else default]\n"
+               "  --k8s-image IMAGE       kubernetes: the worker image (ONEBIT_K8S_IMAGE)\n"
+               "  --k8s-pull-policy P     kubernetes: IfNotPresent, Always or Never [IfNotPresent]\n"
+               "  --k8s-checkpoint-claim C kubernetes: the ReadWriteMany claim mounted at the\n"
+               "                          checkpoint directory in every pod\n"
+               "                          (ONEBIT_K8S_CHECKPOINT_CLAIM)\n"
+               "  --k8s-service-account SA kubernetes: the service account of the MPIJobs' pods\n"
+               "  --k8s-slots-per-worker N kubernetes: ranks (and GPUs) per worker pod [1]\n"
+               "  --k8s-cpu Q             kubernetes: CPU request per worker pod [1]\n"
+               "  --k8s-memory Q          kubernetes: memory request per worker pod [1Gi]\n"
+               "  --k8s-pending-timeout SEC kubernetes: end an attempt whose pods cannot be\n"
+               "                          scheduled or pull their image for SEC [300; 0: never]\n"
+               "  --k8s-ttl SEC           kubernetes: keep ended MPIJobs this long [86400]\n"
+               "  --k8s-watch-idle SEC    kubernetes: a watch or pod log that sends nothing this\n"
+               "                          long is taken for dead and made again [90]\n"
+               "  --k8s-worker-log-max BYTES kubernetes: copied from each worker pod's log per\n"
+               "                          attempt [8388608]\n");
 }
 
 static const char *env_or(const char *name, const char *def)
@@ -773,9 +772,8 @@ static int64_t worker_memory_setting(const opts *o)
         return 0;
     }
     if (v == OB_WORKER_MEMORY_AUTO)
-        fprintf(stderr,
-                "onebitd: worker memory limit: %d x each job's per-rank estimate + %d "
-                "MiB, per process (RLIMIT_DATA)%s\n",
+        fprintf(stderr, "onebitd: worker memory limit: %d x each job's per-rank estimate + %d "
+                        "MiB, per process (RLIMIT_DATA)%s\n",
                 OB_WORKER_MEMORY_FACTOR, (int)(OB_WORKER_MEMORY_MARGIN >> 20),
                 !strcmp(o->launcher, "hosts") ? "; on this machine only" : "");
     else
@@ -1009,9 +1007,9 @@ int main(int argc, char **argv)
             "onebitd: serving gRPC on port %d, REST on port %d%s, state in %s, %d slots, "
             "default ranks per job: %d, launcher %s\n",
             grpc_port, rest_port,
-            !tls                                      ? " (plaintext)"
+            !tls                                       ? " (plaintext)"
             : ob_tls_config_requires_client_cert(tls) ? " (TLS, client certificates required)"
-                                                      : " (TLS)",
+                                                       : " (TLS)",
             o.state_dir, o.slots, cfg.default_world_size, o.launcher);
     if (tls) fprintf(stderr, "onebitd: workers report to plaintext port %d\n", plain_port);
     if (o.ready_file) {

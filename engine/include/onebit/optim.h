@@ -155,7 +155,6 @@ const char *ob_optim_kind_name(ob_optim_kind kind);   /* "adam", "onebit_adam" *
 const char *ob_onebit_mode_name(ob_onebit_mode mode); /* "compressed", "uncompressed", "naive" */
 const char *ob_phase_name(ob_phase phase);            /* "warmup", "compression" */
 const char *ob_stabilizer_name(ob_stabilizer s);      /* "none", "adam_bound" */
-const char *ob_gradient_exchange_name(ob_gradient_exchange e); /* "fp32", "fp16" */
 
 /* The bound c in force for cfg: stability_bound, or (1 - beta1) / sqrt(1 - beta2) when that is
  * 0; INFINITY with OB_STABILIZER_NONE. */
