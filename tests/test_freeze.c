@@ -218,6 +218,67 @@ static void test_fixed_freeze_and_bias_corrected_v(void **state)
     run_end(&r);
 }
 
+/* Without bias correction v_Tw is v raised to at least v_hat / r^2 (one factor for every
+ * coordinate): r = OB_FROZEN_STEP_RATIO by default, frozen_step_ratio when set, the paper's v
+ * under stabilizer none; a freeze late enough that (1 - b2^t) r^2 >= 1 keeps v. */
+static void test_frozen_step_ratio(void **state)
+{
+    struct {
+        double beta2, ratio;
+        ob_stabilizer stab;
+        long at;
+        double want_r; /* 0: v kept */
+    } cases[] = {
+        {0.999, 0.0, OB_STABILIZER_ADAM_BOUND, 7, OB_FROZEN_STEP_RATIO},
+        {0.999, 2.0, OB_STABILIZER_ADAM_BOUND, 7, 2.0},
+        {0.999, 1.0, OB_STABILIZER_NONE, 7, 1.0},
+        {0.999, 0.0, OB_STABILIZER_NONE, 7, 0.0},
+        {0.9, 0.0, OB_STABILIZER_ADAM_BOUND, 30, 0.0},
+    };
+    assert_true(
+        isinf(ob_optim_frozen_step_ratio(&(ob_optim_config){.stabilizer = OB_STABILIZER_NONE})));
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        ob_optim_config cfg;
+        ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+        cfg.beta2 = cases[c].beta2;
+        cfg.frozen_step_ratio = cases[c].ratio;
+        cfg.stabilizer = cases[c].stab;
+        cfg.freeze_step = cases[c].at;
+        cfg.mode = OB_ONEBIT_UNCOMPRESSED;
+        assert_int_equal(ob_optim_config_validate(&cfg, NULL), OB_OK);
+        run r;
+        run_start(&r, &cfg);
+        double vref[D] = {0};
+        for (long t = 1; t <= cases[c].at; t++) {
+            for (int i = 0; i < D; i++) {
+                r.g[i] = (float)((i + 1) * (t % 3 + 1)) * 0.01f;
+                vref[i] = cfg.beta2 * vref[i] + (1.0 - cfg.beta2) * (double)r.g[i] * r.g[i];
+            }
+            assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+        }
+        assert_int_equal(stats(&r).freeze_step, cases[c].at);
+        double corr = 1.0 - pow(cfg.beta2, (double)cases[c].at), f = 1.0;
+        if (cases[c].want_r > 0.0) {
+            f = 1.0 / (cases[c].want_r * cases[c].want_r * corr);
+            assert_true(f > 1.0);
+        } else if (cases[c].stab == OB_STABILIZER_ADAM_BOUND) {
+            assert_true(OB_FROZEN_STEP_RATIO * OB_FROZEN_STEP_RATIO * corr >= 1.0);
+        }
+        ob_optim_state st;
+        ob_optim_get_state(r.opt, &st);
+        for (int i = 0; i < D; i++)
+            assert_true(fabs(st.exp_avg_sq[i] - vref[i] * f) <= 1e-5 * vref[i] * f);
+        run_end(&r);
+    }
+    ob_optim_config bad;
+    ob_optim_config_default(&bad, OB_OPTIM_ONEBIT_ADAM);
+    double refused[] = {0.5, -1.0, NAN, 2e6};
+    for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+        bad.frozen_step_ratio = refused[i];
+        assert_int_equal(ob_optim_config_validate(&bad, NULL), OB_ERR_INVALID_ARG);
+    }
+}
+
 static void test_warm_start(void **state)
 {
     ob_optim_config cfg;
@@ -229,12 +290,12 @@ static void test_warm_start(void **state)
         v[i] = 1e-4f * (float)(i + 1);
     ob_err err = {0};
     v[3] = -1.0f;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 0, &err), OB_ERR_CORRUPT);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, &err), OB_ERR_CORRUPT);
     assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP); /* rejected: nothing changed */
     v[3] = NAN;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 0, &err), OB_ERR_CORRUPT);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, &err), OB_ERR_CORRUPT);
     v[3] = 4e-4f;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 0, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, &err), OB_OK);
     ob_optim_stats s = stats(&r);
     assert_int_equal(s.phase, OB_PHASE_COMPRESSION);
     assert_int_equal(s.freeze_step, 0);
@@ -250,7 +311,7 @@ static void test_warm_start(void **state)
 
     ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
     run_start(&r, &cfg);
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 0, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, &err), OB_ERR_INVALID_ARG);
     run_end(&r);
 }
 
@@ -268,15 +329,15 @@ static void test_warm_start_refit(void **state)
     for (int i = 0; i < D; i++)
         vref[i] = v[i] = 1e-2f * (float)(i + 1);
     ob_err err = {0};
-    assert_int_equal(ob_optim_warm_start(r.opt, v, -1, &err), OB_ERR_INVALID_ARG);
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 3, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, -1, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, &err), OB_OK);
     ob_optim_stats s = stats(&r);
     assert_int_equal(s.warm_start, OB_WARM_REFIT);
     assert_int_equal(s.phase, OB_PHASE_WARMUP);
     assert_int_equal(s.refit_end, 3);
     assert_true(isnan(s.warm_check_fraction));
     /* Before any step a second call replaces the first; after a step it is refused (below). */
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 3, &err), OB_OK); /* still step 0 */
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, &err), OB_OK); /* still step 0 */
     for (long t = 1; t <= 3; t++) {
         for (int i = 0; i < D; i++)
             r.g[i] = 0.2f;
@@ -291,7 +352,7 @@ static void test_warm_start_refit(void **state)
     }
     assert_int_equal(s.freeze_step, 3);
     assert_int_equal(s.warm_start, OB_WARM_REFIT);
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 3, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, &err), OB_ERR_INVALID_ARG);
     ob_optim_state st;
     ob_optim_get_state(r.opt, &st);
     for (int i = 0; i < D; i++) /* v carried on from v_Tw, not from zero, and was not rescaled */
@@ -301,6 +362,43 @@ static void test_warm_start_refit(void **state)
     assert_int_equal(p.warm_start, OB_WARM_REFIT);
     assert_int_equal(p.refit_end, 3);
     run_end(&r);
+}
+
+/* The check compares the gradient with the variance the source estimated: its v_Tw divided by
+ * the factor its freeze raised it by (frozen_step_ratio). 3 of 64 coordinates above 10 sqrt(v)
+ * pass (4.7 %); with v raised 4x, 6 are above 10 sqrt(v / 4) (9.4 %): refused. */
+static void test_warm_check_raised(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    float v[D];
+    for (int i = 0; i < D; i++)
+        v[i] = 1.0f;
+    double raised[] = {1.0, 4.0};
+    ob_warm_state want[] = {OB_WARM_REFIT, OB_WARM_REFUSED};
+    for (int c = 0; c < 2; c++) {
+        run r;
+        run_start(&r, &cfg);
+        ob_err err = {0};
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 0.5, 10, &err), OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, NAN, 10, &err), OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, raised[c], 10, &err), OB_OK);
+        for (int i = 0; i < D; i++)
+            r.g[i] = i < 3 ? 12.0f : i < 6 ? 7.0f : 1.0f;
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+        ob_optim_stats s = stats(&r);
+        assert_int_equal(s.warm_start, want[c]);
+        assert_true(fabs(s.warm_check_fraction - (c ? 6.0 : 3.0) / D) < 1e-12);
+        run_end(&r);
+    }
+    /* The factor of a freeze: max(1, 1 / (r^2 (1 - b2^t))), 1 with bias correction. */
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.beta2 = 0.999;
+    double r = OB_FROZEN_STEP_RATIO, want_f = 1.0 / (r * r * (1.0 - pow(0.999, 400.0)));
+    assert_true(fabs(ob_optim_freeze_raise(&cfg, 400) - want_f) < 1e-12);
+    assert_true(ob_optim_freeze_raise(&cfg, 2000) == 1.0);
+    cfg.bias_correction = 1;
+    assert_true(ob_optim_freeze_raise(&cfg, 400) == 1.0);
 }
 
 /* A borrowed v that the first gradients do not fit (zero where the gradient is not) is refused:
@@ -317,7 +415,7 @@ static void test_warm_start_refused_is_scratch(void **state)
     for (int i = 0; i < D; i++)
         v[i] = i < D / 2 ? 0.0f : 1.0f; /* half the coordinates: far too small */
     ob_err err = {0};
-    assert_int_equal(ob_optim_warm_start(warm.opt, v, 20, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(warm.opt, v, 1.0, 20, &err), OB_OK);
     for (long t = 1; t <= 8; t++) {
         for (int i = 0; i < D; i++)
             warm.g[i] = cold.g[i] = 0.1f * (float)((i * 5 + t) % 7) + 0.05f;
@@ -350,7 +448,7 @@ static void test_warm_start_refit_resume(void **state)
     for (int i = 0; i < D; i++)
         v[i] = 1e-3f * (float)(i + 1);
     ob_err err = {0};
-    assert_int_equal(ob_optim_warm_start(a.opt, v, 4, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(a.opt, v, 1.0, 4, &err), OB_OK);
     for (long t = 1; t <= 10; t++) {
         for (int i = 0; i < D; i++)
             a.g[i] = 0.01f * (float)((i * 3 + t) % 5) - 0.02f;
@@ -577,6 +675,8 @@ int main(void)
         cmocka_unit_test(test_no_freeze_before_lr_warmup_or_min_steps),
         cmocka_unit_test(test_no_freeze_while_variance_falls),
         cmocka_unit_test(test_fixed_freeze_and_bias_corrected_v),
+        cmocka_unit_test(test_frozen_step_ratio),
+        cmocka_unit_test(test_warm_check_raised),
         cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_warm_start_refit),
         cmocka_unit_test(test_warm_start_refused_is_scratch),

@@ -98,6 +98,15 @@ static void test_out_of_range(void **state)
                  "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
                  "optimizer: {type: onebit_adam, block_size: 100}\nbatch_size: 1\nsteps: 1\n",
                  "optimizer.block_size = 100: must be a positive multiple of 32");
+    expect_error(
+        OB_SPEC_YAML,
+        "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+        "optimizer: {type: onebit_adam, frozen_step_ratio: 0.5}\nbatch_size: 1\nsteps: 1\n",
+        "optimizer.frozen_step_ratio = 0.5: must be 0 (the default) or in [1, 1e6]");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam, frozen_step_ratio: 1.2}\nbatch_size: 1\nsteps: 1\n",
+                 "frozen_step_ratio");
     expect_error(OB_SPEC_YAML,
                  "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
                  "optimizer: {type: onebit_adam, freeze_threshold: 0}\nbatch_size: 1\nsteps: 1\n",
@@ -469,8 +478,20 @@ static void test_checkpoint_and_warm_start(void **state)
     char *json = NULL;
     assert_int_equal(ob_jobspec_to_json(&s, &json, NULL), OB_OK);
     assert_non_null(strstr(json, "\"warm_start\":{\"from\":\"/ck/old/step-00000100\","
-                                 "\"params\":true,\"refit_steps\":\"auto\"}"));
+                                 "\"params\":true,\"refit_steps\":\"auto\","
+                                 "\"refit_exchange\":\"fp16\"}"));
     free(json);
+    assert_int_equal(s.optim.refit_exchange, OB_EXCHANGE_FP16);
+    snprintf(text, sizeof text,
+             "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x, refit_exchange: fp32}\n",
+             base);
+    parse_ok(&s, text, OB_SPEC_YAML);
+    assert_int_equal(s.optim.refit_exchange, OB_EXCHANGE_FP32);
+    check_round_trip(&s);
+    snprintf(text, sizeof text,
+             "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x, refit_exchange: int8}\n",
+             base);
+    expect_error(OB_SPEC_YAML, text, "warm_start.refit_exchange");
 
     snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x}\n", base);
     parse_ok(&s, text, OB_SPEC_YAML);

@@ -79,6 +79,9 @@ def variant(spec, name):
         s["optimizer"]["gradient_exchange"] = "fp16"
     elif name == "onebit-bc":
         s["optimizer"]["bias_correction"] = True
+    elif name.startswith("onebit-r"):  # onebit-rX: frozen_step_ratio X (inf: 1e6, the paper's v)
+        x = name[len("onebit-r"):]
+        s["optimizer"]["frozen_step_ratio"] = 1e6 if x == "inf" else float(x)
     return s
 
 # --- cases -------------------------------------------------------------------------------------
@@ -189,10 +192,26 @@ def fp16_cases():
     return out
 
 
+RATIOS = ("onebit-r1", "onebit-r1.25", "onebit-r1.5")
+
+
+def ratio_cases():
+    """frozen_step_ratio on the beta2 0.999 jobs: the MLP seeds and the transformer on both
+    corpora, beside Adam and the default (r = 1.25). `onebit-rinf` rows are the default before
+    frozen_step_ratio existed (the paper's v: r infinite, which 1e6 gives exactly)."""
+    out = [dict(c, variants=["adam", "onebit"] + list(RATIOS))
+           for c in freeze_cases() if c["case"] != "tf-999-s21"]
+    out += [dict(c, variants=["adam", "onebit"] + list(RATIOS))
+            for c in wide_cases() if "-999-" in c["case"]]
+    return [dict(c, group="ratio") for c in out]
+
+
 def all_cases(group):
     cases = []
     if group == "fp16":
         return fp16_cases()
+    if group == "ratio":
+        return ratio_cases()
     if group in ("wide", "all"):
         cases += wide_cases()
     if group in ("freeze", "all"):
@@ -282,7 +301,7 @@ def ensure_source(name):
 
 
 def case_spec(case, var):
-    if var in ("adam", "onebit", "onebit-none", "onebit-fp16", "onebit-bc"):
+    if var in ("adam", "onebit", "onebit-none", "onebit-fp16", "onebit-bc") or var.startswith("onebit-r"):
         return variant(case["spec"], var)
     if var == "scratch":
         return variant(case["spec"], "onebit")
@@ -312,7 +331,7 @@ def cmd_run(args):
     for i, (c, v) in enumerate(pending, 1):
         spec = case_spec(c, v)
         ck = None
-        if c["group"] in ("stability", "wide", "freeze", "fp16") and v != "adam":
+        if c["group"] in ("stability", "wide", "freeze", "fp16", "ratio") and v != "adam":
             # Checkpoints, so that the divergence guard can roll back (its rollbacks counted).
             spec["checkpoint"] = {"interval": 100, "keep": 1}
             ck = os.path.join(OUT, "ck-run")
@@ -528,6 +547,37 @@ def cmd_report(args):
                       "median %+.2f%%, worst %+.2f%%, best %+.2f%%; bytes %.1fx to %.1fx fewer than Adam. "
                       "The paper's exact step diverged in %d." % (
                           n, div_default, med, max(gaps), min(gaps), min(ratios), max(ratios), div_none), ""]
+    rc = [c["case"] for c in ratio_cases() if any((c["case"], v) in by for v in RATIOS)]
+    if rc:
+        cols = ["onebit", "onebit-rinf"] + list(RATIOS)
+        lines += ["## Frozen step ratio (beta2 0.999)", "",
+                  "Eval loss and gap to Adam of the default (`onebit`: `frozen_step_ratio` 1.25), the "
+                  "paper's v as the default froze it before (`rinf`; rows of the build before "
+                  "the change, the same bits as `frozen_step_ratio: 1e6`; `-` where the freeze came "
+                  "late enough for 1.25 to keep v, so the default's row is that run) and r = 1, 1.25, "
+                  "1.5. Freeze step and bytes are the same for all of a case's runs.", "",
+                  "| case | adam | freeze | bytes Adam/run | " + " | ".join(
+                      "%s | gap" % v.replace("onebit-", "") for v in cols) + " |",
+                  "|---|---|---|---|" + "---|---|" * len(cols)]
+        worst = {v: [] for v in cols}
+        for c in rc:
+            ad = by.get((c, "adam"))
+            base = fnum(ad and ad["eval_loss"])
+            ob = by.get((c, "onebit"))
+            cells = []
+            for v in cols:
+                r = by.get((c, v))
+                g = gap(r, base)
+                if g is not None:
+                    worst[v].append(g)
+                cells.append("%s | %s" % (cell(r), pct(g)))
+            lines.append("| %s | %s | %s | %s | %s |" % (
+                c, cell(ad), (ob or {}).get("freeze_step", "-"), ratio(ad, ob), " | ".join(cells)))
+        lines.append("")
+        lines.append("Worst gap to Adam: " + "; ".join(
+            "%s %s over %d" % (v.replace("onebit-", ""), pct(max(worst[v])), len(worst[v]))
+            for v in cols if worst[v]) + ".")
+        lines.append("")
     f16 = [c["case"] for c in fp16_cases() if (c["case"], "onebit-fp16") in by]
     if f16:
         lines += ["## fp16 gradient exchange", "",
@@ -599,7 +649,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "all"])
+    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "ratio", "all"])
     r.add_argument("--only", default="")
     r.add_argument("--variant", default="", help="only this variant (adam, scratch, warm, ...)")
     r.add_argument("--rerun", action="store_true")

@@ -149,6 +149,7 @@ static const field optim_fields[] = {
     {"precondition", OB1},
     {"stabilizer", OB1},
     {"stability_bound", OB1},
+    {"frozen_step_ratio", OB1},
     {"bucket_mb", ALL},
     {"overlap", ALL},
     {"gradient_exchange", ALL},
@@ -165,7 +166,8 @@ static const field eval_fields[] = {{"interval", ALL}, {"max_examples", ALL}};
 static const field checkpoint_fields[] = {
     {"dir", ALL}, {"interval", ALL}, {"keep", ALL}, {"async", ALL}, {"rollbacks", ALL},
     {"loss_rise", ALL}};
-static const field warm_start_fields[] = {{"from", ALL}, {"params", ALL}, {"refit_steps", ALL}};
+static const field warm_start_fields[] = {
+    {"from", ALL}, {"params", ALL}, {"refit_steps", ALL}, {"refit_exchange", ALL}};
 
 /* ==== the validator ======================================================================= */
 
@@ -461,7 +463,10 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
             (st = ob__spec_get_bool(o, "optimizer", "precondition", &c->precondition, err)) ||
             (st = ob__spec_get_enum(o, "optimizer", "stabilizer", ob__spec_stabilizers,
                                     COUNT(ob__spec_stabilizers), &stab, err)) ||
-            (st = ob__spec_get_number(o, "optimizer", "stability_bound", &c->stability_bound, err)))
+            (st = ob__spec_get_number(o, "optimizer", "stability_bound", &c->stability_bound,
+                                      err)) ||
+            (st = ob__spec_get_number(o, "optimizer", "frozen_step_ratio", &c->frozen_step_ratio,
+                                      err)))
             return st;
         c->stabilizer = (ob_stabilizer)stab;
         c->mode = (ob_onebit_mode)mode;
@@ -578,6 +583,11 @@ static ob_status read_warm_start(const json_t *ws, ob_jobspec *s, ob_err *err)
         (st = ob__spec_get_bool(ws, "warm_start", "params", &s->warm_start_params, err)) ||
         (st = read_refit_steps(ws, &s->warm_start_refit_steps, err)))
         return st;
+    int ex = (int)s->optim.refit_exchange;
+    if ((st = ob__spec_get_enum(ws, "warm_start", "refit_exchange", ob__spec_exchanges,
+                                COUNT(ob__spec_exchanges), &ex, err)))
+        return st;
+    s->optim.refit_exchange = (ob_gradient_exchange)ex;
     if (s->optim.kind != OB_OPTIM_ONEBIT_ADAM || s->optim.mode == OB_ONEBIT_NAIVE)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "warm_start: needs optimizer.type onebit_adam with compression on or off "

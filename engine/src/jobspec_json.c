@@ -145,6 +145,7 @@ static json_t *optim_tree(builder *b, const ob_optim_config *c)
     put_str(b, o, "stabilizer",
             name_of(ob__spec_stabilizers, COUNT(ob__spec_stabilizers), (int)c->stabilizer));
     put_real(b, o, "stability_bound", c->stability_bound);
+    put_real(b, o, "frozen_step_ratio", c->frozen_step_ratio);
     return o;
 }
 
@@ -200,6 +201,9 @@ static json_t *spec_tree(builder *b, const ob_jobspec *s)
             put_str(b, ws, "refit_steps", "auto");
         else
             put_int(b, ws, "refit_steps", s->warm_start_refit_steps);
+        put_str(
+            b, ws, "refit_exchange",
+            name_of(ob__spec_exchanges, COUNT(ob__spec_exchanges), (int)s->optim.refit_exchange));
         put(b, root, "warm_start", ws);
     }
     put_str(b, root, "device", s->device == OB_DEVICE_CUDA ? "cuda" : "cpu");

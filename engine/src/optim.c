@@ -41,6 +41,7 @@ struct ob_optim {
     double last_ratio, last_norm;
     ob_warm_state warm; /* ob_optim_warm_start */
     long refit_end;     /* OB_WARM_REFIT: freeze at the end of this step */
+    double warm_raised; /* the check's divisor of the borrowed v (ob_optim_warm_start) */
     double warm_frac;   /* the warm-start check's fraction, NaN until it ran */
     uint64_t bytes_sent, bytes_last;
     int timing;          /* ob_optim_set_timing */
@@ -65,9 +66,11 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->scale = OB_SCALE_L1;
     cfg->stabilizer = kind == OB_OPTIM_ONEBIT_ADAM ? OB_STABILIZER_ADAM_BOUND : OB_STABILIZER_NONE;
     cfg->stability_bound = 0.0;
+    cfg->frozen_step_ratio = 0.0;
     cfg->bucket_bytes = 0;
     cfg->overlap = 0;
     cfg->gradient_exchange = OB_EXCHANGE_FP32;
+    cfg->refit_exchange = OB_EXCHANGE_FP16;
 }
 
 const char *ob_stabilizer_name(ob_stabilizer s)
@@ -86,6 +89,20 @@ double ob_optim_stability_bound(const ob_optim_config *cfg)
     if (cfg->stabilizer != OB_STABILIZER_ADAM_BOUND) return INFINITY;
     if (cfg->stability_bound > 0.0) return cfg->stability_bound;
     return (1.0 - cfg->beta1) / sqrt(1.0 - cfg->beta2);
+}
+
+double ob_optim_frozen_step_ratio(const ob_optim_config *cfg)
+{
+    if (cfg->frozen_step_ratio > 0.0) return cfg->frozen_step_ratio;
+    return cfg->stabilizer == OB_STABILIZER_ADAM_BOUND ? OB_FROZEN_STEP_RATIO : INFINITY;
+}
+
+double ob_optim_freeze_raise(const ob_optim_config *cfg, long t)
+{
+    double r = ob_optim_frozen_step_ratio(cfg);
+    if (cfg->bias_correction || isinf(r) || t < 1) return 1.0;
+    double f = 1.0 / (r * r * (1.0 - pow(cfg->beta2, (double)t)));
+    return f > 1.0 ? f : 1.0;
 }
 
 const char *ob_optim_kind_name(ob_optim_kind kind)
@@ -142,6 +159,8 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
     if (c->overlap != 0 && c->overlap != 1) return BAD("overlap = %d: must be 0 or 1", c->overlap);
     if (c->gradient_exchange != OB_EXCHANGE_FP32 && c->gradient_exchange != OB_EXCHANGE_FP16)
         return BAD("gradient_exchange = %d: expected fp32 or fp16", (int)c->gradient_exchange);
+    if (c->refit_exchange != OB_EXCHANGE_FP32 && c->refit_exchange != OB_EXCHANGE_FP16)
+        return BAD("refit_exchange = %d: expected fp32 or fp16", (int)c->refit_exchange);
     if (c->kind == OB_OPTIM_ADAM) return OB_OK;
 
     if (c->mode != OB_ONEBIT_COMPRESSED && c->mode != OB_ONEBIT_UNCOMPRESSED &&
@@ -169,6 +188,10 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
     if (!(c->stability_bound >= 0.0) || c->stability_bound > 1e6)
         return BAD("stability_bound = %g: must be 0 (derived from the betas) or in (0, 1e6]",
                    c->stability_bound);
+    if (!(c->frozen_step_ratio == 0.0 ||
+          (c->frozen_step_ratio >= 1.0 && c->frozen_step_ratio <= 1e6)))
+        return BAD("frozen_step_ratio = %g: must be 0 (the default) or in [1, 1e6]",
+                   c->frozen_step_ratio);
     return OB_OK;
 #undef BAD
 }
@@ -201,6 +224,7 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
     o->x = params;
     o->d = d;
     o->freeze_step = -1;
+    o->warm_raised = 1.0;
     o->last_ratio = NAN;
     o->warm_frac = NAN;
     size_t bytes = d * sizeof(float);
@@ -236,8 +260,7 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
             goto fail;
         }
         /* Without MPI_THREAD_SERIALIZED: the same buckets after the backward pass. */
-        if (ob_comm_any_thread(comm) &&
-            (st = ob__overlap_create(&o->ov, comm, o->f16, err)) != OB_OK)
+        if (ob_comm_any_thread(comm) && (st = ob__overlap_create(&o->ov, comm, err)) != OB_OK)
             goto fail;
     }
     *out = o;
@@ -245,6 +268,23 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
 fail:
     ob_optim_destroy(o);
     return st;
+}
+
+/* The fp16 exchange the gradients of the next step cross through, NULL for fp32: a warm
+ * start's refit follows cfg.refit_exchange, every other step cfg.gradient_exchange. */
+static ob_f16sum *grad_f16(const ob_optim *o)
+{
+    int refit = o->warm == OB_WARM_REFIT && o->freeze_step < 0;
+    ob_gradient_exchange x = refit ? o->cfg.refit_exchange : o->cfg.gradient_exchange;
+    return x == OB_EXCHANGE_FP16 ? o->f16 : NULL;
+}
+
+/* Creates the fp16 exchange for a refit in fp16 when the gradient exchange has none. */
+static ob_status ensure_refit_f16(ob_optim *o, ob_err *err)
+{
+    if (o->f16 || o->cfg.refit_exchange != OB_EXCHANGE_FP16 || ob_comm_size(o->comm) < 2)
+        return OB_OK;
+    return ob_f16sum_create(&o->f16, o->comm, o->d, err);
 }
 
 /* Waits for an armed exchange and disarms (its outcome no longer matters). */
@@ -385,8 +425,8 @@ static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int grads,
         st = ob__overlap_finish(o->ov, &early, err);
         o->buckets_early += early;
     } else {
-        st = ob__buckets_exchange_all(o->comm, grads ? o->f16 : NULL, o->dev, o->stream, &o->plan,
-                                      src, dst, err);
+        st = ob__buckets_exchange_all(o->comm, grads ? grad_f16(o) : NULL, o->dev, o->stream,
+                                      &o->plan, src, dst, err);
     }
     if (st == OB_OK) st = timed_now(o, &t1, err);
     if (st != OB_OK) return st;
@@ -448,7 +488,7 @@ void ob_optim_backward_begin(ob_optim *o, const float *grad)
     disarm(o); /* a begin without a step: finish the earlier exchange first */
     o->bytes_mark = ob_comm_bytes_sent(o->comm);
     o->armed_grad = grad;
-    ob__overlap_begin(o->ov, &o->plan, grad, o->g);
+    ob__overlap_begin(o->ov, &o->plan, grad_f16(o), grad, o->g);
 }
 
 void ob_optim_grad_hook(void *opt, size_t tensor)
@@ -467,6 +507,12 @@ static ob_status freeze(ob_optim *o, long t, ob_err *err)
         float c2 = (float)(1.0 / (1.0 - pow(o->cfg.beta2, (double)t)));
         ob_status st = k_scale(o, o->v, c2, err);
         if (st != OB_OK) return st;
+    } else {
+        double f = ob_optim_freeze_raise(&o->cfg, t);
+        if (f > 1.0) {
+            ob_status st = k_scale(o, o->v, (float)f, err);
+            if (st != OB_OK) return st;
+        }
     }
     return compute_den(o, err);
 }
@@ -530,7 +576,7 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
 static ob_status warm_check(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
 {
     size_t n = 0;
-    const float k2 = (float)(OB_WARM_CHECK_FACTOR * OB_WARM_CHECK_FACTOR);
+    const float k2 = (float)(OB_WARM_CHECK_FACTOR * OB_WARM_CHECK_FACTOR / o->warm_raised);
     ob_status st = k_count_exceeding(o, o->g, k->gscale, k2, &n, err);
     if (st != OB_OK) return st;
     o->warm_frac = (double)n / (double)o->d;
@@ -754,7 +800,10 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
     o->last_norm = p->last_norm;
     o->bytes_sent = p->bytes_sent;
     o->bytes_last = 0;
-    if (o->freeze_step < 0) return OB_OK;
+    if (o->freeze_step < 0) {
+        ob_status st = o->warm == OB_WARM_REFIT ? ensure_refit_f16(o, err) : OB_OK;
+        return st == OB_OK ? OB_OK : OB_WRAP(err, st, "restore: the refit's exchange");
+    }
     ob_status st = compute_den(o, err); /* v was restored before this call */
     if (st == OB_OK && o->dev) st = ob_cuda_sync(o->stream, err);
     return st == OB_OK ? OB_OK : OB_WRAP(err, st, "restore: frozen denominator");
@@ -807,7 +856,8 @@ long ob_optim_auto_refit_steps(double beta2, int same_batch)
     return same_batch ? (delta + 4) / 5 : (delta + 1) / 2;
 }
 
-ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, long refit_steps, ob_err *err)
+ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised, long refit_steps,
+                              ob_err *err)
 {
     if (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
@@ -818,13 +868,18 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, long refit_ste
                       o->step);
     if (refit_steps < 0)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: refit_steps %ld < 0", refit_steps);
+    if (!(raised >= 1.0) || !isfinite(raised))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: raised %g (must be finite and >= 1)",
+                      raised);
     for (size_t i = 0; i < o->d; i++) {
         if (!(v_frozen[i] >= 0.0f) || !isfinite(v_frozen[i]))
             return OB_ERR(err, OB_ERR_CORRUPT,
                           "warm start: variance element %zu is %g (must be finite and >= 0)", i,
                           (double)v_frozen[i]);
     }
-    ob_status st = ob__mem_copy(o->dev, o->v, v_frozen, o->d * sizeof(float), o->stream, err);
+    ob_status st = refit_steps > 0 ? ensure_refit_f16(o, err) : OB_OK;
+    if (st == OB_OK)
+        st = ob__mem_copy(o->dev, o->v, v_frozen, o->d * sizeof(float), o->stream, err);
     if (st == OB_OK && refit_steps == 0) st = compute_den(o, err);
     /* The caller may free v_frozen on return, and the state must be in place before any step. */
     if (st == OB_OK && o->dev) st = ob_cuda_sync(o->stream, err);
@@ -835,6 +890,7 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, long refit_ste
     } else {
         o->warm = OB_WARM_REFIT;
         o->refit_end = refit_steps;
+        o->warm_raised = raised;
     }
     return OB_OK;
 }

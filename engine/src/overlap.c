@@ -114,7 +114,7 @@ ob_status ob__buckets_exchange_all(ob_comm *comm, ob_f16sum *f16, int dev, void 
 
 struct ob__overlap {
     ob_comm *comm;  /* borrowed */
-    ob_f16sum *f16; /* borrowed; NULL: fp32 */
+    ob_f16sum *f16; /* the armed step's fp16 exchange (borrowed), NULL: fp32 */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work; /* published grew, or stop */
@@ -143,14 +143,14 @@ static void *comm_main(void *arg)
             pthread_cond_wait(&ov->work, &ov->mu);
         if (ov->stop) break;
         const ob__bucket b = ov->plan->b[ov->exchanged];
+        ob_f16sum *f16 = ov->f16;
         const float *src = ov->src;
         float *dst = ov->dst;
         int skip = ov->failed != OB_OK;
         pthread_mutex_unlock(&ov->mu);
 
         ob_err e = {0};
-        ob_status st =
-            skip ? OB_OK : ob__bucket_exchange(ov->comm, ov->f16, 0, NULL, &b, src, dst, &e);
+        ob_status st = skip ? OB_OK : ob__bucket_exchange(ov->comm, f16, 0, NULL, &b, src, dst, &e);
 
         pthread_mutex_lock(&ov->mu);
         if (st != OB_OK && ov->failed == OB_OK) {
@@ -164,7 +164,7 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
-ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_f16sum *f16, ob_err *err)
+ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_err *err)
 {
     *out = NULL;
     if (ob_comm_memory(comm) != OB_MEM_HOST)
@@ -173,7 +173,6 @@ ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_f16sum *f16, o
     ob__overlap *ov = calloc(1, sizeof *ov);
     if (!ov) return OB_ERR(err, OB_ERR_NOMEM, "overlap");
     ov->comm = comm;
-    ov->f16 = f16;
     if (pthread_mutex_init(&ov->mu, NULL) != 0) {
         free(ov);
         return OB_ERR(err, OB_ERR_NOMEM, "overlap: pthread_mutex_init failed");
@@ -207,7 +206,8 @@ void ob__overlap_destroy(ob__overlap *ov)
     free(ov);
 }
 
-void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, const float *src, float *dst)
+void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, ob_f16sum *f16, const float *src,
+                       float *dst)
 {
     for (size_t k = 0; k < p->n; k++)
         p->pending[k] = p->b[k].tensor_hi - p->b[k].tensor_lo;
@@ -215,6 +215,7 @@ void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, const float *src, float 
     ov->complete = 0;
     pthread_mutex_lock(&ov->mu);
     ov->plan = p;
+    ov->f16 = f16;
     ov->src = src;
     ov->dst = dst;
     ov->published = ov->exchanged = 0;

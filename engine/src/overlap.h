@@ -73,18 +73,19 @@ ob_status ob__buckets_exchange_all(ob_comm *comm, ob_f16sum *f16, int dev, void 
 typedef struct ob__overlap ob__overlap;
 
 /* Starts the communication thread for `comm` (borrowed; host memory; its collectives must be
- * callable from another thread: ob_comm_any_thread), exchanging in fp32 or, when f16 is not
- * NULL, through it (borrowed, over comm). OB_ERR_SYSTEM when the thread or its lock cannot be
- * created. */
-ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_f16sum *f16, ob_err *err);
+ * callable from another thread: ob_comm_any_thread). OB_ERR_SYSTEM when the thread or its lock
+ * cannot be created. */
+ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_err *err);
 
 /* Stops the thread (after the bucket it may be exchanging) and joins it. Accepts NULL. */
 void ob__overlap_destroy(ob__overlap *ov);
 
 /* Arms the overlap for one backward pass over plan p (borrowed until ob__overlap_finish):
- * bucket k will be dst[lo, hi) = sum of src[lo, hi). The thread reads src[lo, hi) only after
- * every tensor of bucket k was reported final. Main thread; none armed. */
-void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, const float *src, float *dst);
+ * bucket k will be dst[lo, hi) = sum of src[lo, hi), in fp32 (f16 NULL) or through the fp16
+ * exchange f16 (borrowed, over the thread's communicator). The thread reads src[lo, hi) only
+ * after every tensor of bucket k was reported final. Main thread; none armed. */
+void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, ob_f16sum *f16, const float *src,
+                       float *dst);
 
 /* 1 between ob__overlap_begin and ob__overlap_finish. */
 int ob__overlap_armed(const ob__overlap *ov);

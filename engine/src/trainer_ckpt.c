@@ -482,7 +482,10 @@ static const char *const resumable_changes[] = {"name",       "steps",      "eva
  * with it switched. A spec saved before bucket_mb existed (the whole vector in one exchange) is
  * taken with the current bucket_mb: with one bucket, which the default of 4 MiB is for models
  * up to that size, the steps are the same bits; beyond, only the rounding of the sums over more
- * than two ranks differs. A spec saved before gradient_exchange existed exchanged in fp32. */
+ * than two ranks differs. A spec saved before gradient_exchange existed exchanged in fp32. One
+ * saved before frozen_step_ratio existed is taken with the current one: after the freeze the
+ * checkpoint holds v_Tw as it was raised then; before it, the freeze to come uses the ratio in
+ * force now. */
 static void optimizer_fields_for_resume(json_t *saved, json_t *current)
 {
     json_t *so = json_object_get(saved, "optimizer"), *co = json_object_get(current, "optimizer");
@@ -493,6 +496,9 @@ static void optimizer_fields_for_resume(json_t *saved, json_t *current)
         json_object_set(so, "bucket_mb", json_object_get(co, "bucket_mb"));
     if (json_is_object(so) && !json_object_get(so, "gradient_exchange"))
         json_object_set_new(so, "gradient_exchange", json_string("fp32"));
+    if (json_is_object(so) && !json_object_get(so, "frozen_step_ratio") && json_is_object(co) &&
+        json_object_get(co, "frozen_step_ratio"))
+        json_object_set(so, "frozen_step_ratio", json_object_get(co, "frozen_step_ratio"));
 }
 
 static ob_status check_spec(const char *saved, const char *current, const char *path, ob_err *err)
@@ -767,20 +773,47 @@ static ob_status check_model(const char *saved, const char *current, const char 
 
 /* The global batch (batch_size x world size) of the job that wrote the checkpoint at path; 0
  * when its spec does not say. */
-static long long saved_global_batch(const char *path, const ob_ckpt_meta *meta)
+/* The factor the source's own freeze raised its v by (ob_optim_freeze_raise), from its saved
+ * spec: 1 for a spec saved before frozen_step_ratio existed (the paper's v), and for a v that
+ * came from a warm start or a rollback's re-estimate (frozen at the end of a refit, not
+ * raised). */
+static double saved_raise(const json_t *spec, const ob_ckpt_meta *meta)
+{
+    const json_t *o = json_object_get(spec, "optimizer");
+    const json_t *r = json_object_get(o, "frozen_step_ratio");
+    const json_t *b2 = json_object_get(o, "beta2");
+    const char *stab = json_string_value(json_object_get(o, "stabilizer"));
+    if (!json_is_number(r) || !json_is_number(b2) || !stab) return 1.0;
+    if (meta->warm_start == OB_WARM_TAKEN || meta->warm_start == OB_WARM_REFIT ||
+        meta->warm_start == OB_WARM_REWARM)
+        return 1.0;
+    ob_optim_config c;
+    ob_optim_config_default(&c, OB_OPTIM_ONEBIT_ADAM);
+    c.frozen_step_ratio = json_number_value(r);
+    c.beta2 = json_number_value(b2);
+    c.bias_correction = json_is_true(json_object_get(o, "bias_correction"));
+    c.stabilizer = strcmp(stab, "none") == 0 ? OB_STABILIZER_NONE : OB_STABILIZER_ADAM_BOUND;
+    if (ob_optim_config_validate(&c, NULL) != OB_OK) return 1.0;
+    return ob_optim_freeze_raise(&c, meta->freeze_step);
+}
+
+/* From the source's saved spec: its global batch (0 when unknown) and the factor its freeze
+ * raised v by. */
+static void saved_source(const char *path, const ob_ckpt_meta *meta, long long *gb, double *raised)
 {
     ob_ckpt_meta again;
     char *saved = NULL;
-    long long gb = 0;
+    *gb = 0;
+    *raised = 1.0;
     if (ob_ckpt_read_meta(path, &again, &saved, NULL) == OB_OK) {
         json_t *o = json_loads(saved, 0, NULL);
         json_t *b = json_object_get(o, "batch_size");
         if (json_is_integer(b) && json_integer_value(b) > 0 && json_integer_value(b) <= INT32_MAX)
-            gb = (long long)json_integer_value(b) * meta->world_size;
+            *gb = (long long)json_integer_value(b) * meta->world_size;
+        *raised = saved_raise(o, meta);
         json_decref(o);
     }
     free(saved);
-    return gb;
 }
 
 /* warm_start.refit_steps in force: "auto" is resolved against the source's global batch (the
@@ -810,9 +843,11 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
     } else {
         ob_ckpt_arrays a = {params, m, v, NULL, 0, NULL, 0};
         st = ob_ckpt_read_state(path, meta, &a, err);
-        t->warm_source_batch = saved_global_batch(path, meta);
+        double raised = 1.0;
+        saved_source(path, meta, &t->warm_source_batch, &raised);
         if (st == OB_OK)
-            st = ob_optim_warm_start(t->opt, v, warm_refit_steps(t, t->warm_source_batch), err);
+            st = ob_optim_warm_start(t->opt, v, raised, warm_refit_steps(t, t->warm_source_batch),
+                                     err);
         if (st == OB_OK && t->spec.warm_start_params) {
             void *stream = t->dev ? ob_comm_stream(t->dcomm) : NULL;
             st = ob__mem_copy(t->dev, t->params, params, t->d * sizeof(float), stream, err);
@@ -853,17 +888,18 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     char msg[OB_CKPT_PATH_LEN + 400];
     long refit = warm_refit_steps(t, t->warm_source_batch);
     long long mine = (long long)t->spec.batch_size * ob_comm_size(t->comm);
-    char tail[160];
+    char tail[200];
     if (refit == 0)
         snprintf(tail, sizeof tail, " as is; the compression phase starts now");
     else
         snprintf(tail, sizeof tail,
                  "; it is checked against the first gradients and re-estimated by Adam until "
-                 "step %ld, then frozen%s",
+                 "step %ld, then frozen%s; the refit's gradients cross in %s",
                  refit,
                  t->spec.warm_start_refit_steps < 0 && t->warm_source_batch != mine
                      ? " (the source's global batch differs from this job's)"
-                     : "");
+                     : "",
+                 t->spec.optim.refit_exchange == OB_EXCHANGE_FP16 ? "fp16" : "fp32");
     snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken%s",
              c.path, meta.step, meta.freeze_step,
              t->spec.warm_start_params ? " and parameters" : "", tail);

@@ -54,6 +54,8 @@
  *       stabilizer?       adam_bound | none [adam_bound] (OB_STABILIZER_*): none is the paper's
  *                         exact frozen step, which diverges where v_Tw is tiny
  *       stability_bound?  c > 0, or 0 [0]: (1 - beta1) / sqrt(1 - beta2)
+ *       frozen_step_ratio? r in [1, 1e6], or 0 [0]: OB_FROZEN_STEP_RATIO (none with stabilizer
+ *                         none): the frozen steps at most r times those of v_hat at the freeze
  *     optim.lr_warmup_steps is set from lr.warmup_steps (the auto-freeze guard).
  *   batch_size     per-rank examples per step, 1 .. 2^24                           (required)
  *   steps          optimizer steps, > 0                                            (required)
@@ -81,11 +83,12 @@
  *                  a rollback left, a rise is a warning)
  *   warm_start?:   { from (required): a checkpoint directory (step-XXXXXXXX) or a job's
  *                  checkpoint directory (its newest valid checkpoint), params? [false],
- *                  refit_steps? auto | 0..1000000 [auto] }
+ *                  refit_steps? auto | 0..1000000 [auto], refit_exchange? fp16 | fp32 [fp16] }
  *                  onebit_adam (compression on or off) only: the job takes the checkpoint's
  *                  frozen variance v_Tw (and with params: true its parameters), re-estimates
  *                  it with refit_steps Adam steps (auto: ceil(Delta / 5), 20 at beta2 0.99;
- *                  ceil(Delta / 2) when the source ran another global batch),
+ *                  ceil(Delta / 2) when the source ran another global batch; their
+ *                  gradients cross as refit_exchange says, whatever gradient_exchange says),
  *                  or none with 0, and then compresses; a v_Tw that does not fit the job's
  *                  first gradients is refused and the job warms up as from scratch
  *                  (onebit/optim.h, ob_optim_warm_start)
