@@ -199,9 +199,9 @@ def ratio_cases():
     """frozen_step_ratio on the beta2 0.999 jobs: the MLP seeds and the transformer on both
     corpora, beside Adam and the default (r = 1.25). `onebit-rinf` rows are the default before
     frozen_step_ratio existed (the paper's v: r infinite, which 1e6 gives exactly)."""
-    out = [dict(c, variants=["adam", "onebit"] + list(RATIOS))
+    out = [dict(c, variants=["adam", "onebit", "onebit-rinf"] + list(RATIOS))
            for c in freeze_cases() if c["case"] != "tf-999-s21"]
-    out += [dict(c, variants=["adam", "onebit"] + list(RATIOS))
+    out += [dict(c, variants=["adam", "onebit", "onebit-rinf"] + list(RATIOS))
             for c in wide_cases() if "-999-" in c["case"]]
     return [dict(c, group="ratio") for c in out]
 
@@ -600,7 +600,7 @@ def cmd_report(args):
             if a is not None and b is not None:
                 diff.append(b - a)
             steps = (fp or {}).get("steps", "")
-            if fnum(steps) and fnum(steps) >= 2000 and ad and fnum(ad["bytes_sent"]):
+            if fnum(steps) and fnum(steps) >= 2000 and ad and ob and fnum(ad["bytes_sent"]):
                 big.append((c, fnum(ad["bytes_sent"]) / fnum(ob["bytes_sent"]),
                             fnum(ad["bytes_sent"]) / fnum(fp["bytes_sent"])))
             lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
