@@ -6,7 +6,9 @@
  *   - overlap on against off with the same buckets, through the real trainer, MLP and
  *     transformer, adam and 1-bit Adam (warmup -> freeze -> compression): identical parameters
  *     and optimizer state (memcmp), identical traffic, and the buckets really left during the
- *     backward pass.
+ *     backward pass;
+ *   - a warm start's refit: fp16 gradients from its second step, and a refused warm start is
+ *     the job from scratch, bit for bit.
  * Every case runs on every rank; any mismatch fails the process. */
 #include "mpi_harness.h"
 
@@ -392,6 +394,71 @@ static void overlap_transformer_onebit(mpi_harness *h)
                     "type: onebit_adam, freeze_step: 3, block_size: 64, bucket_mb: 0.01", 6, 3, 3);
 }
 
+/* --- a warm start's refit ------------------------------------------------------------------ */
+
+/* Three warmup steps of onebit_adam over MPI, warm-started with v (NULL: none). */
+static void refit_run(mpi_harness *h, ob_comm *comm, const float *v, size_t d, float *x,
+                      uint64_t bytes[3], ob_warm_state *warm)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.freeze_step = 100;
+    ob_rng rng;
+    ob_rng_seed(&rng, 7, 0);
+    for (size_t i = 0; i < d; i++)
+        x[i] = (float)ob_rng_normal(&rng);
+    ob_rng_seed(&rng, 11, (uint64_t)ob_comm_rank(comm) + 1);
+    ob_optim *opt = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_optim_create(&opt, &cfg, comm, x, d, &err) == OB_OK, "create: %s", err.msg);
+    if (!opt) return;
+    if (v) MH_CHECK(h, ob_optim_warm_start(opt, v, 1.0, 10, &err) == OB_OK, "%s", err.msg);
+    float *g = malloc(d * sizeof *g);
+    for (int t = 0; t < 3 && g; t++) {
+        for (size_t i = 0; i < d; i++)
+            g[i] = (float)ob_rng_normal(&rng) * 0.1f;
+        MH_CHECK(h, ob_optim_step(opt, g, 1e-3f, &err) == OB_OK, "step: %s", err.msg);
+        ob_optim_stats s;
+        ob_optim_get_stats(opt, &s);
+        bytes[t] = s.bytes_last_step;
+        *warm = s.warm_start;
+    }
+    free(g);
+    ob_optim_destroy(opt);
+}
+
+/* The refit's gradients cross in fp16 (refit_exchange) from its second step; its first, on
+ * which the check may refuse the borrowed v, in fp32: a refused warm start is then the job
+ * from scratch, bit for bit and byte for byte. */
+static void warm_refit_exchange(mpi_harness *h)
+{
+    ob_comm *comm = NULL;
+    MH_CHECK(h, ob_comm_create_mpi(&comm, NULL) == OB_OK, "setup");
+    if (!comm) return;
+    size_t d = 4324;
+    float *x0 = malloc(d * sizeof *x0), *x1 = malloc(d * sizeof *x0), *x2 = malloc(d * sizeof *x0);
+    float *zero = calloc(d, sizeof *zero), *big = malloc(d * sizeof *big);
+    for (size_t i = 0; i < d && big; i++)
+        big[i] = 1.0f;
+    uint64_t b0[3], b1[3], b2[3];
+    ob_warm_state w0 = OB_WARM_NONE, w1 = OB_WARM_NONE, w2 = OB_WARM_NONE;
+    refit_run(h, comm, NULL, d, x0, b0, &w0);
+    refit_run(h, comm, zero, d, x1, b1, &w1); /* every coordinate off: refused */
+    refit_run(h, comm, big, d, x2, b2, &w2);  /* fits: re-estimated */
+    MH_CHECK(h, w0 == OB_WARM_NONE && w1 == OB_WARM_REFUSED && w2 == OB_WARM_REFIT,
+             "warm states %d %d %d", (int)w0, (int)w1, (int)w2);
+    MH_CHECK(h, memcmp(x0, x1, d * sizeof *x0) == 0, "refused: parameters differ from scratch");
+    MH_CHECK(h, memcmp(b0, b1, sizeof b0) == 0, "refused: traffic differs from scratch");
+    MH_CHECK(h, b2[0] == b0[0], "refit step 1: %llu bytes, fp32 %llu", (unsigned long long)b2[0],
+             (unsigned long long)b0[0]);
+    if (ob_comm_size(comm) > 1)
+        MH_CHECK(h, b2[1] * 10 < b0[1] * 7 && b2[2] == b2[1],
+                 "refit steps 2-3: %llu bytes, fp32 %llu", (unsigned long long)b2[1],
+                 (unsigned long long)b0[1]);
+    free(x0), free(x1), free(x2), free(zero), free(big);
+    ob_comm_destroy(comm);
+}
+
 int main(int argc, char **argv)
 {
     mpi_harness h;
@@ -404,5 +471,6 @@ int main(int argc, char **argv)
     MH_RUN(&h, overlap_mlp_onebit_fp16);
     MH_RUN(&h, overlap_transformer_adam);
     MH_RUN(&h, overlap_transformer_onebit);
+    MH_RUN(&h, warm_refit_exchange);
     return mpi_harness_finish(&h);
 }

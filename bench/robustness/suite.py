@@ -206,8 +206,20 @@ def ratio_cases():
     return [dict(c, group="ratio") for c in out]
 
 
+def cap_cases():
+    """Fixed freezes at 10 % and 15 % of the run (with the default frozen_step_ratio) on the
+    beta2 0.999 jobs: what a latest freeze step would give where the auto rule freezes late."""
+    out = []
+    for c in ratio_cases():
+        n = c["spec"]["steps"]
+        out.append(dict(c, group="cap", variants=["fixed-%d" % (n // 10), "fixed-%d" % (n * 15 // 100)]))
+    return out
+
+
 def all_cases(group):
     cases = []
+    if group == "cap":
+        return cap_cases()
     if group == "fp16":
         return fp16_cases()
     if group == "ratio":
@@ -305,6 +317,10 @@ def case_spec(case, var):
         return variant(case["spec"], var)
     if var == "scratch":
         return variant(case["spec"], "onebit")
+    if var.startswith("fixed-"):  # a fixed freeze step with the default frozen_step_ratio
+        s = variant(case["spec"], "onebit")
+        s["optimizer"]["freeze_step"] = int(var.split("-")[1])
+        return s
     if var.startswith("freeze-"):  # a fixed freeze step, on v (freeze-N) or v_hat (freeze-N-bc)
         s = variant(case["spec"], "onebit")
         parts = var.split("-")
@@ -331,7 +347,7 @@ def cmd_run(args):
     for i, (c, v) in enumerate(pending, 1):
         spec = case_spec(c, v)
         ck = None
-        if c["group"] in ("stability", "wide", "freeze", "fp16", "ratio") and v != "adam":
+        if c["group"] in ("stability", "wide", "freeze", "fp16", "ratio", "cap") and v != "adam":
             # Checkpoints, so that the divergence guard can roll back (its rollbacks counted).
             spec["checkpoint"] = {"interval": 100, "keep": 1}
             ck = os.path.join(OUT, "ck-run")
@@ -649,7 +665,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "ratio", "all"])
+    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "ratio", "cap", "all"])
     r.add_argument("--only", default="")
     r.add_argument("--variant", default="", help="only this variant (adam, scratch, warm, ...)")
     r.add_argument("--rerun", action="store_true")

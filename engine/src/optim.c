@@ -271,10 +271,12 @@ fail:
 }
 
 /* The fp16 exchange the gradients of the next step cross through, NULL for fp32: a warm
- * start's refit follows cfg.refit_exchange, every other step cfg.gradient_exchange. */
+ * start's refit follows cfg.refit_exchange from its second step on, every other step (and the
+ * refit's first, whose gradient the check may refuse the borrowed v on: the run is then the
+ * job from scratch, bit for bit) cfg.gradient_exchange. */
 static ob_f16sum *grad_f16(const ob_optim *o)
 {
-    int refit = o->warm == OB_WARM_REFIT && o->freeze_step < 0;
+    int refit = o->warm == OB_WARM_REFIT && o->freeze_step < 0 && o->step >= 1;
     ob_gradient_exchange x = refit ? o->cfg.refit_exchange : o->cfg.gradient_exchange;
     return x == OB_EXCHANGE_FP16 ? o->f16 : NULL;
 }
