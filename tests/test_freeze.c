@@ -173,6 +173,23 @@ static void test_no_freeze_while_variance_falls(void **state)
     }
     assert_true(stats(&r).freeze_ratio < 0.96);
     run_end(&r);
+
+    /* The same with freeze_max_step 120 (and the floor at 130): frozen at 130 all the same. */
+    cfg.freeze_max_step = 120;
+    cfg.freeze_min_steps = 130;
+    run_start(&r, &cfg);
+    for (long t = 1; t <= 130; t++) {
+        float mag = (float)pow(0.5, (double)t);
+        for (int i = 0; i < D; i++)
+            r.g[i] = mag;
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-4f, NULL), OB_OK);
+        assert_int_equal(stats(&r).phase, t < 130 ? OB_PHASE_WARMUP : OB_PHASE_COMPRESSION);
+    }
+    assert_int_equal(stats(&r).freeze_step, 130);
+    assert_true(stats(&r).freeze_ratio < 0.96); /* the rule's ratio, which did not pass */
+    run_end(&r);
+    cfg.freeze_max_step = -1;
+    assert_int_equal(ob_optim_config_validate(&cfg, NULL), OB_ERR_INVALID_ARG);
 }
 
 static void test_fixed_freeze_and_bias_corrected_v(void **state)

@@ -458,6 +458,45 @@ static void test_device(void **state)
                  "device: cuda runs the softmax and mlp models; the transformer runs on the cpu");
 }
 
+/* optimizer.freeze_max_fraction: the latest auto freeze, max(ceil(fraction * steps), floor +
+ * 2 lags); 0.15 under adam_bound, none under stabilizer none, a fixed freeze_step or 0. */
+static void test_freeze_max_fraction(void **state)
+{
+    (void)state;
+    struct {
+        const char *optim;
+        long steps;
+        double fraction;
+        long want;
+    } cases[] = {
+        {"{type: onebit_adam, beta2: 0.999}", 3000, OB_FREEZE_MAX_FRACTION, 500},
+        {"{type: onebit_adam, beta2: 0.999}", 10000, OB_FREEZE_MAX_FRACTION, 1500},
+        {"{type: onebit_adam, beta2: 0.99}", 1500, OB_FREEZE_MAX_FRACTION, 300},
+        {"{type: onebit_adam, beta2: 0.99, freeze_max_fraction: 0.5}", 1501, 0.5, 751},
+        {"{type: onebit_adam, freeze_max_fraction: 0}", 5000, 0.0, 0},
+        {"{type: onebit_adam, stabilizer: none}", 5000, 0.0, 0},
+        {"{type: onebit_adam, freeze_step: 300}", 5000, OB_FREEZE_MAX_FRACTION, 0},
+        {"{type: adam}", 5000, 0.0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char text[512];
+        snprintf(text, sizeof text,
+                 "model: {type: mlp}\ndata: {type: synthetic_classification}\nbatch_size: 4\n"
+                 "steps: %ld\nlr: {warmup_steps: 100}\noptimizer: %s\n",
+                 cases[i].steps, cases[i].optim);
+        ob_jobspec s;
+        parse_ok(&s, text, OB_SPEC_YAML);
+        assert_true(s.freeze_max_fraction == cases[i].fraction);
+        assert_int_equal(s.optim.freeze_max_step, cases[i].want);
+        check_round_trip(&s);
+    }
+    expect_error(
+        OB_SPEC_YAML,
+        "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+        "optimizer: {type: onebit_adam, freeze_max_fraction: 1.5}\nbatch_size: 1\nsteps: 1\n",
+        "optimizer.freeze_max_fraction = 1.5: must be in [0, 1] (0: no limit)");
+}
+
 static void test_checkpoint_and_warm_start(void **state)
 {
     (void)state;
@@ -552,11 +591,17 @@ static void test_checkpoint_and_warm_start(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_unknown_fields), cmocka_unit_test(test_wrong_types),
-        cmocka_unit_test(test_out_of_range),   cmocka_unit_test(test_missing_required),
-        cmocka_unit_test(test_mismatches),     cmocka_unit_test(test_freeze_step),
-        cmocka_unit_test(test_syntax_errors),  cmocka_unit_test(test_yaml_typing),
-        cmocka_unit_test(test_device),         cmocka_unit_test(test_checkpoint_and_warm_start),
+        cmocka_unit_test(test_unknown_fields),
+        cmocka_unit_test(test_wrong_types),
+        cmocka_unit_test(test_out_of_range),
+        cmocka_unit_test(test_missing_required),
+        cmocka_unit_test(test_mismatches),
+        cmocka_unit_test(test_freeze_step),
+        cmocka_unit_test(test_syntax_errors),
+        cmocka_unit_test(test_yaml_typing),
+        cmocka_unit_test(test_device),
+        cmocka_unit_test(test_freeze_max_fraction),
+        cmocka_unit_test(test_checkpoint_and_warm_start),
     };
     return cmocka_run_group_tests(tests, make_tmp, remove_tmp);
 }

@@ -144,6 +144,7 @@ static const field optim_fields[] = {
     {"freeze_step", OB1},
     {"freeze_threshold", OB1},
     {"freeze_min_steps", OB1},
+    {"freeze_max_fraction", OB1},
     {"block_size", OB1},
     {"scale", OB1},
     {"precondition", OB1},
@@ -428,6 +429,32 @@ static ob_status read_buckets(const json_t *o, ob_optim_config *c, ob_err *err)
     return st;
 }
 
+/* optimizer.freeze_max_fraction (after the stabilizer, the freeze step and the LR warmup are
+ * known): the latest auto freeze, optim.freeze_max_step. */
+static ob_status read_freeze_max(const json_t *o, ob_jobspec *s, ob_err *err)
+{
+    ob_optim_config *c = &s->optim;
+    s->freeze_max_fraction =
+        c->stabilizer == OB_STABILIZER_ADAM_BOUND ? OB_FREEZE_MAX_FRACTION : 0.0;
+    ob_status st =
+        ob__spec_get_number(o, "optimizer", "freeze_max_fraction", &s->freeze_max_fraction, err);
+    if (st) return st;
+    if (!(s->freeze_max_fraction >= 0.0 && s->freeze_max_fraction <= 1.0))
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "optimizer.freeze_max_fraction = %g: must be in [0, 1] (0: no limit)",
+                      s->freeze_max_fraction);
+    c->freeze_max_step = 0;
+    if (s->freeze_max_fraction == 0.0 || c->freeze_step != 0 || c->mode == OB_ONEBIT_NAIVE)
+        return OB_OK;
+    long floor =
+        c->lr_warmup_steps > c->freeze_min_steps ? c->lr_warmup_steps : c->freeze_min_steps;
+    long lag = ob_optim_freeze_lag(c->beta2);
+    long at = (long)ceil(s->freeze_max_fraction * (double)s->steps);
+    long earliest = floor <= LONG_MAX - 2 * lag ? floor + 2 * lag : LONG_MAX;
+    c->freeze_max_step = at > earliest ? at : earliest;
+    return OB_OK;
+}
+
 static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
 {
     int kind = 0;
@@ -471,6 +498,7 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
         c->stabilizer = (ob_stabilizer)stab;
         c->mode = (ob_onebit_mode)mode;
         c->scale = (ob_scale_kind)scale;
+        if ((st = read_freeze_max(o, s, err))) return st;
         if (c->mode == OB_ONEBIT_NAIVE && c->freeze_step > 0)
             return OB_ERR(err, OB_ERR_INVALID_ARG,
                           "optimizer.freeze_step: compression naive never freezes v; leave "

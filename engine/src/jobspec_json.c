@@ -116,7 +116,7 @@ static json_t *data_tree(builder *b, const ob_data_spec *d)
     return o;
 }
 
-static json_t *optim_tree(builder *b, const ob_optim_config *c)
+static json_t *optim_tree(builder *b, const ob_optim_config *c, double freeze_max_fraction)
 {
     json_t *o = json_object();
     put_str(b, o, "type", name_of(ob__spec_optim_kinds, COUNT(ob__spec_optim_kinds), (int)c->kind));
@@ -139,6 +139,7 @@ static json_t *optim_tree(builder *b, const ob_optim_config *c)
         put_int(b, o, "freeze_step", c->freeze_step);
     put_real(b, o, "freeze_threshold", c->freeze_threshold);
     put_int(b, o, "freeze_min_steps", c->freeze_min_steps);
+    put_real(b, o, "freeze_max_fraction", freeze_max_fraction);
     put_size(b, o, "block_size", c->block_size);
     put_str(b, o, "scale", name_of(ob__spec_scales, COUNT(ob__spec_scales), (int)c->scale));
     put(b, o, "precondition", json_boolean(c->precondition));
@@ -173,7 +174,7 @@ static json_t *spec_tree(builder *b, const ob_jobspec *s)
     put_str(b, root, "name", name);
     put(b, root, "model", model_tree(b, &s->model));
     put(b, root, "data", data_tree(b, &s->data));
-    put(b, root, "optimizer", optim_tree(b, &s->optim));
+    put(b, root, "optimizer", optim_tree(b, &s->optim, s->freeze_max_fraction));
     put_size(b, root, "batch_size", s->batch_size);
     put_int(b, root, "steps", s->steps);
     put(b, root, "lr", lr_tree(b, &s->lr));

@@ -61,6 +61,7 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->freeze_step = 0;
     cfg->freeze_threshold = 0.96;
     cfg->freeze_min_steps = 0;
+    cfg->freeze_max_step = 0;
     cfg->lr_warmup_steps = 0;
     cfg->block_size = 2048;
     cfg->scale = OB_SCALE_L1;
@@ -173,6 +174,8 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
         return BAD("freeze_threshold = %g: must be in (0, 1]", c->freeze_threshold);
     if (c->freeze_min_steps < 0)
         return BAD("freeze_min_steps = %ld: must be >= 0", c->freeze_min_steps);
+    if (c->freeze_max_step < 0)
+        return BAD("freeze_max_step = %ld: must be >= 0", c->freeze_max_step);
     if (c->lr_warmup_steps < 0)
         return BAD("lr_warmup_steps = %ld: must be >= 0", c->lr_warmup_steps);
     if (c->block_size == 0 || c->block_size % 32 != 0)
@@ -566,8 +569,9 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
     long floor = c->lr_warmup_steps > c->freeze_min_steps ? c->lr_warmup_steps : c->freeze_min_steps;
     int paper = t >= floor && t > delta && ratio >= lo && ratio <= hi;
     int hat = lag < delta && t >= floor && t > lag && ratio_hat >= lo && ratio_hat <= hi;
-    if (paper || hat) {
-        o->last_ratio = paper ? ratio : ratio_hat;
+    int latest = c->freeze_max_step > 0 && t >= c->freeze_max_step && t >= floor;
+    if (paper || hat || latest) {
+        if (paper || hat) o->last_ratio = paper ? ratio : ratio_hat; /* else the one in force */
         return freeze(o, t, err);
     }
     return OB_OK;

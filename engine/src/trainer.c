@@ -552,6 +552,23 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
             ev.kind = OB_EVENT_FREEZE;
             fill_optim_fields(t, &ev);
             cb(&ev, user);
+            double lo = t->spec.optim.freeze_threshold;
+            if (t->spec.optim.freeze_max_step > 0 &&
+                os.freeze_step >= t->spec.optim.freeze_max_step &&
+                !(os.freeze_ratio >= lo && os.freeze_ratio <= 1.0 / lo)) {
+                char msg[240];
+                snprintf(msg, sizeof msg,
+                         "v frozen at step %ld, the latest auto freeze (optimizer."
+                         "freeze_max_fraction %g of %ld steps): the variance was still changing "
+                         "(ratio %.4f)",
+                         os.freeze_step, t->spec.freeze_max_fraction, t->spec.steps,
+                         os.freeze_ratio);
+                ob_train_event nev = {0};
+                nev.kind = OB_EVENT_NOTICE;
+                fill_optim_fields(t, &nev);
+                nev.message = msg;
+                cb(&nev, user);
+            }
         }
         inject_fault(t, step);
         int stop = 0, nbad = 0;

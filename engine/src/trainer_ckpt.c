@@ -483,9 +483,9 @@ static const char *const resumable_changes[] = {"name",       "steps",      "eva
  * taken with the current bucket_mb: with one bucket, which the default of 4 MiB is for models
  * up to that size, the steps are the same bits; beyond, only the rounding of the sums over more
  * than two ranks differs. A spec saved before gradient_exchange existed exchanged in fp32. One
- * saved before frozen_step_ratio existed is taken with the current one: after the freeze the
- * checkpoint holds v_Tw as it was raised then; before it, the freeze to come uses the ratio in
- * force now. */
+ * saved before frozen_step_ratio or freeze_max_fraction existed is taken with the current
+ * ones: after the freeze the checkpoint holds v_Tw as it was raised then; before it, the freeze
+ * to come follows the rules in force now. */
 static void optimizer_fields_for_resume(json_t *saved, json_t *current)
 {
     json_t *so = json_object_get(saved, "optimizer"), *co = json_object_get(current, "optimizer");
@@ -496,9 +496,11 @@ static void optimizer_fields_for_resume(json_t *saved, json_t *current)
         json_object_set(so, "bucket_mb", json_object_get(co, "bucket_mb"));
     if (json_is_object(so) && !json_object_get(so, "gradient_exchange"))
         json_object_set_new(so, "gradient_exchange", json_string("fp32"));
-    if (json_is_object(so) && !json_object_get(so, "frozen_step_ratio") && json_is_object(co) &&
-        json_object_get(co, "frozen_step_ratio"))
-        json_object_set(so, "frozen_step_ratio", json_object_get(co, "frozen_step_ratio"));
+    static const char *const newer[] = {"frozen_step_ratio", "freeze_max_fraction"};
+    for (size_t i = 0; i < sizeof newer / sizeof *newer; i++)
+        if (json_is_object(so) && !json_object_get(so, newer[i]) && json_is_object(co) &&
+            json_object_get(co, newer[i]))
+            json_object_set(so, newer[i], json_object_get(co, newer[i]));
 }
 
 static ob_status check_spec(const char *saved, const char *current, const char *path, ob_err *err)

@@ -49,6 +49,9 @@
  *       compression?      on | off | naive [on] (OB_ONEBIT_COMPRESSED, _UNCOMPRESSED, _NAIVE)
  *       freeze_step?      "auto" | integer > 0 ["auto", stored as 0]
  *       freeze_threshold? [0.96]   freeze_min_steps? [0]   block_size? [2048]
+ *       freeze_max_fraction? in [0, 1] [OB_FREEZE_MAX_FRACTION; 0 with stabilizer none]: an
+ *                         auto freeze comes at the latest at step max(ceil(fraction * steps),
+ *                         max(lr.warmup_steps, freeze_min_steps) + 2 lags); 0: no limit
  *       scale?            l1 | l2 [l1]
  *       precondition?     bool [false]
  *       stabilizer?       adam_bound | none [adam_bound] (OB_STABILIZER_*): none is the paper's
@@ -171,6 +174,7 @@ typedef struct ob_jobspec {
     char warm_start_from[OB_JOBSPEC_PATH_LEN]; /* "" : no warm start */
     int warm_start_params;                     /* also take the parameters */
     long warm_start_refit_steps;               /* -1: auto (ob_optim_auto_refit_steps) */
+    double freeze_max_fraction; /* onebit_adam: sets optim.freeze_max_step (the auto freeze) */
     ob_device device;
 } ob_jobspec;
 

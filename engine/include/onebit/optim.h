@@ -34,7 +34,8 @@
  * L = OB_FREEZE_MAX_LAG (ob_optim_freeze_lag), from t >= max(lr_warmup_steps, L,
  * freeze_min_steps); the freeze comes at the first step either test passes (never later than
  * the first alone), and freeze_ratio is the ratio of the test that passed (while in the warmup,
- * the v_hat one above beta2 0.995). With bias correction on, the frozen v is the corrected
+ * the v_hat one above beta2 0.995), or at freeze_max_step when neither has passed by then.
+ * With bias correction on, the frozen v is the corrected
  * v_hat, so the step size does not jump; without it, the paper's v.
  *
  * Memory: the optimizer's state and its parameter and gradient buffers live in the memory of its
@@ -103,6 +104,9 @@ typedef struct ob_optim_config {
     long freeze_step;        /* > 0: T_w fixed; 0: detect automatically (default) */
     double freeze_threshold; /* auto: (0, 1], default 0.96 */
     long freeze_min_steps;   /* auto: no freeze before this step, default 0 */
+    long freeze_max_step;    /* auto: a freeze at the end of this step if none came before
+                                (not before the floor above); 0 (default): no limit. A job spec
+                                sets it from optimizer.freeze_max_fraction */
     long lr_warmup_steps;    /* auto: no freeze before the LR warmup ends, default 0 */
     size_t block_size;       /* scale block B, positive multiple of 32, default 2048 */
     ob_scale_kind scale;     /* default OB_SCALE_L1 */
@@ -147,6 +151,12 @@ typedef struct ob_optim_config {
      * job's. */
     ob_gradient_exchange refit_exchange; /* default OB_EXCHANGE_FP16 */
 } ob_optim_config;
+
+/* The default optimizer.freeze_max_fraction of a job spec under OB_STABILIZER_ADAM_BOUND: the
+ * auto freeze comes at the latest after 15 % of the job's steps (the paper froze BERT-Large
+ * after 23k of 152k and 1.5k of 10k steps), but not before the LR warmup (or freeze_min_steps)
+ * plus two lags of the rule (ob_optim_freeze_lag): ob_jobspec sets freeze_max_step. */
+#define OB_FREEZE_MAX_FRACTION 0.15
 
 /* The default frozen_step_ratio (see there). */
 #define OB_FROZEN_STEP_RATIO 1.25
