@@ -88,10 +88,14 @@ outcome=$(jq -r 'select(.event == "warm_start") | .outcome' "$TMP/default.out")
 check "the events say what warm start did" \
   'echo "$msgs" | grep -q "v_Tw taken; it is checked against the first gradients and re-estimated by Adam until step 50, then frozen (the source.s global batch differs" && echo "$msgs" | grep -Eq "^warm start check passed: [0-9.]+% of the coordinates have gradients above 10 sqrt\(v_Tw\)" && echo "$outcome" | grep -Eq "^re-estimated until step 50 \([0-9.]+% of coordinates off\)$"' \
   "$msgs / $outcome"
-# 50 fp32 steps (ceil(Delta / 2): the source ran another global batch), then compressed ones.
+# 50 steps (ceil(Delta / 2): the source ran another global batch): the first, whose gradient
+# the check reads, in fp32 as the source's warmup, 49 in fp16 (refit_exchange); then compressed.
 w=$(echo "$s" | jq .bytes_warmup)
 one=$(jq -r 'select(.event == "step" and .step == 20) | .bytes_step' "$TMP/default.out")
-check "the refit costs exactly 50 fp32 steps" '[ -n "$one" ] && [ "$w" = $((50 * one)) ]' "warmup=$w step20=$one"
+fp32=$(jq -r 'select(.event == "step" and .step == 20) | .bytes_step' "$TMP/source.out")
+check "the refit costs one fp32 step and 49 fp16 steps (about half the bytes)" \
+  '[ -n "$one" ] && [ -n "$fp32" ] && [ "$w" = $((fp32 + 49 * one)) ] && [ $((one * 10)) -lt $((fp32 * 6)) ]' \
+  "warmup=$w step20=$one fp32=$fp32"
 
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]
