@@ -97,5 +97,20 @@ check "the refit costs one fp32 step and 49 fp16 steps (about half the bytes)" \
   '[ -n "$one" ] && [ -n "$fp32" ] && [ "$w" = $((fp32 + 49 * one)) ] && [ $((one * 10)) -lt $((fp32 * 6)) ]' \
   "warmup=$w step20=$one fp32=$fp32"
 
+# refit_steps auto against the source's setting: the source's batch and learning rate, 20 steps
+# (ceil(Delta / 5)); its batch with a 3x higher peak learning rate, 50 (ceil(Delta / 2)).
+for lr in 1e-3 3e-3; do
+  sed -e 's/^batch_size: 16$/batch_size: 512/' -e "s/peak: 1e-3/peak: $lr/" -e 's/^steps: 400$/steps: 55/' \
+    "$TMP/default.yaml" > "$TMP/same-batch-$lr.yaml"
+  run "$TMP/same-batch-$lr.yaml" "$TMP/same-batch-$lr.out"
+done
+s1=$(summary "$TMP/same-batch-1e-3.out")
+s3=$(summary "$TMP/same-batch-3e-3.out")
+m1=$(jq -r 'select(.event == "notice") | .message' "$TMP/same-batch-1e-3.out" | grep "^warm start from")
+m3=$(jq -r 'select(.event == "notice") | .message' "$TMP/same-batch-3e-3.out" | grep "^warm start from")
+check "refit auto: 20 steps on the source's batch and learning rate, 50 on another learning rate" \
+  'echo "$s1" | jq -e ".freeze_step == 20" > /dev/null && echo "$s3" | jq -e ".freeze_step == 50" > /dev/null && ! echo "$m1" | grep -q "differs" && echo "$m3" | grep -q "until step 50, then frozen (the source.s peak learning rate differs from this job.s)"' \
+  "$s1 / $s3 / $m1 / $m3"
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -331,6 +331,8 @@ def case_spec(case, var):
     s["warm_start"] = {"from": ensure_source(case["source"]), "params": case["params"]}
     if var == "warm-asis":
         s["warm_start"]["refit_steps"] = 0
+    elif var.startswith("warm-refit-"):  # a longer or shorter re-estimation than auto
+        s["warm_start"]["refit_steps"] = int(var.split("-")[2])
     return s
 
 
@@ -340,7 +342,10 @@ def cmd_run(args):
                  "-DCMAKE_BUILD_TYPE=Release && cmake --build build-rel --target onebit-worker) "
                  "or set WORKER" % WORKER)
     have = {(r["case"], r["variant"]) for r in done_rows()}
-    pending = [(c, v) for c in all_cases(args.group) for v in c["variants"]
+    def variants(c):  # warm-refit-N: an extra variant of the warm cases, named on the command line
+        extra = c["group"] == "warm" and args.variant.startswith("warm-refit-")
+        return c["variants"] + ([args.variant] if extra else [])
+    pending = [(c, v) for c in all_cases(args.group) for v in variants(c)
             if (not args.only or args.only in c["case"]) and (not args.variant or v == args.variant)
             and (args.rerun or (c["case"], v) not in have)]
     print("%d runs to do" % len(pending), flush=True)
@@ -473,6 +478,38 @@ def cmd_report(args):
                 return "%+.2f%% (%+.2f%%)" % (sum(v) / len(v), max(v)) if v else "-"
             lines.append("| %s | %d | %s | %s | %s |" % (cfg, len(groups[cfg].get("warm", [])), agg("warm"), agg("warm-asis"), agg("adam")))
         lines.append("")
+        # warm-refit-N runs (run ... --variant warm-refit-N): the gap and bytes per refit length.
+        refits = sorted({int(r["variant"].split("-")[2]) for r in rows if r["variant"].startswith("warm-refit-")})
+        rcases = [c for c in warm if any((c, "warm-refit-%d" % n) in by for n in refits)]
+        if rcases:
+            lines += ["Refit length (`refit_steps`: N Adam steps before the freeze), gap to scratch and bytes "
+                      "scratch/run:", "",
+                      "| case | scratch | " + " | ".join("refit %d | gap | bytes" % n for n in refits) + " |",
+                      "|---|---|" + "---|---|---|" * len(refits)]
+            sums = {}
+            for c in rcases:
+                sc = by.get((c, "scratch"))
+                base = fnum(sc and sc["eval_loss"])
+                cells = []
+                for n in refits:
+                    r = by.get((c, "warm-refit-%d" % n))
+                    if not r and (by.get((c, "warm")) or {}).get("freeze_step") == str(n):
+                        r = by[(c, "warm")]  # the default's refit (auto) was N steps
+                    e = fnum(r and r["eval_loss"])
+                    if not r or r["status"] != "ok" or e is None or not base:
+                        cells += ["-", "-", "-"]
+                        continue
+                    g = 100.0 * (e - base) / base
+                    sums.setdefault(re.sub(r"-s[0-9]+$", "", c), {}).setdefault(n, []).append(g)
+                    cells += ["%.4f" % e, "%+.2f%%" % g,
+                              "%.2fx" % (fnum(sc["bytes_sent"]) / fnum(r["bytes_sent"]))]
+                lines.append("| %s | %.4f | %s |" % (c, base or 0, " | ".join(cells)))
+            lines.append("")
+            for cfg in sorted(sums):
+                lines.append("%s, mean gap (worst): " % cfg + "; ".join(
+                    "refit %d %+.2f%% (%+.2f%%)" % (n, sum(v) / len(v), max(v))
+                    for n, v in sorted(sums[cfg].items())) + ".")
+            lines.append("")
     freeze = [c for c in dict.fromkeys(r["case"] for r in rows)
               if any(r["case"] == c and (r["variant"].startswith("freeze-") or
                                          r["variant"] in ("auto-nobc", "onebit-bc"))
@@ -593,6 +630,29 @@ def cmd_report(args):
         lines.append("Worst gap to Adam: " + "; ".join(
             "%s %s over %d" % (v.replace("onebit-", ""), pct(max(worst[v])), len(worst[v]))
             for v in cols if worst[v]) + ".")
+        lines.append("")
+    caps = [c for c in dict.fromkeys(r["case"] for r in rows) if any(
+        (c, v) in by for v in {r["variant"] for r in rows if r["variant"].startswith("fixed-")})]
+    if caps:
+        lines += ["## The latest freeze (beta2 0.999)", "",
+                  "The default (`onebit`: auto freeze, at the latest after `freeze_max_fraction` 0.15 of "
+                  "the steps, not before the LR warmup plus two lags of the rule) beside fixed freezes "
+                  "at 10 % and 15 % of the run (`fixed-N`, the default `frozen_step_ratio`): eval loss, "
+                  "gap to Adam, freeze step, Adam's bytes over the run's.", "",
+                  "| case | adam | default | gap | freeze | bytes | fixed | gap | bytes | fixed | gap | bytes |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for c in caps:
+            ad, ob = by.get((c, "adam")), by.get((c, "onebit"))
+            base = fnum(ad and ad["eval_loss"])
+            fixed = sorted((r for r in rows if r["case"] == c and r["variant"].startswith("fixed-")),
+                           key=lambda r: int(r["variant"].split("-")[1]))
+            fixed = list({r["variant"]: r for r in fixed}.values())  # the last row of each
+            cells = ["%s (%s) | %s | %s" % (cell(r), r["variant"], pct(gap(r, base)), ratio(ad, r))
+                     for r in fixed[:2]]
+            cells += ["- | - | -"] * (2 - len(cells))
+            lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                c, cell(ad), cell(ob), pct(gap(ob, base)), (ob or {}).get("freeze_step", "-"),
+                ratio(ad, ob), " | ".join(cells)))
         lines.append("")
     f16 = [c["case"] for c in fp16_cases() if (c["case"], "onebit-fp16") in by]
     if f16:

@@ -856,10 +856,10 @@ ob_status ob_optim_rewarm(ob_optim *o, long steps, long bad_step, ob_err *err)
     return OB_OK;
 }
 
-long ob_optim_auto_refit_steps(double beta2, int same_batch)
+long ob_optim_auto_refit_steps(double beta2, int same_setting)
 {
     long delta = ob_optim_freeze_delta(beta2);
-    return same_batch ? (delta + 4) / 5 : (delta + 1) / 2;
+    return same_setting ? (delta + 4) / 5 : (delta + 1) / 2;
 }
 
 ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised, long refit_steps,

@@ -773,8 +773,6 @@ static ob_status check_model(const char *saved, const char *current, const char 
     return st;
 }
 
-/* The global batch (batch_size x world size) of the job that wrote the checkpoint at path; 0
- * when its spec does not say. */
 /* The factor the source's own freeze raised its v by (ob_optim_freeze_raise), from its saved
  * spec: 1 for a spec saved before frozen_step_ratio existed (the paper's v), and for a v that
  * came from a warm start or a rollback's re-estimate (frozen at the end of a refit, not
@@ -799,33 +797,48 @@ static double saved_raise(const json_t *spec, const ob_ckpt_meta *meta)
     return ob_optim_freeze_raise(&c, meta->freeze_step);
 }
 
-/* From the source's saved spec: its global batch (0 when unknown) and the factor its freeze
- * raised v by. */
-static void saved_source(const char *path, const ob_ckpt_meta *meta, long long *gb, double *raised)
+/* From the source's saved spec: its global batch (batch_size x world size) and peak learning
+ * rate (each 0 when the spec does not say) and the factor its freeze raised v by. */
+static void saved_source(const char *path, const ob_ckpt_meta *meta, long long *gb, double *lr,
+                         double *raised)
 {
     ob_ckpt_meta again;
     char *saved = NULL;
     *gb = 0;
+    *lr = 0;
     *raised = 1.0;
     if (ob_ckpt_read_meta(path, &again, &saved, NULL) == OB_OK) {
         json_t *o = json_loads(saved, 0, NULL);
         json_t *b = json_object_get(o, "batch_size");
         if (json_is_integer(b) && json_integer_value(b) > 0 && json_integer_value(b) <= INT32_MAX)
             *gb = (long long)json_integer_value(b) * meta->world_size;
+        json_t *p = json_object_get(json_object_get(o, "lr"), "peak");
+        if (json_is_number(p) && isfinite(json_number_value(p)) && json_number_value(p) > 0)
+            *lr = json_number_value(p);
         *raised = saved_raise(o, meta);
         json_decref(o);
     }
     free(saved);
 }
 
-/* warm_start.refit_steps in force: "auto" is resolved against the source's global batch (the
- * noise part of v scales with its inverse). */
-static long warm_refit_steps(const ob_trainer *t, long long source_batch)
+/* Why the source's v_Tw fits this job less than a rerun's would, for refit_steps "auto": its
+ * global batch differs (the noise part of v scales with its inverse) or its peak learning rate
+ * does (v is measured along another trajectory); NULL when neither (an unknown one differs). */
+static const char *warm_source_differs(const ob_trainer *t)
+{
+    long long mine = (long long)t->spec.batch_size * ob_comm_size(t->comm);
+    if (t->warm_source_batch != mine) return "the source's global batch differs from this job's";
+    if (t->warm_source_lr != t->spec.lr.peak)
+        return "the source's peak learning rate differs from this job's";
+    return NULL;
+}
+
+/* warm_start.refit_steps in force, "auto" resolved against the source (warm_source_differs). */
+static long warm_refit_steps(const ob_trainer *t)
 {
     long r = t->spec.warm_start_refit_steps;
     if (r >= 0) return r;
-    long long mine = (long long)t->spec.batch_size * ob_comm_size(t->comm);
-    return ob_optim_auto_refit_steps(t->spec.optim.beta2, source_batch == mine);
+    return ob_optim_auto_refit_steps(t->spec.optim.beta2, warm_source_differs(t) == NULL);
 }
 
 static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob_err *err)
@@ -846,10 +859,8 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
         ob_ckpt_arrays a = {params, m, v, NULL, 0, NULL, 0};
         st = ob_ckpt_read_state(path, meta, &a, err);
         double raised = 1.0;
-        saved_source(path, meta, &t->warm_source_batch, &raised);
-        if (st == OB_OK)
-            st = ob_optim_warm_start(t->opt, v, raised, warm_refit_steps(t, t->warm_source_batch),
-                                     err);
+        saved_source(path, meta, &t->warm_source_batch, &t->warm_source_lr, &raised);
+        if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, raised, warm_refit_steps(t), err);
         if (st == OB_OK && t->spec.warm_start_params) {
             void *stream = t->dev ? ob_comm_stream(t->dcomm) : NULL;
             st = ob__mem_copy(t->dev, t->params, params, t->d * sizeof(float), stream, err);
@@ -888,19 +899,16 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     st = agree_outcome(t, load_warm(t, c.path, &meta, err), "warm start", err);
     if (st != OB_OK) return st;
     char msg[OB_CKPT_PATH_LEN + 400];
-    long refit = warm_refit_steps(t, t->warm_source_batch);
-    long long mine = (long long)t->spec.batch_size * ob_comm_size(t->comm);
-    char tail[200];
+    long refit = warm_refit_steps(t);
+    const char *why = t->spec.warm_start_refit_steps < 0 ? warm_source_differs(t) : NULL;
+    char tail[240];
     if (refit == 0)
         snprintf(tail, sizeof tail, " as is; the compression phase starts now");
     else
         snprintf(tail, sizeof tail,
                  "; it is checked against the first gradients and re-estimated by Adam until "
-                 "step %ld, then frozen%s; the refit's gradients cross in %s",
-                 refit,
-                 t->spec.warm_start_refit_steps < 0 && t->warm_source_batch != mine
-                     ? " (the source's global batch differs from this job's)"
-                     : "",
+                 "step %ld, then frozen%s%s%s; the refit's gradients cross in %s",
+                 refit, why ? " (" : "", why ? why : "", why ? ")" : "",
                  t->spec.optim.refit_exchange == OB_EXCHANGE_FP16 ? "fp16" : "fp32");
     snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken%s",
              c.path, meta.step, meta.freeze_step,

@@ -90,7 +90,8 @@
  *                  onebit_adam (compression on or off) only: the job takes the checkpoint's
  *                  frozen variance v_Tw (and with params: true its parameters), re-estimates
  *                  it with refit_steps Adam steps (auto: ceil(Delta / 5), 20 at beta2 0.99;
- *                  ceil(Delta / 2) when the source ran another global batch; their
+ *                  ceil(Delta / 2) when the source ran another global batch or peak
+ *                  learning rate; their
  *                  gradients cross as refit_exchange says, whatever gradient_exchange says),
  *                  or none with 0, and then compresses; a v_Tw that does not fit the job's
  *                  first gradients is refused and the job warms up as from scratch

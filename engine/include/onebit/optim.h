@@ -390,9 +390,10 @@ ob_status ob_optim_rewarm(ob_optim *opt, long steps, long bad_step, ob_err *err)
 
 /* refit_steps for "auto": ceil(Delta / 5), a fifth of the variance's memory (20 steps at
  * beta2 = 0.99, 200 at 0.999), over which 1 - beta2^(Delta/5) = 18 % of v is re-estimated;
- * ceil(Delta / 2) (39 %) when the source ran another global batch (same_batch 0): the noise
- * part of v scales with 1 / batch, so more of it must be renewed. */
-long ob_optim_auto_refit_steps(double beta2, int same_batch);
+ * ceil(Delta / 2) (39 %) when the source ran another global batch or another peak learning
+ * rate (same_setting 0): the noise part of v scales with 1 / batch, and another learning rate
+ * takes the parameters along another path, so more of v must be renewed. */
+long ob_optim_auto_refit_steps(double beta2, int same_setting);
 
 #ifdef __cplusplus
 }
