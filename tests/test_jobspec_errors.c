@@ -495,6 +495,16 @@ static void test_freeze_max_fraction(void **state)
         "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
         "optimizer: {type: onebit_adam, freeze_max_fraction: 1.5}\nbatch_size: 1\nsteps: 1\n",
         "optimizer.freeze_max_fraction = 1.5: must be in [0, 1] (0: no limit)");
+    /* A beta2 out of range is refused before the latest freeze is computed from its lag (1.5
+     * gave a lag of -1 and an overflow in that sum, found by fuzz_jobspec). */
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: onebit_adam, beta2: 1.5}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.beta2 = 1.5: must be in [0, 1)");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: onebit_adam, beta2: 1}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.beta2 = 1: must be in [0, 1)");
 }
 
 static void test_checkpoint_and_warm_start(void **state)

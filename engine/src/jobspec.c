@@ -429,7 +429,7 @@ static ob_status read_buckets(const json_t *o, ob_optim_config *c, ob_err *err)
     return st;
 }
 
-/* optimizer.freeze_max_fraction (after the stabilizer, the freeze step and the LR warmup are
+/* optimizer.freeze_max_fraction (after the optimizer's config is valid and the LR warmup is
  * known): the latest auto freeze, optim.freeze_max_step. */
 static ob_status read_freeze_max(const json_t *o, ob_jobspec *s, ob_err *err)
 {
@@ -498,7 +498,6 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
         c->stabilizer = (ob_stabilizer)stab;
         c->mode = (ob_onebit_mode)mode;
         c->scale = (ob_scale_kind)scale;
-        if ((st = read_freeze_max(o, s, err))) return st;
         if (c->mode == OB_ONEBIT_NAIVE && c->freeze_step > 0)
             return OB_ERR(err, OB_ERR_INVALID_ARG,
                           "optimizer.freeze_step: compression naive never freezes v; leave "
@@ -512,6 +511,8 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
         memcpy(inner, err->msg, sizeof inner);
         snprintf(err->msg, sizeof err->msg, "optimizer.%.480s", inner);
     }
+    /* The latest freeze depends on beta2's lag: only once beta2 is known to be in [0, 1). */
+    if (st == OB_OK && c->kind == OB_OPTIM_ONEBIT_ADAM) st = read_freeze_max(o, s, err);
     return st;
 }
 
