@@ -822,23 +822,23 @@ static void saved_source(const char *path, const ob_ckpt_meta *meta, long long *
 }
 
 /* Why the source's v_Tw fits this job less than a rerun's would, for refit_steps "auto": its
- * global batch differs (the noise part of v scales with its inverse) or its peak learning rate
- * does (v is measured along another trajectory); NULL when neither (an unknown one differs). */
-static const char *warm_source_differs(const ob_trainer *t)
+ * global batch gb differs (the noise part of v scales with its inverse) or its peak learning
+ * rate lr does (v is measured along another trajectory); NULL when neither (an unknown one, 0,
+ * differs). */
+static const char *warm_source_differs(const ob_trainer *t, long long gb, double lr)
 {
-    long long mine = (long long)t->spec.batch_size * ob_comm_size(t->comm);
-    if (t->warm_source_batch != mine) return "the source's global batch differs from this job's";
-    if (t->warm_source_lr != t->spec.lr.peak)
-        return "the source's peak learning rate differs from this job's";
+    if (gb != (long long)t->spec.batch_size * ob_comm_size(t->comm))
+        return "the source's global batch differs from this job's";
+    if (lr != t->spec.lr.peak) return "the source's peak learning rate differs from this job's";
     return NULL;
 }
 
-/* warm_start.refit_steps in force, "auto" resolved against the source (warm_source_differs). */
+/* warm_start.refit_steps in force, "auto" resolved against the source (t->warm_differs). */
 static long warm_refit_steps(const ob_trainer *t)
 {
     long r = t->spec.warm_start_refit_steps;
     if (r >= 0) return r;
-    return ob_optim_auto_refit_steps(t->spec.optim.beta2, warm_source_differs(t) == NULL);
+    return ob_optim_auto_refit_steps(t->spec.optim.beta2, t->warm_differs == NULL);
 }
 
 static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob_err *err)
@@ -858,8 +858,10 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
     } else {
         ob_ckpt_arrays a = {params, m, v, NULL, 0, NULL, 0};
         st = ob_ckpt_read_state(path, meta, &a, err);
-        double raised = 1.0;
-        saved_source(path, meta, &t->warm_source_batch, &t->warm_source_lr, &raised);
+        long long gb = 0;
+        double lr = 0, raised = 1.0;
+        saved_source(path, meta, &gb, &lr, &raised);
+        t->warm_differs = warm_source_differs(t, gb, lr);
         if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, raised, warm_refit_steps(t), err);
         if (st == OB_OK && t->spec.warm_start_params) {
             void *stream = t->dev ? ob_comm_stream(t->dcomm) : NULL;
@@ -900,15 +902,16 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     if (st != OB_OK) return st;
     char msg[OB_CKPT_PATH_LEN + 400];
     long refit = warm_refit_steps(t);
-    const char *why = t->spec.warm_start_refit_steps < 0 ? warm_source_differs(t) : NULL;
-    char tail[240];
+    char because[96] = "", tail[240];
+    if (t->spec.warm_start_refit_steps < 0 && t->warm_differs)
+        snprintf(because, sizeof because, " (%s)", t->warm_differs);
     if (refit == 0)
         snprintf(tail, sizeof tail, " as is; the compression phase starts now");
     else
         snprintf(tail, sizeof tail,
                  "; it is checked against the first gradients and re-estimated by Adam until "
-                 "step %ld, then frozen%s%s%s; the refit's gradients cross in %s",
-                 refit, why ? " (" : "", why ? why : "", why ? ")" : "",
+                 "step %ld, then frozen%s; the refit's gradients cross in %s",
+                 refit, because,
                  t->spec.optim.refit_exchange == OB_EXCHANGE_FP16 ? "fp16" : "fp32");
     snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken%s",
              c.path, meta.step, meta.freeze_step,

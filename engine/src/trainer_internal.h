@@ -14,8 +14,9 @@ typedef struct ob__ckpt_writer ob__ckpt_writer;
 struct ob_trainer {
     ob_jobspec spec;
     char *spec_json;             /* canonical JSON of spec, saved in every checkpoint */
-    long long warm_source_batch; /* warm start: the source's global batch (0: unknown) */
-    double warm_source_lr;       /* warm start: the source's peak learning rate (0: unknown) */
+    /* warm start: why the source's v_Tw fits this job less than a rerun's would (a static
+     * string), NULL when it does not differ; sets refit_steps auto */
+    const char *warm_differs;
     int rollbacks;               /* after divergences, in this job (kept in checkpoints) */
     /* The divergence guard's view of the loss, the same on every rank (from the sums of the
      * step's control reduction) and kept in checkpoints: the moving average of the mean train
