@@ -478,38 +478,6 @@ def cmd_report(args):
                 return "%+.2f%% (%+.2f%%)" % (sum(v) / len(v), max(v)) if v else "-"
             lines.append("| %s | %d | %s | %s | %s |" % (cfg, len(groups[cfg].get("warm", [])), agg("warm"), agg("warm-asis"), agg("adam")))
         lines.append("")
-        # warm-refit-N runs (run ... --variant warm-refit-N): the gap and bytes per refit length.
-        refits = sorted({int(r["variant"].split("-")[2]) for r in rows if r["variant"].startswith("warm-refit-")})
-        rcases = [c for c in warm if any((c, "warm-refit-%d" % n) in by for n in refits)]
-        if rcases:
-            lines += ["Refit length (`refit_steps`: N Adam steps before the freeze), gap to scratch and bytes "
-                      "scratch/run:", "",
-                      "| case | scratch | " + " | ".join("refit %d | gap | bytes" % n for n in refits) + " |",
-                      "|---|---|" + "---|---|---|" * len(refits)]
-            sums = {}
-            for c in rcases:
-                sc = by.get((c, "scratch"))
-                base = fnum(sc and sc["eval_loss"])
-                cells = []
-                for n in refits:
-                    r = by.get((c, "warm-refit-%d" % n))
-                    if not r and (by.get((c, "warm")) or {}).get("freeze_step") == str(n):
-                        r = by[(c, "warm")]  # the default's refit (auto) was N steps
-                    e = fnum(r and r["eval_loss"])
-                    if not r or r["status"] != "ok" or e is None or not base:
-                        cells += ["-", "-", "-"]
-                        continue
-                    g = 100.0 * (e - base) / base
-                    sums.setdefault(re.sub(r"-s[0-9]+$", "", c), {}).setdefault(n, []).append(g)
-                    cells += ["%.4f" % e, "%+.2f%%" % g,
-                              "%.2fx" % (fnum(sc["bytes_sent"]) / fnum(r["bytes_sent"]))]
-                lines.append("| %s | %.4f | %s |" % (c, base or 0, " | ".join(cells)))
-            lines.append("")
-            for cfg in sorted(sums):
-                lines.append("%s, mean gap (worst): " % cfg + "; ".join(
-                    "refit %d %+.2f%% (%+.2f%%)" % (n, sum(v) / len(v), max(v))
-                    for n, v in sorted(sums[cfg].items())) + ".")
-            lines.append("")
     freeze = [c for c in dict.fromkeys(r["case"] for r in rows)
               if any(r["case"] == c and (r["variant"].startswith("freeze-") or
                                          r["variant"] in ("auto-nobc", "onebit-bc"))
@@ -536,6 +504,37 @@ def cmd_report(args):
         x, y = fnum(a and a["bytes_sent"]), fnum(b and b["bytes_sent"])
         return "%.1fx" % (x / y) if x and y else "-"
 
+    # warm-refit-N runs (run ... --variant warm-refit-N): the gap and bytes per refit length,
+    # below the warm-start tables.
+    refits = sorted({int(r["variant"].split("-")[2]) for r in rows if r["variant"].startswith("warm-refit-")})
+    rcases = [c for c in warm if any((c, "warm-refit-%d" % n) in by for n in refits)]
+    if rcases:
+        lines += ["Refit length (`refit_steps`: N Adam steps before the freeze), gap to scratch and bytes "
+                  "scratch/run:", "",
+                  "| case | scratch | " + " | ".join("refit %d | gap | bytes" % n for n in refits) + " |",
+                  "|---|---|" + "---|---|---|" * len(refits)]
+        sums = {}
+        for c in rcases:
+            sc = by.get((c, "scratch"))
+            base = fnum(sc and sc["eval_loss"])
+            cells = []
+            for n in refits:
+                r = by.get((c, "warm-refit-%d" % n))
+                if not r and (by.get((c, "warm")) or {}).get("freeze_step") == str(n):
+                    r = by[(c, "warm")]  # the default's refit (auto) was N steps
+                g = gap(r, base)
+                if g is None:
+                    cells += ["-", "-", "-"]
+                    continue
+                sums.setdefault(re.sub(r"-s[0-9]+$", "", c), {}).setdefault(n, []).append(g)
+                cells += [cell(r), pct(g), "%.2fx" % (fnum(sc["bytes_sent"]) / fnum(r["bytes_sent"]))]
+            lines.append("| %s | %.4f | %s |" % (c, base or 0, " | ".join(cells)))
+        lines.append("")
+        for cfg in sorted(sums):
+            lines.append("%s, mean gap (worst): " % cfg + "; ".join(
+                "refit %d %+.2f%% (%+.2f%%)" % (n, sum(v) / len(v), max(v))
+                for n, v in sorted(sums[cfg].items())) + ".")
+        lines.append("")
     if freeze:
         lines += ["## Freeze step (beta2 0.999)", "",
                   "Each case: Adam; the default (`onebit`: the paper's test on v over Delta = 1000 "
@@ -631,8 +630,8 @@ def cmd_report(args):
             "%s %s over %d" % (v.replace("onebit-", ""), pct(max(worst[v])), len(worst[v]))
             for v in cols if worst[v]) + ".")
         lines.append("")
-    caps = [c for c in dict.fromkeys(r["case"] for r in rows) if any(
-        (c, v) in by for v in {r["variant"] for r in rows if r["variant"].startswith("fixed-")})]
+    fixed_cases = {r["case"] for r in rows if r["variant"].startswith("fixed-")}
+    caps = [c for c in dict.fromkeys(r["case"] for r in rows) if c in fixed_cases]
     if caps:
         lines += ["## The latest freeze (beta2 0.999)", "",
                   "The default (`onebit`: auto freeze, at the latest after `freeze_max_fraction` 0.15 of "
@@ -644,9 +643,9 @@ def cmd_report(args):
         for c in caps:
             ad, ob = by.get((c, "adam")), by.get((c, "onebit"))
             base = fnum(ad and ad["eval_loss"])
-            fixed = sorted((r for r in rows if r["case"] == c and r["variant"].startswith("fixed-")),
-                           key=lambda r: int(r["variant"].split("-")[1]))
-            fixed = list({r["variant"]: r for r in fixed}.values())  # the last row of each
+            fixed = [by[(c, v)] for v in sorted(
+                {r["variant"] for r in rows if r["case"] == c and r["variant"].startswith("fixed-")},
+                key=lambda v: int(v.split("-")[1]))]
             cells = ["%s (%s) | %s | %s" % (cell(r), r["variant"], pct(gap(r, base)), ratio(ad, r))
                      for r in fixed[:2]]
             cells += ["- | - | -"] * (2 - len(cells))
