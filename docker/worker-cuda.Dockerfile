@@ -1,30 +1,42 @@
 # The CUDA worker: onebit-worker built with CUDA and NCCL, for MPIJobs of jobs with
 # `device: cuda` (docker/kubernetes/overlays/gpu). Same layout as the CPU worker of
-# docker/Dockerfile (user onebit, sshd on 2222, mpirun), on NVIDIA's CUDA images.
+# docker/Dockerfile (user onebit, sshd on 2222, mpirun), on a CUDA base image.
+#
+# On NVIDIA's CUDA images (NCCL comes from their apt repository):
 #
 #   docker build -f docker/worker-cuda.Dockerfile \
 #       --build-arg CUDA_DEVEL_BASE=nvidia/cuda:12.4.1-devel-ubuntu22.04 \
 #       --build-arg CUDA_RUNTIME_BASE=nvidia/cuda:12.4.1-runtime-ubuntu22.04 \
 #       --build-arg CUDA_ARCHS="80;90" -t onebit/worker-cuda:dev .
 #
-# Both bases must be the same distribution and CUDA release, with NVIDIA's apt repository
-# configured (the nvidia/cuda images have it) for NCCL. This file has not been built in the
-# project's CI, which has no registry to pull a CUDA base image from; the CPU images are built
-# and run by tests/test_containers.sh.
+# Without a registry, on bases made from a CUDA toolkit installed here (NCCL already in them):
+#
+#   docker/cuda-bases.sh --base onebit-base:bookworm --prefix localhost/onebit/cuda:13.0
+#   podman build --format docker --network host -f docker/worker-cuda.Dockerfile \
+#       --build-arg CUDA_DEVEL_BASE=localhost/onebit/cuda:13.0-devel \
+#       --build-arg CUDA_RUNTIME_BASE=localhost/onebit/cuda:13.0-runtime \
+#       --build-arg NCCL_DEV_PACKAGES= --build-arg NCCL_RUNTIME_PACKAGES= -t onebit/worker-cuda:dev .
+#
+# Both bases must be the same distribution and CUDA release. tests/test_containers.sh builds this
+# file the second way (ONEBIT_CONTAINER_CUDA=1) and runs a job in it.
 ARG CUDA_DEVEL_BASE=nvidia/cuda:12.4.1-devel-ubuntu22.04
 ARG CUDA_RUNTIME_BASE=nvidia/cuda:12.4.1-runtime-ubuntu22.04
 
 FROM ${CUDA_DEVEL_BASE} AS build
 ARG CUDA_ARCHS="80;90"
+# NCCL's packages; empty when the base has NCCL already.
+ARG NCCL_DEV_PACKAGES="libnccl-dev libnccl2"
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       build-essential cmake pkg-config ca-certificates \
       libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-dev \
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler \
       libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libyaml-dev \
-      libcmocka-dev zlib1g-dev libnccl-dev libnccl2 \
+      libcmocka-dev zlib1g-dev ${NCCL_DEV_PACKAGES} \
     && rm -rf /var/lib/apt/lists/*
 # Only what the build reads: documentation and manifests do not invalidate the compile layer.
 COPY CMakeLists.txt .clang-format /src/
+COPY cmake /src/cmake
+COPY docs/openapi.json /src/docs/openapi.json
 COPY engine /src/engine
 COPY proto /src/proto
 COPY checkpoint /src/checkpoint
@@ -41,13 +53,14 @@ RUN cmake -S /src -B /build -DCMAKE_BUILD_TYPE=Release -DONEBIT_CUDA=ON \
        > /out/runtime-packages.txt
 
 FROM ${CUDA_RUNTIME_BASE} AS worker-cuda
+ARG NCCL_RUNTIME_PACKAGES="libnccl2"
 LABEL org.opencontainers.image.title="onebit-worker-cuda" \
       org.opencontainers.image.description="onebit training worker (CUDA, NCCL, Open MPI) for MPIJobs" \
       org.opencontainers.image.source="https://example.invalid/onebit" \
       org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /out/runtime-packages.txt /tmp/runtime-packages.txt
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      $(cat /tmp/runtime-packages.txt) libnccl2 openmpi-bin openssh-server openssh-client ca-certificates \
+      $(cat /tmp/runtime-packages.txt) ${NCCL_RUNTIME_PACKAGES} openmpi-bin openssh-server openssh-client ca-certificates \
     && rm -rf /var/lib/apt/lists/* /tmp/runtime-packages.txt /etc/ssh/ssh_host_* \
     && useradd --uid 1000 --create-home --shell /bin/bash onebit \
     && mkdir -p /home/onebit/.ssh /var/lib/onebit/checkpoints /run/sshd \

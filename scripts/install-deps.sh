@@ -14,8 +14,9 @@ packages=(
   libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libyaml-dev
   # TLS: GnuTLS checks onebitd's certificate files; openssl makes the tests' throwaway CA
   libgnutls28-dev openssl
-  # tests and data; clang for the fuzz targets (libFuzzer)
-  libcmocka-dev zlib1g-dev clang
+  # tests and data; clang for the fuzz targets (libFuzzer); ninja for the images' source check
+  # (tests/test_image_context.sh)
+  libcmocka-dev zlib1g-dev clang ninja-build
   # data: Fashion-MNIST (IDX) and the default text corpus (fortunes)
   dataset-fashion-mnist fortunes
   # experiments: tables and plots

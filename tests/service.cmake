@@ -173,6 +173,12 @@ add_test(NAME test_kubernetes_standin
                  ${CMAKE_CURRENT_SOURCE_DIR}/k8s_standin.py)
 set_tests_properties(test_kubernetes_standin PROPERTIES TIMEOUT 300)
 
+# What each Dockerfile copies into its build stage is enough to build its targets (a configure
+# and a ninja dry run of that view of the tree: seconds, no image built).
+add_test(NAME test_image_context
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_image_context.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(test_image_context PROPERTIES TIMEOUT 300)
+
 # The images (docker/Dockerfile) built and run with podman: onebitd in a container launching a
 # 2-rank job into two worker containers over ssh, to SUCCEEDED. Opt-in, it builds images:
 #   ONEBIT_CONTAINER_TEST=1 ctest --test-dir build -R test_containers --output-on-failure
@@ -180,6 +186,14 @@ add_test(NAME test_containers
          COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_containers.sh ${PROJECT_SOURCE_DIR}
                  $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
 set_tests_properties(test_containers PROPERTIES TIMEOUT 1800 SKIP_RETURN_CODE 77)
+# The same with the CUDA worker image (docker/worker-cuda.Dockerfile on bases made by
+# docker/cuda-bases.sh from the toolkit at CUDA_HOME): a CPU job runs in it to SUCCEEDED and a
+# device: cuda job fails with no GPU in the containers. Opt-in, as above.
+add_test(NAME test_containers_cuda
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_containers.sh ${PROJECT_SOURCE_DIR}
+                 $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
+set_tests_properties(test_containers_cuda PROPERTIES TIMEOUT 3600 SKIP_RETURN_CODE 77
+                     ENVIRONMENT ONEBIT_CONTAINER_WORKER=cuda)
 
 # docker/kubernetes/: YAML syntax, kustomization references, the Role, onebitd's probes, claims
 # and flags (python3-yaml).
