@@ -307,12 +307,12 @@ static void test_warm_start(void **state)
         v[i] = 1e-4f * (float)(i + 1);
     ob_err err = {0};
     v[3] = -1.0f;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, &err), OB_ERR_CORRUPT);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, 0.0, &err), OB_ERR_CORRUPT);
     assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP); /* rejected: nothing changed */
     v[3] = NAN;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, &err), OB_ERR_CORRUPT);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, 0.0, &err), OB_ERR_CORRUPT);
     v[3] = 4e-4f;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, 0.0, &err), OB_OK);
     ob_optim_stats s = stats(&r);
     assert_int_equal(s.phase, OB_PHASE_COMPRESSION);
     assert_int_equal(s.freeze_step, 0);
@@ -328,7 +328,7 @@ static void test_warm_start(void **state)
 
     ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
     run_start(&r, &cfg);
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, 0.0, &err), OB_ERR_INVALID_ARG);
     run_end(&r);
 }
 
@@ -346,15 +346,15 @@ static void test_warm_start_refit(void **state)
     for (int i = 0; i < D; i++)
         vref[i] = v[i] = 1e-2f * (float)(i + 1);
     ob_err err = {0};
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, -1, &err), OB_ERR_INVALID_ARG);
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, -1, 0.0, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, 0.0, &err), OB_OK);
     ob_optim_stats s = stats(&r);
     assert_int_equal(s.warm_start, OB_WARM_REFIT);
     assert_int_equal(s.phase, OB_PHASE_WARMUP);
     assert_int_equal(s.refit_end, 3);
     assert_true(isnan(s.warm_check_fraction));
     /* Before any step a second call replaces the first; after a step it is refused (below). */
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, &err), OB_OK); /* still step 0 */
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, 0.0, &err), OB_OK); /* still step 0 */
     for (long t = 1; t <= 3; t++) {
         for (int i = 0; i < D; i++)
             r.g[i] = 0.2f;
@@ -369,7 +369,7 @@ static void test_warm_start_refit(void **state)
     }
     assert_int_equal(s.freeze_step, 3);
     assert_int_equal(s.warm_start, OB_WARM_REFIT);
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, 0.0, &err), OB_ERR_INVALID_ARG);
     ob_optim_state st;
     ob_optim_get_state(r.opt, &st);
     for (int i = 0; i < D; i++) /* v carried on from v_Tw, not from zero, and was not rescaled */
@@ -397,9 +397,9 @@ static void test_warm_check_raised(void **state)
         run r;
         run_start(&r, &cfg);
         ob_err err = {0};
-        assert_int_equal(ob_optim_warm_start(r.opt, v, 0.5, 10, &err), OB_ERR_INVALID_ARG);
-        assert_int_equal(ob_optim_warm_start(r.opt, v, NAN, 10, &err), OB_ERR_INVALID_ARG);
-        assert_int_equal(ob_optim_warm_start(r.opt, v, raised[c], 10, &err), OB_OK);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 0.5, 10, 0.0, &err), OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, NAN, 10, 0.0, &err), OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, raised[c], 10, 0.0, &err), OB_OK);
         for (int i = 0; i < D; i++)
             r.g[i] = i < 3 ? 12.0f : i < 6 ? 7.0f : 1.0f;
         assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
@@ -418,6 +418,41 @@ static void test_warm_check_raised(void **state)
     assert_true(ob_optim_freeze_raise(&cfg, 400) == 1.0);
 }
 
+/* fit_fraction: a check that finds at most that fraction of coordinates off ends the refit at
+ * step 1 (frozen there); one coordinate off of 64 (1.6 %), or fit_fraction 0, keeps the refit's
+ * length. Fractions outside [0, OB_WARM_REFUSE_FRACTION] are refused. */
+static void test_warm_fit_ends_refit(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    float v[D];
+    for (int i = 0; i < D; i++)
+        v[i] = 1.0f;
+    struct {
+        int off;
+        double fit;
+        long want_end, want_freeze;
+    } c[] = {{0, OB_WARM_FIT_FRACTION, 1, 1}, {1, OB_WARM_FIT_FRACTION, 10, -1}, {0, 0.0, 10, -1}};
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        run r;
+        run_start(&r, &cfg);
+        ob_err err = {0};
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 10, -0.1, &err), OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 10, 0.06, &err), OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 10, NAN, &err), OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 10, c[k].fit, &err), OB_OK);
+        for (int i = 0; i < D; i++)
+            r.g[i] = i < c[k].off ? 12.0f : 1.0f;
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+        ob_optim_stats s = stats(&r);
+        assert_int_equal(s.warm_start, OB_WARM_REFIT);
+        assert_int_equal(s.refit_end, c[k].want_end);
+        assert_int_equal(s.freeze_step, c[k].want_freeze);
+        assert_true(fabs(s.warm_check_fraction - (double)c[k].off / D) < 1e-12);
+        run_end(&r);
+    }
+}
+
 /* A borrowed v that the first gradients do not fit (zero where the gradient is not) is refused:
  * the run is then the same, bit for bit, as one that never had a warm start. */
 static void test_warm_start_refused_is_scratch(void **state)
@@ -432,7 +467,7 @@ static void test_warm_start_refused_is_scratch(void **state)
     for (int i = 0; i < D; i++)
         v[i] = i < D / 2 ? 0.0f : 1.0f; /* half the coordinates: far too small */
     ob_err err = {0};
-    assert_int_equal(ob_optim_warm_start(warm.opt, v, 1.0, 20, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(warm.opt, v, 1.0, 20, 0.0, &err), OB_OK);
     for (long t = 1; t <= 8; t++) {
         for (int i = 0; i < D; i++)
             warm.g[i] = cold.g[i] = 0.1f * (float)((i * 5 + t) % 7) + 0.05f;
@@ -465,7 +500,7 @@ static void test_warm_start_refit_resume(void **state)
     for (int i = 0; i < D; i++)
         v[i] = 1e-3f * (float)(i + 1);
     ob_err err = {0};
-    assert_int_equal(ob_optim_warm_start(a.opt, v, 1.0, 4, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(a.opt, v, 1.0, 4, 0.0, &err), OB_OK);
     for (long t = 1; t <= 10; t++) {
         for (int i = 0; i < D; i++)
             a.g[i] = 0.01f * (float)((i * 3 + t) % 5) - 0.02f;
@@ -694,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_fixed_freeze_and_bias_corrected_v),
         cmocka_unit_test(test_frozen_step_ratio),
         cmocka_unit_test(test_warm_check_raised),
+        cmocka_unit_test(test_warm_fit_ends_refit),
         cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_warm_start_refit),
         cmocka_unit_test(test_warm_start_refused_is_scratch),

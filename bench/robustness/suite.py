@@ -94,6 +94,11 @@ SOURCES = {
     "mlp-src-b512": dict(mlp(21, steps=400, batch=512), checkpoint={"interval": 400, "keep": 1}),
     "tf-src": dict(transformer(21, steps=600), checkpoint={"interval": 600, "keep": 1}),
 }
+# Sources of the same-seed cases: the job's own seed (so its initial parameters are the source's
+# initial parameters) for seeds 22 to 25 besides mlp-src's 21.
+for _seed in (22, 23, 24, 25):
+    SOURCES["mlp-src-s%d" % _seed] = dict(mlp(_seed, steps=400),
+                                          checkpoint={"interval": 400, "keep": 1})
 
 
 def warm_cases():
@@ -106,6 +111,8 @@ def warm_cases():
         cases.append(("mlp-params-s%d" % seed, mlp(seed), "mlp-src", True))
         cases.append(("mlp-b256-s%d" % seed, mlp(seed, batch=256), "mlp-src", False))
     cases.append(("mlp-same-seed-s21", mlp(21), "mlp-src", False))
+    for seed in (22, 23, 24, 25):
+        cases.append(("mlp-same-seed-s%d" % seed, mlp(seed), "mlp-src-s%d" % seed, False))
     cases.append(("tf-other-seed-s22", transformer(22), "tf-src", False))
     cases.append(("tf-params-s22", transformer(22), "tf-src", True))
     out = []

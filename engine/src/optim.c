@@ -43,6 +43,7 @@ struct ob_optim {
     long refit_end;     /* OB_WARM_REFIT: freeze at the end of this step */
     double warm_raised; /* the check's divisor of the borrowed v (ob_optim_warm_start) */
     double warm_frac;   /* the warm-start check's fraction, NaN until it ran */
+    double warm_fit;    /* at most this fraction off at the check: the refit ends at step 1 */
     uint64_t bytes_sent, bytes_last;
     int timing;          /* ob_optim_set_timing */
     ob_optim_timing tim; /* sums while timing is on (car part read from the car) */
@@ -586,6 +587,10 @@ static ob_status warm_check(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
     ob_status st = k_count_exceeding(o, o->g, k->gscale, k2, &n, err);
     if (st != OB_OK) return st;
     o->warm_frac = (double)n / (double)o->d;
+    if (o->warm_fit > 0.0 && o->warm_frac <= o->warm_fit) {
+        o->refit_end = 1;
+        return OB_OK;
+    }
     if (o->warm_frac <= OB_WARM_REFUSE_FRACTION) return OB_OK;
     o->warm = OB_WARM_REFUSED;
     o->refit_end = 0;
@@ -863,7 +868,7 @@ long ob_optim_auto_refit_steps(double beta2, int same_setting)
 }
 
 ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised, long refit_steps,
-                              ob_err *err)
+                              double fit_fraction, ob_err *err)
 {
     if (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
@@ -877,6 +882,9 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised,
     if (!(raised >= 1.0) || !isfinite(raised))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: raised %g (must be finite and >= 1)",
                       raised);
+    if (!(fit_fraction >= 0.0 && fit_fraction <= OB_WARM_REFUSE_FRACTION))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: fit_fraction %g outside [0, %g]",
+                      fit_fraction, OB_WARM_REFUSE_FRACTION);
     for (size_t i = 0; i < o->d; i++) {
         if (!(v_frozen[i] >= 0.0f) || !isfinite(v_frozen[i]))
             return OB_ERR(err, OB_ERR_CORRUPT,
@@ -897,6 +905,7 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised,
         o->warm = OB_WARM_REFIT;
         o->refit_end = refit_steps;
         o->warm_raised = raised;
+        o->warm_fit = fit_fraction;
     }
     return OB_OK;
 }

@@ -862,7 +862,10 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
         double lr = 0, raised = 1.0;
         saved_source(path, meta, &gb, &lr, &raised);
         t->warm_differs = warm_source_differs(t, gb, lr);
-        if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, raised, warm_refit_steps(t), err);
+        /* An auto refit on the source's own setting ends at step 1 when v fits that well. */
+        double fit =
+            t->spec.warm_start_refit_steps < 0 && !t->warm_differs ? OB_WARM_FIT_FRACTION : 0.0;
+        if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, raised, warm_refit_steps(t), fit, err);
         if (st == OB_OK && t->spec.warm_start_params) {
             void *stream = t->dev ? ob_comm_stream(t->dcomm) : NULL;
             st = ob__mem_copy(t->dev, t->params, params, t->d * sizeof(float), stream, err);
@@ -934,6 +937,12 @@ void ob__trainer_warm_checked(ob_trainer *t, const ob_optim_stats *os, ob_train_
                  "(the limit is %g%%); the borrowed variance is discarded and the job warms up as "
                  "from scratch",
                  pct, OB_WARM_CHECK_FACTOR, 100.0 * OB_WARM_REFUSE_FRACTION);
+    else if (os->refit_end == 1 && warm_refit_steps(t) > 1)
+        snprintf(msg, sizeof msg,
+                 "warm start check passed: %.2f%% of the coordinates have gradients above %g "
+                 "sqrt(v_Tw), at most %g%%: v_Tw fits this job as it fitted its own, so it is "
+                 "frozen at the end of step 1 instead of step %ld",
+                 pct, OB_WARM_CHECK_FACTOR, 100.0 * OB_WARM_FIT_FRACTION, warm_refit_steps(t));
     else
         snprintf(msg, sizeof msg,
                  "warm start check passed: %.2f%% of the coordinates have gradients above %g "
@@ -942,6 +951,9 @@ void ob__trainer_warm_checked(ob_trainer *t, const ob_optim_stats *os, ob_train_
     if (os->warm_start == OB_WARM_REFUSED)
         snprintf(outcome, sizeof outcome,
                  "refused (%.2f%% of coordinates off), warmed up from scratch", pct);
+    else if (os->refit_end == 1 && warm_refit_steps(t) > 1)
+        snprintf(outcome, sizeof outcome, "fits: frozen at step 1 (%.2f%% of coordinates off)",
+                 pct);
     else
         snprintf(outcome, sizeof outcome, "re-estimated until step %ld (%.2f%% of coordinates off)",
                  os->refit_end, pct);

@@ -263,6 +263,10 @@ typedef enum ob_warm_state {
  * (docs/CHECKPOINTS.md: 0.01-4.9 % where a warm start trained well, 7.7 % where it did not). */
 #define OB_WARM_CHECK_FACTOR 10.0
 #define OB_WARM_REFUSE_FRACTION 0.05
+/* ... and fits as well as on the run it was frozen on when at most this fraction is off: then
+ * a refit of "auto" length ends at step 1 (0.01-0.09 % where the job starts from the source's
+ * parameters or seed, 0.8-2.3 % from other parameters: docs/CHECKPOINTS.md). */
+#define OB_WARM_FIT_FRACTION 0.0025
 
 /* "none", "taken", "refit", "refused", "rewarm", "delayed" */
 const char *ob_warm_state_name(ob_warm_state s);
@@ -374,9 +378,12 @@ ob_status ob_optim_set_progress(ob_optim *opt, const ob_optim_progress *p, ob_er
  * set to zero and the run warms up as from scratch (OB_WARM_REFUSED: its freeze_step rule
  * applies). raised >= 1: the factor the source's freeze multiplied its v by
  * (ob_optim_freeze_raise; 1 when unknown), so that the check sees the variance the source
- * estimated. Either way the state survives a checkpoint (ob_optim_progress). */
+ * estimated. fit_fraction > 0: when the check finds at most that fraction of the coordinates
+ * over the limit, the refit ends at step 1 instead (refit_end = 1: the borrowed v fits as it
+ * did on its own run, and a longer refit only costs bytes); 0: the refit runs its length.
+ * Either way the state survives a checkpoint (ob_optim_progress). */
 ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, double raised, long refit_steps,
-                              ob_err *err);
+                              double fit_fraction, ob_err *err);
 
 /* After a rollback to a checkpoint of a run that then diverged at step bad_step: a frozen
  * optimizer goes back to Adam steps (fp32 exchange) that carry v on from its v_Tw for `steps`
