@@ -18,7 +18,9 @@
 # usage: sudo bash bench/peers/run.sh [--rates "unshaped 1g 200m 50m"] [--models "mlp transformer"]
 #                                     [--systems "onebit adam ddp-fp32 ddp-fp16 ddp-powersgd1 ddp-powersgd4"]
 #                                     (also: adam-overlap, onebit-overlap: optimizer.overlap: true;
-#                                     adam-fp16, onebit-fp16: optimizer.gradient_exchange: fp16)
+#                                     adam-fp16, onebit-fp16: optimizer.gradient_exchange: fp16;
+#                                     onebit-warm: 1-bit Adam warm-started from an earlier run
+#                                     of the model with another seed, see below)
 #                                     [--quick] [--no-compute] [--no-ref] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
 #   --no-compute / --no-ref  keep the compute-check / reference logs of an earlier run
@@ -103,10 +105,14 @@ reached() {
   jq -se --argjson t "$2" 'any(.[]; .event=="eval" and .eval_loss <= $t)' "$1" >/dev/null 2>&1
 }
 
-# spec NAME MODEL OPTIMIZER STEPS EVAL: the model's bench/net spec plus these, in LOGS/NAME.yaml.
+# spec NAME MODEL OPTIMIZER STEPS EVAL: the model's bench/net spec plus these, in LOGS/NAME.yaml;
+# SPEC_SEED replaces its seed, SPEC_EXTRA is appended.
 spec() {
-  { cat "bench/net/specs/$2.yaml"; echo "$3"; echo "steps: $4"; echo "log_interval: 1"
-    echo "eval: {interval: $5, max_examples: ${6:-0}}"; } > "$LOGS/$1.yaml"
+  { if [ -n "${SPEC_SEED:-}" ]; then sed "s/^seed: .*/seed: $SPEC_SEED/" "bench/net/specs/$2.yaml"
+    else cat "bench/net/specs/$2.yaml"; fi
+    echo "$3"; echo "steps: $4"; echo "log_interval: 1"
+    echo "eval: {interval: $5, max_examples: ${6:-0}}"
+    [ -z "${SPEC_EXTRA:-}" ] || echo "$SPEC_EXTRA"; } > "$LOGS/$1.yaml"
 }
 
 # onebit_run NAME MODEL OPTIMIZER STEPS EVAL [TARGET]: onebit-worker on the 4 hosts (MPI over
@@ -185,6 +191,25 @@ for model in $MODELS; do
   fi
 done
 
+# onebit-warm: the user who has trained the model before. Its source is 1-bit Adam on the same
+# spec with seed 1001 (other initial parameters and data order than every run of the table), REF
+# steps, unshaped, checkpointed once at its end (under BUILD, not in the logs: it is a data file);
+# the warm runs take its v_Tw with params: false (warm_start's defaults: checked at step 1,
+# re-estimated for the auto refit, refit gradients in fp16). Made once per model and kept.
+case " $SYSTEMS " in *" onebit-warm "*)
+  for model in $MODELS; do
+    ref=REF_$model src=$ROOT/$BUILD/peers-src-$model
+    name=$(sed -n 's/^name: //p' "bench/net/specs/$model.yaml")
+    if ! ls -d "$src/$name"/step-* > /dev/null 2>&1; then
+      echo "== warm-start source, $model: 1-bit Adam, seed 1001, ${!ref} steps, unshaped"
+      rm -rf "$src"
+      SPEC_SEED=1001 SPEC_EXTRA="checkpoint: {dir: $src, interval: ${!ref}, keep: 1}" \
+        onebit_run "src-$model" "$model" "$ONEBIT" "${!ref}" 0
+      summary "$LOGS/src-$model.jsonl"
+    fi
+  done ;;
+esac
+
 for rate in $RATES; do
   obnet_shape "$rate"
   for model in $MODELS; do
@@ -206,6 +231,9 @@ for rate in $RATES; do
                 freeze=$(jq -s 'map(select(.event=="freeze")) | first | .step // empty' "$LOGS/$name.jsonl") ;;
         adam-fp16) onebit_run "$name" "$model" "${ADAM%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-fp16) onebit_run "$name" "$model" "${ONEBIT%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-warm)
+          SPEC_EXTRA="warm_start: {from: $ROOT/$BUILD/peers-src-$model/$(sed -n 's/^name: //p' "bench/net/specs/$model.yaml"), params: false}" \
+            onebit_run "$name" "$model" "$ONEBIT" "${!cap}" "${!eval}" "$target" || true ;;
         ddp-*) ddp_run "$name" "$model" "${sys#ddp-}" "${!cap}" "${!eval}" "$target" "${freeze:-1}" ||
                  echo "   failed: $(grep -m1 -E 'Error|error|Enforce' "$LOGS/$name.err" | cut -c1-200)" ;;
         *) echo "bench/peers: unknown system $sys" >&2; exit 2 ;;
