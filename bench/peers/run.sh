@@ -23,6 +23,9 @@
 #                                     of the model with another seed, see below)
 #                                     [--quick] [--no-compute] [--no-ref] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
+#   --long       a later target: the MLP's from step 1200 of the reference (cap 1800 steps, eval
+#                every 50), where the compression stage is most of the run; into docs/peers/long/
+#                (default rates "200m", systems "onebit onebit-fp16 ddp-fp32 ddp-fp16")
 #   --no-compute / --no-ref  keep the compute-check / reference logs of an earlier run
 #   --skip-runs  only rebuild the table and the plot from docs/peers/logs/
 #   --cleanup    remove namespaces left by a killed run
@@ -36,17 +39,18 @@ export OBNET_PREFIX=${OBNET_PREFIX:-obpeer} OBNET_SUBNET=${OBNET_SUBNET:-10.231.
 RATES="unshaped 1g 200m 50m"
 MODELS="mlp transformer"
 SYSTEMS="onebit adam ddp-fp32 ddp-fp16 ddp-powersgd1 ddp-powersgd4"
-QUICK=0 SKIP_RUNS=0 NO_COMPUTE=0 NO_REF=0
+QUICK=0 LONG=0 SKIP_RUNS=0 NO_COMPUTE=0 NO_REF=0 SET_RATES=0 SET_SYSTEMS=0
 usage() {
   sed -n 's/^# usage: //p; s/^#        //p' "$0" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
   case "$1" in
-    --rates) RATES=$2; shift 2 ;;
+    --rates) RATES=$2 SET_RATES=1; shift 2 ;;
     --models) MODELS=$2; shift 2 ;;
-    --systems) SYSTEMS=$2; shift 2 ;;
+    --systems) SYSTEMS=$2 SET_SYSTEMS=1; shift 2 ;;
     --quick) QUICK=1; shift ;;
+    --long) LONG=1; shift ;;
     --no-compute) NO_COMPUTE=1; shift ;;
     --no-ref) NO_REF=1; shift ;;
     --skip-runs) SKIP_RUNS=1; shift ;;
@@ -71,6 +75,12 @@ COMPUTE_STEPS=40
 if [ "$QUICK" -eq 1 ]; then
   RATES=unshaped MODELS=mlp REF_mlp=60 EVAL_mlp=10 CAP_mlp=120 COMPUTE_STEPS=10
   OUT=$BUILD/peers-quick
+fi
+if [ "$LONG" -eq 1 ]; then
+  MODELS=mlp REF_mlp=1200 EVAL_mlp=50 CAP_mlp=1800 NO_COMPUTE=1
+  [ "$SET_RATES" -eq 1 ] || RATES=200m
+  [ "$SET_SYSTEMS" -eq 1 ] || SYSTEMS="onebit onebit-fp16 ddp-fp32 ddp-fp16"
+  OUT=docs/peers/long
 fi
 LOGS=$OUT/logs
 [ "$SKIP_RUNS" -eq 1 ] && exec "$PY" bench/peers/report.py "$OUT"
