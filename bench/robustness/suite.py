@@ -115,6 +115,7 @@ def warm_cases():
         cases.append(("mlp-same-seed-s%d" % seed, mlp(seed), "mlp-src-s%d" % seed, False))
     cases.append(("tf-other-seed-s22", transformer(22), "tf-src", False))
     cases.append(("tf-params-s22", transformer(22), "tf-src", True))
+    cases.append(("tf-same-seed-s21", transformer(21), "tf-src", False))
     out = []
     for name, spec, src, params in cases:
         out.append({"case": name, "group": "warm", "spec": spec, "source": src,
