@@ -408,6 +408,18 @@ static void test_warm_check_raised(void **state)
         assert_true(fabs(s.warm_check_fraction - (c ? 6.0 : 3.0) / D) < 1e-12);
         run_end(&r);
     }
+    /* The refit starts from v / raised (the source's estimate); taken as is, v keeps the raise. */
+    for (long refit = 0; refit <= 10; refit += 10) {
+        run r;
+        run_start(&r, &cfg);
+        ob_err err = {0};
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 4.0, refit, 0.0, &err), OB_OK);
+        ob_optim_state st;
+        ob_optim_get_state(r.opt, &st);
+        for (int i = 0; i < D; i++)
+            assert_true(st.exp_avg_sq[i] == (refit ? 0.25f : 1.0f));
+        run_end(&r);
+    }
     /* The factor of a freeze: max(1, 1 / (r^2 (1 - b2^t))), 1 with bias correction. */
     ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
     cfg.beta2 = 0.999;

@@ -41,7 +41,6 @@ struct ob_optim {
     double last_ratio, last_norm;
     ob_warm_state warm; /* ob_optim_warm_start */
     long refit_end;     /* OB_WARM_REFIT: freeze at the end of this step */
-    double warm_raised; /* the check's divisor of the borrowed v (ob_optim_warm_start) */
     double warm_frac;   /* the warm-start check's fraction, NaN until it ran */
     double warm_fit;    /* at most this fraction off at the check: the refit ends at step 1 */
     uint64_t bytes_sent, bytes_last;
@@ -228,7 +227,6 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
     o->x = params;
     o->d = d;
     o->freeze_step = -1;
-    o->warm_raised = 1.0;
     o->last_ratio = NAN;
     o->warm_frac = NAN;
     size_t bytes = d * sizeof(float);
@@ -583,7 +581,7 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
 static ob_status warm_check(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
 {
     size_t n = 0;
-    const float k2 = (float)(OB_WARM_CHECK_FACTOR * OB_WARM_CHECK_FACTOR / o->warm_raised);
+    const float k2 = (float)(OB_WARM_CHECK_FACTOR * OB_WARM_CHECK_FACTOR);
     ob_status st = k_count_exceeding(o, o->g, k->gscale, k2, &n, err);
     if (st != OB_OK) return st;
     o->warm_frac = (double)n / (double)o->d;
@@ -894,6 +892,10 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised,
     ob_status st = refit_steps > 0 ? ensure_refit_f16(o, err) : OB_OK;
     if (st == OB_OK)
         st = ob__mem_copy(o->dev, o->v, v_frozen, o->d * sizeof(float), o->stream, err);
+    /* A refit is Adam carrying v on: from the variance the source estimated, not from the one
+     * its freeze raised for its own compression phase (which v_Tw taken as is keeps). */
+    if (st == OB_OK && refit_steps > 0 && raised > 1.0)
+        st = k_scale(o, o->v, (float)(1.0 / raised), err);
     if (st == OB_OK && refit_steps == 0) st = compute_den(o, err);
     /* The caller may free v_frozen on return, and the state must be in place before any step. */
     if (st == OB_OK && o->dev) st = ob_cuda_sync(o->stream, err);
@@ -904,7 +906,6 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised,
     } else {
         o->warm = OB_WARM_REFIT;
         o->refit_end = refit_steps;
-        o->warm_raised = raised;
         o->warm_fit = fit_fraction;
     }
     return OB_OK;

@@ -374,13 +374,14 @@ ob_status ob_optim_set_progress(ob_optim *opt, const ob_optim_progress *p, ob_er
  * are Adam steps (gradient exchange cfg.refit_exchange, no bias correction of v, which does not
  * start from zero) that carry on from v_Tw, and v is frozen at the end of step refit_steps. At
  * step 1 the borrowed v is checked against the averaged gradient: when more than
- * OB_WARM_REFUSE_FRACTION of the coordinates exceed OB_WARM_CHECK_FACTOR sqrt(v / raised), v is
+ * OB_WARM_REFUSE_FRACTION of the coordinates exceed OB_WARM_CHECK_FACTOR sqrt(v), v is
  * set to zero and the run warms up as from scratch (OB_WARM_REFUSED: its freeze_step rule
  * applies). raised >= 1: the factor the source's freeze multiplied its v by
- * (ob_optim_freeze_raise; 1 when unknown), so that the check sees the variance the source
- * estimated. fit_fraction > 0: when the check finds at most that fraction of the coordinates
- * over the limit, the refit ends at step 1 instead (refit_end = 1: the borrowed v fits as it
- * did on its own run, and a longer refit only costs bytes); 0: the refit runs its length.
+ * (ob_optim_freeze_raise; 1 when unknown): a refit starts from v_frozen / raised, the variance
+ * the source estimated (the check compares with it), while v_Tw taken as is keeps the raise
+ * that bounds its frozen steps. fit_fraction > 0: when the check finds at most that fraction of the
+ * coordinates over the limit, the refit ends at step 1 instead (refit_end = 1: the borrowed v fits
+ * as it did on its own run, and a longer refit only costs bytes); 0: the refit runs its length.
  * Either way the state survives a checkpoint (ob_optim_progress). */
 ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, double raised, long refit_steps,
                               double fit_fraction, ob_err *err);
