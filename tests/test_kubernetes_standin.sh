@@ -262,7 +262,9 @@ check "409 AlreadyExists for another job's MPIJob: the attempt ends saying so, t
 s1=$(printf 'job-%06d' $((10#${k#job-} + 1)))
 ctl precreate_secret "{\"name\":\"onebit-$s1-1-report\",\"job\":\"$s1\",\"attempt\":1,\"token\":\"left-by-an-earlier-start\"}" > /dev/null
 s1b=$(submit 2)
-wait_for 10 '[ "$(secret "onebit-$s1-1-report" | jq -r .data.token | base64 -d)" != left-by-an-earlier-start ]'
+# Until the new Secret is there (between the delete and the create there is none) and the attempt
+# runs: a slow build (ASan) can be seen in that gap.
+wait_for 30 '[[ "$(secret "onebit-$s1-1-report" | jq -r .data.token | base64 -d 2> /dev/null)" =~ ^[0-9a-f]{64}$ ]] && [ "$(jstate "$s1")" = RUNNING ]'
 sec=$(secret "onebit-$s1-1-report")
 check "409 on a Secret of this attempt left by an earlier start: deleted and made again with this start's credential" '[ "$s1b" = "$s1" ] && [[ "$(echo "$sec" | jq -r .data.token | base64 -d)" =~ ^[0-9a-f]{64}$ ]] && [ "$(echo "$sec" | jq -r ".metadata.ownerReferences[0].name")" = "onebit-$s1-1" ] && [ "$(jstate "$s1")" = RUNNING ] && state | jq -r ".deletes[]" | grep -q "/secrets/onebit-$s1-1-report$"' "$s1b $sec $(get "$s1" | jq -c .message)"
 sleep 0.5
