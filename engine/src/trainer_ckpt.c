@@ -931,13 +931,15 @@ void ob__trainer_warm_checked(ob_trainer *t, const ob_optim_stats *os, ob_train_
 {
     char msg[320], outcome[128];
     double pct = 100.0 * os->warm_check_fraction;
+    /* The check ended a longer auto refit at step 1 (OB_WARM_FIT_FRACTION). */
+    int fits = os->warm_start == OB_WARM_REFIT && os->refit_end == 1 && warm_refit_steps(t) > 1;
     if (os->warm_start == OB_WARM_REFUSED)
         snprintf(msg, sizeof msg,
                  "warm start refused: %.2f%% of the coordinates have gradients above %g sqrt(v_Tw) "
                  "(the limit is %g%%); the borrowed variance is discarded and the job warms up as "
                  "from scratch",
                  pct, OB_WARM_CHECK_FACTOR, 100.0 * OB_WARM_REFUSE_FRACTION);
-    else if (os->refit_end == 1 && warm_refit_steps(t) > 1)
+    else if (fits)
         snprintf(msg, sizeof msg,
                  "warm start check passed: %.2f%% of the coordinates have gradients above %g "
                  "sqrt(v_Tw), at most %g%%: v_Tw fits this job as it fitted its own, so it is "
@@ -951,7 +953,7 @@ void ob__trainer_warm_checked(ob_trainer *t, const ob_optim_stats *os, ob_train_
     if (os->warm_start == OB_WARM_REFUSED)
         snprintf(outcome, sizeof outcome,
                  "refused (%.2f%% of coordinates off), warmed up from scratch", pct);
-    else if (os->refit_end == 1 && warm_refit_steps(t) > 1)
+    else if (fits)
         snprintf(outcome, sizeof outcome, "fits: frozen at step 1 (%.2f%% of coordinates off)",
                  pct);
     else
