@@ -104,6 +104,13 @@ for lr in 1e-3 3e-3; do
     "$TMP/default.yaml" > "$TMP/same-batch-$lr.yaml"
   run "$TMP/same-batch-$lr.yaml" "$TMP/same-batch-$lr.out"
 done
+# The text progress of a refit's freeze: no ratio decided it, so none is printed (it said
+# "v-ratio nan").
+"$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/same-batch-1e-3.yaml" --format text \
+  > "$TMP/same-batch.txt" 2>&1
+check "text progress: the refit's freeze line has no ratio" \
+  'grep -qx "freeze @ 20: variance frozen, compression phase begins" "$TMP/same-batch.txt" && ! grep -qi nan "$TMP/same-batch.txt"' \
+  "$(grep -i "freeze\|nan" "$TMP/same-batch.txt")"
 s1=$(summary "$TMP/same-batch-1e-3.out")
 s3=$(summary "$TMP/same-batch-3e-3.out")
 m1=$(jq -r 'select(.event == "notice") | .message' "$TMP/same-batch-1e-3.out" | grep "^warm start from")

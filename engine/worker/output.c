@@ -132,8 +132,10 @@ static void print_event_text(const ob_train_event *ev)
                    ev->eval_accuracy, ev->eval_count);
         break;
     case OB_EVENT_FREEZE:
-        printf("freeze @ %ld: variance frozen, compression phase begins (v-ratio %.4f)\n", ev->step,
-               ev->freeze_ratio);
+        /* No ratio where none decided the freeze (a warm start's refit, a fixed freeze_step). */
+        printf("freeze @ %ld: variance frozen, compression phase begins", ev->step);
+        if (isfinite(ev->freeze_ratio)) printf(" (v-ratio %.4f)", ev->freeze_ratio);
+        printf("\n");
         break;
     case OB_EVENT_CHECKPOINT:
         if (ev->ckpt_ok)
