@@ -433,6 +433,24 @@ static void test_warm_check_raised(void **state)
 /* fit_fraction: a check that finds at most that fraction of coordinates off ends the refit at
  * step 1 (frozen there); one coordinate off of 64 (1.6 %), or fit_fraction 0, keeps the refit's
  * length. Fractions outside [0, OB_WARM_REFUSE_FRACTION] are refused. */
+/* refit_steps auto: a fifth of Delta on the source's own setting, half on another learning rate
+ * or a smaller global batch, three quarters from a larger global batch (whose v_Tw underestimates
+ * the job's gradient noise). */
+static void test_auto_refit_steps(void **state)
+{
+    (void)state;
+    assert_int_equal(ob_optim_auto_refit_steps(0.99, OB_WARM_SOURCE_SAME), 20);
+    assert_int_equal(ob_optim_auto_refit_steps(0.99, OB_WARM_SOURCE_OTHER), 50);
+    assert_int_equal(ob_optim_auto_refit_steps(0.99, OB_WARM_SOURCE_LARGER_BATCH), 75);
+    assert_int_equal(ob_optim_auto_refit_steps(0.999, OB_WARM_SOURCE_SAME), 200);
+    assert_int_equal(ob_optim_auto_refit_steps(0.999, OB_WARM_SOURCE_OTHER), 500);
+    assert_int_equal(ob_optim_auto_refit_steps(0.999, OB_WARM_SOURCE_LARGER_BATCH), 750);
+    /* Delta 3 (beta2 2/3): ceil(3/5) = 1, ceil(3/2) = 2, ceil(9/4) = 3 */
+    assert_int_equal(ob_optim_auto_refit_steps(2.0 / 3.0, OB_WARM_SOURCE_SAME), 1);
+    assert_int_equal(ob_optim_auto_refit_steps(2.0 / 3.0, OB_WARM_SOURCE_OTHER), 2);
+    assert_int_equal(ob_optim_auto_refit_steps(2.0 / 3.0, OB_WARM_SOURCE_LARGER_BATCH), 3);
+}
+
 static void test_warm_fit_ends_refit(void **state)
 {
     ob_optim_config cfg;
@@ -741,6 +759,7 @@ int main(void)
         cmocka_unit_test(test_fixed_freeze_and_bias_corrected_v),
         cmocka_unit_test(test_frozen_step_ratio),
         cmocka_unit_test(test_warm_check_raised),
+        cmocka_unit_test(test_auto_refit_steps),
         cmocka_unit_test(test_warm_fit_ends_refit),
         cmocka_unit_test(test_warm_start),
         cmocka_unit_test(test_warm_start_refit),

@@ -99,6 +99,10 @@ SOURCES = {
 for _seed in (22, 23, 24, 25):
     SOURCES["mlp-src-s%d" % _seed] = dict(mlp(_seed, steps=400),
                                           checkpoint={"interval": 400, "keep": 1})
+# The transformer's same-seed cases for seeds 22 and 23 beside tf-src's 21.
+for _seed in (22, 23):
+    SOURCES["tf-src-s%d" % _seed] = dict(transformer(_seed, steps=600),
+                                         checkpoint={"interval": 600, "keep": 1})
 
 
 def warm_cases():
@@ -106,6 +110,9 @@ def warm_cases():
     for seed in (22, 23, 24, 25, 26):
         cases.append(("mlp-other-seed-s%d" % seed, mlp(seed), "mlp-src", False))
         cases.append(("mlp-lr3e-3-s%d" % seed, mlp(seed, lr=3e-3), "mlp-src", False))
+        cases.append(("mlp-b16-from-b512-s%d" % seed, mlp(seed, batch=16), "mlp-src-b512", False))
+    # Batch 16 from 512 is the configuration furthest from 1 %: five more seeds.
+    for seed in (27, 28, 29, 30, 31):
         cases.append(("mlp-b16-from-b512-s%d" % seed, mlp(seed, batch=16), "mlp-src-b512", False))
     for seed in (22, 23):
         cases.append(("mlp-params-s%d" % seed, mlp(seed), "mlp-src", True))
@@ -116,6 +123,8 @@ def warm_cases():
     cases.append(("tf-other-seed-s22", transformer(22), "tf-src", False))
     cases.append(("tf-params-s22", transformer(22), "tf-src", True))
     cases.append(("tf-same-seed-s21", transformer(21), "tf-src", False))
+    for seed in (22, 23):
+        cases.append(("tf-same-seed-s%d" % seed, transformer(seed), "tf-src-s%d" % seed, False))
     out = []
     for name, spec, src, params in cases:
         out.append({"case": name, "group": "warm", "spec": spec, "source": src,

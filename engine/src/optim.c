@@ -859,10 +859,17 @@ ob_status ob_optim_rewarm(ob_optim *o, long steps, long bad_step, ob_err *err)
     return OB_OK;
 }
 
-long ob_optim_auto_refit_steps(double beta2, int same_setting)
+long ob_optim_auto_refit_steps(double beta2, ob_warm_source source)
 {
     long delta = ob_optim_freeze_delta(beta2);
-    return same_setting ? (delta + 4) / 5 : (delta + 1) / 2;
+    switch (source) {
+    case OB_WARM_SOURCE_SAME:
+        return (delta + 4) / 5;
+    case OB_WARM_SOURCE_LARGER_BATCH:
+        return (3 * delta + 3) / 4;
+    default:
+        return (delta + 1) / 2;
+    }
 }
 
 ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised, long refit_steps,

@@ -716,7 +716,7 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, l
     t->bytes_warmup = bw;
     t->bytes_compression = bc;
     t->rollbacks++;
-    long rewarm = ob_optim_auto_refit_steps(t->spec.optim.beta2, 0);
+    long rewarm = ob_optim_auto_refit_steps(t->spec.optim.beta2, OB_WARM_SOURCE_OTHER);
     if ((st = ob_optim_set_progress(t->opt, &p, err)) != OB_OK ||
         (st = ob_optim_rewarm(t->opt, rewarm, bad_step, err)) != OB_OK)
         return OB_WRAP(err, st, "rollback to %s", c.path);
@@ -821,24 +821,34 @@ static void saved_source(const char *path, const ob_ckpt_meta *meta, long long *
     free(saved);
 }
 
-/* Why the source's v_Tw fits this job less than a rerun's would, for refit_steps "auto": its
- * global batch gb differs (the noise part of v scales with its inverse) or its peak learning
- * rate lr does (v is measured along another trajectory); NULL when neither (an unknown one, 0,
- * differs). */
-static const char *warm_source_differs(const ob_trainer *t, long long gb, double lr)
+/* How the source ran against this job, for refit_steps "auto" (t->warm_source), and why its
+ * v_Tw fits this job less than a rerun's would (t->warm_differs, a static string; NULL when it
+ * does not differ): its global batch gb (the noise part of v scales with its inverse; a larger
+ * one underestimates this job's noise) or its peak learning rate lr (v is measured along
+ * another trajectory). An unknown one, 0, differs. */
+static void warm_source_differs(ob_trainer *t, long long gb, double lr)
 {
-    if (gb != (long long)t->spec.batch_size * ob_comm_size(t->comm))
-        return "the source's global batch differs from this job's";
-    if (lr != t->spec.lr.peak) return "the source's peak learning rate differs from this job's";
-    return NULL;
+    long long job = (long long)t->spec.batch_size * ob_comm_size(t->comm);
+    t->warm_source = OB_WARM_SOURCE_OTHER;
+    if (gb > job) {
+        t->warm_source = OB_WARM_SOURCE_LARGER_BATCH;
+        t->warm_differs = "the source's global batch is larger than this job's";
+    } else if (gb != job) {
+        t->warm_differs = "the source's global batch differs from this job's";
+    } else if (lr != t->spec.lr.peak) {
+        t->warm_differs = "the source's peak learning rate differs from this job's";
+    } else {
+        t->warm_source = OB_WARM_SOURCE_SAME;
+        t->warm_differs = NULL;
+    }
 }
 
-/* warm_start.refit_steps in force, "auto" resolved against the source (t->warm_differs). */
+/* warm_start.refit_steps in force, "auto" resolved against the source (t->warm_source). */
 static long warm_refit_steps(const ob_trainer *t)
 {
     long r = t->spec.warm_start_refit_steps;
     if (r >= 0) return r;
-    return ob_optim_auto_refit_steps(t->spec.optim.beta2, t->warm_differs == NULL);
+    return ob_optim_auto_refit_steps(t->spec.optim.beta2, t->warm_source);
 }
 
 static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob_err *err)
@@ -861,7 +871,7 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
         long long gb = 0;
         double lr = 0, raised = 1.0;
         saved_source(path, meta, &gb, &lr, &raised);
-        t->warm_differs = warm_source_differs(t, gb, lr);
+        warm_source_differs(t, gb, lr);
         /* An auto refit on the source's own setting ends at step 1 when v fits that well. */
         double fit =
             t->spec.warm_start_refit_steps < 0 && !t->warm_differs ? OB_WARM_FIT_FRACTION : 0.0;

@@ -17,6 +17,7 @@ struct ob_trainer {
     /* warm start: why the source's v_Tw fits this job less than a rerun's would (a static
      * string), NULL when it does not differ; sets refit_steps auto */
     const char *warm_differs;
+    ob_warm_source warm_source;  /* how the source ran against this job (refit_steps auto) */
     int rollbacks;               /* after divergences, in this job (kept in checkpoints) */
     /* The divergence guard's view of the loss, the same on every rank (from the sums of the
      * step's control reduction) and kept in checkpoints: the moving average of the mean train
