@@ -42,15 +42,16 @@ sed -e 's/^name: .*/name: gpu-check/' -e 's/^steps: .*/steps: 1000/' \
   -e '0,/interval: 500/s//interval: 250/' -e 's/interval: 500/interval: 100/' \
   -e 's/keep: 2/keep: 20/' examples/fmnist-mlp-onebit-cuda.yaml >"$spec"
 job() { mpirun -np 1 "$W" --spec "$spec" --checkpoint-dir "$C" --format text "$@"; }
-last=step-00001000
+same_bits() { "$CKPT" diff "$C/run1/step-00001000" "$C/$1/step-00001000"; }
+again() { job --job-id run2 && same_bits run2; }
+kill_resume() { # STEP: killed after it, resumed
+  ONEBIT_FAULT_INJECT=KILL:$1:0 job --job-id "kill$1"
+  job --job-id "kill$1" --resume && same_bits "kill$1"
+}
 check "1-rank NCCL job" job --job-id run1 --profile
-check "the same job again: the same bits" \
-  bash -c "$(declare -f job); W=$W C=$C spec=$spec; job --job-id run2 && $CKPT diff $C/run1/$last $C/run2/$last"
-for kill in 130 620; do # before the freeze (137) and after it
-  check "killed at step $kill and resumed: the same bits" bash -c \
-    "$(declare -f job); W=$W C=$C spec=$spec
-     ONEBIT_FAULT_INJECT=KILL:$kill:0 job --job-id kill$kill; job --job-id kill$kill --resume &&
-     $CKPT diff $C/run1/$last $C/kill$kill/$last"
+check "the same job again: the same bits" again
+for step in 130 620; do # before the freeze (137) and after it
+  check "killed at step $step and resumed: the same bits" kill_resume "$step"
 done
 
 sed -e 's/^device: cuda/device: cpu/' -e 's/^steps: .*/steps: 1100/' "$spec" >"$OUT/job-cpu.yaml"

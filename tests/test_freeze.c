@@ -430,9 +430,6 @@ static void test_warm_check_raised(void **state)
     assert_true(ob_optim_freeze_raise(&cfg, 400) == 1.0);
 }
 
-/* fit_fraction: a check that finds at most that fraction of coordinates off ends the refit at
- * step 1 (frozen there); one coordinate off of 64 (1.6 %), or fit_fraction 0, keeps the refit's
- * length. Fractions outside [0, OB_WARM_REFUSE_FRACTION] are refused. */
 /* refit_steps auto: a fifth of Delta on the source's own setting, half on another learning rate
  * or a smaller global batch, three quarters from a larger global batch (whose v_Tw underestimates
  * the job's gradient noise). */
@@ -451,6 +448,9 @@ static void test_auto_refit_steps(void **state)
     assert_int_equal(ob_optim_auto_refit_steps(2.0 / 3.0, OB_WARM_SOURCE_LARGER_BATCH), 3);
 }
 
+/* fit_fraction: a check that finds at most that fraction of coordinates off ends the refit at
+ * step 1 (frozen there); one coordinate off of 64 (1.6 %), or fit_fraction 0, keeps the refit's
+ * length. Fractions outside [0, OB_WARM_REFUSE_FRACTION] are refused. */
 static void test_warm_fit_ends_refit(void **state)
 {
     ob_optim_config cfg;

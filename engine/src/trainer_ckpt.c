@@ -821,21 +821,22 @@ static void saved_source(const char *path, const ob_ckpt_meta *meta, long long *
     free(saved);
 }
 
-/* How the source ran against this job, for refit_steps "auto" (t->warm_source), and why its
- * v_Tw fits this job less than a rerun's would (t->warm_differs, a static string; NULL when it
- * does not differ): its global batch gb (the noise part of v scales with its inverse; a larger
- * one underestimates this job's noise) or its peak learning rate lr (v is measured along
- * another trajectory). An unknown one, 0, differs. */
+/* How the source ran against this job (t->warm_source, which sets refit_steps "auto") and why
+ * its v_Tw fits this job less than a rerun's would (t->warm_differs, a static string for the
+ * notice; NULL on the same setting): its global batch gb (the noise part of v scales with its
+ * inverse; a larger one underestimates this job's noise) or its peak learning rate lr (v is
+ * measured along another trajectory). An unknown one, 0, differs. */
 static void warm_source_differs(ob_trainer *t, long long gb, double lr)
 {
     long long job = (long long)t->spec.batch_size * ob_comm_size(t->comm);
-    t->warm_source = OB_WARM_SOURCE_OTHER;
     if (gb > job) {
         t->warm_source = OB_WARM_SOURCE_LARGER_BATCH;
         t->warm_differs = "the source's global batch is larger than this job's";
     } else if (gb != job) {
+        t->warm_source = OB_WARM_SOURCE_OTHER;
         t->warm_differs = "the source's global batch differs from this job's";
     } else if (lr != t->spec.lr.peak) {
+        t->warm_source = OB_WARM_SOURCE_OTHER;
         t->warm_differs = "the source's peak learning rate differs from this job's";
     } else {
         t->warm_source = OB_WARM_SOURCE_SAME;
@@ -873,8 +874,9 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
         saved_source(path, meta, &gb, &lr, &raised);
         warm_source_differs(t, gb, lr);
         /* An auto refit on the source's own setting ends at step 1 when v fits that well. */
-        double fit =
-            t->spec.warm_start_refit_steps < 0 && !t->warm_differs ? OB_WARM_FIT_FRACTION : 0.0;
+        double fit = t->spec.warm_start_refit_steps < 0 && t->warm_source == OB_WARM_SOURCE_SAME
+                         ? OB_WARM_FIT_FRACTION
+                         : 0.0;
         if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, raised, warm_refit_steps(t), fit, err);
         if (st == OB_OK && t->spec.warm_start_params) {
             void *stream = t->dev ? ob_comm_stream(t->dcomm) : NULL;

@@ -14,10 +14,11 @@ typedef struct ob__ckpt_writer ob__ckpt_writer;
 struct ob_trainer {
     ob_jobspec spec;
     char *spec_json;             /* canonical JSON of spec, saved in every checkpoint */
-    /* warm start: why the source's v_Tw fits this job less than a rerun's would (a static
-     * string), NULL when it does not differ; sets refit_steps auto */
+    /* warm start: how the source ran against this job (sets refit_steps auto), and why its
+     * v_Tw fits this job less than a rerun's would (a static string for the notice, NULL on the
+     * source's own setting) */
+    ob_warm_source warm_source;
     const char *warm_differs;
-    ob_warm_source warm_source;  /* how the source ran against this job (refit_steps auto) */
     int rollbacks;               /* after divergences, in this job (kept in checkpoints) */
     /* The divergence guard's view of the loss, the same on every rank (from the sums of the
      * step's control reduction) and kept in checkpoints: the moving average of the mean train

@@ -397,7 +397,7 @@ ob_status ob_optim_warm_start(ob_optim *opt, const float *v_frozen, double raise
 ob_status ob_optim_rewarm(ob_optim *opt, long steps, long bad_step, ob_err *err);
 
 /* How a warm start's source ran against the job, for refit_steps "auto". */
-typedef enum {
+typedef enum ob_warm_source {
     OB_WARM_SOURCE_SAME = 0,        /* the job's global batch and peak learning rate */
     OB_WARM_SOURCE_OTHER = 1,       /* another peak learning rate, or a smaller global batch */
     OB_WARM_SOURCE_LARGER_BATCH = 2 /* a larger global batch than the job's */
