@@ -5,8 +5,9 @@
  *     bit; several buckets are that allreduce per range (an independent Adam reference);
  *   - overlap on against off with the same buckets, through the real trainer, MLP and
  *     transformer, adam and 1-bit Adam (warmup -> freeze -> compression): identical parameters
- *     and optimizer state (memcmp), identical traffic, and the buckets really left during the
- *     backward pass;
+ *     and optimizer state (memcmp), identical traffic, and the buckets (warmup) and the
+ *     momentum's segments (compression phase, with and without precondition) really left during
+ *     the backward pass;
  *   - a warm start's refit: fp16 gradients from its second step, and a refused warm start is
  *     the job from scratch, bit for bit.
  * Every case runs on every rank; any mismatch fails the process. */
@@ -245,7 +246,7 @@ typedef struct outcome {
     float *x, *m, *v, *we, *se;
     size_t D, C;
     ob_optim_stats stats;
-    size_t buckets;
+    size_t buckets, segments;
     int overlap_active;
 } outcome;
 
@@ -295,6 +296,7 @@ static int train(mpi_harness *h, ob_comm *comm, const char *spec_text, const cha
     out->se = dup_floats(os.server_error, os.chunk_size);
     ob_optim_get_stats(opt, &out->stats);
     out->buckets = ob_optim_num_buckets(opt);
+    out->segments = os.num_server_segments;
     out->overlap_active = ob_optim_overlap_active(opt);
     ob_trainer_destroy(t);
     return st == OB_OK;
@@ -307,7 +309,8 @@ static int same_floats(const float *a, const float *b, size_t n)
 }
 
 /* Overlap off and on with the same buckets: the same bits, the same traffic; on, every bucket
- * of every fp32 step was handed over during the backward pass. */
+ * of every fp32 step and every segment of every compression step (1-bit Adam: as many as the
+ * buckets) was handed over during the backward pass. */
 static void compare_overlap(mpi_harness *h, const char *what, const char *spec_text,
                             const char *optim_line, long steps, long fp32_steps, size_t min_buckets)
 {
@@ -339,13 +342,18 @@ static void compare_overlap(mpi_harness *h, const char *what, const char *spec_t
         MH_CHECK(h, a.stats.bytes_sent == b.stats.bytes_sent && (a.stats.bytes_sent > 0) == sends,
                  "%s: bytes %llu / %llu", what, (unsigned long long)a.stats.bytes_sent,
                  (unsigned long long)b.stats.bytes_sent);
-        uint64_t expect = (uint64_t)fp32_steps * a.buckets;
+        MH_CHECK(h,
+                 a.segments == b.segments &&
+                     (a.D == 0 || (a.segments > 1 && a.segments <= a.buckets)),
+                 "%s: %zu / %zu segments for %zu buckets", what, a.segments, b.segments, a.buckets);
+        uint64_t expect =
+            (uint64_t)fp32_steps * a.buckets + (uint64_t)(steps - fp32_steps) * a.segments;
         MH_CHECK(h, a.stats.buckets_exchanged == expect && b.stats.buckets_exchanged == expect,
                  "%s: %llu / %llu buckets exchanged, expected %llu", what,
                  (unsigned long long)a.stats.buckets_exchanged,
                  (unsigned long long)b.stats.buckets_exchanged, (unsigned long long)expect);
         MH_CHECK(h, a.stats.buckets_early == 0 && b.stats.buckets_early == expect,
-                 "%s: %llu / %llu buckets early, expected 0 / %llu", what,
+                 "%s: %llu / %llu buckets and segments early, expected 0 / %llu", what,
                  (unsigned long long)a.stats.buckets_early,
                  (unsigned long long)b.stats.buckets_early, (unsigned long long)expect);
     }
@@ -366,6 +374,15 @@ static void overlap_mlp_onebit(mpi_harness *h)
     /* Warmup steps 1..4 exchange fp32 gradient buckets; 5..9 are compressed. */
     compare_overlap(h, "mlp onebit_adam", MLP_SPEC,
                     "type: onebit_adam, freeze_step: 4, block_size: 64, bucket_mb: 0.002", 9, 4, 3);
+}
+
+static void overlap_mlp_onebit_precondition(mpi_harness *h)
+{
+    /* The compression phase exchanging m / (sqrt(v) + eps) instead of m. */
+    compare_overlap(h, "mlp onebit_adam precondition", MLP_SPEC,
+                    "type: onebit_adam, freeze_step: 4, block_size: 64, bucket_mb: 0.002, "
+                    "precondition: true",
+                    9, 4, 3);
 }
 
 static void overlap_mlp_onebit_fp16(mpi_harness *h)
@@ -468,6 +485,7 @@ int main(int argc, char **argv)
     MH_RUN(&h, buckets_are_allreduces_per_range);
     MH_RUN(&h, overlap_mlp_adam);
     MH_RUN(&h, overlap_mlp_onebit);
+    MH_RUN(&h, overlap_mlp_onebit_precondition);
     MH_RUN(&h, overlap_mlp_onebit_fp16);
     MH_RUN(&h, overlap_transformer_adam);
     MH_RUN(&h, overlap_transformer_onebit);

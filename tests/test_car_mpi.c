@@ -338,6 +338,102 @@ static void check_car_case(mpi_harness *h, ob_comm *c, car_case cc)
     ob_car_destroy(car);
 }
 
+/* Global position of element k of rank r's server error under the layout bounds[0 .. nseg]. */
+static size_t server_position(const size_t *bounds, size_t nseg, int n, int r, size_t k)
+{
+    for (size_t s = 0; s < nseg; s++) {
+        size_t L = (bounds[s + 1] - bounds[s]) / (size_t)n;
+        if (k < L) return bounds[s] + (size_t)r * L + k;
+        k -= L;
+    }
+    return SIZE_MAX;
+}
+
+/* Every rank's server error laid out by global position (D floats). */
+static void server_by_position(ob_comm *c, ob_car *car, float *global)
+{
+    int n = ob_comm_size(c);
+    size_t C = ob_car_chunk_size(car), nseg = ob_car_num_segments(car);
+    const size_t *bounds = ob_car_segment_bounds(car);
+    float *all = malloc((size_t)n * C * sizeof *all);
+    ob_comm_allgather(c, ob_car_server_error(car), all, C * sizeof(float), NULL);
+    for (int r = 0; r < n; r++)
+        for (size_t k = 0; k < C; k++)
+            global[server_position(bounds, nseg, n, r, k)] = all[(size_t)r * C + k];
+    free(all);
+}
+
+/* Segments change no bit: the same inputs through one segment and through several (run in
+ * ob_car_allreduce's order and in the opposite one) give the same outputs and the same worker
+ * errors bit for bit, and the same server error at every position; the bounds follow the rule
+ * (cuts rounded up to N*B, 0, D and repeats dropped); bad cuts are refused. */
+static void test_car_segments_change_no_bit(mpi_harness *h)
+{
+    ob_comm *c = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    if (!c) return;
+    int n = h->size;
+    const size_t B = 64, grid = (size_t)n * B;
+    const size_t ds[] = {5 * grid + 17, 9 * grid, 3 * grid - 1};
+    for (size_t di = 0; di < sizeof ds / sizeof *ds; di++) {
+        size_t d = ds[di];
+        /* 0, a repeat, one inside the first grid cell, exact grid points, one above D's last
+         * cell start, d itself. */
+        size_t cuts[] = {0, 1, 1, grid, 2 * grid + 5, 2 * grid + 5, d - 1, d};
+        ob_car *a = NULL, *b = NULL;
+        MH_CHECK(h, ob_car_create(&a, c, d, B, OB_SCALE_L1, &err) == OB_OK, "%s", err.msg);
+        MH_CHECK(h, ob_car_create(&b, c, d, B, OB_SCALE_L1, &err) == OB_OK, "%s", err.msg);
+        if (!a || !b) break;
+        MH_CHECK(h, ob_car_set_segments(b, cuts, sizeof cuts / sizeof *cuts, &err) == OB_OK, "%s",
+                 err.msg);
+        size_t D = ob_car_padded_size(b), nseg = ob_car_num_segments(b);
+        const size_t *bd = ob_car_segment_bounds(b);
+        /* Expected bounds: 0, grid (from 1 and grid), 3 grid (from 2 grid + 5), then
+         * round_up(d - 1) and round_up(d) when below D (never: d > D - grid), D. */
+        size_t expect[] = {0, grid, 3 * grid, D};
+        size_t ne = D > 3 * grid ? 4 : 3;
+        if (ne == 3) expect[2] = D;
+        MH_CHECK(h, nseg == ne - 1, "d=%zu: %zu segments, expected %zu", d, nseg, ne - 1);
+        for (size_t i = 0; i < ne && i <= nseg; i++)
+            MH_CHECK(h, bd[i] == expect[i], "d=%zu: bound %zu is %zu, expected %zu", d, i, bd[i],
+                     expect[i]);
+        float *xa = malloc(d * sizeof *xa), *xb = malloc(d * sizeof *xb);
+        float *ga = malloc(D * sizeof *ga), *gb = malloc(D * sizeof *gb);
+        long diff = 0;
+        for (int t = 0; t < 6; t++) {
+            make_input(xa, d, h->rank, t, 7 + d);
+            memcpy(xb, xa, d * sizeof *xa);
+            MH_CHECK(h, ob_car_allreduce(a, xa, xa, &err) == OB_OK, "%s", err.msg);
+            if (t % 2 == 0) {
+                MH_CHECK(h, ob_car_allreduce(b, xb, xb, &err) == OB_OK, "%s", err.msg);
+            } else {
+                for (size_t sg = 0; sg < nseg; sg++)
+                    MH_CHECK(h, ob_car_allreduce_segment(b, sg, xb, xb, &err) == OB_OK, "%s",
+                             err.msg);
+            }
+            diff += memcmp(xa, xb, d * sizeof *xa) != 0;
+            diff += memcmp(ob_car_worker_error(a), ob_car_worker_error(b), D * sizeof(float)) != 0;
+            server_by_position(c, a, ga);
+            server_by_position(c, b, gb);
+            diff += memcmp(ga, gb, D * sizeof *ga) != 0;
+        }
+        MH_CHECK(h, diff == 0, "d=%zu, %zu segments: %ld differences", d, nseg, diff);
+        MH_CHECK(h, ob_car_bytes_per_call(a) == ob_car_bytes_per_call(b), "bytes");
+        size_t desc[] = {grid, 1}, above[] = {d + 1};
+        MH_CHECK(h, ob_car_set_segments(b, desc, 2, &err) == OB_ERR_INVALID_ARG, "descending");
+        MH_CHECK(h, ob_car_set_segments(b, above, 1, &err) == OB_ERR_INVALID_ARG, "above d");
+        MH_CHECK(h, ob_car_allreduce_segment(b, nseg, xb, xb, &err) == OB_ERR_INVALID_ARG,
+                 "segment out of range");
+        MH_CHECK(h, ob_car_set_segments(b, NULL, 0, &err) == OB_OK && ob_car_num_segments(b) == 1,
+                 "no cuts: one segment");
+        free(xa), free(xb), free(ga), free(gb);
+        ob_car_destroy(a);
+        ob_car_destroy(b);
+    }
+    ob_comm_destroy(c);
+}
+
 /* The background control reduction: sums right, overlapping other collectives, state errors. */
 static void test_comm_control(mpi_harness *h)
 {
@@ -691,6 +787,7 @@ int main(int argc, char **argv)
     MH_RUN(&h, test_comm_block_sizes);
     MH_RUN(&h, test_comm_control);
     MH_RUN(&h, test_car_matches_simulation);
+    MH_RUN(&h, test_car_segments_change_no_bit);
     MH_RUN(&h, test_car_rejects_bad_block);
     MH_RUN(&h, test_error_feedback_telescopes);
     MH_RUN(&h, test_bytes_compression_vs_warmup);

@@ -53,6 +53,8 @@ typedef struct fixture {
     double hist[HIST];
     float *we, *se; /* (n, D), (n, C) */
     int n;
+    const size_t *bounds; /* the server layout of se (nseg + 1 bounds), NULL: one segment */
+    size_t nseg;
 } fixture;
 
 static fixture *make_fixture(int n, long step)
@@ -127,7 +129,7 @@ static void write_fixture(const char *job_dir, const fixture *f)
     assert_int_equal(ob_ckpt_write_state(dir, &f->meta, &a, "{\"name\":\"t\"}", &err), OB_OK);
     for (int r = 0; r < f->n; r++)
         assert_int_equal(ob_ckpt_write_rank(dir, &f->meta, r, f->we + (size_t)r * D,
-                                            f->se + (size_t)r * C, &err),
+                                            f->se + (size_t)r * C, f->bounds, f->nseg, &err),
                          OB_OK);
     assert_int_equal(ob_ckpt_commit(job_dir, f->meta.step, &err), OB_OK);
 }
@@ -195,6 +197,51 @@ static long chunk_offset(const char *path, const char *dataset)
     return (long)addr;
 }
 
+/* The positions of the padded vector (D) that rank `rank` of n holds in the server layout
+ * b[0..nseg] (NULL, 0: one segment), in the order of its server error: pos gets D / n of them.
+ * Written from the layout's definition in onebit/checkpoint.h, independently of the library. */
+static void server_positions(const size_t *b, size_t nseg, size_t D, int n, int rank, size_t *pos)
+{
+    const size_t one[2] = {0, D};
+    if (!b) {
+        b = one;
+        nseg = 1;
+    }
+    size_t k = 0;
+    for (size_t s = 0; s < nseg; s++) {
+        size_t L = (b[s + 1] - b[s]) / (size_t)n;
+        for (size_t i = 0; i < L; i++)
+            pos[k++] = b[s] + (size_t)rank * L + i;
+    }
+    assert_int_equal(k, D / (size_t)n);
+}
+
+/* The value the server-error fixtures hold at position p of the padded vector (exact in
+ * float for every p used here). */
+static float server_value(size_t p)
+{
+    return (float)p + 0.5f;
+}
+
+/* A fixture whose server errors hold server_value(p) at each position p, laid out in the
+ * server layout b[0..nseg] (borrowed, NULL with 0: one segment); worker errors are random. */
+static fixture *make_layout_fixture(int n, long step, const size_t *b, size_t nseg)
+{
+    fixture *f = make_fixture(n, step);
+    size_t D = (size_t)f->meta.padded_size, C = (size_t)f->meta.chunk_size;
+    size_t *pos = malloc(C * sizeof *pos);
+    assert_non_null(pos);
+    for (int r = 0; r < n; r++) {
+        server_positions(b, nseg, D, n, r, pos);
+        for (size_t k = 0; k < C; k++)
+            f->se[(size_t)r * C + k] = server_value(pos[k]);
+    }
+    free(pos);
+    f->bounds = b;
+    f->nseg = nseg;
+    return f;
+}
+
 /* ---- tests ------------------------------------------------------------------------------- */
 
 static void test_round_trip(void **state)
@@ -258,7 +305,7 @@ static void test_round_trip(void **state)
     size_t D = (size_t)m.padded_size, C = (size_t)m.chunk_size;
     float *we = malloc(D * sizeof *we), *se = malloc(C * sizeof *se);
     for (int r = 0; r < 3; r++) {
-        assert_int_equal(ob_ckpt_read_errors(dir, &m, r, 3, D, C, we, se, &err), OB_OK);
+        assert_int_equal(ob_ckpt_read_errors(dir, &m, r, 3, D, C, NULL, 0, we, se, &err), OB_OK);
         assert_memory_equal(we, f->we + (size_t)r * D, D * sizeof *we);
         assert_memory_equal(se, f->se + (size_t)r * C, C * sizeof *se);
     }
@@ -840,7 +887,9 @@ static void sweep_file(const char *job, const char *file, const fixture *f, int 
                    !memcmp(m.loader_rng, f->meta.loader_rng, sizeof m.loader_rng) &&
                    m.wall_seconds == f->meta.wall_seconds && m.lr == f->meta.lr;
         for (int r = 0; same && r < f->n; r++) {
-            assert_int_equal(ob_ckpt_read_errors(dir, &m, r, f->n, D, C, we, se, &err), OB_OK);
+            assert_int_equal(
+                ob_ckpt_read_errors(dir, &m, r, f->n, D, C, f->bounds, f->nseg, we, se, &err),
+                OB_OK);
             same = !memcmp(we, f->we + (size_t)r * D, D * sizeof *we) &&
                    !memcmp(se, f->se + (size_t)r * C, C * sizeof *se);
         }
@@ -890,7 +939,7 @@ static void check_reshard(int n_old, int n_new)
     float *we = malloc((size_t)n_new * D * sizeof *we),
           *se = malloc((size_t)n_new * C * sizeof *se);
     for (int r = 0; r < n_new; r++)
-        assert_int_equal(ob_ckpt_read_errors(dir, &m, r, n_new, D, C, we + (size_t)r * D,
+        assert_int_equal(ob_ckpt_read_errors(dir, &m, r, n_new, D, C, NULL, 0, we + (size_t)r * D,
                                              se + (size_t)r * C, &err),
                          OB_OK);
     for (size_t i = 0; i < d; i++) {
@@ -914,9 +963,9 @@ static void check_reshard(int n_old, int n_new)
     for (size_t i = d; i < D; i++)
         assert_true(se[i] == 0.0f);
     /* Bad targets are refused. */
-    assert_int_equal(ob_ckpt_read_errors(dir, &m, n_new, n_new, D, C, we, se, &err),
+    assert_int_equal(ob_ckpt_read_errors(dir, &m, n_new, n_new, D, C, NULL, 0, we, se, &err),
                      OB_ERR_INVALID_ARG);
-    assert_int_equal(ob_ckpt_read_errors(dir, &m, 0, n_new, D + 1, C, we, se, &err),
+    assert_int_equal(ob_ckpt_read_errors(dir, &m, 0, n_new, D + 1, C, NULL, 0, we, se, &err),
                      OB_ERR_INVALID_ARG);
     free(we);
     free(se);
@@ -930,6 +979,338 @@ static void test_reshard(void **state)
     check_reshard(2, 3);
     check_reshard(3, 5);
     check_reshard(5, 1);
+}
+
+/* ---- the server layout ----------------------------------------------------------------------- */
+
+/* Layouts of the fixtures (d = 1000, B = 64): N = 3 gives D = 1152 (N B = 192), N = 2 gives
+ * D = 1024 (128), N = 4 gives 1024 (256), N = 5 gives 1280 (320). */
+static const size_t LAYOUT3[] = {0, 192, 768, 1152};       /* L = 64, 192, 128 */
+static const size_t LAYOUT3_OTHER[] = {0, 576, 960, 1152}; /* L = 192, 128, 64 */
+static const size_t LAYOUT2[] = {0, 256, 640, 1024};       /* L = 128, 192, 192 */
+static const size_t LAYOUT4[] = {0, 256, 512, 1024};       /* L = 64, 64, 128 */
+static const size_t LAYOUT5[] = {0, 320, 1280};            /* L = 64, 192 */
+#define NSEG(a) (sizeof(a) / sizeof(a)[0] - 1)             /* segments of a bounds array */
+
+/* 1 when rank file `rank` of checkpoint dir stores /optim/server_segments. */
+static int has_segments(const char *dir, int rank)
+{
+    char p[OB_CKPT_PATH_LEN + 16];
+    snprintf(p, sizeof p, "%s/rank-%05d.h5", dir, rank);
+    hid_t f = H5Fopen(p, H5F_ACC_RDONLY, H5P_DEFAULT);
+    assert_true(f >= 0);
+    htri_t ex = H5Lexists(f, "/optim/server_segments", H5P_DEFAULT);
+    H5Fclose(f);
+    assert_true(ex >= 0);
+    return ex > 0;
+}
+
+/* Reads the error buffers of every rank of n_new (D for that world size) in the server layout
+ * b[0..nseg] from the checkpoint written from f, and checks them against the definition: each
+ * server error element holds the value of its position (at the same N and D the padding too,
+ * else 0 there); the worker error is the rank's own at the same N and D, else the mean. */
+static void check_layout_read(const char *dir, const fixture *f, int n_new, const size_t *b,
+                              size_t nseg)
+{
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_OK);
+    size_t d = D_PARAMS, Dold = (size_t)m.padded_size;
+    size_t D = round_up(d, (size_t)n_new * BLOCK), C = D / (size_t)n_new;
+    int same = n_new == f->n && D == Dold;
+    float *we = malloc(D * sizeof *we), *se = malloc(C * sizeof *se);
+    size_t *pos = malloc(C * sizeof *pos);
+    assert_non_null(we);
+    assert_non_null(se);
+    assert_non_null(pos);
+    for (int r = 0; r < n_new; r++) {
+        if (ob_ckpt_read_errors(dir, &m, r, n_new, D, C, b, nseg, we, se, &err) != OB_OK)
+            fail_msg("rank %d of %d: %s", r, n_new, err.msg);
+        server_positions(b, nseg, D, n_new, r, pos);
+        for (size_t k = 0; k < C; k++) {
+            float want = same || pos[k] < d ? server_value(pos[k]) : 0.0f;
+            if (memcmp(&se[k], &want, sizeof want) != 0)
+                fail_msg("%d -> %d, rank %d: server error %zu (position %zu) is %.9g, not %.9g",
+                         f->n, n_new, r, k, pos[k], se[k], want);
+        }
+        if (same) {
+            assert_memory_equal(we, f->we + (size_t)r * D, D * sizeof *we);
+            continue;
+        }
+        for (size_t i = 0; i < d; i++) {
+            double sum = 0.0;
+            for (int o = 0; o < f->n; o++)
+                sum += (double)f->we[(size_t)o * Dold + i];
+            float want = (float)(sum / f->n);
+            if (memcmp(&we[i], &want, sizeof want) != 0)
+                fail_msg("rank %d: worker error %zu is %.9g, not the mean %.9g", r, i, we[i], want);
+        }
+        for (size_t i = d; i < D; i++)
+            assert_true(we[i] == 0.0f);
+    }
+    free(pos);
+    free(we);
+    free(se);
+}
+
+/* Writes fixture f (committed as step 20 of job) and returns its directory in dir. */
+static void write_layout_job(const char *job, const fixture *f, char *dir)
+{
+    char jd[OB_CKPT_PATH_LEN];
+    job_path(jd, job);
+    write_fixture(jd, f);
+    step_path(dir, job, 20, NULL);
+}
+
+/* Three ranks in three segments: read back in that layout bit for bit, in one segment and in
+ * another three position by position (the worker errors untouched); only files with more than
+ * one segment store them. */
+static void test_segments_round_trip(void **state)
+{
+    (void)state;
+    char dir[OB_CKPT_PATH_LEN];
+    fixture *f = make_layout_fixture(3, 20, LAYOUT3, NSEG(LAYOUT3));
+    write_layout_job("seg-roundtrip", f, dir);
+    for (int r = 0; r < 3; r++)
+        assert_true(has_segments(dir, r));
+
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_OK);
+    size_t D = (size_t)m.padded_size, C = (size_t)m.chunk_size;
+    float *we = malloc(D * sizeof *we), *se = malloc(C * sizeof *se);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(
+            ob_ckpt_read_errors(dir, &m, r, 3, D, C, LAYOUT3, NSEG(LAYOUT3), we, se, &err), OB_OK);
+        assert_memory_equal(we, f->we + (size_t)r * D, D * sizeof *we);
+        assert_memory_equal(se, f->se + (size_t)r * C, C * sizeof *se);
+    }
+    free(we);
+    free(se);
+    check_layout_read(dir, f, 3, NULL, 0);
+    check_layout_read(dir, f, 3, LAYOUT3_OTHER, NSEG(LAYOUT3_OTHER));
+    free_fixture(f);
+
+    /* One segment, given as bounds or not, writes the files as before: no dataset. */
+    static const size_t whole[] = {0, 1152};
+    f = make_layout_fixture(3, 20, whole, 1);
+    write_layout_job("seg-one", f, dir);
+    for (int r = 0; r < 3; r++)
+        assert_false(has_segments(dir, r));
+    check_layout_read(dir, f, 3, NULL, 0);
+    free_fixture(f);
+}
+
+/* The same world size and D, another layout: written in one segment and read in three, and
+ * written in three and read in one, every position exact. */
+static void test_segments_remap(void **state)
+{
+    (void)state;
+    char dir[OB_CKPT_PATH_LEN];
+    fixture *f = make_layout_fixture(3, 20, NULL, 0);
+    write_layout_job("seg-remap-one", f, dir);
+    check_layout_read(dir, f, 3, LAYOUT3, NSEG(LAYOUT3));
+    check_layout_read(dir, f, 3, NULL, 0);
+    free_fixture(f);
+
+    f = make_layout_fixture(2, 20, LAYOUT2, NSEG(LAYOUT2));
+    write_layout_job("seg-remap-two", f, dir);
+    check_layout_read(dir, f, 2, NULL, 0);
+    check_layout_read(dir, f, 2, LAYOUT2, NSEG(LAYOUT2));
+    free_fixture(f);
+}
+
+/* Another world size, with segments on both sides: the server error position by position (0
+ * at the padding), the worker error the mean. */
+static void test_segments_reshard(void **state)
+{
+    (void)state;
+    char dir[OB_CKPT_PATH_LEN];
+    fixture *f = make_layout_fixture(3, 20, LAYOUT3, NSEG(LAYOUT3));
+    write_layout_job("seg-reshard-3", f, dir);
+    check_layout_read(dir, f, 2, LAYOUT2, NSEG(LAYOUT2));
+    check_layout_read(dir, f, 5, LAYOUT5, NSEG(LAYOUT5));
+    check_layout_read(dir, f, 1, NULL, 0);
+    free_fixture(f);
+
+    f = make_layout_fixture(4, 20, LAYOUT4, NSEG(LAYOUT4));
+    write_layout_job("seg-reshard-4", f, dir);
+    check_layout_read(dir, f, 2, LAYOUT2, NSEG(LAYOUT2)); /* the same D, another N */
+    check_layout_read(dir, f, 3, LAYOUT3, NSEG(LAYOUT3));
+    check_layout_read(dir, f, 2, NULL, 0);
+    free_fixture(f);
+}
+
+/* Byte flips in a rank file that stores its layout: detected, or the same data and layout. */
+static void test_segments_no_silent_corruption(void **state)
+{
+    (void)state;
+    char dir[OB_CKPT_PATH_LEN];
+    fixture *f = make_layout_fixture(2, 20, LAYOUT2, NSEG(LAYOUT2));
+    write_layout_job("sweep-seg", f, dir);
+    int detected = 0, harmless = 0;
+    sweep_file("sweep-seg", "rank-00001.h5", f, &detected, &harmless);
+    print_message("byte flips: %d detected, %d in unused bytes\n", detected, harmless);
+    assert_true(detected > 500);
+    free_fixture(f);
+}
+
+/* Replaces /optim/server_segments of a rank file by n values of file type ftype (from data of
+ * memory type mtype); rows 0: one dimension, else (rows, n / rows). */
+static void replace_segments(const char *path, hid_t ftype, hid_t mtype, const void *data,
+                             hsize_t n, hsize_t rows)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(f >= 0);
+    assert_true(H5Ldelete(f, "/optim/server_segments", H5P_DEFAULT) >= 0);
+    hsize_t dims[2] = {rows ? rows : n, rows ? n / rows : 0};
+    hid_t space = H5Screate_simple(rows ? 2 : 1, dims, NULL);
+    hid_t ds = H5Dcreate2(f, "/optim/server_segments", ftype, space, H5P_DEFAULT, H5P_DEFAULT,
+                          H5P_DEFAULT);
+    assert_true(ds >= 0);
+    assert_true(H5Dwrite(ds, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, data) >= 0);
+    H5Dclose(ds);
+    H5Sclose(space);
+    H5Fclose(f);
+}
+
+/* A three-rank checkpoint in LAYOUT3 whose rank 1 gets the given segments: reading rank 1's
+ * errors and verifying both refuse it as corrupt, naming the file and containing want. */
+static void expect_bad_segments(hid_t ftype, hid_t mtype, const void *data, hsize_t n, hsize_t rows,
+                                const char *want)
+{
+    static int count;
+    char job[32], dir[OB_CKPT_PATH_LEN], p[OB_CKPT_PATH_LEN];
+    snprintf(job, sizeof job, "seg-hostile-%d", count++);
+    fixture *f = make_layout_fixture(3, 20, LAYOUT3, NSEG(LAYOUT3));
+    write_layout_job(job, f, dir);
+    step_path(p, job, 20, "rank-00001.h5");
+    replace_segments(p, ftype, mtype, data, n, rows);
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_OK);
+    float *we = malloc(2048 * sizeof *we), *se = malloc(2048 * sizeof *se); /* any N here */
+    const struct {
+        int rank, world;
+        const size_t *b;
+        size_t nseg;
+    } reads[] = {{1, 3, LAYOUT3, NSEG(LAYOUT3)}, {0, 3, NULL, 0}, {0, 2, NULL, 0}};
+    for (size_t i = 0; i < sizeof reads / sizeof *reads; i++) {
+        size_t Dn = round_up(D_PARAMS, (size_t)reads[i].world * BLOCK);
+        assert_int_equal(ob_ckpt_read_errors(dir, &m, reads[i].rank, reads[i].world, Dn,
+                                             Dn / (size_t)reads[i].world, reads[i].b, reads[i].nseg,
+                                             we, se, &err),
+                         OB_ERR_CORRUPT);
+        if (!strstr(err.msg, "rank-00001.h5") || !strstr(err.msg, want))
+            fail_msg("read %zu: '%s' does not name rank-00001.h5 with '%s'", i, err.msg, want);
+    }
+    assert_int_equal(ob_ckpt_verify(dir, NULL, &err), OB_ERR_CORRUPT);
+    if (!strstr(err.msg, "rank-00001.h5") || !strstr(err.msg, want))
+        fail_msg("verify: '%s' does not name rank-00001.h5 with '%s'", err.msg, want);
+    free(we);
+    free(se);
+    free_fixture(f);
+}
+
+static void test_segments_hostile(void **state)
+{
+    (void)state;
+    hid_t u64 = H5T_STD_U64LE, nu64 = H5T_NATIVE_UINT64;
+    static const uint64_t late_start[] = {192, 768, 1152};
+    static const uint64_t short_end[] = {0, 192, 768};
+    static const uint64_t descending[] = {0, 768, 192, 1152};
+    static const uint64_t repeated[] = {0, 192, 192, 1152};
+    static const uint64_t off_block[] = {0, 96, 768, 1152}; /* a multiple of N, not of N B */
+    static const uint64_t too_long[] = {0, 192, 384, 576, 768, 960, 1152, 1152}; /* 8 > 7 */
+    static const uint64_t single[] = {0};
+    static const uint64_t huge[] = {0, (uint64_t)1 << 63, UINT64_MAX};
+    static const uint64_t other[] = {0, 384, 1152}; /* valid, but not rank 0's layout */
+    expect_bad_segments(u64, nu64, late_start, 3, 0, "first bound is 192, not 0");
+    expect_bad_segments(u64, nu64, short_end, 3, 0, "last bound is 768, not D = 1152");
+    expect_bad_segments(u64, nu64, descending, 4, 0, "bound 2 (192) does not follow 768");
+    expect_bad_segments(u64, nu64, repeated, 4, 0, "bound 2 (192) does not follow 192");
+    expect_bad_segments(u64, nu64, off_block, 4, 0, "bound 1 (96) is not a multiple of 192");
+    expect_bad_segments(u64, nu64, too_long, 8, 0, "8 bounds (one dimension, 2 .. 7)");
+    expect_bad_segments(u64, nu64, single, 1, 0, "1 bounds");
+    expect_bad_segments(u64, nu64, huge, 3, 0, "last bound is 18446744073709551615");
+    expect_bad_segments(u64, nu64, descending, 4, 2, "2 dimensions");
+    expect_bad_segments(u64, nu64, other, 3, 0, "differs from the other rank files'");
+    static const double as_double[] = {0, 192, 768, 1152};
+    static const int64_t as_signed[] = {0, 192, 768, 1152};
+    static const uint32_t as_u32[] = {0, 192, 768, 1152};
+    expect_bad_segments(H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, as_double, 4, 0,
+                        "not unsigned 64-bit integers");
+    expect_bad_segments(H5T_STD_I64LE, H5T_NATIVE_INT64, as_signed, 4, 0,
+                        "not unsigned 64-bit integers");
+    expect_bad_segments(H5T_STD_U32LE, H5T_NATIVE_UINT32, as_u32, 4, 0,
+                        "not unsigned 64-bit integers");
+}
+
+/* Layouts that are not one: refused by write_rank (against D, N and B) and as a request by
+ * read_errors (against this run's D and N) with OB_ERR_INVALID_ARG, before any file is made. */
+static void test_segments_invalid_args(void **state)
+{
+    (void)state;
+    static const size_t off_block[] = {0, 96, 1152}; /* a multiple of N = 3, not of N B */
+    static const size_t off_world[] = {0, 100, 1152};
+    static const size_t repeated[] = {0, 576, 576, 1152};
+    static const size_t late_start[] = {192, 576, 1152};
+    static const size_t short_end[] = {0, 576};
+    const struct {
+        const size_t *b;
+        size_t nseg;
+        int read_ok; /* a valid request (read_errors knows N only) */
+        const char *want;
+    } cases[] = {
+        {off_block, 2, 1, "bound 1 (96) is not a multiple of 192"},
+        {off_world, 2, 0, "bound 1 (100) is not a multiple of"},
+        {repeated, 3, 0, "bound 2 (576) does not follow 576"},
+        {late_start, 2, 0, "first bound is 192, not 0"},
+        {short_end, 1, 0, "last bound is 576, not D = 1152"},
+        {LAYOUT3, SIZE_MAX, 0, "18446744073709551615 segments over D = 1152"},
+        {LAYOUT3, 385, 0, "385 segments over D = 1152"}, /* > D / N: refused unread */
+        {NULL, 2, 0, "2 segments with NULL bounds"},
+        {LAYOUT3, 0, 0, "0 segments with non-NULL bounds"},
+    };
+    char jd[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN], p[OB_CKPT_PATH_LEN + 16];
+    fixture *f = make_layout_fixture(3, 20, LAYOUT3, NSEG(LAYOUT3));
+    job_path(jd, "seg-args");
+    write_fixture(jd, f);
+    ob_err err = {0};
+    ob_ckpt_meta m;
+    char done[OB_CKPT_PATH_LEN];
+    step_path(done, "seg-args", 20, NULL);
+    assert_int_equal(ob_ckpt_read_meta(done, &m, NULL, &err), OB_OK);
+    size_t D = (size_t)m.padded_size, C = (size_t)m.chunk_size;
+    float *we = malloc(D * sizeof *we), *se = malloc(C * sizeof *se);
+    assert_int_equal(ob_ckpt_prepare(jd, 30, dir, &err), OB_OK);
+    snprintf(p, sizeof p, "%s/rank-00000.h5", dir);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ob_status st =
+            ob_ckpt_write_rank(dir, &f->meta, 0, f->we, f->se, cases[i].b, cases[i].nseg, &err);
+        assert_int_equal(st, OB_ERR_INVALID_ARG);
+        if (!strstr(err.msg, cases[i].want))
+            fail_msg("write: '%s' does not contain '%s'", err.msg, cases[i].want);
+        assert_int_equal(access(p, F_OK), -1);
+        st = ob_ckpt_read_errors(done, &m, 0, 3, D, C, cases[i].b, cases[i].nseg, we, se, &err);
+        if (cases[i].read_ok) {
+            assert_int_equal(st, OB_OK);
+            continue;
+        }
+        assert_int_equal(st, OB_ERR_INVALID_ARG);
+        if (!strstr(err.msg, cases[i].want))
+            fail_msg("case %zu: '%s' does not contain '%s'", i, err.msg, cases[i].want);
+    }
+    /* A layout without the compressed allreduce. */
+    ob_ckpt_meta plain = f->meta;
+    plain.padded_size = plain.chunk_size = plain.block_size = 0;
+    assert_int_equal(ob_ckpt_write_rank(dir, &plain, 0, NULL, NULL, LAYOUT3, 3, &err),
+                     OB_ERR_INVALID_ARG);
+    assert_int_equal(access(p, F_OK), -1);
+    assert_int_equal(ob_ckpt_discard(jd, 30, &err), OB_OK);
+    free(we);
+    free(se);
+    free_fixture(f);
 }
 
 static void test_names(void **state)
@@ -987,6 +1368,12 @@ int main(void)
         cmocka_unit_test(test_no_index),
         cmocka_unit_test(test_no_silent_corruption),
         cmocka_unit_test(test_reshard),
+        cmocka_unit_test(test_segments_round_trip),
+        cmocka_unit_test(test_segments_remap),
+        cmocka_unit_test(test_segments_reshard),
+        cmocka_unit_test(test_segments_no_silent_corruption),
+        cmocka_unit_test(test_segments_hostile),
+        cmocka_unit_test(test_segments_invalid_args),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -258,6 +258,30 @@ if [ "$("$CKPT" info "$TMP/resize/job/step-00000120" | awk '/world size/ {print 
   ok "the resized job writes checkpoints for its new world size"
 else bad "resized layout" "$("$CKPT" info "$TMP/resize/job/step-00000120")"; fi
 
+# --- the compression phase in segments: no bit changes, resize included ----------------------
+# On 2 ranks the warmup's bucketed sums are the whole-vector sum's bits, and segments change no
+# bit of the compressed exchange: the overlap job (2 buckets, so 2 segments) ends in exactly the
+# state of the one-segment job (onebit-ckpt diff compares server errors position by position).
+# Stopped in the compression phase and resumed on 3 ranks, the server errors are re-mapped from
+# either layout into the new one: the two still end identical.
+run 2 "$TMP/seg1.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/seg1"; rc=$?
+run 2 "$TMP/seg2.jsonl" --spec "$TMP/ovl.yaml" --checkpoint-dir "$TMP/seg2"; rc2=$?
+if [ $rc -eq 0 ] && [ $rc2 -eq 0 ]; then ok "2 ranks, one segment and two: both finish"
+else bad "2 ranks, one segment and two" "rc=$rc/$rc2 $(cat "$TMP/seg1.jsonl.err" "$TMP/seg2.jsonl.err")"; fi
+same "$TMP/seg1/job/step-00000120" "$TMP/seg2/job/step-00000120" \
+  "2 ranks: two segments overlapped end in the one-segment job's state"
+for v in 1 2; do
+  sp=$TMP/job.yaml
+  [ $v = 2 ] && sp=$TMP/ovl.yaml
+  ONEBIT_FAULT_INJECT=TERM:70:0 run 2 "$TMP/segr$v-1.jsonl" --spec "$sp" --checkpoint-dir "$TMP/segr$v"; rc=$?
+  run 3 "$TMP/segr$v-2.jsonl" --spec "$sp" --checkpoint-dir "$TMP/segr$v" --resume; rc2=$?
+  if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(field "$TMP/segr$v-2.jsonl" resume .from_world_size)" = 2 ]; then
+    ok "segments $v: stopped after step 70 on 2 ranks, resumed on 3"
+  else bad "segments $v: resize 2 -> 3" "rc=$rc/$rc2 $(cat "$TMP/segr$v-2.jsonl.err")"; fi
+done
+same "$TMP/segr1/job/step-00000120" "$TMP/segr2/job/step-00000120" \
+  "resized 2 -> 3 in the compression phase: one segment and two end identical"
+
 # --- SIGTERM from outside, to the ranks of a long job ------------------------------------------
 spec "$TMP/long.yaml" 'log_interval: 1000'
 sed -i 's/^steps: 120/steps: 100000000/; /^log_interval: 10$/d' "$TMP/long.yaml"

@@ -17,7 +17,9 @@
 #
 # usage: sudo bash bench/peers/run.sh [--rates "unshaped 1g 200m 50m"] [--models "mlp transformer"]
 #                                     [--systems "onebit adam ddp-fp32 ddp-fp16 ddp-powersgd1 ddp-powersgd4"]
-#                                     (also: adam-overlap, onebit-overlap: optimizer.overlap: true;
+#                                     (also: adam-overlap, onebit-overlap: optimizer.overlap: true
+#                                     with bucket_mb: 1, so that the MLP's two large layers are two
+#                                     buckets: the default 4 MiB holds both in one;
 #                                     adam-fp16, onebit-fp16: optimizer.gradient_exchange: fp16;
 #                                     onebit-warm: 1-bit Adam warm-started from an earlier run
 #                                     of the model with another seed, see below)
@@ -236,8 +238,8 @@ for rate in $RATES; do
         onebit) onebit_run "$name" "$model" "$ONEBIT" "${!cap}" "${!eval}" "$target" || true
                 freeze=$(jq -s 'map(select(.event=="freeze")) | first | .step // empty' "$LOGS/$name.jsonl") ;;
         adam) onebit_run "$name" "$model" "$ADAM" "${!cap}" "${!eval}" "$target" || true ;;
-        adam-overlap) onebit_run "$name" "$model" "${ADAM%\}}, overlap: true}" "${!cap}" "${!eval}" "$target" || true ;;
-        onebit-overlap) onebit_run "$name" "$model" "${ONEBIT%\}}, overlap: true}" "${!cap}" "${!eval}" "$target" || true
+        adam-overlap) onebit_run "$name" "$model" "${ADAM%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-overlap) onebit_run "$name" "$model" "${ONEBIT%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true
                 freeze=$(jq -s 'map(select(.event=="freeze")) | first | .step // empty' "$LOGS/$name.jsonl") ;;
         adam-fp16) onebit_run "$name" "$model" "${ADAM%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-fp16) onebit_run "$name" "$model" "${ONEBIT%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;

@@ -9,7 +9,9 @@
  *   onebit-ckpt list JOB_DIR        every checkpoint of a job, newest first, verified
  *   onebit-ckpt diff A B [--only LIST]
  *                                   compares two checkpoints array by array, bit for bit
- *                                   (LIST: params,exp_avg,exp_avg_sq,v_norm_history,errors)
+ *                                   (LIST: params,exp_avg,exp_avg_sq,v_norm_history,errors);
+ *                                   server errors position by position, whatever layout each
+ *                                   checkpoint's ranks stored them in
  *
  * DIR is a checkpoint directory (step-XXXXXXXX), its state.h5, or for verify, tensors and
  * export also a job directory (its newest valid checkpoint).
@@ -177,19 +179,24 @@ static int diff_errors(const char *a, const loaded *la, const char *b, const loa
     float *wa = malloc(D * sizeof(float)), *wb = malloc(D * sizeof(float));
     float *sa = malloc(C * sizeof(float)), *sb = malloc(C * sizeof(float));
     int diff = 0;
+    /* Both read in the one-segment layout (rank r: positions [r C, (r+1) C)), so checkpoints
+     * whose ranks stored the server error in other segments compare by position. */
     for (int r = 0; r < la->m.world_size && !diff; r++) {
         ob_err err = {0};
         if (!wa || !wb || !sa || !sb ||
-            ob_ckpt_read_errors(a, &la->m, r, la->m.world_size, D, C, wa, sa, &err) != OB_OK ||
-            ob_ckpt_read_errors(b, &lb->m, r, lb->m.world_size, D, C, wb, sb, &err) != OB_OK) {
+            ob_ckpt_read_errors(a, &la->m, r, la->m.world_size, D, C, NULL, 0, wa, sa, &err) !=
+                OB_OK ||
+            ob_ckpt_read_errors(b, &lb->m, r, lb->m.world_size, D, C, NULL, 0, wb, sb, &err) !=
+                OB_OK) {
             fprintf(stderr, "onebit-ckpt: %s\n", err.msg[0] ? err.msg : "out of memory");
             diff = 1;
             break;
         }
-        char what[64];
+        char what[96];
         snprintf(what, sizeof what, "worker_error of rank %d", r);
         diff |= differ(what, wa, wb, D, sizeof(float));
-        snprintf(what, sizeof what, "server_error of rank %d", r);
+        snprintf(what, sizeof what, "server_error of rank %d in one segment (positions %zu..%zu)",
+                 r, (size_t)r * C, (size_t)(r + 1) * C - 1);
         diff |= differ(what, sa, sb, C, sizeof(float));
     }
     free(wa);

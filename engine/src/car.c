@@ -15,6 +15,9 @@ struct ob_car {
     size_t d, D, C, B;
     ob_scale_kind scale;
     size_t msg; /* packed bytes of one chunk */
+    size_t nseg;   /* segments of the server layout (1: chunk j of the whole vector) */
+    size_t *bound; /* (nseg + 1) segment bounds: 0 = bound[0] < ... < bound[nseg] = D */
+    size_t *off;   /* (nseg) where segment s's piece starts in the server error */
 
     float *worker_err;     /* (D) */
     float *server_err;     /* (C) */
@@ -45,20 +48,20 @@ static ob_status k_compress(ob_car *car, const float *x, size_t x_len, float *e,
     return OB_OK;
 }
 
-static ob_status k_average(ob_car *car, const void *packed, float *out, ob_err *err)
+static ob_status k_average(ob_car *car, const void *packed, size_t n, float *out, ob_err *err)
 {
     if (car->device)
-        return ob_cuda_decompress_average(packed, (size_t)car->nranks, car->C, car->B, out,
+        return ob_cuda_decompress_average(packed, (size_t)car->nranks, n, car->B, out,
                                           ob_comm_stream(car->comm), err);
-    ob_decompress_average(packed, (size_t)car->nranks, car->C, car->B, out);
+    ob_decompress_average(packed, (size_t)car->nranks, n, car->B, out);
     return OB_OK;
 }
 
-static ob_status k_decode(ob_car *car, const void *packed, float *out, ob_err *err)
+static ob_status k_decode(ob_car *car, const void *packed, size_t n, float *out, ob_err *err)
 {
     if (car->device)
-        return ob_cuda_decompress(packed, car->C, car->B, out, ob_comm_stream(car->comm), err);
-    ob_decompress(packed, car->C, car->B, out);
+        return ob_cuda_decompress(packed, n, car->B, out, ob_comm_stream(car->comm), err);
+    ob_decompress(packed, n, car->B, out);
     return OB_OK;
 }
 
@@ -109,6 +112,16 @@ ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_
         (st = buf_alloc(car, (void **)&car->recv, n * car->msg, err)) ||
         (st = buf_alloc(car, (void **)&car->gather, n * car->msg, err)))
         goto fail;
+    car->bound = malloc(2 * sizeof *car->bound);
+    car->off = malloc(sizeof *car->off);
+    if (!car->bound || !car->off) {
+        st = OB_ERR(err, OB_ERR_NOMEM, "compressed allreduce: segments");
+        goto fail;
+    }
+    car->nseg = 1;
+    car->bound[0] = 0;
+    car->bound[1] = car->D;
+    car->off[0] = 0;
     *out = car;
     return OB_OK;
 fail:
@@ -123,6 +136,8 @@ void ob_car_destroy(ob_car *car)
                     car->send,       car->recv,       car->gather};
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         ob__mem_free(car->device, bufs[i]);
+    free(car->bound);
+    free(car->off);
     free(car);
 }
 
@@ -149,6 +164,53 @@ size_t ob_car_block_size(const ob_car *car)
 uint64_t ob_car_bytes_per_call(const ob_car *car)
 {
     return 2u * (uint64_t)(car->nranks - 1) * car->msg;
+}
+
+ob_status ob_car_set_segments(ob_car *car, const size_t *cuts, size_t n, ob_err *err)
+{
+    size_t grid = (size_t)car->nranks * car->B;
+    for (size_t i = 0; i < n; i++) {
+        if (cuts[i] > car->d || (i > 0 && cuts[i] < cuts[i - 1]))
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "compressed allreduce: cut %zu at %zu (previous %zu, d = %zu): cuts "
+                          "must ascend within [0, d]",
+                          i, cuts[i], i ? cuts[i - 1] : 0, car->d);
+    }
+    /* Each cut rounded up to the grid; 0, D and repeats add nothing. At most n + 1 segments,
+     * and n < D / grid + 1 of them can be distinct. */
+    size_t cap = n + 2;
+    size_t *bound = malloc(cap * sizeof *bound), *off = malloc(cap * sizeof *off);
+    if (!bound || !off) {
+        free(bound);
+        free(off);
+        return OB_ERR(err, OB_ERR_NOMEM, "compressed allreduce: %zu segments", n + 1);
+    }
+    size_t k = 0;
+    bound[k++] = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t c = ob_round_up(cuts[i], grid);
+        if (c > bound[k - 1] && c < car->D) bound[k++] = c;
+    }
+    bound[k] = car->D;
+    off[0] = 0;
+    for (size_t s = 1; s < k; s++)
+        off[s] = off[s - 1] + (bound[s] - bound[s - 1]) / (size_t)car->nranks;
+    free(car->bound);
+    free(car->off);
+    car->bound = bound;
+    car->off = off;
+    car->nseg = k;
+    return OB_OK;
+}
+
+size_t ob_car_num_segments(const ob_car *car)
+{
+    return car->nseg;
+}
+
+const size_t *ob_car_segment_bounds(const ob_car *car)
+{
+    return car->bound;
 }
 
 float *ob_car_worker_error(ob_car *car)
@@ -196,54 +258,57 @@ static ob_status phase_end(ob_car *car, double *t0, double *acc, ob_err *err)
     return OB_OK;
 }
 
-/* Elements of chunk j that lie inside the unpadded vector. */
-static size_t chunk_valid(const ob_car *car, size_t j)
+/* Elements of [lo, lo + n) that lie inside the unpadded vector. */
+static size_t piece_valid(const ob_car *car, size_t lo, size_t n)
 {
-    size_t lo = j * car->C;
     if (lo >= car->d) return 0;
-    return car->d - lo < car->C ? car->d - lo : car->C;
+    return car->d - lo < n ? car->d - lo : n;
 }
 
-ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err)
+ob_status ob_car_allreduce_segment(ob_car *car, size_t s, const float *in, float *out, ob_err *err)
 {
-    size_t n = (size_t)car->nranks, C = car->C, msg = car->msg;
+    if (s >= car->nseg)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "compressed allreduce: segment %zu of %zu", s,
+                      car->nseg);
+    size_t n = (size_t)car->nranks, a = car->bound[s];
+    size_t L = (car->bound[s + 1] - a) / n, msg = ob_packed_bytes(L, car->B);
     ob_car_timing *tm = &car->tim;
     double t0 = car->timing ? ob_mono_s() : 0.0;
     ob_status st;
 
-    /* 1. Worker: compress x + e chunk by chunk, chunk j addressed to rank j. */
+    /* 1. Worker: compress x + e piece by piece, piece j (of this segment) addressed to rank j. */
     for (size_t j = 0; j < n; j++) {
-        size_t valid = chunk_valid(car, j);
-        st = k_compress(car, valid ? in + j * C : NULL, valid, car->worker_err + j * C, C,
+        size_t lo = a + j * L, valid = piece_valid(car, lo, L);
+        st = k_compress(car, valid ? in + lo : NULL, valid, car->worker_err + lo, L,
                         car->send + j * msg, err);
         if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: worker compression");
     }
     if ((st = phase_end(car, &t0, &tm->compress_s, err))) return st;
 
-    /* 2. Alltoall: this rank receives its chunk from every rank. */
+    /* 2. Alltoall: this rank receives its piece from every rank. */
     st = ob_comm_alltoall(car->comm, car->send, car->recv, msg, err);
     if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: alltoall");
     if ((st = phase_end(car, &t0, &tm->alltoall_s, err))) return st;
 
     /* 3. Server: average in rank order, add the server error, recompress. */
     unsigned char *mine = car->gather + (size_t)car->rank * msg;
-    if ((st = k_average(car, car->recv, car->avg, err)) ||
-        (st = k_compress(car, car->avg, C, car->server_err, C, mine, err)))
+    if ((st = k_average(car, car->recv, L, car->avg, err)) ||
+        (st = k_compress(car, car->avg, L, car->server_err + car->off[s], L, mine, err)))
         return OB_WRAP(err, st, "compressed allreduce: server compression");
     if ((st = phase_end(car, &t0, &tm->server_s, err))) return st;
 
-    /* 4. Allgather the recompressed chunks; every rank decodes the same average. */
+    /* 4. Allgather the recompressed pieces; every rank decodes the same average. */
     st = ob_comm_allgather(car->comm, mine, car->gather, msg, err);
     if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: allgather");
     if ((st = phase_end(car, &t0, &tm->allgather_s, err))) return st;
     for (size_t j = 0; j < n; j++) {
-        size_t valid = chunk_valid(car, j);
+        size_t lo = a + j * L, valid = piece_valid(car, lo, L);
         if (valid == 0) break;
-        if (valid == C) {
-            st = k_decode(car, car->gather + j * msg, out + j * C, err);
-        } else { /* the straddling chunk: decode whole, keep the part inside d */
-            st = k_decode(car, car->gather + j * msg, car->tail, err);
-            if (st == OB_OK) st = k_copy(car, out + j * C, car->tail, valid * sizeof(float), err);
+        if (valid == L) {
+            st = k_decode(car, car->gather + j * msg, L, out + lo, err);
+        } else { /* the piece that straddles d: decode whole, keep the part inside d */
+            st = k_decode(car, car->gather + j * msg, L, car->tail, err);
+            if (st == OB_OK) st = k_copy(car, out + lo, car->tail, valid * sizeof(float), err);
         }
         if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: decode");
     }
@@ -252,6 +317,15 @@ ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err
         if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: stream sync");
     }
     if ((st = phase_end(car, &t0, &tm->decode_s, err))) return st;
-    if (car->timing) tm->calls++;
+    if (car->timing && s == 0) tm->calls++;
+    return OB_OK;
+}
+
+ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err)
+{
+    for (size_t s = car->nseg; s-- > 0;) {
+        ob_status st = ob_car_allreduce_segment(car, s, in, out, err);
+        if (st != OB_OK) return car->nseg > 1 ? OB_WRAP(err, st, "segment %zu", s) : st;
+    }
     return OB_OK;
 }

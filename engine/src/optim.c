@@ -28,9 +28,17 @@ struct ob_optim {
     ob_f16sum *f16; /* the gradients' fp16 exchange (gradient_exchange fp16, 2+ ranks), or NULL */
 
     ob__buckets plan;        /* the fp32 exchange's buckets */
+    ob__buckets cplan;       /* the compression phase's: the car's segments, last first */
     int layout_set;          /* ob_optim_set_tensor_layout was called */
     ob__overlap *ov;         /* communication thread (cfg.overlap, when possible), else NULL */
     const float *armed_grad; /* the gradient of ob_optim_backward_begin while armed */
+    int armed_compressed;    /* armed with the compression phase's work, not a sum */
+    ob__sum_job sum_job;     /* the armed sum's arguments (the thread's while armed) */
+    struct compress_job {    /* the armed compression's (likewise) */
+        ob_optim *o;
+        const float *grad;
+        ob_adam_coeffs k;
+    } compress_job;
     uint64_t bytes_mark;     /* the communicator's bytes when the armed exchange began */
     uint64_t buckets_exchanged, buckets_early;
 
@@ -253,6 +261,9 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
         if (st != OB_OK) goto fail;
     }
     if ((st = ob__buckets_plan(&o->plan, d, NULL, 0, cfg->bucket_bytes, err)) != OB_OK) goto fail;
+    if (o->car && (st = ob__buckets_segments(&o->cplan, d, NULL, 0, ob_car_segment_bounds(o->car),
+                                             ob_car_num_segments(o->car), err)) != OB_OK)
+        goto fail;
     if (cfg->overlap) {
         if (o->dev) {
             st = OB_ERR(err, OB_ERR_UNSUPPORTED,
@@ -262,8 +273,7 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
             goto fail;
         }
         /* Without MPI_THREAD_SERIALIZED: the same buckets after the backward pass. */
-        if (ob_comm_any_thread(comm) && (st = ob__overlap_create(&o->ov, comm, err)) != OB_OK)
-            goto fail;
+        if (ob_comm_any_thread(comm) && (st = ob__overlap_create(&o->ov, err)) != OB_OK) goto fail;
     }
     *out = o;
     return OB_OK;
@@ -305,6 +315,7 @@ void ob_optim_destroy(ob_optim *o)
     if (o->ov) disarm(o);
     ob__overlap_destroy(o->ov);
     ob__buckets_free(&o->plan);
+    ob__buckets_free(&o->cplan);
     ob__mem_free(o->dev, o->m);
     ob__mem_free(o->dev, o->v);
     ob__mem_free(o->dev, o->g);
@@ -327,10 +338,12 @@ static ob_status k_adam(ob_optim *o, const float *g, const ob_adam_coeffs *k, ob
     return OB_OK;
 }
 
-static ob_status k_momentum(ob_optim *o, const float *g, const ob_adam_coeffs *k, ob_err *err)
+/* The momentum of [lo, lo + n) only (g is the whole gradient). */
+static ob_status k_momentum(ob_optim *o, const float *g, size_t lo, size_t n,
+                            const ob_adam_coeffs *k, ob_err *err)
 {
-    if (o->dev) return ob_cuda_momentum_update(o->m, g, o->d, k->b1, k->a1, o->stream, err);
-    ob_momentum_update(o->m, g, o->d, k->b1, k->a1);
+    if (o->dev) return ob_cuda_momentum_update(o->m + lo, g + lo, n, k->b1, k->a1, o->stream, err);
+    ob_momentum_update(o->m + lo, g + lo, n, k->b1, k->a1);
     return OB_OK;
 }
 
@@ -351,12 +364,14 @@ static ob_status k_frozen(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
     return OB_OK;
 }
 
-static ob_status k_precondition(ob_optim *o, const float *g, const ob_adam_coeffs *k, ob_err *err)
+/* The momentum and its preconditioned copy of [lo, lo + n) only (g is the whole gradient). */
+static ob_status k_precondition(ob_optim *o, const float *g, size_t lo, size_t n,
+                                const ob_adam_coeffs *k, ob_err *err)
 {
     if (o->dev)
-        return ob_cuda_momentum_precondition(o->m, o->g, g, o->den, o->d, k->b1, k->a1, o->stream,
-                                             err);
-    ob_momentum_precondition(o->m, o->g, g, o->den, o->d, k->b1, k->a1);
+        return ob_cuda_momentum_precondition(o->m + lo, o->g + lo, g + lo, o->den + lo, n, k->b1,
+                                             k->a1, o->stream, err);
+    ob_momentum_precondition(o->m + lo, o->g + lo, g + lo, o->den + lo, n, k->b1, k->a1);
     return OB_OK;
 }
 
@@ -441,20 +456,48 @@ static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int grads,
 
 /* --- buckets and the overlap -------------------------------------------------------------- */
 
+/* The compressed mode's momentum exchange follows the fp32 buckets: the car is cut where they
+ * start (rounded up to its grid), so that the compression phase can be overlapped bucket by
+ * bucket too; *cplan is its plan over the tensors. Other modes (and a device) keep one
+ * segment. */
+static ob_status segment_car(ob_optim *o, const ob__buckets *plan, const size_t *offsets, size_t n,
+                             ob__buckets *cplan, ob_err *err)
+{
+    int compressed = o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_COMPRESSED;
+    if (compressed && !o->dev && plan->n > 1) {
+        size_t *cuts = malloc(plan->n * sizeof *cuts);
+        if (!cuts) return OB_ERR(err, OB_ERR_NOMEM, "segments");
+        for (size_t i = 0; i < plan->n; i++) /* bucket 0 ends the buffer */
+            cuts[i] = plan->b[plan->n - 1 - i].lo;
+        ob_status st = ob_car_set_segments(o->car, cuts, plan->n, err);
+        free(cuts);
+        if (st != OB_OK) return st;
+    }
+    return ob__buckets_segments(cplan, o->d, offsets, n, ob_car_segment_bounds(o->car),
+                                ob_car_num_segments(o->car), err);
+}
+
 ob_status ob_optim_set_tensor_layout(ob_optim *o, const size_t *offsets, size_t n, ob_err *err)
 {
     if (o->layout_set || o->step > 0 || ob__overlap_armed(o->ov))
         return OB_ERR(err, OB_ERR_STATE,
                       "tensor layout: set once, before the first step (step %ld)", o->step);
     if (!offsets || n == 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "tensor layout: no tensors");
-    ob__buckets plan;
+    ob__buckets plan, cplan;
+    memset(&cplan, 0, sizeof cplan);
     ob_status st = ob__buckets_plan(&plan, o->d, offsets, n, o->cfg.bucket_bytes, err);
+    if (st == OB_OK && o->car) st = segment_car(o, &plan, offsets, n, &cplan, err);
     if (st != OB_OK) {
         ob__buckets_free(&plan);
+        ob__buckets_free(&cplan);
         return OB_WRAP(err, st, "tensor layout");
     }
     ob__buckets_free(&o->plan);
     o->plan = plan;
+    if (o->car) {
+        ob__buckets_free(&o->cplan);
+        o->cplan = cplan;
+    }
     o->layout_set = 1;
     return OB_OK;
 }
@@ -486,13 +529,63 @@ static int next_step_sums_gradients(const ob_optim *o)
     return !naive && o->freeze_step < 0;
 }
 
+/* The next step exchanges the momentum compressed (the compression phase of the compressed
+ * mode). */
+static int next_step_compresses(const ob_optim *o)
+{
+    return o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_COMPRESSED &&
+           o->freeze_step >= 0;
+}
+
+/* The compression phase's work on bucket k of cplan (b): the momentum of its range (with
+ * precondition also m / den), then the compressed allreduce of its segment. The step runs it
+ * for every bucket in order, or the communication thread does during the backward pass. */
+static ob_status compress_bucket(ob_optim *o, size_t k, const ob__bucket *b, const float *grad,
+                                 const ob_adam_coeffs *kc, ob_err *err)
+{
+    size_t s = ob_car_num_segments(o->car) - 1 - k, n = b->hi - b->lo;
+    float *x = o->cfg.precondition ? o->g : o->m;
+    ob_status st = o->cfg.precondition ? k_precondition(o, grad, b->lo, n, kc, err)
+                                       : k_momentum(o, grad, b->lo, n, kc, err);
+    if (st == OB_OK) st = ob_car_allreduce_segment(o->car, s, x, x, err);
+    return st;
+}
+
+static ob_status compress_job_run(void *job, size_t k, const ob__bucket *b, ob_err *err)
+{
+    const struct compress_job *j = job;
+    return compress_bucket(j->o, k, b, j->grad, &j->k, err);
+}
+
+/* The coefficients of step t with learning rate lr. */
+static void step_coeffs(const ob_optim *o, long t, float lr, ob_adam_coeffs *k)
+{
+    const ob_optim_config *c = &o->cfg;
+    int naive = c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode == OB_ONEBIT_NAIVE;
+    /* The naive mode's exchange already averages; the warmup's allreduce sums. */
+    ob_adam_coeffs_init(k, c->beta1, c->beta2, c->eps, c->weight_decay, c->bias_correction, t, lr,
+                        naive ? 1 : ob_comm_size(o->comm));
+}
+
 void ob_optim_backward_begin(ob_optim *o, const float *grad)
 {
-    if (!o->ov || !grad || !next_step_sums_gradients(o)) return;
+    if (!o->ov || !grad) return;
+    int sums = next_step_sums_gradients(o), compresses = !sums && next_step_compresses(o);
+    if (!sums && !compresses) return;
     disarm(o); /* a begin without a step: finish the earlier exchange first */
     o->bytes_mark = ob_comm_bytes_sent(o->comm);
     o->armed_grad = grad;
-    ob__overlap_begin(o->ov, &o->plan, grad_f16(o), grad, o->g);
+    o->armed_compressed = compresses;
+    if (sums) {
+        o->sum_job = (ob__sum_job){o->comm, grad_f16(o), grad, o->g};
+        ob__overlap_begin(o->ov, &o->plan, ob__sum_job_run, &o->sum_job);
+        return;
+    }
+    /* The momentum's coefficients do not depend on the learning rate. */
+    o->compress_job.o = o;
+    o->compress_job.grad = grad;
+    step_coeffs(o, o->step + 1, 0.0f, &o->compress_job.k);
+    ob__overlap_begin(o->ov, &o->cplan, compress_job_run, &o->compress_job);
 }
 
 void ob_optim_grad_hook(void *opt, size_t tensor)
@@ -613,25 +706,44 @@ static ob_status warmup_step(ob_optim *o, const float *grad, long t, ob_adam_coe
     return compute_den(o, err);
 }
 
+/* The compressed mode's exchange of a compression step, bucket by bucket: waits for the
+ * armed exchange, or runs it here. */
+static ob_status exchange_compressed(ob_optim *o, const float *grad, const ob_adam_coeffs *k,
+                                     ob_err *err)
+{
+    ob_status st = OB_OK;
+    if (ob__overlap_armed(o->ov)) {
+        double t0 = 0.0, t1 = 0.0;
+        size_t early = 0;
+        if ((st = timed_now(o, &t0, err)) != OB_OK) return st;
+        o->armed_grad = NULL;
+        if ((st = ob__overlap_finish(o->ov, &early, err)) != OB_OK) return st;
+        if ((st = timed_now(o, &t1, err)) != OB_OK) return st;
+        o->tim.wait_s += t1 - t0;
+        o->buckets_early += early;
+    } else {
+        for (size_t b = 0; b < o->cplan.n && st == OB_OK; b++)
+            st = compress_bucket(o, b, &o->cplan.b[b], grad, k, err);
+        if (st != OB_OK) return st;
+    }
+    o->buckets_exchanged += o->cplan.n;
+    return OB_OK;
+}
+
 /* Compression phase: local momentum, exchanged compressed (or fp32), frozen v. */
 static ob_status compression_step(ob_optim *o, const float *grad, const ob_adam_coeffs *k,
                                   ob_err *err)
 {
     const ob_optim_config *c = &o->cfg;
     ob_status st;
-    if (c->precondition) {
-        if ((st = k_precondition(o, grad, k, err)) != OB_OK) return st;
-        if ((st = ob_car_allreduce(o->car, o->g, o->g, err)) != OB_OK) return st;
-        return k_apply(o, k, err);
-    }
-    if ((st = k_momentum(o, grad, k, err)) != OB_OK) return st;
     if (c->mode == OB_ONEBIT_COMPRESSED) {
-        st = ob_car_allreduce(o->car, o->m, o->m, err);
-    } else {
-        int n = ob_comm_size(o->comm);
-        st = sum_ranks(o, o->m, o->m, 0, err);
-        if (st == OB_OK && n > 1) st = k_scale(o, o->m, 1.0f / (float)n, err);
+        if ((st = exchange_compressed(o, grad, k, err)) != OB_OK) return st;
+        return c->precondition ? k_apply(o, k, err) : k_frozen(o, k, err);
     }
+    if ((st = k_momentum(o, grad, 0, o->d, k, err)) != OB_OK) return st;
+    int n = ob_comm_size(o->comm);
+    st = sum_ranks(o, o->m, o->m, 0, err);
+    if (st == OB_OK && n > 1) st = k_scale(o, o->m, 1.0f / (float)n, err);
     if (st != OB_OK) return st;
     return k_frozen(o, k, err);
 }
@@ -652,12 +764,17 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
 
     const ob_optim_config *c = &o->cfg;
     long t = o->step + 1;
-    int n = ob_comm_size(o->comm);
     int naive = c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode == OB_ONEBIT_NAIVE;
+    /* An exchange armed for the other phase: the state changed since ob_optim_backward_begin. */
+    if (armed && o->armed_compressed != (!next_step_sums_gradients(o) && next_step_compresses(o))) {
+        disarm(o);
+        return OB_ERR(err, OB_ERR_STATE,
+                      "optimizer step %ld: the exchange armed before the backward pass was for the "
+                      "other phase",
+                      t);
+    }
     ob_adam_coeffs k;
-    /* The naive mode's exchange already averages; the warmup's allreduce sums. */
-    ob_adam_coeffs_init(&k, c->beta1, c->beta2, c->eps, c->weight_decay, c->bias_correction, t, lr,
-                        naive ? 1 : n);
+    step_coeffs(o, t, lr, &k);
     /* An armed exchange has been sending since ob_optim_backward_begin. */
     uint64_t before = armed ? o->bytes_mark : ob_comm_bytes_sent(o->comm);
     double t0;
@@ -760,6 +877,8 @@ void ob_optim_get_state(ob_optim *o, ob_optim_state *s)
         s->chunk_size = ob_car_chunk_size(o->car);
         s->worker_error = ob_car_worker_error(o->car);
         s->server_error = ob_car_server_error(o->car);
+        s->num_server_segments = ob_car_num_segments(o->car);
+        s->server_segments = ob_car_segment_bounds(o->car);
     }
     s->v_norm_history = o->norms;
     s->v_norm_history_len = o->norms ? (size_t)o->delta : 0;

@@ -1,6 +1,6 @@
-/* Bucketed fp32 gradient exchange and the communication thread that overlaps it with the
- * backward pass: the bucket plan, the one exchange function both paths run, and the handoff
- * (see overlap.h for the contract). */
+/* Buckets of the exchanges and the communication thread that overlaps them with the backward
+ * pass: the bucket plans, the fp32 exchange of one bucket, and the handoff (see overlap.h for
+ * the contract). */
 #include "overlap.h"
 #include "internal.h"
 
@@ -82,6 +82,46 @@ ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, si
     return OB_OK;
 }
 
+ob_status ob__buckets_segments(ob__buckets *out, size_t d, const size_t *offsets,
+                               size_t num_tensors, const size_t *bounds, size_t nseg, ob_err *err)
+{
+    memset(out, 0, sizeof *out);
+    static const size_t whole = 0;
+    if (!offsets) {
+        offsets = &whole;
+        num_tensors = 1;
+    }
+    if (d == 0 || nseg == 0 || bounds[0] != 0 || bounds[nseg] < d || bounds[nseg - 1] >= d)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "segment plan: %zu segments for d = %zu", nseg, d);
+    ob_status st = check_offsets(d, offsets, num_tensors, err);
+    if (st != OB_OK) return st;
+    out->d = d;
+    out->n = nseg;
+    out->num_tensors = num_tensors;
+    out->b = calloc(nseg, sizeof *out->b);
+    out->tensor_bucket = calloc(num_tensors, sizeof *out->tensor_bucket);
+    out->is_final = calloc(num_tensors, 1);
+    out->pending = calloc(nseg, sizeof *out->pending);
+    if (!out->b || !out->tensor_bucket || !out->is_final || !out->pending)
+        return OB_ERR(err, OB_ERR_NOMEM, "segment plan of %zu segments", nseg);
+    /* Bucket k is segment nseg-1-k; it holds the tensors whose last element lies in it. */
+    size_t t_hi = num_tensors;
+    for (size_t k = 0; k < nseg; k++) {
+        size_t s = nseg - 1 - k, lo = bounds[s], hi = bounds[s + 1] < d ? bounds[s + 1] : d;
+        if (lo >= hi)
+            return OB_ERR(err, OB_ERR_INVALID_ARG, "segment plan: segment %zu is [%zu, %zu)", s, lo,
+                          hi);
+        size_t t_lo = t_hi; /* tensor t ends at offsets[t + 1] (d for the last) */
+        while (t_lo > 0 && (t_lo < num_tensors ? offsets[t_lo] : d) > lo)
+            t_lo--;
+        out->b[k] = (ob__bucket){lo, hi, t_lo, t_hi};
+        for (size_t t = t_lo; t < t_hi; t++)
+            out->tensor_bucket[t] = k;
+        t_hi = t_lo;
+    }
+    return OB_OK;
+}
+
 /* --- the exchange --------------------------------------------------------------------------- */
 
 ob_status ob__bucket_exchange(ob_comm *comm, ob_f16sum *f16, int dev, void *stream,
@@ -100,6 +140,13 @@ ob_status ob__bucket_exchange(ob_comm *comm, ob_f16sum *f16, int dev, void *stre
     return OB_OK;
 }
 
+ob_status ob__sum_job_run(void *job, size_t k, const ob__bucket *b, ob_err *err)
+{
+    (void)k;
+    const ob__sum_job *j = job;
+    return ob__bucket_exchange(j->comm, j->f16, 0, NULL, b, j->src, j->dst, err);
+}
+
 ob_status ob__buckets_exchange_all(ob_comm *comm, ob_f16sum *f16, int dev, void *stream,
                                    const ob__buckets *p, const float *src, float *dst, ob_err *err)
 {
@@ -113,8 +160,6 @@ ob_status ob__buckets_exchange_all(ob_comm *comm, ob_f16sum *f16, int dev, void 
 /* --- the communication thread ------------------------------------------------------------- */
 
 struct ob__overlap {
-    ob_comm *comm;  /* borrowed */
-    ob_f16sum *f16; /* the armed step's fp16 exchange (borrowed), NULL: fp32 */
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t work; /* published grew, or stop */
@@ -122,8 +167,8 @@ struct ob__overlap {
 
     /* Under mu: */
     ob__buckets *plan; /* the armed step's plan, NULL when not armed */
-    const float *src;
-    float *dst;
+    ob__bucket_fn fn;  /* the armed step's work per bucket, and its context */
+    void *ctx;
     size_t published; /* buckets 0 .. published-1 are handed to the thread */
     size_t exchanged; /* buckets 0 .. exchanged-1 are done (or skipped after a failure) */
     ob_status failed; /* first failure of this step */
@@ -142,15 +187,15 @@ static void *comm_main(void *arg)
         while (!ov->stop && ov->exchanged == ov->published)
             pthread_cond_wait(&ov->work, &ov->mu);
         if (ov->stop) break;
-        const ob__bucket b = ov->plan->b[ov->exchanged];
-        ob_f16sum *f16 = ov->f16;
-        const float *src = ov->src;
-        float *dst = ov->dst;
+        size_t k = ov->exchanged;
+        const ob__bucket b = ov->plan->b[k];
+        ob__bucket_fn fn = ov->fn;
+        void *ctx = ov->ctx;
         int skip = ov->failed != OB_OK;
         pthread_mutex_unlock(&ov->mu);
 
         ob_err e = {0};
-        ob_status st = skip ? OB_OK : ob__bucket_exchange(ov->comm, f16, 0, NULL, &b, src, dst, &e);
+        ob_status st = skip ? OB_OK : fn(ctx, k, &b, &e);
 
         pthread_mutex_lock(&ov->mu);
         if (st != OB_OK && ov->failed == OB_OK) {
@@ -164,15 +209,11 @@ static void *comm_main(void *arg)
     return NULL;
 }
 
-ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_err *err)
+ob_status ob__overlap_create(ob__overlap **out, ob_err *err)
 {
     *out = NULL;
-    if (ob_comm_memory(comm) != OB_MEM_HOST)
-        return OB_ERR(err, OB_ERR_UNSUPPORTED, "overlap: host-memory communicators only (not %s)",
-                      ob_comm_backend(comm));
     ob__overlap *ov = calloc(1, sizeof *ov);
     if (!ov) return OB_ERR(err, OB_ERR_NOMEM, "overlap");
-    ov->comm = comm;
     if (pthread_mutex_init(&ov->mu, NULL) != 0) {
         free(ov);
         return OB_ERR(err, OB_ERR_NOMEM, "overlap: pthread_mutex_init failed");
@@ -206,8 +247,7 @@ void ob__overlap_destroy(ob__overlap *ov)
     free(ov);
 }
 
-void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, ob_f16sum *f16, const float *src,
-                       float *dst)
+void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, ob__bucket_fn fn, void *ctx)
 {
     for (size_t k = 0; k < p->n; k++)
         p->pending[k] = p->b[k].tensor_hi - p->b[k].tensor_lo;
@@ -215,9 +255,8 @@ void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, ob_f16sum *f16, const fl
     ov->complete = 0;
     pthread_mutex_lock(&ov->mu);
     ov->plan = p;
-    ov->f16 = f16;
-    ov->src = src;
-    ov->dst = dst;
+    ov->fn = fn;
+    ov->ctx = ctx;
     ov->published = ov->exchanged = 0;
     ov->failed = OB_OK;
     pthread_mutex_unlock(&ov->mu);

@@ -1,5 +1,5 @@
-/* Bucketed fp32 gradient exchange, and its overlap with the backward pass (private to the
- * optimizer).
+/* Buckets of the optimizer's exchanges, and their overlap with the backward pass (private to
+ * the optimizer).
  *
  * Buckets. The flat gradient of d floats is cut into contiguous ranges at tensor boundaries
  * (the model's tensor table). The backward pass finishes the tensors from the end of the buffer
@@ -16,8 +16,17 @@
  * (ob__buckets_exchange_all); the overlapped path runs the same function, in the same order, on a
  * communication thread while the backward pass goes on. Both give the same bits by construction.
  *
+ * Segments (ob__buckets_segments). The compression phase's buckets are the compressed
+ * allreduce's segments (onebit/car.h: ranges of the padded vector cut on its N*B grid), taken
+ * from the last to the first; a tensor belongs to the segment that holds its last element, so a
+ * segment is complete when the tensors ending in it, and those of the segments after it, are
+ * final. The work of such a bucket is the optimizer's (the momentum of its range, then the
+ * segment's compressed allreduce).
+ *
  * Overlap (ob__overlap). One communication thread per optimizer, created with it and joined at
- * its destruction. A step: the main thread arms it (ob__overlap_begin) before the backward pass;
+ * its destruction. It runs whatever work the step was armed with, bucket by bucket: the fp32
+ * exchange (ob__sum_job_run) or the compression phase's. A step: the main thread arms it
+ * (ob__overlap_begin) before the backward pass;
  * the backward pass reports each tensor whose gradient is final (ob__overlap_tensor_final);
  * when every tensor of bucket k and of all buckets before it is final, k is handed to the
  * thread (a queue of bucket indices in exchange order: `published` under the mutex, the
@@ -59,6 +68,14 @@ ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, si
                            size_t bucket_bytes, ob_err *err);
 void ob__buckets_free(ob__buckets *p);
 
+/* The plan of the compression phase: bucket k is segment nseg-1-k of bounds[0 .. nseg] (0 =
+ * bounds[0] < ... < bounds[nseg], every segment starting below d and the last ending at or
+ * above it), covering [bounds[s], min(bounds[s + 1], d)) and the tensors (offsets as for
+ * ob__buckets_plan) whose last element lies there. OB_ERR_INVALID_ARG for bounds or offsets
+ * that do not fit d; OB_ERR_NOMEM. Free with ob__buckets_free (also after a failure). */
+ob_status ob__buckets_segments(ob__buckets *out, size_t d, const size_t *offsets,
+                               size_t num_tensors, const size_t *bounds, size_t nseg, ob_err *err);
+
 /* Exchange of one bucket: dst[lo, hi) = sum over the ranks of src[lo, hi), in fp32 (f16
  * NULL) or through the fp16 exchange f16 (borrowed, over comm). src and dst are d floats in the
  * communicator's memory (borrowed; src == dst allowed); on a device communicator the copy is
@@ -70,22 +87,34 @@ ob_status ob__bucket_exchange(ob_comm *comm, ob_f16sum *f16, int dev, void *stre
 ob_status ob__buckets_exchange_all(ob_comm *comm, ob_f16sum *f16, int dev, void *stream,
                                    const ob__buckets *p, const float *src, float *dst, ob_err *err);
 
+/* The work of bucket k (b: its range and tensors) on the communication thread; ctx is the
+ * armed step's. A failure skips the later buckets of the step. */
+typedef ob_status (*ob__bucket_fn)(void *ctx, size_t k, const ob__bucket *b, ob_err *err);
+
+/* The fp32 (or fp16) sum of ob__bucket_exchange as bucket work, on host memory. */
+typedef struct ob__sum_job {
+    ob_comm *comm;  /* borrowed */
+    ob_f16sum *f16; /* the fp16 exchange (borrowed), NULL: fp32 */
+    const float *src;
+    float *dst;
+} ob__sum_job;
+ob_status ob__sum_job_run(void *job, size_t k, const ob__bucket *b, ob_err *err);
+
 typedef struct ob__overlap ob__overlap;
 
-/* Starts the communication thread for `comm` (borrowed; host memory; its collectives must be
- * callable from another thread: ob_comm_any_thread). OB_ERR_SYSTEM when the thread or its lock
- * cannot be created. */
-ob_status ob__overlap_create(ob__overlap **out, ob_comm *comm, ob_err *err);
+/* Starts the communication thread. Whatever it runs calls a host-memory communicator whose
+ * collectives are callable from another thread (ob_comm_any_thread). OB_ERR_NOMEM when the
+ * thread or its lock cannot be created. */
+ob_status ob__overlap_create(ob__overlap **out, ob_err *err);
 
 /* Stops the thread (after the bucket it may be exchanging) and joins it. Accepts NULL. */
 void ob__overlap_destroy(ob__overlap *ov);
 
-/* Arms the overlap for one backward pass over plan p (borrowed until ob__overlap_finish):
- * bucket k will be dst[lo, hi) = sum of src[lo, hi), in fp32 (f16 NULL) or through the fp16
- * exchange f16 (borrowed, over the thread's communicator). The thread reads src[lo, hi) only
- * after every tensor of bucket k was reported final. Main thread; none armed. */
-void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, ob_f16sum *f16, const float *src,
-                       float *dst);
+/* Arms the overlap for one backward pass over plan p (borrowed until ob__overlap_finish): the
+ * thread runs fn(ctx, k, &p->b[k]) for k = 0, 1, ... in order, bucket k only after every tensor
+ * of it and of the buckets before it was reported final. ctx and what fn touches are the
+ * thread's until ob__overlap_finish returns. Main thread; none armed. */
+void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, ob__bucket_fn fn, void *ctx);
 
 /* 1 between ob__overlap_begin and ob__overlap_finish. */
 int ob__overlap_armed(const ob__overlap *ov);

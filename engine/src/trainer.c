@@ -170,10 +170,14 @@ ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs
     hs->C = os.chunk_size;
     hs->hist = os.v_norm_history;
     hs->H = os.v_norm_history_len;
+    hs->seg = os.server_segments;
+    hs->nseg = os.num_server_segments;
     if (!t->dev) {
-        *hs =
-            (ob__host_state){t->params, os.exp_avg, os.exp_avg_sq, os.worker_error, os.server_error,
-                             hs->hist,  t->d,       hs->D,         hs->C,           hs->H};
+        hs->params = t->params;
+        hs->m = os.exp_avg;
+        hs->v = os.exp_avg_sq;
+        hs->we = os.worker_error;
+        hs->se = os.server_error;
         return OB_OK;
     }
     ob_status st;
@@ -479,6 +483,7 @@ static void get_profile(const ob_trainer *t, ob_train_profile *p)
     p->allreduce_s = ot.allreduce_s;
     p->compress_s = ot.car.compress_s + ot.car.server_s + ot.car.decode_s;
     p->exchange_s = ot.car.alltoall_s + ot.car.allgather_s;
+    p->wait_s = ot.wait_s;
 }
 
 static void inject_fault(const ob_trainer *t, long step)

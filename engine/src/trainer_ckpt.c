@@ -42,16 +42,18 @@ struct ob__ckpt_writer {
     float *params, *m, *v, *we, *se;
     double *hist;
     size_t d, D, C, H;
+    const size_t *seg; /* the server layout (the optimizer's, fixed for its life) */
+    size_t nseg;
 };
 
 /* Writes this rank's files of a checkpoint (rank 0 also state.h5). */
 static ob_status write_files(const char *dir, const ob_ckpt_meta *meta, const ob_ckpt_arrays *a,
                              const char *spec_json, int rank, const float *we, const float *se,
-                             ob_err *err)
+                             const size_t *seg, size_t nseg, ob_err *err)
 {
     ob_status st = OB_OK;
     if (rank == 0) st = ob_ckpt_write_state(dir, meta, a, spec_json, err);
-    if (st == OB_OK) st = ob_ckpt_write_rank(dir, meta, rank, we, se, err);
+    if (st == OB_OK) st = ob_ckpt_write_rank(dir, meta, rank, we, se, seg, nseg, err);
     return st;
 }
 
@@ -69,7 +71,8 @@ static void *writer_main(void *arg)
         double t0 = ob_mono_s();
         ob_ckpt_arrays a = {w->params, w->m, w->v, w->hist, w->H, w->tensors, w->num_tensors};
         ob_err e = {0};
-        ob_status st = write_files(w->dir, &w->meta, &a, w->spec_json, w->rank, w->we, w->se, &e);
+        ob_status st = write_files(w->dir, &w->meta, &a, w->spec_json, w->rank, w->we, w->se,
+                                   w->seg, w->nseg, &e);
 
         pthread_mutex_lock(&w->mu);
         w->result = st;
@@ -118,6 +121,8 @@ static ob_status writer_create(ob_trainer *t, ob__ckpt_writer **out, ob_err *err
     w->d = t->d;
     w->D = os.padded_size;
     w->C = os.chunk_size;
+    w->seg = os.server_segments;
+    w->nseg = os.num_server_segments;
     w->H = os.v_norm_history_len;
     int ok = 1;
     if (w->rank == 0) {
@@ -401,7 +406,8 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
     double tw = ob_mono_s();
     ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H, t->tensors, t->num_tensors};
     ob_err werr = {0};
-    ob_status wst = write_files(dir, &meta, &a, t->spec_json, rank, hs.we, hs.se, &werr);
+    ob_status wst =
+        write_files(dir, &meta, &a, t->spec_json, rank, hs.we, hs.se, hs.seg, hs.nseg, &werr);
     double write_s = ob_mono_s() - tw;
     int nfail = 0;
     if ((st = agree(t, wst != OB_OK, &nfail, err)) != OB_OK) return st;
@@ -567,7 +573,7 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
     st = ob_ckpt_read_state(path, meta, &a, err);
     if (st == OB_OK && hs.D > 0)
         st = ob_ckpt_read_errors(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm), hs.D,
-                                 hs.C, hs.we, hs.se, err);
+                                 hs.C, hs.seg, hs.nseg, hs.we, hs.se, err);
     if (st == OB_OK) st = ob__trainer_upload_state(t, &hs, err);
     if (st != OB_OK) return st;
     ob_optim_progress p = {meta->step,      meta->freeze_step, meta->last_ratio,

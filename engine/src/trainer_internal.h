@@ -72,6 +72,8 @@ typedef struct ob__host_state {
     float *we, *se;        /* (D), (C), or NULL without a compressed allreduce */
     double *hist;          /* (H) freeze detector history, or NULL */
     size_t d, D, C, H;
+    const size_t *seg; /* the server layout: nseg segments, bounds seg[0 .. nseg] (the car's) */
+    size_t nseg;
 } ob__host_state;
 
 /* Host views of the state. With `download` on a device, the state is first copied from the

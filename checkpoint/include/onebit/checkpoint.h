@@ -9,7 +9,16 @@
  *                                           tensor in the flat buffers), freeze-detector
  *                                           history, the job spec, metadata
  *   <job dir>/step-00001200/rank-00000.h5   every rank: its worker error (D) and the server
- *   <job dir>/step-00001200/rank-00001.h5   error chunk it owns (C)
+ *   <job dir>/step-00001200/rank-00001.h5   error it owns (C), with the server layout when it
+ *                                           has more than one segment
+ *
+ * The server layout says which positions of the padded vector (D = N C floats, N ranks, block
+ * size B) each rank's server error holds. It cuts [0, D) into n >= 1 segments at bounds
+ * b[0] = 0 < b[1] < ... < b[n] = D, every bound a multiple of N B. Segment s splits evenly:
+ * with L_s = (b[s+1] - b[s]) / N, rank j holds positions [b[s] + j L_s, b[s] + (j+1) L_s), and
+ * its server error is these pieces laid end to end in segment order (sum of L_s = C). One
+ * segment [0, D) (bounds NULL, num_segments 0) is the plain layout: rank j holds
+ * [j C, (j+1) C). The worker error is indexed by position and has no layout.
  *
  * Files are written under step-XXXXXXXX.tmp/, each fsynced, then the directory is fsynced,
  * renamed to step-XXXXXXXX/ and the job directory fsynced: a checkpoint either exists whole or
@@ -150,11 +159,16 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *meta,
                               const ob_ckpt_arrays *arrays, const char *spec_json, ob_err *err);
 
 /* Writes <dir>/rank-XXXXX.h5 for `rank` of meta->world_size: the worker error (padded_size
- * floats) and the server error chunk (chunk_size floats), and fsyncs it. With padded_size 0
- * (no compressed allreduce) the file holds only the step and rank: it marks the rank as done.
- * Arrays are borrowed and may be NULL when padded_size is 0. */
+ * floats) and the server error (chunk_size floats) in the server layout seg_bounds
+ * (num_segments + 1 bounds; NULL with num_segments 0: one segment), and fsyncs it. The layout
+ * must be one over meta's padded_size, world_size and block_size (OB_ERR_INVALID_ARG naming
+ * the rule otherwise); with more than one segment it is stored as /optim/server_segments, with
+ * one the file is as without it. With padded_size 0 (no compressed allreduce) the file holds
+ * only the step and rank, and marks the rank as done. Arrays are borrowed; the error buffers
+ * may be NULL when padded_size is 0. */
 ob_status ob_ckpt_write_rank(const char *dir, const ob_ckpt_meta *meta, int rank,
-                             const float *worker_error, const float *server_error, ob_err *err);
+                             const float *worker_error, const float *server_error,
+                             const size_t *seg_bounds, size_t num_segments, ob_err *err);
 
 /* --- Reading -------------------------------------------------------------------------------- */
 
@@ -187,8 +201,9 @@ ob_status ob_ckpt_read_tensors(const char *dir, const ob_ckpt_meta *meta, ob_ckp
                                size_t *n, ob_err *err);
 
 /* Verifies a committed checkpoint completely: the metadata, every dataset of state.h5 and of
- * each of its world_size rank files (presence, step, sizes, checksums). On success *meta (may
- * be NULL) receives the metadata. The message of a failure names the file and the reason. */
+ * each of its world_size rank files (presence, step, sizes, checksums, a server layout valid
+ * for the checkpoint's D, N and B and the same in every rank file). On success *meta (may be
+ * NULL) receives the metadata. The message of a failure names the file and the reason. */
 ob_status ob_ckpt_verify(const char *dir, ob_ckpt_meta *meta, ob_err *err);
 
 /* Called by ob_ckpt_find_latest for every checkpoint it passes over, newest first: path, and
@@ -203,16 +218,26 @@ ob_status ob_ckpt_find_latest(const char *job_dir, char *out, ob_ckpt_meta *meta
                               ob_ckpt_skip_fn skip, void *user, ob_err *err);
 
 /* Reads the error-feedback buffers that rank `rank` of `world_size` needs from the checkpoint
- * at dir, whose metadata is *meta:
- *   - the same world size: this rank's own file, bit for bit;
- *   - another world size: worker_error = the element-wise mean of the old ranks' worker errors
- *     (what the server averages), and server_error = this rank's slice of the concatenation of
- *     the old server chunks; elements at index >= d (the padding) are set to 0 in both.
+ * at dir, whose metadata is *meta, with the server error in the requested server layout
+ * seg_bounds (num_segments + 1 bounds over this run's padded_size and world_size, borrowed;
+ * NULL with num_segments 0: one segment). Each rank file gives its own layout (one segment
+ * when it stores none), and they must agree.
+ *   - the same world size and D, and the file's layout: this rank's own file, bit for bit;
+ *   - the same world size and D, another layout: the worker error is this rank's own file bit
+ *     for bit, the server error is gathered position by position from every old rank's, exactly
+ *     (the padding included);
+ *   - another world size or D: worker_error = the element-wise mean of the old ranks' worker
+ *     errors (what the server averages), server_error = this rank's positions in the requested
+ *     layout taken from the old ranks' server errors; elements at positions >= d (the padding)
+ *     are set to 0 in both.
  * padded_size and chunk_size are this run's D and C (d = meta->num_params, and D = C *
- * world_size >= d). worker_error gets D floats, server_error C floats (caller-owned). */
+ * world_size >= d). The requested bounds must run from 0 to D, strictly ascending, each a
+ * multiple of world_size (the caller keeps them multiples of N B too): OB_ERR_INVALID_ARG
+ * otherwise. worker_error gets D floats, server_error C floats (caller-owned). */
 ob_status ob_ckpt_read_errors(const char *dir, const ob_ckpt_meta *meta, int rank, int world_size,
-                              size_t padded_size, size_t chunk_size, float *worker_error,
-                              float *server_error, ob_err *err);
+                              size_t padded_size, size_t chunk_size, const size_t *seg_bounds,
+                              size_t num_segments, float *worker_error, float *server_error,
+                              ob_err *err);
 
 /* --- Export --------------------------------------------------------------------------------- */
 

@@ -9,7 +9,16 @@
  * The vector of d elements is padded with zeros to D, a multiple of N*B; rank j serves chunk j
  * of C = D/N elements. The worker error has D elements, the server error C. Both start at zero
  * and persist across calls: they are state to checkpoint (ob_car_worker_error/server_error).
- * Buffers live in the communicator's memory (host for MPI/self, device for NCCL). */
+ * Buffers live in the communicator's memory (host for MPI/self, device for NCCL).
+ *
+ * Segments. The exchange may be cut into segments so that it can run piece by piece (the
+ * optimizer's overlap with the backward pass): bounds 0 = b_0 < b_1 < ... < b_S = D, each a
+ * multiple of N*B. Segment s is an exchange of its own: with L_s = (b_{s+1} - b_s) / N, rank j
+ * serves [b_s + j L_s, b_s + (j+1) L_s), and its server error is its pieces laid end to end in
+ * segment order (still C elements). One segment (the default) is the layout above. Every
+ * quantity is computed per block of B elements (signs, scale, error), so the decoded average
+ * and the error of every position are the same bits whatever the segments, and the same bytes
+ * cross; only which rank keeps a position's server error, and the number of rounds, change. */
 #ifndef ONEBIT_CAR_H
 #define ONEBIT_CAR_H
 
@@ -37,8 +46,24 @@ uint64_t ob_car_bytes_per_call(const ob_car *car);
 
 /* Runs one compressed allreduce: in (d elements, this rank's vector) -> out (d elements, the
  * decoded average, identical on every rank). in and out may be the same buffer. Collective:
- * every rank must call it. */
+ * every rank must call it. Runs the segments from the last to the first. */
 ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err);
+
+/* Cuts the exchange into segments at cuts[0 .. n) (ascending, each in [0, d]; borrowed): each
+ * cut is rounded up to a multiple of N*B, and 0, D and repeats add none, so there are at most
+ * n + 1 segments. n 0: one segment. It changes which positions this rank's server error holds:
+ * call it while the errors are zero or before restoring them. OB_ERR_INVALID_ARG for cuts out
+ * of order or range; OB_ERR_NOMEM. */
+ob_status ob_car_set_segments(ob_car *car, const size_t *cuts, size_t n, ob_err *err);
+size_t ob_car_num_segments(const ob_car *car);
+/* The bounds b_0 .. b_S (ob_car_num_segments + 1 values), owned by the car. */
+const size_t *ob_car_segment_bounds(const ob_car *car);
+
+/* The compressed allreduce of segment s only: in and out are whole vectors (d elements, may be
+ * the same buffer), of which positions [b_s, min(b_{s+1}, d)) are read and written. Running
+ * every segment once, in any order, is ob_car_allreduce. Collective: every rank must run the
+ * same segments in the same order. */
+ob_status ob_car_allreduce_segment(ob_car *car, size_t s, const float *in, float *out, ob_err *err);
 
 /* The error-feedback buffers, owned by the car, for checkpointing and inspection: the worker
  * error (D elements) and this rank's server error chunk (C elements). Writable so that a
@@ -53,7 +78,7 @@ ob_status ob_car_reset_errors(ob_car *car, ob_err *err);
  * on (wall clock, CLOCK_MONOTONIC, this rank only). The communication phases include the time
  * spent waiting for slower ranks. */
 typedef struct ob_car_timing {
-    uint64_t calls;     /* timed calls */
+    uint64_t calls;     /* timed calls (of segment 0: one per whole exchange) */
     double compress_s;  /* worker: u = x + e, 1-bit chunks, new worker error */
     double alltoall_s;  /* exchange of the worker chunks */
     double server_s;    /* server: average of the received chunks, + e_srv, recompress */

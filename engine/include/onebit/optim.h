@@ -135,11 +135,15 @@ typedef struct ob_optim_config {
 
     /* Every kind: the fp32 exchanges (adam, the warmup, compression off) run bucket by bucket,
      * each bucket a contiguous range of whole tensors (ob_optim_set_tensor_layout) of at least
-     * bucket_bytes, the last tensors first. */
+     * bucket_bytes, the last tensors first. The compressed mode's momentum exchange is cut
+     * where these buckets start (rounded up to the car's N*B grid: segments, onebit/car.h),
+     * which changes no bit and no byte, only the rounds. */
     size_t bucket_bytes; /* default 0: one bucket, the whole vector (a job spec with overlap
                             defaults to OB_OPTIM_BUCKET_BYTES) */
-    /* 1: the gradient's buckets are exchanged on a communication thread while the backward
-     * pass goes on (ob_optim_backward_begin); the same bits as 0. Host communicators only. */
+    /* 1: the gradient's buckets (and in the compression phase of the compressed mode, the
+     * momentum's segments: momentum update and compressed allreduce) are exchanged on a
+     * communication thread while the backward pass goes on (ob_optim_backward_begin); the same
+     * bits as 0. Host communicators only. */
     int overlap; /* default 0 */
     /* Every kind but the naive mode: the gradients' exchange (not the momentum's of
      * compression: uncompressed, which stays fp32). A world of one sends nothing and
@@ -235,9 +239,12 @@ int ob_optim_overlap_active(const ob_optim *opt);
  * bucket's exchange starts, on the communication thread, once every tensor of it and of the
  * buckets before it is final. Between begin and the step the caller must make no call on the
  * optimizer's communicator (one thread inside MPI at a time) and must not write a reported
- * tensor of `grad`. begin does nothing (and the hook is ignored) unless the overlap is active
- * and the next step exchanges fp32 gradients (adam, the warmup); ob_optim_destroy waits for an
- * armed exchange. */
+ * tensor of `grad`, nor change the optimizer's state (a step armed for one phase that finds
+ * the other fails with OB_ERR_STATE). begin does nothing (and the hook is ignored) unless the
+ * overlap is active and the next step exchanges fp32 gradients (adam, the warmup) or, in the
+ * compressed mode's compression phase, the momentum (each segment's momentum update and
+ * compressed allreduce run on the thread once its tensors are final); ob_optim_destroy waits
+ * for an armed exchange. */
 void ob_optim_backward_begin(ob_optim *opt, const float *grad);
 void ob_optim_grad_hook(void *opt, size_t tensor);
 
@@ -284,8 +291,9 @@ typedef struct ob_optim_stats {
     /* The check's fraction of coordinates above OB_WARM_CHECK_FACTOR sqrt(v) (NaN until it ran,
      * in this process: a resumed run does not repeat it). */
     double warm_check_fraction;
-    /* Buckets exchanged by fp32 steps, in this process; and of those, handed to the
-     * communication thread while the backward pass was still running (cfg.overlap). */
+    /* Buckets exchanged by fp32 steps and segments by compressed-mode compression steps, in
+     * this process; and of those, handed to the communication thread while the backward pass
+     * was still running (cfg.overlap). */
     uint64_t buckets_exchanged;
     uint64_t buckets_early;
 } ob_optim_stats;
@@ -320,6 +328,8 @@ typedef struct ob_optim_timing {
     double total_s;     /* whole steps */
     double allreduce_s; /* fp32 allreduces (warmup gradients, uncompressed momentum); with
                          * the overlap, the time the step waited for buckets still in flight */
+    double wait_s;      /* with the overlap, compression steps: the time the step waited for
+                         * segments still in flight (their phases are in car, on the thread) */
     ob_car_timing car;  /* compressed allreduces, by phase */
 } ob_optim_timing;
 
@@ -340,6 +350,10 @@ typedef struct ob_optim_state {
     float *exp_avg_sq;      /* v (d); after the freeze, v_Tw */
     float *worker_error;    /* (D) or NULL */
     float *server_error;    /* (C) or NULL */
+    /* The car's server layout (onebit/car.h): num_server_segments segments whose bounds are
+     * server_segments[0 .. num_server_segments]; 0 and NULL without a car. */
+    size_t num_server_segments;
+    const size_t *server_segments;
     double *v_norm_history; /* (Delta) ring of ||v_t||_1, slot t % Delta; NULL unless auto freeze */
     size_t v_norm_history_len;
 } ob_optim_state;

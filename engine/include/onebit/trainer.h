@@ -85,6 +85,10 @@ typedef struct ob_train_profile {
                          *   the time the step still waited for them after the backward pass */
     double compress_s;  /*   1-bit compression: worker, server, decode */
     double exchange_s;  /*   the compressed allreduce's alltoall and allgather */
+    double wait_s;      /* with optimizer.overlap, compression steps: the time the step still
+                         * waited for segments after the backward pass; compress_s and
+                         * exchange_s then ran on the communication thread, beside the
+                         * compute, and are not part of optim_s */
 } ob_train_profile;
 
 typedef struct ob_train_summary {
