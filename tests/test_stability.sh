@@ -103,6 +103,24 @@ check "a rollback to before the freeze: the freeze moves to the bad step + Delta
   '[ $rc -eq 0 ] && echo "$notes" | grep -Eq "^the training loss rose to .* at step $rise_step: rolled back to .*/step-00000100 \(rollback 1 of at most 2\), still in the warmup; v is frozen again at step $((rise_step + 50))$" && [ "$freezes" = "$freeze $((rise_step + 50)) " ]' \
   "rc=$rc freezes=$freezes $notes $(tail -3 "$TMP/gd.err")"
 
+# The same non-finite loss with optimizer.overlap, in 1 MiB buckets (two segments in the
+# compression phase, where the loss stops being finite): the communication thread is exchanging
+# the bad step's momentum while the rank learns its loss is not finite; the rollback discards
+# that step, and overlap on and off (same buckets) take the same path to the same end.
+for o in false true; do
+  sed "s/^optimizer: {type: onebit_adam, /optimizer: {type: onebit_adam, bucket_mb: 1, overlap: $o, /" \
+    "$TMP/guard.yaml" > "$TMP/ovl-$o.yaml"
+  "$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/ovl-$o.yaml" --checkpoint-dir "$TMP/cko-$o" \
+    > "$TMP/ovl-$o.out" 2> "$TMP/ovl-$o.err"
+  echo $? > "$TMP/ovl-$o.rc"
+done
+sumf=$(jq -c 'select(.event == "summary") | [.steps, .eval_loss, .final_train_loss, .bytes_sent]' "$TMP/ovl-false.out" 2>/dev/null)
+sumt=$(jq -c 'select(.event == "summary") | [.steps, .eval_loss, .final_train_loss, .bytes_sent]' "$TMP/ovl-true.out" 2>/dev/null)
+notest=$(jq -r 'select(.event == "rewarm") | .message' "$TMP/ovl-true.out" 2>/dev/null)
+check "overlap, non-finite loss in the compression phase: rolled back, and the same end as without the overlap" \
+  '[ "$(cat "$TMP/ovl-false.rc")$(cat "$TMP/ovl-true.rc")" = 00 ] && echo "$notest" | grep -Eq "^the loss is not finite on [1-4] ranks? at step 1[5-9][0-9]: rolled back to .*/step-00000150" && [ "$notest" = "$(jq -r "select(.event == \"rewarm\") | .message" "$TMP/ovl-false.out" | sed "s|/cko-false/|/cko-true/|")" ] && [ -n "$sumt" ] && [ "$sumt" = "$sumf" ]' \
+  "rc=$(cat "$TMP/ovl-false.rc")/$(cat "$TMP/ovl-true.rc") $notest | $sumt | $sumf $(tail -3 "$TMP/ovl-true.err")"
+
 sed -i 's/^checkpoint: {interval: 50, keep: 2, loss_rise: 0}$/checkpoint: {interval: 50, keep: 2, rollbacks: 0}/' "$TMP/guard.yaml"
 "$MPIEXEC" --oversubscribe -np 4 "$WORKER" --spec "$TMP/guard.yaml" --checkpoint-dir "$TMP/ck0" > "$TMP/g0.out" 2> "$TMP/g0.err"
 rc=$?

@@ -517,7 +517,8 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         st = ob_model_forward_backward(t->model, t->params, &b, t->grad, &r, err);
         /* A loss that is not finite (the model says so, or its value does) ends the run, or,
          * with a rollback to go back to, is agreed on in the control reduction below and this
-         * rank's step adds nothing. */
+         * rank's step adds nothing (the rollback discards the step anyway; with the overlap the
+         * communication thread may be reading the gradient, so it is left as it is). */
         int bad = (st == OB_ERR_NUMERIC) || (st == OB_OK && !isfinite(r.loss));
         if (bad && !ob__trainer_can_roll_back(t)) {
             if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
@@ -530,12 +531,12 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
             t->profile.compute_s += p2 - p1;
             t->profile.steps++;
         }
-        if (bad) {
+        if (bad && !ob_optim_overlap_active(t->opt)) {
             st = ob__mem_zero(t->dev, t->grad, t->d * sizeof(float),
                               t->dev ? ob_comm_stream(t->dcomm) : NULL, err);
             if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
-            r.loss = 0.0;
         }
+        if (bad) r.loss = 0.0;
 
         ob_phase before = os.phase;
         float lr = (float)ob_lr_at(&s->lr, step);
