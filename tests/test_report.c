@@ -92,7 +92,8 @@ static ob_report sample(ob_report_kind kind)
                                         .allreduce_ms = 0.375,
                                         .compress_ms = 0.1875,
                                         .exchange_ms = 1.5,
-                                        .update_ms = 0.125};
+                                        .update_ms = 0.125,
+                                        .wait_ms = 0.25};
         break;
     case OB_REPORT_SUMMARY:
         p->step = 1500;

@@ -236,6 +236,7 @@ static void output_profile(const worker_output *o, const ob_train_profile *f)
         .compress_ms = f->compress_s * k,
         .exchange_ms = f->exchange_s * k,
         .update_ms = update * k,
+        .wait_ms = f->wait_s * k,
     };
     emit(o, &rep);
 }

@@ -95,6 +95,7 @@ static void write_profile(json_t *o, const ob_report_profile *f)
     set(o, "compress_ms", num(f->compress_ms));
     set(o, "exchange_ms", num(f->exchange_ms));
     set(o, "update_ms", num(f->update_ms));
+    set(o, "wait_ms", num(f->wait_ms));
 }
 
 static void write_fields(json_t *o, const ob_report *r)
@@ -303,6 +304,7 @@ static void read_profile(const json_t *o, ob_report_profile *f)
     f->compress_ms = jnum(o, "compress_ms");
     f->exchange_ms = jnum(o, "exchange_ms");
     f->update_ms = jnum(o, "update_ms");
+    f->wait_ms = jnum(o, "wait_ms"); /* 0 from a worker that does not report it */
 }
 
 static void read_fields(const json_t *o, ob_report *r)

@@ -48,10 +48,13 @@ const char *ob_report_kind_name(ob_report_kind kind);
 /* The kind named text; OB_REPORT_NONE for anything else. */
 ob_report_kind ob_report_kind_parse(const char *text);
 
-/* Where rank 0's time per step went, in milliseconds (OB_REPORT_PROFILE). */
+/* Where rank 0's time per step went, in milliseconds (OB_REPORT_PROFILE). wait_ms: with the
+ * compression phase overlapped, what the steps waited for segments still in flight (compress_ms
+ * and exchange_ms then ran beside the compute); 0 otherwise. */
 typedef struct ob_report_profile {
     int64_t steps; /* steps timed */
     double ms_per_step, data_ms, compute_ms, allreduce_ms, compress_ms, exchange_ms, update_ms;
+    double wait_ms;
 } ob_report_profile;
 
 /* The end of a run (OB_REPORT_SUMMARY). */
