@@ -110,6 +110,14 @@ if [ $rc -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(field "$TMP/ovl.jsonl" freeze .step)"
   ok "overlap on and off: both finish, freeze at step 60, the same traffic, no fallback notice"
 else bad "overlap runs" "rc=$rc/$rc2 $(grep notice "$TMP/ovl.jsonl") $(cat "$TMP/ovl.jsonl.err" "$TMP/ovl-off.jsonl.err")"; fi
 same "$TMP/ovl-off/job/step-00000120" "$OVL" "overlap on and off: identical final state"
+# With the default 4 MiB the whole model is one bucket: nothing can overlap, and the user is told.
+spec "$TMP/ovl1.yaml"
+sed -i 's/^optimizer: {type: onebit_adam, /optimizer: {type: onebit_adam, overlap: true, /' "$TMP/ovl1.yaml"
+run $NP "$TMP/ovl1.jsonl" --spec "$TMP/ovl1.yaml"; rc=$?
+note=$(jq -r 'select(.event=="notice") | .message' "$TMP/ovl1.jsonl")
+if [ $rc -eq 0 ] && [ "$note" = "optimizer.overlap: the model's 1396 parameters fit one bucket of bucket_mb 4; nothing overlaps the backward pass (a smaller bucket_mb gives the last layers a bucket of their own)" ]; then
+  ok "overlap with the whole model in one bucket: a notice says nothing overlaps"
+else bad "overlap in one bucket: notice" "rc=$rc note=$note"; fi
 kill_and_resume ovl-kill-warmup "$TMP/ovl.yaml" 35 1 "$OVL"
 kill_and_resume ovl-kill-compression "$TMP/ovl.yaml" 85 2 "$OVL"
 ONEBIT_FAULT_INJECT=TERM:47:1 run $NP "$TMP/ovl-sw-1.jsonl" --spec "$TMP/ovl-off.yaml" --checkpoint-dir "$TMP/ovl-sw"; rc=$?

@@ -680,6 +680,19 @@ ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_tra
         ev.message = "optimizer.overlap: MPI runs below MPI_THREAD_SERIALIZED; the gradient's "
                      "buckets are exchanged after the backward pass (the same results)";
         cb(&ev, user);
+    } else if (s->optim.overlap && ob_optim_num_buckets(t->opt) == 1 && cb) {
+        /* One bucket leaves only once the whole backward pass is done: nothing overlaps. */
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "optimizer.overlap: the model's %zu parameters fit one bucket of "
+                 "bucket_mb %g; nothing overlaps the backward pass (a smaller bucket_mb gives "
+                 "the last layers a bucket of their own)",
+                 t->d, (double)s->optim.bucket_bytes / (double)(1 << 20));
+        ob_train_event ev = {0};
+        ev.kind = OB_EVENT_NOTICE;
+        fill_optim_fields(t, &ev);
+        ev.message = msg;
+        cb(&ev, user);
     }
     t->t_start = ob_mono_s();
     int stopped = 0;
