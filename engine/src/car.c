@@ -4,6 +4,7 @@
 #include "onebit/compress_cuda.h"
 #include "internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,8 +17,9 @@ struct ob_car {
     ob_scale_kind scale;
     size_t msg; /* packed bytes of one chunk */
     size_t nseg;   /* segments of the server layout (1: chunk j of the whole vector) */
-    size_t *bound; /* (nseg + 1) segment bounds: 0 = bound[0] < ... < bound[nseg] = D */
-    size_t *off;   /* (nseg) where segment s's piece starts in the server error */
+    size_t *bound; /* (nseg + 1) segment bounds: 0 = bound[0] < ... < bound[nseg] = D; every
+                    * segment before s puts 1/N of its length in the server error, so segment
+                    * s's piece starts there at bound[s] / N */
 
     float *worker_err;     /* (D) */
     float *server_err;     /* (C) */
@@ -113,15 +115,13 @@ ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_
         (st = buf_alloc(car, (void **)&car->gather, n * car->msg, err)))
         goto fail;
     car->bound = malloc(2 * sizeof *car->bound);
-    car->off = malloc(sizeof *car->off);
-    if (!car->bound || !car->off) {
+    if (!car->bound) {
         st = OB_ERR(err, OB_ERR_NOMEM, "compressed allreduce: segments");
         goto fail;
     }
     car->nseg = 1;
     car->bound[0] = 0;
     car->bound[1] = car->D;
-    car->off[0] = 0;
     *out = car;
     return OB_OK;
 fail:
@@ -137,7 +137,6 @@ void ob_car_destroy(ob_car *car)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         ob__mem_free(car->device, bufs[i]);
     free(car->bound);
-    free(car->off);
     free(car);
 }
 
@@ -176,15 +175,11 @@ ob_status ob_car_set_segments(ob_car *car, const size_t *cuts, size_t n, ob_err 
                           "must ascend within [0, d]",
                           i, cuts[i], i ? cuts[i - 1] : 0, car->d);
     }
-    /* Each cut rounded up to the grid; 0, D and repeats add nothing. At most n + 1 segments,
-     * and n < D / grid + 1 of them can be distinct. */
-    size_t cap = n + 2;
-    size_t *bound = malloc(cap * sizeof *bound), *off = malloc(cap * sizeof *off);
-    if (!bound || !off) {
-        free(bound);
-        free(off);
-        return OB_ERR(err, OB_ERR_NOMEM, "compressed allreduce: %zu segments", n + 1);
-    }
+    /* Each cut rounded up to the grid; 0, D and repeats add nothing: at most n + 1 segments. */
+    if (n > SIZE_MAX / sizeof(size_t) - 2)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "compressed allreduce: %zu cuts", n);
+    size_t *bound = malloc((n + 2) * sizeof *bound);
+    if (!bound) return OB_ERR(err, OB_ERR_NOMEM, "compressed allreduce: %zu segments", n + 1);
     size_t k = 0;
     bound[k++] = 0;
     for (size_t i = 0; i < n; i++) {
@@ -192,13 +187,8 @@ ob_status ob_car_set_segments(ob_car *car, const size_t *cuts, size_t n, ob_err 
         if (c > bound[k - 1] && c < car->D) bound[k++] = c;
     }
     bound[k] = car->D;
-    off[0] = 0;
-    for (size_t s = 1; s < k; s++)
-        off[s] = off[s - 1] + (bound[s] - bound[s - 1]) / (size_t)car->nranks;
     free(car->bound);
-    free(car->off);
     car->bound = bound;
-    car->off = off;
     car->nseg = k;
     return OB_OK;
 }
@@ -293,7 +283,7 @@ ob_status ob_car_allreduce_segment(ob_car *car, size_t s, const float *in, float
     /* 3. Server: average in rank order, add the server error, recompress. */
     unsigned char *mine = car->gather + (size_t)car->rank * msg;
     if ((st = k_average(car, car->recv, L, car->avg, err)) ||
-        (st = k_compress(car, car->avg, L, car->server_err + car->off[s], L, mine, err)))
+        (st = k_compress(car, car->avg, L, car->server_err + car->bound[s] / n, L, mine, err)))
         return OB_WRAP(err, st, "compressed allreduce: server compression");
     if ((st = phase_end(car, &t0, &tm->server_s, err))) return st;
 

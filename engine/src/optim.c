@@ -530,7 +530,7 @@ static int next_step_sums_gradients(const ob_optim *o)
 }
 
 /* The next step exchanges the momentum compressed (the compression phase of the compressed
- * mode). */
+ * mode; never together with next_step_sums_gradients). */
 static int next_step_compresses(const ob_optim *o)
 {
     return o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_COMPRESSED &&
@@ -570,7 +570,7 @@ static void step_coeffs(const ob_optim *o, long t, float lr, ob_adam_coeffs *k)
 void ob_optim_backward_begin(ob_optim *o, const float *grad)
 {
     if (!o->ov || !grad) return;
-    int sums = next_step_sums_gradients(o), compresses = !sums && next_step_compresses(o);
+    int sums = next_step_sums_gradients(o), compresses = next_step_compresses(o);
     if (!sums && !compresses) return;
     disarm(o); /* a begin without a step: finish the earlier exchange first */
     o->bytes_mark = ob_comm_bytes_sent(o->comm);
@@ -766,7 +766,7 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
     long t = o->step + 1;
     int naive = c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode == OB_ONEBIT_NAIVE;
     /* An exchange armed for the other phase: the state changed since ob_optim_backward_begin. */
-    if (armed && o->armed_compressed != (!next_step_sums_gradients(o) && next_step_compresses(o))) {
+    if (armed && o->armed_compressed != next_step_compresses(o)) {
         disarm(o);
         return OB_ERR(err, OB_ERR_STATE,
                       "optimizer step %ld: the exchange armed before the backward pass was for the "

@@ -34,26 +34,49 @@ static ob_status check_offsets(size_t d, const size_t *offsets, size_t n, ob_err
     return OB_OK;
 }
 
+/* What both plans start with: the tensor table (offsets NULL: one tensor, the whole vector;
+ * *offsets and *num_tensors are replaced then) checked against d, and arrays for up to
+ * max_buckets buckets. */
+static ob_status plan_start(ob__buckets *out, size_t d, const size_t **offsets, size_t *num_tensors,
+                            size_t max_buckets, ob_err *err)
+{
+    static const size_t whole = 0;
+    memset(out, 0, sizeof *out);
+    if (!*offsets) {
+        *offsets = &whole;
+        *num_tensors = 1;
+    }
+    if (d == 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "bucket plan: d = 0");
+    ob_status st = check_offsets(d, *offsets, *num_tensors, err);
+    if (st != OB_OK) return st;
+    out->d = d;
+    out->num_tensors = *num_tensors;
+    out->b = calloc(max_buckets, sizeof *out->b);
+    out->pending = calloc(max_buckets, sizeof *out->pending);
+    out->tensor_bucket = calloc(*num_tensors, sizeof *out->tensor_bucket);
+    out->is_final = calloc(*num_tensors, 1);
+    if (!out->b || !out->pending || !out->tensor_bucket || !out->is_final)
+        return OB_ERR(err, OB_ERR_NOMEM, "bucket plan of %zu tensors, %zu buckets", *num_tensors,
+                      max_buckets);
+    return OB_OK;
+}
+
+/* The plan holds its n buckets: each tensor learns its bucket. */
+static void plan_finish(ob__buckets *out, size_t n)
+{
+    out->n = n;
+    for (size_t k = 0; k < n; k++) {
+        for (size_t t = out->b[k].tensor_lo; t < out->b[k].tensor_hi; t++)
+            out->tensor_bucket[t] = k;
+    }
+}
+
 ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, size_t num_tensors,
                            size_t bucket_bytes, ob_err *err)
 {
-    memset(out, 0, sizeof *out);
-    static const size_t whole = 0;
-    if (!offsets) {
-        offsets = &whole;
-        num_tensors = 1;
-    }
-    if (d == 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "bucket plan: d = 0");
-    ob_status st = check_offsets(d, offsets, num_tensors, err);
-    if (st != OB_OK) return st;
-    out->d = d;
-    out->num_tensors = num_tensors;
     /* At most one bucket per tensor. */
-    out->b = calloc(num_tensors, sizeof *out->b);
-    out->tensor_bucket = calloc(num_tensors, sizeof *out->tensor_bucket);
-    out->is_final = calloc(num_tensors, 1);
-    if (!out->b || !out->tensor_bucket || !out->is_final)
-        return OB_ERR(err, OB_ERR_NOMEM, "bucket plan of %zu tensors", num_tensors);
+    ob_status st = plan_start(out, d, &offsets, &num_tensors, num_tensors ? num_tensors : 1, err);
+    if (st != OB_OK) return st;
 
     /* 0 bytes: one bucket; a request that rounds above d floats also gives one. */
     size_t min_floats = bucket_bytes == 0 ? d : (bucket_bytes + sizeof(float) - 1) / sizeof(float);
@@ -72,38 +95,19 @@ ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, si
         out->b[n - 2].tensor_lo = out->b[n - 1].tensor_lo;
         n--;
     }
-    out->n = n;
-    for (size_t k = 0; k < n; k++) {
-        for (size_t t = out->b[k].tensor_lo; t < out->b[k].tensor_hi; t++)
-            out->tensor_bucket[t] = k;
-    }
-    out->pending = calloc(n, sizeof *out->pending);
-    if (!out->pending) return OB_ERR(err, OB_ERR_NOMEM, "bucket plan of %zu buckets", n);
+    plan_finish(out, n);
     return OB_OK;
 }
 
 ob_status ob__buckets_segments(ob__buckets *out, size_t d, const size_t *offsets,
                                size_t num_tensors, const size_t *bounds, size_t nseg, ob_err *err)
 {
-    memset(out, 0, sizeof *out);
-    static const size_t whole = 0;
-    if (!offsets) {
-        offsets = &whole;
-        num_tensors = 1;
-    }
-    if (d == 0 || nseg == 0 || bounds[0] != 0 || bounds[nseg] < d || bounds[nseg - 1] >= d)
+    if (d == 0 || nseg == 0 || bounds[0] != 0 || bounds[nseg] < d || bounds[nseg - 1] >= d) {
+        memset(out, 0, sizeof *out);
         return OB_ERR(err, OB_ERR_INVALID_ARG, "segment plan: %zu segments for d = %zu", nseg, d);
-    ob_status st = check_offsets(d, offsets, num_tensors, err);
+    }
+    ob_status st = plan_start(out, d, &offsets, &num_tensors, nseg, err);
     if (st != OB_OK) return st;
-    out->d = d;
-    out->n = nseg;
-    out->num_tensors = num_tensors;
-    out->b = calloc(nseg, sizeof *out->b);
-    out->tensor_bucket = calloc(num_tensors, sizeof *out->tensor_bucket);
-    out->is_final = calloc(num_tensors, 1);
-    out->pending = calloc(nseg, sizeof *out->pending);
-    if (!out->b || !out->tensor_bucket || !out->is_final || !out->pending)
-        return OB_ERR(err, OB_ERR_NOMEM, "segment plan of %zu segments", nseg);
     /* Bucket k is segment nseg-1-k; it holds the tensors whose last element lies in it. */
     size_t t_hi = num_tensors;
     for (size_t k = 0; k < nseg; k++) {
@@ -115,10 +119,9 @@ ob_status ob__buckets_segments(ob__buckets *out, size_t d, const size_t *offsets
         while (t_lo > 0 && (t_lo < num_tensors ? offsets[t_lo] : d) > lo)
             t_lo--;
         out->b[k] = (ob__bucket){lo, hi, t_lo, t_hi};
-        for (size_t t = t_lo; t < t_hi; t++)
-            out->tensor_bucket[t] = k;
         t_hi = t_lo;
     }
+    plan_finish(out, nseg);
     return OB_OK;
 }
 

@@ -34,7 +34,7 @@ static void write_bytes(const char *d, const char *name, const uint8_t *data, si
  * rank-00000.h5 is a valid one, in the layout {0, 4, 12}). */
 static void make_rank_dir(void)
 {
-    snprintf(rank_dir, sizeof rank_dir, "/tmp/fuzz_checkpoint_rank.XXXXXX");
+    snprintf(rank_dir, sizeof rank_dir, "/tmp/fuzz_checkpoint_rank.XXXXXX"); /* mkdtemp's */
     if (!mkdtemp(rank_dir)) abort();
     ob_ckpt_meta m;
     memset(&m, 0, sizeof m);
@@ -56,7 +56,7 @@ static void make_rank_dir(void)
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (!dir[0]) {
-        snprintf(dir, sizeof dir, "/tmp/fuzz_checkpoint.XXXXXX");
+        snprintf(dir, sizeof dir, "/tmp/fuzz_checkpoint.XXXXXX"); /* template, filled by mkdtemp */
         if (!mkdtemp(dir)) abort();
         make_rank_dir();
     }
