@@ -5,6 +5,8 @@
  *
  * For a vector of d floats (random normal values, a new draw on every call) it times:
  *   fp32    ob_comm_allreduce_sum_f32: the ring allreduce that Adam's warmup uses
+ *   fp16    ob_f16sum_run: the warmup's fp16 exchange (gradient_exchange: fp16), alltoall of
+ *           halves, sum, allgather of halves
  *   1-bit   ob_car_allreduce, with ob_car_set_timing on: compress, alltoall, server
  *           (decompress-average + recompress), allgather, decode
  * Every timed call starts after a barrier; its time is the slowest rank's. Figures are the
@@ -14,9 +16,10 @@
  * rate each rank's link carried.
  *
  * usage: bench_car [--d ELEMENTS] [--block B] [--iters K] [--warmup W] [--format text|json]
- *                  [--skip-fp32]   (only the compressed allreduce; fp32 figures print as 0) */
+ *                  [--skip-fp32]   (only the compressed allreduce; fp32 and fp16 print as 0) */
 #include "onebit/car.h"
 #include "onebit/comm.h"
+#include "onebit/f16sum.h"
 #include "onebit/rng.h"
 
 #include "bench_util.h"
@@ -76,9 +79,10 @@ static void fill(float *x, size_t d, ob_rng *rng)
         x[k] = ob_rng_normal(rng);
 }
 
-/* Times warmup + iters calls of one collective (car == NULL: the fp32 ring allreduce). */
-static int time_op(ob_comm *c, ob_car *car, const bench_opts *o, float *x, ob_rng *rng,
-                   op_result *res)
+/* Times warmup + iters calls of one collective: the compressed allreduce (car), the fp16
+ * exchange (f16), else the fp32 ring allreduce. */
+static int time_op(ob_comm *c, ob_car *car, ob_f16sum *f16, const bench_opts *o, float *x,
+                   ob_rng *rng, op_result *res)
 {
     double *t = malloc((size_t)o->iters * sizeof(double));
     if (!t) return -1;
@@ -92,8 +96,9 @@ static int time_op(ob_comm *c, ob_car *car, const bench_opts *o, float *x, ob_rn
         fill(x, o->d, rng);
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = bench_now();
-        ob_status st =
-            car ? ob_car_allreduce(car, x, x, &err) : ob_comm_allreduce_sum_f32(c, x, o->d, &err);
+        ob_status st = car   ? ob_car_allreduce(car, x, x, &err)
+                       : f16 ? ob_f16sum_run(f16, x, x, o->d, &err)
+                             : ob_comm_allreduce_sum_f32(c, x, o->d, &err);
         double dt = bench_now() - t0;
         if (st != OB_OK) {
             fprintf(stderr, "bench_car: %s\n", err.msg);
@@ -125,9 +130,11 @@ static void mean_phases(ob_car *car, int nranks, double ph[5])
         ph[k] /= nranks;
 }
 
-static void report(const bench_opts *o, int n, size_t D, const op_result *f, const op_result *q,
-                   const double ph[5], uint64_t f_theory, uint64_t q_theory)
+static void report(const bench_opts *o, int n, size_t D, const op_result *f, const op_result *h,
+                   const op_result *q, const double ph[5], uint64_t f_theory, uint64_t h_theory,
+                   uint64_t q_theory)
 {
+    double h_link = h->median > 0 ? 8.0 * (double)h->bytes / h->median * 1e-6 : 0.0;
     static const char *names[5] = {"compress", "alltoall", "server", "allgather", "decode"};
     double f_link = f->median > 0 ? 8.0 * (double)f->bytes / f->median * 1e-6 : 0.0;
     double speedup = f->median > 0 ? f->median / q->median : 0.0; /* 0: fp32 skipped */
@@ -142,6 +149,10 @@ static void report(const bench_opts *o, int n, size_t D, const op_result *f, con
                (unsigned long long)f->bytes, (unsigned long long)f_theory, f_link, q->median,
                q->min, q->max, (unsigned long long)q->bytes, (unsigned long long)q_theory, q_link,
                speedup);
+        printf(",\"fp16_s\":%.6g,\"fp16_min_s\":%.6g,\"fp16_max_s\":%.6g,\"fp16_bytes\":%llu,"
+               "\"fp16_bytes_theory\":%llu,\"fp16_link_mbit\":%.4g",
+               h->median, h->min, h->max, (unsigned long long)h->bytes,
+               (unsigned long long)h_theory, h_link);
         for (int k = 0; k < 5; k++)
             printf(",\"%s_s\":%.6g", names[k], ph[k]);
         printf("}\n");
@@ -154,6 +165,9 @@ static void report(const bench_opts *o, int n, size_t D, const op_result *f, con
     printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "fp32", f->median * 1e3,
            f->min * 1e3, f->max * 1e3, (unsigned long long)f->bytes, (unsigned long long)f_theory,
            f_link);
+    printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "fp16", h->median * 1e3,
+           h->min * 1e3, h->max * 1e3, (unsigned long long)h->bytes, (unsigned long long)h_theory,
+           h_link);
     printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "1-bit", q->median * 1e3,
            q->min * 1e3, q->max * 1e3, (unsigned long long)q->bytes, (unsigned long long)q_theory,
            q_link);
@@ -181,29 +195,36 @@ int main(int argc, char **argv)
     }
     ob_comm *c = NULL;
     ob_car *car = NULL;
+    ob_f16sum *f16 = NULL;
     ob_err err = {0};
     float *x = malloc(o.d * sizeof(float));
     ob_rng rng;
     ob_rng_seed(&rng, 17, (uint64_t)rank);
-    op_result f, q;
+    op_result f, h, q;
     double ph[5];
     if (!x || ob_comm_create_mpi(&c, &err) != OB_OK ||
-        ob_car_create(&car, c, o.d, o.block, OB_SCALE_L1, &err) != OB_OK) {
+        ob_car_create(&car, c, o.d, o.block, OB_SCALE_L1, &err) != OB_OK ||
+        ob_f16sum_create(&f16, c, o.d, &err) != OB_OK) {
         fprintf(stderr, "bench_car: setup failed: %s\n", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }
     memset(&f, 0, sizeof f);
-    if ((!o.skip_fp32 && time_op(c, NULL, &o, x, &rng, &f) != 0) ||
-        time_op(c, car, &o, x, &rng, &q) != 0)
+    memset(&h, 0, sizeof h);
+    if ((!o.skip_fp32 && (time_op(c, NULL, NULL, &o, x, &rng, &f) != 0 ||
+                          time_op(c, NULL, f16, &o, x, &rng, &h) != 0)) ||
+        time_op(c, car, NULL, &o, x, &rng, &q) != 0)
         goto done;
     mean_phases(car, n, ph);
     /* The formulas: the ring sends 2(N-1)/N * 4d bytes per rank (exact when N divides d, the
      * mean over ranks otherwise); the car 2(N-1) packed chunks. */
     uint64_t f_theory = (uint64_t)(2.0 * (n - 1) / n * 4.0 * (double)o.d + 0.5);
+    uint64_t h_theory = ob_f16sum_bytes_per_call(f16, o.d);
     uint64_t q_theory = ob_car_bytes_per_call(car);
-    if (rank == 0) report(&o, n, ob_car_padded_size(car), &f, &q, ph, f_theory, q_theory);
+    if (rank == 0)
+        report(&o, n, ob_car_padded_size(car), &f, &h, &q, ph, f_theory, h_theory, q_theory);
     rc = 0;
 done:
+    ob_f16sum_destroy(f16);
     ob_car_destroy(car);
     ob_comm_destroy(c);
     free(x);

@@ -153,6 +153,26 @@ static void test_comm_collectives(mpi_harness *h)
             if (recv[(size_t)p * per + k] != p * 10000 + r * 100 + (int)k) bad++;
     MH_CHECK(h, bad == 0, "alltoall: %ld wrong values", bad);
 
+    /* shift: one ring step, (r, k) goes to rank r+1; large enough for several TCP segments,
+     * counted as the bytes sent, and a world of one gets its own block. */
+    {
+        size_t cnt = 100003;
+        int *out = malloc(cnt * sizeof(int)), *in = malloc(cnt * sizeof(int));
+        for (size_t k = 0; k < cnt; k++)
+            out[k] = r * 1000003 + (int)k;
+        before = ob_comm_bytes_sent(c);
+        MH_CHECK(h, ob_comm_shift(c, out, in, cnt * sizeof(int), &err) == OB_OK, "%s", err.msg);
+        uint64_t shifted = ob_comm_bytes_sent(c) - before;
+        MH_CHECK(h, shifted == (n > 1 ? cnt * sizeof(int) : 0), "shift counted %llu bytes",
+                 (unsigned long long)shifted);
+        int left = (r + n - 1) % n;
+        bad = 0;
+        for (size_t k = 0; k < cnt; k++)
+            if (in[k] != left * 1000003 + (int)k) bad++;
+        MH_CHECK(h, bad == 0, "shift: %ld values not the left neighbour's", bad);
+        free(out), free(in);
+    }
+
     /* allgather, out of place and in place */
     for (int inplace = 0; inplace < 2; inplace++) {
         int mine[3] = {r, r * 2, r * 3};

@@ -1,7 +1,8 @@
-/* The NCCL communicator and the compressed allreduce on it (device buffers) against the MPI
- * communicator and the CPU path, fed the same inputs on the same ranks. The CUDA kernels are
- * bitwise equal to the CPU kernels and the collectives only move bytes, so outputs and error
- * buffers must agree bit for bit, and both communicators must count the same bytes.
+/* The NCCL communicator, the compressed allreduce and the fp16 exchange on it (device buffers)
+ * against the MPI communicator and the CPU path, fed the same inputs on the same ranks. The
+ * CUDA kernels are bitwise equal to the CPU kernels and the collectives only move bytes, so
+ * outputs and error buffers must agree bit for bit, and both communicators must count the same
+ * bytes.
  *
  * Rank r uses device r % device_count. NCCL refuses two ranks on one GPU, so with more ranks
  * than devices (or no device at all) every rank exits with 77, which ctest reports as
@@ -12,6 +13,7 @@
 #include "onebit/comm.h"
 #include "onebit/optim.h"
 #include "onebit/compress_cuda.h"
+#include "onebit/f16sum.h"
 #include "onebit/rng.h"
 
 #include <stdint.h>
@@ -151,6 +153,26 @@ static void test_nccl_alltoall_allgather_bcast(mpi_harness *h)
         MH_CHECK(h, bad == 0, "allgather (in place %d): %ld wrong values", inplace, bad);
     }
 
+    /* shift: the left neighbour's block arrives, counted as one block sent */
+    for (size_t k = 0; k < per; k++)
+        send[k] = r * 1000000 + (int)k;
+    if (dsend) {
+        ob_err e2 = {0};
+        MH_CHECK(h, ob_cuda_memcpy(dsend, send, per * sizeof(int), NULL, &e2) == OB_OK, "%s",
+                 e2.msg);
+        MH_CHECK(h, ob_cuda_sync(NULL, &e2) == OB_OK, "%s", e2.msg);
+    }
+    before = ob_comm_bytes_sent(g_nccl);
+    MH_CHECK(h, ob_comm_shift(g_nccl, dsend, drecv, per * sizeof(int), &err) == OB_OK, "%s",
+             err.msg);
+    MH_CHECK(h, ob_comm_bytes_sent(g_nccl) - before == (n > 1 ? per * sizeof(int) : 0),
+             "shift bytes");
+    if (drecv) to_host(h, recv, drecv, per * sizeof(int));
+    bad = 0;
+    for (size_t k = 0; k < per && drecv; k++)
+        if (recv[k] != ((r + n - 1) % n) * 1000000 + (int)k) bad++;
+    MH_CHECK(h, bad == 0, "shift: %ld wrong values", bad);
+
     double payload[3] = {0, 0, 0};
     if (r == n - 1) payload[0] = 3.25, payload[1] = -1.5, payload[2] = 1e300;
     double *dp = to_device(h, payload, sizeof payload);
@@ -168,6 +190,39 @@ static void test_nccl_alltoall_allgather_bcast(mpi_harness *h)
     ob_cuda_free(drecv);
     free(send);
     free(recv);
+}
+
+/* The fp16 exchange on both communicators (CUDA codec over NCCL, CPU codec over MPI): the same
+ * sums bit for bit and the same bytes, for sizes that fill the chunks and sizes that leave the
+ * last chunks short or empty. */
+static void test_f16sum_matches_cpu(mpi_harness *h)
+{
+    size_t sizes[] = {1, 1000, (size_t)h->size * 256 * 3, 123457};
+    size_t max_n = 123457;
+    ob_err err = {0};
+    ob_f16sum *fc = NULL, *fg = NULL;
+    MH_CHECK(h, ob_f16sum_create(&fc, g_mpi, max_n, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_f16sum_create(&fg, g_nccl, max_n, &err) == OB_OK, "%s", err.msg);
+    float *x = malloc(max_n * sizeof(float)), *want = malloc(max_n * sizeof(float));
+    float *got = malloc(max_n * sizeof(float));
+    float *dx = to_device(h, NULL, max_n * sizeof(float));
+    for (size_t si = 0; fc && fg && dx && si < sizeof sizes / sizeof *sizes; si++) {
+        size_t n = sizes[si];
+        make_input(x, n, h->rank, (int)si, 91);
+        uint64_t b0 = ob_comm_bytes_sent(g_mpi), g0 = ob_comm_bytes_sent(g_nccl);
+        MH_CHECK(h, ob_f16sum_run(fc, x, want, n, &err) == OB_OK, "%s", err.msg);
+        MH_CHECK(h, ob_cuda_memcpy(dx, x, n * sizeof(float), NULL, &err) == OB_OK, "%s", err.msg);
+        MH_CHECK(h, ob_f16sum_run(fg, dx, dx, n, &err) == OB_OK, "%s", err.msg);
+        to_host(h, got, dx, n * sizeof(float));
+        MH_CHECK(h, count_diff(want, got, n, sizeof(float)) == 0,
+                 "fp16 exchange of %zu: %ld differ", n, count_diff(want, got, n, sizeof(float)));
+        MH_CHECK(h, ob_comm_bytes_sent(g_mpi) - b0 == ob_comm_bytes_sent(g_nccl) - g0,
+                 "fp16 exchange of %zu: bytes differ", n);
+    }
+    ob_cuda_free(dx);
+    free(x), free(want), free(got);
+    ob_f16sum_destroy(fg);
+    ob_f16sum_destroy(fc);
 }
 
 typedef struct car_case {
@@ -414,6 +469,7 @@ int main(int argc, char **argv)
         MH_RUN(&h, test_nccl_allreduce);
         MH_RUN(&h, test_nccl_alltoall_allgather_bcast);
         MH_RUN(&h, test_car_matches_cpu);
+        MH_RUN(&h, test_f16sum_matches_cpu);
         MH_RUN(&h, test_optim_matches_cpu);
         MH_RUN(&h, test_timeout_setting);
     } else {

@@ -216,12 +216,43 @@ static void test_decode_sum_order(void **state)
     free(got);
 }
 
+/* decode_add: the decoded message plus x over x_len elements (a partial sum plus a rank's
+ * values), the decoded value alone beyond; in place on x too. */
+static void test_decode_add(void **state)
+{
+    (void)state;
+    const size_t B = 256, n = 3 * B, x_len = 2 * B + 17;
+    unsigned char *msg = malloc(ob_f16_bytes(n, B));
+    float *p = malloc(n * sizeof(float)), *x = malloc(n * sizeof(float));
+    float *dec = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
+    ob_rng rng;
+    ob_rng_seed(&rng, 12, 0);
+    for (size_t k = 0; k < n; k++) {
+        p[k] = ob_rng_normal(&rng) * 1e-3f;
+        x[k] = ob_rng_normal(&rng);
+    }
+    ob_f16_encode(p, n, n, B, msg);
+    ob_f16_decode(msg, n, B, dec);
+    ob_f16_decode_add(msg, n, B, x, x_len, got);
+    long bad = 0;
+    for (size_t k = 0; k < n; k++) {
+        float want = k < x_len ? dec[k] + x[k] : dec[k];
+        bad += memcmp(&want, &got[k], sizeof want) != 0;
+    }
+    assert_int_equal(bad, 0);
+    ob_f16_decode_add(msg, n, B, x, x_len, x); /* in place */
+    assert_memory_equal(got, x, n * sizeof(float));
+    ob_f16_decode_add(msg, n, B, NULL, 0, got);
+    assert_memory_equal(dec, got, n * sizeof(float));
+    free(msg), free(p), free(x), free(dec), free(got);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_every_half), cmocka_unit_test(test_encode_nearest_even),
         cmocka_unit_test(test_block_round_trip),  cmocka_unit_test(test_nonfinite_blocks),
-        cmocka_unit_test(test_decode_sum_order),
+        cmocka_unit_test(test_decode_sum_order),  cmocka_unit_test(test_decode_add),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

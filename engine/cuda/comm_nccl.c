@@ -179,6 +179,32 @@ static ob_status nccl_allgather(ob_comm *c, const void *send, void *recv, size_t
     return OB_OK;
 }
 
+/* One ring step as a group of one send (right) and one receive (left); a world of one copies. */
+static ob_status nccl_shift(ob_comm *c, const void *send, void *recv, size_t bytes, uint64_t *sent,
+                            ob_err *err)
+{
+    nccl_impl *m = impl_of(c);
+    NOT_ABORTED(m, err);
+    int n = c->size, r = c->rank;
+    if (n == 1) {
+        CUDA_CHECK(err, cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, m->stream));
+        return wait_stream(m, "shift copy", err);
+    }
+    NCCL_CHECK(err, m->comm, ncclGroupStart());
+    ncclResult_t rc = ncclSend(send, bytes, ncclUint8, (r + 1) % n, m->comm, m->stream);
+    if (rc == ncclSuccess)
+        rc = ncclRecv(recv, bytes, ncclUint8, (r + n - 1) % n, m->comm, m->stream);
+    if (rc != ncclSuccess) {
+        ncclGroupEnd();
+        return nccl_fail(err, m->comm, rc, "ncclSend/ncclRecv (shift)", __FILE__, __LINE__);
+    }
+    NCCL_CHECK(err, m->comm, ncclGroupEnd());
+    ob_status st = wait_stream(m, "shift", err);
+    if (st != OB_OK) return st;
+    *sent += bytes;
+    return OB_OK;
+}
+
 static ob_status nccl_bcast(ob_comm *c, void *buf, size_t bytes, int root, uint64_t *sent,
                             ob_err *err)
 {
@@ -232,6 +258,7 @@ static const ob__comm_ops nccl_ops = {
     .allreduce_sum_f32 = nccl_allreduce,
     .alltoall = nccl_alltoall,
     .allgather = nccl_allgather,
+    .shift = nccl_shift,
     .bcast = nccl_bcast,
     .barrier = nccl_barrier,
     .set_timeout = nccl_set_timeout,

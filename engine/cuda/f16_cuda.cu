@@ -78,6 +78,16 @@ __global__ void decode_kernel(const unsigned char *msgs, size_t msg, size_t nsrc
     }
 }
 
+__global__ void decode_add_kernel(const uint16_t *h, const int16_t *shifts, size_t n, unsigned B,
+                                  const float *x, size_t x_len, float *out)
+{
+    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
+         k += (size_t)gridDim.x * blockDim.x) {
+        float v = ob__f16_decode_elem(h[k], shifts[k / B]);
+        out[k] = k < x_len ? __fadd_rn(v, x[k]) : v;
+    }
+}
+
 ob_status check(const char *fn, size_t n, size_t block, const void *in, const void *out,
                 ob_err *err)
 {
@@ -131,4 +141,21 @@ extern "C" ob_status ob_cuda_f16_decode_sum(const void *msgs, size_t nsrc, size_
     if (st != OB_OK || n == 0) return st;
     if (nsrc == 0) return ob_cuda_memset0(out, n * sizeof(float), stream, err);
     return launch_decode(msgs, nsrc, n, block, out, (cudaStream_t)stream, err);
+}
+
+extern "C" ob_status ob_cuda_f16_decode_add(const void *msg, size_t n, size_t block, const float *x,
+                                            size_t x_len, float *out, void *stream, ob_err *err)
+{
+    ob_status st = check("ob_cuda_f16_decode_add", n, block, msg, out, err);
+    if (st != OB_OK) return st;
+    if (x_len > n || (x_len > 0 && !x))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "ob_cuda_f16_decode_add: x_len %zu of %zu", x_len,
+                      n);
+    if (n == 0) return OB_OK;
+    const uint16_t *h = (const uint16_t *)msg;
+    const int16_t *shifts = (const int16_t *)((const unsigned char *)msg + n * sizeof(uint16_t));
+    decode_add_kernel<<<(unsigned)grid_for(n, kThreads), kThreads, 0, (cudaStream_t)stream>>>(
+        h, shifts, n, (unsigned)block, x, x_len, out);
+    CUDA_CHECK(err, cudaGetLastError());
+    return OB_OK;
 }

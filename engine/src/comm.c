@@ -110,6 +110,14 @@ ob_status ob_comm_allgather(ob_comm *comm, const void *send, void *recv, size_t 
     return count(comm, OB_COMM_ALLGATHER, sent, st);
 }
 
+ob_status ob_comm_shift(ob_comm *comm, const void *send, void *recv, size_t bytes, ob_err *err)
+{
+    if (bytes > 0 && (!send || !recv)) return OB_ERR(err, OB_ERR_INVALID_ARG, "shift: NULL buffer");
+    uint64_t sent = 0;
+    ob_status st = bytes ? comm->ops->shift(comm, send, recv, bytes, &sent, err) : OB_OK;
+    return count(comm, OB_COMM_SHIFT, sent, st);
+}
+
 ob_status ob_comm_bcast(ob_comm *comm, void *buf, size_t bytes, int root, ob_err *err)
 {
     if (root < 0 || root >= comm->size)

@@ -16,6 +16,8 @@ typedef struct ob__comm_ops {
                           ob_err *err);
     ob_status (*allgather)(ob_comm *c, const void *send, void *recv, size_t bytes, uint64_t *sent,
                            ob_err *err);
+    ob_status (*shift)(ob_comm *c, const void *send, void *recv, size_t bytes, uint64_t *sent,
+                       ob_err *err);
     ob_status (*bcast)(ob_comm *c, void *buf, size_t bytes, int root, uint64_t *sent, ob_err *err);
     ob_status (*barrier)(ob_comm *c, ob_err *err);
     /* Control reduction over c->ctl_buf[0 .. c->ctl_n): start it; finish leaves the sums

@@ -5,6 +5,7 @@
  * bandwidth-limited network wants:
  *   allreduce  ring: a reduce-scatter then an allgather; every rank ends with bitwise identical
  *              sums;
+ *   shift      one sendrecv: to the right neighbour, from the left one;
  *   alltoall, allgather of blocks up to OB_MPI_DIRECT_MAX bytes: direct, every block posted at
  *              once (one round trip instead of n-1 dependent steps);
  *   larger blocks: pairwise alltoall (step k sends to rank r+k, receives from rank r-k) and
@@ -91,7 +92,7 @@ static ob_status sendrecv(mpi_impl *m, MPI_Datatype type, size_t size, const voi
 }
 
 /* Message tags, one per collective, so that no message can match another collective's. */
-enum { TAG_ALLREDUCE = 17, TAG_ALLTOALL = 18, TAG_ALLGATHER = 19 };
+enum { TAG_ALLREDUCE = 17, TAG_ALLTOALL = 18, TAG_ALLGATHER = 19, TAG_SHIFT = 20 };
 
 static ob_status sendrecv_f32(mpi_impl *m, const float *send, size_t send_n, int to, float *recv,
                               size_t recv_n, int from, ob_err *err)
@@ -228,6 +229,21 @@ static ob_status mpi_allgather(ob_comm *c, const void *send, void *recv, size_t 
     return OB_OK;
 }
 
+static ob_status mpi_shift(ob_comm *c, const void *send, void *recv, size_t bytes, uint64_t *sent,
+                           ob_err *err)
+{
+    int n = c->size, r = c->rank;
+    if (n == 1) {
+        memcpy(recv, send, bytes);
+        return OB_OK;
+    }
+    ob_status st = sendrecv(impl_of(c), MPI_BYTE, 1, send, bytes, (r + 1) % n, recv, bytes,
+                            (r + n - 1) % n, TAG_SHIFT, err);
+    if (st != OB_OK) return st;
+    *sent += bytes;
+    return OB_OK;
+}
+
 static ob_status mpi_bcast(ob_comm *c, void *buf, size_t bytes, int root, uint64_t *sent,
                            ob_err *err)
 {
@@ -285,6 +301,7 @@ static const ob__comm_ops mpi_ops = {
     .allreduce_sum_f32 = mpi_allreduce,
     .alltoall = mpi_alltoall,
     .allgather = mpi_allgather,
+    .shift = mpi_shift,
     .bcast = mpi_bcast,
     .barrier = mpi_barrier,
     .control_start = mpi_control_start,

@@ -43,6 +43,7 @@ static const ob__comm_ops self_ops = {
     .allreduce_sum_f32 = self_allreduce,
     .alltoall = self_copy,
     .allgather = self_copy,
+    .shift = self_copy,
     .bcast = self_bcast,
     .barrier = self_barrier,
     .control_start = self_control,

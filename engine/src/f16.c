@@ -56,6 +56,17 @@ void ob_f16_decode(const void *msg, size_t n, size_t block, float *out)
     decode_into(msg, n, block, out, 0);
 }
 
+void ob_f16_decode_add(const void *msg, size_t n, size_t block, const float *x, size_t x_len,
+                       float *out)
+{
+    const uint16_t *h = msg;
+    const int16_t *shifts = msg_shifts((void *)msg, n);
+    for (size_t k = 0; k < n; k++) {
+        float v = ob__f16_decode_elem(h[k], shifts[k / block]);
+        out[k] = k < x_len ? OB__F16_ADD(v, x[k]) : v;
+    }
+}
+
 void ob_f16_decode_sum(const void *msgs, size_t nsrc, size_t n, size_t block, float *out)
 {
     size_t bytes = ob_f16_bytes(n, block);

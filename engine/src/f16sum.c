@@ -15,10 +15,10 @@ struct ob_f16sum {
     int nranks, rank;
     size_t max_n, B;
     size_t max_c;          /* chunk of the largest vector */
-    unsigned char *send;   /* (N, msg) this rank's encoded chunks */
-    unsigned char *recv;   /* (N, msg) chunk `rank` of every rank */
-    unsigned char *gather; /* (N, msg) every rank's encoded sum */
-    float *sum;            /* (C) this rank's sum of its chunk */
+    unsigned char *send;   /* (msg) the partial sum this rank passes on */
+    unsigned char *recv;   /* (msg) the partial sum from the left neighbour */
+    unsigned char *gather; /* (N, msg) every rank's finished chunk */
+    float *sum;            /* (C) the received partial sum plus this rank's values */
     float *tail;           /* (C) decode target of the chunk that straddles n */
 };
 
@@ -51,8 +51,8 @@ ob_status ob_f16sum_create(ob_f16sum **out, ob_comm *comm, size_t max_n, ob_err 
     }
     ob_status st;
     const char *what = "fp16 exchange buffer";
-    if ((st = ob__mem_alloc(f->device, (void **)&f->send, n * msg, what, err)) ||
-        (st = ob__mem_alloc(f->device, (void **)&f->recv, n * msg, what, err)) ||
+    if ((st = ob__mem_alloc(f->device, (void **)&f->send, msg, what, err)) ||
+        (st = ob__mem_alloc(f->device, (void **)&f->recv, msg, what, err)) ||
         (st = ob__mem_alloc(f->device, (void **)&f->gather, n * msg, what, err)) ||
         (st = ob__mem_alloc(f->device, (void **)&f->sum, C * sizeof(float), what, err)) ||
         (st = ob__mem_alloc(f->device, (void **)&f->tail, C * sizeof(float), what, err))) {
@@ -95,16 +95,23 @@ static ob_status k_decode(ob_f16sum *f, const void *msg, size_t C, float *out, o
     return OB_OK;
 }
 
-static ob_status k_sum(ob_f16sum *f, const void *msgs, size_t C, float *out, ob_err *err)
+static ob_status k_decode_add(ob_f16sum *f, const void *msg, size_t C, const float *x, size_t x_len,
+                              float *out, ob_err *err)
 {
     if (f->device)
-        return ob_cuda_f16_decode_sum(msgs, (size_t)f->nranks, C, f->B, out,
-                                      ob_comm_stream(f->comm), err);
-    ob_f16_decode_sum(msgs, (size_t)f->nranks, C, f->B, out);
+        return ob_cuda_f16_decode_add(msg, C, f->B, x, x_len, out, ob_comm_stream(f->comm), err);
+    ob_f16_decode_add(msg, C, f->B, x, x_len, out);
     return OB_OK;
 }
 
 /* --- the collective ------------------------------------------------------------------------ */
+
+/* Elements of chunk j that lie inside a vector of n. */
+static size_t chunk_valid(size_t j, size_t C, size_t n)
+{
+    size_t lo = j * C;
+    return lo < n ? (n - lo < C ? n - lo : C) : 0;
+}
 
 ob_status ob_f16sum_run(ob_f16sum *f, const float *in, float *out, size_t n, ob_err *err)
 {
@@ -113,31 +120,39 @@ ob_status ob_f16sum_run(ob_f16sum *f, const float *in, float *out, size_t n, ob_
                       f->max_n);
     void *stream = ob_comm_stream(f->comm);
     if (f->nranks == 1) return ob__mem_copy(f->device, out, in, n * sizeof(float), stream, err);
-    size_t N = (size_t)f->nranks, C = chunk_for(f, n), msg = ob_f16_bytes(C, f->B);
-    ob_status st;
-    for (size_t j = 0; j < N; j++) {
-        size_t lo = j * C;
-        size_t valid = lo < n ? (n - lo < C ? n - lo : C) : 0;
-        st = k_encode(f, valid ? in + lo : NULL, valid, C, f->send + j * msg, err);
-        if (st != OB_OK) return OB_WRAP(err, st, "fp16 exchange: encode");
+    size_t N = (size_t)f->nranks, r = (size_t)f->rank, C = chunk_for(f, n);
+    size_t msg = ob_f16_bytes(C, f->B);
+    /* Reduce-scatter around the ring: in step s rank r passes on the partial sum of chunk
+     * (r - s) mod N and receives that of chunk (r - s - 1) mod N, to which it adds its own
+     * values. Step 0 passes this rank's own chunk r; after N-1 steps rank r holds chunk
+     * (r + 1) mod N summed over every rank. (in is only read here: in == out is safe.) */
+    size_t valid = chunk_valid(r, C, n);
+    ob_status st = k_encode(f, valid ? in + r * C : NULL, valid, C, f->send, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "fp16 exchange: encode");
+    unsigned char *mine = f->gather + r * msg;
+    for (size_t s = 0; s + 1 < N; s++) {
+        if ((st = ob_comm_shift(f->comm, f->send, f->recv, msg, err)))
+            return OB_WRAP(err, st, "fp16 exchange: ring step %zu", s);
+        size_t j = (r + N - s - 1) % N;
+        valid = chunk_valid(j, C, n);
+        if ((st = k_decode_add(f, f->recv, C, valid ? in + j * C : NULL, valid, f->sum, err)) ||
+            (st = k_encode(f, f->sum, C, C, s + 2 == N ? mine : f->send, err)))
+            return OB_WRAP(err, st, "fp16 exchange: sum");
     }
-    if ((st = ob_comm_alltoall(f->comm, f->send, f->recv, msg, err)))
-        return OB_WRAP(err, st, "fp16 exchange: alltoall");
-    unsigned char *mine = f->gather + (size_t)f->rank * msg;
-    if ((st = k_sum(f, f->recv, C, f->sum, err)) || (st = k_encode(f, f->sum, C, C, mine, err)))
-        return OB_WRAP(err, st, "fp16 exchange: sum");
     if ((st = ob_comm_allgather(f->comm, mine, f->gather, msg, err)))
         return OB_WRAP(err, st, "fp16 exchange: allgather");
-    for (size_t j = 0; j < N; j++) {
-        size_t lo = j * C;
-        if (lo >= n) break;
-        size_t valid = n - lo < C ? n - lo : C;
+    /* Rank p's block is chunk (p + 1) mod N. */
+    for (size_t p = 0; p < N; p++) {
+        size_t j = (p + 1) % N;
+        valid = chunk_valid(j, C, n);
+        if (!valid) continue;
         if (valid == C) {
-            st = k_decode(f, f->gather + j * msg, C, out + lo, err);
+            st = k_decode(f, f->gather + p * msg, C, out + j * C, err);
         } else {
-            st = k_decode(f, f->gather + j * msg, C, f->tail, err);
+            st = k_decode(f, f->gather + p * msg, C, f->tail, err);
             if (st == OB_OK)
-                st = ob__mem_copy(f->device, out + lo, f->tail, valid * sizeof(float), stream, err);
+                st = ob__mem_copy(f->device, out + j * C, f->tail, valid * sizeof(float), stream,
+                                  err);
         }
         if (st != OB_OK) return OB_WRAP(err, st, "fp16 exchange: decode");
     }

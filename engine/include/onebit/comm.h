@@ -49,6 +49,7 @@ typedef enum ob_comm_op {
     OB_COMM_BCAST,
     OB_COMM_BARRIER,
     OB_COMM_CONTROL, /* ob_comm_control_start: calls counted; its few bytes are not */
+    OB_COMM_SHIFT,
     OB_COMM_NUM_OPS
 } ob_comm_op;
 
@@ -107,6 +108,12 @@ ob_status ob_comm_alltoall(ob_comm *comm, const void *send, void *recv, size_t b
  * p*bytes_per_peer. send may point at this rank's own block inside recv. */
 ob_status ob_comm_allgather(ob_comm *comm, const void *send, void *recv, size_t bytes_per_peer,
                             ob_err *err);
+
+/* One step of a ring: rank r sends `bytes` bytes of `send` to rank (r + 1) mod N and receives
+ * rank (r - 1) mod N's into `recv` (send and recv must not overlap). Every link carries one
+ * message, in one direction: the schedule a bandwidth-limited network wants (the fp16
+ * exchange's reduce-scatter, onebit/f16sum.h). */
+ob_status ob_comm_shift(ob_comm *comm, const void *send, void *recv, size_t bytes, ob_err *err);
 
 /* Broadcasts `bytes` bytes of buf from rank `root` to every rank. */
 ob_status ob_comm_bcast(ob_comm *comm, void *buf, size_t bytes, int root, ob_err *err);

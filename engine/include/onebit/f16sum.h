@@ -1,19 +1,25 @@
 /* The fp16 gradient exchange ("f16sum"): the sum of one float vector per rank, sent as fp16
  * with block shifts (onebit/compress.h) instead of fp32, for half the bytes of the ring
- * allreduce:
+ * allreduce. A ring, like the fp32 allreduce:
  *
- *   every rank:  the vector of n elements, padded with zeros to D = N*C (C a multiple of B),
- *                is encoded chunk by chunk, chunk j addressed to rank j
- *   alltoall:    rank j receives chunk j of every rank
- *   rank j:      decodes them and adds them in rank order (fp32), encodes the sum
- *   allgather:   every rank receives every encoded sum and decodes the same vector
+ *   every rank:      the vector of n elements, padded with zeros to D = N*C (C a multiple of
+ *                    B), is cut into N chunks
+ *   reduce-scatter:  N-1 steps (ob_comm_shift); in step s rank r passes the partial sum of
+ *                    chunk (r - s) mod N to its right neighbour, decodes the one it receives,
+ *                    adds its own values of that chunk (fp32) and encodes the result; step 0
+ *                    passes rank r's own chunk r. Chunk j is summed in the order j, j+1, ...,
+ *                    j-1 (mod N) and ends, finished, on rank j-1.
+ *   allgather:       every rank receives every finished chunk and decodes the same vector
  *
- * Each element is rounded to a half twice (at its sender and after the sum), so the result is
- * the exact sum to about 2^-11 of each block's largest value (relative), and bitwise identical
- * on every rank. There is no error feedback and no state across calls: an exchange depends on
- * its inputs only. Bytes per call and rank: 2 (N-1) ob_f16_bytes(C, B), against the ring's
- * 2 (N-1)/N 4n. Buffers live in the communicator's memory (host for MPI/self, device for
- * NCCL); a world of one copies its input. */
+ * Every link carries one message in one direction per step (an alltoall sends N-1 messages
+ * to N-1 peers at once, which a shaped link carries more slowly). Each partial sum is rounded
+ * to a half once per hop: the first rank's values and the N-1 partial sums after it, so the
+ * result is the exact sum to about N 2^-11 of the magnitudes involved, and bitwise identical
+ * on every rank (the finished chunk is decoded by all, its owner included). There is no error
+ * feedback and no state across calls: an exchange depends on its inputs only. Bytes per call
+ * and rank: 2 (N-1) ob_f16_bytes(C, B), against the ring's 2 (N-1)/N 4n. Buffers live in the
+ * communicator's memory (host for MPI/self, device for NCCL); a world of one copies its
+ * input. */
 #ifndef ONEBIT_F16SUM_H
 #define ONEBIT_F16SUM_H
 
