@@ -34,6 +34,15 @@ static void make_input(float *x, size_t d, int r, int t, uint64_t seed)
     }
 }
 
+/* Copies host bytes into device memory and waits for the copy (dev NULL: nothing). */
+static void upload(mpi_harness *h, void *dev, const void *host, size_t bytes)
+{
+    ob_err err = {0};
+    if (!dev) return;
+    MH_CHECK(h, ob_cuda_memcpy(dev, host, bytes, NULL, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_cuda_sync(NULL, &err) == OB_OK, "%s", err.msg);
+}
+
 /* Device copies; a failure is recorded and leaves NULL (the caller skips the case's checks
  * but keeps calling the collectives, so that no rank hangs). */
 static void *to_device(mpi_harness *h, const void *host, size_t bytes)
@@ -41,10 +50,7 @@ static void *to_device(mpi_harness *h, const void *host, size_t bytes)
     void *p = NULL;
     ob_err err = {0};
     MH_CHECK(h, ob_cuda_alloc(&p, bytes, &err) == OB_OK, "%s", err.msg);
-    if (p && host) {
-        MH_CHECK(h, ob_cuda_memcpy(p, host, bytes, NULL, &err) == OB_OK, "%s", err.msg);
-        MH_CHECK(h, ob_cuda_sync(NULL, &err) == OB_OK, "%s", err.msg);
-    }
+    if (host) upload(h, p, host, bytes);
     return p;
 }
 
@@ -135,11 +141,7 @@ static void test_nccl_alltoall_allgather_bcast(mpi_harness *h)
         int *dmine = inplace ? drecv + (size_t)r * per : dsend;
         ob_err e2 = {0};
         if (drecv) MH_CHECK(h, ob_cuda_memset0(drecv, total, NULL, &e2) == OB_OK, "%s", e2.msg);
-        if (dmine) {
-            MH_CHECK(h, ob_cuda_memcpy(dmine, mine, per * sizeof(int), NULL, &e2) == OB_OK, "%s",
-                     e2.msg);
-            MH_CHECK(h, ob_cuda_sync(NULL, &e2) == OB_OK, "%s", e2.msg);
-        }
+        upload(h, dmine, mine, per * sizeof(int));
         before = ob_comm_bytes_sent(g_nccl);
         MH_CHECK(h, ob_comm_allgather(g_nccl, dmine, drecv, per * sizeof(int), &err) == OB_OK, "%s",
                  err.msg);
@@ -156,12 +158,7 @@ static void test_nccl_alltoall_allgather_bcast(mpi_harness *h)
     /* shift: the left neighbour's block arrives, counted as one block sent */
     for (size_t k = 0; k < per; k++)
         send[k] = r * 1000000 + (int)k;
-    if (dsend) {
-        ob_err e2 = {0};
-        MH_CHECK(h, ob_cuda_memcpy(dsend, send, per * sizeof(int), NULL, &e2) == OB_OK, "%s",
-                 e2.msg);
-        MH_CHECK(h, ob_cuda_sync(NULL, &e2) == OB_OK, "%s", e2.msg);
-    }
+    upload(h, dsend, send, per * sizeof(int));
     before = ob_comm_bytes_sent(g_nccl);
     MH_CHECK(h, ob_comm_shift(g_nccl, dsend, drecv, per * sizeof(int), &err) == OB_OK, "%s",
              err.msg);
@@ -211,7 +208,7 @@ static void test_f16sum_matches_cpu(mpi_harness *h)
         make_input(x, n, h->rank, (int)si, 91);
         uint64_t b0 = ob_comm_bytes_sent(g_mpi), g0 = ob_comm_bytes_sent(g_nccl);
         MH_CHECK(h, ob_f16sum_run(fc, x, want, n, &err) == OB_OK, "%s", err.msg);
-        MH_CHECK(h, ob_cuda_memcpy(dx, x, n * sizeof(float), NULL, &err) == OB_OK, "%s", err.msg);
+        upload(h, dx, x, n * sizeof(float));
         MH_CHECK(h, ob_f16sum_run(fg, dx, dx, n, &err) == OB_OK, "%s", err.msg);
         to_host(h, got, dx, n * sizeof(float));
         MH_CHECK(h, count_diff(want, got, n, sizeof(float)) == 0,

@@ -187,35 +187,6 @@ static void test_nonfinite_blocks(void **state)
         assert_true(y[k] == 0.0f);
 }
 
-/* decode_sum adds the messages in index order: the same bits as decoding each and adding them
- * one after another. */
-static void test_decode_sum_order(void **state)
-{
-    (void)state;
-    const size_t B = 256, n = 2 * B, nsrc = 5;
-    size_t bytes = ob_f16_bytes(n, B);
-    unsigned char *msgs = malloc(nsrc * bytes);
-    float *x = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
-    float *part = malloc(n * sizeof(float)), *got = malloc(n * sizeof(float));
-    ob_rng rng;
-    ob_rng_seed(&rng, 11, 0);
-    for (size_t i = 0; i < nsrc; i++) {
-        for (size_t k = 0; k < n; k++)
-            x[k] = ob_rng_normal(&rng) * powf(10.0f, (float)i - 2.0f);
-        ob_f16_encode(x, n, n, B, msgs + i * bytes);
-        ob_f16_decode(msgs + i * bytes, n, B, part);
-        for (size_t k = 0; k < n; k++)
-            want[k] = i == 0 ? part[k] : want[k] + part[k];
-    }
-    ob_f16_decode_sum(msgs, nsrc, n, B, got);
-    assert_memory_equal(want, got, n * sizeof(float));
-    free(msgs);
-    free(x);
-    free(want);
-    free(part);
-    free(got);
-}
-
 /* decode_add: the decoded message plus x over x_len elements (a partial sum plus a rank's
  * values), the decoded value alone beyond; in place on x too. */
 static void test_decode_add(void **state)
@@ -252,7 +223,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_every_half), cmocka_unit_test(test_encode_nearest_even),
         cmocka_unit_test(test_block_round_trip),  cmocka_unit_test(test_nonfinite_blocks),
-        cmocka_unit_test(test_decode_sum_order),  cmocka_unit_test(test_decode_add),
+        cmocka_unit_test(test_decode_add),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -62,22 +62,7 @@ __global__ void encode_kernel(const float *x, size_t x_len, size_t nblocks, unsi
     }
 }
 
-__global__ void decode_kernel(const unsigned char *msgs, size_t msg, size_t nsrc, size_t n,
-                              unsigned B, float *out)
-{
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        float acc = 0.0f;
-        for (size_t i = 0; i < nsrc; i++) {
-            const uint16_t *h = (const uint16_t *)(msgs + i * msg);
-            const int16_t *shifts = (const int16_t *)(msgs + i * msg + n * sizeof(uint16_t));
-            float v = ob__f16_decode_elem(h[k], shifts[k / B]);
-            acc = i == 0 ? v : __fadd_rn(acc, v);
-        }
-        out[k] = acc;
-    }
-}
-
+/* out = decode(msg) + x over x_len elements, decode(msg) beyond (decode alone: x_len 0). */
 __global__ void decode_add_kernel(const uint16_t *h, const int16_t *shifts, size_t n, unsigned B,
                                   const float *x, size_t x_len, float *out)
 {
@@ -97,12 +82,13 @@ ob_status check(const char *fn, size_t n, size_t block, const void *in, const vo
     return OB_OK;
 }
 
-ob_status launch_decode(const void *msgs, size_t nsrc, size_t n, size_t block, float *out,
-                        cudaStream_t s, ob_err *err)
+ob_status launch_decode_add(const void *msg, size_t n, size_t block, const float *x, size_t x_len,
+                            float *out, cudaStream_t s, ob_err *err)
 {
-    size_t msg = ob_f16_bytes(n, block);
-    decode_kernel<<<(unsigned)grid_for(n, kThreads), kThreads, 0, s>>>(
-        (const unsigned char *)msgs, msg, nsrc, n, (unsigned)block, out);
+    const uint16_t *h = (const uint16_t *)msg;
+    const int16_t *shifts = (const int16_t *)((const unsigned char *)msg + n * sizeof(uint16_t));
+    decode_add_kernel<<<(unsigned)grid_for(n, kThreads), kThreads, 0, s>>>(
+        h, shifts, n, (unsigned)block, x, x_len, out);
     CUDA_CHECK(err, cudaGetLastError());
     return OB_OK;
 }
@@ -131,16 +117,7 @@ extern "C" ob_status ob_cuda_f16_decode(const void *msg, size_t n, size_t block,
 {
     ob_status st = check("ob_cuda_f16_decode", n, block, msg, out, err);
     if (st != OB_OK || n == 0) return st;
-    return launch_decode(msg, 1, n, block, out, (cudaStream_t)stream, err);
-}
-
-extern "C" ob_status ob_cuda_f16_decode_sum(const void *msgs, size_t nsrc, size_t n, size_t block,
-                                            float *out, void *stream, ob_err *err)
-{
-    ob_status st = check("ob_cuda_f16_decode_sum", n, block, nsrc ? msgs : out, out, err);
-    if (st != OB_OK || n == 0) return st;
-    if (nsrc == 0) return ob_cuda_memset0(out, n * sizeof(float), stream, err);
-    return launch_decode(msgs, nsrc, n, block, out, (cudaStream_t)stream, err);
+    return launch_decode_add(msg, n, block, NULL, 0, out, (cudaStream_t)stream, err);
 }
 
 extern "C" ob_status ob_cuda_f16_decode_add(const void *msg, size_t n, size_t block, const float *x,
@@ -152,10 +129,5 @@ extern "C" ob_status ob_cuda_f16_decode_add(const void *msg, size_t n, size_t bl
         return OB_ERR(err, OB_ERR_INVALID_ARG, "ob_cuda_f16_decode_add: x_len %zu of %zu", x_len,
                       n);
     if (n == 0) return OB_OK;
-    const uint16_t *h = (const uint16_t *)msg;
-    const int16_t *shifts = (const int16_t *)((const unsigned char *)msg + n * sizeof(uint16_t));
-    decode_add_kernel<<<(unsigned)grid_for(n, kThreads), kThreads, 0, (cudaStream_t)stream>>>(
-        h, shifts, n, (unsigned)block, x, x_len, out);
-    CUDA_CHECK(err, cudaGetLastError());
-    return OB_OK;
+    return launch_decode_add(msg, n, block, x, x_len, out, (cudaStream_t)stream, err);
 }

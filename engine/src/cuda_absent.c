@@ -43,12 +43,6 @@ ob_status ob_cuda_f16_decode(const void *msg, size_t n, size_t block, float *out
     return NO_CUDA(err);
 }
 
-ob_status ob_cuda_f16_decode_sum(const void *msgs, size_t nsrc, size_t n, size_t block, float *out,
-                                 void *stream, ob_err *err)
-{
-    return NO_CUDA(err);
-}
-
 ob_status ob_cuda_f16_decode_add(const void *msg, size_t n, size_t block, const float *x,
                                  size_t x_len, float *out, void *stream, ob_err *err)
 {

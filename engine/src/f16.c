@@ -37,25 +37,6 @@ void ob_f16_encode(const float *x, size_t x_len, size_t n, size_t block, void *m
     }
 }
 
-/* out = decode(msg), or out += decode(msg) with add. */
-static void decode_into(const void *msg, size_t n, size_t block, float *out, int add)
-{
-    const uint16_t *h = msg;
-    const int16_t *shifts = msg_shifts((void *)msg, n);
-    for (size_t b = 0; b < n / block; b++) {
-        int s = shifts[b];
-        for (size_t k = b * block; k < (b + 1) * block; k++) {
-            float v = ob__f16_decode_elem(h[k], s);
-            out[k] = add ? OB__F16_ADD(out[k], v) : v;
-        }
-    }
-}
-
-void ob_f16_decode(const void *msg, size_t n, size_t block, float *out)
-{
-    decode_into(msg, n, block, out, 0);
-}
-
 void ob_f16_decode_add(const void *msg, size_t n, size_t block, const float *x, size_t x_len,
                        float *out)
 {
@@ -67,13 +48,7 @@ void ob_f16_decode_add(const void *msg, size_t n, size_t block, const float *x, 
     }
 }
 
-void ob_f16_decode_sum(const void *msgs, size_t nsrc, size_t n, size_t block, float *out)
+void ob_f16_decode(const void *msg, size_t n, size_t block, float *out)
 {
-    size_t bytes = ob_f16_bytes(n, block);
-    if (nsrc == 0) {
-        memset(out, 0, n * sizeof(float));
-        return;
-    }
-    for (size_t i = 0; i < nsrc; i++)
-        decode_into((const char *)msgs + i * bytes, n, block, out, i > 0);
+    ob_f16_decode_add(msg, n, block, NULL, 0, out);
 }

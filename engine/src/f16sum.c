@@ -14,7 +14,6 @@ struct ob_f16sum {
     int device;
     int nranks, rank;
     size_t max_n, B;
-    size_t max_c;          /* chunk of the largest vector */
     unsigned char *send;   /* (msg) the partial sum this rank passes on */
     unsigned char *recv;   /* (msg) the partial sum from the left neighbour */
     unsigned char *gather; /* (N, msg) every rank's finished chunk */
@@ -42,8 +41,7 @@ ob_status ob_f16sum_create(ob_f16sum **out, ob_comm *comm, size_t max_n, ob_err 
     f->rank = ob_comm_rank(comm);
     f->max_n = max_n;
     f->B = OB_F16SUM_BLOCK;
-    f->max_c = chunk_for(f, max_n);
-    size_t n = (size_t)f->nranks, C = f->max_c;
+    size_t n = (size_t)f->nranks, C = chunk_for(f, max_n);
     size_t msg = ob_f16_bytes(C, f->B);
     if (C > SIZE_MAX / 8 || SIZE_MAX / n < msg) {
         free(f);

@@ -69,10 +69,6 @@ size_t ob_f16_bytes(size_t n, size_t block);
 void ob_f16_encode(const float *x, size_t x_len, size_t n, size_t block, void *msg);
 /* Decodes a message of n elements into out (n floats). */
 void ob_f16_decode(const void *msg, size_t n, size_t block, float *out);
-/* out = sum over i = 0..nsrc-1 of decode(message i), added in index order (the first decoded
- * value, then + the next, ...), so that every caller gets the same bits. The messages are nsrc
- * consecutive messages of ob_f16_bytes(n, block) bytes each. */
-void ob_f16_decode_sum(const void *msgs, size_t nsrc, size_t n, size_t block, float *out);
 /* out[k] = decode(msg)[k] + x[k] for k < x_len, decode(msg)[k] beyond (x may be NULL when x_len
  * is 0; out may be x): one hop of the fp16 exchange's ring, a partial sum plus this rank's
  * values. */

@@ -27,8 +27,6 @@ ob_status ob_cuda_f16_encode(const float *x, size_t x_len, size_t n, size_t bloc
                              void *stream, ob_err *err);
 ob_status ob_cuda_f16_decode(const void *msg, size_t n, size_t block, float *out, void *stream,
                              ob_err *err);
-ob_status ob_cuda_f16_decode_sum(const void *msgs, size_t nsrc, size_t n, size_t block, float *out,
-                                 void *stream, ob_err *err);
 ob_status ob_cuda_f16_decode_add(const void *msg, size_t n, size_t block, const float *x,
                                  size_t x_len, float *out, void *stream, ob_err *err);
 
