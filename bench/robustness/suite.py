@@ -2,7 +2,7 @@
 """The robustness suite: whole training runs of onebit-worker on several models, seeds and
 settings, 1-bit Adam beside its baselines (Adam, and for warm starts the same job from scratch).
 
-    bench/robustness/suite.py run [--group warm|stability|freeze|wide|fp16|all] [--only SUBSTR] [--rerun]
+    bench/robustness/suite.py run [--group warm|stability|freeze|wide|fp16|ratio|cap|short|all] [--only SUBSTR] [--rerun]
     bench/robustness/suite.py report [--docs]  # tables + SVG plot (--docs: into docs/robustness/)
 
 Runs go one at a time (4 MPI ranks each, `mpirun --oversubscribe`); every finished run appends
@@ -233,8 +233,20 @@ def cap_cases():
     return out
 
 
+SHORT = ("fixed-16-fp16",)
+
+
+def short_cases():
+    """A short warmup: a fixed freeze at step 16 with the warmup's gradients in fp16 (the
+    configuration bench/peers times as onebit-short), on the jobs of the stability and wide
+    groups, beside their Adam and default runs."""
+    return [dict(c, group="short", variants=list(SHORT)) for c in wide_cases() + stability_cases()]
+
+
 def all_cases(group):
     cases = []
+    if group == "short":
+        return short_cases()
     if group == "cap":
         return cap_cases()
     if group == "fp16":
@@ -335,7 +347,7 @@ def case_spec(case, var):
     if var == "scratch":
         return variant(case["spec"], "onebit")
     if var.startswith("fixed-"):  # a fixed freeze step with the default frozen_step_ratio
-        s = variant(case["spec"], "onebit")
+        s = variant(case["spec"], "onebit-fp16" if var.endswith("-fp16") else "onebit")
         s["optimizer"]["freeze_step"] = int(var.split("-")[1])
         return s
     if var.startswith("freeze-"):  # a fixed freeze step, on v (freeze-N) or v_hat (freeze-N-bc)
@@ -369,7 +381,7 @@ def cmd_run(args):
     for i, (c, v) in enumerate(pending, 1):
         spec = case_spec(c, v)
         ck = None
-        if c["group"] in ("stability", "wide", "freeze", "fp16", "ratio", "cap") and v != "adam":
+        if c["group"] in ("stability", "wide", "freeze", "fp16", "ratio", "cap", "short") and v != "adam":
             # Checkpoints, so that the divergence guard can roll back (its rollbacks counted).
             spec["checkpoint"] = {"interval": 100, "keep": 1}
             ck = os.path.join(OUT, "ck-run")
@@ -440,6 +452,65 @@ def warm_note(case, var):
                 except ValueError:
                     pass
     return ""
+
+
+def short_table(by):
+    """The short warmup (SHORT) beside Adam and the default: eval loss, gaps, bytes."""
+    cases = [c["case"] for c in short_cases() if (c["case"], SHORT[0]) in by]
+    if not cases:
+        return []
+    lines = ["## A short warmup", "",
+             "`%s`: `freeze_step: 16` with the warmup's gradients in fp16, beside Adam and the "
+             "default (auto freeze, fp32 warmup): eval loss, gap to Adam and to the default, and the "
+             "default's bytes over the short warmup's." % SHORT[0], "",
+             "| case | steps | adam | default (freeze) | short | gap to Adam | gap to default | bytes default/short |",
+             "|---|---|---|---|---|---|---|---|"]
+    to_adam, to_default, saved, by_cfg, bad = [], [], [], {}, 0
+    for c in cases:
+        ad, ob, sh = by.get((c, "adam")), by.get((c, "onebit")), by[(c, SHORT[0])]
+        if sh["status"] != "ok":
+            bad += 1
+        a = fnum(ad and ad["eval_loss"])
+        d = fnum(ob and ob["eval_loss"])
+        x = fnum(sh["eval_loss"])
+        ga = (x / a - 1) * 100 if a and x else None
+        gd = (x / d - 1) * 100 if d and x else None
+        b = fnum(ob and ob["bytes_sent"]) / fnum(sh["bytes_sent"]) if ob and fnum(sh["bytes_sent"]) else None
+        if ga is not None:
+            to_adam.append(ga)
+        if gd is not None:
+            to_default.append(gd)
+            by_cfg.setdefault(re.sub(r"-s[0-9]+$", "", c), []).append(gd)
+        if b:
+            saved.append(b)
+        lines.append("| %s | %s | %s | %s (%s) | %s | %s | %s | %s |" % (
+            c, sh.get("steps", ""), fmt4(a), fmt4(d), (ob or {}).get("freeze_step", "-"), fmt4(x),
+            signed(ga), signed(gd), "%.2fx" % b if b else "-"))
+    lines.append("")
+    if to_adam and to_default:
+        lines.append("Over %d cases: %d diverged; gap to Adam median %+.2f%%, worst %+.2f%%; to the "
+                     "default median %+.2f%%, %+.2f%% to %+.2f%%, %d within 1%% of it or better; "
+                     "bytes median %.2fx fewer than the default's." % (
+                         len(cases), bad, median(to_adam), max(to_adam), median(to_default),
+                         min(to_default), max(to_default), sum(g <= 1.0 for g in to_default),
+                         median(saved) if saved else float("nan")))
+        lines.append("Mean gap to the default per configuration (seeds): " + "; ".join(
+            "%s %+.2f%% (%d)" % (k, sum(v) / len(v), len(v)) for k, v in sorted(by_cfg.items())) + ".")
+        lines.append("")
+    return lines
+
+
+def median(v):
+    v = sorted(v)
+    return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+
+def signed(g):
+    return "%+.2f%%" % g if g is not None else "-"
+
+
+def fmt4(x):
+    return "%.4f" % x if x is not None else "-"
 
 
 def cmd_report(args):
@@ -647,7 +718,8 @@ def cmd_report(args):
             "%s %s over %d" % (v.replace("onebit-", ""), pct(max(worst[v])), len(worst[v]))
             for v in cols if worst[v]) + ".")
         lines.append("")
-    fixed_cases = {r["case"] for r in rows if r["variant"].startswith("fixed-")}
+    fixed_cases = {r["case"] for r in rows
+                   if r["variant"].startswith("fixed-") and r["variant"] not in SHORT}
     caps = [c for c in dict.fromkeys(r["case"] for r in rows) if c in fixed_cases]
     if caps:
         lines += ["## The latest freeze (beta2 0.999)", "",
@@ -661,7 +733,8 @@ def cmd_report(args):
             ad, ob = by.get((c, "adam")), by.get((c, "onebit"))
             base = fnum(ad and ad["eval_loss"])
             fixed = [by[(c, v)] for v in sorted(
-                {r["variant"] for r in rows if r["case"] == c and r["variant"].startswith("fixed-")},
+                {r["variant"] for r in rows if r["case"] == c and r["variant"].startswith("fixed-")
+                 and r["variant"] not in SHORT},
                 key=lambda v: int(v.split("-")[1]))]
             cells = ["%s (%s) | %s | %s" % (cell(r), r["variant"], pct(gap(r, base)), ratio(ad, r))
                      for r in fixed[:2]]
@@ -711,6 +784,7 @@ def cmd_report(args):
             for c, x, y in big:
                 lines.append("%s (>= 2000 steps): %.1fx fewer bytes than Adam by default, %.1fx with fp16." % (c, x, y))
             lines.append("")
+    lines += short_table(by)
     text = "\n".join(lines) + "\n"
     with open(os.path.join(OUT, "tables.md"), "w") as f:
         f.write(text)
@@ -741,7 +815,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "ratio", "cap", "all"])
+    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "ratio", "cap", "short", "all"])
     r.add_argument("--only", default="")
     r.add_argument("--variant", default="", help="only this variant (adam, scratch, warm, ...)")
     r.add_argument("--rerun", action="store_true")
