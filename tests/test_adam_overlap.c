@@ -394,6 +394,16 @@ static void overlap_mlp_onebit_fp16(mpi_harness *h)
                     9, 4, 3);
 }
 
+static void overlap_mlp_onebit_refresh(mpi_harness *h)
+{
+    /* Variance refreshes exchange fp32 gradient buckets inside the compression phase: warmup
+     * 1..2, compressed 3..4, refresh 5..6 (frozen at 6), compressed 7..12, refresh 13..14. */
+    compare_overlap(h, "mlp onebit_adam refresh", MLP_SPEC,
+                    "type: onebit_adam, freeze_step: 2, refresh_steps: 2, block_size: 64, "
+                    "bucket_mb: 0.002, precondition: true",
+                    14, 6, 3);
+}
+
 static void overlap_transformer_adam(mpi_harness *h)
 {
     char spec[1024];
@@ -487,6 +497,7 @@ int main(int argc, char **argv)
     MH_RUN(&h, overlap_mlp_onebit);
     MH_RUN(&h, overlap_mlp_onebit_precondition);
     MH_RUN(&h, overlap_mlp_onebit_fp16);
+    MH_RUN(&h, overlap_mlp_onebit_refresh);
     MH_RUN(&h, overlap_transformer_adam);
     MH_RUN(&h, overlap_transformer_onebit);
     MH_RUN(&h, warm_refit_exchange);

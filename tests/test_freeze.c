@@ -41,6 +41,25 @@ static ob_optim_stats stats(run *r)
     return s;
 }
 
+/* The "checkpoint": a fresh optimizer of cfg in *b holding a's parameters, moments and error
+ * feedback; *p is a's progress, which the caller restores (ob_optim_set_progress). */
+static void copy_state(run *b, run *a, const ob_optim_config *cfg, ob_optim_progress *p)
+{
+    run_start(b, cfg);
+    memcpy(b->x, a->x, sizeof a->x);
+    ob_optim_state sa, sb;
+    ob_optim_get_state(a->opt, &sa);
+    ob_optim_get_state(b->opt, &sb);
+    memcpy(sb.exp_avg, sa.exp_avg, D * sizeof(float));
+    memcpy(sb.exp_avg_sq, sa.exp_avg_sq, D * sizeof(float));
+    assert_int_equal(sa.padded_size, sb.padded_size);
+    if (sa.padded_size) {
+        memcpy(sb.worker_error, sa.worker_error, sa.padded_size * sizeof(float));
+        memcpy(sb.server_error, sa.server_error, sa.chunk_size * sizeof(float));
+    }
+    ob_optim_get_progress(a->opt, p);
+}
+
 /* With a constant gradient c, v_t = c^2 (1 - b2^t), so the ratio of norms is
  * r_t = (1 - b2^t) / (1 - b2^(t - Delta)): falling towards 1 as t grows. */
 static double ratio_const(double b2, long delta, long t)
@@ -536,16 +555,8 @@ static void test_warm_start_refit_resume(void **state)
             a.g[i] = 0.01f * (float)((i * 3 + t) % 5) - 0.02f;
         assert_int_equal(ob_optim_step(a.opt, a.g, 1e-2f, NULL), OB_OK);
         if (t != 2) continue;
-        /* the "checkpoint": arrays and progress into a fresh optimizer */
-        run_start(&b, &cfg);
-        memcpy(b.x, a.x, sizeof a.x);
-        ob_optim_state sa, sb;
-        ob_optim_get_state(a.opt, &sa);
-        ob_optim_get_state(b.opt, &sb);
-        memcpy(sb.exp_avg, sa.exp_avg, D * sizeof(float));
-        memcpy(sb.exp_avg_sq, sa.exp_avg_sq, D * sizeof(float));
         ob_optim_progress p;
-        ob_optim_get_progress(a.opt, &p);
+        copy_state(&b, &a, &cfg, &p);
         ob_optim_progress bad = p;
         bad.refit_end = 2; /* a refit that should have frozen already */
         assert_int_equal(ob_optim_set_progress(b.opt, &bad, &err), OB_ERR_INVALID_ARG);
@@ -748,6 +759,124 @@ static void test_precondition_bounds_tiny_variance_steps(void **state)
     assert_non_null(strstr(err.msg, "precondition"));
 }
 
+/* The gradient of step t in the refresh tests: varies with t and the coordinate. */
+static void refresh_grad(float *g, long t)
+{
+    for (int i = 0; i < D; i++)
+        g[i] = 0.01f * (float)((i * 7 + t * 3) % 11) - 0.05f + 0.001f * (float)t;
+}
+
+/* The v frozen at step s over Adam's v_hat: (1 - b2^s) times the freeze's raise. */
+static double frozen_scale_ref(const ob_optim_config *cfg, long s)
+{
+    return (1.0 - pow(cfg->beta2, (double)s)) * ob_optim_freeze_raise(cfg, s);
+}
+
+/* refresh_steps = R after a freeze at T = 4: compression steps 5..8 (max(T, R) of them), then
+ * steps 9..10 re-estimate v to w v_hat_T + (1 - w) mean(g^2) (w = b2^(4 + 2)), raised as a
+ * freeze at step 10, which becomes the freeze step: the next refresh is steps 21..22. v is
+ * untouched between refreshes; the phase stays compression. */
+static void test_refresh_schedule_and_variance(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.mode = OB_ONEBIT_UNCOMPRESSED;
+    cfg.freeze_step = 4;
+    cfg.refresh_steps = 2;
+    run r;
+    run_start(&r, &cfg);
+    ob_optim_state st;
+    ob_optim_get_state(r.opt, &st);
+    float v_frozen[D];
+    double sq[2][D];
+    for (long t = 1; t <= 22; t++) {
+        refresh_grad(r.g, t);
+        if (t == 9 || t == 10)
+            for (int i = 0; i < D; i++)
+                sq[t - 9][i] = (double)r.g[i] * r.g[i];
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+        ob_optim_stats s = stats(&r);
+        long want = t < 4 ? -1 : t < 10 ? 4 : t < 22 ? 10 : 22;
+        assert_int_equal(s.freeze_step, want);
+        assert_int_equal(s.phase, t < 4 ? OB_PHASE_WARMUP : OB_PHASE_COMPRESSION);
+        if (t == 4) memcpy(v_frozen, st.exp_avg_sq, sizeof v_frozen);
+        if (t > 4 && t < 9) assert_memory_equal(st.exp_avg_sq, v_frozen, sizeof v_frozen);
+        if (t != 10) continue;
+        double w = pow(cfg.beta2, 6.0), share = (1.0 - w) / 2.0;
+        double l1 = share / (1.0 - share), l2 = share;
+        for (int i = 0; i < D; i++) {
+            double V = v_frozen[i] / frozen_scale_ref(&cfg, 4);
+            V = (1.0 - l1) * V + l1 * sq[0][i];
+            V = (1.0 - l2) * V + l2 * sq[1][i];
+            double want_v = V * frozen_scale_ref(&cfg, 10);
+            assert_true(fabs(st.exp_avg_sq[i] - want_v) <= 1e-5 * want_v);
+        }
+        memcpy(v_frozen, st.exp_avg_sq, sizeof v_frozen);
+    }
+    run_end(&r);
+}
+
+/* A checkpoint inside a refresh (after its first step) resumes bit for bit: v, m, the error
+ * feedback and the freeze step hold all of it (compressed mode, precondition). */
+static void test_refresh_resume(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.freeze_step = 3;
+    cfg.refresh_steps = 4;
+    cfg.precondition = 1;
+    cfg.block_size = 32;
+    run a, b;
+    run_start(&a, &cfg);
+    ob_err err = {0};
+    for (long t = 1; t <= 40; t++) {
+        refresh_grad(a.g, t);
+        assert_int_equal(ob_optim_step(a.opt, a.g, 1e-2f, NULL), OB_OK);
+        if (t != 8) continue; /* refresh steps 8..11 (the gap is max(3, 4) = 4) */
+        ob_optim_progress p;
+        copy_state(&b, &a, &cfg, &p);
+        assert_int_equal(p.freeze_step, 3);
+        assert_int_equal(ob_optim_set_progress(b.opt, &p, &err), OB_OK);
+    }
+    for (long t = 9; t <= 40; t++) {
+        refresh_grad(b.g, t);
+        assert_int_equal(ob_optim_step(b.opt, b.g, 1e-2f, NULL), OB_OK);
+    }
+    /* refreshes at 8..11 and 23..26 (gap 11), frozen at 26 since */
+    assert_int_equal(stats(&a).freeze_step, 26);
+    assert_int_equal(stats(&b).freeze_step, 26);
+    assert_memory_equal(a.x, b.x, sizeof a.x);
+    ob_optim_state sa, sb;
+    ob_optim_get_state(a.opt, &sa);
+    ob_optim_get_state(b.opt, &sb);
+    assert_memory_equal(sa.exp_avg, sb.exp_avg, D * sizeof(float));
+    assert_memory_equal(sa.exp_avg_sq, sb.exp_avg_sq, D * sizeof(float));
+    run_end(&a);
+    run_end(&b);
+}
+
+/* refresh_steps is onebit_adam's, not the naive mode's; in range. */
+static void test_refresh_config(void **state)
+{
+    ob_optim_config cfg;
+    ob_err err = {0};
+    ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
+    cfg.refresh_steps = 4;
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "refresh_steps"));
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.mode = OB_ONEBIT_NAIVE;
+    cfg.refresh_steps = 4;
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.refresh_steps = -1;
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    cfg.refresh_steps = OB_OPTIM_MAX_REFRESH_STEPS + 1;
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    cfg.refresh_steps = OB_OPTIM_MAX_REFRESH_STEPS;
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_OK);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -768,6 +897,9 @@ int main(void)
         cmocka_unit_test(test_rewarm),
         cmocka_unit_test(test_naive_never_freezes),
         cmocka_unit_test(test_precondition_bounds_tiny_variance_steps),
+        cmocka_unit_test(test_refresh_schedule_and_variance),
+        cmocka_unit_test(test_refresh_resume),
+        cmocka_unit_test(test_refresh_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

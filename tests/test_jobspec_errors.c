@@ -109,6 +109,19 @@ static void test_out_of_range(void **state)
                  "frozen_step_ratio");
     expect_error(OB_SPEC_YAML,
                  "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: adam, refresh_steps: 8}\nbatch_size: 1\nsteps: 1\n",
+                 "refresh_steps");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: onebit_adam, refresh_steps: -1}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.refresh_steps");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
+                 "optimizer: {type: onebit_adam, compression: naive, refresh_steps: 8}\n"
+                 "batch_size: 1\nsteps: 1\n",
+                 "optimizer.refresh_steps = 8: the naive mode never freezes v");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
                  "optimizer: {type: onebit_adam, freeze_threshold: 0}\nbatch_size: 1\nsteps: 1\n",
                  "optimizer.freeze_threshold = 0: must be in (0, 1]");
     expect_error(OB_SPEC_YAML,

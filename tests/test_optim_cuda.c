@@ -198,6 +198,41 @@ static void test_cpu_health_kernels(void **state)
     free(v);
 }
 
+/* The refresh step: m as Adam's, v = keep v + take (g gscale)^2, den = sqrt(v) + eps, and x
+ * the stabilised step with that den, element by element in that order. */
+static void test_cpu_refresh(void **state)
+{
+    (void)state;
+    size_t n = 1031;
+    float *x = host(n), *m = host(n), *v = host(n), *den = host(n), *g = host(n);
+    float *x0 = host(n), *m0 = host(n), *v0 = host(n);
+    fill(x, n, 31, 1.0f, 0);
+    fill(m, n, 32, 0.1f, 0);
+    fill(v, n, 33, 0.01f, 1);
+    fill(g, n, 34, 0.5f, 0);
+    memcpy(x0, x, n * 4), memcpy(m0, m, n * 4), memcpy(v0, v, n * 4);
+    ob_adam_coeffs k;
+    ob_adam_coeffs_init(&k, 0.9, 0.99, 1e-8, 0.01, 0, 9, 1e-3f, 4);
+    const float keep = 0.8f, take = 0.05f, inv_c = 1.0f / 0.5f;
+    ob_refresh_update(x, m, v, den, g, n, &k, keep, take, inv_c);
+    size_t bounded = 0;
+    for (size_t i = 0; i < n; i++) {
+        float gi = g[i] * k.gscale;
+        float mi = k.b1 * m0[i] + k.a1 * gi;
+        float vi = keep * v0[i] + take * (gi * gi);
+        float di = sqrtf(vi) + k.eps;
+        float a = fabsf(mi) * inv_c, dd = di > a ? di : a;
+        float xi = x0[i] - k.lr * (mi / dd + k.wd * x0[i]);
+        bounded += a > di;
+        assert_true(memcmp(&mi, &m[i], 4) == 0);
+        assert_true(memcmp(&vi, &v[i], 4) == 0);
+        assert_true(memcmp(&di, &den[i], 4) == 0);
+        assert_true(memcmp(&xi, &x[i], 4) == 0);
+    }
+    assert_true(bounded > 0 && bounded < n); /* both branches of the bound were taken */
+    free(x), free(m), free(v), free(den), free(g), free(x0), free(m0), free(v0);
+}
+
 static void test_cpu_stabilizer(void **state)
 {
     (void)state;
@@ -331,6 +366,23 @@ static void compare_all(size_t n)
         download(got, dm, n), expect_equal(m, got, n, "precondition: m");
         download(got, dx, n), expect_equal(x, got, n, "precondition: x");
     }
+    /* Two steps of a variance refresh: m, v, den and x in one pass, bounded and not. */
+    for (int t = 7; t <= 8; t++) {
+        fill(g, n, 100 * (uint64_t)t + n, 1.0f, 0);
+        expect_ok(ob_cuda_memcpy(dg, g, n * 4, NULL, &err), &err, "upload g");
+        ob_adam_coeffs k;
+        ob_adam_coeffs_init(&k, 0.9, 0.999, 1e-8, t == 7 ? 0.01 : 0.0, 0, t, 1e-3f, 4);
+        float keep = t == 7 ? 0.93f : 0.5f, take = t == 7 ? 0.07f : 0.31f;
+        float inv_c = t == 7 ? 0.0f : 2.0f;
+        ob_refresh_update(x, m, v, den, g, n, &k, keep, take, inv_c);
+        expect_ok(
+            ob_cuda_refresh_update(dx, dm, dv, dden, dg, n, &k, keep, take, inv_c, NULL, &err),
+            &err, "refresh");
+        download(got, dm, n), expect_equal(m, got, n, "refresh: m");
+        download(got, dv, n), expect_equal(v, got, n, "refresh: v");
+        download(got, dden, n), expect_equal(den, got, n, "refresh: den");
+        download(got, dx, n), expect_equal(x, got, n, "refresh: x");
+    }
     float *all[] = {dx, dm, dv, dg, dden, dp};
     for (size_t i = 0; i < 6; i++)
         ob_cuda_free(all[i]);
@@ -405,7 +457,7 @@ int main(void)
     const struct CMUnitTest cpu_tests[] = {
         cmocka_unit_test(test_cpu_adam_formula),   cmocka_unit_test(test_cpu_fused_precondition),
         cmocka_unit_test(test_cpu_stabilizer),     cmocka_unit_test(test_cpu_count_exceeding),
-        cmocka_unit_test(test_cpu_health_kernels),
+        cmocka_unit_test(test_cpu_health_kernels), cmocka_unit_test(test_cpu_refresh),
     };
     int failed = cmocka_run_group_tests_name("cpu kernels", cpu_tests, NULL, NULL);
     if (failed) return 1;

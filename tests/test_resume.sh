@@ -72,6 +72,18 @@ kill_and_resume() { # NAME SPEC STEP RANK [UNINTERRUPTED-FINAL-CHECKPOINT]
 kill_and_resume kill-warmup "$TMP/job.yaml" 35 1
 kill_and_resume kill-compression "$TMP/job.yaml" 85 2
 
+# --- variance refreshes: killed inside one, resumed from a checkpoint taken inside it ---------
+# Frozen at 10, refresh_steps 6: steps 21-26 and 53-58 re-estimate v, 117-120 start a third.
+sed 's/freeze_step: 60/freeze_step: 10, refresh_steps: 6/; s/^steps: 120$/steps: 120/' \
+  "$TMP/job.yaml" | sed 's/interval: 10, keep: 20/interval: 5, keep: 40/' > "$TMP/refresh.yaml"
+run $NP "$TMP/refresh-base.jsonl" --spec "$TMP/refresh.yaml" --checkpoint-dir "$TMP/rbase"; rc=$?
+refreshed=$(jq -r 'select(.event=="notice") | .message' "$TMP/refresh-base.jsonl" |
+  grep -c '^variance refreshed: steps \(21-26\|53-58\) ')
+if [ $rc -eq 0 ] && [ "$refreshed" = 2 ] && [ "$(field "$TMP/refresh-base.jsonl" summary .freeze_step)" = 58 ]; then
+  ok "refresh_steps: v re-estimated over steps 21-26 and 53-58, frozen at 58"
+else bad "refresh_steps run" "rc=$rc refreshed=$refreshed $(tail -3 "$TMP/refresh-base.jsonl.err")"; fi
+kill_and_resume kill-refresh "$TMP/refresh.yaml" 57 1 "$TMP/rbase/job/step-00000120"
+
 # --- SIGTERM: finish the step, checkpoint it, exit 0; resume bit-exact ------------------------
 ONEBIT_FAULT_INJECT=TERM:47:1 run $NP "$TMP/term-1.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/term"; rc=$?
 if [ $rc -eq 0 ] && [ "$(field "$TMP/term-1.jsonl" summary .stopped)" = true ] &&

@@ -24,7 +24,8 @@
 #                                     onebit-warm: 1-bit Adam warm-started from an earlier run
 #                                     of the model with another seed, see below;
 #                                     onebit-short: a short warmup, freeze_step SHORT_FREEZE
-#                                     (default 16) with its gradients in fp16)
+#                                     (default 16) with its gradients in fp16; onebit-refresh:
+#                                     the same with refresh_steps REFRESH_STEPS (default 16))
 #                                     [--quick] [--no-compute] [--no-ref] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
 #   --long       a later target: the MLP's from step 1200 of the reference (cap 1800 steps, eval
@@ -183,6 +184,7 @@ summary() { # LOG: one line about a run
 ADAM="optimizer: {type: adam, beta1: 0.9, beta2: 0.99}"
 ONEBIT="optimizer: {type: onebit_adam, beta1: 0.9, beta2: 0.99, precondition: true, freeze_step: auto}"
 ONEBIT_SHORT="${ONEBIT/freeze_step: auto/freeze_step: ${SHORT_FREEZE:-16}, gradient_exchange: fp16}"
+ONEBIT_REFRESH="${ONEBIT_SHORT%\}}, refresh_steps: ${REFRESH_STEPS:-16}}"
 T0=$(date +%s)
 
 if [ "$NO_COMPUTE" -eq 0 ]; then
@@ -247,6 +249,7 @@ for rate in $RATES; do
         adam-fp16) onebit_run "$name" "$model" "${ADAM%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-fp16) onebit_run "$name" "$model" "${ONEBIT%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-short) onebit_run "$name" "$model" "$ONEBIT_SHORT" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-refresh) onebit_run "$name" "$model" "$ONEBIT_REFRESH" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-warm)
           SPEC_EXTRA="warm_start: {from: $ROOT/$BUILD/peers-src-$model/$(sed -n 's/^name: //p' "bench/net/specs/$model.yaml"), params: false}" \
             onebit_run "$name" "$model" "$ONEBIT" "${!cap}" "${!eval}" "$target" || true ;;

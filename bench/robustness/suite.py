@@ -233,13 +233,14 @@ def cap_cases():
     return out
 
 
-SHORT = ("fixed-16-fp16",)
+SHORT = ("fixed-16-fp16", "refresh-16-fp16", "refresh-8-fp16")
 
 
 def short_cases():
     """A short warmup: a fixed freeze at step 16 with the warmup's gradients in fp16 (the
-    configuration bench/peers times as onebit-short), on the jobs of the stability and wide
-    groups, beside their Adam and default runs."""
+    configuration bench/peers times as onebit-short), alone and with variance refreshes of 16
+    and 8 steps (optimizer.refresh_steps), on the jobs of the stability and wide groups, beside
+    their Adam and default runs."""
     return [dict(c, group="short", variants=list(SHORT)) for c in wide_cases() + stability_cases()]
 
 
@@ -350,6 +351,11 @@ def case_spec(case, var):
         s = variant(case["spec"], "onebit-fp16" if var.endswith("-fp16") else "onebit")
         s["optimizer"]["freeze_step"] = int(var.split("-")[1])
         return s
+    if var.startswith("refresh-"):  # refresh-N-fp16: freeze at 16, refreshes of N steps, fp16
+        s = variant(case["spec"], "onebit-fp16")
+        s["optimizer"]["freeze_step"] = 16
+        s["optimizer"]["refresh_steps"] = int(var.split("-")[1])
+        return s
     if var.startswith("freeze-"):  # a fixed freeze step, on v (freeze-N) or v_hat (freeze-N-bc)
         s = variant(case["spec"], "onebit")
         parts = var.split("-")
@@ -455,48 +461,54 @@ def warm_note(case, var):
 
 
 def short_table(by):
-    """The short warmup (SHORT) beside Adam and the default: eval loss, gaps, bytes."""
-    cases = [c["case"] for c in short_cases() if (c["case"], SHORT[0]) in by]
-    if not cases:
-        return []
-    lines = ["## A short warmup", "",
-             "`%s`: `freeze_step: 16` with the warmup's gradients in fp16, beside Adam and the "
-             "default (auto freeze, fp32 warmup): eval loss, gap to Adam and to the default, and the "
-             "default's bytes over the short warmup's." % SHORT[0], "",
-             "| case | steps | adam | default (freeze) | short | gap to Adam | gap to default | bytes default/short |",
-             "|---|---|---|---|---|---|---|---|"]
-    to_adam, to_default, saved, by_cfg, bad = [], [], [], {}, 0
-    for c in cases:
-        ad, ob, sh = by.get((c, "adam")), by.get((c, "onebit")), by[(c, SHORT[0])]
-        if sh["status"] != "ok":
-            bad += 1
-        a = fnum(ad and ad["eval_loss"])
-        d = fnum(ob and ob["eval_loss"])
-        x = fnum(sh["eval_loss"])
-        ga = (x / a - 1) * 100 if a and x else None
-        gd = (x / d - 1) * 100 if d and x else None
-        b = fnum(ob and ob["bytes_sent"]) / fnum(sh["bytes_sent"]) if ob and fnum(sh["bytes_sent"]) else None
-        if ga is not None:
-            to_adam.append(ga)
-        if gd is not None:
-            to_default.append(gd)
-            by_cfg.setdefault(re.sub(r"-s[0-9]+$", "", c), []).append(gd)
-        if b:
-            saved.append(b)
-        lines.append("| %s | %s | %s | %s (%s) | %s | %s | %s | %s |" % (
-            c, sh.get("steps", ""), fmt4(a), fmt4(d), (ob or {}).get("freeze_step", "-"), fmt4(x),
-            signed(ga), signed(gd), "%.2fx" % b if b else "-"))
-    lines.append("")
-    if to_adam and to_default:
-        lines.append("Over %d cases: %d diverged; gap to Adam median %+.2f%%, worst %+.2f%%; to the "
-                     "default median %+.2f%%, %+.2f%% to %+.2f%%, %d within 1%% of it or better; "
-                     "bytes median %.2fx fewer than the default's." % (
-                         len(cases), bad, median(to_adam), max(to_adam), median(to_default),
-                         min(to_default), max(to_default), sum(g <= 1.0 for g in to_default),
-                         median(saved) if saved else float("nan")))
-        lines.append("Mean gap to the default per configuration (seeds): " + "; ".join(
-            "%s %+.2f%% (%d)" % (k, sum(v) / len(v), len(v)) for k, v in sorted(by_cfg.items())) + ".")
+    """The short warmup variants (SHORT) beside Adam and the default: eval loss, gaps, bytes."""
+    names = {"fixed-16-fp16": "`freeze_step: 16` with the warmup's gradients in fp16",
+             "refresh-16-fp16": "the same with `refresh_steps: 16`",
+             "refresh-8-fp16": "the same with `refresh_steps: 8`"}
+    lines = []
+    for var in SHORT:
+        cases = [c["case"] for c in short_cases() if (c["case"], var) in by]
+        if not cases:
+            continue
+        if not lines:
+            lines = ["## A short warmup", "",
+                     "Each variant beside Adam and the default (auto freeze, fp32 warmup): eval loss, "
+                     "gap to Adam and to the default, and the default's bytes over the variant's.", ""]
+        lines += ["### `%s`: %s" % (var, names.get(var, var)), "",
+                  "| case | steps | adam | default (freeze) | %s | gap to Adam | gap to default | bytes default/run |" % var,
+                  "|---|---|---|---|---|---|---|---|"]
+        to_adam, to_default, saved, by_cfg, bad = [], [], [], {}, 0
+        for c in cases:
+            ad, ob, sh = by.get((c, "adam")), by.get((c, "onebit")), by[(c, var)]
+            if sh["status"] != "ok":
+                bad += 1
+            a = fnum(ad and ad["eval_loss"])
+            d = fnum(ob and ob["eval_loss"])
+            x = fnum(sh["eval_loss"])
+            ga = (x / a - 1) * 100 if a and x else None
+            gd = (x / d - 1) * 100 if d and x else None
+            b = fnum(ob and ob["bytes_sent"]) / fnum(sh["bytes_sent"]) if ob and fnum(sh["bytes_sent"]) else None
+            if ga is not None:
+                to_adam.append(ga)
+            if gd is not None:
+                to_default.append(gd)
+                by_cfg.setdefault(re.sub(r"-s[0-9]+$", "", c), []).append(gd)
+            if b:
+                saved.append(b)
+            lines.append("| %s | %s | %s | %s (%s) | %s | %s | %s | %s |" % (
+                c, sh.get("steps", ""), fmt4(a), fmt4(d), (ob or {}).get("freeze_step", "-"), fmt4(x),
+                signed(ga), signed(gd), "%.2fx" % b if b else "-"))
         lines.append("")
+        if to_adam and to_default:
+            lines.append("Over %d cases: %d diverged; gap to Adam median %+.2f%%, worst %+.2f%%; to the "
+                         "default median %+.2f%%, %+.2f%% to %+.2f%%, %d within 1%% of it or better; "
+                         "bytes median %.2fx fewer than the default's." % (
+                             len(cases), bad, median(to_adam), max(to_adam), median(to_default),
+                             min(to_default), max(to_default), sum(g <= 1.0 for g in to_default),
+                             median(saved) if saved else float("nan")))
+            lines.append("Mean gap to the default per configuration (seeds): " + "; ".join(
+                "%s %+.2f%% (%d)" % (k, sum(v) / len(v), len(v)) for k, v in sorted(by_cfg.items())) + ".")
+            lines.append("")
     return lines
 
 

@@ -61,6 +61,21 @@ __global__ void bounded_kernel(float *__restrict__ x, const float *__restrict__ 
     GRID_STRIDE(i, d) x[i] = ob__bounded_elem(x[i], m[i], den[i], lr, wd, inv_c);
 }
 
+__global__ void refresh_kernel(float *__restrict__ x, float *__restrict__ m, float *__restrict__ v,
+                               float *__restrict__ den, const float *__restrict__ g, size_t d,
+                               ob_adam_coeffs k, float keep, float take, float inv_c)
+{
+    GRID_STRIDE(i, d)
+    {
+        float xi = x[i], mi = m[i], vi = v[i], di;
+        ob__refresh_elem(&xi, &mi, &vi, &di, g[i], &k, keep, take, inv_c);
+        x[i] = xi;
+        m[i] = mi;
+        v[i] = vi;
+        den[i] = di;
+    }
+}
+
 __global__ void momentum_precondition_kernel(float *__restrict__ m, float *__restrict__ p,
                                              const float *__restrict__ g,
                                              const float *__restrict__ den, size_t d, float b1,
@@ -277,6 +292,18 @@ extern "C" ob_status ob_cuda_frozen_den(float *den, const float *v, size_t d, fl
     ob_status st = need(err, "ob_cuda_frozen_den", den && v);
     if (st != OB_OK) return st;
     LAUNCH(den_kernel, d, stream, den, v, d, eps);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_refresh_update(float *x, float *m, float *v, float *den,
+                                            const float *g, size_t d, const ob_adam_coeffs *k,
+                                            float keep, float take, float inv_c, void *stream,
+                                            ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_refresh_update", x && m && v && den && g && k);
+    if (st != OB_OK) return st;
+    LAUNCH(refresh_kernel, d, stream, x, m, v, den, g, d, *k, keep, take, inv_c);
     return launched(err);
 }
 

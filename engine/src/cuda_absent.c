@@ -111,6 +111,13 @@ ob_status ob_cuda_frozen_den(float *den, const float *v, size_t d, float eps, vo
     return NO_CUDA(err);
 }
 
+ob_status ob_cuda_refresh_update(float *x, float *m, float *v, float *den, const float *g, size_t d,
+                                 const ob_adam_coeffs *k, float keep, float take, float inv_c,
+                                 void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
 ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err)
 {
     return NO_CUDA(err);

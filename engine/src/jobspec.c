@@ -151,6 +151,7 @@ static const field optim_fields[] = {
     {"stabilizer", OB1},
     {"stability_bound", OB1},
     {"frozen_step_ratio", OB1},
+    {"refresh_steps", OB1},
     {"bucket_mb", ALL},
     {"overlap", ALL},
     {"gradient_exchange", ALL},
@@ -493,7 +494,9 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
             (st = ob__spec_get_number(o, "optimizer", "stability_bound", &c->stability_bound,
                                       err)) ||
             (st = ob__spec_get_number(o, "optimizer", "frozen_step_ratio", &c->frozen_step_ratio,
-                                      err)))
+                                      err)) ||
+            (st = ob__spec_get_long(o, "optimizer", "refresh_steps", 0, OB_OPTIM_MAX_REFRESH_STEPS,
+                                    &c->refresh_steps, err)))
             return st;
         c->stabilizer = (ob_stabilizer)stab;
         c->mode = (ob_onebit_mode)mode;

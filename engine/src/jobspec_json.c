@@ -147,6 +147,7 @@ static json_t *optim_tree(builder *b, const ob_optim_config *c, double freeze_ma
             name_of(ob__spec_stabilizers, COUNT(ob__spec_stabilizers), (int)c->stabilizer));
     put_real(b, o, "stability_bound", c->stability_bound);
     put_real(b, o, "frozen_step_ratio", c->frozen_step_ratio);
+    put_int(b, o, "refresh_steps", c->refresh_steps);
     return o;
 }
 

@@ -80,6 +80,7 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->overlap = 0;
     cfg->gradient_exchange = OB_EXCHANGE_FP32;
     cfg->refit_exchange = OB_EXCHANGE_FP16;
+    cfg->refresh_steps = 0;
 }
 
 const char *ob_stabilizer_name(ob_stabilizer s)
@@ -170,7 +171,15 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
         return BAD("gradient_exchange = %d: expected fp32 or fp16", (int)c->gradient_exchange);
     if (c->refit_exchange != OB_EXCHANGE_FP32 && c->refit_exchange != OB_EXCHANGE_FP16)
         return BAD("refit_exchange = %d: expected fp32 or fp16", (int)c->refit_exchange);
-    if (c->kind == OB_OPTIM_ADAM) return OB_OK;
+    if (c->refresh_steps < 0 || c->refresh_steps > OB_OPTIM_MAX_REFRESH_STEPS)
+        return BAD("refresh_steps = %ld: must be in [0, %d] (0: never)", c->refresh_steps,
+                   OB_OPTIM_MAX_REFRESH_STEPS);
+    if (c->kind == OB_OPTIM_ADAM) {
+        if (c->refresh_steps > 0)
+            return BAD("refresh_steps = %ld: adam never freezes v; only onebit_adam refreshes it",
+                       c->refresh_steps);
+        return OB_OK;
+    }
 
     if (c->mode != OB_ONEBIT_COMPRESSED && c->mode != OB_ONEBIT_UNCOMPRESSED &&
         c->mode != OB_ONEBIT_NAIVE)
@@ -178,6 +187,9 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
     if (c->freeze_step < 0) return BAD("freeze_step = %ld: must be >= 0 (0: auto)", c->freeze_step);
     if (c->mode == OB_ONEBIT_NAIVE && c->freeze_step > 0)
         return BAD("freeze_step = %ld: the naive mode never freezes v; leave it 0", c->freeze_step);
+    if (c->mode == OB_ONEBIT_NAIVE && c->refresh_steps > 0)
+        return BAD("refresh_steps = %ld: the naive mode never freezes v; leave it 0",
+                   c->refresh_steps);
     if (!(c->freeze_threshold > 0.0 && c->freeze_threshold <= 1.0))
         return BAD("freeze_threshold = %g: must be in (0, 1]", c->freeze_threshold);
     if (c->freeze_min_steps < 0)
@@ -522,11 +534,37 @@ int ob_optim_overlap_active(const ob_optim *o)
     return o->ov != NULL;
 }
 
-/* The next step averages fp32 gradients (adam, the warmup), not momentum or 1-bit gradients. */
+/* --- variance refresh (ob_optim_config.refresh_steps) ------------------------------------ */
+
+/* The compressed steps between a freeze at T and the refresh that follows it. */
+static long refresh_gap(long T, long R)
+{
+    return T > R ? T : R;
+}
+
+/* j in 1..R when step t is the j-th step of a variance refresh, else 0. */
+static long refresh_index(const ob_optim *o, long t)
+{
+    long R = o->cfg.refresh_steps, T = o->freeze_step;
+    if (R <= 0 || T < 0) return 0;
+    long j = t - T - refresh_gap(T, R);
+    return j >= 1 && j <= R ? j : 0;
+}
+
+/* The factor between a v frozen at step s and Adam's bias-corrected v_hat: (1 - beta2^s) times
+ * the freeze's raise; 1 with bias correction, which freezes v_hat itself. */
+static double frozen_scale(const ob_optim_config *c, long s)
+{
+    if (c->bias_correction) return 1.0;
+    return (1.0 - pow(c->beta2, (double)s)) * ob_optim_freeze_raise(c, s);
+}
+
+/* The next step averages fp32 gradients (adam, the warmup, a variance refresh), not momentum
+ * or 1-bit gradients. */
 static int next_step_sums_gradients(const ob_optim *o)
 {
     int naive = o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_NAIVE;
-    return !naive && o->freeze_step < 0;
+    return !naive && (o->freeze_step < 0 || refresh_index(o, o->step + 1) > 0);
 }
 
 /* The next step exchanges the momentum compressed (the compression phase of the compressed
@@ -534,7 +572,7 @@ static int next_step_sums_gradients(const ob_optim *o)
 static int next_step_compresses(const ob_optim *o)
 {
     return o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_COMPRESSED &&
-           o->freeze_step >= 0;
+           o->freeze_step >= 0 && refresh_index(o, o->step + 1) == 0;
 }
 
 /* The compression phase's work on bucket k of cplan (b): the momentum of its range (with
@@ -730,6 +768,41 @@ static ob_status exchange_compressed(ob_optim *o, const float *grad, const ob_ad
     return OB_OK;
 }
 
+/* Step t, the j-th of a variance refresh after the freeze at T: the averaged gradient (as in
+ * the warmup), and v moved by this step's share of v_hat = w v_hat_T + (1 - w) mean(g^2),
+ * w = beta2^(G + R): in units of v_hat, V_j = (1 - l_j) V_{j-1} + l_j g^2 with
+ * l_j = s / (1 - (R - j) s), s = (1 - w) / R, which leaves every refresh step the weight s and
+ * V_0 the weight w; v itself is V_j times frozen_scale of step t (as if frozen there), so a
+ * checkpoint inside the refresh holds all of it. The step uses the new denominator; the last
+ * one moves the freeze to t. */
+static ob_status refresh_step(ob_optim *o, const float *grad, long t, long j,
+                              const ob_adam_coeffs *k, ob_err *err)
+{
+    const ob_optim_config *c = &o->cfg;
+    long T = o->freeze_step, R = c->refresh_steps;
+    ob_status st;
+    /* The residuals were errors against the old denominator's scale (with precondition) and
+     * these steps exchange everything: none is left owing. */
+    if (j == 1 && o->car && (st = ob_car_reset_errors(o->car, err)) != OB_OK) return st;
+    if ((st = sum_ranks(o, grad, o->g, 1, err)) != OB_OK) return st;
+    double w = pow(c->beta2, (double)(refresh_gap(T, R) + R));
+    double share = (1.0 - w) / (double)R;
+    double l = share / (1.0 - (double)(R - j) * share);
+    /* A v taken as is from a warm start (T = 0) counts as v_hat. */
+    double before = j > 1 ? frozen_scale(c, t - 1) : (T > 0 ? frozen_scale(c, T) : 1.0);
+    double now = frozen_scale(c, t);
+    float keep = (float)(now / before * (1.0 - l)), take = (float)(now * l);
+    float inv_c = inv_bound(o);
+    if (o->dev)
+        st = ob_cuda_refresh_update(o->x, o->m, o->v, o->den, o->g, o->d, k, keep, take, inv_c,
+                                    o->stream, err);
+    else
+        ob_refresh_update(o->x, o->m, o->v, o->den, o->g, o->d, k, keep, take, inv_c);
+    if (st != OB_OK) return st;
+    if (j == R) o->freeze_step = t;
+    return OB_OK;
+}
+
 /* Compression phase: local momentum, exchanged compressed (or fp32), frozen v. */
 static ob_status compression_step(ob_optim *o, const float *grad, const ob_adam_coeffs *k,
                                   ob_err *err)
@@ -763,7 +836,7 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
     }
 
     const ob_optim_config *c = &o->cfg;
-    long t = o->step + 1;
+    long t = o->step + 1, j;
     int naive = c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode == OB_ONEBIT_NAIVE;
     /* An exchange armed for the other phase: the state changed since ob_optim_backward_begin. */
     if (armed && o->armed_compressed != next_step_compresses(o)) {
@@ -790,6 +863,9 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
         /* Warmup (and plain Adam): fp32 average of the gradients. */
         st = warmup_step(o, grad, t, &k, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld (warmup)", t);
+    } else if ((j = refresh_index(o, t)) > 0) {
+        st = refresh_step(o, grad, t, j, &k, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld (variance refresh)", t);
     } else {
         st = compression_step(o, grad, &k, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld (momentum exchange)", t);

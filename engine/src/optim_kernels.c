@@ -74,6 +74,15 @@ void ob_frozen_den(float *restrict den, const float *restrict v, size_t d, float
         den[i] = ob__den_elem(v[i], eps);
 }
 
+void ob_refresh_update(float *restrict x, float *restrict m, float *restrict v, float *restrict den,
+                       const float *restrict g, size_t d, const ob_adam_coeffs *k, float keep,
+                       float take, float inv_c)
+{
+    ob_adam_coeffs kk = *k;
+    for (size_t i = 0; i < d; i++)
+        ob__refresh_elem(&x[i], &m[i], &v[i], &den[i], g[i], &kk, keep, take, inv_c);
+}
+
 void ob_scale(float *x, size_t d, float s)
 {
     for (size_t i = 0; i < d; i++)

@@ -79,4 +79,20 @@ OB__HD float ob__den_elem(float v, float eps)
     return sqrtf(v) + eps;
 }
 
+/* A step of a variance refresh (ob_optim_config.refresh_steps): m and v from the averaged
+ * gradient g * gscale (v = keep v + take g^2: this step's share of the re-estimate), the
+ * denominator from the new v, then the stabilised step with it. */
+OB__HD void ob__refresh_elem(float *x, float *m, float *v, float *den, float g,
+                             const ob_adam_coeffs *k, float keep, float take, float inv_c)
+{
+    float gi = g * k->gscale;
+    float mi = k->b1 * *m + k->a1 * gi;
+    float vi = keep * *v + take * (gi * gi);
+    float di = ob__den_elem(vi, k->eps);
+    *m = mi;
+    *v = vi;
+    *den = di;
+    *x = ob__bounded_elem(*x, mi, di, k->lr, k->wd, inv_c);
+}
+
 #endif /* ONEBIT_OPTIM_MATH_H */

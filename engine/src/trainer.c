@@ -539,6 +539,7 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         if (bad) r.loss = 0.0;
 
         ob_phase before = os.phase;
+        long frozen_at = os.freeze_step;
         float lr = (float)ob_lr_at(&s->lr, step);
         st = ob_optim_step(t->opt, t->grad, lr, err);
         if (st != OB_OK) return st;
@@ -553,6 +554,21 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
 
         if (os.step == 1 && !isnan(os.warm_check_fraction))
             ob__trainer_warm_checked(t, &os, cb, user);
+        if (before == OB_PHASE_COMPRESSION && os.phase == OB_PHASE_COMPRESSION &&
+            os.freeze_step != frozen_at && cb) {
+            char msg[200];
+            long nr = s->optim.refresh_steps;
+            snprintf(msg, sizeof msg,
+                     "variance refreshed: steps %ld-%ld re-estimated v (frozen at step %ld "
+                     "before); the next refresh after step %ld",
+                     os.freeze_step - nr + 1, os.freeze_step, frozen_at,
+                     os.freeze_step + (os.freeze_step > nr ? os.freeze_step : nr));
+            ob_train_event ev = {0};
+            ev.kind = OB_EVENT_NOTICE;
+            fill_optim_fields(t, &ev);
+            ev.message = msg;
+            cb(&ev, user);
+        }
         if (before == OB_PHASE_WARMUP && os.phase == OB_PHASE_COMPRESSION && cb) {
             ob_train_event ev = {0};
             ev.kind = OB_EVENT_FREEZE;

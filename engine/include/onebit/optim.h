@@ -154,6 +154,21 @@ typedef struct ob_optim_config {
      * where halves measured as good as fp32 and the refit's bytes are most of a warm-started
      * job's. */
     ob_gradient_exchange refit_exchange; /* default OB_EXCHANGE_FP16 */
+    /* onebit_adam (compressed and uncompressed modes): re-estimates of v after an early freeze.
+     * A variance frozen at step T describes the gradients of steps 1..T; frozen early (a short
+     * warmup, for a job that must reach an early target) it does not fit the rest of the run.
+     * With refresh_steps = R > 0, once the compression phase has run G = max(T, R) steps, the
+     * next R steps exchange the averaged gradients at full precision (gradient_exchange) and
+     * re-estimate v: at their end v is Adam's exponential average as if every step since T had
+     * had the mean of their squared gradients, v_hat = w v_hat_T + (1 - w) mean(g^2) with
+     * w = beta2^(G + R) (Adam's own decay over those steps), then raised as a freeze at that
+     * step is (frozen_step_ratio). v moves there over the R steps (each step's share of the
+     * mean, the denominator following), the momentum takes those steps' averaged gradients
+     * exactly, the parameters step with the stabiliser, and the error feedback is cleared at
+     * the first. v is then frozen again at the end of step T + G + R, which counts as the
+     * freeze step of the next refresh: intervals double. All the state is v, m and the freeze
+     * step: a checkpoint taken inside a refresh resumes bit for bit. 0 (default): never. */
+    long refresh_steps;
 } ob_optim_config;
 
 /* The default optimizer.freeze_max_fraction of a job spec under OB_STABILIZER_ADAM_BOUND: the
@@ -168,6 +183,9 @@ typedef struct ob_optim_config {
 /* 4 MiB: large enough that a bucket's ring steps stay bandwidth-bound, small enough that the
  * first buckets of a model of tens of MB leave while its backward pass goes on. */
 #define OB_OPTIM_BUCKET_BYTES ((size_t)4 << 20)
+/* The largest refresh_steps accepted. */
+#define OB_OPTIM_MAX_REFRESH_STEPS 100000
+
 /* The largest bucket_bytes accepted: 1 GiB. */
 #define OB_OPTIM_MAX_BUCKET_BYTES ((size_t)1 << 30)
 

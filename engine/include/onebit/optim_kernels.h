@@ -52,6 +52,10 @@ void ob_precondition_apply(float *x, float *m, const float *p, const float *den,
                            float wd, float c);
 /* den = sqrt(v) + eps. */
 void ob_frozen_den(float *den, const float *v, size_t d, float eps);
+/* A variance refresh's step (fused): m from g * gscale, v = keep v + take (g gscale)^2,
+ * den = sqrt(v) + eps, then x as ob_frozen_update with that den (k's lr, wd, eps). */
+void ob_refresh_update(float *x, float *m, float *v, float *den, const float *g, size_t d,
+                       const ob_adam_coeffs *k, float keep, float take, float inv_c);
 /* x *= s in place. */
 void ob_scale(float *x, size_t d, float s);
 /* ||v||_1 in double: four lanes in a fixed order (the freeze detector's norm). */
@@ -78,6 +82,9 @@ ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const f
                                      float lr, float wd, float c, void *stream, ob_err *err);
 ob_status ob_cuda_frozen_den(float *den, const float *v, size_t d, float eps, void *stream,
                              ob_err *err);
+ob_status ob_cuda_refresh_update(float *x, float *m, float *v, float *den, const float *g, size_t d,
+                                 const ob_adam_coeffs *k, float keep, float take, float inv_c,
+                                 void *stream, ob_err *err);
 ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err);
 /* ||v||_1 in double, summed in a tree (so it may differ from ob_l1_norm in the last bits: at
  * most about d * 2^-53 relative). Waits for the stream and writes *out on the host. */
