@@ -816,6 +816,44 @@ static void test_refresh_schedule_and_variance(void **state)
     run_end(&r);
 }
 
+/* After a warm start's refit (frozen at its end, v carried on without correction or raise)
+ * the refresh starts from that v as v_hat, not from v over a freeze's scale. */
+static void test_refresh_after_refit(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.mode = OB_ONEBIT_UNCOMPRESSED;
+    cfg.refresh_steps = 2;
+    run r;
+    run_start(&r, &cfg);
+    float v[D], v_frozen[D];
+    double sq[2][D];
+    for (int i = 0; i < D; i++)
+        v[i] = 1e-3f * (float)(i + 1);
+    ob_err err = {0};
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 2, 0.0, &err), OB_OK);
+    ob_optim_state st;
+    ob_optim_get_state(r.opt, &st);
+    for (long t = 1; t <= 6; t++) {
+        refresh_grad(r.g, t);
+        if (t >= 5)
+            for (int i = 0; i < D; i++)
+                sq[t - 5][i] = (double)r.g[i] * r.g[i];
+        assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+        if (t == 2) memcpy(v_frozen, st.exp_avg_sq, sizeof v_frozen);
+    }
+    assert_int_equal(stats(&r).freeze_step, 6); /* refit to 2, compressed 3..4, refresh 5..6 */
+    double w = pow(cfg.beta2, 4.0), share = (1.0 - w) / 2.0;
+    double l1 = share / (1.0 - share), l2 = share;
+    for (int i = 0; i < D; i++) {
+        double V = (1.0 - l1) * v_frozen[i] + l1 * sq[0][i];
+        V = (1.0 - l2) * V + l2 * sq[1][i];
+        double want_v = V * frozen_scale_ref(&cfg, 6);
+        assert_true(fabs(st.exp_avg_sq[i] - want_v) <= 1e-5 * want_v);
+    }
+    run_end(&r);
+}
+
 /* A checkpoint inside a refresh (after its first step) resumes bit for bit: v, m, the error
  * feedback and the freeze step hold all of it (compressed mode, precondition). */
 static void test_refresh_resume(void **state)
@@ -898,6 +936,7 @@ int main(void)
         cmocka_unit_test(test_naive_never_freezes),
         cmocka_unit_test(test_precondition_bounds_tiny_variance_steps),
         cmocka_unit_test(test_refresh_schedule_and_variance),
+        cmocka_unit_test(test_refresh_after_refit),
         cmocka_unit_test(test_refresh_resume),
         cmocka_unit_test(test_refresh_config),
     };

@@ -788,8 +788,10 @@ static ob_status refresh_step(ob_optim *o, const float *grad, long t, long j,
     double w = pow(c->beta2, (double)(refresh_gap(T, R) + R));
     double share = (1.0 - w) / (double)R;
     double l = share / (1.0 - (double)(R - j) * share);
-    /* A v taken as is from a warm start (T = 0) counts as v_hat. */
-    double before = j > 1 ? frozen_scale(c, t - 1) : (T > 0 ? frozen_scale(c, T) : 1.0);
+    /* A v taken as is from a warm start (T = 0), or frozen at the end of a refit (which carries
+     * v on without correcting or raising it), counts as v_hat. */
+    int refit = (o->warm == OB_WARM_REFIT || o->warm == OB_WARM_REWARM) && T == o->refit_end;
+    double before = j > 1 ? frozen_scale(c, t - 1) : (T > 0 && !refit ? frozen_scale(c, T) : 1.0);
     double now = frozen_scale(c, t);
     float keep = (float)(now / before * (1.0 - l)), take = (float)(now * l);
     float inv_c = inv_bound(o);

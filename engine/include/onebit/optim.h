@@ -166,8 +166,9 @@ typedef struct ob_optim_config {
      * mean, the denominator following), the momentum takes those steps' averaged gradients
      * exactly, the parameters step with the stabiliser, and the error feedback is cleared at
      * the first. v is then frozen again at the end of step T + G + R, which counts as the
-     * freeze step of the next refresh: intervals double. All the state is v, m and the freeze
-     * step: a checkpoint taken inside a refresh resumes bit for bit. 0 (default): never. */
+     * freeze step of the next refresh: intervals double. A v taken from a warm start, or frozen
+     * at the end of a refit, enters as v_hat. All the state is v, m and the freeze step: a
+     * checkpoint taken inside a refresh resumes bit for bit. 0 (default): never. */
     long refresh_steps;
 } ob_optim_config;
 
