@@ -240,8 +240,15 @@ def short_cases():
     """A short warmup: a fixed freeze at step 16 with the warmup's gradients in fp16 (the
     configuration bench/peers times as onebit-short), alone and with variance refreshes of 16
     and 8 steps (optimizer.refresh_steps), on the jobs of the stability and wide groups, beside
-    their Adam and default runs."""
-    return [dict(c, group="short", variants=list(SHORT)) for c in wide_cases() + stability_cases()]
+    their Adam and default runs, and on two more seeds of the fortunes transformer."""
+    out = [dict(c, group="short", variants=list(SHORT)) for c in wide_cases() + stability_cases()]
+    # Two more seeds of the fortunes transformer (beta2 0.999), with their Adam and default.
+    for seed in (22, 23):
+        tf = transformer(seed, steps=1500)
+        tf["optimizer"]["freeze_step"] = "auto"
+        out.append({"case": "tf-fortunes-999-s%d" % seed, "group": "short", "spec": tf,
+                    "variants": ["adam", "onebit"] + list(SHORT)})
+    return out
 
 
 def all_cases(group):
