@@ -8,6 +8,7 @@
 
 #include "onebit/optim.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -893,6 +894,27 @@ static void test_refresh_resume(void **state)
     run_end(&b);
 }
 
+/* The step whose freeze scale a checkpoint's v carries: the freeze step, or inside a refresh
+ * (after 1..R-1 of its steps) the checkpoint's step. */
+static void test_refresh_scaled_at(void **state)
+{
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.refresh_steps = 6;
+    /* frozen at 10: compressed 11..20, refresh 21..26 */
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, 10, 10), 10);
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, 10, 20), 10);
+    for (long s = 21; s <= 25; s++)
+        assert_int_equal(ob_optim_v_scaled_at(&cfg, 10, s), s);
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, 26, 26), 26); /* the refresh done: frozen at 26 */
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, 2, 9), 9);    /* gap max(2, 6): refresh 9..14 */
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, 0, 7), 7);    /* a v taken as is: 7..12 */
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, -1, 30), -1); /* not frozen */
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, LONG_MAX - 1, LONG_MAX), LONG_MAX - 1);
+    cfg.refresh_steps = 0;
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, 10, 23), 10);
+}
+
 /* refresh_steps is onebit_adam's, not the naive mode's; in range. */
 static void test_refresh_config(void **state)
 {
@@ -938,6 +960,7 @@ int main(void)
         cmocka_unit_test(test_refresh_schedule_and_variance),
         cmocka_unit_test(test_refresh_after_refit),
         cmocka_unit_test(test_refresh_resume),
+        cmocka_unit_test(test_refresh_scaled_at),
         cmocka_unit_test(test_refresh_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

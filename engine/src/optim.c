@@ -542,13 +542,25 @@ static long refresh_gap(long T, long R)
     return T > R ? T : R;
 }
 
-/* j in 1..R when step t is the j-th step of a variance refresh, else 0. */
+/* j in 1..R when step t is the j-th step of the variance refresh that follows a freeze at T,
+ * else 0. */
+static long refresh_at(long R, long T, long t)
+{
+    if (R <= 0 || T < 0 || t <= T) return 0;
+    long j = t - T - refresh_gap(T, R); /* t > T >= 0: no overflow */
+    return j >= 1 && j <= R ? j : 0;
+}
+
 static long refresh_index(const ob_optim *o, long t)
 {
-    long R = o->cfg.refresh_steps, T = o->freeze_step;
-    if (R <= 0 || T < 0) return 0;
-    long j = t - T - refresh_gap(T, R);
-    return j >= 1 && j <= R ? j : 0;
+    return refresh_at(o->cfg.refresh_steps, o->freeze_step, t);
+}
+
+long ob_optim_v_scaled_at(const ob_optim_config *cfg, long freeze_step, long step)
+{
+    /* After j < R of its steps; after the R-th, the freeze step is the step itself. */
+    long j = refresh_at(cfg->refresh_steps, freeze_step, step);
+    return j >= 1 && j < cfg->refresh_steps ? step : freeze_step;
 }
 
 /* The factor between a v frozen at step s and Adam's bias-corrected v_hat: (1 - beta2^s) times

@@ -779,22 +779,6 @@ static ob_status check_model(const char *saved, const char *current, const char 
     return st;
 }
 
-/* The step whose freeze scaled the source's v: its freeze step, or inside a variance refresh
- * (optimizer.refresh_steps of its saved spec) the checkpoint's step, as which the refresh
- * scales v while it moves it. */
-static long scaled_at(const json_t *o, const ob_ckpt_meta *meta)
-{
-    const json_t *rs = json_object_get(o, "refresh_steps");
-    long T = meta->freeze_step, s = meta->step;
-    if (!json_is_integer(rs) || T < 0 || s <= T) return T;
-    json_int_t R = json_integer_value(rs);
-    if (R <= 0 || R > OB_OPTIM_MAX_REFRESH_STEPS) return T;
-    long gap = T > (long)R ? T : (long)R;
-    /* T <= s, both counts of steps: s - T - gap cannot overflow */
-    long j = s - T - gap;
-    return j >= 1 && j < (long)R ? s : T;
-}
-
 /* The factor the source's own freeze raised its v by (ob_optim_freeze_raise), from its saved
  * spec: 1 for a spec saved before frozen_step_ratio existed (the paper's v), and for a v that
  * came from a warm start or a rollback's re-estimate (frozen at the end of a refit, not
@@ -815,8 +799,13 @@ static double saved_raise(const json_t *spec, const ob_ckpt_meta *meta)
     c.beta2 = json_number_value(b2);
     c.bias_correction = json_is_true(json_object_get(o, "bias_correction"));
     c.stabilizer = strcmp(stab, "none") == 0 ? OB_STABILIZER_NONE : OB_STABILIZER_ADAM_BOUND;
+    /* Inside a variance refresh v is scaled as frozen at the checkpoint's step. */
+    const json_t *rs = json_object_get(o, "refresh_steps");
+    if (json_is_integer(rs) && json_integer_value(rs) > 0 &&
+        json_integer_value(rs) <= OB_OPTIM_MAX_REFRESH_STEPS)
+        c.refresh_steps = (long)json_integer_value(rs);
     if (ob_optim_config_validate(&c, NULL) != OB_OK) return 1.0;
-    return ob_optim_freeze_raise(&c, scaled_at(o, meta));
+    return ob_optim_freeze_raise(&c, ob_optim_v_scaled_at(&c, meta->freeze_step, meta->step));
 }
 
 /* From the source's saved spec: its global batch (batch_size x world size) and peak learning

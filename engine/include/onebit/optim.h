@@ -219,6 +219,11 @@ double ob_optim_frozen_step_ratio(const ob_optim_config *cfg);
  * beta2^t))), 1 with bias_correction (v_hat frozen) or r infinite. */
 double ob_optim_freeze_raise(const ob_optim_config *cfg, long t);
 
+/* The step whose freeze scale (ob_optim_freeze_raise) the v of a state after `step` steps,
+ * frozen at `freeze_step`, carries: freeze_step, or inside a variance refresh of cfg
+ * (refresh_steps), which scales v as frozen at each of its steps, `step` itself. */
+long ob_optim_v_scaled_at(const ob_optim_config *cfg, long freeze_step, long step);
+
 typedef struct ob_optim ob_optim;
 
 /* Creates an optimizer for the d parameters at `params` (borrowed: updated in place by every
