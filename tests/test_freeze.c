@@ -902,17 +902,32 @@ static void test_refresh_scaled_at(void **state)
     ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
     cfg.refresh_steps = 6;
     /* frozen at 10: compressed 11..20, refresh 21..26 */
-    assert_int_equal(ob_optim_v_scaled_at(&cfg, 10, 10), 10);
-    assert_int_equal(ob_optim_v_scaled_at(&cfg, 10, 20), 10);
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_NONE, 0, 10, 10), 10);
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_NONE, 0, 10, 20), 10);
     for (long s = 21; s <= 25; s++)
-        assert_int_equal(ob_optim_v_scaled_at(&cfg, 10, s), s);
-    assert_int_equal(ob_optim_v_scaled_at(&cfg, 26, 26), 26); /* the refresh done: frozen at 26 */
-    assert_int_equal(ob_optim_v_scaled_at(&cfg, 2, 9), 9);    /* gap max(2, 6): refresh 9..14 */
-    assert_int_equal(ob_optim_v_scaled_at(&cfg, 0, 7), 7);    /* a v taken as is: 7..12 */
-    assert_int_equal(ob_optim_v_scaled_at(&cfg, -1, 30), -1); /* not frozen */
-    assert_int_equal(ob_optim_v_scaled_at(&cfg, LONG_MAX - 1, LONG_MAX), LONG_MAX - 1);
+        assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_NONE, 0, 10, s), s);
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_NONE, 0, 26, 26),
+                     26); /* the refresh done: frozen at 26 */
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_NONE, 0, 2, 9),
+                     9); /* gap max(2, 6): refresh 9..14 */
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_NONE, 0, 0, 7),
+                     7); /* a v taken as is: 7..12 */
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_NONE, 0, -1, 30), -1); /* not frozen */
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_NONE, 0, LONG_MAX - 1, LONG_MAX),
+                     LONG_MAX - 1);
+    /* No freeze scaled a v taken as is, or frozen at a refit's end; a refresh after them did. */
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_TAKEN, 0, 0, 3), 0);
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_REFIT, 20, 20, 30), 0);
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_REWARM, 20, 20, 30), 0);
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_REFIT, 20, 46, 50), 46);
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_DELAYED, 20, 20, 30), 20);
+    assert_int_equal(ob_optim_next_refresh(&cfg, 10), 21);
+    assert_int_equal(ob_optim_next_refresh(&cfg, 2), 9);
+    assert_int_equal(ob_optim_next_refresh(&cfg, -1), 0);
+    assert_int_equal(ob_optim_next_refresh(&cfg, LONG_MAX - 1), 0);
     cfg.refresh_steps = 0;
-    assert_int_equal(ob_optim_v_scaled_at(&cfg, 10, 23), 10);
+    assert_int_equal(ob_optim_v_scaled_at(&cfg, OB_WARM_NONE, 0, 10, 23), 10);
+    assert_int_equal(ob_optim_next_refresh(&cfg, 10), 0);
 }
 
 /* refresh_steps is onebit_adam's, not the naive mode's; in range. */

@@ -504,7 +504,7 @@ def short_table(by):
                 saved.append(b)
             lines.append("| %s | %s | %s | %s (%s) | %s | %s | %s | %s |" % (
                 c, sh.get("steps", ""), fmt4(a), fmt4(d), (ob or {}).get("freeze_step", "-"), fmt4(x),
-                signed(ga), signed(gd), "%.2fx" % b if b else "-"))
+                pct(ga), pct(gd), "%.2fx" % b if b else "-"))
         lines.append("")
         if to_adam and to_default:
             lines.append("Over %d cases: %d diverged; gap to Adam median %+.2f%%, worst %+.2f%%; to the "
@@ -524,8 +524,8 @@ def median(v):
     return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
 
 
-def signed(g):
-    return "%+.2f%%" % g if g is not None else "-"
+def pct(g):
+    return "-" if g is None else "%+.2f%%" % g
 
 
 def fmt4(x):
@@ -603,9 +603,6 @@ def cmd_report(args):
         if not r or r["status"] != "ok" or e is None or not base:
             return None
         return 100.0 * (e - base) / base
-
-    def pct(g):
-        return "-" if g is None else "%+.2f%%" % g
 
     def ratio(a, b):
         x, y = fnum(a and a["bytes_sent"]), fnum(b and b["bytes_sent"])
@@ -791,15 +788,11 @@ def cmd_report(args):
                 c, steps, cell(ad), cell(ob), pct(a), (ob or {}).get("freeze_step", "-"),
                 ratio(ad, ob), cell(fp), pct(b), fp.get("freeze_step", "-"), ratio(ad, fp)))
         lines.append("")
-
-        def med(v):
-            v = sorted(v)
-            return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
         if g16 and g32 and diff:
             lines += ["Over %d cases: fp16 diverged in %d; gap to Adam median %+.2f%% (default %+.2f%%), "
                       "worst %+.2f%% (default %+.2f%%); fp16 against the default: median %+.2f%%, "
-                      "%+.2f%% to %+.2f%%." % (len(f16), div, med(g16), med(g32), max(g16), max(g32),
-                                               med(diff), min(diff), max(diff))]
+                      "%+.2f%% to %+.2f%%." % (len(f16), div, median(g16), median(g32), max(g16), max(g32),
+                                               median(diff), min(diff), max(diff))]
             for c, x, y in big:
                 lines.append("%s (>= 2000 steps): %.1fx fewer bytes than Adam by default, %.1fx with fp16." % (c, x, y))
             lines.append("")

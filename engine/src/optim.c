@@ -7,6 +7,7 @@
 #include "internal.h"
 #include "overlap.h"
 
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -542,32 +543,43 @@ static long refresh_gap(long T, long R)
     return T > R ? T : R;
 }
 
+long ob_optim_next_refresh(const ob_optim_config *cfg, long freeze_step)
+{
+    long R = cfg->refresh_steps, T = freeze_step;
+    if (R <= 0 || T < 0 || T > (LONG_MAX - R - 1) / 2) return 0; /* none, or beyond a long */
+    return T + refresh_gap(T, R) + 1;
+}
+
 /* j in 1..R when step t is the j-th step of the variance refresh that follows a freeze at T,
  * else 0. */
-static long refresh_at(long R, long T, long t)
+static long refresh_at(const ob_optim_config *cfg, long T, long t)
 {
-    if (R <= 0 || T < 0 || t <= T) return 0;
-    long j = t - T - refresh_gap(T, R); /* t > T >= 0: no overflow */
-    return j >= 1 && j <= R ? j : 0;
+    long first = ob_optim_next_refresh(cfg, T);
+    return first > 0 && t >= first && t - first < cfg->refresh_steps ? t - first + 1 : 0;
 }
 
 static long refresh_index(const ob_optim *o, long t)
 {
-    return refresh_at(o->cfg.refresh_steps, o->freeze_step, t);
+    return refresh_at(&o->cfg, o->freeze_step, t);
 }
 
-long ob_optim_v_scaled_at(const ob_optim_config *cfg, long freeze_step, long step)
+long ob_optim_v_scaled_at(const ob_optim_config *cfg, ob_warm_state warm, long refit_end,
+                          long freeze_step, long step)
 {
     /* After j < R of its steps; after the R-th, the freeze step is the step itself. */
-    long j = refresh_at(cfg->refresh_steps, freeze_step, step);
-    return j >= 1 && j < cfg->refresh_steps ? step : freeze_step;
+    long j = refresh_at(cfg, freeze_step, step);
+    if (j >= 1 && j < cfg->refresh_steps) return step;
+    int refit = (warm == OB_WARM_REFIT || warm == OB_WARM_REWARM) && freeze_step == refit_end;
+    if (refit || (warm == OB_WARM_TAKEN && freeze_step == 0)) return 0;
+    return freeze_step;
 }
 
 /* The factor between a v frozen at step s and Adam's bias-corrected v_hat: (1 - beta2^s) times
- * the freeze's raise; 1 with bias correction, which freezes v_hat itself. */
+ * the freeze's raise; 1 with bias correction, which freezes v_hat itself, and for s = 0, a v
+ * no freeze scaled (ob_optim_v_scaled_at). */
 static double frozen_scale(const ob_optim_config *c, long s)
 {
-    if (c->bias_correction) return 1.0;
+    if (c->bias_correction || s <= 0) return 1.0;
     return (1.0 - pow(c->beta2, (double)s)) * ob_optim_freeze_raise(c, s);
 }
 
@@ -800,10 +812,9 @@ static ob_status refresh_step(ob_optim *o, const float *grad, long t, long j,
     double w = pow(c->beta2, (double)(refresh_gap(T, R) + R));
     double share = (1.0 - w) / (double)R;
     double l = share / (1.0 - (double)(R - j) * share);
-    /* A v taken as is from a warm start (T = 0), or frozen at the end of a refit (which carries
-     * v on without correcting or raising it), counts as v_hat. */
-    int refit = (o->warm == OB_WARM_REFIT || o->warm == OB_WARM_REWARM) && T == o->refit_end;
-    double before = j > 1 ? frozen_scale(c, t - 1) : (T > 0 && !refit ? frozen_scale(c, T) : 1.0);
+    /* v as the previous step left it: scaled as frozen at T or at step t - 1 of the refresh;
+     * a v no freeze scaled (a warm start's) counts as v_hat. */
+    double before = frozen_scale(c, ob_optim_v_scaled_at(c, o->warm, o->refit_end, T, t - 1));
     double now = frozen_scale(c, t);
     float keep = (float)(now / before * (1.0 - l)), take = (float)(now * l);
     float inv_c = inv_bound(o);

@@ -557,12 +557,11 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         if (before == OB_PHASE_COMPRESSION && os.phase == OB_PHASE_COMPRESSION &&
             os.freeze_step != frozen_at && cb) {
             char msg[200];
-            long nr = s->optim.refresh_steps;
             snprintf(msg, sizeof msg,
                      "variance refreshed: steps %ld-%ld re-estimated v (frozen at step %ld "
                      "before); the next refresh after step %ld",
-                     os.freeze_step - nr + 1, os.freeze_step, frozen_at,
-                     os.freeze_step + (os.freeze_step > nr ? os.freeze_step : nr));
+                     ob_optim_next_refresh(&s->optim, frozen_at), os.freeze_step, frozen_at,
+                     ob_optim_next_refresh(&s->optim, os.freeze_step) - 1);
             ob_train_event ev = {0};
             ev.kind = OB_EVENT_NOTICE;
             fill_optim_fields(t, &ev);

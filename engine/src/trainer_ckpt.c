@@ -790,9 +790,6 @@ static double saved_raise(const json_t *spec, const ob_ckpt_meta *meta)
     const json_t *b2 = json_object_get(o, "beta2");
     const char *stab = json_string_value(json_object_get(o, "stabilizer"));
     if (!json_is_number(r) || !json_is_number(b2) || !stab) return 1.0;
-    if (meta->warm_start == OB_WARM_TAKEN || meta->warm_start == OB_WARM_REFIT ||
-        meta->warm_start == OB_WARM_REWARM)
-        return 1.0;
     ob_optim_config c;
     ob_optim_config_default(&c, OB_OPTIM_ONEBIT_ADAM);
     c.frozen_step_ratio = json_number_value(r);
@@ -805,7 +802,10 @@ static double saved_raise(const json_t *spec, const ob_ckpt_meta *meta)
         json_integer_value(rs) <= OB_OPTIM_MAX_REFRESH_STEPS)
         c.refresh_steps = (long)json_integer_value(rs);
     if (ob_optim_config_validate(&c, NULL) != OB_OK) return 1.0;
-    return ob_optim_freeze_raise(&c, ob_optim_v_scaled_at(&c, meta->freeze_step, meta->step));
+    /* 1 (t < 1) where no freeze raised v: taken as is, or frozen at the end of a refit. */
+    return ob_optim_freeze_raise(&c, ob_optim_v_scaled_at(&c, (ob_warm_state)meta->warm_start,
+                                                          meta->refit_end, meta->freeze_step,
+                                                          meta->step));
 }
 
 /* From the source's saved spec: its global batch (batch_size x world size) and peak learning

@@ -219,11 +219,6 @@ double ob_optim_frozen_step_ratio(const ob_optim_config *cfg);
  * beta2^t))), 1 with bias_correction (v_hat frozen) or r infinite. */
 double ob_optim_freeze_raise(const ob_optim_config *cfg, long t);
 
-/* The step whose freeze scale (ob_optim_freeze_raise) the v of a state after `step` steps,
- * frozen at `freeze_step`, carries: freeze_step, or inside a variance refresh of cfg
- * (refresh_steps), which scales v as frozen at each of its steps, `step` itself. */
-long ob_optim_v_scaled_at(const ob_optim_config *cfg, long freeze_step, long step);
-
 typedef struct ob_optim ob_optim;
 
 /* Creates an optimizer for the d parameters at `params` (borrowed: updated in place by every
@@ -288,6 +283,18 @@ typedef enum ob_warm_state {
     OB_WARM_DELAYED = 5, /* after a rollback into the warmup (ob_optim_rewarm): the freeze comes
                           * at the end of step refit_end, whatever the rule */
 } ob_warm_state;
+
+/* The first step of the variance refresh (refresh_steps) that follows a freeze at freeze_step:
+ * freeze_step + max(freeze_step, refresh_steps) + 1; 0 when there is none. */
+long ob_optim_next_refresh(const ob_optim_config *cfg, long freeze_step);
+
+/* The step whose freeze scale (ob_optim_freeze_raise) the v of a state carries, after `step`
+ * steps, frozen at `freeze_step`, in warm-start state `warm` (refit ending at `refit_end`):
+ * freeze_step; inside a variance refresh of cfg (refresh_steps), which scales v as frozen at
+ * each of its steps, `step` itself; 0 when no freeze scaled it (a v taken as is from a warm
+ * start, or frozen at the end of a refit, which carries v on as it was); -1 before a freeze. */
+long ob_optim_v_scaled_at(const ob_optim_config *cfg, ob_warm_state warm, long refit_end,
+                          long freeze_step, long step);
 
 /* The warm-start check: the borrowed v is refused when at the first step more than this
  * fraction of the coordinates has an averaged gradient above OB_WARM_CHECK_FACTOR sqrt(v)
