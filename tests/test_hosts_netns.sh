@@ -82,10 +82,13 @@ ctl() { "$CTL" --server "$GRPC" "$@"; }
 tx() { ip netns exec "$1" cat /sys/class/net/eth0/statistics/tx_bytes; }
 # "RANK NAMESPACE" for each running rank of job $1 (namespace empty: the root one).
 rank_places() {
-  local p r
+  local p r ns
   for p in $(procs_of "$1" onebit-worker); do
     r=$(tr '\0' '\n' < "/proc/$p/environ" 2> /dev/null | sed -n 's/^OMPI_COMM_WORLD_RANK=//p')
-    [ -n "$r" ] && echo "$r $(ip netns identify "$p" 2> /dev/null)"
+    # A rank that exits between the two reads has no namespace to name (identify fails); the
+    # root namespace is a success with no name.
+    ns=$(ip netns identify "$p" 2> /dev/null) || continue
+    [ -n "$r" ] && echo "$r $ns"
   done
 }
 # Processes named onebit-worker or orted left in namespace $1.
