@@ -12,6 +12,9 @@
  *   frozen       ob_cuda_frozen_update: read x m den, write x (16n)
  *   mom-precond  ob_cuda_momentum_precondition: read m g den, write m p (20n)
  *   precond-apply ob_cuda_precondition_apply: read x p den, write m x (20n)
+ *   refresh      ob_cuda_refresh_update: read x m v den g, write x m v den (36n)
+ *   f16-encode   ob_cuda_f16_encode, blocks of 256: read x, write the fp16 message (4n + ~2n)
+ *   f16-dec-add  ob_cuda_f16_decode_add (a ring hop): read the message and x, write n floats
  *   l1-norm      ob_cuda_l1_norm, with its copy of the result to the host (4n)
  * and prints elements/s, GB/s of bytes moved, each kernel's time relative to the copy, and its
  * GB/s as a fraction of the copy's (1.0: as fast as memory allows).
@@ -29,6 +32,7 @@
 #include "onebit/comm.h"
 #include "onebit/compress.h"
 #include "onebit/compress_cuda.h"
+#include "onebit/f16sum.h"
 #include "onebit/optim_kernels.h"
 #include "onebit/rng.h"
 
@@ -97,7 +101,7 @@ typedef struct kbufs {
     unsigned char *packed;
 } kbufs;
 
-#define NUM_KERNELS 10
+#define NUM_KERNELS 13
 
 /* Times kernel `which` (see the top of the file, in that order) once with events on s. */
 static double time_kernel(int which, const opts *o, const kbufs *k, cudaStream_t s, cudaEvent_t a,
@@ -140,6 +144,15 @@ static double time_kernel(int which, const opts *o, const kbufs *k, cudaStream_t
     case 8:
         st = ob_cuda_precondition_apply(dst, k->m, out, k->den, n, 1e-6f, 0.0f, 1.0f, s, &err);
         break;
+    case 9:
+        st = ob_cuda_refresh_update(dst, k->m, k->v, k->den, x, n, &c, 0.99f, 0.01f, 1.0f, s, &err);
+        break;
+    case 10: /* the message into e, which no later kernel but the next reads */
+        st = ob_cuda_f16_encode(x, n, n, OB_F16SUM_BLOCK, e, s, &err);
+        break;
+    case 11:
+        st = ob_cuda_f16_decode_add(e, n, OB_F16SUM_BLOCK, x, n, out, s, &err);
+        break;
     default:
         st = ob_cuda_l1_norm(k->v, n, &l1, s, &err);
         break;
@@ -172,8 +185,9 @@ static void bench_kernels(const opts *o)
 
     const char *names[NUM_KERNELS] = {"d2d copy",      "compress", "decompress", "decomp-avg",
                                       "adam",          "momentum", "frozen",     "mom-precond",
-                                      "precond-apply", "l1-norm"};
-    double dn = (double)n;
+                                      "precond-apply", "refresh",  "f16-encode", "f16-dec-add",
+                                      "l1-norm"};
+    double dn = (double)n, f16 = (double)ob_f16_bytes(n, OB_F16SUM_BLOCK);
     double bytes[NUM_KERNELS] = {8.0 * dn,
                                  12.0 * dn + (double)msg,
                                  (double)msg + 4.0 * dn,
@@ -183,6 +197,9 @@ static void bench_kernels(const opts *o)
                                  16.0 * dn,
                                  20.0 * dn,
                                  20.0 * dn,
+                                 36.0 * dn,
+                                 4.0 * dn + f16,
+                                 f16 + 8.0 * dn,
                                  4.0 * dn};
     double t[NUM_KERNELS];
     double *samples = malloc((size_t)o->reps * sizeof(double));

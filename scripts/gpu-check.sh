@@ -9,7 +9,7 @@
 # Environment: ARCH (default 90), BUILD_DIR (default build-gpu), OUT (a directory for the
 # logs, default var/gpu-check). docs/GPU.md has the results of a run on an H100.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 ARCH=${ARCH:-90}
 BUILD_DIR=${BUILD_DIR:-build-gpu}
 OUT=${OUT:-var/gpu-check}
@@ -24,35 +24,74 @@ check() { # NAME COMMAND...: runs it, logs it, remembers a failure
 }
 
 nvidia-smi -L | tee "$OUT/gpu.txt" || exit 1
-cmake -S . -B "$BUILD_DIR" -DONEBIT_CUDA=ON -DONEBIT_CUDA_ARCH="$ARCH" -DONEBIT_WERROR=ON \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$OUT/configure.log" || exit 1
-cmake --build "$BUILD_DIR" -j "$(nproc)" >"$OUT/build.log" || { tail -20 "$OUT/build.log"; exit 1; }
-W=$BUILD_DIR/bin/onebit-worker
-CKPT=$BUILD_DIR/bin/onebit-ckpt
+if [ -n "${BUNDLE:-}" ]; then
+  # shellcheck source=/dev/null
+  source "$BUNDLE/env.sh" || exit 1
+  BIN=$BUNDLE/bin
+  gpu_tests() { # what ctest -R "cuda|nccl" runs, from the bundle
+    local t rc=0
+    for t in test_compress_cuda test_model_cuda test_optim_cuda; do
+      echo "-- $t"; "$BIN/$t" || rc=1
+    done
+    echo "-- test_car_nccl (1 rank)"; mpirun -np 1 "$BIN/test_car_nccl" || rc=1
+    return $rc
+  }
+else
+  cmake -S . -B "$BUILD_DIR" -DONEBIT_CUDA=ON -DONEBIT_CUDA_ARCH="$ARCH" -DONEBIT_WERROR=ON \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo >"$OUT/configure.log" || exit 1
+  cmake --build "$BUILD_DIR" -j "$(nproc)" >"$OUT/build.log" || { tail -20 "$OUT/build.log"; exit 1; }
+  BIN=$BUILD_DIR/bin
+  # With one GPU, test_car_nccl_np2 is skipped: NCCL allows one rank per GPU.
+  gpu_tests() { ctest --test-dir "$BUILD_DIR" -R "cuda|nccl" --output-on-failure; }
+fi
+W=$BIN/onebit-worker
+CKPT=$BIN/onebit-ckpt
 
-# With one GPU, test_car_nccl_np2 is skipped: NCCL allows one rank per GPU.
-check "GPU tests" ctest --test-dir "$BUILD_DIR" -R "cuda|nccl" --output-on-failure
-check "kernel benchmark" "$BUILD_DIR/bin/bench_compress_cuda" --n $((1 << 26))
+check "GPU tests" gpu_tests
+check "kernel benchmark" "$BIN/bench_compress_cuda" --n $((1 << 26))
 
-# The example on the GPU, 1000 steps, a checkpoint every 100 (eval every 250).
+# The example on the GPU, 1000 steps, a checkpoint every 100 (eval every 250), written
+# synchronously: a GPU step takes under a millisecond, so an asynchronous write is still in
+# flight when the kill comes, and the resume would start from an older checkpoint or step 0.
 C=$OUT/checkpoints
 rm -rf "$C"
 spec=$OUT/job.yaml
 sed -e 's/^name: .*/name: gpu-check/' -e 's/^steps: .*/steps: 1000/' \
   -e '0,/interval: 500/s//interval: 250/' -e 's/interval: 500/interval: 100/' \
-  -e 's/keep: 2/keep: 20/' examples/fmnist-mlp-onebit-cuda.yaml >"$spec"
+  -e 's/keep: 2/keep: 20/' -e 's/async: true/async: false/' examples/fmnist-mlp-onebit-cuda.yaml >"$spec"
+if [ -n "${DATA:-}" ]; then
+  sed -i "s|^  type: fashion_mnist|  type: idx\n  path: $DATA|" "$spec"
+fi
 job() { mpirun -np 1 "$W" --spec "$spec" --checkpoint-dir "$C" --format text "$@"; }
 same_bits() { "$CKPT" diff "$C/run1/step-00001000" "$C/$1/step-00001000"; }
 again() { job --job-id run2 && same_bits run2; }
-kill_resume() { # STEP: killed after it, resumed
+resumed() { # LOG STEP: the resume continued after that step's checkpoint
+  grep -q "resume: continuing after step $2 " "$1" || { echo "did not resume from step $2"; return 1; }
+}
+kill_resume() { # STEP FROM: killed after STEP, resumed from FROM's checkpoint
   ONEBIT_FAULT_INJECT=KILL:$1:0 job --job-id "kill$1"
-  job --job-id "kill$1" --resume && same_bits "kill$1"
+  job --job-id "kill$1" --resume | tee "$OUT/kill$1.log" && resumed "$OUT/kill$1.log" "$2" &&
+    same_bits "kill$1"
 }
 check "1-rank NCCL job" job --job-id run1 --profile
 check "the same job again: the same bits" again
-for step in 130 620; do # before the freeze (137) and after it
-  check "killed at step $step and resumed: the same bits" kill_resume "$step"
-done
+check "killed at step 130, before the freeze (137), resumed: the same bits" kill_resume 130 100
+check "killed at step 620, after the freeze, resumed: the same bits" kill_resume 620 600
+
+# Freeze at 16, refreshes of 16 steps (33-48, 97-112, ...), fp16 gradients: killed at step 105,
+# inside the second refresh, resumed from step 100's checkpoint.
+rspec=$OUT/job-refresh.yaml
+sed -e 's/^name: .*/name: gpu-check-refresh/' -e 's/^steps: .*/steps: 300/' \
+  -e 's/freeze_step: auto/freeze_step: 16\n  refresh_steps: 16\n  gradient_exchange: fp16/' \
+  "$spec" >"$rspec"
+rjob() { mpirun -np 1 "$W" --spec "$rspec" --checkpoint-dir "$C" --format text "$@"; }
+refresh_resume() {
+  rjob --job-id refresh1 | tee "$OUT/refresh1.log" && grep -q "variance refreshed" "$OUT/refresh1.log" &&
+    { ONEBIT_FAULT_INJECT=KILL:105:0 rjob --job-id refresh2; rjob --job-id refresh2 --resume; } |
+    tee "$OUT/refresh2.log" && resumed "$OUT/refresh2.log" 100 &&
+    "$CKPT" diff "$C/refresh1/step-00000300" "$C/refresh2/step-00000300"
+}
+check "refreshes and fp16 gradients, killed inside a refresh and resumed: the same bits" refresh_resume
 
 sed -e 's/^device: cuda/device: cpu/' -e 's/^steps: .*/steps: 1100/' "$spec" >"$OUT/job-cpu.yaml"
 check "the GPU checkpoint resumed on the CPU for 100 steps" \

@@ -1,7 +1,7 @@
 /* CUDA kernels of the fp16 gradient message (onebit/compress.h, declared in
  * onebit/compress_cuda.h): the per-element arithmetic is src/f16_math.h, the same code the CPU
  * codec runs, so both give the same bits. A block's shift needs its largest |x|, and a maximum
- * does not depend on the order it is taken in: the tree reduction here and the CPU's loop
+ * does not depend on the order it is taken in: the warp's shuffles here and the CPU's loop
  * agree exactly (NaN is never the maximum on either, and a non-finite value sets the flag that
  * makes the shift 0). The decoded sum adds the sources in index order with __fadd_rn. */
 #include "onebit/compress_cuda.h"
@@ -27,49 +27,52 @@ size_t grid_for(size_t work, size_t per_cta)
     return g < kMaxGrid ? g : kMaxGrid;
 }
 
-/* One thread block per scale block (grid-stride over blocks). */
+constexpr unsigned kWarps = kThreads / 32;
+
+/* One warp per scale block (grid-stride over blocks, the loop warp-uniform): the lanes stride
+ * the block, the largest |x| and the non-finite flag are combined with shuffles. */
 __global__ void encode_kernel(const float *x, size_t x_len, size_t nblocks, unsigned B, uint16_t *h,
                               int16_t *shifts)
 {
-    __shared__ float smax[kThreads];
-    __shared__ int sflag[kThreads];
-    for (size_t b = blockIdx.x; b < nblocks; b += gridDim.x) {
+    const unsigned lane = threadIdx.x & 31u;
+    for (size_t b = blockIdx.x * (size_t)kWarps + threadIdx.x / 32u; b < nblocks;
+         b += (size_t)gridDim.x * kWarps) {
         size_t lo = b * (size_t)B;
         size_t valid = x_len > lo ? (x_len - lo < B ? x_len - lo : B) : 0;
         float m = 0.0f;
         int flag = 0;
-        for (size_t k = threadIdx.x; k < valid; k += blockDim.x) {
+        for (size_t k = lane; k < valid; k += 32) {
             float a = fabsf(x[lo + k]);
             flag |= ob__f16_nonfinite(a);
             m = a > m ? a : m;
         }
-        smax[threadIdx.x] = m;
-        sflag[threadIdx.x] = flag;
-        __syncthreads();
-        for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
-            if (threadIdx.x < s) {
-                float o = smax[threadIdx.x + s];
-                smax[threadIdx.x] = o > smax[threadIdx.x] ? o : smax[threadIdx.x];
-                sflag[threadIdx.x] |= sflag[threadIdx.x + s];
-            }
-            __syncthreads();
+        for (int o = 16; o > 0; o >>= 1) {
+            float om = __shfl_xor_sync(0xffffffffu, m, o);
+            m = om > m ? om : m;
+            flag |= __shfl_xor_sync(0xffffffffu, flag, o);
         }
-        int shift = ob__f16_shift(smax[0], sflag[0]);
-        __syncthreads(); /* smax[0] is read by all before the next block overwrites it */
-        if (threadIdx.x == 0) shifts[b] = (int16_t)shift;
-        for (size_t k = threadIdx.x; k < B; k += blockDim.x)
+        int shift = ob__f16_shift(m, flag);
+        if (lane == 0) shifts[b] = (int16_t)shift;
+        for (size_t k = lane; k < B; k += 32)
             h[lo + k] = k < valid ? ob__f16_encode_elem(x[lo + k], shift) : (uint16_t)0;
     }
 }
 
-/* out = decode(msg) + x over x_len elements, decode(msg) beyond (decode alone: x_len 0). */
-__global__ void decode_add_kernel(const uint16_t *h, const int16_t *shifts, size_t n, unsigned B,
-                                  const float *x, size_t x_len, float *out)
+/* out = decode(msg) + x over x_len elements, decode(msg) beyond (decode alone: x_len 0). One
+ * warp per scale block, so each lane reads the block's shift once and no element index is
+ * divided by B. */
+__global__ void decode_add_kernel(const uint16_t *h, const int16_t *shifts, size_t nblocks,
+                                  unsigned B, const float *x, size_t x_len, float *out)
 {
-    for (size_t k = blockIdx.x * (size_t)blockDim.x + threadIdx.x; k < n;
-         k += (size_t)gridDim.x * blockDim.x) {
-        float v = ob__f16_decode_elem(h[k], shifts[k / B]);
-        out[k] = k < x_len ? __fadd_rn(v, x[k]) : v;
+    const unsigned lane = threadIdx.x & 31u;
+    for (size_t b = blockIdx.x * (size_t)kWarps + threadIdx.x / 32u; b < nblocks;
+         b += (size_t)gridDim.x * kWarps) {
+        int shift = shifts[b];
+        size_t lo = b * (size_t)B;
+        for (size_t k = lo + lane; k < lo + B; k += 32) {
+            float v = ob__f16_decode_elem(h[k], shift);
+            out[k] = k < x_len ? __fadd_rn(v, x[k]) : v;
+        }
     }
 }
 
@@ -87,8 +90,9 @@ ob_status launch_decode_add(const void *msg, size_t n, size_t block, const float
 {
     const uint16_t *h = (const uint16_t *)msg;
     const int16_t *shifts = (const int16_t *)((const unsigned char *)msg + n * sizeof(uint16_t));
-    decode_add_kernel<<<(unsigned)grid_for(n, kThreads), kThreads, 0, s>>>(
-        h, shifts, n, (unsigned)block, x, x_len, out);
+    size_t nblocks = n / block;
+    decode_add_kernel<<<(unsigned)grid_for(nblocks, kWarps), kThreads, 0, s>>>(
+        h, shifts, nblocks, (unsigned)block, x, x_len, out);
     CUDA_CHECK(err, cudaGetLastError());
     return OB_OK;
 }
@@ -106,7 +110,7 @@ extern "C" ob_status ob_cuda_f16_encode(const float *x, size_t x_len, size_t n, 
     size_t nblocks = n / block;
     uint16_t *h = (uint16_t *)msg;
     int16_t *shifts = (int16_t *)((unsigned char *)msg + n * sizeof(uint16_t));
-    encode_kernel<<<(unsigned)grid_for(nblocks, 1), kThreads, 0, (cudaStream_t)stream>>>(
+    encode_kernel<<<(unsigned)grid_for(nblocks, kWarps), kThreads, 0, (cudaStream_t)stream>>>(
         x, x_len, nblocks, (unsigned)block, h, shifts);
     CUDA_CHECK(err, cudaGetLastError());
     return OB_OK;
