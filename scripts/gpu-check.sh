@@ -62,7 +62,11 @@ sed -e 's/^name: .*/name: gpu-check/' -e 's/^steps: .*/steps: 1000/' \
 if [ -n "${DATA:-}" ]; then
   sed -i "s|^  type: fashion_mnist|  type: idx\n  path: $DATA|" "$spec"
 fi
-job() { mpirun -np 1 "$W" --spec "$spec" --checkpoint-dir "$C" --format text "$@"; }
+run_spec() { # SPEC ARGS...: one rank of the worker on it
+  local f=$1; shift
+  mpirun -np 1 "$W" --spec "$f" --checkpoint-dir "$C" --format text "$@"
+}
+job() { run_spec "$spec" "$@"; }
 same_bits() { "$CKPT" diff "$C/run1/step-00001000" "$C/$1/step-00001000"; }
 again() { job --job-id run2 && same_bits run2; }
 resumed() { # LOG STEP: the resume continued after that step's checkpoint
@@ -84,7 +88,7 @@ rspec=$OUT/job-refresh.yaml
 sed -e 's/^name: .*/name: gpu-check-refresh/' -e 's/^steps: .*/steps: 300/' \
   -e 's/freeze_step: auto/freeze_step: 16\n  refresh_steps: 16\n  gradient_exchange: fp16/' \
   "$spec" >"$rspec"
-rjob() { mpirun -np 1 "$W" --spec "$rspec" --checkpoint-dir "$C" --format text "$@"; }
+rjob() { run_spec "$rspec" "$@"; }
 refresh_resume() {
   rjob --job-id refresh1 | tee "$OUT/refresh1.log" && grep -q "variance refreshed" "$OUT/refresh1.log" &&
     { ONEBIT_FAULT_INJECT=KILL:105:0 rjob --job-id refresh2; rjob --job-id refresh2 --resume; } |
@@ -95,7 +99,7 @@ check "refreshes and fp16 gradients, killed inside a refresh and resumed: the sa
 
 sed -e 's/^device: cuda/device: cpu/' -e 's/^steps: .*/steps: 1100/' "$spec" >"$OUT/job-cpu.yaml"
 check "the GPU checkpoint resumed on the CPU for 100 steps" \
-  mpirun -np 1 "$W" --spec "$OUT/job-cpu.yaml" --checkpoint-dir "$C" --job-id run1 --resume --format text
+  run_spec "$OUT/job-cpu.yaml" --job-id run1 --resume
 
 echo "logs in $OUT"
 if [ ${#failed[@]} -gt 0 ]; then printf 'FAILED: %s\n' "${failed[@]}"; exit 1; fi

@@ -23,8 +23,8 @@
  * docs/bandwidth/). Bcast and barrier map onto the MPI collectives. The communicator is a
  * duplicate of MPI_COMM_WORLD with MPI_ERRORS_RETURN, so MPI failures come back as OB_ERR_COMM
  * with MPI's own message instead of killing the process. The ring allreduce's scratch buffer
- * belongs to the thread running the collective: with MPI_THREAD_SERIALIZED one thread at a
- * time, which is all ob_comm_any_thread promises. */
+ * and request array belong to the thread running the collective: with MPI_THREAD_SERIALIZED
+ * one thread at a time, which is all ob_comm_any_thread promises. */
 #include "comm_internal.h"
 #include "internal.h"
 
@@ -46,8 +46,10 @@
 typedef struct mpi_impl {
     MPI_Comm comm;
     MPI_Request control; /* the control reduction in flight, MPI_REQUEST_NULL when none */
-    float *scratch;      /* receive buffer for one ring chunk, grown on demand */
+    float *scratch;      /* receive buffer for two ring chunks, grown on demand */
     size_t scratch_len;
+    MPI_Request *reqs; /* the ring allreduce's requests, grown on demand */
+    size_t reqs_len;
 } mpi_impl;
 
 ob_status ob__mpi_fail(ob_err *err, int rc, const char *call, const char *file, int line)
@@ -218,14 +220,18 @@ static ob_status mpi_allreduce(ob_comm *c, float *buf, size_t count, uint64_t *s
     }
     ring_reqs q = {NULL, NULL, (half + piece - 1) / piece};
     size_t nreq = (size_t)(2 * (n - 1)) * q.per;
-    q.recv = malloc(2 * nreq * sizeof *q.recv);
-    if (!q.recv) return OB_ERR(err, OB_ERR_NOMEM, "%zu MPI requests", 2 * nreq);
+    if (m->reqs_len < 2 * nreq) {
+        MPI_Request *p = malloc(2 * nreq * sizeof *p);
+        if (!p) return OB_ERR(err, OB_ERR_NOMEM, "%zu MPI requests", 2 * nreq);
+        free(m->reqs);
+        m->reqs = p;
+        m->reqs_len = 2 * nreq;
+    }
+    q.recv = m->reqs;
     q.send = q.recv + nreq;
     for (size_t i = 0; i < 2 * nreq; i++)
         q.recv[i] = MPI_REQUEST_NULL;
-    ob_status st = ring_allreduce(m, &q, buf, count, piece, half, r, n, sent, err);
-    free(q.recv);
-    return st;
+    return ring_allreduce(m, &q, buf, count, piece, half, r, n, sent, err);
 }
 
 /* Direct exchange of small blocks: every receive, then every send, posted at once; block p of
@@ -377,6 +383,7 @@ static void mpi_destroy(ob_comm *c)
     if (!finalized && m->control != MPI_REQUEST_NULL) MPI_Wait(&m->control, MPI_STATUS_IGNORE);
     if (!finalized && m->comm != MPI_COMM_NULL) MPI_Comm_free(&m->comm);
     ob_aligned_free(m->scratch);
+    free(m->reqs);
     free(m);
 }
 
