@@ -549,7 +549,6 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         else
             t->bytes_compression += os.bytes_last_step;
         t->last_lr = lr;
-        loss_window += r.loss;
         steps_window++;
 
         if (os.step == 1 && !isnan(os.warm_check_fraction))
@@ -596,6 +595,7 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         double mean_loss = 0.0;
         st = control(t, step, bad, r.loss, &stop, &nbad, &mean_loss, cb, user, err);
         if (st != OB_OK) return st;
+        loss_window += nbad > 0 ? NAN : mean_loss;
         char why[160];
         why[0] = 0;
         if (nbad > 0) {
@@ -633,14 +633,11 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         }
 
         if ((s->log_interval > 0 && step % s->log_interval == 0) || step == s->steps || stop) {
-            float mean = (float)(loss_window / (double)steps_window);
-            st = ob_comm_allreduce_sum_f32(t->comm, &mean, 1, err);
-            if (st != OB_OK) return OB_WRAP(err, st, "step %ld: loss reduction", step);
             double tnow = ob_mono_s();
             ob_train_event ev = {0};
             ev.kind = OB_EVENT_STEP;
             fill_optim_fields(t, &ev);
-            ev.loss = (double)mean / n;
+            ev.loss = loss_window / (double)steps_window;
             ev.lr = lr;
             ev.samples_per_s =
                 (double)steps_window * (double)s->batch_size * n / fmax(tnow - t_window, 1e-9);
