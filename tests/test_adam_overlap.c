@@ -424,15 +424,17 @@ static void overlap_transformer_onebit(mpi_harness *h)
 
 /* --- the logged loss ------------------------------------------------------------------------ */
 
+#define LOSS_LOG_MAX 16
+
 typedef struct loss_log {
-    double loss[16];
+    double loss[LOSS_LOG_MAX];
     int n;
 } loss_log;
 
 static void on_event(const ob_train_event *ev, void *user)
 {
     loss_log *l = user;
-    if (ev->kind == OB_EVENT_STEP && l->n < 16) l->loss[l->n++] = ev->loss;
+    if (ev->kind == OB_EVENT_STEP && l->n < LOSS_LOG_MAX) l->loss[l->n++] = ev->loss;
 }
 
 /* Trains MLP_SPEC for 6 Adam steps, logging every log_interval steps: the events' losses and
@@ -472,7 +474,7 @@ static void logging_adds_no_collective(mpi_harness *h)
     ob_comm *comm = NULL;
     MH_CHECK(h, ob_comm_create_mpi(&comm, NULL) == OB_OK, "comm");
     if (!comm) return;
-    loss_log every = {0}, once = {0};
+    loss_log every, once; /* logged_run clears them */
     uint64_t calls_every = 0, calls_once = 0;
     logged_run(h, comm, 1, &every, &calls_every);
     logged_run(h, comm, 6, &once, &calls_once);
@@ -495,6 +497,7 @@ static void logging_adds_no_collective(mpi_harness *h)
                  sum / 6.0, once.loss[0]);
     ob_comm_destroy(comm);
 }
+
 /* --- a warm start's refit ------------------------------------------------------------------ */
 
 /* Three warmup steps of onebit_adam over MPI, warm-started with v (NULL: none). */
