@@ -189,17 +189,17 @@ static void test_nccl_alltoall_allgather_bcast(mpi_harness *h)
     free(recv);
 }
 
-/* The fp16 exchange on both communicators (CUDA codec over NCCL, CPU codec over MPI): the same
- * sums bit for bit and the same bytes, for sizes that fill the chunks and sizes that leave the
- * last chunks short or empty. */
-static void test_f16sum_matches_cpu(mpi_harness *h)
+/* The fp16 (and fp8) exchange on both communicators (CUDA codec over NCCL, CPU codec over
+ * MPI): the same sums bit for bit and the same bytes, for sizes that fill the chunks and sizes
+ * that leave the last chunks short or empty. */
+static void f16sum_code_matches_cpu(mpi_harness *h, ob_float_code code)
 {
     size_t sizes[] = {1, 1000, (size_t)h->size * 256 * 3, 123457};
     size_t max_n = 123457;
     ob_err err = {0};
     ob_f16sum *fc = NULL, *fg = NULL;
-    MH_CHECK(h, ob_f16sum_create(&fc, g_mpi, max_n, &err) == OB_OK, "%s", err.msg);
-    MH_CHECK(h, ob_f16sum_create(&fg, g_nccl, max_n, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_f16sum_create_code(&fc, g_mpi, max_n, code, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_f16sum_create_code(&fg, g_nccl, max_n, code, &err) == OB_OK, "%s", err.msg);
     float *x = malloc(max_n * sizeof(float)), *want = malloc(max_n * sizeof(float));
     float *got = malloc(max_n * sizeof(float));
     float *dx = to_device(h, NULL, max_n * sizeof(float));
@@ -212,14 +212,21 @@ static void test_f16sum_matches_cpu(mpi_harness *h)
         MH_CHECK(h, ob_f16sum_run(fg, dx, dx, n, &err) == OB_OK, "%s", err.msg);
         to_host(h, got, dx, n * sizeof(float));
         MH_CHECK(h, count_diff(want, got, n, sizeof(float)) == 0,
-                 "fp16 exchange of %zu: %ld differ", n, count_diff(want, got, n, sizeof(float)));
+                 "code %d exchange of %zu: %ld differ", (int)code, n,
+                 count_diff(want, got, n, sizeof(float)));
         MH_CHECK(h, ob_comm_bytes_sent(g_mpi) - b0 == ob_comm_bytes_sent(g_nccl) - g0,
-                 "fp16 exchange of %zu: bytes differ", n);
+                 "code %d exchange of %zu: bytes differ", (int)code, n);
     }
     ob_cuda_free(dx);
     free(x), free(want), free(got);
     ob_f16sum_destroy(fg);
     ob_f16sum_destroy(fc);
+}
+
+static void test_f16sum_matches_cpu(mpi_harness *h)
+{
+    f16sum_code_matches_cpu(h, OB_CODE_FP16);
+    f16sum_code_matches_cpu(h, OB_CODE_FP8);
 }
 
 typedef struct car_case {

@@ -610,14 +610,18 @@ static int no_device_checks(void)
     return failed;
 }
 
-/* --- the fp16 gradient message ------------------------------------------------------------ */
+/* --- the fp16 and fp8 gradient messages ------------------------------------------------- */
 
 /* Encode nsrc inputs on both, byte for byte; decode and a decoded message plus an input (the
- * fp16 ring's hop) on both, bit for bit. Inputs span 2^-149 .. 2^127
- * over blocks, with zeros, -0.0, subnormals, and one block each holding a NaN and an infinity. */
-static void compare_f16(size_t n, size_t B, size_t x_len, size_t nsrc, uint64_t seed)
+ * ring's hop) on both, bit for bit. Inputs span 2^-149 .. 2^127 over blocks, with zeros, -0.0,
+ * subnormals, and one block each holding a NaN and an infinity. fp16 through its own entry
+ * points (ob_cuda_f16_*), fp8 through ob_cuda_fcode_*. */
+static void compare_code(ob_float_code code, size_t n, size_t B, size_t x_len, size_t nsrc,
+                         uint64_t seed)
 {
-    size_t bytes = ob_f16_bytes(n, B);
+    const char *name = code == OB_CODE_FP8 ? "fp8" : "fp16";
+    int f16 = code == OB_CODE_FP16;
+    size_t bytes = ob_fcode_bytes(code, n, B);
     float *x = malloc(nsrc * n * sizeof(float));
     unsigned char *want = malloc(nsrc * bytes), *got = malloc(nsrc * bytes);
     float *dec_w = malloc(n * sizeof(float)), *dec_g = malloc(n * sizeof(float));
@@ -631,47 +635,63 @@ static void compare_f16(size_t n, size_t B, size_t x_len, size_t nsrc, uint64_t 
             xi[B + 3] = NAN;
             xi[2 * B + 5] = -INFINITY;
         }
-        ob_f16_encode(xi, x_len, n, B, want + i * bytes);
+        ob_fcode_encode(code, xi, x_len, n, B, want + i * bytes);
     }
     float *dx = dev_upload(x, nsrc * n * sizeof(float));
     unsigned char *dmsg = dev_alloc(nsrc * bytes);
     float *dout = dev_alloc(n * sizeof(float));
     ob_err err = {0};
-    for (size_t i = 0; i < nsrc; i++)
-        if (ob_cuda_f16_encode(dx + i * n, x_len, n, B, dmsg + i * bytes, NULL, &err) != OB_OK)
-            fail_msg("ob_cuda_f16_encode: %s", err.msg);
+    for (size_t i = 0; i < nsrc; i++) {
+        ob_status st =
+            f16 ? ob_cuda_f16_encode(dx + i * n, x_len, n, B, dmsg + i * bytes, NULL, &err)
+                : ob_cuda_fcode_encode(code, dx + i * n, x_len, n, B, dmsg + i * bytes, NULL, &err);
+        if (st != OB_OK) fail_msg("%s encode: %s", name, err.msg);
+    }
     dev_download(got, dmsg, nsrc * bytes);
     for (size_t i = 0; i < nsrc * bytes; i++)
         if (want[i] != got[i])
-            fail_msg("f16 encode n=%zu B=%zu: byte %zu differs (%02x, CPU %02x)", n, B, i, got[i],
-                     want[i]);
-    ob_f16_decode(want, n, B, dec_w);
-    if (ob_cuda_f16_decode(dmsg, n, B, dout, NULL, &err) != OB_OK)
-        fail_msg("ob_cuda_f16_decode: %s", err.msg);
+            fail_msg("%s encode n=%zu B=%zu: byte %zu differs (%02x, CPU %02x)", name, n, B, i,
+                     got[i], want[i]);
+    ob_fcode_decode_add(code, want, n, B, NULL, 0, dec_w);
+    ob_status st = f16 ? ob_cuda_f16_decode(dmsg, n, B, dout, NULL, &err)
+                       : ob_cuda_fcode_decode_add(code, dmsg, n, B, NULL, 0, dout, NULL, &err);
+    if (st != OB_OK) fail_msg("%s decode: %s", name, err.msg);
     dev_download(dec_g, dout, n * sizeof(float));
-    expect_floats_equal(dec_w, dec_g, n, "f16 decode");
+    expect_floats_equal(dec_w, dec_g, n, f16 ? "f16 decode" : "f8 decode");
     /* One ring hop: the last message decoded plus the first input, over x_len elements. */
-    const unsigned char *last = want + (nsrc - 1) * bytes;
-    ob_f16_decode_add(last, n, B, x, x_len, dec_w);
-    if (ob_cuda_f16_decode_add(dmsg + (nsrc - 1) * bytes, n, B, dx, x_len, dout, NULL, &err) !=
-        OB_OK)
-        fail_msg("ob_cuda_f16_decode_add: %s", err.msg);
+    const unsigned char *last = want + (nsrc - 1) * bytes, *dlast = dmsg + (nsrc - 1) * bytes;
+    ob_fcode_decode_add(code, last, n, B, x, x_len, dec_w);
+    st = f16 ? ob_cuda_f16_decode_add(dlast, n, B, dx, x_len, dout, NULL, &err)
+             : ob_cuda_fcode_decode_add(code, dlast, n, B, dx, x_len, dout, NULL, &err);
+    if (st != OB_OK) fail_msg("%s decode_add: %s", name, err.msg);
     dev_download(dec_g, dout, n * sizeof(float));
-    expect_floats_equal(dec_w, dec_g, n, "f16 decode_add");
+    expect_floats_equal(dec_w, dec_g, n, f16 ? "f16 decode_add" : "f8 decode_add");
     ob_cuda_free(dx);
     ob_cuda_free(dmsg);
     ob_cuda_free(dout);
     free(x), free(want), free(got), free(dec_w), free(dec_g);
 }
 
+static void compare_codes(ob_float_code code)
+{
+    compare_code(code, 256, 256, 256, 1, 1);
+    compare_code(code, 4096, 256, 4000, 4, 2);
+    compare_code(code, 8 * 1024, 1024, 8 * 1024, 3, 3);
+    compare_code(code, 64 * 256, 256, 64 * 256 - 1, 8, 4);
+    if (max_n >= ((size_t)1 << 20))
+        compare_code(code, (size_t)1 << 20, 256, ((size_t)1 << 20) - 77, 2, 5);
+}
+
 static void test_f16(void **state)
 {
     (void)state;
-    compare_f16(256, 256, 256, 1, 1);
-    compare_f16(4096, 256, 4000, 4, 2);
-    compare_f16(8 * 1024, 1024, 8 * 1024, 3, 3);
-    compare_f16(64 * 256, 256, 64 * 256 - 1, 8, 4);
-    if (max_n >= ((size_t)1 << 20)) compare_f16((size_t)1 << 20, 256, ((size_t)1 << 20) - 77, 2, 5);
+    compare_codes(OB_CODE_FP16);
+}
+
+static void test_f8(void **state)
+{
+    (void)state;
+    compare_codes(OB_CODE_FP8);
 }
 
 int main(void)
@@ -701,6 +721,7 @@ int main(void)
         cmocka_unit_test(test_decompress),
         cmocka_unit_test(test_decompress_average_order),
         cmocka_unit_test(test_f16),
+        cmocka_unit_test(test_f8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,6 @@
-/* The fp16 gradient message (onebit/compress.h): the conversions against IEEE binary16 as
- * defined (nearest half, ties to even), and the block codec against its contract. */
+/* The fp16 and fp8 gradient messages (onebit/compress.h): the conversions against IEEE
+ * binary16 and E4M3 as defined (nearest code, ties to even), and the block codecs against their
+ * contracts. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -218,12 +219,178 @@ static void test_decode_add(void **state)
     free(msg), free(p), free(x), free(dec), free(got);
 }
 
+/* An E4M3 code's value from its fields, in double (the definition). */
+static double f8_value(uint8_t c)
+{
+    int sign = c >> 7, e = (c >> 3) & 0xf, m = c & 0x7;
+    double v;
+    if ((c & 0x7f) == 0x7f)
+        v = NAN;
+    else if (e == 0)
+        v = ldexp((double)m, -9);
+    else
+        v = ldexp(8.0 + m, e - 10);
+    return sign ? -v : v;
+}
+
+static void test_f8_decode_every_code(void **state)
+{
+    (void)state;
+    for (uint32_t c = 0; c < 256; c++) {
+        float f = ob__f32_from_f8((uint8_t)c);
+        double want = f8_value((uint8_t)c);
+        if (isnan(want)) {
+            assert_true(isnan(f));
+            continue;
+        }
+        assert_true((double)f == want);
+        assert_int_equal(signbit(f) != 0, (c >> 7) != 0);
+    }
+    assert_true(f8_value(0x7e) == 448.0 && f8_value(0x08) == 0x1p-6 && f8_value(0x01) == 0x1p-9);
+}
+
+/* Encoding x gives the nearest E4M3 code, ties to the even one; finite values beyond 448
+ * saturate; NaN and infinity become NaN. */
+static void check_f8_encode(float x)
+{
+    uint8_t c = ob__f8_from_f32(x);
+    if (!isfinite(x)) {
+        assert_true(isnan(f8_value(c)));
+        return;
+    }
+    assert_int_equal(c >> 7, signbit(x) ? 1 : 0);
+    double ax = fabs((double)x), v = fabs(f8_value(c));
+    uint8_t mag = c & 0x7f;
+    assert_true(mag <= 0x7e);
+    if (ax >= 448.0) {
+        assert_int_equal(mag, 0x7e);
+        return;
+    }
+    double dist = fabs(v - ax);
+    if (mag > 0) {
+        double below = fabs(f8_value((uint8_t)(mag - 1)));
+        assert_true(fabs(below - ax) > dist || (fabs(below - ax) == dist && !(mag & 1)));
+    }
+    if (mag < 0x7e) {
+        double above = fabs(f8_value((uint8_t)(mag + 1)));
+        assert_true(fabs(above - ax) > dist || (fabs(above - ax) == dist && !(mag & 1)));
+    }
+}
+
+static void test_f8_encode_nearest_even(void **state)
+{
+    (void)state;
+    for (uint64_t u = 0; u < (1ull << 32); u += 4099) {
+        float x;
+        uint32_t b = (uint32_t)u;
+        memcpy(&x, &b, sizeof x);
+        check_f8_encode(x);
+    }
+    /* Every code, the midpoints between neighbours and the floats next to them. */
+    for (uint32_t c = 0; c < 0x7e; c++) {
+        double v = f8_value((uint8_t)c), next = f8_value((uint8_t)(c + 1));
+        float mid = (float)((v + next) / 2);
+        check_f8_encode((float)v);
+        check_f8_encode(-(float)v);
+        check_f8_encode(mid);
+        check_f8_encode(nextafterf(mid, 0.0f));
+        check_f8_encode(nextafterf(mid, INFINITY));
+    }
+    const float specials[] = {0.0f,      -0.0f, 448.0f,  464.0f,   1e30f,           INFINITY,
+                              -INFINITY, NAN,   0x1p-9f, 0x1p-10f, 0x1.000002p-10f, 1.4e-45f,
+                              0x1p-6f,   240.0f};
+    for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
+        check_f8_encode(specials[i]);
+    assert_int_equal(ob__f8_from_f32(0x1p-10f), 0x00); /* half the smallest subnormal: to 0 */
+    assert_int_equal(ob__f8_from_f32(0x1.000002p-10f), 0x01);
+    assert_int_equal(ob__f8_from_f32(-1.0f), 0xb8);
+    assert_int_equal(ob__f8_from_f32(1e30f), 0x7e);
+    assert_int_equal(ob__f8_from_f32(NAN) & 0x7f, 0x7f);
+}
+
+/* fp8 blocks: every element within 2^-4 of itself (half a unit of 4 significant bits), or
+ * 2^-17 of its block's largest for the smallest; the largest of a block keeps 4 bits exactly
+ * when it has no more; one byte an element. */
+static void test_f8_block_round_trip(void **state)
+{
+    (void)state;
+    const size_t B = 256, n = 8 * B, x_len = 7 * B + 100;
+    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
+    void *msg = malloc(ob_fcode_bytes(OB_CODE_FP8, n, B));
+    assert_int_equal(ob_fcode_bytes(OB_CODE_FP8, n, B), n + 2 * (n / B));
+    assert_int_equal(ob_fcode_bytes(OB_CODE_FP16, n, B), ob_f16_bytes(n, B));
+    ob_rng rng;
+    ob_rng_seed(&rng, 7, 0);
+    for (size_t k = 0; k < n; k++) {
+        double mag = pow(10.0, 6.0 * (double)(k / B) - 24.0);
+        x[k] = (float)(mag * ob_rng_normal(&rng) * ((k % 2) ? 1e-3 : 1.0));
+    }
+    x[3] = 0.0f;
+    x[4] = -0.0f;
+    x[B + 5] = 1.4e-45f;
+    ob_fcode_encode(OB_CODE_FP8, x, x_len, n, B, msg);
+    ob_fcode_decode_add(OB_CODE_FP8, msg, n, B, NULL, 0, y);
+    for (size_t b = 0; b < n / B; b++) {
+        double maxabs = 0;
+        for (size_t k = b * B; k < (b + 1) * B && k < x_len; k++)
+            maxabs = fmax(maxabs, fabs(x[k]));
+        for (size_t k = b * B; k < (b + 1) * B; k++) {
+            double want = k < x_len ? x[k] : 0.0;
+            double tol = fabs(want) * 0x1p-4 + maxabs * 0x1p-17;
+            assert_true(fabs((double)y[k] - want) <= tol);
+        }
+    }
+    assert_true(y[4] == 0.0f && signbit(y[4]));
+    float exact[256];
+    for (size_t k = 0; k < B; k++)
+        exact[k] = (float)((int)(k % 16) - 8) * 0.125f; /* 4-bit multiples of 2^-3 */
+    ob_fcode_encode(OB_CODE_FP8, exact, B, B, B, msg);
+    ob_fcode_decode_add(OB_CODE_FP8, msg, B, B, NULL, 0, y);
+    assert_memory_equal(exact, y, B * sizeof(float));
+    free(x);
+    free(y);
+    free(msg);
+}
+
+/* An fp8 block with a NaN or an infinity crosses with shift 0 as NaN; others are untouched. */
+static void test_f8_nonfinite_blocks(void **state)
+{
+    (void)state;
+    const size_t B = 32, n = 4 * B;
+    float x[128] = {0}, y[128];
+    unsigned char msg[4 * 32 + 8];
+    for (size_t k = 0; k < n; k++)
+        x[k] = 1e-3f * (float)(k + 1);
+    x[B + 2] = NAN;
+    x[2 * B + 7] = -INFINITY;
+    memset(x + 3 * B, 0, B * sizeof(float));
+    ob_fcode_encode(OB_CODE_FP8, x, n, n, B, msg);
+    const int16_t *shifts = (const int16_t *)(msg + n);
+    assert_int_equal(shifts[1], 0);
+    assert_int_equal(shifts[2], 0);
+    assert_int_equal(shifts[3], 0);
+    assert_true(shifts[0] > 0);
+    ob_fcode_decode_add(OB_CODE_FP8, msg, n, B, NULL, 0, y);
+    assert_true(isnan(y[B + 2]));
+    assert_true(isnan(y[2 * B + 7]));
+    for (size_t k = 0; k < B; k++)
+        assert_true(fabsf(y[k] - x[k]) <= fabsf(x[k]) * 0x1p-4f);
+    for (size_t k = 3 * B; k < n; k++)
+        assert_true(y[k] == 0.0f);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_decode_every_half), cmocka_unit_test(test_encode_nearest_even),
-        cmocka_unit_test(test_block_round_trip),  cmocka_unit_test(test_nonfinite_blocks),
+        cmocka_unit_test(test_decode_every_half),
+        cmocka_unit_test(test_encode_nearest_even),
+        cmocka_unit_test(test_block_round_trip),
+        cmocka_unit_test(test_nonfinite_blocks),
         cmocka_unit_test(test_decode_add),
+        cmocka_unit_test(test_f8_decode_every_code),
+        cmocka_unit_test(test_f8_encode_nearest_even),
+        cmocka_unit_test(test_f8_block_round_trip),
+        cmocka_unit_test(test_f8_nonfinite_blocks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,9 +1,10 @@
-/* The fp16 gradient exchange (onebit/f16sum.h) on MPI ranks, and the optimizer with
+/* The fp16 and fp8 gradient exchanges (onebit/f16sum.h) on MPI ranks, and the optimizer with
  * gradient_exchange fp16:
  *   - every rank's result is, bit for bit, a single-process simulation of all ranks (every rank
  *     simulates the whole world from the inputs all ranks can generate, so no communication is
  *     trusted), and within the rounding bound of the exact sum;
- *   - the bytes counted are 2 (N-1) chunk messages, about half of the fp32 ring's;
+ *   - the bytes counted are 2 (N-1) chunk messages, about half of the fp32 ring's (a quarter
+ *     in fp8);
  *   - a NaN on one rank reaches every rank;
  *   - Adam with fp16 gradients is Adam on the simulated sums, bit for bit, at about half the
  *     traffic of fp32, and a world of one rounds nothing. */
@@ -34,28 +35,39 @@ static void make_input(float *x, size_t n, int r, uint64_t seed)
 /* The exchange for all ranks in one process, with the codec's plain functions: chunk j starts
  * as rank j's values, encoded; each next rank around the ring (j+1, ..., j-1 mod N) decodes the
  * partial sum, adds its values and encodes it again; every rank decodes the last one. */
-static void simulate(float **inputs, int nr, size_t n, float *out)
+static void simulate_code(ob_float_code code, float **inputs, int nr, size_t n, float *out)
 {
     size_t B = OB_F16SUM_BLOCK, N = (size_t)nr;
     size_t C = (n + N - 1) / N;
     C = (C + B - 1) / B * B;
-    size_t msg = ob_f16_bytes(C, B);
+    size_t msg = ob_fcode_bytes(code, C, B);
     unsigned char *enc = malloc(msg);
     float *sum = malloc(C * sizeof(float));
     for (size_t j = 0; j < N; j++) {
         size_t lo = j * C, valid = lo < n ? (n - lo < C ? n - lo : C) : 0;
-        ob_f16_encode(valid ? inputs[j] + lo : NULL, valid, C, B, enc);
+        ob_fcode_encode(code, valid ? inputs[j] + lo : NULL, valid, C, B, enc);
         for (size_t i = 1; i < N; i++) {
-            ob_f16_decode_add(enc, C, B, valid ? inputs[(j + i) % N] + lo : NULL, valid, sum);
-            ob_f16_encode(sum, C, C, B, enc);
+            ob_fcode_decode_add(code, enc, C, B, valid ? inputs[(j + i) % N] + lo : NULL, valid,
+                                sum);
+            ob_fcode_encode(code, sum, C, C, B, enc);
         }
-        ob_f16_decode(enc, C, B, sum);
+        ob_fcode_decode_add(code, enc, C, B, NULL, 0, sum);
         if (valid) memcpy(out + lo, sum, valid * sizeof(float));
     }
     free(enc), free(sum);
 }
 
-static void exchange_matches_simulation(mpi_harness *h)
+static void simulate(float **inputs, int nr, size_t n, float *out)
+{
+    simulate_code(OB_CODE_FP16, inputs, nr, n, out);
+}
+
+/* The exchange in `code` against the simulation. The rounding bound per element: the first
+ * input and each of the N-1 partial sums after it rounded to the code's significant bits
+ * (u: 2^-11 in fp16, 2^-4 in fp8, relative, ties included; a partial sum exceeds the sum of
+ * magnitudes by at most (1 + u)^N), values below `flush` of their block's largest flushed to
+ * zero (a partial sum's block holds at most N bmax), and the fp32 additions. */
+static void exchange_code_matches_simulation(mpi_harness *h, ob_float_code code)
 {
     ob_comm *c = NULL;
     ob_err err = {0};
@@ -63,8 +75,10 @@ static void exchange_matches_simulation(mpi_harness *h)
     if (!c) return;
     int N = h->size, r = h->rank;
     size_t max_n = (size_t)N * 256 * 5 + 5;
+    const double u = code == OB_CODE_FP8 ? 0x1p-4 : 0x1p-11;
+    const double flush = code == OB_CODE_FP8 ? 0x1p-16 : 0x1p-39;
     ob_f16sum *f = NULL;
-    MH_CHECK(h, ob_f16sum_create(&f, c, max_n, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_f16sum_create_code(&f, c, max_n, code, &err) == OB_OK, "%s", err.msg);
     size_t sizes[] = {1, 255, 257, 1000, (size_t)N * 256 * 3, max_n};
     float **in = malloc((size_t)N * sizeof *in);
     for (size_t si = 0; f && si < sizeof sizes / sizeof *sizes; si++) {
@@ -78,14 +92,9 @@ static void exchange_matches_simulation(mpi_harness *h)
         uint64_t before = ob_comm_bytes_sent(c);
         MH_CHECK(h, ob_f16sum_run(f, got, got, n, &err) == OB_OK, "n %zu: %s", n, err.msg);
         uint64_t sent = ob_comm_bytes_sent(c) - before;
-        simulate(in, N, n, want);
+        simulate_code(code, in, N, n, want);
         MH_CHECK(h, memcmp(got, want, n * sizeof(float)) == 0 || N == 1,
                  "n %zu: not the simulation's bits", n);
-        /* Per element: the first input and each of the N-1 partial sums after it rounded to
-         * 11 significant bits (2^-11 relative, ties included; no partial sum exceeds the sum
-         * of magnitudes by more than that), values below 2^-39 of their block's largest
-         * flushed to zero (a partial sum's block holds at most N bmax), and the fp32
-         * additions. */
         size_t C = ((n + (size_t)N - 1) / (size_t)N + 255) / 256 * 256;
         long far = 0;
         for (size_t k = 0; k < n; k++) {
@@ -104,8 +113,8 @@ static void exchange_matches_simulation(mpi_harness *h)
                     e += in[i][q];
                 smax = fmax(smax, fabs(e));
             }
-            double tol = (double)N * absum * 0x1p-11 * (1 + 0x1p-8) + absum * 0x1p-20 +
-                         ((double)N * N * bmax + 2 * smax) * 0x1p-39;
+            double tol = (double)N * absum * u * pow(1 + u, N) + absum * 0x1p-20 +
+                         ((double)N * N * bmax + 2 * smax) * flush;
             if (!(fabs((double)got[k] - exact) <= tol)) far++;
         }
         MH_CHECK(h, far == 0, "n %zu: %ld elements beyond the rounding bound", n, far);
@@ -118,11 +127,13 @@ static void exchange_matches_simulation(mpi_harness *h)
                      (unsigned long long)ob_f16sum_bytes_per_call(f, n));
         }
         if (n == (size_t)N * 256 * 3 && N > 1) {
-            /* 2 (N-1) chunks of 768 halves and 3 shifts, against the ring's 2 (N-1)/N 4n. */
+            /* 2 (N-1) chunks of 768 codes and 3 shifts, against the ring's 2 (N-1)/N 4n. */
             uint64_t ring = 2ull * (uint64_t)(N - 1) * (n / (size_t)N) * 4u;
-            MH_CHECK(h, sent == 2ull * (uint64_t)(N - 1) * (768 * 2 + 3 * 2), "bytes %llu",
+            uint64_t elem = code == OB_CODE_FP8 ? 1 : 2;
+            MH_CHECK(h, sent == 2ull * (uint64_t)(N - 1) * (768 * elem + 3 * 2), "bytes %llu",
                      (unsigned long long)sent);
-            MH_CHECK(h, (double)sent <= 0.51 * (double)ring, "%llu bytes against the ring's %llu",
+            double share = code == OB_CODE_FP8 ? 0.26 : 0.51;
+            MH_CHECK(h, (double)sent <= share * (double)ring, "%llu bytes against the ring's %llu",
                      (unsigned long long)sent, (unsigned long long)ring);
         }
         /* Every rank holds rank 0's bits. */
@@ -142,14 +153,32 @@ static void exchange_matches_simulation(mpi_harness *h)
     ob_comm_destroy(c);
 }
 
-static void nan_reaches_every_rank(mpi_harness *h)
+static void exchange_matches_simulation(mpi_harness *h)
+{
+    exchange_code_matches_simulation(h, OB_CODE_FP16);
+}
+
+static void fp8_exchange_matches_simulation(mpi_harness *h)
+{
+    exchange_code_matches_simulation(h, OB_CODE_FP8);
+    ob_comm *c = NULL;
+    MH_CHECK(h, ob_comm_create_mpi(&c, NULL) == OB_OK, "comm");
+    ob_f16sum *f = NULL;
+    MH_CHECK(h,
+             !c || ob_f16sum_create_code(&f, c, 10, (ob_float_code)7, NULL) == OB_ERR_INVALID_ARG,
+             "an unknown code was taken");
+    ob_f16sum_destroy(f);
+    ob_comm_destroy(c);
+}
+
+static void nan_code_reaches_every_rank(mpi_harness *h, ob_float_code code)
 {
     ob_comm *c = NULL;
     MH_CHECK(h, ob_comm_create_mpi(&c, NULL) == OB_OK, "comm");
     if (!c) return;
     size_t n = 3000;
     ob_f16sum *f = NULL;
-    MH_CHECK(h, ob_f16sum_create(&f, c, n, NULL) == OB_OK, "create");
+    MH_CHECK(h, ob_f16sum_create_code(&f, c, n, code, NULL) == OB_OK, "create");
     float *x = malloc(n * sizeof(float));
     make_input(x, n, h->rank, 7);
     if (h->rank == h->size - 1) x[2999] = NAN;
@@ -162,6 +191,12 @@ static void nan_reaches_every_rank(mpi_harness *h)
     free(x);
     ob_f16sum_destroy(f);
     ob_comm_destroy(c);
+}
+
+static void nan_reaches_every_rank(mpi_harness *h)
+{
+    nan_code_reaches_every_rank(h, OB_CODE_FP16);
+    nan_code_reaches_every_rank(h, OB_CODE_FP8);
 }
 
 /* Adam with fp16 gradient exchange: bit for bit Adam on the simulated fp16 sums, at about
@@ -231,6 +266,7 @@ int main(int argc, char **argv)
     mpi_harness h;
     mpi_harness_init(&h, &argc, &argv);
     MH_RUN(&h, exchange_matches_simulation);
+    MH_RUN(&h, fp8_exchange_matches_simulation);
     MH_RUN(&h, nan_reaches_every_rank);
     MH_RUN(&h, adam_fp16_against_reference);
     return mpi_harness_finish(&h);

@@ -63,7 +63,8 @@ static void test_wrong_types(void **state)
     expect_error(OB_SPEC_YAML,
                  "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
                  "optimizer: {type: adam, gradient_exchange: fp8}\nbatch_size: 1\nsteps: 1\n",
-                 "optimizer.gradient_exchange: expected one of fp32 or fp16, got \"fp8\"");
+                 "optimizer.gradient_exchange: expected fp32 or fp16 (fp8 is for a warm start's "
+                 "refit only: warm_start.refit_exchange), got \"fp8\"");
     expect_error(OB_SPEC_YAML,
                  "model: {type: cnn}\ndata: {type: fashion_mnist}\noptimizer: {type: adam}\n"
                  "batch_size: 1\nsteps: 1\n",
@@ -541,14 +542,20 @@ static void test_checkpoint_and_warm_start(void **state)
     assert_int_equal(ob_jobspec_to_json(&s, &json, NULL), OB_OK);
     assert_non_null(strstr(json, "\"warm_start\":{\"from\":\"/ck/old/step-00000100\","
                                  "\"params\":true,\"refit_steps\":\"auto\","
-                                 "\"refit_exchange\":\"fp16\"}"));
+                                 "\"refit_exchange\":\"fp8\"}"));
     free(json);
-    assert_int_equal(s.optim.refit_exchange, OB_EXCHANGE_FP16);
+    assert_int_equal(s.optim.refit_exchange, OB_EXCHANGE_FP8);
     snprintf(text, sizeof text,
              "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x, refit_exchange: fp32}\n",
              base);
     parse_ok(&s, text, OB_SPEC_YAML);
     assert_int_equal(s.optim.refit_exchange, OB_EXCHANGE_FP32);
+    check_round_trip(&s);
+    snprintf(text, sizeof text,
+             "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x, refit_exchange: fp16}\n",
+             base);
+    parse_ok(&s, text, OB_SPEC_YAML);
+    assert_int_equal(s.optim.refit_exchange, OB_EXCHANGE_FP16);
     check_round_trip(&s);
     snprintf(text, sizeof text,
              "%soptimizer: {type: onebit_adam}\nwarm_start: {from: /x, refit_exchange: int8}\n",

@@ -229,24 +229,28 @@ if [ $rc -ne 0 ] && [ $rc2 -eq 0 ] && [ "$(field "$TMP/refit-2.jsonl" resume .st
   ok "warm start: a rank killed during the refit, resumed from step 10, freezes at step 20 again"
 else bad "warm start refit resume" "rc=$rc/$rc2 $(cat "$TMP/refit-2.jsonl.err")"; fi
 same "$TMP/refit/job/step-00000040" "$TMP/refit-k/job/step-00000040" "warm start: the resumed refit ends bit-identical to the uninterrupted one"
-# The refit's gradients cross in fp16 by default (refit_exchange), in fp32 as the job from
-# scratch when asked.
+# The refit's gradients cross in fp8 by default (refit_exchange), in fp16 or in fp32 (as the job
+# from scratch) when asked.
 spec "$TMP/refit32.yaml" "warm_start: {from: $TMP/base/job, refit_exchange: fp32}"
 sed -i "s/^steps: 120/steps: 10/; s/^seed: 3$/seed: 4/" "$TMP/refit32.yaml"
 run $NP "$TMP/refit32.jsonl" --spec "$TMP/refit32.yaml"; rc=$?
-r16=$(jq -r 'select(.event=="step" and .step==10) | .bytes_step' "$TMP/refit.jsonl")
+sed 's/refit_exchange: fp32}/refit_exchange: fp16}/' "$TMP/refit32.yaml" > "$TMP/refit16.yaml"
+run $NP "$TMP/refit16.jsonl" --spec "$TMP/refit16.yaml"; rc16=$?
+r8=$(jq -r 'select(.event=="step" and .step==10) | .bytes_step' "$TMP/refit.jsonl")
+r16=$(jq -r 'select(.event=="step" and .step==10) | .bytes_step' "$TMP/refit16.jsonl")
 r32=$(jq -r 'select(.event=="step" and .step==10) | .bytes_step' "$TMP/refit32.jsonl")
 s32=$(jq -r 'select(.event=="step" and .step==10) | .bytes_step' "$TMP/base.jsonl")
-if [ $rc -eq 0 ] && [ "$r32" = "$s32" ] && [ "$r16" -gt 0 ] && [ $((r16 * 10)) -lt $((r32 * 7)) ] &&
-   jq -r 'select(.event=="notice") | .message' "$TMP/refit.jsonl" | grep -q "the refit's gradients cross in fp16$" &&
-   jq -r 'select(.event=="notice") | .message' "$TMP/refit32.jsonl" | grep -q "the refit's gradients cross in fp32$"; then
-  ok "warm start: the refit's step sends $r16 bytes in fp16 (default), $r32 in fp32 as from scratch"
-else bad "warm start refit exchange" "rc=$rc fp16=$r16 fp32=$r32 scratch=$s32 $(cat "$TMP/refit32.jsonl.err")"; fi
-# The overlap's thread takes the refit's fp16 exchange, then nothing (the compression phase).
+notice() { jq -r 'select(.event=="notice") | .message' "$1" | grep -q "the refit's gradients cross in $2$"; }
+if [ $rc -eq 0 ] && [ $rc16 -eq 0 ] && [ "$r32" = "$s32" ] && [ "$r8" -gt 0 ] &&
+   [ $((r8 * 10)) -lt $((r32 * 3)) ] && [ $((r16 * 10)) -lt $((r32 * 7)) ] && [ "$r8" -lt "$r16" ] &&
+   notice "$TMP/refit.jsonl" fp8 && notice "$TMP/refit16.jsonl" fp16 && notice "$TMP/refit32.jsonl" fp32; then
+  ok "warm start: the refit's step sends $r8 bytes in fp8 (default), $r16 in fp16, $r32 in fp32 as from scratch"
+else bad "warm start refit exchange" "rc=$rc/$rc16 fp8=$r8 fp16=$r16 fp32=$r32 scratch=$s32 $(cat "$TMP/refit32.jsonl.err" "$TMP/refit16.jsonl.err")"; fi
+# The overlap's thread takes the refit's fp8 exchange, then nothing (the compression phase).
 sed 's/block_size: 64}/block_size: 64, overlap: true}/' "$TMP/refit.yaml" > "$TMP/refit-ov.yaml"
 run $NP "$TMP/refit-ov.jsonl" --spec "$TMP/refit-ov.yaml" --checkpoint-dir "$TMP/refit-ov"; rc=$?
 [ $rc -eq 0 ] || bad "warm start refit with overlap" "rc=$rc $(cat "$TMP/refit-ov.jsonl.err")"
-same "$TMP/refit/job/step-00000040" "$TMP/refit-ov/job/step-00000040" "warm start: the fp16 refit with overlap: true ends bit-identical to without"
+same "$TMP/refit/job/step-00000040" "$TMP/refit-ov/job/step-00000040" "warm start: the fp8 refit with overlap: true ends bit-identical to without"
 
 spec "$TMP/warm-early.yaml" "warm_start: {from: $TMP/base/job/step-00000030}"
 run $NP "$TMP/we.jsonl" --spec "$TMP/warm-early.yaml"; rc=$?

@@ -89,12 +89,12 @@ check "the events say what warm start did" \
   'echo "$msgs" | grep -q "v_Tw taken; it is checked against the first gradients and re-estimated by Adam until step 75, then frozen (the source.s global batch is larger than this job.s)" && echo "$msgs" | grep -Eq "^warm start check passed: [0-9.]+% of the coordinates have gradients above 10 sqrt\(v_Tw\)" && echo "$outcome" | grep -Eq "^re-estimated until step 75 \([0-9.]+% of coordinates off\)$"' \
   "$msgs / $outcome"
 # 75 steps (ceil(3 Delta / 4): the source ran a larger global batch): the first, whose gradient
-# the check reads, in fp32 as the source's warmup, 74 in fp16 (refit_exchange); then compressed.
+# the check reads, in fp32 as the source's warmup, 74 in fp8 (refit_exchange); then compressed.
 w=$(echo "$s" | jq .bytes_warmup)
 one=$(jq -r 'select(.event == "step" and .step == 20) | .bytes_step' "$TMP/default.out")
 fp32=$(jq -r 'select(.event == "step" and .step == 20) | .bytes_step' "$TMP/source.out")
-check "the refit costs one fp32 step and 74 fp16 steps (about half the bytes)" \
-  '[ -n "$one" ] && [ -n "$fp32" ] && [ "$w" = $((fp32 + 74 * one)) ] && [ $((one * 10)) -lt $((fp32 * 6)) ]' \
+check "the refit costs one fp32 step and 74 fp8 steps (about a quarter of the bytes)" \
+  '[ -n "$one" ] && [ -n "$fp32" ] && [ "$w" = $((fp32 + 74 * one)) ] && [ $((one * 10)) -lt $((fp32 * 3)) ]' \
   "warmup=$w step20=$one fp32=$fp32"
 
 # refit_steps auto against the source's setting: the source's batch and learning rate, 20 steps

@@ -111,8 +111,10 @@ def warm_cases():
         cases.append(("mlp-other-seed-s%d" % seed, mlp(seed), "mlp-src", False))
         cases.append(("mlp-lr3e-3-s%d" % seed, mlp(seed, lr=3e-3), "mlp-src", False))
         cases.append(("mlp-b16-from-b512-s%d" % seed, mlp(seed, batch=16), "mlp-src-b512", False))
-    # Batch 16 from 512 is the configuration furthest from 1 %: five more seeds.
+    # Batch 16 from 512 and LR 3e-3 are the configurations furthest from 1 % and from 3x fewer
+    # bytes: five more seeds each.
     for seed in (27, 28, 29, 30, 31):
+        cases.append(("mlp-lr3e-3-s%d" % seed, mlp(seed, lr=3e-3), "mlp-src", False))
         cases.append(("mlp-b16-from-b512-s%d" % seed, mlp(seed, batch=16), "mlp-src-b512", False))
     for seed in (22, 23):
         cases.append(("mlp-params-s%d" % seed, mlp(seed), "mlp-src", True))
@@ -375,6 +377,8 @@ def case_spec(case, var):
         s["warm_start"]["refit_steps"] = 0
     elif var.startswith("warm-refit-"):  # a longer or shorter re-estimation than auto
         s["warm_start"]["refit_steps"] = int(var.split("-")[2])
+    elif var == "warm-fp16":  # the default refit with its gradients in fp16 (fp8 by default)
+        s["warm_start"]["refit_exchange"] = "fp16"
     return s
 
 
@@ -384,8 +388,8 @@ def cmd_run(args):
                  "-DCMAKE_BUILD_TYPE=Release && cmake --build build-rel --target onebit-worker) "
                  "or set WORKER" % WORKER)
     have = {(r["case"], r["variant"]) for r in done_rows()}
-    def variants(c):  # warm-refit-N: an extra variant of the warm cases, named on the command line
-        extra = c["group"] == "warm" and args.variant.startswith("warm-refit-")
+    def variants(c):  # warm-refit-N, warm-fp16: extra variants of the warm cases, named on the command line
+        extra = c["group"] == "warm" and (args.variant.startswith("warm-refit-") or args.variant == "warm-fp16")
         return c["variants"] + ([args.variant] if extra else [])
     pending = [(c, v) for c in all_cases(args.group) for v in variants(c)
             if (not args.only or args.only in c["case"]) and (not args.variant or v == args.variant)

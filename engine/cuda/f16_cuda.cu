@@ -1,4 +1,4 @@
-/* CUDA kernels of the fp16 gradient message (onebit/compress.h, declared in
+/* CUDA kernels of the fp16 and fp8 gradient messages (onebit/compress.h, declared in
  * onebit/compress_cuda.h): the per-element arithmetic is src/f16_math.h, the same code the CPU
  * codec runs, so both give the same bits. A block's shift needs its largest |x|, and a maximum
  * does not depend on the order it is taken in: the warp's shuffles here and the CPU's loop
@@ -29,10 +29,44 @@ size_t grid_for(size_t work, size_t per_cta)
 
 constexpr unsigned kWarps = kThreads / 32;
 
+/* The two element codes: their storage type and the shared per-element math. */
+struct Fp16 {
+    typedef uint16_t Elem;
+    static __device__ int shift(float m, int flag)
+    {
+        return ob__f16_shift(m, flag);
+    }
+    static __device__ Elem encode(float x, int s)
+    {
+        return ob__f16_encode_elem(x, s);
+    }
+    static __device__ float decode(Elem c, int s)
+    {
+        return ob__f16_decode_elem(c, s);
+    }
+};
+
+struct Fp8 {
+    typedef uint8_t Elem;
+    static __device__ int shift(float m, int flag)
+    {
+        return ob__f8_shift(m, flag);
+    }
+    static __device__ Elem encode(float x, int s)
+    {
+        return ob__f8_encode_elem(x, s);
+    }
+    static __device__ float decode(Elem c, int s)
+    {
+        return ob__f8_decode_elem(c, s);
+    }
+};
+
 /* One warp per scale block (grid-stride over blocks, the loop warp-uniform): the lanes stride
  * the block, the largest |x| and the non-finite flag are combined with shuffles. */
-__global__ void encode_kernel(const float *x, size_t x_len, size_t nblocks, unsigned B, uint16_t *h,
-                              int16_t *shifts)
+template <class Code>
+__global__ void encode_kernel(const float *x, size_t x_len, size_t nblocks, unsigned B,
+                              typename Code::Elem *h, int16_t *shifts)
 {
     const unsigned lane = threadIdx.x & 31u;
     for (size_t b = blockIdx.x * (size_t)kWarps + threadIdx.x / 32u; b < nblocks;
@@ -51,18 +85,20 @@ __global__ void encode_kernel(const float *x, size_t x_len, size_t nblocks, unsi
             m = om > m ? om : m;
             flag |= __shfl_xor_sync(0xffffffffu, flag, o);
         }
-        int shift = ob__f16_shift(m, flag);
+        int shift = Code::shift(m, flag);
         if (lane == 0) shifts[b] = (int16_t)shift;
         for (size_t k = lane; k < B; k += 32)
-            h[lo + k] = k < valid ? ob__f16_encode_elem(x[lo + k], shift) : (uint16_t)0;
+            h[lo + k] = k < valid ? Code::encode(x[lo + k], shift) : (typename Code::Elem)0;
     }
 }
 
 /* out = decode(msg) + x over x_len elements, decode(msg) beyond (decode alone: x_len 0). One
  * warp per scale block, so each lane reads the block's shift once and no element index is
  * divided by B. */
-__global__ void decode_add_kernel(const uint16_t *h, const int16_t *shifts, size_t nblocks,
-                                  unsigned B, const float *x, size_t x_len, float *out)
+template <class Code>
+__global__ void decode_add_kernel(const typename Code::Elem *h, const int16_t *shifts,
+                                  size_t nblocks, unsigned B, const float *x, size_t x_len,
+                                  float *out)
 {
     const unsigned lane = threadIdx.x & 31u;
     for (size_t b = blockIdx.x * (size_t)kWarps + threadIdx.x / 32u; b < nblocks;
@@ -70,7 +106,7 @@ __global__ void decode_add_kernel(const uint16_t *h, const int16_t *shifts, size
         int shift = shifts[b];
         size_t lo = b * (size_t)B;
         for (size_t k = lo + lane; k < lo + B; k += 32) {
-            float v = ob__f16_decode_elem(h[k], shift);
+            float v = Code::decode(h[k], shift);
             out[k] = k < x_len ? __fadd_rn(v, x[k]) : v;
         }
     }
@@ -85,13 +121,38 @@ ob_status check(const char *fn, size_t n, size_t block, const void *in, const vo
     return OB_OK;
 }
 
-ob_status launch_decode_add(const void *msg, size_t n, size_t block, const float *x, size_t x_len,
-                            float *out, cudaStream_t s, ob_err *err)
+template <class Code>
+ob_status encode(const char *fn, const float *x, size_t x_len, size_t n, size_t block, void *msg,
+                 cudaStream_t s, ob_err *err)
 {
-    const uint16_t *h = (const uint16_t *)msg;
-    const int16_t *shifts = (const int16_t *)((const unsigned char *)msg + n * sizeof(uint16_t));
+    ob_status st = check(fn, n, block, msg, msg, err);
+    if (st != OB_OK) return st;
+    if (x_len > n || (x_len > 0 && !x))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: x_len %zu of %zu", fn, x_len, n);
+    if (n == 0) return OB_OK;
     size_t nblocks = n / block;
-    decode_add_kernel<<<(unsigned)grid_for(nblocks, kWarps), kThreads, 0, s>>>(
+    typename Code::Elem *h = (typename Code::Elem *)msg;
+    int16_t *shifts = (int16_t *)((unsigned char *)msg + n * sizeof(typename Code::Elem));
+    encode_kernel<Code><<<(unsigned)grid_for(nblocks, kWarps), kThreads, 0, s>>>(
+        x, x_len, nblocks, (unsigned)block, h, shifts);
+    CUDA_CHECK(err, cudaGetLastError());
+    return OB_OK;
+}
+
+template <class Code>
+ob_status decode_add(const char *fn, const void *msg, size_t n, size_t block, const float *x,
+                     size_t x_len, float *out, cudaStream_t s, ob_err *err)
+{
+    ob_status st = check(fn, n, block, msg, out, err);
+    if (st != OB_OK) return st;
+    if (x_len > n || (x_len > 0 && !x))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: x_len %zu of %zu", fn, x_len, n);
+    if (n == 0) return OB_OK;
+    const typename Code::Elem *h = (const typename Code::Elem *)msg;
+    const int16_t *shifts =
+        (const int16_t *)((const unsigned char *)msg + n * sizeof(typename Code::Elem));
+    size_t nblocks = n / block;
+    decode_add_kernel<Code><<<(unsigned)grid_for(nblocks, kWarps), kThreads, 0, s>>>(
         h, shifts, nblocks, (unsigned)block, x, x_len, out);
     CUDA_CHECK(err, cudaGetLastError());
     return OB_OK;
@@ -102,36 +163,41 @@ ob_status launch_decode_add(const void *msg, size_t n, size_t block, const float
 extern "C" ob_status ob_cuda_f16_encode(const float *x, size_t x_len, size_t n, size_t block,
                                         void *msg, void *stream, ob_err *err)
 {
-    ob_status st = check("ob_cuda_f16_encode", n, block, msg, msg, err);
-    if (st != OB_OK) return st;
-    if (x_len > n || (x_len > 0 && !x))
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "ob_cuda_f16_encode: x_len %zu of %zu", x_len, n);
-    if (n == 0) return OB_OK;
-    size_t nblocks = n / block;
-    uint16_t *h = (uint16_t *)msg;
-    int16_t *shifts = (int16_t *)((unsigned char *)msg + n * sizeof(uint16_t));
-    encode_kernel<<<(unsigned)grid_for(nblocks, kWarps), kThreads, 0, (cudaStream_t)stream>>>(
-        x, x_len, nblocks, (unsigned)block, h, shifts);
-    CUDA_CHECK(err, cudaGetLastError());
-    return OB_OK;
+    return encode<Fp16>("ob_cuda_f16_encode", x, x_len, n, block, msg, (cudaStream_t)stream, err);
 }
 
 extern "C" ob_status ob_cuda_f16_decode(const void *msg, size_t n, size_t block, float *out,
                                         void *stream, ob_err *err)
 {
-    ob_status st = check("ob_cuda_f16_decode", n, block, msg, out, err);
-    if (st != OB_OK || n == 0) return st;
-    return launch_decode_add(msg, n, block, NULL, 0, out, (cudaStream_t)stream, err);
+    return decode_add<Fp16>("ob_cuda_f16_decode", msg, n, block, NULL, 0, out, (cudaStream_t)stream,
+                            err);
 }
 
 extern "C" ob_status ob_cuda_f16_decode_add(const void *msg, size_t n, size_t block, const float *x,
                                             size_t x_len, float *out, void *stream, ob_err *err)
 {
-    ob_status st = check("ob_cuda_f16_decode_add", n, block, msg, out, err);
-    if (st != OB_OK) return st;
-    if (x_len > n || (x_len > 0 && !x))
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "ob_cuda_f16_decode_add: x_len %zu of %zu", x_len,
-                      n);
-    if (n == 0) return OB_OK;
-    return launch_decode_add(msg, n, block, x, x_len, out, (cudaStream_t)stream, err);
+    return decode_add<Fp16>("ob_cuda_f16_decode_add", msg, n, block, x, x_len, out,
+                            (cudaStream_t)stream, err);
+}
+
+extern "C" ob_status ob_cuda_fcode_encode(ob_float_code code, const float *x, size_t x_len,
+                                          size_t n, size_t block, void *msg, void *stream,
+                                          ob_err *err)
+{
+    const char *fn = "ob_cuda_fcode_encode";
+    cudaStream_t s = (cudaStream_t)stream;
+    if (code == OB_CODE_FP8) return encode<Fp8>(fn, x, x_len, n, block, msg, s, err);
+    if (code == OB_CODE_FP16) return encode<Fp16>(fn, x, x_len, n, block, msg, s, err);
+    return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: code %d", fn, (int)code);
+}
+
+extern "C" ob_status ob_cuda_fcode_decode_add(ob_float_code code, const void *msg, size_t n,
+                                              size_t block, const float *x, size_t x_len,
+                                              float *out, void *stream, ob_err *err)
+{
+    const char *fn = "ob_cuda_fcode_decode_add";
+    cudaStream_t s = (cudaStream_t)stream;
+    if (code == OB_CODE_FP8) return decode_add<Fp8>(fn, msg, n, block, x, x_len, out, s, err);
+    if (code == OB_CODE_FP16) return decode_add<Fp16>(fn, msg, n, block, x, x_len, out, s, err);
+    return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: code %d", fn, (int)code);
 }

@@ -49,6 +49,19 @@ ob_status ob_cuda_f16_decode_add(const void *msg, size_t n, size_t block, const 
     return NO_CUDA(err);
 }
 
+ob_status ob_cuda_fcode_encode(ob_float_code code, const float *x, size_t x_len, size_t n,
+                               size_t block, void *msg, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_fcode_decode_add(ob_float_code code, const void *msg, size_t n, size_t block,
+                                   const float *x, size_t x_len, float *out, void *stream,
+                                   ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
 ob_status ob_cuda_alloc(void **ptr, size_t bytes, ob_err *err)
 {
     *ptr = NULL;

@@ -109,22 +109,103 @@ OB__F16 float ob__f16_pow2(int s)
 /* One element: x 2^shift rounded to a half. shift is at most 163 (the smallest subnormal
  * float's block) and at least -113: 2^shift in one factor when it is a float, else 2^127 first
  * (exact: x < 2^-112 in such a block) and the rest after, so the product is rounded once. */
+OB__F16 float ob__f16_scale(float x, int shift)
+{
+    return shift > 127
+               ? OB__F16_MUL(OB__F16_MUL(x, ob__f16_pow2(127)), ob__f16_pow2(shift - 127))
+               : OB__F16_MUL(x, ob__f16_pow2(shift));
+}
+
 OB__F16 uint16_t ob__f16_encode_elem(float x, int shift)
 {
-    float y = shift > 127
-                  ? OB__F16_MUL(OB__F16_MUL(x, ob__f16_pow2(127)), ob__f16_pow2(shift - 127))
-                  : OB__F16_MUL(x, ob__f16_pow2(shift));
-    return ob__f16_from_f32(y);
+    return ob__f16_from_f32(ob__f16_scale(x, shift));
 }
 
 /* h 2^-shift, rounded once: beyond 2^-126 the first factor (exact: h has 11 significant bits
  * and h 2^(126 - shift) >= 2^-62) and then 2^-126. */
-OB__F16 float ob__f16_decode_elem(uint16_t h, int shift)
+OB__F16 float ob__f16_unscale(float f, int shift)
 {
-    float f = ob__f32_from_f16(h);
     if (shift > 126)
         return OB__F16_MUL(OB__F16_MUL(f, ob__f16_pow2(126 - shift)), ob__f16_pow2(-126));
     return OB__F16_MUL(f, ob__f16_pow2(-shift));
+}
+
+OB__F16 float ob__f16_decode_elem(uint16_t h, int shift)
+{
+    return ob__f16_unscale(ob__f32_from_f16(h), shift);
+}
+
+/* --- fp8 (E4M3): one sign bit, four exponent bits (bias 7), three mantissa bits, no infinity;
+ * S.1111.111 is NaN. The largest finite value is 448, the smallest normal 2^-6, subnormals go
+ * down to 2^-9. */
+
+/* f as E4M3, rounded to nearest, ties to even: finite values beyond 448 saturate to 448 (only
+ * a block that holds a non-finite value, whose shift is 0, has any), NaN and infinity become
+ * NaN with f's sign. */
+OB__F16 uint8_t ob__f8_from_f32(float f)
+{
+    uint32_t x = ob__f32_bits(f);
+    uint32_t sign = (x >> 24) & 0x80u;
+    uint32_t ax = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return (uint8_t)(sign | 0x7fu);
+    if (ax >= 0x3c800000u) { /* >= 2^-6: a normal E4M3 */
+        uint32_t m = ax & 0x7fffffu;
+        uint32_t h = ((((ax >> 23) - 120u) << 3) | (m >> 20));
+        uint32_t rem = m & 0xfffffu;
+        if (rem > 0x80000u || (rem == 0x80000u && (h & 1u))) h++; /* a carry moves the exponent */
+        return (uint8_t)(sign | (h > 0x7eu ? 0x7eu : h));
+    }
+    if (ax <= 0x3a800000u) return (uint8_t)sign; /* <= 2^-10: to (signed) zero */
+    /* A subnormal: the value in units of 2^-9 is m * 2^(e - 141), e the biased exponent. */
+    uint32_t e = ax >> 23;
+    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
+    uint32_t shift = 141u - e; /* 21 .. 24 */
+    uint32_t h = m >> shift;
+    uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
+    if (rem > half || (rem == half && (h & 1u))) h++; /* 8 is the smallest normal */
+    return (uint8_t)(sign | h);
+}
+
+/* The E4M3 code c as a float (exact). */
+OB__F16 float ob__f32_from_f8(uint8_t c)
+{
+    uint32_t sign = ((uint32_t)c & 0x80u) << 24;
+    uint32_t e = ((uint32_t)c >> 3) & 0xfu;
+    uint32_t m = (uint32_t)c & 0x7u;
+    if ((c & 0x7fu) == 0x7fu) return ob__f32_from_bits(sign | 0x7fc00000u);
+    if (e != 0u) return ob__f32_from_bits(sign | ((e + 120u) << 23) | (m << 20));
+    if (m == 0u) return ob__f32_from_bits(sign);
+    /* Subnormal: m * 2^-9, normalised into a float. */
+    uint32_t k = 0;
+    while (!(m & 0x8u)) {
+        m <<= 1;
+        k++;
+    }
+    return ob__f32_from_bits(sign | ((121u - k) << 23) | ((m & 0x7u) << 20));
+}
+
+/* The shift of an fp8 block whose largest |x| is maxabs: brings it into [2^7, 2^8), so that the
+ * largest keeps 4 significant bits and values down to 2^-14 of it stay normal. 0 for an
+ * all-zero or non-finite block, as for fp16. */
+OB__F16 int ob__f8_shift(float maxabs, int nonfinite)
+{
+    if (nonfinite || !(maxabs > 0.0f)) return 0;
+    int e = 0;
+    (void)frexpf(maxabs, &e);
+    return 8 - e;
+}
+
+/* x 2^shift rounded to E4M3 (the scaling of ob__f16_encode_elem; shift at most 156 here). */
+OB__F16 uint8_t ob__f8_encode_elem(float x, int shift)
+{
+    return ob__f8_from_f32(ob__f16_scale(x, shift));
+}
+
+/* c 2^-shift, rounded once (as ob__f16_decode_elem: c has 4 significant bits and is at least
+ * 2^-9, so the first factor is exact). */
+OB__F16 float ob__f8_decode_elem(uint8_t c, int shift)
+{
+    return ob__f16_unscale(ob__f32_from_f8(c), shift);
 }
 
 /* |x| and whether x is NaN or infinite, for the block maximum. */

@@ -24,7 +24,7 @@ extern const char *const ob__spec_optim_kinds[2];  /* ob_optim_kind */
 extern const char *const ob__spec_compressions[3]; /* ob_onebit_mode */
 extern const char *const ob__spec_scales[2];       /* ob_scale */
 extern const char *const ob__spec_stabilizers[2];  /* ob_stabilizer */
-extern const char *const ob__spec_exchanges[2];    /* ob_gradient_exchange */
+extern const char *const ob__spec_exchanges[3];    /* ob_gradient_exchange */
 extern const char *const ob__spec_lr_kinds[3];     /* ob_lr_kind */
 extern const char *const ob__spec_devices[2];      /* ob_device */
 

@@ -109,15 +109,19 @@ ob_status ob_jobspec_memory_estimate(const ob_jobspec *spec, int world_size,
         uint64_t extra = sat_add(sat_mul(fl, d), sat_mul(fl, d / (uint64_t)world_size + 1));
         out->optimizer = sat_add(out->optimizer, sat_add(extra, d / 4));
     }
-    int refit16 = spec->warm_start_from[0] && spec->optim.refit_exchange == OB_EXCHANGE_FP16;
-    if ((spec->optim.gradient_exchange == OB_EXCHANGE_FP16 || refit16) && world_size > 1) {
-        /* f16sum.c: three buffers of N encoded chunks (2 bytes an element, chunks padded to
-         * whole blocks) and two chunks of floats. */
-        uint64_t padded = sat_add(d, sat_mul((uint64_t)world_size, OB_F16SUM_BLOCK));
-        uint64_t chunk = padded / (uint64_t)world_size + 1;
+    int warm = spec->warm_start_from[0] != '\0';
+    int refit16 = warm && spec->optim.refit_exchange == OB_EXCHANGE_FP16;
+    int refit8 = warm && spec->optim.refit_exchange == OB_EXCHANGE_FP8;
+    /* f16sum.c: three buffers of N encoded chunks (2 bytes an element in fp16, 1 in fp8,
+     * chunks padded to whole blocks) and two chunks of floats, per exchange. */
+    uint64_t padded = sat_add(d, sat_mul((uint64_t)world_size, OB_F16SUM_BLOCK));
+    uint64_t chunk = padded / (uint64_t)world_size + 1;
+    if ((spec->optim.gradient_exchange == OB_EXCHANGE_FP16 || refit16) && world_size > 1)
         out->optimizer =
             sat_add(out->optimizer, sat_add(sat_mul(6, padded), sat_mul(2 * fl, chunk)));
-    }
+    if (refit8 && world_size > 1)
+        out->optimizer =
+            sat_add(out->optimizer, sat_add(sat_mul(3, padded), sat_mul(2 * fl, chunk)));
     out->activations = sat_mul(act1, spec->batch_size);
     out->data = data_bytes(spec);
     out->base = OB_MEMORY_BASE_BYTES;

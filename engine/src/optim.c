@@ -27,6 +27,7 @@ struct ob_optim {
     float *den;     /* (d) sqrt(v_Tw) + eps, computed when v is frozen; NULL before */
     ob_car *car;    /* compressed allreduce: onebit_adam compressed and naive modes */
     ob_f16sum *f16; /* the gradients' fp16 exchange (gradient_exchange fp16, 2+ ranks), or NULL */
+    ob_f16sum *f8;  /* a warm start's refit in fp8 (refit_exchange fp8, 2+ ranks), or NULL */
 
     ob__buckets plan;        /* the fp32 exchange's buckets */
     ob__buckets cplan;       /* the compression phase's: the car's segments, last first */
@@ -80,7 +81,7 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->bucket_bytes = 0;
     cfg->overlap = 0;
     cfg->gradient_exchange = OB_EXCHANGE_FP32;
-    cfg->refit_exchange = OB_EXCHANGE_FP16;
+    cfg->refit_exchange = OB_EXCHANGE_FP8;
     cfg->refresh_steps = 0;
 }
 
@@ -170,8 +171,9 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
     if (c->overlap != 0 && c->overlap != 1) return BAD("overlap = %d: must be 0 or 1", c->overlap);
     if (c->gradient_exchange != OB_EXCHANGE_FP32 && c->gradient_exchange != OB_EXCHANGE_FP16)
         return BAD("gradient_exchange = %d: expected fp32 or fp16", (int)c->gradient_exchange);
-    if (c->refit_exchange != OB_EXCHANGE_FP32 && c->refit_exchange != OB_EXCHANGE_FP16)
-        return BAD("refit_exchange = %d: expected fp32 or fp16", (int)c->refit_exchange);
+    if (c->refit_exchange != OB_EXCHANGE_FP32 && c->refit_exchange != OB_EXCHANGE_FP16 &&
+        c->refit_exchange != OB_EXCHANGE_FP8)
+        return BAD("refit_exchange = %d: expected fp32, fp16 or fp8", (int)c->refit_exchange);
     if (c->refresh_steps < 0 || c->refresh_steps > OB_OPTIM_MAX_REFRESH_STEPS)
         return BAD("refresh_steps = %ld: must be in [0, %d] (0: never)", c->refresh_steps,
                    OB_OPTIM_MAX_REFRESH_STEPS);
@@ -295,23 +297,26 @@ fail:
     return st;
 }
 
-/* The fp16 exchange the gradients of the next step cross through, NULL for fp32: a warm
- * start's refit follows cfg.refit_exchange from its second step on, every other step (and the
- * refit's first, whose gradient the check may refuse the borrowed v on: the run is then the
- * job from scratch, bit for bit) cfg.gradient_exchange. */
+/* The fp16 or fp8 exchange the gradients of the next step cross through, NULL for fp32: a
+ * warm start's refit follows cfg.refit_exchange from its second step on, every other step (and
+ * the refit's first, whose gradient the check may refuse the borrowed v on: the run is then
+ * the job from scratch, bit for bit) cfg.gradient_exchange. */
 static ob_f16sum *grad_f16(const ob_optim *o)
 {
     int refit = o->warm == OB_WARM_REFIT && o->freeze_step < 0 && o->step >= 1;
     ob_gradient_exchange x = refit ? o->cfg.refit_exchange : o->cfg.gradient_exchange;
-    return x == OB_EXCHANGE_FP16 ? o->f16 : NULL;
+    return x == OB_EXCHANGE_FP16 ? o->f16 : x == OB_EXCHANGE_FP8 ? o->f8 : NULL;
 }
 
-/* Creates the fp16 exchange for a refit in fp16 when the gradient exchange has none. */
+/* Creates the exchange of a refit in fp16 or fp8 when there is none yet. */
 static ob_status ensure_refit_f16(ob_optim *o, ob_err *err)
 {
-    if (o->f16 || o->cfg.refit_exchange != OB_EXCHANGE_FP16 || ob_comm_size(o->comm) < 2)
-        return OB_OK;
-    return ob_f16sum_create(&o->f16, o->comm, o->d, err);
+    if (ob_comm_size(o->comm) < 2) return OB_OK;
+    if (o->cfg.refit_exchange == OB_EXCHANGE_FP8 && !o->f8)
+        return ob_f16sum_create_code(&o->f8, o->comm, o->d, OB_CODE_FP8, err);
+    if (o->cfg.refit_exchange == OB_EXCHANGE_FP16 && !o->f16)
+        return ob_f16sum_create(&o->f16, o->comm, o->d, err);
+    return OB_OK;
 }
 
 /* Waits for an armed exchange and disarms (its outcome no longer matters). */
@@ -336,6 +341,7 @@ void ob_optim_destroy(ob_optim *o)
     free(o->norms);
     ob_car_destroy(o->car);
     ob_f16sum_destroy(o->f16);
+    ob_f16sum_destroy(o->f8);
     free(o);
 }
 

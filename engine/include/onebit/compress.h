@@ -75,6 +75,28 @@ void ob_f16_decode(const void *msg, size_t n, size_t block, float *out);
 void ob_f16_decode_add(const void *msg, size_t n, size_t block, const float *x, size_t x_len,
                        float *out);
 
+/* --- fp8 with block shifts: the same layout with one byte an element ---
+ *
+ * The codes of the gradient messages: OB_CODE_FP16 as above; OB_CODE_FP8 sends
+ *     uint8_t  code[n];        E4M3 (sign, 4 exponent bits of bias 7, 3 mantissa bits; no
+ *                              infinity, S.1111.111 is NaN) of x * 2^shift[k / B]
+ *     int16_t  shift[n / B];   per block: brings the block's largest |x| into [2^7, 2^8)
+ * Every value down to 2^-14 of its block's largest keeps 4 significant bits (rounded to
+ * nearest even: at most 2^-4 off), smaller ones fewer, below 2^-17 of it they become zero. A
+ * block with a NaN or an infinity has shift 0 and crosses as NaN (finite values beyond 448
+ * saturate): a non-finite gradient stays visible. Shared with the CUDA kernels bit for bit. */
+typedef enum ob_float_code {
+    OB_CODE_FP16 = 0,
+    OB_CODE_FP8 = 1,
+} ob_float_code;
+
+/* The three calls above for either code (ob_f16_* are these with OB_CODE_FP16). */
+size_t ob_fcode_bytes(ob_float_code code, size_t n, size_t block);
+void ob_fcode_encode(ob_float_code code, const float *x, size_t x_len, size_t n, size_t block,
+                     void *msg);
+void ob_fcode_decode_add(ob_float_code code, const void *msg, size_t n, size_t block,
+                         const float *x, size_t x_len, float *out);
+
 #ifdef __cplusplus
 }
 #endif

@@ -30,6 +30,14 @@ ob_status ob_cuda_f16_decode(const void *msg, size_t n, size_t block, float *out
 ob_status ob_cuda_f16_decode_add(const void *msg, size_t n, size_t block, const float *x,
                                  size_t x_len, float *out, void *stream, ob_err *err);
 
+/* Either code of the gradient message (onebit/compress.h), bitwise as ob_fcode_*; x_len 0 and
+ * x NULL decode alone. */
+ob_status ob_cuda_fcode_encode(ob_float_code code, const float *x, size_t x_len, size_t n,
+                               size_t block, void *msg, void *stream, ob_err *err);
+ob_status ob_cuda_fcode_decode_add(ob_float_code code, const void *msg, size_t n, size_t block,
+                                   const float *x, size_t x_len, float *out, void *stream,
+                                   ob_err *err);
+
 /* Device memory helpers used by the device path of the compressed allreduce. */
 ob_status ob_cuda_alloc(void **ptr, size_t bytes, ob_err *err); /* zero-filled */
 void ob_cuda_free(void *ptr);

@@ -17,13 +17,15 @@
  * result is the exact sum to about N 2^-11 of the magnitudes involved, and bitwise identical
  * on every rank (the finished chunk is decoded by all, its owner included). There is no error
  * feedback and no state across calls: an exchange depends on its inputs only. Bytes per call
- * and rank: 2 (N-1) ob_f16_bytes(C, B), against the ring's 2 (N-1)/N 4n. Buffers live in the
+ * and rank: 2 (N-1) ob_f16_bytes(C, B) (ob_fcode_bytes for fp8), against the ring's
+ * 2 (N-1)/N 4n. Buffers live in the
  * communicator's memory (host for MPI/self, device for NCCL); a world of one copies its
  * input. */
 #ifndef ONEBIT_F16SUM_H
 #define ONEBIT_F16SUM_H
 
 #include "onebit/comm.h"
+#include "onebit/compress.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -38,6 +40,12 @@ typedef struct ob_f16sum ob_f16sum;
  * outlive the exchange), blocks of OB_F16SUM_BLOCK. OB_ERR_INVALID_ARG for max_n 0,
  * OB_ERR_NOMEM. */
 ob_status ob_f16sum_create(ob_f16sum **out, ob_comm *comm, size_t max_n, ob_err *err);
+/* The same exchange with the elements in `code` (onebit/compress.h): OB_CODE_FP8 sends half
+ * the bytes of fp16 again, each partial sum rounded to 4 significant bits per hop (about
+ * N 2^-4 of the magnitudes involved), for a warm start's refit, whose gradients only
+ * re-estimate v. OB_ERR_INVALID_ARG for an unknown code. */
+ob_status ob_f16sum_create_code(ob_f16sum **out, ob_comm *comm, size_t max_n, ob_float_code code,
+                                ob_err *err);
 void ob_f16sum_destroy(ob_f16sum *f); /* accepts NULL */
 
 /* out[0..n) = the sum over the ranks of in[0..n) (1 <= n <= max_n; in == out allowed).
