@@ -29,68 +29,133 @@ static double half_value(uint16_t h)
     return sign ? -v : v;
 }
 
-static void test_decode_every_half(void **state)
+/* An E4M3 code's value from its fields, in double (the definition). */
+static double f8_value(uint16_t c)
 {
-    (void)state;
-    for (uint32_t h = 0; h < 65536; h++) {
-        float f = ob__f32_from_f16((uint16_t)h);
-        double want = half_value((uint16_t)h);
+    int sign = (c >> 7) & 1, e = (c >> 3) & 0xf, m = c & 0x7;
+    double v;
+    if ((c & 0x7f) == 0x7f)
+        v = NAN;
+    else if (e == 0)
+        v = ldexp((double)m, -9);
+    else
+        v = ldexp(8.0 + m, e - 10);
+    return sign ? -v : v;
+}
+
+static uint16_t f16_encode(float x)
+{
+    return ob__f16_from_f32(x);
+}
+
+static uint16_t f8_encode(float x)
+{
+    return ob__f8_from_f32(x);
+}
+
+static float f16_decode(uint16_t h)
+{
+    return ob__f32_from_f16(h);
+}
+
+static float f8_decode(uint16_t c)
+{
+    return ob__f32_from_f8((uint8_t)c);
+}
+
+/* A code under test: its definition (value), the conversions, its width, its largest finite
+ * magnitude and what a value beyond it becomes. */
+typedef struct code_def {
+    double (*value)(uint16_t);
+    uint16_t (*encode)(float);
+    float (*decode)(uint16_t);
+    unsigned bits;
+    uint16_t top;    /* the largest finite magnitude's code */
+    double overflow; /* |x| at or beyond: infinity (fp16) or top (fp8, saturating) */
+    int saturates;
+} code_def;
+
+static const code_def FP16 = {half_value, f16_encode, f16_decode, 16, 0x7bff, 65520.0, 0};
+static const code_def FP8 = {f8_value, f8_encode, f8_decode, 8, 0x7e, 448.0, 1};
+
+/* Every code decodes to its definition; the sign of zero survives. */
+static void decode_every_code(const code_def *c)
+{
+    for (uint32_t h = 0; h < (1u << c->bits); h++) {
+        float f = c->decode((uint16_t)h);
+        double want = c->value((uint16_t)h);
         if (isnan(want)) {
             assert_true(isnan(f));
             continue;
         }
         assert_true((double)f == want);
-        assert_int_equal(signbit(f) != 0, (h >> 15) != 0); /* -0 stays -0 */
+        assert_int_equal(signbit(f) != 0, (h >> (c->bits - 1)) != 0); /* -0 stays -0 */
     }
 }
 
-/* Encoding x gives the nearest half, ties to the even one; at or beyond 65520 infinity. */
-static void check_encode(float x)
+static void test_decode_every_half(void **state)
 {
-    uint16_t h = ob__f16_from_f32(x);
-    if (isnan(x)) {
-        assert_true(isnan(half_value(h)));
+    (void)state;
+    decode_every_code(&FP16);
+}
+
+/* Encoding x gives the nearest code, ties to the even one; at or beyond the overflow
+ * threshold infinity (fp16) or the largest finite (fp8); NaN stays NaN (fp8: and infinity). */
+static void check_code(const code_def *c, float x)
+{
+    uint16_t h = c->encode(x);
+    uint16_t sign = (uint16_t)(1u << (c->bits - 1)), mag = h & (uint16_t)(sign - 1);
+    if (isnan(x) || (c->saturates && isinf(x))) {
+        assert_true(isnan(c->value(h)));
         return;
     }
-    assert_int_equal(h >> 15, signbit(x) ? 1 : 0);
-    double ax = fabs((double)x), v = fabs(half_value(h));
-    if (ax >= 65520.0) {
-        assert_true(isinf(v));
+    assert_int_equal((h & sign) != 0, signbit(x) ? 1 : 0);
+    double ax = fabs((double)x), v = fabs(c->value(h));
+    if (ax >= c->overflow) {
+        if (c->saturates)
+            assert_int_equal(mag, c->top);
+        else
+            assert_true(isinf(v));
         return;
     }
-    assert_false(isinf(v));
-    uint16_t mag = h & 0x7fff;
+    assert_true(mag <= c->top);
     double dist = fabs(v - ax);
-    if (mag > 0) { /* the half below is not nearer, nor as near and even */
-        double below = fabs(half_value((uint16_t)(mag - 1)));
+    if (mag > 0) { /* the code below is not nearer, nor as near and even */
+        double below = fabs(c->value((uint16_t)(mag - 1)));
         assert_true(fabs(below - ax) > dist || (fabs(below - ax) == dist && !(mag & 1)));
     }
-    if (mag < 0x7bff) {
-        double above = fabs(half_value((uint16_t)(mag + 1)));
+    if (mag < c->top) {
+        double above = fabs(c->value((uint16_t)(mag + 1)));
         assert_true(fabs(above - ax) > dist || (fabs(above - ax) == dist && !(mag & 1)));
     }
+}
+
+/* Every 4099th float bit pattern (a million values over all exponents and signs), every code,
+ * the midpoints between neighbours and the floats next to them, and the specials. */
+static void sweep_code(const code_def *c, const float *specials, size_t n)
+{
+    for (uint64_t u = 0; u < (1ull << 32); u += 4099) {
+        float x;
+        uint32_t b = (uint32_t)u;
+        memcpy(&x, &b, sizeof x);
+        check_code(c, x);
+    }
+    for (uint32_t h = 0; h < c->top; h++) {
+        double v = c->value((uint16_t)h), next = c->value((uint16_t)(h + 1));
+        float mid = (float)((v + next) / 2); /* exact: a midpoint has one bit more */
+        check_code(c, (float)v);
+        check_code(c, -(float)v);
+        check_code(c, mid);
+        check_code(c, nextafterf(mid, 0.0f));
+        check_code(c, nextafterf(mid, INFINITY));
+    }
+    for (size_t i = 0; i < n; i++)
+        check_code(c, specials[i]);
 }
 
 static void test_encode_nearest_even(void **state)
 {
     (void)state;
-    /* Every 4099th float bit pattern (a million values over all exponents and signs). */
-    for (uint64_t u = 0; u < (1ull << 32); u += 4099) {
-        float x;
-        uint32_t b = (uint32_t)u;
-        memcpy(&x, &b, sizeof x);
-        check_encode(x);
-    }
-    /* Every half, the midpoints between neighbours and the floats next to them. */
-    for (uint32_t h = 0; h < 0x7c00; h++) {
-        double v = half_value((uint16_t)h), next = half_value((uint16_t)(h + 1));
-        float mid = (float)((v + next) / 2); /* exact: a midpoint of halves has 12 bits */
-        check_encode((float)v);
-        check_encode(-(float)v);
-        check_encode(mid);
-        check_encode(nextafterf(mid, 0.0f));
-        check_encode(nextafterf(mid, INFINITY));
-    }
     const float specials[] = {0.0f,
                               -0.0f,
                               65504.0f,
@@ -106,8 +171,7 @@ static void test_encode_nearest_even(void **state)
                               1.4e-45f,
                               6.1035156e-05f,
                               6.1035152e-05f};
-    for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
-        check_encode(specials[i]);
+    sweep_code(&FP16, specials, sizeof specials / sizeof *specials);
     assert_int_equal(ob__f16_from_f32(65504.0f), 0x7bff);
     assert_int_equal(ob__f16_from_f32(65520.0f), 0x7c00);
     assert_int_equal(ob__f16_from_f32(2.98023223876953125e-08f), 0x0000); /* 2^-25: tie to 0 */
@@ -219,88 +283,20 @@ static void test_decode_add(void **state)
     free(msg), free(p), free(x), free(dec), free(got);
 }
 
-/* An E4M3 code's value from its fields, in double (the definition). */
-static double f8_value(uint8_t c)
-{
-    int sign = c >> 7, e = (c >> 3) & 0xf, m = c & 0x7;
-    double v;
-    if ((c & 0x7f) == 0x7f)
-        v = NAN;
-    else if (e == 0)
-        v = ldexp((double)m, -9);
-    else
-        v = ldexp(8.0 + m, e - 10);
-    return sign ? -v : v;
-}
-
 static void test_f8_decode_every_code(void **state)
 {
     (void)state;
-    for (uint32_t c = 0; c < 256; c++) {
-        float f = ob__f32_from_f8((uint8_t)c);
-        double want = f8_value((uint8_t)c);
-        if (isnan(want)) {
-            assert_true(isnan(f));
-            continue;
-        }
-        assert_true((double)f == want);
-        assert_int_equal(signbit(f) != 0, (c >> 7) != 0);
-    }
+    decode_every_code(&FP8);
     assert_true(f8_value(0x7e) == 448.0 && f8_value(0x08) == 0x1p-6 && f8_value(0x01) == 0x1p-9);
-}
-
-/* Encoding x gives the nearest E4M3 code, ties to the even one; finite values beyond 448
- * saturate; NaN and infinity become NaN. */
-static void check_f8_encode(float x)
-{
-    uint8_t c = ob__f8_from_f32(x);
-    if (!isfinite(x)) {
-        assert_true(isnan(f8_value(c)));
-        return;
-    }
-    assert_int_equal(c >> 7, signbit(x) ? 1 : 0);
-    double ax = fabs((double)x), v = fabs(f8_value(c));
-    uint8_t mag = c & 0x7f;
-    assert_true(mag <= 0x7e);
-    if (ax >= 448.0) {
-        assert_int_equal(mag, 0x7e);
-        return;
-    }
-    double dist = fabs(v - ax);
-    if (mag > 0) {
-        double below = fabs(f8_value((uint8_t)(mag - 1)));
-        assert_true(fabs(below - ax) > dist || (fabs(below - ax) == dist && !(mag & 1)));
-    }
-    if (mag < 0x7e) {
-        double above = fabs(f8_value((uint8_t)(mag + 1)));
-        assert_true(fabs(above - ax) > dist || (fabs(above - ax) == dist && !(mag & 1)));
-    }
 }
 
 static void test_f8_encode_nearest_even(void **state)
 {
     (void)state;
-    for (uint64_t u = 0; u < (1ull << 32); u += 4099) {
-        float x;
-        uint32_t b = (uint32_t)u;
-        memcpy(&x, &b, sizeof x);
-        check_f8_encode(x);
-    }
-    /* Every code, the midpoints between neighbours and the floats next to them. */
-    for (uint32_t c = 0; c < 0x7e; c++) {
-        double v = f8_value((uint8_t)c), next = f8_value((uint8_t)(c + 1));
-        float mid = (float)((v + next) / 2);
-        check_f8_encode((float)v);
-        check_f8_encode(-(float)v);
-        check_f8_encode(mid);
-        check_f8_encode(nextafterf(mid, 0.0f));
-        check_f8_encode(nextafterf(mid, INFINITY));
-    }
     const float specials[] = {0.0f,      -0.0f, 448.0f,  464.0f,   1e30f,           INFINITY,
                               -INFINITY, NAN,   0x1p-9f, 0x1p-10f, 0x1.000002p-10f, 1.4e-45f,
                               0x1p-6f,   240.0f};
-    for (size_t i = 0; i < sizeof specials / sizeof *specials; i++)
-        check_f8_encode(specials[i]);
+    sweep_code(&FP8, specials, sizeof specials / sizeof *specials);
     assert_int_equal(ob__f8_from_f32(0x1p-10f), 0x00); /* half the smallest subnormal: to 0 */
     assert_int_equal(ob__f8_from_f32(0x1.000002p-10f), 0x01);
     assert_int_equal(ob__f8_from_f32(-1.0f), 0xb8);

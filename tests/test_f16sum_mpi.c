@@ -57,11 +57,6 @@ static void simulate_code(ob_float_code code, float **inputs, int nr, size_t n, 
     free(enc), free(sum);
 }
 
-static void simulate(float **inputs, int nr, size_t n, float *out)
-{
-    simulate_code(OB_CODE_FP16, inputs, nr, n, out);
-}
-
 /* The exchange in `code` against the simulation. The rounding bound per element: the first
  * input and each of the N-1 partial sums after it rounded to the code's significant bits
  * (u: 2^-11 in fp16, 2^-4 in fp8, relative, ties included; a partial sum exceeds the sum of
@@ -199,10 +194,11 @@ static void nan_reaches_every_rank(mpi_harness *h)
     nan_code_reaches_every_rank(h, OB_CODE_FP8);
 }
 
-/* Adam with fp16 gradient exchange: bit for bit Adam on the simulated fp16 sums, at about
- * half the bytes of fp32; in a world of one the fp32 bits. */
-static void adam_fp16_against_reference(mpi_harness *h)
+/* Adam with fp16 (fp8) gradient exchange: bit for bit Adam on the simulated sums, at about
+ * half (a quarter of) the bytes of fp32; in a world of one the fp32 bits. */
+static void adam_code_against_reference(mpi_harness *h, ob_gradient_exchange ex)
 {
+    ob_float_code code = ex == OB_EXCHANGE_FP8 ? OB_CODE_FP8 : OB_CODE_FP16;
     ob_comm *c = NULL;
     MH_CHECK(h, ob_comm_create_mpi(&c, NULL) == OB_OK, "comm");
     if (!c) return;
@@ -222,7 +218,7 @@ static void adam_fp16_against_reference(mpi_harness *h)
     ob_optim *o32 = NULL, *o16 = NULL;
     ob_err err = {0};
     MH_CHECK(h, ob_optim_create(&o32, &cfg, c, x32, d, &err) == OB_OK, "%s", err.msg);
-    cfg.gradient_exchange = OB_EXCHANGE_FP16;
+    cfg.gradient_exchange = ex;
     MH_CHECK(h, ob_optim_create(&o16, &cfg, c, x16, d, &err) == OB_OK, "%s", err.msg);
     if (!o32 || !o16) goto out;
     for (long t = 1; t <= 5; t++) {
@@ -231,7 +227,7 @@ static void adam_fp16_against_reference(mpi_harness *h)
         MH_CHECK(h, ob_optim_step(o32, g[h->rank], 1e-3f, &err) == OB_OK, "%s", err.msg);
         MH_CHECK(h, ob_optim_step(o16, g[h->rank], 1e-3f, &err) == OB_OK, "%s", err.msg);
         if (N > 1)
-            simulate(g, N, d, gs);
+            simulate_code(code, g, N, d, gs);
         else
             memcpy(gs, g[0], d * sizeof(float));
         ob_adam_coeffs k;
@@ -239,18 +235,19 @@ static void adam_fp16_against_reference(mpi_harness *h)
                             cfg.bias_correction, t, 1e-3f, N);
         ob_adam_update(xr, mr, vr, gs, d, &k);
     }
-    MH_CHECK(h, memcmp(x16, xr, d * sizeof(float)) == 0, "not Adam on the fp16 sums");
+    MH_CHECK(h, memcmp(x16, xr, d * sizeof(float)) == 0, "not Adam on the code %d sums", (int)code);
     ob_optim_stats s32, s16;
     ob_optim_get_stats(o32, &s32);
     ob_optim_get_stats(o16, &s16);
     if (N == 1) {
         MH_CHECK(h, memcmp(x16, x32, d * sizeof(float)) == 0, "a world of one: different bits");
     } else {
-        MH_CHECK(h, memcmp(x16, x32, d * sizeof(float)) != 0, "fp16 rounded nothing");
+        MH_CHECK(h, memcmp(x16, x32, d * sizeof(float)) != 0, "code %d rounded nothing", (int)code);
         /* 20000 floats: chunks padded to whole blocks (2.4% at two ranks) and the shifts. */
-        MH_CHECK(h, (double)s16.bytes_sent < 0.53 * (double)s32.bytes_sent,
-                 "fp16 sent %llu bytes, fp32 %llu", (unsigned long long)s16.bytes_sent,
-                 (unsigned long long)s32.bytes_sent);
+        double share = code == OB_CODE_FP8 ? 0.28 : 0.53;
+        MH_CHECK(h, (double)s16.bytes_sent < share * (double)s32.bytes_sent,
+                 "code %d sent %llu bytes, fp32 %llu", (int)code,
+                 (unsigned long long)s16.bytes_sent, (unsigned long long)s32.bytes_sent);
     }
 out:
     ob_optim_destroy(o16);
@@ -261,6 +258,16 @@ out:
     ob_comm_destroy(c);
 }
 
+static void adam_fp16_against_reference(mpi_harness *h)
+{
+    adam_code_against_reference(h, OB_EXCHANGE_FP16);
+}
+
+static void adam_fp8_against_reference(mpi_harness *h)
+{
+    adam_code_against_reference(h, OB_EXCHANGE_FP8);
+}
+
 int main(int argc, char **argv)
 {
     mpi_harness h;
@@ -269,5 +276,6 @@ int main(int argc, char **argv)
     MH_RUN(&h, fp8_exchange_matches_simulation);
     MH_RUN(&h, nan_reaches_every_rank);
     MH_RUN(&h, adam_fp16_against_reference);
+    MH_RUN(&h, adam_fp8_against_reference);
     return mpi_harness_finish(&h);
 }

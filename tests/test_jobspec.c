@@ -116,6 +116,7 @@ static void test_bucket_defaults(void **state)
         {", overlap: true, bucket_mb: 0", 0, 1},
         {", bucket_mb: 2", (size_t)2 << 20, 0},
         {", gradient_exchange: fp16", 0, 0},
+        {", gradient_exchange: fp8", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[512];
@@ -125,7 +126,9 @@ static void test_bucket_defaults(void **state)
         assert_int_equal(j->optim.bucket_bytes, cases[i].bytes);
         assert_int_equal(j->optim.overlap, cases[i].overlap);
         assert_int_equal(j->optim.gradient_exchange,
-                         strstr(cases[i].extra, "fp16") ? OB_EXCHANGE_FP16 : OB_EXCHANGE_FP32);
+                         strstr(cases[i].extra, "fp16")  ? OB_EXCHANGE_FP16
+                         : strstr(cases[i].extra, "fp8") ? OB_EXCHANGE_FP8
+                                                         : OB_EXCHANGE_FP32);
         check_round_trip(j);
         free(j);
     }

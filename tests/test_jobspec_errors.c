@@ -62,9 +62,8 @@ static void test_wrong_types(void **state)
                  "optimizer.bias_correction: expected true or false, got \"yes\"");
     expect_error(OB_SPEC_YAML,
                  "model: {type: mlp}\ndata: {type: fashion_mnist}\n"
-                 "optimizer: {type: adam, gradient_exchange: fp8}\nbatch_size: 1\nsteps: 1\n",
-                 "optimizer.gradient_exchange: expected fp32 or fp16 (fp8 is for a warm start's "
-                 "refit only: warm_start.refit_exchange), got \"fp8\"");
+                 "optimizer: {type: adam, gradient_exchange: int8}\nbatch_size: 1\nsteps: 1\n",
+                 "optimizer.gradient_exchange: expected one of fp32, fp16 or fp8, got \"int8\"");
     expect_error(OB_SPEC_YAML,
                  "model: {type: cnn}\ndata: {type: fashion_mnist}\noptimizer: {type: adam}\n"
                  "batch_size: 1\nsteps: 1\n",

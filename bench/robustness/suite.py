@@ -357,11 +357,14 @@ def case_spec(case, var):
     if var == "scratch":
         return variant(case["spec"], "onebit")
     if var.startswith("fixed-"):  # a fixed freeze step with the default frozen_step_ratio
-        s = variant(case["spec"], "onebit-fp16" if var.endswith("-fp16") else "onebit")
+        s = variant(case["spec"], "onebit")
         s["optimizer"]["freeze_step"] = int(var.split("-")[1])
+        if var.endswith("-fp16") or var.endswith("-fp8"):
+            s["optimizer"]["gradient_exchange"] = var.split("-")[-1]
         return s
-    if var.startswith("refresh-"):  # refresh-N-fp16: freeze at 16, refreshes of N steps, fp16
-        s = variant(case["spec"], "onebit-fp16")
+    if var.startswith("refresh-"):  # refresh-N-fp16 (-fp8): freeze at 16, refreshes of N steps
+        s = variant(case["spec"], "onebit")
+        s["optimizer"]["gradient_exchange"] = var.split("-")[-1]
         s["optimizer"]["freeze_step"] = 16
         s["optimizer"]["refresh_steps"] = int(var.split("-")[1])
         return s
@@ -388,8 +391,10 @@ def cmd_run(args):
                  "-DCMAKE_BUILD_TYPE=Release && cmake --build build-rel --target onebit-worker) "
                  "or set WORKER" % WORKER)
     have = {(r["case"], r["variant"]) for r in done_rows()}
-    def variants(c):  # warm-refit-N, warm-fp16: extra variants of the warm cases, named on the command line
-        extra = c["group"] == "warm" and (args.variant.startswith("warm-refit-") or args.variant == "warm-fp16")
+    def variants(c):  # extra variants named on the command line: warm-refit-N, warm-fp16 of the
+        # warm cases, the short group's in fp8 (fixed-16-fp8, refresh-16-fp8)
+        extra = (c["group"] == "warm" and (args.variant.startswith("warm-refit-") or args.variant == "warm-fp16")) or \
+                (c["group"] == "short" and args.variant.endswith("-fp8"))
         return c["variants"] + ([args.variant] if extra else [])
     pending = [(c, v) for c in all_cases(args.group) for v in variants(c)
             if (not args.only or args.only in c["case"]) and (not args.variant or v == args.variant)

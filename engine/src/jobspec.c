@@ -413,7 +413,7 @@ static ob_status read_freeze_step(const json_t *o, long *out, ob_err *err)
 /* overlap and bucket_mb (MiB, a real in [0, 1024]: 0 is one bucket). Buckets pay only when
  * they overlap the backward pass (alone they add rounds to the exchange), so bucket_mb defaults
  * to OB_OPTIM_BUCKET_BYTES with overlap and to one bucket without. And gradient_exchange, how
- * those buckets cross the network (fp32 or fp16; fp8 only for a refit). */
+ * those buckets cross the network (fp32, fp16 or fp8). */
 static ob_status read_buckets(const json_t *o, ob_optim_config *c, ob_err *err)
 {
     ob_status st = ob__spec_get_bool(o, "optimizer", "overlap", &c->overlap, err);
@@ -426,11 +426,6 @@ static ob_status read_buckets(const json_t *o, ob_optim_config *c, ob_err *err)
     int ex = (int)c->gradient_exchange;
     st = ob__spec_get_enum(o, "optimizer", "gradient_exchange", ob__spec_exchanges,
                            COUNT(ob__spec_exchanges), &ex, err);
-    if (st == OB_OK && ex == OB_EXCHANGE_FP8)
-        return ob__spec_bad_value(err, "optimizer", "gradient_exchange",
-                                  "fp32 or fp16 (fp8 is for a warm start's refit only: "
-                                  "warm_start.refit_exchange)",
-                                  json_object_get(o, "gradient_exchange"));
     c->gradient_exchange = (ob_gradient_exchange)ex;
     return st;
 }

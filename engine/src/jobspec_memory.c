@@ -119,7 +119,7 @@ ob_status ob_jobspec_memory_estimate(const ob_jobspec *spec, int world_size,
     if ((spec->optim.gradient_exchange == OB_EXCHANGE_FP16 || refit16) && world_size > 1)
         out->optimizer =
             sat_add(out->optimizer, sat_add(sat_mul(6, padded), sat_mul(2 * fl, chunk)));
-    if (refit8 && world_size > 1)
+    if ((spec->optim.gradient_exchange == OB_EXCHANGE_FP8 || refit8) && world_size > 1)
         out->optimizer =
             sat_add(out->optimizer, sat_add(sat_mul(3, padded), sat_mul(2 * fl, chunk)));
     out->activations = sat_mul(act1, spec->batch_size);

@@ -27,7 +27,7 @@ struct ob_optim {
     float *den;     /* (d) sqrt(v_Tw) + eps, computed when v is frozen; NULL before */
     ob_car *car;    /* compressed allreduce: onebit_adam compressed and naive modes */
     ob_f16sum *f16; /* the gradients' fp16 exchange (gradient_exchange fp16, 2+ ranks), or NULL */
-    ob_f16sum *f8;  /* a warm start's refit in fp8 (refit_exchange fp8, 2+ ranks), or NULL */
+    ob_f16sum *f8;  /* their fp8 exchange (gradient_exchange or refit_exchange fp8), or NULL */
 
     ob__buckets plan;        /* the fp32 exchange's buckets */
     ob__buckets cplan;       /* the compression phase's: the car's segments, last first */
@@ -169,8 +169,9 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
         return BAD("bucket_bytes = %zu: must be at most %zu (1 GiB)", c->bucket_bytes,
                    OB_OPTIM_MAX_BUCKET_BYTES);
     if (c->overlap != 0 && c->overlap != 1) return BAD("overlap = %d: must be 0 or 1", c->overlap);
-    if (c->gradient_exchange != OB_EXCHANGE_FP32 && c->gradient_exchange != OB_EXCHANGE_FP16)
-        return BAD("gradient_exchange = %d: expected fp32 or fp16", (int)c->gradient_exchange);
+    if (c->gradient_exchange != OB_EXCHANGE_FP32 && c->gradient_exchange != OB_EXCHANGE_FP16 &&
+        c->gradient_exchange != OB_EXCHANGE_FP8)
+        return BAD("gradient_exchange = %d: expected fp32, fp16 or fp8", (int)c->gradient_exchange);
     if (c->refit_exchange != OB_EXCHANGE_FP32 && c->refit_exchange != OB_EXCHANGE_FP16 &&
         c->refit_exchange != OB_EXCHANGE_FP8)
         return BAD("refit_exchange = %d: expected fp32, fp16 or fp8", (int)c->refit_exchange);
@@ -270,9 +271,12 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
         st = ob_car_create(&o->car, comm, d, cfg->block_size, cfg->scale, err);
         if (st != OB_OK) goto fail;
     }
-    if (cfg->gradient_exchange == OB_EXCHANGE_FP16 && ob_comm_size(comm) > 1 &&
+    if (cfg->gradient_exchange != OB_EXCHANGE_FP32 && ob_comm_size(comm) > 1 &&
         !(cfg->kind == OB_OPTIM_ONEBIT_ADAM && cfg->mode == OB_ONEBIT_NAIVE)) {
-        st = ob_f16sum_create(&o->f16, comm, d, err);
+        if (cfg->gradient_exchange == OB_EXCHANGE_FP8)
+            st = ob_f16sum_create_code(&o->f8, comm, d, OB_CODE_FP8, err);
+        else
+            st = ob_f16sum_create(&o->f16, comm, d, err);
         if (st != OB_OK) goto fail;
     }
     if ((st = ob__buckets_plan(&o->plan, d, NULL, 0, cfg->bucket_bytes, err)) != OB_OK) goto fail;

@@ -90,7 +90,7 @@ typedef enum ob_gradient_exchange {
     OB_EXCHANGE_FP16 = 1, /* fp16 with block shifts (onebit/f16sum.h): half the bytes, each
                              element rounded to 11 significant bits of its block's largest */
     OB_EXCHANGE_FP8 = 2,  /* fp8 (E4M3) with block shifts: a quarter of the bytes, 4
-                             significant bits; for a warm start's refit only (refit_exchange) */
+                             significant bits (the default of a warm start's refit) */
 } ob_gradient_exchange;
 
 typedef struct ob_optim_config {
