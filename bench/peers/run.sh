@@ -24,7 +24,8 @@
 #                                     onebit-warm: 1-bit Adam warm-started from an earlier run
 #                                     of the model with another seed, see below;
 #                                     onebit-short: a short warmup, freeze_step SHORT_FREEZE
-#                                     (default 16) with its gradients in fp16; onebit-refresh:
+#                                     (default 16) with its gradients in fp16 (onebit-short-fp8:
+#                                     in fp8, as onebit-refresh-fp8); onebit-refresh:
 #                                     the same with refresh_steps REFRESH_STEPS (default 16))
 #                                     [--quick] [--no-compute] [--no-ref] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
@@ -185,6 +186,8 @@ ADAM="optimizer: {type: adam, beta1: 0.9, beta2: 0.99}"
 ONEBIT="optimizer: {type: onebit_adam, beta1: 0.9, beta2: 0.99, precondition: true, freeze_step: auto}"
 ONEBIT_SHORT="${ONEBIT/freeze_step: auto/freeze_step: ${SHORT_FREEZE:-16}, gradient_exchange: fp16}"
 ONEBIT_REFRESH="${ONEBIT_SHORT%\}}, refresh_steps: ${REFRESH_STEPS:-16}}"
+ONEBIT_SHORT8="${ONEBIT_SHORT/gradient_exchange: fp16/gradient_exchange: fp8}"
+ONEBIT_REFRESH8="${ONEBIT_REFRESH/gradient_exchange: fp16/gradient_exchange: fp8}"
 T0=$(date +%s)
 
 if [ "$NO_COMPUTE" -eq 0 ]; then
@@ -212,7 +215,7 @@ done
 # spec with seed 1001 (other initial parameters and data order than every run of the table), REF
 # steps, unshaped, checkpointed once at its end (under BUILD, not in the logs: it is a data file);
 # the warm runs take its v_Tw with params: false (warm_start's defaults: checked at step 1,
-# re-estimated for the auto refit, refit gradients in fp16). Made once per model and kept.
+# re-estimated for the auto refit, refit gradients in fp8). Made once per model and kept.
 case " $SYSTEMS " in *" onebit-warm "*)
   for model in $MODELS; do
     ref=REF_$model src=$ROOT/$BUILD/peers-src-$model
@@ -250,6 +253,8 @@ for rate in $RATES; do
         onebit-fp16) onebit_run "$name" "$model" "${ONEBIT%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-short) onebit_run "$name" "$model" "$ONEBIT_SHORT" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-refresh) onebit_run "$name" "$model" "$ONEBIT_REFRESH" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-short-fp8) onebit_run "$name" "$model" "$ONEBIT_SHORT8" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-refresh-fp8) onebit_run "$name" "$model" "$ONEBIT_REFRESH8" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-warm)
           SPEC_EXTRA="warm_start: {from: $ROOT/$BUILD/peers-src-$model/$(sed -n 's/^name: //p' "bench/net/specs/$model.yaml"), params: false}" \
             onebit_run "$name" "$model" "$ONEBIT" "${!cap}" "${!eval}" "$target" || true ;;
