@@ -178,48 +178,57 @@ static void test_encode_nearest_even(void **state)
     assert_int_equal(ob__f16_from_f32(-1.0f), 0xbc00);
 }
 
-/* Every element decodes within half a unit of the half it became: 2^-11 of itself, or of
- * the block's largest scaled to 2^-24 for the smallest ones. */
-static void test_block_round_trip(void **state)
+/* Blocks of B = 256 in `code`: block b holds values of magnitude 10^(6b - 24) (1e-24 .. 1e18),
+ * half of them `small` times smaller, with 0, -0.0 and the smallest subnormal float, the last
+ * block short. Every element decodes within `rel` of itself or `flush` of its block's largest,
+ * -0.0 stays -0.0, and `exact` (one block whose values have no more bits than the code keeps)
+ * comes back bit for bit. */
+static void round_trip(ob_float_code code, double small, double rel, double flush,
+                       const float *exact)
 {
-    (void)state;
     const size_t B = 256, n = 8 * B, x_len = 7 * B + 100;
     float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
-    void *msg = malloc(ob_f16_bytes(n, B));
-    assert_int_equal(ob_f16_bytes(n, B), 2 * n + 2 * (n / B));
+    void *msg = malloc(ob_fcode_bytes(code, n, B));
     ob_rng rng;
     ob_rng_seed(&rng, 7, 0);
-    /* Block b: values of magnitude 10^(6b - 24) (1e-24 .. 1e18), half of them 1e-6 smaller. */
     for (size_t k = 0; k < n; k++) {
         double mag = pow(10.0, 6.0 * (double)(k / B) - 24.0);
-        x[k] = (float)(mag * ob_rng_normal(&rng) * ((k % 2) ? 1e-6 : 1.0));
+        x[k] = (float)(mag * ob_rng_normal(&rng) * ((k % 2) ? small : 1.0));
     }
     x[3] = 0.0f;
     x[4] = -0.0f;
     x[B + 5] = 1.4e-45f; /* the smallest subnormal float */
-    ob_f16_encode(x, x_len, n, B, msg);
-    ob_f16_decode(msg, n, B, y);
+    ob_fcode_encode(code, x, x_len, n, B, msg);
+    ob_fcode_decode_add(code, msg, n, B, NULL, 0, y);
     for (size_t b = 0; b < n / B; b++) {
         double maxabs = 0;
         for (size_t k = b * B; k < (b + 1) * B && k < x_len; k++)
             maxabs = fmax(maxabs, fabs(x[k]));
         for (size_t k = b * B; k < (b + 1) * B; k++) {
             double want = k < x_len ? x[k] : 0.0;
-            double tol = fabs(want) * 0x1p-11 + maxabs * 0x1p-39;
+            double tol = fabs(want) * rel + maxabs * flush;
             assert_true(fabs((double)y[k] - want) <= tol);
         }
     }
     assert_true(y[4] == 0.0f && signbit(y[4]));
-    /* The largest element of a block keeps 11 bits exactly when it has no more. */
-    float exact[256];
-    for (size_t k = 0; k < B; k++)
-        exact[k] = (float)((int)k - 128) * 0.0078125f; /* multiples of 2^-7 below 1 */
-    ob_f16_encode(exact, B, B, B, msg);
-    ob_f16_decode(msg, B, B, y);
+    ob_fcode_encode(code, exact, B, B, B, msg);
+    ob_fcode_decode_add(code, msg, B, B, NULL, 0, y);
     assert_memory_equal(exact, y, B * sizeof(float));
     free(x);
     free(y);
     free(msg);
+}
+
+/* Every element decodes within half a unit of the half it became: 2^-11 of itself, or of
+ * the block's largest scaled to 2^-24 for the smallest ones; two bytes an element. */
+static void test_block_round_trip(void **state)
+{
+    (void)state;
+    assert_int_equal(ob_f16_bytes(2048, 256), 2 * 2048 + 2 * 8);
+    float exact[256]; /* the largest element of a block keeps 11 bits exactly */
+    for (size_t k = 0; k < 256; k++)
+        exact[k] = (float)((int)k - 128) * 0.0078125f; /* multiples of 2^-7 below 1 */
+    round_trip(OB_CODE_FP16, 1e-6, 0x1p-11, 0x1p-39, exact);
 }
 
 /* A block with a NaN or an infinity crosses with shift 0: the non-finite value survives, other
@@ -310,42 +319,12 @@ static void test_f8_encode_nearest_even(void **state)
 static void test_f8_block_round_trip(void **state)
 {
     (void)state;
-    const size_t B = 256, n = 8 * B, x_len = 7 * B + 100;
-    float *x = malloc(n * sizeof(float)), *y = malloc(n * sizeof(float));
-    void *msg = malloc(ob_fcode_bytes(OB_CODE_FP8, n, B));
-    assert_int_equal(ob_fcode_bytes(OB_CODE_FP8, n, B), n + 2 * (n / B));
-    assert_int_equal(ob_fcode_bytes(OB_CODE_FP16, n, B), ob_f16_bytes(n, B));
-    ob_rng rng;
-    ob_rng_seed(&rng, 7, 0);
-    for (size_t k = 0; k < n; k++) {
-        double mag = pow(10.0, 6.0 * (double)(k / B) - 24.0);
-        x[k] = (float)(mag * ob_rng_normal(&rng) * ((k % 2) ? 1e-3 : 1.0));
-    }
-    x[3] = 0.0f;
-    x[4] = -0.0f;
-    x[B + 5] = 1.4e-45f;
-    ob_fcode_encode(OB_CODE_FP8, x, x_len, n, B, msg);
-    ob_fcode_decode_add(OB_CODE_FP8, msg, n, B, NULL, 0, y);
-    for (size_t b = 0; b < n / B; b++) {
-        double maxabs = 0;
-        for (size_t k = b * B; k < (b + 1) * B && k < x_len; k++)
-            maxabs = fmax(maxabs, fabs(x[k]));
-        for (size_t k = b * B; k < (b + 1) * B; k++) {
-            double want = k < x_len ? x[k] : 0.0;
-            double tol = fabs(want) * 0x1p-4 + maxabs * 0x1p-17;
-            assert_true(fabs((double)y[k] - want) <= tol);
-        }
-    }
-    assert_true(y[4] == 0.0f && signbit(y[4]));
+    assert_int_equal(ob_fcode_bytes(OB_CODE_FP8, 2048, 256), 2048 + 2 * 8);
+    assert_int_equal(ob_fcode_bytes(OB_CODE_FP16, 2048, 256), ob_f16_bytes(2048, 256));
     float exact[256];
-    for (size_t k = 0; k < B; k++)
+    for (size_t k = 0; k < 256; k++)
         exact[k] = (float)((int)(k % 16) - 8) * 0.125f; /* 4-bit multiples of 2^-3 */
-    ob_fcode_encode(OB_CODE_FP8, exact, B, B, B, msg);
-    ob_fcode_decode_add(OB_CODE_FP8, msg, B, B, NULL, 0, y);
-    assert_memory_equal(exact, y, B * sizeof(float));
-    free(x);
-    free(y);
-    free(msg);
+    round_trip(OB_CODE_FP8, 1e-3, 0x1p-4, 0x1p-17, exact);
 }
 
 /* An fp8 block with a NaN or an infinity crosses with shift 0 as NaN; others are untouched. */
