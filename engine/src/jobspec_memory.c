@@ -109,19 +109,23 @@ ob_status ob_jobspec_memory_estimate(const ob_jobspec *spec, int world_size,
         uint64_t extra = sat_add(sat_mul(fl, d), sat_mul(fl, d / (uint64_t)world_size + 1));
         out->optimizer = sat_add(out->optimizer, sat_add(extra, d / 4));
     }
+    /* f16sum.c, per exchange the job uses (the gradients' or a warm start's refit's): three
+     * buffers of N encoded chunks (2 bytes an element in fp16, 1 in fp8, chunks padded to whole
+     * blocks) and two chunks of floats. */
+    const struct {
+        ob_gradient_exchange x;
+        uint64_t elem;
+    } codes[] = {{OB_EXCHANGE_FP16, 2}, {OB_EXCHANGE_FP8, 1}};
     int warm = spec->warm_start_from[0] != '\0';
-    int refit16 = warm && spec->optim.refit_exchange == OB_EXCHANGE_FP16;
-    int refit8 = warm && spec->optim.refit_exchange == OB_EXCHANGE_FP8;
-    /* f16sum.c: three buffers of N encoded chunks (2 bytes an element in fp16, 1 in fp8,
-     * chunks padded to whole blocks) and two chunks of floats, per exchange. */
     uint64_t padded = sat_add(d, sat_mul((uint64_t)world_size, OB_F16SUM_BLOCK));
     uint64_t chunk = padded / (uint64_t)world_size + 1;
-    if ((spec->optim.gradient_exchange == OB_EXCHANGE_FP16 || refit16) && world_size > 1)
-        out->optimizer =
-            sat_add(out->optimizer, sat_add(sat_mul(6, padded), sat_mul(2 * fl, chunk)));
-    if ((spec->optim.gradient_exchange == OB_EXCHANGE_FP8 || refit8) && world_size > 1)
-        out->optimizer =
-            sat_add(out->optimizer, sat_add(sat_mul(3, padded), sat_mul(2 * fl, chunk)));
+    for (size_t i = 0; i < sizeof codes / sizeof *codes && world_size > 1; i++) {
+        if (spec->optim.gradient_exchange != codes[i].x &&
+            !(warm && spec->optim.refit_exchange == codes[i].x))
+            continue;
+        uint64_t bufs = sat_add(sat_mul(3 * codes[i].elem, padded), sat_mul(2 * fl, chunk));
+        out->optimizer = sat_add(out->optimizer, bufs);
+    }
     out->activations = sat_mul(act1, spec->batch_size);
     out->data = data_bytes(spec);
     out->base = OB_MEMORY_BASE_BYTES;

@@ -313,7 +313,7 @@ static ob_f16sum *grad_f16(const ob_optim *o)
 }
 
 /* Creates the exchange of a refit in fp16 or fp8 when there is none yet. */
-static ob_status ensure_refit_f16(ob_optim *o, ob_err *err)
+static ob_status ensure_refit_exchange(ob_optim *o, ob_err *err)
 {
     if (ob_comm_size(o->comm) < 2) return OB_OK;
     if (o->cfg.refit_exchange == OB_EXCHANGE_FP8 && !o->f8)
@@ -1040,7 +1040,7 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
     o->bytes_sent = p->bytes_sent;
     o->bytes_last = 0;
     if (o->freeze_step < 0) {
-        ob_status st = o->warm == OB_WARM_REFIT ? ensure_refit_f16(o, err) : OB_OK;
+        ob_status st = o->warm == OB_WARM_REFIT ? ensure_refit_exchange(o, err) : OB_OK;
         return st == OB_OK ? OB_OK : OB_WRAP(err, st, "restore: the refit's exchange");
     }
     ob_status st = compute_den(o, err); /* v was restored before this call */
@@ -1126,7 +1126,7 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised,
                           "warm start: variance element %zu is %g (must be finite and >= 0)", i,
                           (double)v_frozen[i]);
     }
-    ob_status st = refit_steps > 0 ? ensure_refit_f16(o, err) : OB_OK;
+    ob_status st = refit_steps > 0 ? ensure_refit_exchange(o, err) : OB_OK;
     if (st == OB_OK)
         st = ob__mem_copy(o->dev, o->v, v_frozen, o->d * sizeof(float), o->stream, err);
     /* A refit is Adam carrying v on: from the variance the source estimated, not from the one

@@ -11,6 +11,7 @@
  *      previous checkpoint stays the newest.
  * The files are shared: every rank's files land in one directory (a shared file system when
  * ranks run on several hosts). */
+#include "jobspec_internal.h"
 #include "trainer_internal.h"
 #include "onebit/compress_cuda.h"
 
@@ -937,10 +938,7 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
         snprintf(tail, sizeof tail,
                  "; it is checked against the first gradients and re-estimated by Adam until "
                  "step %ld, then frozen%s; the refit's gradients cross in %s",
-                 refit, because,
-                 t->spec.optim.refit_exchange == OB_EXCHANGE_FP8    ? "fp8"
-                 : t->spec.optim.refit_exchange == OB_EXCHANGE_FP16 ? "fp16"
-                                                                    : "fp32");
+                 refit, because, ob__spec_exchanges[t->spec.optim.refit_exchange]);
     snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken%s",
              c.path, meta.step, meta.freeze_step,
              t->spec.warm_start_params ? " and parameters" : "", tail);
