@@ -516,7 +516,8 @@ static void refit_run(mpi_harness *h, ob_comm *comm, const float *v, size_t d, f
     ob_err err = {0};
     MH_CHECK(h, ob_optim_create(&opt, &cfg, comm, x, d, &err) == OB_OK, "create: %s", err.msg);
     if (!opt) return;
-    if (v) MH_CHECK(h, ob_optim_warm_start(opt, v, 1.0, 10, 0.0, &err) == OB_OK, "%s", err.msg);
+    if (v)
+        MH_CHECK(h, ob_optim_warm_start(opt, v, 1.0, 1.0, 10, 0.0, &err) == OB_OK, "%s", err.msg);
     float *g = malloc(d * sizeof *g);
     for (int t = 0; t < 3 && g; t++) {
         for (size_t i = 0; i < d; i++)

@@ -89,6 +89,7 @@ static fixture *make_fixture(int n, long step)
     m->wall_seconds = 12.5;
     m->loss_ema = 0.5;
     m->loss_at_freeze = 0.75;
+    m->refit_scale = 0.625;
     m->loss_best = NAN;
     for (size_t i = 0; i < D_PARAMS; i++) {
         f->params[i] = frand();
@@ -273,6 +274,7 @@ static void test_round_trip(void **state)
     assert_true(isnan(m.last_ratio));
     assert_true(m.wall_seconds == 12.5);
     assert_true(m.loss_ema == 0.5);
+    assert_true(m.refit_scale == 0.625);
     assert_true(m.loss_at_freeze == 0.75);
     assert_true(isnan(m.loss_best));
 
@@ -838,6 +840,26 @@ static void test_bad_metadata(void **state)
     H5Fclose(fh);
     assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_OK);
     assert_true(isnan(m.loss_ema) && isnan(m.loss_at_freeze) && isnan(m.loss_best));
+
+    /* A refit's scale is in (0, 1]; optional (older checkpoints): absent, it reads as 1. */
+    const double bad_scale[] = {0.0, -0.5, 1.5, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof bad_scale / sizeof *bad_scale; i++) {
+        make_job("scale", 1);
+        step_path(p, "scale", 20, "state.h5");
+        step_path(dir, "scale", 20, NULL);
+        set_attr(p, "refit_scale", H5T_NATIVE_DOUBLE, &bad_scale[i]);
+        assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_ERR_CORRUPT);
+        assert_non_null(strstr(err.msg, "refit scale"));
+    }
+    make_job("no-scale", 1);
+    step_path(p, "no-scale", 20, "state.h5");
+    step_path(dir, "no-scale", 20, NULL);
+    fh = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(fh >= 0);
+    assert_true(H5Adelete(fh, "refit_scale") >= 0);
+    H5Fclose(fh);
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_OK);
+    assert_true(m.refit_scale == 1.0);
 
     /* Not a checkpoint directory at all. */
     job_path(dir, "nothing-here");

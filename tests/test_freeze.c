@@ -327,12 +327,12 @@ static void test_warm_start(void **state)
         v[i] = 1e-4f * (float)(i + 1);
     ob_err err = {0};
     v[3] = -1.0f;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, 0.0, &err), OB_ERR_CORRUPT);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 0, 0.0, &err), OB_ERR_CORRUPT);
     assert_int_equal(stats(&r).phase, OB_PHASE_WARMUP); /* rejected: nothing changed */
     v[3] = NAN;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, 0.0, &err), OB_ERR_CORRUPT);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 0, 0.0, &err), OB_ERR_CORRUPT);
     v[3] = 4e-4f;
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, 0.0, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 0, 0.0, &err), OB_OK);
     ob_optim_stats s = stats(&r);
     assert_int_equal(s.phase, OB_PHASE_COMPRESSION);
     assert_int_equal(s.freeze_step, 0);
@@ -348,7 +348,7 @@ static void test_warm_start(void **state)
 
     ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
     run_start(&r, &cfg);
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 0, 0.0, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 0, 0.0, &err), OB_ERR_INVALID_ARG);
     run_end(&r);
 }
 
@@ -366,15 +366,16 @@ static void test_warm_start_refit(void **state)
     for (int i = 0; i < D; i++)
         vref[i] = v[i] = 1e-2f * (float)(i + 1);
     ob_err err = {0};
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, -1, 0.0, &err), OB_ERR_INVALID_ARG);
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, 0.0, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, -1, 0.0, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 3, 0.0, &err), OB_OK);
     ob_optim_stats s = stats(&r);
     assert_int_equal(s.warm_start, OB_WARM_REFIT);
     assert_int_equal(s.phase, OB_PHASE_WARMUP);
     assert_int_equal(s.refit_end, 3);
     assert_true(isnan(s.warm_check_fraction));
     /* Before any step a second call replaces the first; after a step it is refused (below). */
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, 0.0, &err), OB_OK); /* still step 0 */
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 3, 0.0, &err),
+                     OB_OK); /* still step 0 */
     for (long t = 1; t <= 3; t++) {
         for (int i = 0; i < D; i++)
             r.g[i] = 0.2f;
@@ -389,7 +390,7 @@ static void test_warm_start_refit(void **state)
     }
     assert_int_equal(s.freeze_step, 3);
     assert_int_equal(s.warm_start, OB_WARM_REFIT);
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 3, 0.0, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 3, 0.0, &err), OB_ERR_INVALID_ARG);
     ob_optim_state st;
     ob_optim_get_state(r.opt, &st);
     for (int i = 0; i < D; i++) /* v carried on from v_Tw, not from zero, and was not rescaled */
@@ -417,9 +418,11 @@ static void test_warm_check_raised(void **state)
         run r;
         run_start(&r, &cfg);
         ob_err err = {0};
-        assert_int_equal(ob_optim_warm_start(r.opt, v, 0.5, 10, 0.0, &err), OB_ERR_INVALID_ARG);
-        assert_int_equal(ob_optim_warm_start(r.opt, v, NAN, 10, 0.0, &err), OB_ERR_INVALID_ARG);
-        assert_int_equal(ob_optim_warm_start(r.opt, v, raised[c], 10, 0.0, &err), OB_OK);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 0.5, 1.0, 10, 0.0, &err),
+                         OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, NAN, 1.0, 10, 0.0, &err),
+                         OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, raised[c], 1.0, 10, 0.0, &err), OB_OK);
         for (int i = 0; i < D; i++)
             r.g[i] = i < 3 ? 12.0f : i < 6 ? 7.0f : 1.0f;
         assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
@@ -433,7 +436,7 @@ static void test_warm_check_raised(void **state)
         run r;
         run_start(&r, &cfg);
         ob_err err = {0};
-        assert_int_equal(ob_optim_warm_start(r.opt, v, 4.0, refit, 0.0, &err), OB_OK);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 4.0, 1.0, refit, 0.0, &err), OB_OK);
         ob_optim_state st;
         ob_optim_get_state(r.opt, &st);
         for (int i = 0; i < D; i++)
@@ -448,6 +451,107 @@ static void test_warm_check_raised(void **state)
     assert_true(ob_optim_freeze_raise(&cfg, 2000) == 1.0);
     cfg.bias_correction = 1;
     assert_true(ob_optim_freeze_raise(&cfg, 400) == 1.0);
+}
+
+/* A refit's freeze multiplies v by the source's factor (scale): the refit's steps are those of
+ * an unscaled refit bit for bit, the frozen v is theirs times scale, and the frozen steps
+ * follow it; a checkpoint inside the refit keeps the scale. The factor of a source frozen at
+ * step s: (1 - b2^s) times its raise, so max(1 - b2^s, 1 / r^2); 1 with bias correction. */
+static void test_warm_refit_scale(void **state)
+{
+    (void)state;
+    ob_optim_config cfg;
+    ob_optim_config_default(&cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg.mode = OB_ONEBIT_UNCOMPRESSED;
+    float v[D];
+    for (int i = 0; i < D; i++)
+        v[i] = 0.5f + 0.01f * (float)i;
+    run a, b, c;
+    run_start(&a, &cfg);
+    run_start(&b, &cfg);
+    ob_err err = {0};
+    const double bad[] = {0.0, -0.5, 1.5, NAN};
+    for (int k = 0; k < 4; k++) {
+        assert_int_equal(ob_optim_warm_start(b.opt, v, 1.0, bad[k], 3, 0.0, &err),
+                         OB_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "scale"));
+    }
+    assert_int_equal(ob_optim_warm_start(a.opt, v, 1.0, 1.0, 3, 0.0, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(b.opt, v, 1.0, 0.625, 3, 0.0, &err), OB_OK);
+    ob_optim_progress p;
+    for (long t = 1; t <= 5; t++) {
+        for (int i = 0; i < D; i++)
+            a.g[i] = b.g[i] = 0.3f * sinf(0.7f * (float)(i + 3 * t));
+        if (t == 3) { /* a checkpoint of b inside the refit, restored into c */
+            copy_state(&c, &b, &cfg, &p);
+            assert_true(p.refit_scale == 0.625);
+            assert_int_equal(ob_optim_set_progress(c.opt, &p, &err), OB_OK);
+        }
+        if (t >= 3) memcpy(c.g, b.g, sizeof b.g);
+        assert_int_equal(ob_optim_step(a.opt, a.g, 1e-3f, NULL), OB_OK);
+        assert_int_equal(ob_optim_step(b.opt, b.g, 1e-3f, NULL), OB_OK);
+        if (t >= 3) assert_int_equal(ob_optim_step(c.opt, c.g, 1e-3f, NULL), OB_OK);
+        ob_optim_state sa, sb, sc;
+        ob_optim_get_state(a.opt, &sa);
+        ob_optim_get_state(b.opt, &sb);
+        for (int i = 0; i < D; i++) {
+            if (t < 3) {
+                assert_true(sb.exp_avg_sq[i] == sa.exp_avg_sq[i]);
+                assert_true(b.x[i] == a.x[i]);
+            } else {
+                assert_true(sb.exp_avg_sq[i] == sa.exp_avg_sq[i] * 0.625f);
+            }
+        }
+        if (t >= 3) {
+            ob_optim_get_state(c.opt, &sc);
+            assert_memory_equal(sc.exp_avg_sq, sb.exp_avg_sq, D * sizeof(float));
+            assert_memory_equal(c.x, b.x, sizeof b.x);
+        }
+    }
+    /* After the freeze the smaller v takes larger steps than the unscaled one. */
+    assert_int_equal(stats(&b).freeze_step, 3);
+    double da = 0, db = 0;
+    float xa[D], xb[D];
+    memcpy(xa, a.x, sizeof xa);
+    memcpy(xb, b.x, sizeof xb);
+    for (int i = 0; i < D; i++)
+        a.g[i] = b.g[i] = 0.1f;
+    assert_int_equal(ob_optim_step(a.opt, a.g, 1e-3f, NULL), OB_OK);
+    assert_int_equal(ob_optim_step(b.opt, b.g, 1e-3f, NULL), OB_OK);
+    for (int i = 0; i < D; i++) {
+        da += fabs((double)a.x[i] - xa[i]);
+        db += fabs((double)b.x[i] - xb[i]);
+    }
+    assert_true(db > 1.2 * da && db < 1.3 * da); /* 1 / sqrt(0.625) = 1.26 */
+    run_end(&a);
+    run_end(&b);
+    run_end(&c);
+
+    /* A refused warm start, a rewarm and a v taken as is carry no scale. */
+    run_start(&a, &cfg);
+    assert_int_equal(ob_optim_warm_start(a.opt, v, 1.0, 0.5, 0, 0.0, &err), OB_OK);
+    ob_optim_get_progress(a.opt, &p);
+    assert_true(p.refit_scale == 1.0);
+    run_end(&a);
+    run_start(&a, &cfg);
+    assert_int_equal(ob_optim_warm_start(a.opt, v, 1.0, 0.5, 3, 0.0, &err), OB_OK);
+    for (int i = 0; i < D; i++)
+        a.g[i] = 100.0f;
+    assert_int_equal(ob_optim_step(a.opt, a.g, 1e-3f, NULL), OB_OK);
+    ob_optim_get_progress(a.opt, &p);
+    assert_int_equal(p.warm_start, OB_WARM_REFUSED);
+    assert_true(p.refit_scale == 1.0);
+    p.refit_scale = 0.0; /* a hostile restore */
+    assert_int_equal(ob_optim_set_progress(a.opt, &p, &err), OB_ERR_INVALID_ARG);
+    run_end(&a);
+
+    cfg.beta2 = 0.999;
+    double r = OB_FROZEN_STEP_RATIO;
+    assert_true(fabs(ob_optim_frozen_scale(&cfg, 400) - 1.0 / (r * r)) < 1e-12);
+    assert_true(fabs(ob_optim_frozen_scale(&cfg, 2000) - (1.0 - pow(0.999, 2000.0))) < 1e-12);
+    assert_true(ob_optim_frozen_scale(&cfg, 0) == 1.0);
+    cfg.bias_correction = 1;
+    assert_true(ob_optim_frozen_scale(&cfg, 400) == 1.0);
 }
 
 /* refit_steps auto: a fifth of Delta on the source's own setting, half on another learning rate
@@ -487,10 +591,13 @@ static void test_warm_fit_ends_refit(void **state)
         run r;
         run_start(&r, &cfg);
         ob_err err = {0};
-        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 10, -0.1, &err), OB_ERR_INVALID_ARG);
-        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 10, 0.06, &err), OB_ERR_INVALID_ARG);
-        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 10, NAN, &err), OB_ERR_INVALID_ARG);
-        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 10, c[k].fit, &err), OB_OK);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 10, -0.1, &err),
+                         OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 10, 0.06, &err),
+                         OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 10, NAN, &err),
+                         OB_ERR_INVALID_ARG);
+        assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 10, c[k].fit, &err), OB_OK);
         for (int i = 0; i < D; i++)
             r.g[i] = i < c[k].off ? 12.0f : 1.0f;
         assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
@@ -517,7 +624,7 @@ static void test_warm_start_refused_is_scratch(void **state)
     for (int i = 0; i < D; i++)
         v[i] = i < D / 2 ? 0.0f : 1.0f; /* half the coordinates: far too small */
     ob_err err = {0};
-    assert_int_equal(ob_optim_warm_start(warm.opt, v, 1.0, 20, 0.0, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(warm.opt, v, 1.0, 1.0, 20, 0.0, &err), OB_OK);
     for (long t = 1; t <= 8; t++) {
         for (int i = 0; i < D; i++)
             warm.g[i] = cold.g[i] = 0.1f * (float)((i * 5 + t) % 7) + 0.05f;
@@ -550,7 +657,7 @@ static void test_warm_start_refit_resume(void **state)
     for (int i = 0; i < D; i++)
         v[i] = 1e-3f * (float)(i + 1);
     ob_err err = {0};
-    assert_int_equal(ob_optim_warm_start(a.opt, v, 1.0, 4, 0.0, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(a.opt, v, 1.0, 1.0, 4, 0.0, &err), OB_OK);
     for (long t = 1; t <= 10; t++) {
         for (int i = 0; i < D; i++)
             a.g[i] = 0.01f * (float)((i * 3 + t) % 5) - 0.02f;
@@ -832,7 +939,7 @@ static void test_refresh_after_refit(void **state)
     for (int i = 0; i < D; i++)
         v[i] = 1e-3f * (float)(i + 1);
     ob_err err = {0};
-    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 2, 0.0, &err), OB_OK);
+    assert_int_equal(ob_optim_warm_start(r.opt, v, 1.0, 1.0, 2, 0.0, &err), OB_OK);
     ob_optim_state st;
     ob_optim_get_state(r.opt, &st);
     for (long t = 1; t <= 6; t++) {
@@ -963,6 +1070,7 @@ int main(void)
         cmocka_unit_test(test_fixed_freeze_and_bias_corrected_v),
         cmocka_unit_test(test_frozen_step_ratio),
         cmocka_unit_test(test_warm_check_raised),
+        cmocka_unit_test(test_warm_refit_scale),
         cmocka_unit_test(test_auto_refit_steps),
         cmocka_unit_test(test_warm_fit_ends_refit),
         cmocka_unit_test(test_warm_start),

@@ -86,7 +86,7 @@ check "the defaults (refit and stabiliser): trains" \
 msgs=$(jq -r 'select(.event == "notice" or .event == "warm_start") | .message' "$TMP/default.out")
 outcome=$(jq -r 'select(.event == "warm_start") | .outcome' "$TMP/default.out")
 check "the events say what warm start did" \
-  'echo "$msgs" | grep -q "v_Tw taken; it is checked against the first gradients and re-estimated by Adam until step 75, then frozen (the source.s global batch is larger than this job.s)" && echo "$msgs" | grep -Eq "^warm start check passed: [0-9.]+% of the coordinates have gradients above 10 sqrt\(v_Tw\)" && echo "$outcome" | grep -Eq "^re-estimated until step 75 \([0-9.]+% of coordinates off\)$"' \
+  'echo "$msgs" | grep -Eq "v_Tw taken; it is checked against the first gradients and re-estimated by Adam until step 75 \(the source.s global batch is larger than this job.s\), then frozen at 0\.[0-9]+ times its estimate, as the source.s freeze kept its own" && echo "$msgs" | grep -Eq "^warm start check passed: [0-9.]+% of the coordinates have gradients above 10 sqrt\(v_Tw\)" && echo "$outcome" | grep -Eq "^re-estimated until step 75 \([0-9.]+% of coordinates off\)$"' \
   "$msgs / $outcome"
 # 75 steps (ceil(3 Delta / 4): the source ran a larger global batch): the first, whose gradient
 # the check reads, in fp32 as the source's warmup, 74 in fp8 (refit_exchange); then compressed.
@@ -117,7 +117,7 @@ s3=$(summary "$TMP/same-batch-3e-3.out")
 m1=$(jq -r 'select(.event == "notice") | .message' "$TMP/same-batch-1e-3.out" | grep "^warm start from")
 m3=$(jq -r 'select(.event == "notice") | .message' "$TMP/same-batch-3e-3.out" | grep "^warm start from")
 check "refit auto: 20 steps on the source's batch and learning rate, 50 on another learning rate" \
-  'echo "$s1" | jq -e ".freeze_step == 20" > /dev/null && echo "$s3" | jq -e ".freeze_step == 50" > /dev/null && ! echo "$m1" | grep -q "differs" && echo "$m3" | grep -q "until step 50, then frozen (the source.s peak learning rate differs from this job.s)"' \
+  'echo "$s1" | jq -e ".freeze_step == 20" > /dev/null && echo "$s3" | jq -e ".freeze_step == 50" > /dev/null && ! echo "$m1" | grep -q "differs" && echo "$m3" | grep -q "until step 50 (the source.s peak learning rate differs from this job.s), then frozen"' \
   "$s1 / $s3 / $m1 / $m3"
 
 # A borrowed v that fits the new job's first gradients as it fitted its own run (at most 0.25 %

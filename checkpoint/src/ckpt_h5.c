@@ -315,6 +315,9 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
     if (st != OB_OK) return st;
     if (!a->params || !a->exp_avg || !a->exp_avg_sq || m->num_params == 0)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: no parameters to write", path);
+    if (!(m->refit_scale > 0.0 && m->refit_scale <= 1.0))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: refit scale %g outside (0, 1]", path,
+                      m->refit_scale);
     if ((a->tensors || a->num_tensors) &&
         (st = check_tensors(a->tensors, a->tensors ? a->num_tensors : 0, m->num_params, path,
                             OB_ERR_INVALID_ARG, err)) != OB_OK)
@@ -337,6 +340,7 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
         (st = attr_f64(f, "wall_seconds", m->wall_seconds, path, err)) ||
         (st = attr_i64(f, "warm_start", m->warm_start, path, err)) ||
         (st = attr_i64(f, "refit_end", m->refit_end, path, err)) ||
+        (st = attr_f64(f, "refit_scale", m->refit_scale, path, err)) ||
         (st = attr_i64(f, "rollbacks", m->rollbacks, path, err)) ||
         (st = attr_f64(f, "loss_ema", m->loss_ema, path, err)) ||
         (st = attr_f64(f, "loss_at_freeze", m->loss_at_freeze, path, err)) ||
@@ -777,6 +781,14 @@ static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, cons
                       path, warm, refit_end, rollbacks);
     m->rollbacks = (int)rollbacks;
     m->warm_start = (int)warm;
+    /* Optional (written since a refit's freeze takes the source's factor): in (0, 1]. */
+    m->refit_scale = 1.0;
+    if (H5Aexists(f, "refit_scale") > 0 &&
+        (st = read_f64(f, "refit_scale", &m->refit_scale, path, err)))
+        return st;
+    if (!(m->refit_scale > 0.0 && m->refit_scale <= 1.0))
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: refit scale %g outside (0, 1]", path,
+                      m->refit_scale);
     /* Optional too (written since the guard watches the loss's rise): NaN or a finite loss >= 0. */
     static const char *const tracker[] = {"loss_ema", "loss_at_freeze", "loss_best"};
     double *tv[] = {&m->loss_ema, &m->loss_at_freeze, &m->loss_best};

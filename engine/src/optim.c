@@ -51,6 +51,7 @@ struct ob_optim {
     double last_ratio, last_norm;
     ob_warm_state warm; /* ob_optim_warm_start */
     long refit_end;     /* OB_WARM_REFIT: freeze at the end of this step */
+    double refit_scale; /* OB_WARM_REFIT: v is multiplied by it at that freeze */
     double warm_frac;   /* the warm-start check's fraction, NaN until it ran */
     double warm_fit;    /* at most this fraction off at the check: the refit ends at step 1 */
     uint64_t bytes_sent, bytes_last;
@@ -253,6 +254,7 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
     o->freeze_step = -1;
     o->last_ratio = NAN;
     o->warm_frac = NAN;
+    o->refit_scale = 1.0;
     size_t bytes = d * sizeof(float);
     if ((st = ob__mem_alloc(o->dev, (void **)&o->m, bytes, "optimizer momentum", err)) ||
         (st = ob__mem_alloc(o->dev, (void **)&o->v, bytes, "optimizer variance", err)) ||
@@ -584,10 +586,7 @@ long ob_optim_v_scaled_at(const ob_optim_config *cfg, ob_warm_state warm, long r
     return freeze_step;
 }
 
-/* The factor between a v frozen at step s and Adam's bias-corrected v_hat: (1 - beta2^s) times
- * the freeze's raise; 1 with bias correction, which freezes v_hat itself, and for s = 0, a v
- * no freeze scaled (ob_optim_v_scaled_at). */
-static double frozen_scale(const ob_optim_config *c, long s)
+double ob_optim_frozen_scale(const ob_optim_config *c, long s)
 {
     if (c->bias_correction || s <= 0) return 1.0;
     return (1.0 - pow(c->beta2, (double)s)) * ob_optim_freeze_raise(c, s);
@@ -757,6 +756,7 @@ static ob_status warm_check(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
     if (o->warm_frac <= OB_WARM_REFUSE_FRACTION) return OB_OK;
     o->warm = OB_WARM_REFUSED;
     o->refit_end = 0;
+    o->refit_scale = 1.0;
     return k_scale(o, o->v, 0.0f, err);
 }
 
@@ -775,6 +775,10 @@ static ob_status warmup_step(ob_optim *o, const float *grad, long t, ob_adam_coe
     if ((st = k_adam(o, o->g, k, err)) != OB_OK) return st;
     if (t < o->refit_end) return OB_OK;
     o->freeze_step = t;
+    /* The refit carried v on as an estimate of v_hat: frozen, it takes the source's factor. */
+    if (o->warm == OB_WARM_REFIT && o->refit_scale != 1.0 &&
+        (st = k_scale(o, o->v, (float)o->refit_scale, err)) != OB_OK)
+        return st;
     return compute_den(o, err);
 }
 
@@ -823,9 +827,11 @@ static ob_status refresh_step(ob_optim *o, const float *grad, long t, long j,
     double share = (1.0 - w) / (double)R;
     double l = share / (1.0 - (double)(R - j) * share);
     /* v as the previous step left it: scaled as frozen at T or at step t - 1 of the refresh;
-     * a v no freeze scaled (a warm start's) counts as v_hat. */
-    double before = frozen_scale(c, ob_optim_v_scaled_at(c, o->warm, o->refit_end, T, t - 1));
-    double now = frozen_scale(c, t);
+     * a v no freeze scaled counts as v_hat, times the refit's factor where one froze it. */
+    long at = ob_optim_v_scaled_at(c, o->warm, o->refit_end, T, t - 1);
+    double before =
+        at == 0 && o->warm == OB_WARM_REFIT ? o->refit_scale : ob_optim_frozen_scale(c, at);
+    double now = ob_optim_frozen_scale(c, t);
     float keep = (float)(now / before * (1.0 - l)), take = (float)(now * l);
     float inv_c = inv_bound(o);
     if (o->dev)
@@ -1004,6 +1010,7 @@ void ob_optim_get_progress(const ob_optim *o, ob_optim_progress *p)
     p->bytes_sent = o->bytes_sent;
     p->warm_start = o->warm;
     p->refit_end = o->refit_end;
+    p->refit_scale = o->refit_scale;
 }
 
 ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err *err)
@@ -1027,6 +1034,9 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
     if (delayed && p->refit_end <= 0)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a freeze delayed until step %ld",
                       p->refit_end);
+    if (!(p->refit_scale > 0.0 && p->refit_scale <= 1.0))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a refit's scale %g outside (0, 1]",
+                      p->refit_scale);
     if (refitting && p->freeze_step < 0 && p->refit_end <= p->step)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
                       "restore: a warm start's refit ending at step %ld, not frozen at step %ld",
@@ -1035,6 +1045,7 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
     o->freeze_step = p->freeze_step < 0 ? -1 : p->freeze_step;
     o->warm = p->warm_start;
     o->refit_end = refitting || delayed ? p->refit_end : 0;
+    o->refit_scale = p->warm_start == OB_WARM_REFIT ? p->refit_scale : 1.0;
     o->last_ratio = p->last_ratio;
     o->last_norm = p->last_norm;
     o->bytes_sent = p->bytes_sent;
@@ -1086,6 +1097,7 @@ ob_status ob_optim_rewarm(ob_optim *o, long steps, long bad_step, ob_err *err)
     o->freeze_step = -1;
     o->warm = OB_WARM_REWARM;
     o->refit_end = o->step + steps;
+    o->refit_scale = 1.0;
     return OB_OK;
 }
 
@@ -1102,8 +1114,8 @@ long ob_optim_auto_refit_steps(double beta2, ob_warm_source source)
     }
 }
 
-ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised, long refit_steps,
-                              double fit_fraction, ob_err *err)
+ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised, double scale,
+                              long refit_steps, double fit_fraction, ob_err *err)
 {
     if (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE)
         return OB_ERR(err, OB_ERR_INVALID_ARG,
@@ -1117,6 +1129,8 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised,
     if (!(raised >= 1.0) || !isfinite(raised))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: raised %g (must be finite and >= 1)",
                       raised);
+    if (!(scale > 0.0 && scale <= 1.0))
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: scale %g (must be in (0, 1])", scale);
     if (!(fit_fraction >= 0.0 && fit_fraction <= OB_WARM_REFUSE_FRACTION))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "warm start: fit_fraction %g outside [0, %g]",
                       fit_fraction, OB_WARM_REFUSE_FRACTION);
@@ -1143,6 +1157,7 @@ ob_status ob_optim_warm_start(ob_optim *o, const float *v_frozen, double raised,
     } else {
         o->warm = OB_WARM_REFIT;
         o->refit_end = refit_steps;
+        o->refit_scale = scale;
         o->warm_fit = fit_fraction;
     }
     return OB_OK;

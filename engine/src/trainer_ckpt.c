@@ -234,6 +234,7 @@ static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
     m->wall_seconds = t->wall_before + (t->t_start > 0 ? ob_mono_s() - t->t_start : 0.0);
     m->warm_start = (int)p.warm_start;
     m->refit_end = p.refit_end;
+    m->refit_scale = p.refit_scale;
     m->rollbacks = t->rollbacks;
     m->loss_ema = t->loss_ema;
     m->loss_at_freeze = t->loss_at_freeze;
@@ -579,7 +580,7 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
     if (st != OB_OK) return st;
     ob_optim_progress p = {meta->step,      meta->freeze_step, meta->last_ratio,
                            meta->last_norm, meta->bytes_sent,  (ob_warm_state)meta->warm_start,
-                           meta->refit_end};
+                           meta->refit_end, meta->refit_scale};
     if ((st = ob_optim_set_progress(t->opt, &p, err)) != OB_OK) return OB_WRAP(err, st, "%s", path);
     ob_loader_position pos;
     memset(&pos, 0, sizeof pos);
@@ -780,17 +781,20 @@ static ob_status check_model(const char *saved, const char *current, const char 
     return st;
 }
 
-/* The factor the source's own freeze raised its v by (ob_optim_freeze_raise), from its saved
- * spec: 1 for a spec saved before frozen_step_ratio existed (the paper's v), and for a v that
- * came from a warm start or a rollback's re-estimate (frozen at the end of a refit, not
- * raised). */
-static double saved_raise(const json_t *spec, const ob_ckpt_meta *meta)
+/* From the source's saved spec, the factor its own freeze raised its v by (*raised,
+ * ob_optim_freeze_raise) and the factor between its frozen v and its v_hat (*scale,
+ * ob_optim_frozen_scale): both 1 for a spec saved before frozen_step_ratio existed (the paper's
+ * v); for a v frozen at the end of a refit (a warm start's or a rollback's re-estimate, not
+ * raised) the refit's own factor (meta->refit_scale). */
+static void saved_freeze(const json_t *spec, const ob_ckpt_meta *meta, double *raised,
+                         double *scale)
 {
     const json_t *o = json_object_get(spec, "optimizer");
     const json_t *r = json_object_get(o, "frozen_step_ratio");
     const json_t *b2 = json_object_get(o, "beta2");
     const char *stab = json_string_value(json_object_get(o, "stabilizer"));
-    if (!json_is_number(r) || !json_is_number(b2) || !stab) return 1.0;
+    *raised = *scale = 1.0;
+    if (!json_is_number(r) || !json_is_number(b2) || !stab) return;
     ob_optim_config c;
     ob_optim_config_default(&c, OB_OPTIM_ONEBIT_ADAM);
     c.frozen_step_ratio = json_number_value(r);
@@ -802,23 +806,24 @@ static double saved_raise(const json_t *spec, const ob_ckpt_meta *meta)
     if (json_is_integer(rs) && json_integer_value(rs) > 0 &&
         json_integer_value(rs) <= OB_OPTIM_MAX_REFRESH_STEPS)
         c.refresh_steps = (long)json_integer_value(rs);
-    if (ob_optim_config_validate(&c, NULL) != OB_OK) return 1.0;
-    /* 1 (t < 1) where no freeze raised v: taken as is, or frozen at the end of a refit. */
-    return ob_optim_freeze_raise(&c, ob_optim_v_scaled_at(&c, (ob_warm_state)meta->warm_start,
-                                                          meta->refit_end, meta->freeze_step,
-                                                          meta->step));
+    if (ob_optim_config_validate(&c, NULL) != OB_OK) return;
+    /* 0 where no freeze raised v: taken as is, or frozen at the end of a refit. */
+    long at = ob_optim_v_scaled_at(&c, (ob_warm_state)meta->warm_start, meta->refit_end,
+                                   meta->freeze_step, meta->step);
+    *raised = ob_optim_freeze_raise(&c, at);
+    *scale = at > 0 ? ob_optim_frozen_scale(&c, at) : meta->refit_scale;
 }
 
 /* From the source's saved spec: its global batch (batch_size x world size) and peak learning
- * rate (each 0 when the spec does not say) and the factor its freeze raised v by. */
+ * rate (each 0 when the spec does not say) and its freeze's factors (saved_freeze). */
 static void saved_source(const char *path, const ob_ckpt_meta *meta, long long *gb, double *lr,
-                         double *raised)
+                         double *raised, double *scale)
 {
     ob_ckpt_meta again;
     char *saved = NULL;
     *gb = 0;
     *lr = 0;
-    *raised = 1.0;
+    *raised = *scale = 1.0;
     if (ob_ckpt_read_meta(path, &again, &saved, NULL) == OB_OK) {
         json_t *o = json_loads(saved, 0, NULL);
         json_t *b = json_object_get(o, "batch_size");
@@ -827,7 +832,7 @@ static void saved_source(const char *path, const ob_ckpt_meta *meta, long long *
         json_t *p = json_object_get(json_object_get(o, "lr"), "peak");
         if (json_is_number(p) && isfinite(json_number_value(p)) && json_number_value(p) > 0)
             *lr = json_number_value(p);
-        *raised = saved_raise(o, meta);
+        saved_freeze(o, meta, raised, scale);
         json_decref(o);
     }
     free(saved);
@@ -882,14 +887,15 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
         ob_ckpt_arrays a = {params, m, v, NULL, 0, NULL, 0};
         st = ob_ckpt_read_state(path, meta, &a, err);
         long long gb = 0;
-        double lr = 0, raised = 1.0;
-        saved_source(path, meta, &gb, &lr, &raised);
+        double lr = 0, raised = 1.0, scale = 1.0;
+        saved_source(path, meta, &gb, &lr, &raised, &scale);
         warm_source_differs(t, gb, lr);
         /* An auto refit on the source's own setting ends at step 1 when v fits that well. */
         double fit = t->spec.warm_start_refit_steps < 0 && t->warm_source == OB_WARM_SOURCE_SAME
                          ? OB_WARM_FIT_FRACTION
                          : 0.0;
-        if (st == OB_OK) st = ob_optim_warm_start(t->opt, v, raised, warm_refit_steps(t), fit, err);
+        if (st == OB_OK)
+            st = ob_optim_warm_start(t->opt, v, raised, scale, warm_refit_steps(t), fit, err);
         if (st == OB_OK && t->spec.warm_start_params) {
             void *stream = t->dev ? ob_comm_stream(t->dcomm) : NULL;
             st = ob__mem_copy(t->dev, t->params, params, t->d * sizeof(float), stream, err);
@@ -927,9 +933,11 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     ob_ckpt_meta meta;
     st = agree_outcome(t, load_warm(t, c.path, &meta, err), "warm start", err);
     if (st != OB_OK) return st;
-    char msg[OB_CKPT_PATH_LEN + 400];
+    char msg[OB_CKPT_PATH_LEN + 480];
     long refit = warm_refit_steps(t);
-    char because[96] = "", tail[240];
+    char because[96] = "", tail[320];
+    ob_optim_progress p;
+    ob_optim_get_progress(t->opt, &p);
     if (t->spec.warm_start_refit_steps < 0 && t->warm_differs)
         snprintf(because, sizeof because, " (%s)", t->warm_differs);
     if (refit == 0)
@@ -937,8 +945,9 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     else
         snprintf(tail, sizeof tail,
                  "; it is checked against the first gradients and re-estimated by Adam until "
-                 "step %ld, then frozen%s; the refit's gradients cross in %s",
-                 refit, because, ob__spec_exchanges[t->spec.optim.refit_exchange]);
+                 "step %ld%s, then frozen at %.3g times its estimate, as the source's freeze "
+                 "kept its own; the refit's gradients cross in %s",
+                 refit, because, p.refit_scale, ob__spec_exchanges[t->spec.optim.refit_exchange]);
     snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken%s",
              c.path, meta.step, meta.freeze_step,
              t->spec.warm_start_params ? " and parameters" : "", tail);

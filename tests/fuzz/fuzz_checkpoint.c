@@ -46,6 +46,7 @@ static void make_rank_dir(void)
     m.padded_size = m.chunk_size = 12;
     m.block_size = 4;
     m.last_ratio = m.train_loss = m.loss_ema = m.loss_at_freeze = m.loss_best = NAN;
+    m.refit_scale = 1.0;
     float params[10] = {0};
     ob_ckpt_arrays a = {params, params, params, NULL, 0, NULL, 0};
     if (ob_ckpt_write_state(rank_dir, &m, &a, "{}", NULL) != OB_OK ||

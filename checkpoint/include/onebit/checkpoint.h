@@ -76,6 +76,9 @@ typedef struct ob_ckpt_meta {
      * attributes, 0 when absent. */
     int warm_start;
     long refit_end;
+    /* The factor a refit's freeze multiplies v by (ob_optim_warm_start), in (0, 1]; optional,
+     * 1 when absent. */
+    double refit_scale;
     /* Rollbacks after a divergence so far (optional attribute, 0 when absent). */
     int rollbacks;
     /* The divergence guard's loss tracker (optional attributes, NaN when absent): the moving
