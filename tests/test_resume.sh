@@ -222,6 +222,13 @@ else bad "warm start refit" "rc=$rc p10=$p10 freeze=$f $(grep -E 'notice|warm_st
 if ! "$CKPT" diff "$BASE" "$TMP/refit/job/step-00000020" --only exp_avg_sq > /dev/null 2>&1; then
   ok "warm start (default): the frozen v is re-estimated, not the source's"
 else bad "warm start refit v" "v_Tw identical to the source"; fi
+# Its freeze takes the source's factor between frozen v and v_hat: frozen at step 60 at beta2
+# 0.99, max(1 - 0.99^60, 1 / 1.25^2) = 0.64; saved with the refit's state, named in the notice.
+wi=$("$CKPT" info "$TMP/refit/job/step-00000010" | sed -n 's/^warm start *//p')
+if [ "$wi" = "refit, refit until step 20, refit scale 0.64" ] &&
+   jq -r 'select(.event=="notice") | .message' "$TMP/refit.jsonl" | grep -q "until step 20, then frozen at 0.64 times its estimate, as the source's freeze kept its own;"; then
+  ok "warm start (default): the refit freezes v at 0.64 times its estimate, the source's factor (in the checkpoint and the notice)"
+else bad "warm start refit scale" "info: '$wi' $(grep notice "$TMP/refit.jsonl")"; fi
 ONEBIT_FAULT_INJECT="KILL:15:1" run $NP "$TMP/refit-1.jsonl" --spec "$TMP/refit.yaml" --checkpoint-dir "$TMP/refit-k"; rc=$?
 run $NP "$TMP/refit-2.jsonl" --spec "$TMP/refit.yaml" --checkpoint-dir "$TMP/refit-k" --resume; rc2=$?
 if [ $rc -ne 0 ] && [ $rc2 -eq 0 ] && [ "$(field "$TMP/refit-2.jsonl" resume .step)" = 10 ] &&

@@ -43,6 +43,14 @@ static const char *phase_name(int phase)
     return phase == 1 ? "compression" : "warmup";
 }
 
+/* The warm-start states of the checkpoint's warm_start attribute (docs/CHECKPOINTS.md). */
+static const char *warm_name(int w)
+{
+    static const char *const names[] = {"none",    "taken as is", "refit",
+                                        "refused", "rewarm",      "freeze delayed"};
+    return w >= 0 && w < (int)(sizeof names / sizeof *names) ? names[w] : "?";
+}
+
 static int cmd_info(const char *dir)
 {
     ob_err err = {0};
@@ -69,6 +77,9 @@ static int cmd_info(const char *dir)
     printf("train loss      %.6g (lr %.6g)\n", m.train_loss, m.lr);
     printf("loss guard      average %.6g, at the freeze %.6g, lowest since %.6g, rollbacks %d\n",
            m.loss_ema, m.loss_at_freeze, m.loss_best, m.rollbacks);
+    if (m.warm_start)
+        printf("warm start      %s, refit until step %ld, refit scale %.9g\n",
+               warm_name(m.warm_start), m.refit_end, m.refit_scale);
     printf("bytes sent      %llu (warmup %llu, compression %llu)\n",
            (unsigned long long)m.bytes_sent, (unsigned long long)m.bytes_warmup,
            (unsigned long long)m.bytes_compression);
@@ -245,6 +256,14 @@ static int cmd_diff(const char *a, const char *b, const char *only)
             printf("loss guard: average %.9g vs %.9g, at the freeze %.9g vs %.9g, lowest %.9g vs "
                    "%.9g, rollbacks %d vs %d\n",
                    ta[0], tb[0], ta[1], tb[1], ta[2], tb[2], la.m.rollbacks, lb.m.rollbacks);
+            diff = 1;
+        }
+        /* A resume inside a warm start's refit must freeze as the uninterrupted run does. */
+        if (!only && (la.m.warm_start != lb.m.warm_start || la.m.refit_end != lb.m.refit_end ||
+                      la.m.refit_scale != lb.m.refit_scale)) {
+            printf("warm start: %s vs %s, refit until step %ld vs %ld, scale %.9g vs %.9g\n",
+                   warm_name(la.m.warm_start), warm_name(lb.m.warm_start), la.m.refit_end,
+                   lb.m.refit_end, la.m.refit_scale, lb.m.refit_scale);
             diff = 1;
         }
     }
