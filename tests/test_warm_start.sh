@@ -86,7 +86,7 @@ check "the defaults (refit and stabiliser): trains" \
 msgs=$(jq -r 'select(.event == "notice" or .event == "warm_start") | .message' "$TMP/default.out")
 outcome=$(jq -r 'select(.event == "warm_start") | .outcome' "$TMP/default.out")
 check "the events say what warm start did" \
-  'echo "$msgs" | grep -Eq "v_Tw taken; it is checked against the first gradients and re-estimated by Adam until step 75 \(the source.s global batch is larger than this job.s\), then frozen at 0\.[0-9]+ times its estimate, as the source.s freeze kept its own" && echo "$msgs" | grep -Eq "^warm start check passed: [0-9.]+% of the coordinates have gradients above 10 sqrt\(v_Tw\)" && echo "$outcome" | grep -Eq "^re-estimated until step 75 \([0-9.]+% of coordinates off\)$"' \
+  'echo "$msgs" | grep -Eq "v_Tw taken; it is checked against the first gradients and re-estimated by Adam until step 75 \(the source.s global batch is larger than this job.s\), then frozen unscaled \(its borrowed part already errs towards longer steps\);" && echo "$msgs" | grep -Eq "^warm start check passed: [0-9.]+% of the coordinates have gradients above 10 sqrt\(v_Tw\)" && echo "$outcome" | grep -Eq "^re-estimated until step 75 \([0-9.]+% of coordinates off\)$"' \
   "$msgs / $outcome"
 # 75 steps (ceil(3 Delta / 4): the source ran a larger global batch): the first, whose gradient
 # the check reads, in fp32 as the source's warmup, 74 in fp8 (refit_exchange); then compressed.

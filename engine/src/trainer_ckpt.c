@@ -890,6 +890,9 @@ static ob_status load_warm(ob_trainer *t, const char *path, ob_ckpt_meta *meta, 
         double lr = 0, raised = 1.0, scale = 1.0;
         saved_source(path, meta, &gb, &lr, &raised, &scale);
         warm_source_differs(t, gb, lr);
+        /* A larger global batch's v_Tw underestimates this job's gradient noise, so the refit's
+         * v, part borrowed, already errs towards longer steps: frozen as is. */
+        if (t->warm_source == OB_WARM_SOURCE_LARGER_BATCH) scale = 1.0;
         /* An auto refit on the source's own setting ends at step 1 when v fits that well. */
         double fit = t->spec.warm_start_refit_steps < 0 && t->warm_source == OB_WARM_SOURCE_SAME
                          ? OB_WARM_FIT_FRACTION
@@ -938,6 +941,14 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     char because[96] = "", tail[320];
     ob_optim_progress p;
     ob_optim_get_progress(t->opt, &p);
+    char frozen[128] = "then frozen";
+    if (p.refit_scale < 1.0)
+        snprintf(frozen, sizeof frozen,
+                 "then frozen at %.3g times its estimate, as the source's freeze kept its own",
+                 p.refit_scale);
+    else if (t->warm_source == OB_WARM_SOURCE_LARGER_BATCH)
+        snprintf(frozen, sizeof frozen,
+                 "then frozen unscaled (its borrowed part already errs towards longer steps)");
     if (t->spec.warm_start_refit_steps < 0 && t->warm_differs)
         snprintf(because, sizeof because, " (%s)", t->warm_differs);
     if (refit == 0)
@@ -945,9 +956,8 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     else
         snprintf(tail, sizeof tail,
                  "; it is checked against the first gradients and re-estimated by Adam until "
-                 "step %ld%s, then frozen at %.3g times its estimate, as the source's freeze "
-                 "kept its own; the refit's gradients cross in %s",
-                 refit, because, p.refit_scale, ob__spec_exchanges[t->spec.optim.refit_exchange]);
+                 "step %ld%s, %s; the refit's gradients cross in %s",
+                 refit, because, frozen, ob__spec_exchanges[t->spec.optim.refit_exchange]);
     snprintf(msg, sizeof msg, "warm start from %s (step %ld, frozen at step %ld): v_Tw%s taken%s",
              c.path, meta.step, meta.freeze_step,
              t->spec.warm_start_params ? " and parameters" : "", tail);
