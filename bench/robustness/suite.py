@@ -99,8 +99,8 @@ SOURCES = {
 for _seed in (22, 23, 24, 25):
     SOURCES["mlp-src-s%d" % _seed] = dict(mlp(_seed, steps=400),
                                           checkpoint={"interval": 400, "keep": 1})
-# The transformer's same-seed cases for seeds 22 and 23 beside tf-src's 21.
-for _seed in (22, 23):
+# The transformer's same-seed cases for seeds 22 to 25 beside tf-src's 21.
+for _seed in (22, 23, 24, 25):
     SOURCES["tf-src-s%d" % _seed] = dict(transformer(_seed, steps=600),
                                          checkpoint={"interval": 600, "keep": 1})
 
@@ -123,9 +123,10 @@ def warm_cases():
     for seed in (22, 23, 24, 25):
         cases.append(("mlp-same-seed-s%d" % seed, mlp(seed), "mlp-src-s%d" % seed, False))
     cases.append(("tf-other-seed-s22", transformer(22), "tf-src", False))
-    cases.append(("tf-params-s22", transformer(22), "tf-src", True))
+    for seed in (22, 23, 24):
+        cases.append(("tf-params-s%d" % seed, transformer(seed), "tf-src", True))
     cases.append(("tf-same-seed-s21", transformer(21), "tf-src", False))
-    for seed in (22, 23):
+    for seed in (22, 23, 24, 25):
         cases.append(("tf-same-seed-s%d" % seed, transformer(seed), "tf-src-s%d" % seed, False))
     out = []
     for name, spec, src, params in cases:

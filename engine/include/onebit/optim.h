@@ -437,7 +437,7 @@ ob_status ob_optim_set_progress(ob_optim *opt, const ob_optim_progress *p, ob_er
  * its v_hat (ob_optim_frozen_scale at its freeze; 1 when unknown): the refit carries v on as an
  * estimate of v_hat (nothing to correct), so its freeze multiplies v by scale and the frozen
  * steps keep the ratio to Adam's that the source's had (a job from scratch freezes the same
- * way; without it the warm-started transformers of the robustness suite ended 2.6 % behind it).
+ * way; without it the warm-started transformers of the robustness suite ended 1.3-4.3 % behind it).
  * fit_fraction > 0: when the check finds at most that fraction of the
  * coordinates over the limit, the refit ends at step 1 instead (refit_end = 1: the borrowed v fits
  * as it did on its own run, and a longer refit only costs bytes); 0: the refit runs its length.
