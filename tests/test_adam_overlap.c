@@ -116,13 +116,13 @@ static void plan_layouts(mpi_harness *h)
         MH_CHECK(h, ob_optim_create(&opt, &cfg, comm, x, d, &err) == OB_OK, "create: %s", err.msg);
         if (!opt) continue;
         MH_CHECK(h, ob_optim_num_buckets(opt) == 1, "before the layout: one bucket");
-        MH_CHECK(h, ob_optim_set_tensor_layout(opt, offsets, nt, &err) == OB_OK, "layout: %s",
+        MH_CHECK(h, ob_optim_set_tensor_layout(opt, offsets, NULL, nt, &err) == OB_OK, "layout: %s",
                  err.msg);
         size_t nb = check_plan(h, opt, m, cases[i].bytes);
         MH_CHECK(h, nb == cases[i].buckets, "bucket_bytes %zu: %zu buckets, expected %zu",
                  cases[i].bytes, nb, cases[i].buckets);
         /* Once only, and offsets that do not fit are refused. */
-        MH_CHECK(h, ob_optim_set_tensor_layout(opt, offsets, nt, &err) == OB_ERR_STATE,
+        MH_CHECK(h, ob_optim_set_tensor_layout(opt, offsets, NULL, nt, &err) == OB_ERR_STATE,
                  "a second layout");
         ob_optim_destroy(opt);
     }
@@ -132,16 +132,119 @@ static void plan_layouts(mpi_harness *h)
     ob_optim_create(&opt, &cfg, comm, x, d, NULL);
     size_t bad1[] = {1, 10}, bad2[] = {0, 10, 10}, bad3[] = {0, 4324};
     ob_err err = {0};
-    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, bad1, 2, &err) == OB_ERR_INVALID_ARG,
+    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, bad1, NULL, 2, &err) == OB_ERR_INVALID_ARG,
              "first offset not 0");
-    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, bad2, 3, &err) == OB_ERR_INVALID_ARG,
+    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, bad2, NULL, 3, &err) == OB_ERR_INVALID_ARG,
              "repeated offset");
-    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, bad3, 2, &err) == OB_ERR_INVALID_ARG,
+    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, bad3, NULL, 2, &err) == OB_ERR_INVALID_ARG,
              "offset at d");
     cfg.bucket_bytes = ((size_t)1 << 30) + 1;
     MH_CHECK(h, ob_optim_config_validate(&cfg, &err) == OB_ERR_INVALID_ARG, "bucket_bytes > 1 GiB");
     ob_optim_destroy(opt);
     free(x);
+    ob_model_destroy(m);
+    ob_comm_destroy(comm);
+}
+
+/* The transformer's gradient parts (2 layers, d_model 32): its block tensors are stacked over
+ * the layers, so each layer's slices are interleaved with the other's in the buffer. */
+static ob_model *small_tf(void)
+{
+    ob_model_config mc;
+    ob_model_config_default(&mc, OB_MODEL_TRANSFORMER);
+    mc.n_layer = 2;
+    mc.n_head = 2;
+    mc.d_model = 32;
+    mc.context = 16;
+    mc.max_batch = 2;
+    ob_model *m = NULL;
+    return ob_model_create(&m, &mc, NULL) == OB_OK ? m : NULL;
+}
+
+/* The largest stage of parts [lo, hi). */
+static size_t key_of(const ob_model *m, size_t lo, size_t hi)
+{
+    size_t key = 0;
+    for (size_t t = lo; t < hi; t++) {
+        size_t s = ob_model_grad_part_at(m, t)->stage;
+        key = s > key ? s : key;
+    }
+    return key;
+}
+
+/* With the stages of the backward pass, the plan gives layer 1's large slices (qkvw, fcw,
+ * fcprojw: at least half a bucket each) buckets of their own and exchanges them first, before
+ * anything of layer 0 is final; the buckets still cover the buffer at part boundaries, the
+ * exchange order is a permutation by completion stage, and without stages it is 0, 1, 2, ... */
+static void plan_follows_the_backward(mpi_harness *h)
+{
+    ob_comm *comm = NULL;
+    ob_model *m = small_tf();
+    MH_CHECK(h, m && ob_comm_create_mpi(&comm, NULL) == OB_OK, "setup");
+    if (!m || !comm) return;
+    size_t n = ob_model_num_grad_parts(m), d = ob_model_num_params(m), L = 2;
+    size_t *offsets = malloc(n * sizeof *offsets), *stages = malloc(n * sizeof *stages);
+    float *x = calloc(d, sizeof *x);
+    for (size_t i = 0; i < n; i++) {
+        offsets[i] = ob_model_grad_part_at(m, i)->offset;
+        stages[i] = ob_model_grad_part_at(m, i)->stage;
+    }
+    /* Parts: wte, wpe, then stacked tensor j (ln1w 0 ... fcprojw 10, fcprojb 11) of layer l at
+     * 2 + j L + l. Layer 0's first part to be final: */
+    size_t layer0 = SIZE_MAX;
+    for (size_t j = 0; j < 12; j++)
+        layer0 = stages[2 + j * L] < layer0 ? stages[2 + j * L] : layer0;
+    for (int staged = 1; staged >= 0; staged--) {
+        ob_optim_config cfg;
+        ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
+        cfg.bucket_bytes = 4096 * sizeof(float);
+        ob_optim *opt = NULL;
+        ob_err err = {0};
+        MH_CHECK(h, ob_optim_create(&opt, &cfg, comm, x, d, &err) == OB_OK, "create: %s", err.msg);
+        if (!opt) continue;
+        MH_CHECK(h,
+                 ob_optim_set_tensor_layout(opt, offsets, staged ? stages : NULL, n, &err) == OB_OK,
+                 "layout: %s", err.msg);
+        size_t nb = ob_optim_num_buckets(opt), expect_hi = d, expect_thi = n, prev = 0;
+        unsigned char seen[64] = {0};
+        MH_CHECK(h, nb > 3 && nb < 64, "%zu buckets", nb);
+        for (size_t k = 0; k < nb && nb < 64; k++) {
+            size_t lo, hi, tlo, thi;
+            ob_optim_bucket(opt, k, &lo, &hi, &tlo, &thi);
+            MH_CHECK(h, hi == expect_hi && thi == expect_thi && tlo < thi && lo == offsets[tlo],
+                     "bucket %zu: [%zu, %zu), parts [%zu, %zu)", k, lo, hi, tlo, thi);
+            expect_hi = lo;
+            expect_thi = tlo;
+        }
+        MH_CHECK(h, expect_hi == 0 && expect_thi == 0, "the buckets do not reach offset 0");
+        int identity = 1;
+        for (size_t i = 0; i < nb && nb < 64; i++) {
+            size_t k = ob_optim_bucket_order(opt, i), tlo, thi;
+            MH_CHECK(h, k < nb && !seen[k], "order[%zu] = %zu", i, k);
+            if (k >= nb) break;
+            seen[k] = 1;
+            identity &= k == i;
+            ob_optim_bucket(opt, k, NULL, NULL, &tlo, &thi);
+            size_t key = staged ? key_of(m, tlo, thi) : n - 1 - tlo;
+            MH_CHECK(h, key >= prev, "order[%zu] = bucket %zu complete at %zu, before %zu", i, k,
+                     key, prev);
+            prev = key;
+            /* The first three: layer 1's qkvw, fcw and fcprojw, one each, before layer 0. */
+            if (staged && i < 3) {
+                MH_CHECK(h, thi == tlo + 1 && key < layer0,
+                         "order[%zu]: bucket %zu of parts [%zu, %zu), complete at %zu (layer 0 "
+                         "from %zu)",
+                         i, k, tlo, thi, key, layer0);
+                size_t j = (tlo - 2) / L;
+                MH_CHECK(h, (tlo - 2) % L == 1 && (j == 2 || j == 8 || j == 10),
+                         "order[%zu] is part %zu, not a large slice of layer 1", i, tlo);
+            }
+        }
+        MH_CHECK(h, staged ? !identity : identity, "staged %d: order %s the index order", staged,
+                 identity ? "is" : "is not");
+        ob_optim_destroy(opt);
+    }
+    free(offsets), free(stages), free(x);
     ob_model_destroy(m);
     ob_comm_destroy(comm);
 }
@@ -173,7 +276,7 @@ static void adam_against_reference(mpi_harness *h, size_t bucket_bytes, int whol
     ob_optim *opt = NULL;
     ob_err err = {0};
     MH_CHECK(h, ob_optim_create(&opt, &cfg, comm, x, d, &err) == OB_OK, "create: %s", err.msg);
-    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, offsets, nt, &err) == OB_OK, "layout");
+    MH_CHECK(h, opt && ob_optim_set_tensor_layout(opt, offsets, NULL, nt, &err) == OB_OK, "layout");
     if (!opt) return;
     size_t nb = ob_optim_num_buckets(opt);
     MH_CHECK(h, whole ? nb == 1 : nb > 1, "%zu buckets", nb);
@@ -569,6 +672,7 @@ int main(int argc, char **argv)
     mpi_harness h;
     mpi_harness_init(&h, &argc, &argv);
     MH_RUN(&h, plan_layouts);
+    MH_RUN(&h, plan_follows_the_backward);
     MH_RUN(&h, one_bucket_is_the_whole_vector_allreduce);
     MH_RUN(&h, buckets_are_allreduces_per_range);
     MH_RUN(&h, overlap_mlp_adam);

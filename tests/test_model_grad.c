@@ -515,6 +515,110 @@ static void test_tensor_table(void **state)
     ob_model_destroy(m);
 }
 
+/* ---- the gradient parts and the grad hook --------------------------------------------------- */
+
+/* What the hook saw: the parts in report order, and each part's gradient as it was then. */
+typedef struct hook_log {
+    const ob_model *m;
+    const float *grad;
+    float *seen;         /* (num_params) each part's values at its report */
+    size_t *order;       /* parts in report order */
+    unsigned char *hits; /* reports per part */
+    size_t n;
+} hook_log;
+
+static void record_part(void *user, size_t part)
+{
+    hook_log *h = user;
+    const ob_model_grad_part *p = ob_model_grad_part_at(h->m, part);
+    assert_non_null(p);
+    h->hits[part]++;
+    h->order[h->n++] = part;
+    memcpy(h->seen + p->offset, h->grad + p->offset, p->numel * sizeof(float));
+}
+
+/* The parts cover the buffer in order; the backward pass reports each once, in the order of
+ * their stages (index order within one), and no part's gradient changes after its report. */
+static void check_grad_parts(const ob_model_config *cfg, size_t expect_parts)
+{
+    ob_model *m = make_model(cfg);
+    size_t np = ob_model_num_params(m), nparts = ob_model_num_grad_parts(m);
+    assert_int_equal(nparts, expect_parts);
+    size_t next = 0;
+    for (size_t i = 0; i < nparts; i++) {
+        const ob_model_grad_part *p = ob_model_grad_part_at(m, i);
+        assert_int_equal(p->offset, next);
+        assert_true(p->numel > 0);
+        next += p->numel;
+    }
+    assert_int_equal(next, np);
+    assert_null(ob_model_grad_part_at(m, nparts));
+
+    test_data d = make_data(cfg, 2, 3);
+    float *params = make_params(m, 3), *g = malloc(np * sizeof *g);
+    hook_log h = {
+        m, g, calloc(np, sizeof(float)), calloc(nparts, sizeof(size_t)), calloc(nparts, 1), 0};
+    assert_non_null(g);
+    assert_non_null(h.seen);
+    assert_non_null(h.order);
+    assert_non_null(h.hits);
+    ob_model_set_grad_hook(m, record_part, &h);
+    assert_int_equal(ob_model_forward_backward(m, params, &d.batch, g, NULL, NULL), OB_OK);
+    assert_int_equal(h.n, nparts);
+    for (size_t i = 0; i < nparts; i++)
+        assert_int_equal(h.hits[i], 1);
+    for (size_t i = 1; i < nparts; i++) {
+        const ob_model_grad_part *a = ob_model_grad_part_at(m, h.order[i - 1]);
+        const ob_model_grad_part *b = ob_model_grad_part_at(m, h.order[i]);
+        assert_true(a->stage < b->stage || (a->stage == b->stage && h.order[i - 1] < h.order[i]));
+    }
+    /* Final when reported: the values then are the values at the end, bit for bit. */
+    assert_memory_equal(h.seen, g, np * sizeof *g);
+    /* Without a hook nothing is reported. */
+    ob_model_set_grad_hook(m, NULL, NULL);
+    h.n = 0;
+    assert_int_equal(ob_model_forward_backward(m, params, &d.batch, g, NULL, NULL), OB_OK);
+    assert_int_equal(h.n, 0);
+    free(h.seen), free(h.order), free(h.hits), free(g), free(params);
+    data_free(&d);
+    ob_model_destroy(m);
+}
+
+static void test_grad_parts(void **state)
+{
+    (void)state;
+    ob_model_config cfg;
+    ob_model_config_default(&cfg, OB_MODEL_MLP);
+    cfg.input_dim = 6;
+    cfg.hidden[0] = 5;
+    cfg.hidden[1] = 4;
+    cfg.num_hidden = 2;
+    cfg.num_classes = 3;
+    cfg.max_batch = 2;
+    check_grad_parts(&cfg, 6); /* the tensors */
+    for (int tied = 0; tied <= 1; tied++) {
+        cfg = tiny_tf(tied);
+        cfg.n_layer = 3;
+        /* wte, wpe, 12 stacked tensors in 3 slices, lnfw, lnfb, an untied lm_head */
+        check_grad_parts(&cfg, 2 + 12 * 3 + 2 + (tied ? 0 : 1));
+        /* Layer 2's slices are final before layer 1's, and those before layer 0's: the
+         * fcprojw slice of layer l (tensor 12 of the table, parts 2 + 10 * 3 + l) */
+        ob_model *m = make_model(&cfg);
+        const ob_model_grad_part *f2 = ob_model_grad_part_at(m, 2 + 10 * 3 + 2);
+        const ob_model_grad_part *f1 = ob_model_grad_part_at(m, 2 + 10 * 3 + 1);
+        const ob_model_grad_part *f0 = ob_model_grad_part_at(m, 2 + 10 * 3 + 0);
+        const ob_model_tensor *t = ob_model_tensor_at(m, 12);
+        assert_string_equal(t->name, "fcprojw");
+        assert_int_equal(f0->offset, t->offset);
+        assert_int_equal(f1->offset, t->offset + t->numel / 3);
+        assert_true(f2->stage < f1->stage && f1->stage < f0->stage);
+        /* wte last */
+        for (size_t i = 1; i < ob_model_num_grad_parts(m); i++)
+            assert_true(ob_model_grad_part_at(m, i)->stage <= ob_model_grad_part_at(m, 0)->stage);
+        ob_model_destroy(m);
+    }
+}
+
 /* ---- validation ---------------------------------------------------------------------------- */
 
 typedef struct bad_config {
@@ -775,6 +879,7 @@ int main(void)
         cmocka_unit_test(test_init_loss),
         cmocka_unit_test(test_init_deterministic),
         cmocka_unit_test(test_tensor_table),
+        cmocka_unit_test(test_grad_parts),
         cmocka_unit_test(test_invalid_config),
         cmocka_unit_test(test_invalid_batch),
         cmocka_unit_test(test_eval_matches_train),

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 SYSTEMS = ["onebit", "onebit-fp16", "onebit-short", "onebit-refresh", "onebit-short-fp8", "onebit-refresh-fp8",
-           "onebit-warm", "onebit-overlap", "adam", "adam-fp16", "adam-overlap",
+           "onebit-refresh-fp8-overlap", "onebit-warm", "onebit-overlap", "adam", "adam-fp16", "adam-overlap",
            "ddp-fp32", "ddp-fp16", "ddp-powersgd1", "ddp-powersgd4"]
 LABEL = {"onebit": "onebit 1-bit Adam", "onebit-overlap": "onebit 1-bit Adam, overlap",
          "onebit-fp16": "onebit 1-bit Adam, fp16 warmup",
@@ -16,6 +16,7 @@ LABEL = {"onebit": "onebit 1-bit Adam", "onebit-overlap": "onebit 1-bit Adam, ov
          "onebit-refresh": "onebit 1-bit Adam, short fp16 warmup + refresh",
          "onebit-short-fp8": "onebit 1-bit Adam, short fp8 warmup",
          "onebit-refresh-fp8": "onebit 1-bit Adam, short fp8 warmup + refresh",
+         "onebit-refresh-fp8-overlap": "onebit 1-bit Adam, short fp8 warmup + refresh, overlap",
          "onebit-warm": "onebit 1-bit Adam, warm start", "adam-fp16": "onebit Adam, fp16",
          "adam": "onebit Adam (fp32)", "adam-overlap": "onebit Adam, overlap", "ddp-fp32": "DDP fp32",
          "ddp-fp16": "DDP + fp16 hook", "ddp-powersgd1": "DDP + PowerSGD r1",
@@ -23,6 +24,7 @@ LABEL = {"onebit": "onebit 1-bit Adam", "onebit-overlap": "onebit 1-bit Adam, ov
 COLOR = {"onebit": "#7b2cbf", "onebit-overlap": "#c77dff", "onebit-fp16": "#3c096c",
          "onebit-warm": "#e0aaff", "onebit-short": "#10002b", "onebit-refresh": "#5a189a",
          "onebit-short-fp8": "#240046", "onebit-refresh-fp8": "#9d4edd",
+         "onebit-refresh-fp8-overlap": "#b5179e",
          "adam-fp16": "#1d6b62", "adam": "#2a9d8f",
          "adam-overlap": "#8ad1c8", "ddp-fp32": "#e76f51", "ddp-fp16": "#f4a261",
          "ddp-powersgd1": "#264653", "ddp-powersgd4": "#6c757d"}
@@ -107,7 +109,8 @@ def main():
           "per network namespace, links shaped with tc as in `docs/bandwidth/`; all ranks share the same 2",
           "CPU cores. Time to target: training time (evaluation left out, for every system) of the steps up",
           "to the first evaluation at or below the target eval loss (from onebit's Adam, unshaped: below).",
-          "One run per cell.", ""]
+          "Each cell is the latest run of its system; the cells run twice are compared in `README.md`",
+          "(\"Repeats\").", ""]
     plot_rows = {}
     for model in models:
         ref = events(os.path.join(logs, f"ref-{model}.jsonl"))
@@ -138,8 +141,9 @@ def main():
                " | 1-bit vs DDP fp32 | 1-bit vs best DDP | 1-bit fp16 vs DDP fp32 | 1-bit fp16 vs best DDP"
                " | short vs DDP fp32 | short vs best DDP | refresh vs DDP fp32 | refresh vs best DDP"
                " | short fp8 vs DDP fp32 | short fp8 vs best DDP | refresh fp8 vs DDP fp32"
-               " | refresh fp8 vs best DDP | warm vs DDP fp32 | warm vs best DDP |",
-               "|---|" + "---|" * (len(SYSTEMS) + 14)]
+               " | refresh fp8 vs best DDP | refresh fp8 overlap vs DDP fp32 | refresh fp8 overlap vs best DDP"
+               " | warm vs DDP fp32 | warm vs best DDP |",
+               "|---|" + "---|" * (len(SYSTEMS) + 16)]
         detail = ["", "Step times per phase [ms] (median; for onebit 1-bit Adam: warmup / compression; "
                   "PowerSGD: before / after its start iteration) and the run's freeze step:", "",
                   "| bandwidth | " + " | ".join(LABEL[s] for s in SYSTEMS) + " |", "|---|" + "---|" * len(SYSTEMS)]
@@ -173,7 +177,7 @@ def main():
             fp32 = res["ddp-fp32"] and res["ddp-fp32"].get("ttt")
             ratios = []
             for mine in ("onebit", "onebit-fp16", "onebit-short", "onebit-refresh", "onebit-short-fp8",
-                         "onebit-refresh-fp8", "onebit-warm"):
+                         "onebit-refresh-fp8", "onebit-refresh-fp8-overlap", "onebit-warm"):
                 one = res[mine] and res[mine].get("ttt")
                 ratios.append(f"**{fp32 / one:.2f}x**" if one and fp32 else "-")
                 ratios.append(f"**{min(ddp) / one:.2f}x**" if one and ddp else "-")

@@ -26,7 +26,9 @@
 #                                     onebit-short: a short warmup, freeze_step SHORT_FREEZE
 #                                     (default 16) with its gradients in fp16 (onebit-short-fp8:
 #                                     in fp8, as onebit-refresh-fp8); onebit-refresh:
-#                                     the same with refresh_steps REFRESH_STEPS (default 16))
+#                                     the same with refresh_steps REFRESH_STEPS (default 16);
+#                                     onebit-refresh-fp8-overlap: onebit-refresh-fp8 with
+#                                     overlap: true and bucket_mb: 1)
 #                                     [--quick] [--no-compute] [--no-ref] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
 #   --long       a later target: the MLP's from step 1200 of the reference (cap 1800 steps, eval
@@ -255,6 +257,7 @@ for rate in $RATES; do
         onebit-refresh) onebit_run "$name" "$model" "$ONEBIT_REFRESH" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-short-fp8) onebit_run "$name" "$model" "$ONEBIT_SHORT8" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-refresh-fp8) onebit_run "$name" "$model" "$ONEBIT_REFRESH8" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-refresh-fp8-overlap) onebit_run "$name" "$model" "${ONEBIT_REFRESH8%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-warm)
           SPEC_EXTRA="warm_start: {from: $ROOT/$BUILD/peers-src-$model/$(sed -n 's/^name: //p' "bench/net/specs/$model.yaml"), params: false}" \
             onebit_run "$name" "$model" "$ONEBIT" "${!cap}" "${!eval}" "$target" || true ;;

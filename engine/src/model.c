@@ -262,6 +262,7 @@ int ob_model_on_device(const ob_model *m)
 void ob_model_destroy(ob_model *m)
 {
     if (!m) return;
+    free(m->parts);
     ob__cls_cuda_destroy(m->cuda);
     ob_aligned_free(m->acts_block);
     free(m);
@@ -290,6 +291,35 @@ size_t ob_model_num_tensors(const ob_model *m)
 const ob_model_tensor *ob_model_tensor_at(const ob_model *m, size_t i)
 {
     return i < m->num_tensors ? &m->tensors[i] : NULL;
+}
+
+ob_status ob__model_set_parts(ob_model *m, size_t n, ob_err *err)
+{
+    free(m->parts);
+    m->num_parts = 0;
+    m->parts = calloc(n, sizeof *m->parts);
+    if (!m->parts) return OB_ERR(err, OB_ERR_NOMEM, "%zu gradient parts", n);
+    m->num_parts = n;
+    return OB_OK;
+}
+
+ob_status ob__model_parts_are_tensors(ob_model *m, const size_t *stages, ob_err *err)
+{
+    ob_status st = ob__model_set_parts(m, m->num_tensors, err);
+    if (st) return st;
+    for (size_t i = 0; i < m->num_tensors; i++)
+        m->parts[i] = (ob_model_grad_part){m->tensors[i].offset, m->tensors[i].numel, stages[i]};
+    return OB_OK;
+}
+
+size_t ob_model_num_grad_parts(const ob_model *m)
+{
+    return m->num_parts;
+}
+
+const ob_model_grad_part *ob_model_grad_part_at(const ob_model *m, size_t i)
+{
+    return i < m->num_parts ? &m->parts[i] : NULL;
 }
 
 void ob_model_init_params(const ob_model *m, float *params, uint64_t seed)

@@ -96,6 +96,10 @@ struct ob_model {
     /* Non-NULL for a device model: its activations live on the device, acts_block stays NULL
      * and logits points at the pinned host copy the device pass fills. */
     ob__cls_cuda *cuda;
+    /* The gradient's parts as the backward pass reports them final (ob_model_grad_part_at),
+     * in buffer order; allocated by ob__model_set_parts. */
+    ob_model_grad_part *parts;
+    size_t num_parts;
     ob_model_grad_hook grad_hook; /* ob_model_set_grad_hook; NULL: none */
     void *grad_hook_user;
     union {
@@ -104,7 +108,13 @@ struct ob_model {
     } acts;
 };
 
-/* Reports tensors [first, first + count) final to the grad hook, if one is set. */
+/* Allocates the table of n gradient parts (m->parts, zeroed) for the kind's build to fill. */
+ob_status ob__model_set_parts(ob_model *m, size_t n, ob_err *err);
+
+/* The parts are the tensors, tensor i final at stages[i]. */
+ob_status ob__model_parts_are_tensors(ob_model *m, const size_t *stages, ob_err *err);
+
+/* Reports gradient parts [first, first + count) final to the grad hook, if one is set. */
 void ob__model_grad_final(const ob_model *m, size_t first, size_t count);
 
 /* Checked size arithmetic for the layout tables: returns a * b * c * d, or sets *overflow and

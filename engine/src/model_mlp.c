@@ -62,6 +62,12 @@ ob_status ob__cls_build(ob_model *m, ob_err *err)
     if (st) return st;
     st = ob__model_add_tensor(m, "output.bias", 0.0f, 0.0f, cfg->num_classes, 0, 0, err);
     if (st) return st;
+    /* The backward pass finishes layer i's weight and bias together, the output layer first. */
+    size_t stages[2 * OB_MODEL_MAX_HIDDEN + 2];
+    for (size_t i = 0; i <= nh; i++)
+        stages[2 * i] = stages[2 * i + 1] = nh - i;
+    st = ob__model_parts_are_tensors(m, stages, err);
+    if (st) return st;
     /* A device model keeps its activations on the device (model_cuda.cu). */
     if (m->cuda) return OB_OK;
 

@@ -34,6 +34,56 @@ typedef struct tf_tensors {
     float *lm_head;  // (V, C): wte itself when the output is tied
 } tf_tensors;
 
+/* The gradient parts (ob_model_grad_part_at): wte, wpe, each stacked block tensor cut into its
+ * layers' slices, lnfw, lnfb, an untied lm_head. */
+#define TF_STACKED (OB__TF_LNFW - OB__TF_LN1W) /* block tensors stacked over the layers */
+static size_t part_of(size_t tensor, size_t layer, size_t L)
+{
+    if (tensor < OB__TF_LN1W) return tensor;
+    if (tensor < OB__TF_LNFW) return 2 + (tensor - OB__TF_LN1W) * L + layer;
+    return 2 + TF_STACKED * L + (tensor - OB__TF_LNFW);
+}
+
+/* The pairs of a block in the order its backward pass finishes them: weight, then bias. */
+static const size_t k_block_pairs[] = {OB__TF_FCPROJW,  OB__TF_FCW,  OB__TF_LN2W,
+                                       OB__TF_ATTPROJW, OB__TF_QKVW, OB__TF_LN1W};
+
+/* The pair (weight, bias) of layer l is final. */
+static void final_pair(const ob_model *m, size_t weight, size_t l)
+{
+    size_t L = m->cfg.n_layer;
+    ob__model_grad_final(m, part_of(weight, l, L), 1);
+    ob__model_grad_final(m, part_of(weight + 1, l, L), 1);
+}
+
+/* The parts table, with the stages in the order tf_backward reports them. */
+static ob_status tf_parts(ob_model *m, ob_err *err)
+{
+    size_t L = m->cfg.n_layer, n = 2 + TF_STACKED * L + (m->cfg.tied_output ? 2 : 3);
+    ob_status st = ob__model_set_parts(m, n, err);
+    if (st) return st;
+    for (size_t t = 0; t < m->num_tensors; t++) {
+        const ob_model_tensor *x = &m->tensors[t];
+        int stacked = t >= OB__TF_LN1W && t < OB__TF_LNFW;
+        size_t slices = stacked ? L : 1, each = x->numel / slices;
+        for (size_t l = 0; l < slices; l++)
+            m->parts[part_of(t, l, L)] = (ob_model_grad_part){x->offset + l * each, each, 0};
+    }
+    size_t s = 0;
+    if (!m->cfg.tied_output) m->parts[part_of(OB__TF_LM_HEAD, 0, L)].stage = s++;
+    m->parts[part_of(OB__TF_LNFW, 0, L)].stage = s;
+    m->parts[part_of(OB__TF_LNFB, 0, L)].stage = s++;
+    for (size_t l = L; l-- > 0;) {
+        for (size_t i = 0; i < sizeof k_block_pairs / sizeof k_block_pairs[0]; i++) {
+            m->parts[part_of(k_block_pairs[i], l, L)].stage = s;
+            m->parts[part_of(k_block_pairs[i] + 1, l, L)].stage = s++;
+        }
+    }
+    m->parts[part_of(OB__TF_WPE, 0, L)].stage = s++;
+    m->parts[part_of(OB__TF_WTE, 0, L)].stage = s;
+    return OB_OK;
+}
+
 ob_status ob__tf_build(ob_model *m, ob_err *err)
 {
     const ob_model_config *cfg = &m->cfg;
@@ -75,6 +125,8 @@ ob_status ob__tf_build(ob_model *m, ob_err *err)
                                             table[i].d0, table[i].d1, table[i].d2, err);
         if (st) return st;
     }
+    ob_status pst = tf_parts(m, err);
+    if (pst) return pst;
 
     /* The activation table. */
     ob__tf_acts *a = &m->acts.tf;
@@ -193,11 +245,11 @@ static void tf_backward(ob_model *m, const tf_tensors *p, const tf_tensors *g,
     /* a->probs already holds d loss / d logits. For a tied output, g->lm_head is g->wte and the
      * embedding gradient below adds to it. */
     ob__linear_backward(a->dbtc, g->lm_head, NULL, a->probs, a->lnf, p->lm_head, BT, C, V);
-    if (!cfg->tied_output) ob__model_grad_final(m, OB__TF_LM_HEAD, 1);
+    if (!cfg->tied_output) ob__model_grad_final(m, part_of(OB__TF_LM_HEAD, 0, L), 1);
     memset(a->dres, 0, BT * C * sizeof(float));
     ob__layernorm_backward(a->dres, g->lnfw, g->lnfb, a->dbtc, a->residual3 + (L - 1) * BT * C,
                            p->lnfw, a->lnf_mean, a->lnf_rstd, BT, C);
-    ob__model_grad_final(m, OB__TF_LNFW, 2);
+    ob__model_grad_final(m, part_of(OB__TF_LNFW, 0, L), 2);
 
     /* dres is d loss / d residual3[l] on entry to each block and d loss / d residual3[l - 1]
      * (the block's input) on exit: the skip connections pass it through unchanged and each
@@ -215,27 +267,31 @@ static void tf_backward(ob_model *m, const tf_tensors *p, const tf_tensors *g,
         /* MLP branch: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))). */
         ob__linear_backward(a->dfch, g->fcprojw + l * C * 4 * C, g->fcprojb + l * C, a->dres,
                             fch_gelu, p->fcprojw + l * C * 4 * C, BT, 4 * C, C);
+        final_pair(m, OB__TF_FCPROJW, l);
         ob__act_backward(OB_ACT_GELU, a->dfch, a->dfch, fch, fch_gelu, BT * 4 * C);
         ob__linear_backward(a->dbtc, g->fcw + l * 4 * C * C, g->fcb + l * 4 * C, a->dfch, ln2,
                             p->fcw + l * 4 * C * C, BT, C, 4 * C);
+        final_pair(m, OB__TF_FCW, l);
         ob__layernorm_backward(a->dres, g->ln2w + l * C, g->ln2b + l * C, a->dbtc, residual2,
                                p->ln2w + l * C, a->ln2_mean + l * BT, a->ln2_rstd + l * BT, BT, C);
+        final_pair(m, OB__TF_LN2W, l);
 
         /* Attention branch: residual2 = residual + attproj(attention(qkv(ln1(residual)))). */
         ob__linear_backward(a->dbtc, g->attprojw + l * C * C, g->attprojb + l * C, a->dres, atty,
                             p->attprojw + l * C * C, BT, C, C);
+        final_pair(m, OB__TF_ATTPROJW, l);
         ob__attention_backward(a->dqkv, a->datt, a->dbtc, qkv, a->att + l * B * NH * T * T, B, T, C,
                                NH);
         ob__linear_backward(a->dbtc, g->qkvw + l * 3 * C * C, g->qkvb + l * 3 * C, a->dqkv, ln1,
                             p->qkvw + l * 3 * C * C, BT, C, 3 * C);
+        final_pair(m, OB__TF_QKVW, l);
         ob__layernorm_backward(a->dres, g->ln1w + l * C, g->ln1b + l * C, a->dbtc, residual,
                                p->ln1w + l * C, a->ln1_mean + l * BT, a->ln1_rstd + l * BT, BT, C);
+        final_pair(m, OB__TF_LN1W, l);
     }
-    /* The blocks' tensors are stacked over the layers: final once layer 0 is done. */
-    ob__model_grad_final(m, OB__TF_LN1W, OB__TF_LNFW - OB__TF_LN1W);
     ob__embed_backward(g->wte, g->wpe, a->dres, batch->tokens, T + 1, B, T, C);
-    ob__model_grad_final(m, OB__TF_WPE, 1);
-    ob__model_grad_final(m, OB__TF_WTE, 1);
+    ob__model_grad_final(m, part_of(OB__TF_WPE, 0, L), 1);
+    ob__model_grad_final(m, part_of(OB__TF_WTE, 0, L), 1);
 }
 
 void ob__tf_forward_backward(ob_model *m, const float *params, const ob_batch *batch, float *grad,

@@ -281,9 +281,11 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
             st = ob_f16sum_create(&o->f16, comm, d, err);
         if (st != OB_OK) goto fail;
     }
-    if ((st = ob__buckets_plan(&o->plan, d, NULL, 0, cfg->bucket_bytes, err)) != OB_OK) goto fail;
-    if (o->car && (st = ob__buckets_segments(&o->cplan, d, NULL, 0, ob_car_segment_bounds(o->car),
-                                             ob_car_num_segments(o->car), err)) != OB_OK)
+    if ((st = ob__buckets_plan(&o->plan, d, NULL, NULL, 0, cfg->bucket_bytes, err)) != OB_OK)
+        goto fail;
+    if (o->car &&
+        (st = ob__buckets_segments(&o->cplan, d, NULL, NULL, 0, ob_car_segment_bounds(o->car),
+                                   ob_car_num_segments(o->car), err)) != OB_OK)
         goto fail;
     if (cfg->overlap) {
         if (o->dev) {
@@ -482,27 +484,33 @@ static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int grads,
 /* --- buckets and the overlap -------------------------------------------------------------- */
 
 /* The compressed mode's momentum exchange follows the fp32 buckets: the car is cut where they
- * start (rounded up to its grid), so that the compression phase can be overlapped bucket by
- * bucket too; *cplan is its plan over the tensors. Other modes (and a device) keep one
- * segment. */
-static ob_status segment_car(ob_optim *o, const ob__buckets *plan, const size_t *offsets, size_t n,
-                             ob__buckets *cplan, ob_err *err)
+ * start, each cut moved onto its grid of N*B towards the bucket that is complete later (so that
+ * the earlier one's segment holds none of the later one's tensors, and is complete when it is);
+ * *cplan is its plan over the tensors. Other modes (and a device) keep one segment. */
+static ob_status segment_car(ob_optim *o, const ob__buckets *plan, const size_t *offsets,
+                             const size_t *stages, size_t n, ob__buckets *cplan, ob_err *err)
 {
     int compressed = o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_COMPRESSED;
     if (compressed && !o->dev && plan->n > 1) {
+        size_t grid = (size_t)ob_comm_size(o->comm) * ob_car_block_size(o->car);
         size_t *cuts = malloc(plan->n * sizeof *cuts);
         if (!cuts) return OB_ERR(err, OB_ERR_NOMEM, "segments");
-        for (size_t i = 0; i < plan->n; i++) /* bucket 0 ends the buffer */
-            cuts[i] = plan->b[plan->n - 1 - i].lo;
+        /* Bucket 0 ends the buffer: cut i is where bucket n-1-i starts, above bucket n-i. */
+        for (size_t i = 0; i < plan->n; i++) {
+            size_t above = plan->n - 1 - i, c = plan->b[above].lo;
+            if (i > 0 && plan->key[above + 1] < plan->key[above]) c -= c % grid; /* below first */
+            cuts[i] = i > 0 && c < cuts[i - 1] ? cuts[i - 1] : c;
+        }
         ob_status st = ob_car_set_segments(o->car, cuts, plan->n, err);
         free(cuts);
         if (st != OB_OK) return st;
     }
-    return ob__buckets_segments(cplan, o->d, offsets, n, ob_car_segment_bounds(o->car),
+    return ob__buckets_segments(cplan, o->d, offsets, stages, n, ob_car_segment_bounds(o->car),
                                 ob_car_num_segments(o->car), err);
 }
 
-ob_status ob_optim_set_tensor_layout(ob_optim *o, const size_t *offsets, size_t n, ob_err *err)
+ob_status ob_optim_set_tensor_layout(ob_optim *o, const size_t *offsets, const size_t *stages,
+                                     size_t n, ob_err *err)
 {
     if (o->layout_set || o->step > 0 || ob__overlap_armed(o->ov))
         return OB_ERR(err, OB_ERR_STATE,
@@ -510,8 +518,8 @@ ob_status ob_optim_set_tensor_layout(ob_optim *o, const size_t *offsets, size_t 
     if (!offsets || n == 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "tensor layout: no tensors");
     ob__buckets plan, cplan;
     memset(&cplan, 0, sizeof cplan);
-    ob_status st = ob__buckets_plan(&plan, o->d, offsets, n, o->cfg.bucket_bytes, err);
-    if (st == OB_OK && o->car) st = segment_car(o, &plan, offsets, n, &cplan, err);
+    ob_status st = ob__buckets_plan(&plan, o->d, offsets, stages, n, o->cfg.bucket_bytes, err);
+    if (st == OB_OK && o->car) st = segment_car(o, &plan, offsets, stages, n, &cplan, err);
     if (st != OB_OK) {
         ob__buckets_free(&plan);
         ob__buckets_free(&cplan);
@@ -540,6 +548,11 @@ void ob_optim_bucket(const ob_optim *o, size_t k, size_t *lo, size_t *hi, size_t
     if (hi) *hi = b.hi;
     if (tensor_lo) *tensor_lo = b.tensor_lo;
     if (tensor_hi) *tensor_hi = b.tensor_hi;
+}
+
+size_t ob_optim_bucket_order(const ob_optim *o, size_t i)
+{
+    return i < o->plan.n ? o->plan.order[i] : 0;
 }
 
 int ob_optim_overlap_active(const ob_optim *o)
@@ -798,8 +811,10 @@ static ob_status exchange_compressed(ob_optim *o, const float *grad, const ob_ad
         o->tim.wait_s += t1 - t0;
         o->buckets_early += early;
     } else {
-        for (size_t b = 0; b < o->cplan.n && st == OB_OK; b++)
+        for (size_t i = 0; i < o->cplan.n && st == OB_OK; i++) {
+            size_t b = o->cplan.order[i];
             st = compress_bucket(o, b, &o->cplan.b[b], grad, k, err);
+        }
         if (st != OB_OK) return st;
     }
     o->buckets_exchanged += o->cplan.n;

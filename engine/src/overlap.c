@@ -14,7 +14,11 @@ void ob__buckets_free(ob__buckets *p)
 {
     if (!p) return;
     free(p->b);
-    free(p->tensor_bucket);
+    free(p->key);
+    free(p->order);
+    free(p->rank);
+    free(p->tensor_first);
+    free(p->tensor_last);
     free(p->pending);
     free(p->is_final);
     memset(p, 0, sizeof *p);
@@ -34,16 +38,31 @@ static ob_status check_offsets(size_t d, const size_t *offsets, size_t n, ob_err
     return OB_OK;
 }
 
+/* The stage of tensor t: the caller's, or (stages NULL) the order of a backward pass that
+ * finishes the tensors from the last to the first. */
+static size_t stage_of(const size_t *stages, size_t num_tensors, size_t t)
+{
+    return stages ? stages[t] : num_tensors - 1 - t;
+}
+
+/* Where tensor t ends: where the next starts, d for the last. */
+static size_t tensor_end(const size_t *offsets, size_t num_tensors, size_t d, size_t t)
+{
+    return t + 1 < num_tensors ? offsets[t + 1] : d;
+}
+
 /* What both plans start with: the tensor table (offsets NULL: one tensor, the whole vector;
- * *offsets and *num_tensors are replaced then) checked against d, and arrays for up to
+ * *offsets, *stages and *num_tensors are replaced then) checked against d, and arrays for up to
  * max_buckets buckets. */
-static ob_status plan_start(ob__buckets *out, size_t d, const size_t **offsets, size_t *num_tensors,
-                            size_t max_buckets, ob_err *err)
+static ob_status plan_start(ob__buckets *out, size_t d, const size_t **offsets,
+                            const size_t **stages, size_t *num_tensors, size_t max_buckets,
+                            ob_err *err)
 {
     static const size_t whole = 0;
     memset(out, 0, sizeof *out);
     if (!*offsets) {
         *offsets = &whole;
+        *stages = NULL;
         *num_tensors = 1;
     }
     if (d == 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "bucket plan: d = 0");
@@ -52,42 +71,88 @@ static ob_status plan_start(ob__buckets *out, size_t d, const size_t **offsets, 
     out->d = d;
     out->num_tensors = *num_tensors;
     out->b = calloc(max_buckets, sizeof *out->b);
+    out->key = calloc(max_buckets, sizeof *out->key);
+    out->order = calloc(max_buckets, sizeof *out->order);
+    out->rank = calloc(max_buckets, sizeof *out->rank);
     out->pending = calloc(max_buckets, sizeof *out->pending);
-    out->tensor_bucket = calloc(*num_tensors, sizeof *out->tensor_bucket);
+    out->tensor_first = calloc(*num_tensors, sizeof *out->tensor_first);
+    out->tensor_last = calloc(*num_tensors, sizeof *out->tensor_last);
     out->is_final = calloc(*num_tensors, 1);
-    if (!out->b || !out->pending || !out->tensor_bucket || !out->is_final)
+    if (!out->b || !out->key || !out->order || !out->rank || !out->pending || !out->tensor_first ||
+        !out->tensor_last || !out->is_final)
         return OB_ERR(err, OB_ERR_NOMEM, "bucket plan of %zu tensors, %zu buckets", *num_tensors,
                       max_buckets);
     return OB_OK;
 }
 
-/* The plan holds its n buckets: each tensor learns its bucket. */
-static void plan_finish(ob__buckets *out, size_t n)
+/* Exchange order: by the stage at which a bucket is complete, ties by index (so it is the same
+ * on every rank, and 0 .. n-1 for the default stages). */
+static int by_rank(const void *a, const void *b)
 {
-    out->n = n;
-    for (size_t k = 0; k < n; k++) {
-        for (size_t t = out->b[k].tensor_lo; t < out->b[k].tensor_hi; t++)
-            out->tensor_bucket[t] = k;
-    }
+    const ob__bucket_rank *x = a, *y = b;
+    if (x->key != y->key) return x->key < y->key ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
 }
 
-ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, size_t num_tensors,
-                           size_t bucket_bytes, ob_err *err)
+/* The plan holds its n buckets: each tensor learns the buckets it overlaps (a contiguous range
+ * of indices), each bucket the stage at which it is complete, and the exchange order. */
+static void plan_finish(ob__buckets *out, size_t n, const size_t *stages)
+{
+    out->n = n;
+    for (size_t t = 0; t < out->num_tensors; t++)
+        out->tensor_first[t] = SIZE_MAX;
+    for (size_t k = 0; k < n; k++) {
+        size_t key = 0;
+        for (size_t t = out->b[k].tensor_lo; t < out->b[k].tensor_hi; t++) {
+            size_t s = stage_of(stages, out->num_tensors, t);
+            key = s > key ? s : key;
+            if (out->tensor_first[t] == SIZE_MAX) out->tensor_first[t] = k;
+            out->tensor_last[t] = k;
+        }
+        out->key[k] = key;
+    }
+    ob__bucket_rank *r = out->rank;
+    for (size_t k = 0; k < n; k++)
+        r[k] = (ob__bucket_rank){out->key[k], k};
+    qsort(r, n, sizeof *r, by_rank);
+    for (size_t i = 0; i < n; i++)
+        out->order[i] = r[i].k;
+}
+
+ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, const size_t *stages,
+                           size_t num_tensors, size_t bucket_bytes, ob_err *err)
 {
     /* At most one bucket per tensor. */
-    ob_status st = plan_start(out, d, &offsets, &num_tensors, num_tensors ? num_tensors : 1, err);
+    ob_status st =
+        plan_start(out, d, &offsets, &stages, &num_tensors, num_tensors ? num_tensors : 1, err);
     if (st != OB_OK) return st;
 
     /* 0 bytes: one bucket; a request that rounds above d floats also gives one. */
     size_t min_floats = bucket_bytes == 0 ? d : (bucket_bytes + sizeof(float) - 1) / sizeof(float);
-    size_t n = 0, hi = d, t_hi = num_tensors;
+    size_t half = min_floats / 2 + min_floats % 2;
+    /* The open bucket holds tensors [t + 1, t_hi), floats [offsets[t + 1], hi), and is complete
+     * at stage `late`. */
+    size_t n = 0, hi = d, t_hi = num_tensors, late = 0;
     for (size_t t = num_tensors; t-- > 0;) {
-        size_t lo = offsets[t];
-        if (hi - lo < min_floats && t > 0) continue; /* not full yet: take the next tensor too */
-        out->b[n++] = (ob__bucket){lo, hi, t, t_hi};
-        hi = lo;
-        t_hi = t;
+        size_t end = tensor_end(offsets, num_tensors, d, t), size = end - offsets[t];
+        size_t s = stage_of(stages, num_tensors, t);
+        if (t_hi > t + 1) {
+            size_t have = hi - end;
+            int cut = have >= min_floats ||
+                      /* a large tensor finished before the open bucket's last one */
+                      (s < late && size >= half) ||
+                      /* a large tensor finished well after a large open bucket: other
+                       * tensors become final in between */
+                      (s > late + 1 && have >= half && size >= half);
+            if (cut) {
+                out->b[n++] = (ob__bucket){end, hi, t + 1, t_hi};
+                hi = end;
+                t_hi = t + 1;
+            }
+        }
+        late = t_hi == t + 1 ? s : (s > late ? s : late);
     }
+    out->b[n++] = (ob__bucket){0, hi, 0, t_hi};
     /* The walk closed the last bucket at offset 0; if it came out short, join it to the one
      * before (which ends where it starts), so that every bucket holds at least min_floats. */
     if (n > 1 && out->b[n - 1].hi - out->b[n - 1].lo < min_floats) {
@@ -95,33 +160,35 @@ ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, si
         out->b[n - 2].tensor_lo = out->b[n - 1].tensor_lo;
         n--;
     }
-    plan_finish(out, n);
+    plan_finish(out, n, stages);
     return OB_OK;
 }
 
 ob_status ob__buckets_segments(ob__buckets *out, size_t d, const size_t *offsets,
-                               size_t num_tensors, const size_t *bounds, size_t nseg, ob_err *err)
+                               const size_t *stages, size_t num_tensors, const size_t *bounds,
+                               size_t nseg, ob_err *err)
 {
     if (d == 0 || nseg == 0 || bounds[0] != 0 || bounds[nseg] < d || bounds[nseg - 1] >= d) {
         memset(out, 0, sizeof *out);
         return OB_ERR(err, OB_ERR_INVALID_ARG, "segment plan: %zu segments for d = %zu", nseg, d);
     }
-    ob_status st = plan_start(out, d, &offsets, &num_tensors, nseg, err);
+    ob_status st = plan_start(out, d, &offsets, &stages, &num_tensors, nseg, err);
     if (st != OB_OK) return st;
-    /* Bucket k is segment nseg-1-k; it holds the tensors whose last element lies in it. */
-    size_t t_hi = num_tensors;
+    /* Bucket k is segment nseg-1-k; it holds every tensor that overlaps it. */
+    size_t t_hi = num_tensors; /* tensors at or above t_hi lie wholly above the segment */
     for (size_t k = 0; k < nseg; k++) {
         size_t s = nseg - 1 - k, lo = bounds[s], hi = bounds[s + 1] < d ? bounds[s + 1] : d;
-        if (lo >= hi)
+        if (lo >= hi || (k > 0 && hi != out->b[k - 1].lo))
             return OB_ERR(err, OB_ERR_INVALID_ARG, "segment plan: segment %zu is [%zu, %zu)", s, lo,
                           hi);
-        size_t t_lo = t_hi; /* tensor t ends at offsets[t + 1] (d for the last) */
-        while (t_lo > 0 && (t_lo < num_tensors ? offsets[t_lo] : d) > lo)
+        while (t_hi > 0 && offsets[t_hi - 1] >= hi)
+            t_hi--;
+        size_t t_lo = t_hi; /* the first tensor that ends above lo */
+        while (t_lo > 0 && tensor_end(offsets, num_tensors, d, t_lo - 1) > lo)
             t_lo--;
         out->b[k] = (ob__bucket){lo, hi, t_lo, t_hi};
-        t_hi = t_lo;
     }
-    plan_finish(out, nseg);
+    plan_finish(out, nseg, stages);
     return OB_OK;
 }
 
@@ -153,8 +220,9 @@ ob_status ob__sum_job_run(void *job, size_t k, const ob__bucket *b, ob_err *err)
 ob_status ob__buckets_exchange_all(ob_comm *comm, ob_f16sum *f16, int dev, void *stream,
                                    const ob__buckets *p, const float *src, float *dst, ob_err *err)
 {
-    for (size_t k = 0; k < p->n; k++) {
-        ob_status st = ob__bucket_exchange(comm, f16, dev, stream, &p->b[k], src, dst, err);
+    for (size_t i = 0; i < p->n; i++) {
+        ob_status st =
+            ob__bucket_exchange(comm, f16, dev, stream, &p->b[p->order[i]], src, dst, err);
         if (st != OB_OK) return st;
     }
     return OB_OK;
@@ -172,14 +240,14 @@ struct ob__overlap {
     ob__buckets *plan; /* the armed step's plan, NULL when not armed */
     ob__bucket_fn fn;  /* the armed step's work per bucket, and its context */
     void *ctx;
-    size_t published; /* buckets 0 .. published-1 are handed to the thread */
-    size_t exchanged; /* buckets 0 .. exchanged-1 are done (or skipped after a failure) */
+    size_t published; /* buckets order[0 .. published) are handed to the thread */
+    size_t exchanged; /* buckets order[0 .. exchanged) are done (or skipped after a failure) */
     ob_status failed; /* first failure of this step */
     ob_err fail_err;
     int stop;
 
     /* The main thread's alone: */
-    size_t complete; /* buckets 0 .. complete-1 have every tensor final */
+    size_t complete; /* buckets order[0 .. complete) have every tensor final */
 };
 
 static void *comm_main(void *arg)
@@ -190,7 +258,7 @@ static void *comm_main(void *arg)
         while (!ov->stop && ov->exchanged == ov->published)
             pthread_cond_wait(&ov->work, &ov->mu);
         if (ov->stop) break;
-        size_t k = ov->exchanged;
+        size_t k = ov->plan->order[ov->exchanged];
         const ob__bucket b = ov->plan->b[k];
         ob__bucket_fn fn = ov->fn;
         void *ctx = ov->ctx;
@@ -271,12 +339,13 @@ int ob__overlap_armed(const ob__overlap *ov)
     return ov && ov->plan != NULL;
 }
 
-/* Hands buckets complete .. up to the first incomplete one to the thread. */
+/* Hands the buckets of the exchange order from `complete` up to the first incomplete one to
+ * the thread. */
 static void publish(ob__overlap *ov)
 {
     const ob__buckets *p = ov->plan;
     size_t before = ov->complete;
-    while (ov->complete < p->n && p->pending[ov->complete] == 0)
+    while (ov->complete < p->n && p->pending[p->order[ov->complete]] == 0)
         ov->complete++;
     if (ov->complete == before) return;
     pthread_mutex_lock(&ov->mu);
@@ -290,7 +359,8 @@ void ob__overlap_tensor_final(ob__overlap *ov, size_t t)
     ob__buckets *p = ov ? ov->plan : NULL;
     if (!p || t >= p->num_tensors || p->is_final[t]) return;
     p->is_final[t] = 1;
-    p->pending[p->tensor_bucket[t]]--;
+    for (size_t k = p->tensor_first[t]; k <= p->tensor_last[t]; k++)
+        p->pending[k]--;
     publish(ov);
 }
 

@@ -95,19 +95,23 @@ static ob_status build_params(ob_trainer *t, ob_err *err)
     return OB_OK;
 }
 
-/* The fp32 exchange's buckets follow the model's tensors; with the overlap, the backward pass
- * reports each finished tensor to the optimizer. On a device the exchange stays one NCCL
- * allreduce of the whole vector after the backward pass (each NCCL collective synchronises its
- * stream, so buckets there would only add waits). */
+/* The exchanges' buckets follow the model's gradient parts and the order in which the
+ * backward pass finishes them; with the overlap, the backward pass reports each finished part
+ * to the optimizer. On a device the exchange stays one NCCL allreduce of the whole vector after
+ * the backward pass (each NCCL collective synchronises its stream, so buckets there would only
+ * add waits). */
 static ob_status set_buckets(ob_trainer *t, ob_err *err)
 {
     if (t->dev) return OB_OK;
-    size_t n = ob_model_num_tensors(t->model);
-    size_t *offsets = malloc(n * sizeof *offsets);
-    if (!offsets) return OB_ERR(err, OB_ERR_NOMEM, "tensor offsets");
-    for (size_t i = 0; i < n; i++)
-        offsets[i] = ob_model_tensor_at(t->model, i)->offset;
-    ob_status st = ob_optim_set_tensor_layout(t->opt, offsets, n, err);
+    size_t n = ob_model_num_grad_parts(t->model);
+    size_t *offsets = malloc(2 * n * sizeof *offsets);
+    if (!offsets) return OB_ERR(err, OB_ERR_NOMEM, "gradient parts");
+    size_t *stages = offsets + n;
+    for (size_t i = 0; i < n; i++) {
+        offsets[i] = ob_model_grad_part_at(t->model, i)->offset;
+        stages[i] = ob_model_grad_part_at(t->model, i)->stage;
+    }
+    ob_status st = ob_optim_set_tensor_layout(t->opt, offsets, stages, n, err);
     free(offsets);
     if (st != OB_OK) return OB_WRAP(err, st, "optimizer");
     if (ob_optim_overlap_active(t->opt))

@@ -127,20 +127,37 @@ typedef struct ob_model_tensor {
 size_t ob_model_num_tensors(const ob_model *m);
 const ob_model_tensor *ob_model_tensor_at(const ob_model *m, size_t i);
 
-/* Reports that the gradient of tensor `tensor` (an index of the tensor table) is final for the
- * running ob_model_forward_backward call: the backward pass writes it no more. Called on the
- * thread that runs the pass, while the pass goes on; it must return quickly and must not call
- * the model. */
-typedef void (*ob_model_grad_hook)(void *user, size_t tensor);
+/* The gradient's parts: the ranges of the buffer that the CPU backward pass finishes one at a
+ * time, in buffer order (contiguous, not overlapping, together the whole buffer). stage is the
+ * position, among the backward pass's reports, of the report that names the part (0 first;
+ * parts reported together share it). Softmax/MLP: the tensors, the output layer's weight and
+ * bias at stage 0, then each hidden layer's pair from the last to the first. Transformer: "wte",
+ * "wpe", then each stacked block tensor cut into its L layers' slices (qkvw[0], qkvw[1], ...),
+ * then lnfw, lnfb and an untied lm_head; an untied lm_head is final first, then lnfw and lnfb,
+ * then layer L-1's slices pair by pair as its backward pass goes (fcproj, fc, ln2, attproj,
+ * qkv, ln1: weight and bias together), then those of layer L-2, ..., then wpe, then wte (a tied
+ * wte also collects the output projection's gradient, so it comes last). So a layer's gradient
+ * can leave while the earlier layers are still computing. ob_model_grad_part_at returns NULL
+ * when i is out of range; the entry is borrowed and valid for the model's lifetime. */
+typedef struct ob_model_grad_part {
+    size_t offset; /* first float of the part in the buffer */
+    size_t numel;
+    size_t stage;
+} ob_model_grad_part;
+size_t ob_model_num_grad_parts(const ob_model *m);
+const ob_model_grad_part *ob_model_grad_part_at(const ob_model *m, size_t i);
+
+/* Reports that gradient part `part` (an index of the parts table) is final for the running
+ * ob_model_forward_backward call: the backward pass writes it no more. Called on the thread
+ * that runs the pass, while the pass goes on; it must return quickly and must not call the
+ * model. */
+typedef void (*ob_model_grad_hook)(void *user, size_t part);
 
 /* Sets (fn non-NULL) or clears the hook (user borrowed, passed back to fn). During every call
- * of ob_model_forward_backward with a gradient buffer, the CPU backward pass reports each tensor
- * once, as soon as it is final, in the order it finishes them: softmax/MLP the output layer
- * first, then the hidden layers from the last to the first; the transformer an untied lm_head,
- * then lnfw and lnfb, then the blocks' tensors (stacked over the layers, (L, ...), so they are
- * final only when layer 0 is done), then wpe and wte (a tied wte also collects the output
- * projection's gradient, so it comes last). Not called when the loss is not finite (the
- * backward pass is then skipped) nor by a device model (ob_model_create_cuda). */
+ * of ob_model_forward_backward with a gradient buffer, the CPU backward pass reports each part
+ * once, as soon as it is final, in the order of the parts' stages (within a stage, in index
+ * order). Not called when the loss is not finite (the backward pass is then skipped) nor by a
+ * device model (ob_model_create_cuda). */
 void ob_model_set_grad_hook(ob_model *m, ob_model_grad_hook fn, void *user);
 
 /* Writes a deterministic initial point into params (caller-owned, ob_model_num_params floats):
@@ -167,7 +184,7 @@ typedef struct ob_model_result {
  * returns, so params must be ready with respect to that stream. grad, if
  * non-NULL, is overwritten (not accumulated) with d(mean loss)/d(params); it must not overlap
  * params. res (may be NULL) receives the loss and accuracy. A grad hook (ob_model_set_grad_hook)
- * hears of every tensor as its gradient becomes final.
+ * hears of every gradient part as it becomes final.
  *
  * Softmax/MLP read batch->x and batch->y; batch->input_dim must equal the config's, every label
  * must lie in [0, num_classes). The transformer reads batch->tokens; batch->context must equal

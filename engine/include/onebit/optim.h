@@ -240,17 +240,25 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
 void ob_optim_destroy(ob_optim *opt); /* accepts NULL */
 
 /* The tensors of the parameter buffer: tensor i starts at offsets[i] (ascending, offsets[0]
- * == 0, all below d; borrowed, read during the call), as in the model's tensor table. The fp32
- * exchange is then cut into buckets at these boundaries (cfg.bucket_bytes). Before it is called
- * the whole vector is one tensor, hence one bucket. Call it before the first step, at most
- * once (OB_ERR_STATE otherwise); OB_ERR_INVALID_ARG for offsets that do not fit d. */
-ob_status ob_optim_set_tensor_layout(ob_optim *opt, const size_t *offsets, size_t n, ob_err *err);
+ * == 0, all below d; borrowed, read during the call), as in the model's gradient parts
+ * (ob_model_grad_part_at), and its gradient is final at stages[i] of the backward pass (the
+ * order in which the model's grad hook reports it; NULL: the last tensor first, n - 1 - i). The
+ * fp32 exchange is then cut into buckets at these boundaries (cfg.bucket_bytes; a bucket also
+ * ends early where a large tensor is final at another time than the rest of it), and buckets
+ * are exchanged in the order in which they are complete. Before it is called the whole vector
+ * is one tensor, hence one bucket. Call it before the first step, at most once (OB_ERR_STATE
+ * otherwise); OB_ERR_INVALID_ARG for offsets that do not fit d. */
+ob_status ob_optim_set_tensor_layout(ob_optim *opt, const size_t *offsets, const size_t *stages,
+                                     size_t n, ob_err *err);
 
 /* The bucket plan: n buckets, bucket k covering floats [lo, hi) and tensors [tensor_lo,
- * tensor_hi); bucket 0 ends the buffer, and buckets are exchanged in index order. */
+ * tensor_hi); bucket 0 ends the buffer. ob_optim_bucket_order gives the i-th bucket of the
+ * exchange order (by the stage at which a bucket is complete, then by index; k = i for the
+ * default stages), 0 for i out of range. */
 size_t ob_optim_num_buckets(const ob_optim *opt);
 void ob_optim_bucket(const ob_optim *opt, size_t k, size_t *lo, size_t *hi, size_t *tensor_lo,
                      size_t *tensor_hi);
+size_t ob_optim_bucket_order(const ob_optim *opt, size_t i);
 
 /* 1 when cfg.overlap is in effect: a host communicator whose collectives may run on another
  * thread (ob_comm_any_thread). With cfg.overlap set on an MPI communicator whose MPI was
