@@ -51,20 +51,36 @@ static size_t tensor_offsets(const ob_model *m, size_t *out)
     return n;
 }
 
-/* Checks the plan of `opt` over the tensors of m for bucket_bytes; returns the bucket count. */
-static size_t check_plan(mpi_harness *h, const ob_optim *opt, const ob_model *m,
-                         size_t bucket_bytes)
+/* The buckets of `opt` cover d floats from the end down to 0, each ending where the one
+ * before starts and starting at a tensor of offsets[0 .. nt). */
+static void check_cover(mpi_harness *h, const ob_optim *opt, const size_t *offsets, size_t nt,
+                        size_t d)
 {
-    size_t nb = ob_optim_num_buckets(opt), d = ob_model_num_params(m);
-    size_t nt = ob_model_num_tensors(m), expect_hi = d, expect_thi = nt;
+    size_t nb = ob_optim_num_buckets(opt), expect_hi = d, expect_thi = nt;
     for (size_t k = 0; k < nb; k++) {
         size_t lo, hi, tlo, thi;
         ob_optim_bucket(opt, k, &lo, &hi, &tlo, &thi);
         MH_CHECK(h, hi == expect_hi && thi == expect_thi,
                  "bucket %zu of %zu: ends at %zu (tensor %zu), expected %zu (%zu)", k, nb, hi, thi,
                  expect_hi, expect_thi);
-        MH_CHECK(h, tlo < thi && lo == ob_model_tensor_at(m, tlo)->offset,
+        MH_CHECK(h, tlo < thi && tlo < nt && lo == offsets[tlo],
                  "bucket %zu starts at %zu, not at tensor %zu", k, lo, tlo);
+        expect_hi = lo;
+        expect_thi = tlo;
+    }
+    MH_CHECK(h, expect_hi == 0 && expect_thi == 0, "the buckets do not reach offset 0");
+}
+
+/* Checks the plan of `opt` over the tensors of m (offsets) for bucket_bytes; returns the bucket
+ * count. */
+static size_t check_plan(mpi_harness *h, const ob_optim *opt, const ob_model *m,
+                         const size_t *offsets, size_t bucket_bytes)
+{
+    size_t nb = ob_optim_num_buckets(opt), nt = ob_model_num_tensors(m);
+    check_cover(h, opt, offsets, nt, ob_model_num_params(m));
+    for (size_t k = 0; k < nb; k++) {
+        size_t lo, hi, tlo, thi;
+        ob_optim_bucket(opt, k, &lo, &hi, &tlo, &thi);
         size_t bytes = (hi - lo) * sizeof(float);
         MH_CHECK(h, nb == 1 || bytes >= bucket_bytes, "bucket %zu: %zu bytes < %zu", k, bytes,
                  bucket_bytes);
@@ -75,10 +91,7 @@ static size_t check_plan(mpi_harness *h, const ob_optim *opt, const ob_model *m,
             MH_CHECK(h, without * sizeof(float) < bucket_bytes,
                      "bucket %zu is larger than it needs to be", k);
         }
-        expect_hi = lo;
-        expect_thi = tlo;
     }
-    MH_CHECK(h, expect_hi == 0 && expect_thi == 0, "the buckets do not reach offset 0");
     return nb;
 }
 
@@ -118,7 +131,7 @@ static void plan_layouts(mpi_harness *h)
         MH_CHECK(h, ob_optim_num_buckets(opt) == 1, "before the layout: one bucket");
         MH_CHECK(h, ob_optim_set_tensor_layout(opt, offsets, NULL, nt, &err) == OB_OK, "layout: %s",
                  err.msg);
-        size_t nb = check_plan(h, opt, m, cases[i].bytes);
+        size_t nb = check_plan(h, opt, m, offsets, cases[i].bytes);
         MH_CHECK(h, nb == cases[i].buckets, "bucket_bytes %zu: %zu buckets, expected %zu",
                  cases[i].bytes, nb, cases[i].buckets);
         /* Once only, and offsets that do not fit are refused. */
@@ -205,18 +218,10 @@ static void plan_follows_the_backward(mpi_harness *h)
         MH_CHECK(h,
                  ob_optim_set_tensor_layout(opt, offsets, staged ? stages : NULL, n, &err) == OB_OK,
                  "layout: %s", err.msg);
-        size_t nb = ob_optim_num_buckets(opt), expect_hi = d, expect_thi = n, prev = 0;
+        size_t nb = ob_optim_num_buckets(opt), prev = 0;
         unsigned char seen[64] = {0};
         MH_CHECK(h, nb > 3 && nb < 64, "%zu buckets", nb);
-        for (size_t k = 0; k < nb && nb < 64; k++) {
-            size_t lo, hi, tlo, thi;
-            ob_optim_bucket(opt, k, &lo, &hi, &tlo, &thi);
-            MH_CHECK(h, hi == expect_hi && thi == expect_thi && tlo < thi && lo == offsets[tlo],
-                     "bucket %zu: [%zu, %zu), parts [%zu, %zu)", k, lo, hi, tlo, thi);
-            expect_hi = lo;
-            expect_thi = tlo;
-        }
-        MH_CHECK(h, expect_hi == 0 && expect_thi == 0, "the buckets do not reach offset 0");
+        check_cover(h, opt, offsets, n, d);
         int identity = 1;
         for (size_t i = 0; i < nb && nb < 64; i++) {
             size_t k = ob_optim_bucket_order(opt, i), tlo, thi;

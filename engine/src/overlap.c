@@ -16,7 +16,6 @@ void ob__buckets_free(ob__buckets *p)
     free(p->b);
     free(p->key);
     free(p->order);
-    free(p->rank);
     free(p->tensor_first);
     free(p->tensor_last);
     free(p->pending);
@@ -73,12 +72,11 @@ static ob_status plan_start(ob__buckets *out, size_t d, const size_t **offsets,
     out->b = calloc(max_buckets, sizeof *out->b);
     out->key = calloc(max_buckets, sizeof *out->key);
     out->order = calloc(max_buckets, sizeof *out->order);
-    out->rank = calloc(max_buckets, sizeof *out->rank);
     out->pending = calloc(max_buckets, sizeof *out->pending);
     out->tensor_first = calloc(*num_tensors, sizeof *out->tensor_first);
     out->tensor_last = calloc(*num_tensors, sizeof *out->tensor_last);
     out->is_final = calloc(*num_tensors, 1);
-    if (!out->b || !out->key || !out->order || !out->rank || !out->pending || !out->tensor_first ||
+    if (!out->b || !out->key || !out->order || !out->pending || !out->tensor_first ||
         !out->tensor_last || !out->is_final)
         return OB_ERR(err, OB_ERR_NOMEM, "bucket plan of %zu tensors, %zu buckets", *num_tensors,
                       max_buckets);
@@ -87,16 +85,20 @@ static ob_status plan_start(ob__buckets *out, size_t d, const size_t **offsets,
 
 /* Exchange order: by the stage at which a bucket is complete, ties by index (so it is the same
  * on every rank, and 0 .. n-1 for the default stages). */
+typedef struct bucket_rank {
+    size_t key, k;
+} bucket_rank;
+
 static int by_rank(const void *a, const void *b)
 {
-    const ob__bucket_rank *x = a, *y = b;
+    const bucket_rank *x = a, *y = b;
     if (x->key != y->key) return x->key < y->key ? -1 : 1;
     return x->k < y->k ? -1 : x->k > y->k;
 }
 
 /* The plan holds its n buckets: each tensor learns the buckets it overlaps (a contiguous range
  * of indices), each bucket the stage at which it is complete, and the exchange order. */
-static void plan_finish(ob__buckets *out, size_t n, const size_t *stages)
+static ob_status plan_finish(ob__buckets *out, size_t n, const size_t *stages, ob_err *err)
 {
     out->n = n;
     for (size_t t = 0; t < out->num_tensors; t++)
@@ -111,12 +113,15 @@ static void plan_finish(ob__buckets *out, size_t n, const size_t *stages)
         }
         out->key[k] = key;
     }
-    ob__bucket_rank *r = out->rank;
+    bucket_rank *r = malloc(n * sizeof *r);
+    if (!r) return OB_ERR(err, OB_ERR_NOMEM, "bucket plan: order of %zu buckets", n);
     for (size_t k = 0; k < n; k++)
-        r[k] = (ob__bucket_rank){out->key[k], k};
+        r[k] = (bucket_rank){out->key[k], k};
     qsort(r, n, sizeof *r, by_rank);
     for (size_t i = 0; i < n; i++)
         out->order[i] = r[i].k;
+    free(r);
+    return OB_OK;
 }
 
 ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, const size_t *stages,
@@ -160,8 +165,7 @@ ob_status ob__buckets_plan(ob__buckets *out, size_t d, const size_t *offsets, co
         out->b[n - 2].tensor_lo = out->b[n - 1].tensor_lo;
         n--;
     }
-    plan_finish(out, n, stages);
-    return OB_OK;
+    return plan_finish(out, n, stages, err);
 }
 
 ob_status ob__buckets_segments(ob__buckets *out, size_t d, const size_t *offsets,
@@ -178,7 +182,7 @@ ob_status ob__buckets_segments(ob__buckets *out, size_t d, const size_t *offsets
     size_t t_hi = num_tensors; /* tensors at or above t_hi lie wholly above the segment */
     for (size_t k = 0; k < nseg; k++) {
         size_t s = nseg - 1 - k, lo = bounds[s], hi = bounds[s + 1] < d ? bounds[s + 1] : d;
-        if (lo >= hi || (k > 0 && hi != out->b[k - 1].lo))
+        if (lo >= hi)
             return OB_ERR(err, OB_ERR_INVALID_ARG, "segment plan: segment %zu is [%zu, %zu)", s, lo,
                           hi);
         while (t_hi > 0 && offsets[t_hi - 1] >= hi)
@@ -188,8 +192,7 @@ ob_status ob__buckets_segments(ob__buckets *out, size_t d, const size_t *offsets
             t_lo--;
         out->b[k] = (ob__bucket){lo, hi, t_lo, t_hi};
     }
-    plan_finish(out, nseg, stages);
-    return OB_OK;
+    return plan_finish(out, nseg, stages, err);
 }
 
 /* --- the exchange --------------------------------------------------------------------------- */

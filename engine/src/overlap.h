@@ -61,11 +61,6 @@ typedef struct ob__bucket {
     size_t tensor_lo, tensor_hi; /* tensors [tensor_lo, tensor_hi) that overlap it */
 } ob__bucket;
 
-/* A bucket and the stage at which it is complete, for sorting the exchange order. */
-typedef struct ob__bucket_rank {
-    size_t key, k;
-} ob__bucket_rank;
-
 /* A bucket plan and the per-step bookkeeping of the thread that runs the backward pass. */
 typedef struct ob__buckets {
     size_t d;
@@ -73,7 +68,6 @@ typedef struct ob__buckets {
     ob__bucket *b;           /* (n) b[0] ends the buffer */
     size_t *key;             /* (n) the stage at which each bucket is complete */
     size_t *order;           /* (n) the exchange order: bucket indices by key, then index */
-    ob__bucket_rank *rank;   /* (n) scratch of the sort */
     size_t num_tensors;      /* tensors (1 when no table was given: the whole vector) */
     size_t *tensor_first;    /* (num_tensors) the buckets a tensor overlaps: indices */
     size_t *tensor_last;     /*   tensor_first[t] .. tensor_last[t] */
