@@ -27,6 +27,7 @@
 #include "cuda_internal.h"
 extern "C" {
 #include "model_internal.h"
+#include "model_math.h"
 }
 
 #include <cublas_v2.h>
@@ -71,10 +72,6 @@ constexpr int kBiasGradThreads = kColTile * kRowLanes;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr size_t kAlign = 256; /* every buffer starts on a 256-byte boundary */
 constexpr int kIdentity = -1;  /* the output layer's "activation" */
-
-/* model_layers.c's GELU constants. */
-constexpr float kGeluScale = 0.7978845608028654f; /* sqrt(2 / pi) */
-constexpr float kGeluCube = 0.044715f;
 
 /* ---- errors ------------------------------------------------------------------------------ */
 
@@ -123,13 +120,6 @@ __device__ __forceinline__ size_t thread_count()
     return (size_t)gridDim.x * blockDim.x;
 }
 
-/* 0.5 (1 + tanh(u)) written as sigmoid(2u), exactly as model_layers.c computes it. */
-__device__ __forceinline__ float gelu_sigmoid(float x)
-{
-    float u = kGeluScale * (x + kGeluCube * x * x * x);
-    return 1.0f / (1.0f + expf(-2.0f * u));
-}
-
 __device__ __forceinline__ float act_forward(int act, float x)
 {
     switch (act) {
@@ -138,7 +128,7 @@ __device__ __forceinline__ float act_forward(int act, float x)
     case OB_ACT_TANH:
         return tanhf(x);
     case OB_ACT_GELU:
-        return x * gelu_sigmoid(x);
+        return ob__gelu(x); /* model_math.h: the CPU's arithmetic */
     }
     return x;
 }
@@ -151,12 +141,8 @@ __device__ __forceinline__ float act_backward(int act, float dy, float x, float 
         return x > 0.0f ? dy : 0.0f;
     case OB_ACT_TANH:
         return dy * (1.0f - y * y);
-    case OB_ACT_GELU: {
-        /* d/dx [x s(x)] = s + x s (1 - s) * 2 u'(x), with u' = sqrt(2/pi) (1 + 3 c x^2). */
-        float s = gelu_sigmoid(x);
-        float du = kGeluScale * (1.0f + 3.0f * kGeluCube * x * x);
-        return dy * (s + 2.0f * x * s * (1.0f - s) * du);
-    }
+    case OB_ACT_GELU:
+        return ob__gelu_grad(x, dy);
     }
     return dy;
 }

@@ -7,15 +7,12 @@
  * correctly rounded mean for all practical purposes, independent of summation order. */
 #include "onebit/compress.h"
 
+#include "internal.h"
+
 #include <math.h>
 #include <string.h>
 
-/* Not under ThreadSanitizer: GCC's TSan crashes on function multiversioning (target_clones). */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
-#define OB_MULTIVERSION __attribute__((target_clones("avx2", "default")))
-#else
-#define OB_MULTIVERSION
-#endif
+#define OB_MULTIVERSION OB__CLONES("avx2", "default")
 
 size_t ob_packed_bytes(size_t n, size_t block)
 {

@@ -21,4 +21,14 @@ ob_status ob__mem_copy(int device, void *dst, const void *src, size_t bytes, voi
                        ob_err *err);
 ob_status ob__mem_zero(int device, void *dst, size_t bytes, void *stream, ob_err *err);
 
+/* Hot loops compiled for several instruction sets and picked at load time (function
+ * multiversioning): OB__CLONES("avx512f", "avx2", "default"). The C11 mode does not contract into
+ * fused multiply-adds, so every version computes the same bits. Not under ThreadSanitizer: GCC's
+ * TSan crashes on target_clones. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__SANITIZE_THREAD__)
+#define OB__CLONES(...) __attribute__((target_clones(__VA_ARGS__)))
+#else
+#define OB__CLONES(...)
+#endif
+
 #endif /* ONEBIT_INTERNAL_H */

@@ -1,9 +1,15 @@
 /* CPU layer kernels for the models (see model_layers.h for the conventions).
  *
- * Matrix products use cblas_sgemm; the remaining loops are plain row loops the compiler can
- * vectorise. The attention runs one (batch, head) pair at a time with strided sgemm calls
- * straight on the fused qkv buffer, so q, k and v are never copied out. */
+ * The linear layers' matrix products go through ob__sgemm (gemm.h: the engine's own AVX-512
+ * kernel where the CPU has it, else cblas_sgemm), the attention's small per-head products through
+ * cblas_sgemm; the remaining loops are plain row loops the compiler can vectorise. The attention
+ * runs one (batch, head) pair at a time with strided sgemm calls straight on the fused qkv buffer,
+ * so q, k and v are never copied out. */
 #include "model_layers.h"
+
+#include "gemm.h"
+#include "internal.h"
+#include "model_math.h"
 
 #include <cblas.h>
 #include <math.h>
@@ -27,8 +33,7 @@ static void linear(float *out, const float *inp, const float *w, const float *b,
         }
     }
     float beta = (add || b) ? 1.0f : 0.0f;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)oc, (int)c, 1.0f, inp, (int)c,
-                w, (int)c, beta, out, (int)oc);
+    ob__sgemm(OB_GEMM_N, OB_GEMM_T, n, oc, c, inp, c, w, c, beta, out, oc);
 }
 
 void ob__linear_forward(float *out, const float *inp, const float *w, const float *b, size_t n,
@@ -48,12 +53,10 @@ void ob__linear_backward(float *dinp, float *dw, float *db, const float *dout, c
 {
     if (dinp) {
         // (N, C) = (N, OC) @ (OC, C)
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)n, (int)c, (int)oc, 1.0f, dout,
-                    (int)oc, w, (int)c, 0.0f, dinp, (int)c);
+        ob__sgemm(OB_GEMM_N, OB_GEMM_N, n, c, oc, dout, oc, w, c, 0.0f, dinp, c);
     }
     // (OC, C) += (OC, N) @ (N, C)
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)oc, (int)c, (int)n, 1.0f, dout,
-                (int)oc, inp, (int)c, 1.0f, dw, (int)c);
+    ob__sgemm(OB_GEMM_T, OB_GEMM_N, oc, c, n, dout, oc, inp, c, 1.0f, dw, c);
     if (db) {
         for (size_t i = 0; i < n; i++) {
             const float *row = dout + i * oc;
@@ -65,19 +68,7 @@ void ob__linear_backward(float *dinp, float *dw, float *db, const float *dout, c
 
 /* ---- activations ------------------------------------------------------------------------- */
 
-#define GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
-#define GELU_CUBE 0.044715f
-
-/* GELU (tanh approximation) is 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3).
- * Since 0.5 (1 + tanh(u)) = sigmoid(2u), it is x * sigmoid(2u): one expf instead of tanhf,
- * which is several times slower in glibc and dominated the transformer's run time. For large
- * |u| expf gives 0 or inf and the sigmoid the exact limits 1 or 0. */
-static inline float gelu_sigmoid(float x)
-{
-    float u = GELU_SCALE * (x + GELU_CUBE * x * x * x);
-    return 1.0f / (1.0f + expf(-2.0f * u));
-}
-
+OB__CLONES("avx512f", "avx2", "default")
 void ob__act_forward(ob_activation act, float *out, const float *inp, size_t n)
 {
     switch (act) {
@@ -91,11 +82,12 @@ void ob__act_forward(ob_activation act, float *out, const float *inp, size_t n)
         break;
     case OB_ACT_GELU:
         for (size_t i = 0; i < n; i++)
-            out[i] = inp[i] * gelu_sigmoid(inp[i]);
+            out[i] = ob__gelu(inp[i]);
         break;
     }
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 void ob__act_backward(ob_activation act, float *dinp, const float *dout, const float *inp,
                       const float *out, size_t n)
 {
@@ -110,13 +102,8 @@ void ob__act_backward(ob_activation act, float *dinp, const float *dout, const f
             dinp[i] = dout[i] * (1.0f - out[i] * out[i]);
         break;
     case OB_ACT_GELU:
-        for (size_t i = 0; i < n; i++) {
-            /* d/dx [x s(x)] = s + x s (1 - s) * 2 u'(x), with u' = sqrt(2/pi) (1 + 3 c x^2). */
-            float x = inp[i];
-            float s = gelu_sigmoid(x);
-            float du = GELU_SCALE * (1.0f + 3.0f * GELU_CUBE * x * x);
-            dinp[i] = dout[i] * (s + 2.0f * x * s * (1.0f - s) * du);
-        }
+        for (size_t i = 0; i < n; i++)
+            dinp[i] = ob__gelu_grad(inp[i], dout[i]);
         break;
     }
 }
