@@ -57,6 +57,21 @@ static void f8_encode_block(uint8_t *c, const float *x, size_t n, int s)
     }
 }
 
+/* The same for fp16 (ob__f16_encode_elem). */
+OB__CLONES("avx512f", "avx2", "default")
+static void f16_encode_block(uint16_t *h, const float *x, size_t n, int s)
+{
+    if (s > 127) {
+        float f1 = ob__f16_pow2(127), f2 = ob__f16_pow2(s - 127);
+        for (size_t k = 0; k < n; k++)
+            h[k] = ob__f16_from_f32(OB__F16_MUL(OB__F16_MUL(x[k], f1), f2));
+    } else {
+        float f = ob__f16_pow2(s);
+        for (size_t k = 0; k < n; k++)
+            h[k] = ob__f16_from_f32(OB__F16_MUL(x[k], f));
+    }
+}
+
 void ob_fcode_encode(ob_float_code code, const float *x, size_t x_len, size_t n, size_t block,
                      void *msg)
 {
@@ -77,8 +92,7 @@ void ob_fcode_encode(ob_float_code code, const float *x, size_t x_len, size_t n,
         } else {
             int s = ob__f16_shift(maxabs, nonfinite);
             shifts[b] = (int16_t)s;
-            for (size_t k = 0; k < valid; k++)
-                h[lo + k] = ob__f16_encode_elem(x[lo + k], s);
+            f16_encode_block(h + lo, x + lo, valid, s);
             for (size_t k = valid; k < block; k++)
                 h[lo + k] = 0;
         }
@@ -111,6 +125,26 @@ static void f8_decode_block(float *out, const uint8_t *c, size_t n, int s, const
     }
 }
 
+/* The same for fp16 (ob__f16_decode_elem). */
+OB__CLONES("avx512f", "avx2", "default")
+static void f16_decode_block(float *out, const uint16_t *h, size_t n, int s, const float *x,
+                             size_t add)
+{
+    float f1 = s > 126 ? ob__f16_pow2(126 - s) : ob__f16_pow2(-s);
+    if (s > 126) {
+        float f2 = ob__f16_pow2(-126);
+        for (size_t k = 0; k < add; k++)
+            out[k] = OB__F16_ADD(OB__F16_MUL(OB__F16_MUL(ob__f32_from_f16(h[k]), f1), f2), x[k]);
+        for (size_t k = add; k < n; k++)
+            out[k] = OB__F16_MUL(OB__F16_MUL(ob__f32_from_f16(h[k]), f1), f2);
+    } else {
+        for (size_t k = 0; k < add; k++)
+            out[k] = OB__F16_ADD(OB__F16_MUL(ob__f32_from_f16(h[k]), f1), x[k]);
+        for (size_t k = add; k < n; k++)
+            out[k] = OB__F16_MUL(ob__f32_from_f16(h[k]), f1);
+    }
+}
+
 void ob_fcode_decode_add(ob_float_code code, const void *msg, size_t n, size_t block,
                          const float *x, size_t x_len, float *out)
 {
@@ -131,9 +165,10 @@ void ob_fcode_decode_add(ob_float_code code, const void *msg, size_t n, size_t b
         }
         return;
     }
-    for (size_t k = 0; k < n; k++) {
-        float v = ob__f16_decode_elem(h[k], shifts[k / block]);
-        out[k] = k < x_len ? OB__F16_ADD(v, x[k]) : v;
+    for (size_t lo = 0; lo < n; lo += block) {
+        size_t len = n - lo < block ? n - lo : block;
+        size_t add = x_len > lo ? (x_len - lo < len ? x_len - lo : len) : 0;
+        f16_decode_block(out + lo, h + lo, len, shifts[lo / block], x ? x + lo : NULL, add);
     }
 }
 

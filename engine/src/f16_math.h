@@ -34,48 +34,42 @@ OB__F16 float ob__f32_from_bits(uint32_t u)
 }
 
 /* f as IEEE binary16, rounded to nearest, ties to even: values from 65520 up become infinity,
- * NaN stays NaN (the quiet NaN 0x7e00 with f's sign), subnormal halves are produced exactly. */
+ * NaN stays NaN (the quiet NaN 0x7e00 with f's sign), subnormal halves are produced exactly.
+ * Without branches, as ob__f8_from_f32 (identical to the branching form on all 2^32 inputs). */
 OB__F16 uint16_t ob__f16_from_f32(float f)
 {
     uint32_t x = ob__f32_bits(f);
     uint32_t sign = (x >> 16) & 0x8000u;
     uint32_t ax = x & 0x7fffffffu;
-    if (ax >= 0x7f800000u) return (uint16_t)(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
-    if (ax >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u); /* >= 65520: rounds to infinity */
-    if (ax >= 0x38800000u) {                                  /* >= 2^-14: a normal half */
-        uint32_t m = ax & 0x7fffffu;
-        uint32_t h = ((((ax >> 23) - 112u) << 10) | (m >> 13));
-        uint32_t rem = m & 0x1fffu;
-        if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) h++; /* a carry moves the exponent */
-        return (uint16_t)(sign | h);
-    }
-    if (ax <= 0x33000000u) return (uint16_t)sign; /* <= 2^-25: to (signed) zero */
-    /* A subnormal half: the value in units of 2^-24 is m * 2^(e - 126), e the biased exponent. */
+    uint32_t m = ax & 0x7fffffu;
     uint32_t e = ax >> 23;
-    uint32_t m = (ax & 0x7fffffu) | 0x800000u;
-    uint32_t shift = 126u - e; /* 14 .. 24 */
-    uint32_t h = m >> shift;
-    uint32_t rem = m & ((1u << shift) - 1u), half = 1u << (shift - 1u);
-    if (rem > half || (rem == half && (h & 1u))) h++; /* 1024 is the smallest normal half */
+    /* [2^-14, 65520): a normal half (unsigned wrap-around below, where it is not selected). */
+    uint32_t hn = ((e - 112u) << 10) | (m >> 13);
+    uint32_t rn = m & 0x1fffu;
+    hn += (uint32_t)(rn > 0x1000u) | ((uint32_t)(rn == 0x1000u) & hn); /* carries into e */
+    /* (2^-25, 2^-14): a subnormal, the value in units of 2^-24 is m * 2^(e - 126); the shift is
+     * 14 .. 24 there and clamped into that range elsewhere. */
+    uint32_t sh = e > 112u ? 14u : e < 102u ? 24u : 126u - e;
+    uint32_t ms = m | 0x800000u;
+    uint32_t hs = ms >> sh;
+    uint32_t rs = ms & ((1u << sh) - 1u), half = 1u << (sh - 1u);
+    hs += (uint32_t)(rs > half) | ((uint32_t)(rs == half) & hs); /* 1024 is the smallest normal */
+    uint32_t special = ax > 0x7f800000u ? 0x7e00u : 0x7c00u;     /* NaN; infinity, or >= 65520 */
+    uint32_t h = ax >= 0x477ff000u ? special : ax >= 0x38800000u ? hn : ax <= 0x33000000u ? 0u : hs;
     return (uint16_t)(sign | h);
 }
 
-/* The binary16 h as a float (exact). */
+/* The binary16 h as a float (exact); a subnormal half m 2^-24 through the exact product of m
+ * and 2^-24. Without branches. */
 OB__F16 float ob__f32_from_f16(uint16_t h)
 {
     uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
     uint32_t e = ((uint32_t)h >> 10) & 0x1fu;
     uint32_t m = (uint32_t)h & 0x3ffu;
-    if (e == 0x1fu) return ob__f32_from_bits(sign | 0x7f800000u | (m << 13));
-    if (e != 0u) return ob__f32_from_bits(sign | ((e + 112u) << 23) | (m << 13));
-    if (m == 0u) return ob__f32_from_bits(sign);
-    /* Subnormal: m * 2^-24, normalised into a float. */
-    uint32_t k = 0;
-    while (!(m & 0x400u)) {
-        m <<= 1;
-        k++;
-    }
-    return ob__f32_from_bits(sign | ((113u - k) << 23) | ((m & 0x3ffu) << 13));
+    uint32_t normal = ((e + 112u) << 23) | (m << 13);
+    uint32_t special = 0x7f800000u | (m << 13);
+    uint32_t sub = ob__f32_bits((float)m * 5.9604644775390625e-8f); /* 2^-24: exact */
+    return ob__f32_from_bits(sign | (e == 0x1fu ? special : e != 0u ? normal : sub));
 }
 
 /* The shift of a block whose largest |x| is maxabs: the power of two that brings maxabs into

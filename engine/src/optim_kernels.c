@@ -1,5 +1,8 @@
 /* Host versions of the optimizer kernels (onebit/optim_kernels.h): plain loops over the shared
- * element functions of optim_math.h, which the compiler vectorises. */
+ * element functions of optim_math.h, which the compiler vectorises, for the widest vectors the
+ * CPU has (OB__CLONES: every version computes the same bits; the sums keep their four
+ * accumulators whatever the width). */
+#include "internal.h"
 #include "optim_math.h"
 
 #include <math.h>
@@ -23,6 +26,7 @@ void ob_adam_coeffs_init(ob_adam_coeffs *k, double beta1, double beta2, double e
     k->gscale = nranks > 1 ? 1.0f / (float)nranks : 1.0f;
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 void ob_adam_update(float *restrict x, float *restrict m, float *restrict v,
                     const float *restrict g, size_t d, const ob_adam_coeffs *k)
 {
@@ -31,12 +35,14 @@ void ob_adam_update(float *restrict x, float *restrict m, float *restrict v,
         ob__adam_elem(&x[i], &m[i], &v[i], g[i], &kk);
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 void ob_momentum_update(float *restrict m, const float *restrict g, size_t d, float b1, float a1)
 {
     for (size_t i = 0; i < d; i++)
         m[i] = ob__momentum_elem(m[i], g[i], b1, a1);
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 void ob_frozen_update(float *restrict x, const float *restrict m, const float *restrict den,
                       size_t d, float lr, float wd, float inv_c)
 {
@@ -49,6 +55,7 @@ void ob_frozen_update(float *restrict x, const float *restrict m, const float *r
         x[i] = ob__bounded_elem(x[i], m[i], den[i], lr, wd, inv_c);
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 void ob_momentum_precondition(float *restrict m, float *restrict p, const float *restrict g,
                               const float *restrict den, size_t d, float b1, float a1)
 {
@@ -59,6 +66,7 @@ void ob_momentum_precondition(float *restrict m, float *restrict p, const float 
     }
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 void ob_precondition_apply(float *restrict x, float *restrict m, const float *restrict p,
                            const float *restrict den, size_t d, float lr, float wd, float c)
 {
@@ -68,12 +76,14 @@ void ob_precondition_apply(float *restrict x, float *restrict m, const float *re
     }
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 void ob_frozen_den(float *restrict den, const float *restrict v, size_t d, float eps)
 {
     for (size_t i = 0; i < d; i++)
         den[i] = ob__den_elem(v[i], eps);
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 void ob_refresh_update(float *restrict x, float *restrict m, float *restrict v, float *restrict den,
                        const float *restrict g, size_t d, const ob_adam_coeffs *k, float keep,
                        float take, float inv_c)
@@ -83,12 +93,14 @@ void ob_refresh_update(float *restrict x, float *restrict m, float *restrict v, 
         ob__refresh_elem(&x[i], &m[i], &v[i], &den[i], g[i], &kk, keep, take, inv_c);
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 void ob_scale(float *x, size_t d, float s)
 {
     for (size_t i = 0; i < d; i++)
         x[i] *= s;
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 double ob_l1_norm(const float *v, size_t d)
 {
     double acc[4] = {0};
@@ -101,6 +113,7 @@ double ob_l1_norm(const float *v, size_t d)
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 double ob_sum_squares(const float *v, size_t d)
 {
     double acc[4] = {0};
@@ -115,6 +128,7 @@ double ob_sum_squares(const float *v, size_t d)
     return (acc[0] + acc[1]) + (acc[2] + acc[3]);
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 size_t ob_count_zero(const float *v, size_t d)
 {
     size_t n = 0;
@@ -123,6 +137,7 @@ size_t ob_count_zero(const float *v, size_t d)
     return n;
 }
 
+OB__CLONES("avx512f", "avx2", "default")
 size_t ob_count_exceeding(const float *g, const float *v, size_t d, float gscale, float k2)
 {
     size_t n = 0;
