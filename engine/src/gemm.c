@@ -12,6 +12,8 @@
  * Zen 4 and 5), this kernel is 1.5-2x faster on the models' shapes (bench_gemm). */
 #include "gemm.h"
 
+#include "onebit/base.h"
+
 #include <cblas.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -204,17 +206,12 @@ OB_AVX512 static void kernel(size_t kc, const float *restrict a, const float *re
     }
 }
 
-static size_t round_up(size_t x, size_t to)
-{
-    return (x + to - 1) / to * to;
-}
-
 /* 0 when done; -1 when the scratch could not be had (the caller falls back to BLAS). */
 OB_AVX512 static int own(ob_gemm_op ta, ob_gemm_op tb, size_t m, size_t n, size_t k, const float *a,
                          size_t lda, const float *b, size_t ldb, float beta, float *c, size_t ldc)
 {
     size_t kcmax = k < KC ? k : KC;
-    size_t npad = round_up(n, NR);
+    size_t npad = ob_round_up(n, NR);
     if (npad > SIZE_MAX / sizeof(float) / KC) return -1;
     float *bp = aligned_alloc(64, npad * kcmax * sizeof *bp);
     float *ap = aligned_alloc(64, (size_t)MC * kcmax * sizeof *ap);

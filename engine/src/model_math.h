@@ -5,8 +5,9 @@
 #ifndef ONEBIT_MODEL_MATH_H
 #define ONEBIT_MODEL_MATH_H
 
+#include "f16_math.h" /* ob__f32_from_bits */
+
 #include <stdint.h>
-#include <string.h>
 
 #if defined(__CUDACC__)
 #define OB__MHD static __host__ __device__ __forceinline__
@@ -16,17 +17,6 @@
 
 #define OB_GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 #define OB_GELU_CUBE 0.044715f
-
-OB__MHD float ob__bits_to_float(int32_t i)
-{
-#if defined(__CUDA_ARCH__)
-    return __int_as_float(i);
-#else
-    float f;
-    memcpy(&f, &i, sizeof f);
-    return f;
-#endif
-}
 
 /* e^x for x in [-87, 88], x clamped into it: n = round(x / ln 2), r = x - n ln 2 (in two parts,
  * n ln2_hi exact), e^r by its Taylor polynomial of degree 7 (|r| <= ln 2 / 2, truncation below
@@ -49,7 +39,7 @@ OB__MHD float ob__exp_clamped(float x)
     p = p * r + 1.0f;
     p = p * r + 1.0f;
     n = n == n ? n : 0.0f; /* NaN: p carries it; the exponent needs a number */
-    return p * ob__bits_to_float((int32_t)((uint32_t)((int32_t)n + 127) << 23));
+    return p * ob__f32_from_bits((uint32_t)((int32_t)n + 127) << 23);
 }
 
 /* GELU (tanh approximation) is 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3).
