@@ -82,20 +82,24 @@ check "the same job again: the same bits" again
 check "killed at step 130, before the freeze (137), resumed: the same bits" kill_resume 130 100
 check "killed at step 620, after the freeze, resumed: the same bits" kill_resume 620 600
 
-# Freeze at 16, refreshes of 16 steps (33-48, 97-112, ...), fp16 gradients: killed at step 105,
-# inside the second refresh, resumed from step 100's checkpoint.
-rspec=$OUT/job-refresh.yaml
-sed -e 's/^name: .*/name: gpu-check-refresh/' -e 's/^steps: .*/steps: 300/' \
-  -e 's/freeze_step: auto/freeze_step: 16\n  refresh_steps: 16\n  gradient_exchange: fp16/' \
-  "$spec" >"$rspec"
-rjob() { run_spec "$rspec" "$@"; }
-refresh_resume() {
-  rjob --job-id refresh1 | tee "$OUT/refresh1.log" && grep -q "variance refreshed" "$OUT/refresh1.log" &&
-    { ONEBIT_FAULT_INJECT=KILL:105:0 rjob --job-id refresh2; rjob --job-id refresh2 --resume; } |
-    tee "$OUT/refresh2.log" && resumed "$OUT/refresh2.log" 100 &&
-    "$CKPT" diff "$C/refresh1/step-00000300" "$C/refresh2/step-00000300"
+# Freeze at 16, refreshes of 16 steps (33-48, 97-112, ...), fp16 (then fp8) gradients: killed
+# at step 105, inside the second refresh, resumed from step 100's checkpoint.
+refresh_resume() { # CODE: fp16 or fp8
+  local x=$1 rspec=$OUT/job-refresh-$1.yaml
+  sed -e "s/^name: .*/name: gpu-check-refresh-$x/" -e 's/^steps: .*/steps: 300/' \
+    -e "s/freeze_step: auto/freeze_step: 16\n  refresh_steps: 16\n  gradient_exchange: $x/" \
+    "$spec" >"$rspec"
+  run_spec "$rspec" --job-id "refresh1-$x" | tee "$OUT/refresh1-$x.log" &&
+    grep -q "variance refreshed" "$OUT/refresh1-$x.log" &&
+    { ONEBIT_FAULT_INJECT=KILL:105:0 run_spec "$rspec" --job-id "refresh2-$x"
+      run_spec "$rspec" --job-id "refresh2-$x" --resume; } |
+    tee "$OUT/refresh2-$x.log" && resumed "$OUT/refresh2-$x.log" 100 &&
+    "$CKPT" diff "$C/refresh1-$x/step-00000300" "$C/refresh2-$x/step-00000300"
 }
-check "refreshes and fp16 gradients, killed inside a refresh and resumed: the same bits" refresh_resume
+check "refreshes and fp16 gradients, killed inside a refresh and resumed: the same bits" \
+  refresh_resume fp16
+check "refreshes and fp8 gradients, killed inside a refresh and resumed: the same bits" \
+  refresh_resume fp8
 
 sed -e 's/^device: cuda/device: cpu/' -e 's/^steps: .*/steps: 1100/' "$spec" >"$OUT/job-cpu.yaml"
 check "the GPU checkpoint resumed on the CPU for 100 steps" \
