@@ -9,5 +9,15 @@ ob_add_unit_test(test_schedule test_schedule.c)
 ob_add_mpi_test(test_car_mpi test_car_mpi.c NP 1 2 3 4 5)
 ob_add_mpi_test(test_f16sum_mpi test_f16sum_mpi.c NP 1 2 3 4)
 ob_add_mpi_test(test_adam_overlap test_adam_overlap.c NP 1 2 4)
+# The same with the backward pass giving up the processor at most 0 and 1000 times at each
+# tensor boundary (ONEBIT_OVERLAP_YIELDS, default 16): timing only, the same bits.
+foreach(y 0 1000)
+  add_test(NAME test_adam_overlap_yields${y}_np2
+           COMMAND ${MPIEXEC_EXECUTABLE} ${MPIEXEC_NUMPROC_FLAG} 2 --oversubscribe
+                   $<TARGET_FILE:test_adam_overlap>)
+  set_tests_properties(test_adam_overlap_yields${y}_np2 PROPERTIES
+                       ENVIRONMENT "${OB_MPI_TEST_ENV};ONEBIT_OVERLAP_YIELDS=${y}" TIMEOUT 600
+                       PROCESSORS 2)
+endforeach()
 ob_add_mpi_test(test_adam_overlap_fallback test_adam_overlap_fallback.c NP 2)
 set_tests_properties(test_adam_overlap_fallback_np2 PROPERTIES SKIP_RETURN_CODE 77)

@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -251,6 +252,7 @@ struct ob__overlap {
 
     /* The main thread's alone: */
     size_t complete; /* buckets order[0 .. complete) have every tensor final */
+    int yields;      /* the most sched_yield calls at one tensor boundary (overlap.h) */
 };
 
 static void *comm_main(void *arg)
@@ -295,6 +297,13 @@ ob_status ob__overlap_create(ob__overlap **out, ob_err *err)
     if (pthread_cond_init(&ov->work, NULL) != 0) goto fail_work;
     if (pthread_cond_init(&ov->done, NULL) != 0) goto fail_done;
     if (pthread_create(&ov->thread, NULL, comm_main, ov) != 0) goto fail_thread;
+    ov->yields = OB__OVERLAP_YIELDS;
+    const char *v = getenv("ONEBIT_OVERLAP_YIELDS");
+    if (v && *v) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (*end == '\0' && n >= 0 && n <= 1000) ov->yields = (int)n;
+    }
     *out = ov;
     return OB_OK;
 fail_thread:
@@ -357,14 +366,32 @@ static void publish(ob__overlap *ov)
     pthread_mutex_unlock(&ov->mu);
 }
 
-void ob__overlap_tensor_final(ob__overlap *ov, size_t t)
+/* Whether the thread has buckets handed to it that it has not finished. */
+static int in_flight(ob__overlap *ov)
 {
-    ob__buckets *p = ov ? ov->plan : NULL;
-    if (!p || t >= p->num_tensors || p->is_final[t]) return;
+    pthread_mutex_lock(&ov->mu);
+    int busy = ov->exchanged < ov->published;
+    pthread_mutex_unlock(&ov->mu);
+    return busy;
+}
+
+/* Marks tensor t final; returns 0 when it already was (or is out of range). */
+static int mark_final(ob__overlap *ov, size_t t)
+{
+    ob__buckets *p = ov->plan;
+    if (t >= p->num_tensors || p->is_final[t]) return 0;
     p->is_final[t] = 1;
     for (size_t k = p->tensor_first[t]; k <= p->tensor_last[t]; k++)
         p->pending[k]--;
     publish(ov);
+    return 1;
+}
+
+void ob__overlap_tensor_final(ob__overlap *ov, size_t t)
+{
+    if (!ov || !ov->plan || !mark_final(ov, t)) return;
+    for (int i = 0; i < ov->yields && in_flight(ov); i++)
+        sched_yield();
 }
 
 ob_status ob__overlap_finish(ob__overlap *ov, size_t *early, ob_err *err)
@@ -373,7 +400,7 @@ ob_status ob__overlap_finish(ob__overlap *ov, size_t *early, ob_err *err)
     if (!p) return OB_ERR(err, OB_ERR_STATE, "overlap: not armed");
     if (early) *early = ov->complete;
     for (size_t t = 0; t < p->num_tensors; t++)
-        ob__overlap_tensor_final(ov, t);
+        mark_final(ov, t);
     pthread_mutex_lock(&ov->mu);
     while (ov->exchanged < p->n)
         pthread_cond_wait(&ov->done, &ov->mu);

@@ -46,7 +46,19 @@
  * bucket is exchanged (condition `done`) and returns the first failure. Between begin and
  * finish the main thread must make no call on the communicator: with MPI initialised at
  * MPI_THREAD_SERIALIZED, only one thread may be inside MPI at a time, and the ring allreduce's
- * scratch buffer belongs to whoever runs it. */
+ * scratch buffer belongs to whoever runs it.
+ *
+ * Yielding at tensor boundaries. After reporting a tensor, while the thread holds buckets it has
+ * not finished, the backward pass gives up the processor (sched_yield) up to
+ * OB__OVERLAP_YIELDS times (ONEBIT_OVERLAP_YIELDS in the environment: 0 .. 1000). MPI makes
+ * progress only inside MPI calls, so a communication thread that gets no processor sends and
+ * receives nothing. With a core of its own it is running anyway, nothing else waits on the main
+ * thread's core, and each yield returns at once (a system call); where ranks share cores (more
+ * ranks than cores, as bench/net's four hosts on two cores), the communication thread's MPI
+ * poll loop (mpi_yield_when_idle) and these yields take turns, so buckets cross during the
+ * backward pass instead of after it (bench/peers' transformer at 200 Mbit/s, interleaved runs:
+ * the compressed step's median 30.5-33.8 ms without, 27.1-30.3 ms with; docs/peers/README.md).
+ * Timing only: no bit of the result depends on it. */
 #ifndef ONEBIT_OVERLAP_H
 #define ONEBIT_OVERLAP_H
 
@@ -55,6 +67,9 @@
 #include "onebit/status.h"
 
 #include <stddef.h>
+
+/* The default of the yields at one tensor boundary (see above). */
+#define OB__OVERLAP_YIELDS 16
 
 typedef struct ob__bucket {
     size_t lo, hi;               /* floats [lo, hi) of the flat buffer */
@@ -137,8 +152,8 @@ void ob__overlap_begin(ob__overlap *ov, ob__buckets *p, ob__bucket_fn fn, void *
 int ob__overlap_armed(const ob__overlap *ov);
 
 /* The gradient of tensor t is final: the backward pass writes it no more. Hands over every
- * bucket that became complete, in the exchange order. Ignored when not armed, for a tensor out of
- * range, or reported twice. Main thread. */
+ * bucket that became complete, in the exchange order, then yields while the thread has work (see
+ * above). Ignored when not armed, for a tensor out of range, or reported twice. Main thread. */
 void ob__overlap_tensor_final(ob__overlap *ov, size_t t);
 
 /* Marks every tensor final, waits until every bucket is exchanged and disarms. *early (may be
