@@ -12,8 +12,6 @@
 #include <math.h>
 #include <string.h>
 
-#define OB_MULTIVERSION OB__CLONES("avx2", "default")
-
 size_t ob_packed_bytes(size_t n, size_t block)
 {
     return n / 32 * sizeof(uint32_t) + n / block * sizeof(float);
@@ -31,7 +29,7 @@ static inline float *packed_scales(void *packed, size_t n)
 
 /* Sum of |u| (or u^2) over one block, in eight double lanes: vectorisable without
  * reassociating a single accumulator. B is a multiple of 32. */
-OB_MULTIVERSION
+OB__CLONES("avx2", "default")
 static double block_norm(const float *u, size_t B, int l2)
 {
     double acc[8] = {0};
@@ -48,7 +46,7 @@ static double block_norm(const float *u, size_t B, int l2)
 }
 
 /* e[i] += x[i] for the nx <= B elements of the block that lie inside x. */
-OB_MULTIVERSION
+OB__CLONES("avx2", "default")
 static void add_into(float *e, const float *x, size_t nx)
 {
     for (size_t i = 0; i < nx; i++)
@@ -56,7 +54,7 @@ static void add_into(float *e, const float *x, size_t nx)
 }
 
 /* Packs the signs of u (held in e) into words and replaces e by u - s*sign(u). */
-OB_MULTIVERSION
+OB__CLONES("avx2", "default")
 static void quantize_block(float *e, size_t B, float s, uint32_t *bits)
 {
     for (size_t w = 0; w < B / 32; w++) {
@@ -90,7 +88,7 @@ void ob_compress_ef(const float *x, size_t x_len, float *e, size_t n, size_t blo
 }
 
 /* out[k] = s * sign(bit k) for one block. */
-OB_MULTIVERSION
+OB__CLONES("avx2", "default")
 static void decode_block(const uint32_t *bits, float s, size_t B, float *out)
 {
     for (size_t w = 0; w < B / 32; w++) {
@@ -101,7 +99,7 @@ static void decode_block(const uint32_t *bits, float s, size_t B, float *out)
 }
 
 /* out[k] += s * sign(bit k) for one block. */
-OB_MULTIVERSION
+OB__CLONES("avx2", "default")
 static void accumulate_decoded_block(const uint32_t *bits, float s, size_t B, float *out)
 {
     for (size_t w = 0; w < B / 32; w++) {
@@ -119,7 +117,7 @@ void ob_decompress(const void *packed, size_t n, size_t block, float *out)
         decode_block(bits + b * block / 32, scales[b], block, out + b * block);
 }
 
-OB_MULTIVERSION
+OB__CLONES("avx2", "default")
 static void divide_block(float *out, size_t B, float nsrc)
 {
     for (size_t i = 0; i < B; i++)

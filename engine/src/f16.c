@@ -43,28 +43,12 @@ static float block_maxabs(const float *x, size_t n, int *nonfinite)
     return maxabs;
 }
 
-/* ob__f16_scale's factors for shift s as a pair: x f[0] f[1] rounds exactly as ob__f16_scale(x,
- * s) does (where it multiplies once f[1] is 1, and that product is exact). Hoisted out of the
- * element loops, so that they vectorise. */
-static void scale_factors(int s, float f[2])
-{
-    f[0] = ob__f16_pow2(s > 127 ? 127 : s);
-    f[1] = s > 127 ? ob__f16_pow2(s - 127) : 1.0f;
-}
-
-/* The same for ob__f16_unscale(v, s). */
-static void unscale_factors(int s, float f[2])
-{
-    f[0] = ob__f16_pow2(s > 126 ? 126 - s : -s);
-    f[1] = s > 126 ? ob__f16_pow2(-126) : 1.0f;
-}
-
 /* One block's codes: ob__f8_encode_elem or ob__f16_encode_elem of x[k] with shift s. */
 OB__CLONES("avx512f", "avx2", "default")
 static void encode_block(ob_float_code code, void *dst, const float *x, size_t n, int s)
 {
     float f[2];
-    scale_factors(s, f);
+    ob__f16_scale_factors(s, f);
     if (code == OB_CODE_FP8) {
         uint8_t *c = dst;
         for (size_t k = 0; k < n; k++)
@@ -107,7 +91,7 @@ static void decode_block(ob_float_code code, float *out, const void *codes, size
                          const float *value, const float *x, size_t add)
 {
     float f[2];
-    unscale_factors(s, f);
+    ob__f16_unscale_factors(s, f);
     if (code == OB_CODE_FP8) {
         const uint8_t *c = codes;
         for (size_t k = 0; k < add; k++)

@@ -102,12 +102,20 @@ OB__F16 float ob__f16_pow2(int s)
 
 /* One element: x 2^shift rounded to a half. shift is at most 163 (the smallest subnormal
  * float's block) and at least -113: 2^shift in one factor when it is a float, else 2^127 first
- * (exact: x < 2^-112 in such a block) and the rest after, so the product is rounded once. */
+ * (exact: x < 2^-112 in such a block) and the rest after, so the product is rounded once. The
+ * factors come as a pair whose second is 1 (an exact product) in the first case, so that the CPU
+ * codec takes them out of a block's loop and the loop vectorises. */
+OB__F16 void ob__f16_scale_factors(int shift, float f[2])
+{
+    f[0] = ob__f16_pow2(shift > 127 ? 127 : shift);
+    f[1] = shift > 127 ? ob__f16_pow2(shift - 127) : 1.0f;
+}
+
 OB__F16 float ob__f16_scale(float x, int shift)
 {
-    return shift > 127
-               ? OB__F16_MUL(OB__F16_MUL(x, ob__f16_pow2(127)), ob__f16_pow2(shift - 127))
-               : OB__F16_MUL(x, ob__f16_pow2(shift));
+    float f[2];
+    ob__f16_scale_factors(shift, f);
+    return OB__F16_MUL(OB__F16_MUL(x, f[0]), f[1]);
 }
 
 OB__F16 uint16_t ob__f16_encode_elem(float x, int shift)
@@ -116,12 +124,18 @@ OB__F16 uint16_t ob__f16_encode_elem(float x, int shift)
 }
 
 /* h 2^-shift, rounded once: beyond 2^-126 the first factor (exact: h has 11 significant bits
- * and h 2^(126 - shift) >= 2^-62) and then 2^-126. */
+ * and h 2^(126 - shift) >= 2^-62) and then 2^-126. The factors as a pair, as above. */
+OB__F16 void ob__f16_unscale_factors(int shift, float f[2])
+{
+    f[0] = ob__f16_pow2(shift > 126 ? 126 - shift : -shift);
+    f[1] = shift > 126 ? ob__f16_pow2(-126) : 1.0f;
+}
+
 OB__F16 float ob__f16_unscale(float f, int shift)
 {
-    if (shift > 126)
-        return OB__F16_MUL(OB__F16_MUL(f, ob__f16_pow2(126 - shift)), ob__f16_pow2(-126));
-    return OB__F16_MUL(f, ob__f16_pow2(-shift));
+    float k[2];
+    ob__f16_unscale_factors(shift, k);
+    return OB__F16_MUL(OB__F16_MUL(f, k[0]), k[1]);
 }
 
 OB__F16 float ob__f16_decode_elem(uint16_t h, int shift)

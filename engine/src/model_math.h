@@ -5,15 +5,9 @@
 #ifndef ONEBIT_MODEL_MATH_H
 #define ONEBIT_MODEL_MATH_H
 
-#include "f16_math.h" /* ob__f32_from_bits */
+#include "f16_math.h" /* ob__f32_from_bits, OB__F16 (inline on the host and the device) */
 
 #include <stdint.h>
-
-#if defined(__CUDACC__)
-#define OB__MHD static __host__ __device__ __forceinline__
-#else
-#define OB__MHD static inline
-#endif
 
 #define OB_GELU_SCALE 0.7978845608028654f /* sqrt(2 / pi) */
 #define OB_GELU_CUBE 0.044715f
@@ -23,7 +17,7 @@
  * 6e-9 relative) and 2^n from the exponent bits. Within 2 ulp of e^x; no branch, no table, no
  * library call, so a loop of it vectorises. The clamp keeps 2^n a normal number: e^-87 is
  * 1.6e-38, e^88 1.7e38. NaN gives NaN. */
-OB__MHD float ob__exp_clamped(float x)
+OB__F16 float ob__exp_clamped(float x)
 {
     x = x < -87.0f ? -87.0f : x;
     x = x > 88.0f ? 88.0f : x;
@@ -45,19 +39,19 @@ OB__MHD float ob__exp_clamped(float x)
 /* GELU (tanh approximation) is 0.5 x (1 + tanh(u)) with u = sqrt(2/pi) (x + 0.044715 x^3).
  * Since 0.5 (1 + tanh(u)) = sigmoid(2u), it is x * sigmoid(2u): one exponential instead of a
  * tanh. Past the clamp of ob__exp_clamped the sigmoid is 1 exactly (2u > 87) or below 6e-39. */
-OB__MHD float ob__gelu_sigmoid(float x)
+OB__F16 float ob__gelu_sigmoid(float x)
 {
     float u = OB_GELU_SCALE * (x + OB_GELU_CUBE * x * x * x);
     return 1.0f / (1.0f + ob__exp_clamped(-2.0f * u));
 }
 
-OB__MHD float ob__gelu(float x)
+OB__F16 float ob__gelu(float x)
 {
     return x * ob__gelu_sigmoid(x);
 }
 
 /* d/dx [x s(x)] = s + x s (1 - s) * 2 u'(x), with u' = sqrt(2/pi) (1 + 3 c x^2). */
-OB__MHD float ob__gelu_grad(float x, float dout)
+OB__F16 float ob__gelu_grad(float x, float dout)
 {
     float s = ob__gelu_sigmoid(x);
     float du = OB_GELU_SCALE * (1.0f + 3.0f * OB_GELU_CUBE * x * x);
