@@ -413,3 +413,15 @@ extern "C" ob_status ob_cuda_sync(void *stream, ob_err *err)
     CUDA_CHECK(err, cudaStreamSynchronize((cudaStream_t)stream));
     return OB_OK;
 }
+
+extern "C" ob_status ob_cuda_stream_wait(void *waiter, void *on, ob_err *err)
+{
+    if (waiter == on) return OB_OK;
+    cudaEvent_t ev;
+    CUDA_CHECK(err, cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaError_t rc = cudaEventRecord(ev, (cudaStream_t)on);
+    if (rc == cudaSuccess) rc = cudaStreamWaitEvent((cudaStream_t)waiter, ev, 0);
+    cudaEventDestroy(ev); /* released once the wait is satisfied */
+    CUDA_CHECK(err, rc);
+    return OB_OK;
+}

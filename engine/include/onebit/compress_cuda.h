@@ -44,6 +44,11 @@ void ob_cuda_free(void *ptr);
 ob_status ob_cuda_memcpy(void *dst, const void *src, size_t bytes, void *stream, ob_err *err);
 ob_status ob_cuda_memset0(void *dst, size_t bytes, void *stream, ob_err *err);
 ob_status ob_cuda_sync(void *stream, ob_err *err);
+/* Orders two streams without holding the host: work enqueued on `waiter` after this call starts
+ * only once everything enqueued on `on` before it is done (an event recorded on `on`, waited for
+ * on `waiter`). For callers that own their stream (a framework's current stream) and hand data
+ * to a communicator's (onebit/comm.h ob_comm_stream). The same stream, or both NULL: nothing. */
+ob_status ob_cuda_stream_wait(void *waiter, void *on, ob_err *err);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,209 @@
+"""onebit: the 1-bit Adam engine for your own PyTorch models.
+
+    import onebit, onebit.torch
+    world = onebit.init()                      # rank, size, device from mpirun / onebitd
+    opt = onebit.torch.OnebitAdam(model.parameters(), lr=1e-3, total_steps=5000)
+    for step in range(...):
+        loss = model(x).loss(); loss.backward()
+        opt.step(loss=loss); opt.zero_grad()
+
+The optimizer is the engine's own (libonebit's ob_optim over one flat fp32 buffer the
+parameters are views into), its exchanges the engine's communicators (MPI on CPU tensors, NCCL
+on CUDA tensors), its checkpoints the engine's HDF5 files and its progress the report lines
+onebit-worker prints. See engine/python/README.md.
+"""
+
+import atexit
+import json
+import math
+import os
+import sys
+import weakref
+
+from . import _lib
+from ._lib import OnebitError
+
+__all__ = ["init", "World", "OnebitError", "Diverged", "report", "version", "cuda_built"]
+
+
+class Diverged(OnebitError):
+    """The training loss stopped being finite (onebit-worker exits 3 for this)."""
+
+
+def version():
+    return _lib.lib.obpy_version().decode()
+
+
+def cuda_built():
+    """True when the engine was built with its CUDA kernels and the NCCL communicator."""
+    return bool(_lib.lib.obpy_cuda_built())
+
+
+class World:
+    """This process's place in the job: rank and size over every rank, its rank and the
+    number of ranks on its node, and the device it should train on ("cuda:K" with
+    K = local_rank modulo the node's GPUs when CUDA is asked for, else "cpu")."""
+
+    def __init__(self, rank, size, local_rank, local_size, device):
+        self.rank, self.size = rank, size
+        self.local_rank, self.local_size = local_rank, local_size
+        self.device = device
+        self._ctrl = None
+        self._device_comms = {}
+
+    def __repr__(self):
+        return "World(rank=%d, size=%d, local_rank=%d, device=%r)" % (
+            self.rank, self.size, self.local_rank, self.device)
+
+    def ctrl(self):
+        """The host communicator over every rank (MPI): small sums, checkpoints, reports."""
+        if self._ctrl is None:
+            h = _lib.c_void_p()
+            _lib.call(_lib.lib.obpy_comm_create, _lib.ctypes.byref(h), b"mpi", 0)
+            self._ctrl = h.value
+            _handles.add(self)
+        return self._ctrl
+
+    def device_comm(self, index):
+        """The NCCL communicator on CUDA device `index` (created once per device)."""
+        if index not in self._device_comms:
+            if not cuda_built():
+                raise OnebitError("onebit was built without CUDA: CUDA tensors cannot be "
+                                  "exchanged (rebuild where nvcc and NCCL are present)")
+            h = _lib.c_void_p()
+            _lib.call(_lib.lib.obpy_comm_create, _lib.ctypes.byref(h), b"nccl", int(index))
+            self._device_comms[index] = h.value
+            _handles.add(self)
+        return self._device_comms[index]
+
+    def sum(self, values):
+        """Sums a few floats over the ranks (every rank must call it)."""
+        arr = (_lib.c_double * len(values))(*values)
+        _lib.call(_lib.lib.obpy_comm_sum, self.ctrl(), arr, len(values))
+        return list(arr)
+
+    def barrier(self):
+        _lib.call(_lib.lib.obpy_comm_barrier, self.ctrl())
+
+    def _close(self):
+        for h in self._device_comms.values():
+            _lib.lib.obpy_comm_destroy(h)
+        self._device_comms.clear()
+        if self._ctrl is not None:
+            _lib.lib.obpy_comm_destroy(self._ctrl)
+            self._ctrl = None
+
+
+_world = None
+# Everything holding engine handles, closed before MPI is finalised at exit.
+_handles = weakref.WeakSet()
+
+
+def init(device=None):
+    """Initialises the job's process: MPI (as mpirun or onebitd started it; a lone process is a
+    world of one) and the device. device: None (CUDA when torch has it, else CPU), "cpu" or
+    "cuda". Returns the World; calling it again returns the same one."""
+    global _world
+    if _world is not None:
+        return _world
+    r, n, lr, ln = (_lib.c_int() for _ in range(4))
+    _lib.call(_lib.lib.obpy_init, *(_lib.ctypes.byref(v) for v in (r, n, lr, ln)))
+    dev = "cpu"
+    want = device if device is not None else os.environ.get("ONEBIT_DEVICE")
+    if want not in (None, "cpu", "cuda"):
+        raise ValueError("device: cpu or cuda, got %r" % (want,))
+    if want != "cpu":
+        count = _lib.lib.obpy_cuda_device_count()
+        if count > 0:
+            dev = "cuda:%d" % (lr.value % count)
+        elif want == "cuda":
+            raise OnebitError("device cuda: no usable CUDA device (or onebit was built without "
+                              "CUDA)")
+    _world = World(r.value, n.value, lr.value, ln.value, dev)
+    atexit.register(_shutdown)
+    return _world
+
+
+def world():
+    """The World of init(), initialising with the defaults when it was not called."""
+    return _world if _world is not None else init()
+
+
+def _shutdown():
+    for h in list(_handles):
+        h._close()
+    sys.stdout.flush()
+    _lib.lib.obpy_finalize()
+
+
+# --- progress reports ------------------------------------------------------------------------
+
+def _format():
+    f = os.environ.get("ONEBIT_PROGRESS", "json")
+    if f not in ("json", "text", "off"):
+        raise ValueError("ONEBIT_PROGRESS: json, text or off, got %r" % f)
+    return f
+
+
+def report_line(kind, phase="", text=None, text2=None, **fields):
+    """The JSON line onebit-worker prints for this event (onebit/report.h), built by the same
+    C writer. Unknown field names raise TypeError."""
+    nums = [0.0] * len(_lib.REPORT_FIELDS)
+    for k, v in fields.items():
+        try:
+            nums[_lib.REPORT_FIELDS.index(k)] = float("nan") if v is None else float(v)
+        except ValueError:
+            raise TypeError("report: unknown field %r" % k) from None
+    arr = (_lib.c_double * len(nums))(*nums)
+    out = _lib.ctypes.create_string_buffer(1 << 16 if kind != "start" else 1 << 21)
+    _lib.call(_lib.lib.obpy_report_json, _lib.enc(kind), _lib.enc(phase), arr, len(nums),
+              _lib.enc(text) if text is not None else None,
+              _lib.enc(text2) if text2 is not None else None, out, len(out))
+    return out.value.decode()
+
+
+def _text_line(kind, phase, text, f):
+    g = f.get
+    if kind == "step":
+        s = "step %6d %-11s loss %8.4g  lr %.3e  %9.0f samples/s  sent %9.3f MB" % (
+            g("step", 0), phase, g("loss", float("nan")), g("lr", 0.0),
+            g("samples_per_s", 0.0), g("bytes_sent", 0) / 1e6)
+        if phase == "compression" and g("worker_error_ratio") is not None and \
+                not math.isnan(g("worker_error_ratio")):
+            s += "  error/|m| worker %.3g server %.3g" % (g("worker_error_ratio"),
+                                                         g("server_error_ratio"))
+        return s
+    if kind == "freeze":
+        return "freeze @ %d: variance frozen, compression phase begins" % g("step", 0)
+    if kind == "eval":
+        return "eval @ %d: loss %.4f, accuracy %.4f (%d)" % (
+            g("step", 0), g("eval_loss", 0.0), g("eval_accuracy", 0.0), g("eval_count", 0))
+    if kind == "checkpoint":
+        return "checkpoint @ %d: %s" % (g("step", 0), text)
+    if kind == "resume":
+        return "resume: continuing after step %d from %s" % (g("step", 0), text)
+    if kind == "summary":
+        return "summary: %d steps, final train loss %.6g, eval loss %.6g, %.3f MB sent" % (
+            g("step", 0), g("loss", float("nan")), g("eval_loss", float("nan")),
+            g("bytes_sent", 0) / 1e6)
+    return "%s: %s" % (kind, text or "")
+
+
+def report(kind, phase="", text=None, text2=None, **fields):
+    """Prints a progress report on rank 0 as onebit-worker does (ONEBIT_PROGRESS=json, the
+    default and what onebitd reads; text for people; off), so that a program run by onebitd
+    shows in onebitctl, the dashboard and /metrics. Only rank 0 prints; call it on every rank."""
+    w = world()
+    fmt = _format()
+    if w.rank != 0 or fmt == "off":
+        return
+    if fmt == "json":
+        line = report_line(kind, phase, text, text2, **fields)
+    else:
+        line = _text_line(kind, phase, text, fields)
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def spec_json(obj):
+    return json.dumps(obj, separators=(",", ":"), sort_keys=False)

@@ -1,0 +1,548 @@
+"""PyTorch front end: the engine's optimizers as torch.optim.Optimizer, and its checkpoints.
+
+OnebitAdam IS the engine's onebit_adam (libonebit's ob_optim): at construction the parameters
+are copied into one flat fp32 buffer and become views into it, their gradients views into a
+second one, so each step hands the engine two pointers. Everything the job spec's optimizer
+has (the warmup and its auto freeze, the stabiliser, the error-compensated 1-bit compressed
+allreduce, fp16/fp8 gradient exchanges, variance refreshes) is reached without a second
+implementation; no DDP wrapper is needed (nor allowed: it would average the gradients a second
+time). CPU tensors cross MPI, CUDA tensors NCCL, with the engine's CUDA kernels running after the
+work of the caller's current stream.
+"""
+
+import json
+import math
+import os
+import time
+
+import torch
+
+import onebit
+from onebit import _lib
+
+__all__ = ["OnebitAdam", "Adam", "save", "load", "warm_start"]
+
+# Keyword arguments that map one to one onto the job spec's optimizer fields.
+_ONEBIT_FIELDS = ("compression", "freeze_threshold", "freeze_min_steps", "freeze_max_fraction",
+                  "block_size", "scale", "precondition", "stabilizer", "stability_bound",
+                  "frozen_step_ratio", "refresh_steps")
+_COMMON_FIELDS = ("eps", "weight_decay", "bias_correction", "gradient_exchange", "bucket_mb")
+# A run whose length is not given: the largest a spec takes is LONG_MAX; this is only the
+# placeholder the validator needs (the binding lifts the latest freeze for it).
+_UNKNOWN_STEPS = 1 << 40
+
+
+class _EngineOptimizer(torch.optim.Optimizer):
+    """The engine's optimizer of `kind` ("adam" or "onebit_adam") over `params`."""
+
+    def __init__(self, kind, params, lr, betas, total_steps, lr_warmup_steps, log_interval,
+                 names, options):
+        if not isinstance(lr, (int, float)) or not lr >= 0.0:
+            raise ValueError("lr: expected a number >= 0, got %r" % (lr,))
+        if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
+            raise ValueError("betas: expected a pair (beta1, beta2), got %r" % (betas,))
+        if total_steps is not None and (not isinstance(total_steps, int) or total_steps < 1):
+            raise ValueError("total_steps: expected a positive integer, got %r" % (total_steps,))
+        if not isinstance(log_interval, int) or log_interval < 1:
+            raise ValueError("log_interval: expected a positive integer, got %r" % (log_interval,))
+        params, names = _named(params, names)
+        super().__init__(params, dict(lr=float(lr), betas=tuple(betas)))
+        if len(self.param_groups) != 1:
+            raise ValueError("%s takes one parameter group: the engine steps one flat buffer "
+                             "with one learning rate and weight decay" % type(self).__name__)
+        plist = self.param_groups[0]["params"]
+        self._world = onebit.world()
+        self._device = _check_params(plist, names)
+        optim = {"type": kind, "beta1": float(betas[0]), "beta2": float(betas[1])}
+        optim.update({k: v for k, v in options.items() if v is not None})
+        self._spec = {"model": {"type": "softmax"}, "data": {"type": "synthetic_classification"},
+                      "optimizer": optim, "batch_size": 1,
+                      "steps": total_steps if total_steps else _UNKNOWN_STEPS,
+                      "lr": {"peak": float(lr), "warmup_steps": int(lr_warmup_steps)}}
+        self._total_steps = total_steps or 0
+        self._log_interval = log_interval
+        self._handle = None
+        self._build(plist, names)
+        self._loss_sum, self._loss_n = None, 0
+        self._t_window, self._samples = time.monotonic(), 0
+        self._t_start = time.monotonic()
+        self._last_loss = float("nan")
+        self._frozen_reported = self.stats().freeze_step >= 0
+        onebit._handles.add(self)
+        onebit.report("start", world_size=self._world.size, num_params=self._d,
+                      text=self._start_spec())
+
+    # --- construction --------------------------------------------------------------------
+
+    def _build(self, plist, names):
+        numels = [p.numel() for p in plist]
+        offsets = [0]
+        for n in numels[:-1]:
+            offsets.append(offsets[-1] + n)
+        d = sum(numels)
+        self._d = d
+        flat = torch.empty(d, dtype=torch.float32, device=self._device)
+        grad = torch.zeros(d, dtype=torch.float32, device=self._device)
+        with torch.no_grad():
+            for p, o, n in zip(plist, offsets, numels):
+                flat[o:o + n].copy_(p.reshape(-1))
+        self._flat, self._grad = flat, grad
+        self._views = [(o, n, p.shape) for p, o, n in zip(plist, offsets, numels)]
+        self._attach(plist)
+        w = self._world
+        if self._device.type == "cuda":
+            self._comm = w.device_comm(self._device.index)
+            torch.cuda.current_stream(self._device).synchronize()
+        else:
+            self._comm = w.ctrl()
+        # Every rank starts from rank 0's parameters, as the engine's jobs do.
+        _lib.call(_lib.lib.obpy_comm_bcast, self._comm, flat.data_ptr(), 4 * d, 0)
+        n = len(plist)
+        offs = (_lib.c_size_t * n)(*offsets)
+        ndims = (_lib.ctypes.c_uint32 * n)(*[max(1, p.dim()) for p in plist])
+        dims = [s for p in plist for s in (list(p.shape) if p.dim() else [1])]
+        dimarr = (_lib.ctypes.c_uint64 * max(1, len(dims)))(*dims)
+        h = _lib.c_void_p()
+        _lib.call(_lib.lib.obpy_optim_create, _lib.ctypes.byref(h), self._spec_bytes(),
+                  self._total_steps, self._comm, w.ctrl(), flat.data_ptr(), d, offs,
+                  _names_blob(names), ndims, dimarr, n)
+        self._handle = h.value
+        self._names = list(names)
+
+    def _attach(self, plist):
+        """Points every parameter and its gradient at its view of the flat buffers."""
+        for p, (o, n, shape) in zip(plist, self._views):
+            p.data = self._flat[o:o + n].view(shape)
+            p.grad = self._grad[o:o + n].view(shape)
+
+    def _spec_bytes(self):
+        return json.dumps(self._spec).encode()
+
+    def _start_spec(self):
+        canon = _lib.ctypes.create_string_buffer(1 << 16)
+        _lib.call(_lib.lib.obpy_optim_check, self._spec_bytes(), self._total_steps, canon,
+                  len(canon))
+        return canon.value.decode()
+
+    def add_param_group(self, group):
+        if getattr(self, "_handle", None) is not None:
+            raise RuntimeError("%s: parameters cannot be added after construction (the engine's "
+                               "buffer is laid out once); build a new optimizer" %
+                               type(self).__name__)
+        super().add_param_group(group)
+
+    def state_dict(self):
+        raise RuntimeError("%s keeps its state in the engine: save it with "
+                           "onebit.torch.save(dir, model, optimizer) and restore it with "
+                           "onebit.torch.load" % type(self).__name__)
+
+    def load_state_dict(self, state_dict):
+        self.state_dict()
+
+    # --- stepping ------------------------------------------------------------------------
+
+    def zero_grad(self, set_to_none=None):
+        """Zeroes the flat gradient buffer in place; the gradients stay views into it (so
+        set_to_none does not apply)."""
+        self._grad.zero_()
+        for p, (o, n, shape) in zip(self.param_groups[0]["params"], self._views):
+            if p.grad is None or p.grad.data_ptr() != self._grad[o:].data_ptr():
+                p.grad = self._grad[o:o + n].view(shape)
+
+    def _gather_grads(self):
+        """Makes the flat gradient hold every parameter's gradient: a gradient torch put in a
+        tensor of its own (after model.zero_grad() set it to None) is copied in, a missing one
+        counts as zero."""
+        base = self._flat.data_ptr()
+        for p, (o, n, shape), name in zip(self.param_groups[0]["params"], self._views,
+                                          self._names):
+            if p.data_ptr() != base + 4 * o or p.dtype != torch.float32:
+                raise RuntimeError("parameter '%s' was replaced after %s was built (its data "
+                                   "must stay the engine's view); copy values in with "
+                                   "p.data.copy_(...) instead" % (name, type(self).__name__))
+            g = p.grad
+            view = self._grad[o:o + n]
+            if g is None:
+                view.zero_()
+            elif g.data_ptr() != self._grad.data_ptr() + 4 * o:
+                if g.is_sparse:
+                    raise RuntimeError("parameter '%s' has a sparse gradient: not supported" %
+                                       name)
+                view.copy_(g.reshape(-1))
+            p.grad = view.view(shape)
+
+    @torch.no_grad()
+    def step(self, closure=None, loss=None, batch_size=None):
+        """One step of the engine's optimizer with the gradients of every parameter (views into
+        the flat buffer). loss (a number or a 0-dim tensor, this rank's) feeds the progress
+        reports every log_interval steps; batch_size (this rank's) their samples/s. Returns the
+        closure's loss, or loss."""
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        self._gather_grads()
+        lr = float(self.param_groups[0]["lr"])
+        stream = None
+        if self._device.type == "cuda":
+            stream = torch.cuda.current_stream(self._device).cuda_stream
+        before = self.stats()
+        _lib.call(_lib.lib.obpy_optim_step, self._handle, self._grad.data_ptr(), lr, stream)
+        after = self.stats()
+        if loss is not None:
+            val = loss.detach().float().reshape(()) if torch.is_tensor(loss) else float(loss)
+            self._loss_sum = val if self._loss_sum is None else self._loss_sum + val
+            self._loss_n += 1
+        if batch_size:
+            self._samples += int(batch_size)
+        if after.freeze_step >= 0 and not self._frozen_reported:
+            self._frozen_reported = True
+            onebit.report("freeze", step=after.freeze_step, freeze_ratio=after.freeze_ratio)
+        if after.step % self._log_interval == 0 or after.step == self._total_steps:
+            self._log(after, lr, before)
+        return loss
+
+    def _log(self, s, lr, before):
+        """A step report, as the worker's: the mean loss over the ranks and the steps since the
+        last one, samples/s over every rank, the traffic, the compression health. Collective:
+        every rank reaches the same steps. A loss that is not finite ends the run."""
+        loss = float("nan")
+        n = self._loss_n
+        local = float(self._loss_sum) if self._loss_sum is not None else 0.0
+        sums = self._world.sum([local / n if n else 0.0, 1.0 if n else 0.0,
+                                0.0 if (not n or math.isfinite(local)) else 1.0,
+                                float(self._samples)])
+        if sums[1] > 0:
+            loss = sums[0] / sums[1]
+        now = time.monotonic()
+        sps = sums[3] / max(now - self._t_window, 1e-9)
+        self._loss_sum, self._loss_n, self._samples = None, 0, 0
+        if sums[2] > 0:
+            raise onebit.Diverged("the loss is not finite on %d rank(s) at step %d" %
+                                  (int(sums[2]), s.step), 3)
+        health = (_lib.c_double * 3)()
+        _lib.call(_lib.lib.obpy_optim_health, self._handle, health)
+        if sums[1] > 0:
+            self._last_loss = loss
+            onebit.report("step", phase=_phase(s), step=s.step, loss=loss, lr=lr,
+                          samples_per_s=sps, bytes_sent=s.bytes_sent,
+                          bytes_step=s.bytes_last_step, freeze_ratio=s.freeze_ratio,
+                          worker_error_ratio=health[0], server_error_ratio=health[1],
+                          zero_momentum_fraction=health[2])
+        self._t_window = time.monotonic()
+
+    def report_eval(self, eval_loss, eval_accuracy=float("nan"), eval_count=0):
+        """Reports an evaluation at the current step (values over every rank: the caller's)."""
+        onebit.report("eval", step=self.stats().step, eval_loss=eval_loss,
+                      eval_accuracy=eval_accuracy, eval_count=eval_count)
+
+    def finish(self, eval_loss=float("nan"), eval_accuracy=float("nan"), first_step=1,
+               last_checkpoint=-1):
+        """Reports the run's summary line, as onebit-worker's last."""
+        s = self.stats()
+        onebit.report("summary", phase=_phase(s), step=s.step, loss=self._last_loss,
+                      eval_loss=eval_loss, eval_accuracy=eval_accuracy,
+                      bytes_sent=s.bytes_sent, bytes_warmup=s.bytes_warmup,
+                      bytes_compression=s.bytes_compression, freeze_step=s.freeze_step,
+                      wall_seconds=time.monotonic() - self._t_start, num_params=self._d,
+                      first_step=first_step, last_checkpoint=last_checkpoint)
+
+    # --- inspection ----------------------------------------------------------------------
+
+    def stats(self):
+        """The engine's counters: step, phase (0 warmup, 1 compression), freeze_step (-1:
+        none), freeze_ratio, bytes_sent, bytes_last_step, bytes_warmup, bytes_compression."""
+        s = _lib.Stats()
+        _lib.lib.obpy_optim_stats(self._handle, _lib.ctypes.byref(s))
+        return s
+
+    @property
+    def flat_params(self):
+        """The flat fp32 parameter buffer (every parameter is a view into it)."""
+        return self._flat
+
+    def engine_state(self, which):
+        """A copy (CPU tensor) of the engine's "exp_avg", "exp_avg_sq", "worker_error" or
+        "server_error"."""
+        n = _lib.c_size_t()
+        _lib.call(_lib.lib.obpy_optim_read, self._handle, _lib.enc(which), None,
+                  _lib.ctypes.byref(n))
+        out = torch.empty(n.value, dtype=torch.float32)
+        if n.value:
+            _lib.call(_lib.lib.obpy_optim_read, self._handle, _lib.enc(which), out.data_ptr(),
+                      _lib.ctypes.byref(n))
+        return out
+
+    def _close(self):
+        if self._handle is not None:
+            _lib.lib.obpy_optim_destroy(self._handle)
+            self._handle = None
+
+    def __del__(self):
+        try:
+            self._close()
+        except Exception:  # interpreter shutdown: the library may be gone
+            pass
+
+
+class OnebitAdam(_EngineOptimizer):
+    """1-bit Adam (Tang et al., 2021) as the engine runs it: Adam steps with an fp32 (or
+    gradient_exchange fp16/fp8) allreduce of the gradients until the variance is frozen
+    (freeze_step "auto" or a step), then only the error-compensated 1-bit momentum crosses
+    the network. Defaults and validation are the job spec's (docs: README "Job spec");
+    total_steps (optional) bounds the auto freeze as a spec's steps do."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=None, weight_decay=None,
+                 bias_correction=None, freeze_step="auto", stabilizer=None,
+                 gradient_exchange=None, compression=None, total_steps=None, lr_warmup_steps=0,
+                 log_interval=10, names=None, freeze_threshold=None, freeze_min_steps=None,
+                 freeze_max_fraction=None, block_size=None, scale=None, precondition=None,
+                 stability_bound=None, frozen_step_ratio=None, refresh_steps=None,
+                 bucket_mb=None):
+        opts = dict(eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
+                    gradient_exchange=gradient_exchange, bucket_mb=bucket_mb,
+                    compression=compression, freeze_threshold=freeze_threshold,
+                    freeze_min_steps=freeze_min_steps, freeze_max_fraction=freeze_max_fraction,
+                    block_size=block_size, scale=scale, precondition=precondition,
+                    stabilizer=stabilizer, stability_bound=stability_bound,
+                    frozen_step_ratio=frozen_step_ratio, refresh_steps=refresh_steps,
+                    freeze_step=freeze_step)
+        super().__init__("onebit_adam", params, lr, betas, total_steps, lr_warmup_steps,
+                         log_interval, names, opts)
+
+
+class Adam(_EngineOptimizer):
+    """The engine's Adam with its gradient exchange (fp32 ring allreduce, or fp16/fp8), for
+    comparisons with OnebitAdam on the same communicators. Bias correction on by default."""
+
+    def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=None, weight_decay=None,
+                 bias_correction=None, gradient_exchange=None, total_steps=None,
+                 log_interval=10, names=None, bucket_mb=None):
+        opts = dict(eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
+                    gradient_exchange=gradient_exchange, bucket_mb=bucket_mb)
+        super().__init__("adam", params, lr, betas, total_steps, 0, log_interval, names, opts)
+
+
+def _phase(s):
+    return "compression" if s.phase == 1 else "warmup"
+
+
+def _named(params, names):
+    """The parameters and their names: from (name, tensor) pairs, from `names`, or param.K."""
+    if isinstance(params, torch.Tensor):
+        raise TypeError("params: an iterable of tensors (or of (name, tensor) pairs), not a "
+                        "tensor")
+    items = list(params)
+    if items and isinstance(items[0], tuple) and len(items[0]) == 2 and \
+            isinstance(items[0][0], str):
+        if names is not None:
+            raise ValueError("names: given twice (named parameters and names=)")
+        names = [n for n, _ in items]
+        items = [p for _, p in items]
+    if items and isinstance(items[0], dict):
+        if len(items) > 1:
+            return items, names  # refused with its message once the groups exist
+        items = list(items[0]["params"])
+    if names is None:
+        names = ["param.%d" % i for i in range(len(items))]
+    names = list(names)
+    if len(names) != len(items):
+        raise ValueError("names: %d names for %d parameters" % (len(names), len(items)))
+    return items, names
+
+
+def _check_params(plist, names):
+    """Every parameter fp32, dense, contiguous, on one device, none sharing memory."""
+    if not plist:
+        raise ValueError("params: no parameters")
+    dev = plist[0].device
+    seen = {}
+    for p, name in zip(plist, names):
+        if not isinstance(p, torch.Tensor):
+            raise TypeError("parameter '%s': not a tensor (%s)" % (name, type(p).__name__))
+        if p.dtype != torch.float32:
+            raise TypeError("parameter '%s' is %s: the engine keeps fp32 parameters and "
+                            "state (train in bf16/fp16 with torch.autocast)" % (name, p.dtype))
+        if p.is_sparse or not p.is_contiguous():
+            raise ValueError("parameter '%s' is not a dense contiguous tensor" % name)
+        if p.device != dev:
+            raise ValueError("parameters on two devices: '%s' on %s, '%s' on %s" %
+                             (names[0], dev, name, p.device))
+        if dev.type not in ("cpu", "cuda"):
+            raise ValueError("parameter '%s' is on %s: cpu or cuda" % (name, dev))
+        start = p.data_ptr()
+        for s0, (e0, other) in seen.items():
+            if start < e0 and s0 < start + 4 * p.numel():
+                raise ValueError("parameters '%s' and '%s' share memory: each must be a "
+                                 "tensor of its own (tie weights by using one parameter)" %
+                                 (other, name))
+        if p.numel():
+            seen[start] = (start + 4 * p.numel(), name)
+    return dev
+
+
+def _names_blob(names):
+    for n in names:
+        if not isinstance(n, str) or not n or "\0" in n:
+            raise ValueError("parameter name %r: a non-empty string" % (n,))
+    return b"".join(n.encode() + b"\0" for n in names)
+
+
+# --- checkpoints -----------------------------------------------------------------------------
+
+def _job_dir(path):
+    path = path or os.environ.get("ONEBIT_CHECKPOINT_DIR")
+    if not path:
+        raise ValueError("checkpoint directory: none given and ONEBIT_CHECKPOINT_DIR is unset")
+    return os.fspath(path)
+
+
+def _model_names(model, optimizer):
+    """The names of the optimizer's parameters in the model (all of them must be there)."""
+    by_id = {id(p): n for n, p in model.named_parameters()}
+    names = []
+    for i, p in enumerate(optimizer.param_groups[0]["params"]):
+        if id(p) not in by_id:
+            raise ValueError("parameter %d of the optimizer is not a parameter of the model" % i)
+        names.append(by_id[id(p)])
+    return names
+
+
+def _buffers(model):
+    """The model's buffers (batch-norm statistics, ...) as exact JSON: floats through Python's
+    float (float32 and float64 round-trip), integers as integers."""
+    out = {}
+    for name, b in model.named_buffers():
+        if b is None:
+            continue
+        t = b.detach().cpu()
+        vals = t.reshape(-1).tolist()
+        out[name] = {"dtype": str(t.dtype).replace("torch.", ""), "shape": list(t.shape),
+                     "values": vals}
+    return out
+
+
+def _load_buffers(model, saved):
+    own = dict(model.named_buffers())
+    for name, rec in saved.items():
+        if name not in own or own[name] is None:
+            raise ValueError("checkpoint: buffer '%s' is not in the model" % name)
+        b = own[name]
+        if list(b.shape) != rec["shape"]:
+            raise ValueError("checkpoint: buffer '%s' has shape %s, the model's %s" %
+                             (name, rec["shape"], list(b.shape)))
+        b.copy_(torch.tensor(rec["values"], dtype=b.dtype).reshape(b.shape))
+
+
+def save(dir=None, model=None, optimizer=None, step=None, extra=None, keep=3, seed=0,
+         data_position=(0, 0)):
+    """Writes the engine's checkpoint of `optimizer` (its parameters, m, v, v_Tw, every rank's
+    error buffers, the freeze state; named after the model's parameters) and the model's
+    buffers under dir (default: $ONEBIT_CHECKPOINT_DIR, which onebitd sets), then keeps the
+    newest `keep`. extra: a JSON-serialisable dict stored with it (your own counters, a data
+    position). Collective: every rank calls it. Returns the checkpoint's directory."""
+    if not isinstance(optimizer, _EngineOptimizer):
+        raise TypeError("optimizer: an onebit.torch optimizer")
+    s = optimizer.stats()
+    if step is not None and step != s.step:
+        raise ValueError("step %d: the optimizer has taken %d steps (the checkpoint is of "
+                         "the optimizer's step)" % (step, s.step))
+    if extra is not None and not isinstance(extra, dict):
+        raise TypeError("extra: a dict")
+    payload = {"user": extra or {}}
+    if model is not None:
+        names = _model_names(model, optimizer)
+        if names != optimizer._names:
+            _lib.call(_lib.lib.obpy_optim_set_names, optimizer._handle, _names_blob(names),
+                      len(names))
+            optimizer._names = names
+        payload["buffers"] = _buffers(model)
+    if optimizer._device.type == "cuda":
+        torch.cuda.current_stream(optimizer._device).synchronize()
+    info = _lib.CkptInfo(seed=int(seed), lr=float(optimizer.param_groups[0]["lr"]),
+                         train_loss=optimizer._last_loss,
+                         wall_seconds=time.monotonic() - optimizer._t_start,
+                         loader_epoch=int(data_position[0]), loader_index=int(data_position[1]))
+    path = _lib.ctypes.create_string_buffer(_lib.PATH_LEN)
+    job_dir = _job_dir(dir)
+    t0 = time.monotonic()
+    _lib.call(_lib.lib.obpy_ckpt_save, optimizer._handle, _lib.enc(job_dir), int(keep),
+              _lib.ctypes.byref(info), json.dumps(payload).encode(), path)
+    onebit.report("checkpoint", step=s.step, text=path.value.decode())
+    del t0
+    return path.value.decode()
+
+
+def load(dir=None, model=None, optimizer=None):
+    """Restores the newest checkpoint of dir (default $ONEBIT_CHECKPOINT_DIR) that verifies
+    (or dir itself, a step-XXXXXXXX directory) into the optimizer and the model's buffers;
+    damaged checkpoints are passed over with a notice. Returns None when there is none, else
+    {"step", "path", "extra", "from_world_size", "data_position"}. Resuming at the same world
+    size on the same device is bit-exact; on another world size the error buffers are
+    re-sharded. Collective."""
+    if not isinstance(optimizer, _EngineOptimizer):
+        raise TypeError("optimizer: an onebit.torch optimizer")
+    if model is not None:
+        names = _model_names(model, optimizer)
+        if names != optimizer._names:
+            _lib.call(_lib.lib.obpy_optim_set_names, optimizer._handle, _names_blob(names),
+                      len(names))
+            optimizer._names = names
+    found = _lib.c_int()
+    info = _lib.CkptInfo()
+    extra = _lib.c_void_p()
+    path = _lib.ctypes.create_string_buffer(_lib.PATH_LEN)
+    fws = _lib.c_int()
+    notes = _lib.ctypes.create_string_buffer(1 << 14)
+    if optimizer._device.type == "cuda":
+        torch.cuda.current_stream(optimizer._device).synchronize()
+    try:
+        _lib.call(_lib.lib.obpy_ckpt_load, optimizer._handle, _lib.enc(_job_dir(dir)),
+                  _lib.ctypes.byref(found), _lib.ctypes.byref(info), _lib.ctypes.byref(extra),
+                  path, _lib.ctypes.byref(fws), notes, len(notes))
+    finally:
+        for line in notes.value.decode(errors="replace").splitlines():
+            onebit.report("notice", text=line)
+    if not found.value:
+        return None
+    try:
+        payload = json.loads(_lib.ctypes.string_at(extra.value).decode())
+    finally:
+        _lib.lib.obpy_free(extra.value)
+    if model is not None and payload.get("buffers"):
+        with torch.no_grad():
+            _load_buffers(model, payload["buffers"])
+    s = optimizer.stats()
+    optimizer._frozen_reported = s.freeze_step >= 0
+    optimizer._last_loss = info.train_loss
+    onebit.report("resume", phase=_phase(s), step=s.step, text=path.value.decode(),
+                  from_world_size=fws.value)
+    return {"step": s.step, "path": path.value.decode(), "extra": payload.get("user", {}),
+            "from_world_size": fws.value,
+            "data_position": (info.loader_epoch, info.loader_index)}
+
+
+def warm_start(source, optimizer, refit_steps="auto", params=False, model=None):
+    """Starts a fresh OnebitAdam's compression phase from the frozen variance v_Tw of another
+    run's checkpoint (a checkpoint, or a job directory: its newest valid one), re-estimated over
+    refit_steps Adam steps ("auto": ceil(Delta / 5)) or taken as is (0), as a job spec's
+    warm_start does; params=True also takes its parameters. Returns what was done."""
+    if not isinstance(optimizer, OnebitAdam):
+        raise TypeError("optimizer: an onebit.torch.OnebitAdam")
+    if refit_steps == "auto":
+        refit = -1
+    elif isinstance(refit_steps, int) and 0 <= refit_steps <= 1000000:
+        refit = refit_steps
+    else:
+        raise ValueError("refit_steps: \"auto\" or an integer in [0, 1000000], got %r" %
+                         (refit_steps,))
+    if model is not None:
+        names = _model_names(model, optimizer)
+        _lib.call(_lib.lib.obpy_optim_set_names, optimizer._handle, _names_blob(names),
+                  len(names))
+        optimizer._names = names
+    out = _lib.ctypes.create_string_buffer(512)
+    _lib.call(_lib.lib.obpy_ckpt_warm_start, optimizer._handle, _lib.enc(os.fspath(source)),
+              refit, 1 if params else 0, out)
+    what = out.value.decode()
+    onebit.report("warm_start", text=what, text2="taken" if refit == 0 else "refit")
+    return what

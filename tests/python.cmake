@@ -1,0 +1,29 @@
+# The Python front end (engine/python): the package from the build tree under Debian's system
+# python3 with its python3-torch. test_py_parity_*: onebit.torch's optimizers against the engine's
+# own on the same gradients, bit for bit, on 1, 2 and 4 ranks; test_py_frontend: validation,
+# bad input, checkpoints; test_py_resume: a rank killed mid-run, resumed, the same bits as an
+# uninterrupted run; test_py_install: `import onebit` in a clean python3 after
+# scripts/install-python.sh.
+if(NOT TARGET onebit_py)
+  return() # sanitizer and fuzz builds make no Python binding
+endif()
+find_program(OB_TORCH_PYTHON NAMES python3 PATHS /usr/bin NO_DEFAULT_PATH REQUIRED)
+set(OB_PY_PATH ${CMAKE_BINARY_DIR}/python)
+set(OB_PY_TEST_ENV ${OB_MPI_TEST_ENV} "PYTHONPATH=${OB_PY_PATH}" "ONEBIT_PROGRESS=off")
+
+add_executable(test_py_replay test_py_replay.c)
+target_link_libraries(test_py_replay PRIVATE onebit m)
+target_include_directories(test_py_replay PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+
+foreach(kind onebit_adam adam)
+  foreach(np 1 2 4)
+    if(kind STREQUAL "adam" AND NOT np EQUAL 2)
+      continue()
+    endif()
+    add_test(NAME test_py_parity_${kind}_np${np}
+             COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/run_parity.sh ${OB_TORCH_PYTHON}
+                     $<TARGET_FILE:test_py_replay> ${OB_PY_PATH} ${np} ${kind})
+    set_tests_properties(test_py_parity_${kind}_np${np} PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV}"
+                         TIMEOUT 600 PROCESSORS 2)
+  endforeach()
+endforeach()
