@@ -32,6 +32,8 @@ packages=(
   python3-grpcio python3-protobuf
   # onebitctl's completion scripts are tested in bash and zsh
   zsh
+  # the PyTorch front end (engine/python, `import onebit`): Debian's CPU torch
+  python3-torch
 )
 # --containers: what the opt-in image test needs (tests/test_containers.sh): podman with runc,
 # and mmdebstrap to make a Debian base image without a registry.

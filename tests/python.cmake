@@ -27,3 +27,19 @@ foreach(kind onebit_adam adam)
                          TIMEOUT 600 PROCESSORS 2)
   endforeach()
 endforeach()
+
+add_test(NAME test_py_frontend
+         COMMAND ${OB_TORCH_PYTHON} ${CMAKE_CURRENT_SOURCE_DIR}/python/test_frontend.py
+                 ${CMAKE_BINARY_DIR})
+set_tests_properties(test_py_frontend PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV}" TIMEOUT 300)
+
+add_test(NAME test_py_resume_np2
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_resume.sh ${OB_TORCH_PYTHON} ${OB_PY_PATH} 2)
+set_tests_properties(test_py_resume_np2 PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2)
+
+# The README's install step (scripts/install-python.sh) made the system's python3 import this
+# build's package from any directory, without PYTHONPATH.
+add_test(NAME test_py_install
+         COMMAND sh -c "cd / && env -u PYTHONPATH ${OB_TORCH_PYTHON} -c \"import onebit, onebit.torch, sys; f = onebit.__file__; sys.exit(0 if f.startswith('${OB_PY_PATH}/') else 'onebit imports from ' + f + ', not this build: run scripts/install-python.sh')\"")
+set_tests_properties(test_py_install PROPERTIES TIMEOUT 120)

@@ -236,7 +236,10 @@ static ob_status make_index(obpy_optim *o, const size_t *offsets, const char *na
             t->shape[j] = dims[k++];
         name += len + 1;
     }
-    return ob_ckpt_check_tensors(o->tensors, n, o->d, "the parameters", err);
+    /* A bad table here is the caller's argument, not a damaged file. */
+    ob_status st = ob_ckpt_check_tensors(o->tensors, n, o->d, "the parameters", err);
+    if (st == OB_ERR_CORRUPT && err) err->code = st = OB_ERR_INVALID_ARG;
+    return st;
 }
 
 static ob_status make_mirrors(obpy_optim *o, ob_err *err)
@@ -323,6 +326,7 @@ int obpy_optim_set_names(obpy_optim *o, const char *names, size_t n, char *err, 
         name += len + 1;
     }
     if (st == OB_OK) st = ob_ckpt_check_tensors(t, n, o->d, "the parameters' names", &e);
+    if (st == OB_ERR_CORRUPT) e.code = st = OB_ERR_INVALID_ARG;
     if (st == OB_OK) memcpy(o->tensors, t, n * sizeof *t);
     free(t);
     RET(st);

@@ -1,0 +1,304 @@
+"""onebit.torch in one process: the job spec's validation and messages, hostile arguments,
+checkpoints (bit-exact continuation, buffers, fallback past a damaged checkpoint, mismatches
+refused without touching the optimizer, onebit-ckpt reading them) and warm start.
+
+    PYTHONPATH=build/python python3 tests/python/test_frontend.py BUILD_DIR
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+import onebit
+import onebit.torch as obt
+
+BUILD = sys.argv.pop(1) if len(sys.argv) > 1 else "build"
+WORKER = os.path.join(BUILD, "bin", "onebit-worker")
+CKPT = os.path.join(BUILD, "bin", "onebit-ckpt")
+
+
+class Net(torch.nn.Module):
+    def __init__(self, width=32, norm=False):
+        super().__init__()
+        self.l1 = torch.nn.Linear(12, width)
+        self.bn = torch.nn.BatchNorm1d(width) if norm else None
+        self.l2 = torch.nn.Linear(width, 3)
+
+    def forward(self, x):
+        h = self.l1(x)
+        if self.bn is not None:
+            h = self.bn(h)
+        return self.l2(torch.relu(h))
+
+
+def batch(step):
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(32, 12, generator=g)
+    return x, (x[:, 0] + x[:, 1] > 0).long() + (x[:, 2] > 1).long()
+
+
+def train(model, opt, first, last):
+    for step in range(first, last):
+        x, y = batch(step)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step(loss=loss)
+        opt.zero_grad()
+
+
+def fresh(seed=0, norm=False, **kw):
+    torch.manual_seed(seed)
+    model = Net(norm=norm)
+    args = dict(lr=1e-2, betas=(0.9, 0.99), freeze_step=10, block_size=32)
+    args.update(kw)
+    return model, obt.OnebitAdam(model.named_parameters(), **args)
+
+
+def state(model, opt):
+    return [p.detach().clone() for p in model.parameters()] + \
+        [opt.engine_state(w) for w in ("exp_avg", "exp_avg_sq", "worker_error",
+                                        "server_error")] + \
+        [b.detach().clone() for b in model.buffers()]
+
+
+def same_bits(a, b):
+    return len(a) == len(b) and all(
+        x.shape == y.shape and torch.equal(x.view(-1).view(torch.int32) if x.is_floating_point()
+                                           else x, y.view(-1).view(torch.int32)
+                                           if y.is_floating_point() else y)
+        for x, y in zip(a, b))
+
+
+def spec_message(optimizer_yaml):
+    """The message onebit-worker --check gives for a spec with this optimizer section."""
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as f:
+        f.write("model: {type: softmax}\ndata: {type: synthetic_classification}\n"
+                "batch_size: 8\nsteps: 100\noptimizer: %s\n" % optimizer_yaml)
+    try:
+        r = subprocess.run([WORKER, "--spec", f.name, "--check"], capture_output=True, text=True)
+    finally:
+        os.unlink(f.name)
+    assert r.returncode == 2, r
+    return r.stderr
+
+
+class Validation(unittest.TestCase):
+    cases = [  # (keyword arguments, the same in a job spec's optimizer section)
+        (dict(stabilizer="adam_bond"), "{type: onebit_adam, stabilizer: adam_bond}",
+         "optimizer.stabilizer"),
+        (dict(betas=(0.9, 1.5)), "{type: onebit_adam, beta2: 1.5}", "optimizer.beta2"),
+        (dict(block_size=33), "{type: onebit_adam, block_size: 33}", "optimizer.block_size"),
+        (dict(gradient_exchange="fp4"), "{type: onebit_adam, gradient_exchange: fp4}",
+         "optimizer.gradient_exchange"),
+        (dict(eps=-1.0), "{type: onebit_adam, eps: -1.0}", "optimizer.eps"),
+        (dict(freeze_step=0), "{type: onebit_adam, freeze_step: 0}", "optimizer.freeze_step"),
+    ]
+
+    def test_same_messages_as_a_job_spec(self):
+        for kw, yaml, field in self.cases:
+            with self.subTest(kw=kw):
+                model = Net()
+                with self.assertRaises(ValueError) as cm:
+                    obt.OnebitAdam(model.parameters(), **kw)
+                msg = str(cm.exception)
+                self.assertTrue(msg.startswith(field), msg)
+                self.assertNotRegex(msg, r"\.c:\d+", "no source locations for users")
+                self.assertIn(msg, spec_message(yaml))
+
+    def test_defaults_are_the_spec_defaults(self):
+        model, opt = fresh(freeze_step="auto", block_size=None)
+        opt2 = obt.OnebitAdam(Net().parameters())
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml") as f:
+            f.write("model: {type: softmax}\ndata: {type: synthetic_classification}\n"
+                    "batch_size: 8\nsteps: 100\noptimizer: {type: onebit_adam}\n")
+            f.flush()
+            out = subprocess.run([WORKER, "--spec", f.name, "--check"], capture_output=True,
+                                 text=True)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        worker = json.loads(out.stdout)["optimizer"]
+        mine = json.loads(opt2._start_spec())["optimizer"]
+        for k in ("beta1", "beta2", "eps", "bias_correction", "stabilizer", "block_size",
+                  "freeze_threshold", "gradient_exchange", "scale", "frozen_step_ratio"):
+            self.assertEqual(mine[k], worker[k], k)
+
+    def test_python_level_arguments(self):
+        with self.assertRaisesRegex(ValueError, "betas"):
+            obt.OnebitAdam(Net().parameters(), betas=0.9)
+        with self.assertRaisesRegex(ValueError, "total_steps"):
+            obt.OnebitAdam(Net().parameters(), total_steps=0)
+        with self.assertRaisesRegex(ValueError, "lr"):
+            obt.OnebitAdam(Net().parameters(), lr=float("nan"))
+        with self.assertRaises(TypeError):
+            obt.OnebitAdam(Net().parameters(), betta2=0.9)
+
+
+class BadInput(unittest.TestCase):
+    def test_dtypes(self):
+        for dt in (torch.float64, torch.bfloat16, torch.float16):
+            with self.assertRaisesRegex(TypeError, "fp32"):
+                obt.OnebitAdam([torch.nn.Parameter(torch.zeros(4, dtype=dt))])
+
+    def test_non_contiguous(self):
+        p = torch.nn.Parameter(torch.zeros(4, 6).t())
+        with self.assertRaisesRegex(ValueError, "contiguous"):
+            obt.OnebitAdam([p])
+
+    def test_shared_memory(self):
+        base = torch.zeros(10)
+        a = torch.nn.Parameter(base[:6])
+        b = torch.nn.Parameter(base[4:])
+        with self.assertRaisesRegex(ValueError, "share memory"):
+            obt.OnebitAdam([a, b], names=["a", "b"])
+
+    def test_two_devices(self):
+        with self.assertRaisesRegex(ValueError, "two devices"):
+            obt.OnebitAdam([torch.nn.Parameter(torch.zeros(3)),
+                            torch.nn.Parameter(torch.zeros(3, device="meta"))])
+
+    def test_groups_and_late_parameters(self):
+        m = Net()
+        with self.assertRaisesRegex(ValueError, "one parameter group"):
+            obt.OnebitAdam([{"params": m.l1.parameters()}, {"params": m.l2.parameters(),
+                                                             "lr": 0.1}])
+        opt = obt.OnebitAdam(m.parameters())
+        with self.assertRaisesRegex(RuntimeError, "after construction"):
+            opt.add_param_group({"params": [torch.nn.Parameter(torch.zeros(2))]})
+        with self.assertRaisesRegex(RuntimeError, "onebit.torch.save"):
+            opt.state_dict()
+        with self.assertRaisesRegex(ValueError, "empty parameter list|no parameters"):
+            obt.OnebitAdam([])
+
+    def test_replaced_parameter(self):
+        m, opt = fresh()
+        m.l1.weight.data = torch.zeros_like(m.l1.weight)
+        x, y = batch(0)
+        torch.nn.functional.cross_entropy(m(x), y).backward()
+        with self.assertRaisesRegex(RuntimeError, "replaced"):
+            opt.step()
+
+    def test_bad_names(self):
+        with self.assertRaisesRegex(ValueError, "names"):
+            obt.OnebitAdam(Net().parameters(), names=["a"])
+        with self.assertRaises(ValueError):
+            obt.OnebitAdam([("bad name!", torch.nn.Parameter(torch.zeros(2)))])
+
+
+class Stepping(unittest.TestCase):
+    def test_views_and_gradients(self):
+        m, opt = fresh()
+        flat = opt.flat_params
+        for p in m.parameters():
+            self.assertEqual(p.untyped_storage().data_ptr() if hasattr(p, "untyped_storage")
+                             else p.storage().data_ptr(), flat.storage().data_ptr())
+        train(m, opt, 0, 25)
+        s = opt.stats()
+        self.assertEqual((s.step, s.freeze_step, s.phase), (25, 10, 1))
+        # the flat buffer is what the model computes with
+        self.assertTrue(torch.equal(torch.cat([p.detach().reshape(-1) for p in m.parameters()]),
+                                    flat))
+
+    def test_diverged(self):
+        m, opt = fresh(log_interval=5)
+        with self.assertRaises(onebit.Diverged):
+            for _ in range(5):
+                x, y = batch(0)
+                torch.nn.functional.cross_entropy(m(x), y).backward()
+                opt.step(loss=float("nan"))
+                opt.zero_grad()
+
+
+class Checkpoints(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def test_continuation_is_bit_exact(self):
+        m, opt = fresh(norm=True)
+        train(m, opt, 0, 20)
+        path = obt.save(self.dir, m, opt, extra={"note": "x", "epoch": 3})
+        self.assertTrue(path.endswith("step-00000020"))
+        train(m, opt, 20, 40)
+        want = state(m, opt)
+        m2, opt2 = fresh(seed=99, norm=True)
+        got = obt.load(self.dir, m2, opt2)
+        self.assertEqual(got["step"], 20)
+        self.assertEqual(got["extra"], {"note": "x", "epoch": 3})
+        self.assertEqual(opt2.stats().freeze_step, 10)
+        train(m2, opt2, 20, 40)
+        self.assertTrue(same_bits(want, state(m2, opt2)))
+
+    def test_onebit_ckpt_reads_it(self):
+        m, opt = fresh()
+        train(m, opt, 0, 12)
+        path = obt.save(self.dir, m, opt)
+        r = subprocess.run([CKPT, "verify", path], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stdout + r.stderr)
+        r = subprocess.run([CKPT, "tensors", path], capture_output=True, text=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for name in ("l1.weight", "l1.bias", "l2.weight", "l2.bias"):
+            self.assertIn(name, r.stdout)
+
+    def test_fallback_past_a_damaged_checkpoint(self):
+        m, opt = fresh()
+        train(m, opt, 0, 12)
+        obt.save(self.dir, m, opt)
+        train(m, opt, 12, 14)
+        newest = obt.save(self.dir, m, opt)
+        state_h5 = os.path.join(newest, "state.h5")
+        with open(state_h5, "r+b") as f:
+            size = f.seek(0, 2)
+            f.seek(size // 2)
+            byte = f.read(1)[0]
+            f.seek(size // 2)
+            f.write(bytes([byte ^ 0xFF]))
+        m2, opt2 = fresh(seed=5)
+        self.assertEqual(obt.load(self.dir, m2, opt2)["step"], 12)
+
+    def test_mismatches_change_nothing(self):
+        m, opt = fresh()
+        train(m, opt, 0, 12)
+        obt.save(self.dir, m, opt)
+        torch.manual_seed(3)
+        wide = Net(width=40)
+        opt_w = obt.OnebitAdam(wide.named_parameters(), lr=1e-2, betas=(0.9, 0.99),
+                               freeze_step=10, block_size=32)
+        before = state(wide, opt_w)
+        with self.assertRaisesRegex(ValueError, "parameters"):
+            obt.load(self.dir, wide, opt_w)
+        self.assertTrue(same_bits(before, state(wide, opt_w)))
+        m3, opt3 = fresh(seed=4, betas=(0.9, 0.999))
+        before = state(m3, opt3)
+        with self.assertRaisesRegex(ValueError, "another optimizer"):
+            obt.load(self.dir, m3, opt3)
+        self.assertTrue(same_bits(before, state(m3, opt3)))
+
+    def test_nothing_to_load(self):
+        m, opt = fresh()
+        self.assertIsNone(obt.load(os.path.join(self.dir, "none"), m, opt))
+
+    def test_warm_start(self):
+        m, opt = fresh()
+        train(m, opt, 0, 15)
+        obt.save(self.dir, m, opt)
+        m2, opt2 = fresh(seed=7, freeze_step="auto")
+        what = obt.warm_start(self.dir, opt2, refit_steps=0, model=m2)
+        self.assertIn("taken as is", what)
+        self.assertEqual(opt2.stats().phase, 1)
+        train(m2, opt2, 0, 5)
+        self.assertEqual(opt2.stats().freeze_step, 0)
+        m3, opt3 = fresh(seed=7)
+        with self.assertRaises(FileNotFoundError):
+            obt.warm_start(os.path.join(self.dir, "none"), opt3)
+
+
+if __name__ == "__main__":
+    onebit.init(device="cpu")
+    os.environ.setdefault("ONEBIT_PROGRESS", "off")
+    unittest.main(verbosity=2)

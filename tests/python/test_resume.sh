@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# A program job killed mid-run resumes bit-exactly: train_small.py on NP ranks uninterrupted,
+# then the same run with one rank SIGKILLed twice (before and after the freeze) and restarted
+# each time from its newest checkpoint; the final parameters must be the same bytes.
+#   test_resume.sh PYTHON PYTHONPATH NP
+set -u
+py=$1 pypath=$2 np=$3
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+passed=0 failed=0
+check() { if eval "$2"; then passed=$((passed + 1)); echo "[ PASSED ] $1"; else
+  failed=$((failed + 1)); echo "[ FAILED ] $1"; fi; }
+run() { # DIR OUT [KILL]
+  ONEBIT_TEST_KILL=${3:-0 -1} mpirun -np "$np" --oversubscribe -x PYTHONPATH="$pypath" \
+    -x ONEBIT_PROGRESS=off -x ONEBIT_TEST_KILL "$py" "$here/train_small.py" --dir "$1" \
+    --out "$2" >>"$work/log" 2>&1
+}
+run "$work/a" "$work/a.f32"
+check "uninterrupted run" "[ -s $work/a.f32 ]"
+run "$work/b" "$work/b.f32" "35 $((np - 1))"
+check "rank $((np - 1)) killed after step 35 (in the warmup) ends the run" "[ ! -e $work/b.f32 ]"
+run "$work/b" "$work/b.f32" "90 0"
+check "rank 0 killed after step 90 (resumed from 25, frozen at 40) ends the run" "[ ! -e $work/b.f32 ]"
+run "$work/b" "$work/b.f32"
+check "the resumed run finishes from step 75" "grep -q 'from step 75' $work/log"
+check "final parameters identical to the uninterrupted run's" "cmp -s $work/a.f32 $work/b.f32"
+[ "$failed" -eq 0 ] || tail -30 "$work/log"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,47 @@
+"""A small program job for the resume test (test_resume.sh): an MLP on synthetic data with
+onebit.torch.OnebitAdam, batches drawn from (seed, rank, step), a checkpoint every --interval
+steps under --dir, resuming from the newest one there. With ONEBIT_TEST_KILL="STEP RANK" that
+rank SIGKILLs itself after STEP (a crash, no checkpoint). Writes the final parameters to --out.
+"""
+import argparse
+import os
+import signal
+
+import torch
+
+import onebit
+import onebit.torch as obt
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--dir", required=True)
+ap.add_argument("--out", required=True)
+ap.add_argument("--steps", type=int, default=120)
+ap.add_argument("--interval", type=int, default=25)
+a = ap.parse_args()
+kill = [int(v) for v in os.environ.get("ONEBIT_TEST_KILL", "0 -1").split()]
+torch.set_num_threads(1)
+w = onebit.init(device="cpu")
+torch.manual_seed(7)
+model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.GELU(), torch.nn.Linear(64, 64),
+                            torch.nn.GELU(), torch.nn.Linear(64, 4))
+opt = obt.OnebitAdam(model.parameters(), lr=2e-3, betas=(0.9, 0.95), total_steps=a.steps,
+                     block_size=128)
+got = obt.load(a.dir, model, opt)
+first = got["step"] if got else 0
+for step in range(first, a.steps):
+    g = torch.Generator().manual_seed(100003 * step + w.rank)
+    x = torch.randn(32, 20, generator=g)
+    y = (x[:, :4].argmax(dim=1) + (x[:, 4] > 1).long()) % 4
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step(loss=loss, batch_size=32)
+    opt.zero_grad()
+    if (step + 1) % a.interval == 0:
+        obt.save(a.dir, model, opt)
+    if step + 1 == kill[0] and w.rank == kill[1]:
+        os.kill(os.getpid(), signal.SIGKILL)
+s = opt.stats()
+opt.finish()
+if w.rank == 0:
+    opt.flat_params.numpy().tofile(a.out)
+    print("done: %d steps from step %d, freeze at %d" % (s.step, first, s.freeze_step))
