@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The main job, end to end on CPU: builds onebit, starts the coordinator (onebitd), submits
+# The main job, end to end on CPU: builds onebit (and installs its Python package), starts the coordinator (onebitd), submits
 # examples/fmnist-mlp-onebit.yaml (Fashion-MNIST MLP, 1-bit Adam) on 4 MPI ranks with onebitctl,
 # follows it to the end with live progress, and prints the final summary. The coordinator is
 # stopped afterwards; its state (job store, logs, checkpoints) stays under $STATE_DIR.
@@ -14,6 +14,8 @@ STATE_DIR=${STATE_DIR:-var/demo}
 
 cmake -S . -B "$BUILD_DIR" >/dev/null
 cmake --build "$BUILD_DIR" -j "$(nproc)" --target onebit-worker onebitd onebitctl
+# The PyTorch front end: `import onebit` in the system's python3 (engine/python/README.md).
+bash scripts/install-python.sh "$BUILD_DIR"
 
 # Open MPI (the coordinator launches the workers with mpirun): allow root (containers), shared
 # memory without the cross-memory-attach mechanism containers forbid, yield when idle.

@@ -30,8 +30,12 @@ PMIX_PREFIX=$(dirname "$(dirname "$(readlink -f "$PMIX_LIB")")")
 rm -rf "$DEST"
 mkdir -p "$DEST/bin" "$DEST/lib"
 bins=(onebit-worker onebit-ckpt test_compress_cuda test_model_cuda test_optim_cuda test_car_nccl
-  bench_compress_cuda)
+  bench_compress_cuda test_py_replay)
 for b in "${bins[@]}"; do install -m 755 "$BUILD_DIR/bin/$b" "$DEST/bin/"; done
+# The Python package (engine/python) with its binding: PYTHONPATH=$DEST/python.
+mkdir -p "$DEST/python/onebit"
+install -m 644 "$BUILD_DIR"/python/onebit/*.py "$DEST/python/onebit/"
+install -m 755 "$BUILD_DIR/python/onebit/libonebit_py.so" "$DEST/python/onebit/"
 install -m 755 "$(readlink -f "$(command -v orterun)")" "$DEST/bin/orterun"
 install -m 755 "$(readlink -f "$(command -v orted)")" "$DEST/bin/orted"
 ln -s orterun "$DEST/bin/mpirun"
@@ -60,19 +64,22 @@ host_lib() {
   esac
   return 1
 }
-for f in "$DEST"/bin/* "$DEST/$rel_pkglib"/*.so "$DEST"/pmix/lib/pmix/*.so; do
+for f in "$DEST"/bin/* "$DEST/$rel_pkglib"/*.so "$DEST"/pmix/lib/pmix/*.so \
+  "$DEST"/python/onebit/*.so; do
   [ -L "$f" ] && continue
   ldd "$f" 2>/dev/null | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   host_lib "$name" || install -m 644 "$path" "$DEST/lib/$name"
 done
-strip --strip-unneeded "$DEST"/bin/* "$DEST"/lib/* "$DEST/$rel_pkglib"/*.so 2>/dev/null || true
+strip --strip-unneeded "$DEST"/bin/* "$DEST"/lib/* "$DEST/$rel_pkglib"/*.so \
+  "$DEST"/python/onebit/*.so 2>/dev/null || true
 
 cat >"$DEST/env.sh" <<EOF
 # Sourced by gpu-check.sh (BUNDLE=dir): the bundle's programs and libraries first, Open MPI and
 # PMIx relocated here, the host's CUDA runtime, cuBLAS and NCCL found.
 B=\$(cd "\$(dirname "\${BASH_SOURCE[0]}")" && pwd)
 export PATH=\$B/bin:\$PATH OPAL_PREFIX=\$B PMIX_MCA_mca_base_component_path=\$B/pmix/lib/pmix
+export PYTHONPATH=\$B/python\${PYTHONPATH:+:\$PYTHONPATH}
 export OMPI_MCA_mca_base_component_show_load_errors=0 OMPI_MCA_btl=self,vader,tcp
 export OMPI_MCA_pml=ob1 OMPI_MCA_mtl=^ofi OMPI_MCA_osc=^ucx,pt2pt PMIX_MCA_pcompress_base_silence_warning=1
 gpu_dirs=

@@ -5,7 +5,9 @@
 # CPU models), the kernel benchmark, a 1-rank NCCL training job with the step-time split, the
 # same job again (a GPU run must give the same bits), the job killed before and after its
 # freeze and resumed (the same bits as uninterrupted), and the GPU job's checkpoint resumed on
-# the CPU. Prints a summary and exits 1 if any check failed.
+# the CPU; then the PyTorch front end on the GPU (tests/python: OnebitAdam on NCCL against the
+# engine's CPU optimizer, a GPU checkpoint loaded on the CPU, the optimizer's share of a bf16
+# GPT step). Prints a summary and exits 1 if any check failed.
 # Environment: ARCH (default 90), BUILD_DIR (default build-gpu), OUT (a directory for the
 # logs, default var/gpu-check). docs/GPU.md has the results of a run on an H100.
 set -uo pipefail
@@ -104,6 +106,41 @@ check "refreshes and fp8 gradients, killed inside a refresh and resumed: the sam
 sed -e 's/^device: cuda/device: cpu/' -e 's/^steps: .*/steps: 1100/' "$spec" >"$OUT/job-cpu.yaml"
 check "the GPU checkpoint resumed on the CPU for 100 steps" \
   run_spec "$OUT/job-cpu.yaml" --job-id run1 --resume
+
+# The PyTorch front end (engine/python), with the first python3 here whose torch has CUDA
+# (PYTHON overrides): OnebitAdam on a CUDA model (NCCL, the engine's kernels on torch's stream)
+# must end bit for bit where the engine's CPU optimizer ends on the same gradients; a checkpoint
+# it writes on the GPU loads on the CPU with the same bytes and trains on; and the optimizer's
+# share of a bf16 GPT step against torch's fused Adam (a benchmark: it prints, it does not fail).
+if [ -n "${BUNDLE:-}" ]; then export PYTHONPATH=$BUNDLE/python; else export PYTHONPATH=$PWD/$BUILD_DIR/python; fi
+export ONEBIT_PROGRESS=off
+PY=
+for p in ${PYTHON:-} python3 python3.12 /usr/local/bin/python3 /usr/bin/python3; do
+  if command -v "$p" >/dev/null && "$p" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+    PY=$p; break
+  fi
+done
+if [ -n "$PY" ]; then
+  echo "== python: $("$PY" -c 'import sys, torch; print(sys.executable, sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda)')"
+  pyrun() { mpirun -np 1 -x PYTHONPATH -x ONEBIT_PROGRESS "$PY" "$@"; }
+  py_parity() {
+    rm -rf "$OUT/py-parity"
+    pyrun tests/python/parity_record.py "$OUT/py-parity" --device cuda &&
+      mpirun -np 1 "$BIN/test_py_replay" "$OUT/py-parity" onebit_adam 300
+  }
+  py_gpu_to_cpu() {
+    rm -rf "$OUT/py-ckpt"
+    pyrun tests/python/gpu_to_cpu.py "$OUT/py-ckpt" save &&
+      pyrun tests/python/gpu_to_cpu.py "$OUT/py-ckpt" load
+  }
+  check "python: OnebitAdam on CUDA equals the engine's CPU optimizer on the same gradients" py_parity
+  check "python: a checkpoint written on the GPU loads on the CPU (the same bytes) and trains on" \
+    py_gpu_to_cpu
+  check "python: the optimizer's share of a bf16 GPT step" pyrun bench/python/optim_share.py
+else
+  echo "== python: no python3 with a CUDA torch here: the front end's GPU checks did not run"
+  failed+=("python: no torch with CUDA")
+fi
 
 echo "logs in $OUT"
 if [ ${#failed[@]} -gt 0 ]; then printf 'FAILED: %s\n' "${failed[@]}"; exit 1; fi

@@ -1,7 +1,7 @@
 """Records a run of onebit.torch.OnebitAdam (or Adam) for test_py_replay, the engine's own
 optimizer fed the same gradients: run under mpirun -np N.
 
-    parity_record.py OUT [--steps 300] [--kind onebit_adam|adam]
+    parity_record.py OUT [--steps 300] [--kind onebit_adam|adam] [--device cpu|cuda]
 
 A small torch model (linear layers, a layer norm, a 0-dim scalar) trains on data drawn from
 (rank, step), with a cosine learning rate set through torch.optim.lr_scheduler, weight decay and
@@ -13,6 +13,7 @@ an auto freeze that comes inside the run (beta2 0.99). Writes to OUT:
   meta.txt          d steps freeze_step D C
 """
 import argparse
+import ctypes
 import math
 import os
 import struct
@@ -26,9 +27,17 @@ ap = argparse.ArgumentParser()
 ap.add_argument("out")
 ap.add_argument("--steps", type=int, default=300)
 ap.add_argument("--kind", default="onebit_adam")
+ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
 a = ap.parse_args()
 
-w = onebit.init(device="cpu")
+def raw(t):
+    """The bytes of a tensor (no numpy needed)."""
+    t = t.detach().cpu().contiguous()
+    return ctypes.string_at(t.data_ptr(), t.numel() * t.element_size())
+
+
+w = onebit.init(device=a.device)
+dev = torch.device(w.device)
 torch.manual_seed(1234 + w.rank)  # every rank its own init: the optimizer must broadcast rank 0's
 
 
@@ -46,7 +55,7 @@ class Net(torch.nn.Module):
         return self.l3(torch.tanh(self.l2(h))) * self.temp
 
 
-model = Net()
+model = Net().to(dev)
 kw = dict(lr=3e-3, betas=(0.9, 0.99), eps=1e-7, weight_decay=0.01, total_steps=a.steps,
           log_interval=50)
 if a.kind == "onebit_adam":
@@ -57,13 +66,14 @@ sched = torch.optim.lr_scheduler.LambdaLR(
     opt, lambda s: 0.5 * (1 + math.cos(math.pi * s / a.steps)) * 0.9 + 0.1)
 os.makedirs(a.out, exist_ok=True)
 if w.rank == 0:
-    opt.flat_params.numpy().tofile(os.path.join(a.out, "init.f32"))
+    with open(os.path.join(a.out, "init.f32"), "wb") as f:
+        f.write(raw(opt.flat_params))
 lrs = []
 with open(os.path.join(a.out, "rank-%d.grads" % w.rank), "wb") as gf:
     for step in range(a.steps):
         g = torch.Generator().manual_seed(1000 * step + w.rank)
-        x = torch.randn(16, 24, generator=g)
-        y = torch.randint(0, 5, (16,), generator=g)
+        x = torch.randn(16, 24, generator=g).to(dev)
+        y = torch.randint(0, 5, (16,), generator=g).to(dev)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         if step % 7 == 3:  # gradients torch put elsewhere must be gathered too
@@ -71,7 +81,7 @@ with open(os.path.join(a.out, "rank-%d.grads" % w.rank), "wb") as gf:
             torch.nn.functional.cross_entropy(model(x), y).backward()
         lrs.append(opt.param_groups[0]["lr"])
         opt._gather_grads()
-        gf.write(opt._grad.numpy().tobytes())
+        gf.write(raw(opt._grad))
         opt.step(loss=loss, batch_size=16)
         opt.zero_grad()
         sched.step()
@@ -79,8 +89,8 @@ s = opt.stats()
 with open(os.path.join(a.out, "rank-%d.final" % w.rank), "wb") as f:
     for which in ("exp_avg", "exp_avg_sq", "worker_error", "server_error"):
         if which == "exp_avg":
-            f.write(opt.flat_params.numpy().tobytes())
-        f.write(opt.engine_state(which).numpy().tobytes())
+            f.write(raw(opt.flat_params))
+        f.write(raw(opt.engine_state(which)))
 if w.rank == 0:
     with open(os.path.join(a.out, "lrs.f64"), "wb") as f:
         f.write(struct.pack("<%dd" % len(lrs), *lrs))
@@ -88,5 +98,5 @@ if w.rank == 0:
         f.write("%d %d %d %d %d\n" % (opt.flat_params.numel(), a.steps, s.freeze_step,
                                       opt.engine_state("worker_error").numel(),
                                       opt.engine_state("server_error").numel()))
-    print("recorded %d steps of %d parameters, freeze at step %d" %
-          (a.steps, opt.flat_params.numel(), s.freeze_step))
+    print("recorded %d steps of %d parameters on %s, freeze at step %d" %
+          (a.steps, opt.flat_params.numel(), dev, s.freeze_step))

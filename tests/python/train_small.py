@@ -4,6 +4,7 @@ steps under --dir, resuming from the newest one there. With ONEBIT_TEST_KILL="ST
 rank SIGKILLs itself after STEP (a crash, no checkpoint). Writes the final parameters to --out.
 """
 import argparse
+import ctypes
 import os
 import signal
 
@@ -43,5 +44,6 @@ for step in range(first, a.steps):
 s = opt.stats()
 opt.finish()
 if w.rank == 0:
-    opt.flat_params.numpy().tofile(a.out)
+    with open(a.out, "wb") as f:
+        f.write(ctypes.string_at(opt.flat_params.data_ptr(), 4 * opt.flat_params.numel()))
     print("done: %d steps from step %d, freeze at %d" % (s.step, first, s.freeze_step))
