@@ -11,6 +11,8 @@ JOBS=${JOBS:-$(nproc)}
 
 cmake -S . -B "$BUILD_DIR" -DONEBIT_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build "$BUILD_DIR" -j "$JOBS"
+# The Python package of this build for the system's python3 (test_py_install checks it).
+bash scripts/install-python.sh "$BUILD_DIR"
 
 if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
   echo "== CPU-only build check (ONEBIT_CUDA=OFF)"
