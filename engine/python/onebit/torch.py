@@ -87,7 +87,9 @@ class _EngineOptimizer(torch.optim.Optimizer):
             for p, o, n in zip(plist, offsets, numels):
                 flat[o:o + n].copy_(p.reshape(-1))
         self._flat, self._grad = flat, grad
+        self._gptr = grad.data_ptr()
         self._views = [(o, n, p.shape) for p, o, n in zip(plist, offsets, numels)]
+        self._names = list(names)
         self._attach(plist)
         w = self._world
         if self._device.type == "cuda":
@@ -107,13 +109,16 @@ class _EngineOptimizer(torch.optim.Optimizer):
                   self._total_steps, self._comm, w.ctrl(), flat.data_ptr(), d, offs,
                   _names_blob(names), ndims, dimarr, n)
         self._handle = h.value
-        self._names = list(names)
 
     def _attach(self, plist):
-        """Points every parameter and its gradient at its view of the flat buffers."""
+        """Points every parameter and its gradient at its view of the flat buffers, and keeps
+        where each view starts, for the checks of every step."""
         for p, (o, n, shape) in zip(plist, self._views):
             p.data = self._flat[o:o + n].view(shape)
             p.grad = self._grad[o:o + n].view(shape)
+        fb, gb = self._flat.data_ptr(), self._grad.data_ptr()
+        self._ptrs = [(p, fb + 4 * o, gb + 4 * o, o, n, shape, i)
+                      for i, (p, (o, n, shape)) in enumerate(zip(plist, self._views))]
 
     def _spec_bytes(self):
         return json.dumps(self._spec).encode()
@@ -145,29 +150,32 @@ class _EngineOptimizer(torch.optim.Optimizer):
         """Zeroes the flat gradient buffer in place; the gradients stay views into it (so
         set_to_none does not apply)."""
         self._grad.zero_()
-        for p, (o, n, shape) in zip(self.param_groups[0]["params"], self._views):
-            if p.grad is None or p.grad.data_ptr() != self._grad[o:].data_ptr():
+        for p, _, gp, o, n, shape, _ in self._ptrs:
+            g = p.grad
+            if g is None or g.data_ptr() != gp:
                 p.grad = self._grad[o:o + n].view(shape)
 
     def _gather_grads(self):
         """Makes the flat gradient hold every parameter's gradient: a gradient torch put in a
-        tensor of its own (after model.zero_grad() set it to None) is copied in, a missing one
-        counts as zero."""
-        base = self._flat.data_ptr()
-        for p, (o, n, shape), name in zip(self.param_groups[0]["params"], self._views,
-                                          self._names):
-            if p.data_ptr() != base + 4 * o or p.dtype != torch.float32:
+        tensor of its own (after model.zero_grad() set it to None) is copied in and the view put
+        back, a missing one counts as zero. A parameter whose data is no longer its view of the
+        flat buffer is refused. A few attribute reads per tensor when nothing moved."""
+        for p, xp, gp, o, n, shape, i in self._ptrs:
+            if p.data_ptr() != xp:
                 raise RuntimeError("parameter '%s' was replaced after %s was built (its data "
                                    "must stay the engine's view); copy values in with "
-                                   "p.data.copy_(...) instead" % (name, type(self).__name__))
+                                   "p.data.copy_(...) instead" % (self._names[i],
+                                                                  type(self).__name__))
             g = p.grad
+            if g is not None and g.data_ptr() == gp:
+                continue
             view = self._grad[o:o + n]
             if g is None:
                 view.zero_()
-            elif g.data_ptr() != self._grad.data_ptr() + 4 * o:
+            else:
                 if g.is_sparse:
                     raise RuntimeError("parameter '%s' has a sparse gradient: not supported" %
-                                       name)
+                                       self._names[i])
                 view.copy_(g.reshape(-1))
             p.grad = view.view(shape)
 
@@ -185,8 +193,7 @@ class _EngineOptimizer(torch.optim.Optimizer):
         stream = None
         if self._device.type == "cuda":
             stream = torch.cuda.current_stream(self._device).cuda_stream
-        before = self.stats()
-        _lib.call(_lib.lib.obpy_optim_step, self._handle, self._grad.data_ptr(), lr, stream)
+        _lib.call(_lib.lib.obpy_optim_step, self._handle, self._gptr, lr, stream)
         after = self.stats()
         if loss is not None:
             val = loss.detach().float().reshape(()) if torch.is_tensor(loss) else float(loss)
@@ -198,10 +205,10 @@ class _EngineOptimizer(torch.optim.Optimizer):
             self._frozen_reported = True
             onebit.report("freeze", step=after.freeze_step, freeze_ratio=after.freeze_ratio)
         if after.step % self._log_interval == 0 or after.step == self._total_steps:
-            self._log(after, lr, before)
+            self._log(after, lr)
         return loss
 
-    def _log(self, s, lr, before):
+    def _log(self, s, lr):
         """A step report, as the worker's: the mean loss over the ranks and the steps since the
         last one, samples/s over every rank, the traffic, the compression health. Collective:
         every rank reaches the same steps. A loss that is not finite ends the run."""
