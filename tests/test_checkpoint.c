@@ -316,6 +316,51 @@ static void test_round_trip(void **state)
     free_fixture(f);
 }
 
+/* Retention counts only checkpoints that verify: two directories with higher step numbers that
+ * do not (junk where state.h5 should be, an empty one) push no good checkpoint out, and the
+ * newest verified one always stays. Before, keep 2 kept the two bad ones and removed 40..10. */
+static void test_prune_counts_only_verified(void **state)
+{
+    (void)state;
+    char jd[OB_CKPT_PATH_LEN], p[OB_CKPT_PATH_LEN];
+    job_path(jd, "prune-verified");
+    for (long s = 10; s <= 40; s += 10) {
+        fixture *f = make_fixture(2, s);
+        write_fixture(jd, f);
+        free_fixture(f);
+    }
+    snprintf(p, sizeof p, "%s/step-99999999", jd);
+    assert_int_equal(mkdir(p, 0755), 0);
+    snprintf(p, sizeof p, "%s/step-99999999/state.h5", jd);
+    FILE *fp = fopen(p, "w");
+    fputs("not a checkpoint", fp);
+    fclose(fp);
+    snprintf(p, sizeof p, "%s/step-99999998", jd);
+    assert_int_equal(mkdir(p, 0755), 0);
+
+    ob_err err = {0};
+    int removed = -1;
+    assert_int_equal(ob_ckpt_prune(jd, 2, &removed, &err), OB_OK);
+    assert_int_equal(removed, 2);
+    ob_ckpt_entry *list;
+    size_t n;
+    assert_int_equal(ob_ckpt_list(jd, &list, &n, &err), OB_OK);
+    long steps[] = {99999999, 99999998, 40, 30};
+    assert_int_equal(n, 4);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(list[i].step, steps[i]);
+    free(list);
+    char found[OB_CKPT_PATH_LEN];
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_find_latest(jd, found, &m, NULL, NULL, &err), OB_OK);
+    assert_int_equal(m.step, 40);
+    /* keep 1 again: still the newest verified one, never the bad ones in its place. */
+    assert_int_equal(ob_ckpt_prune(jd, 1, &removed, &err), OB_OK);
+    assert_int_equal(removed, 1);
+    assert_int_equal(ob_ckpt_find_latest(jd, found, &m, NULL, NULL, &err), OB_OK);
+    assert_int_equal(m.step, 40);
+}
+
 static void test_list_and_prune(void **state)
 {
     (void)state;
@@ -1382,6 +1427,7 @@ int main(void)
         cmocka_unit_test(test_names),
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_list_and_prune),
+        cmocka_unit_test(test_prune_counts_only_verified),
         cmocka_unit_test(test_fallback_flipped_data),
         cmocka_unit_test(test_fallback_truncated_missing_foreign),
         cmocka_unit_test(test_bad_metadata),

@@ -327,6 +327,56 @@ if [ $rc -eq 0 ] && [ "$(field "$TMP/long.jsonl" summary .stopped)" = true ] &&
   ok "external SIGTERM: stopped at step $stop_step with a valid checkpoint, exit 0"
 else bad "external SIGTERM" "rc=$rc step=$stop_step $(tail -2 "$TMP/long.jsonl") $(cat "$TMP/long.err")"; fi
 
+# --- retention counts only checkpoints that verify ------------------------------------------
+# Two directories with higher step numbers that do not verify (junk in state.h5, an empty one)
+# are in the job's directory from the start; keep 2 must keep the two newest good checkpoints
+# (before, it kept the bad ones and deleted every good one, and --resume started at step 0).
+spec "$TMP/keep.yaml" 'checkpoint: {interval: 10, keep: 2}'
+sed -i 's/^steps: 120/steps: 40/' "$TMP/keep.yaml"
+mkdir -p "$TMP/keep/job/step-99999999" "$TMP/keep/job/step-99999998"
+echo junk > "$TMP/keep/job/step-99999999/state.h5"
+run $NP "$TMP/keep.jsonl" --spec "$TMP/keep.yaml" --checkpoint-dir "$TMP/keep"; rc=$?
+left=$(cd "$TMP/keep/job" && echo step-*)
+if [ $rc -eq 0 ] && [ "$left" = "step-00000030 step-00000040 step-99999998 step-99999999" ]; then
+  ok "retention: the two newest good checkpoints kept beside two bad higher-numbered ones"
+else bad "retention with bad directories" "rc=$rc left: $left"; fi
+sed -i 's/^steps: 40/steps: 60/' "$TMP/keep.yaml"
+run $NP "$TMP/keep2.jsonl" --spec "$TMP/keep.yaml" --checkpoint-dir "$TMP/keep" --resume; rc=$?
+if [ $rc -eq 0 ] && [ "$(field "$TMP/keep2.jsonl" resume .step)" = 40 ]; then
+  ok "retention: --resume continues from step 40, past the bad directories"
+else bad "resume past bad directories" "rc=$rc $(cat "$TMP/keep2.jsonl.err")"; fi
+
+# --- a checkpoint that verifies but cannot be resumed: the one before it is used -------------
+# loader_index = loader_epoch = 2^64-1 (checksums recomputed: the file verifies); the data
+# position is refused at resume, which falls back to step 110 instead of ending the job.
+cp -r "$TMP/base" "$TMP/pos"
+# Debian's python3, which has python3-h5py (another python3 may come first on PATH).
+PY3=/usr/bin/python3
+[ -x "$PY3" ] || PY3=python3
+"$PY3" -c "
+import h5py, sys
+with h5py.File(sys.argv[1], 'r+') as f:
+    for k in ('loader_index', 'loader_epoch'):
+        f.attrs.modify(k, 2**64 - 1)" "$TMP/pos/job/step-00000120/state.h5" ||
+  bad "refused checkpoint fallback" "could not rewrite the data position with h5py"
+rewritten=$("$PY3" -c "
+import h5py, sys
+print(h5py.File(sys.argv[1], 'r').attrs['loader_index'])" "$TMP/pos/job/step-00000120/state.h5")
+if [ "$rewritten" = 18446744073709551615 ] &&
+   "$CKPT" verify "$TMP/pos/job/step-00000120" > /dev/null 2>&1; then
+  run $NP "$TMP/pos.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/pos" --resume; rc=$?
+  skip=$(jq -r 'select(.event=="notice") | .message' "$TMP/pos.jsonl" | head -1)
+  if [ $rc -eq 0 ] && [ "$(field "$TMP/pos.jsonl" resume .step)" = 110 ] &&
+     [[ "$skip" == *"resuming from it failed"* ]]; then
+    ok "a verified checkpoint resume refuses: skipped with the reason, resumed from step 110"
+  else bad "refused checkpoint fallback" "rc=$rc notice='$skip' $(cat "$TMP/pos.jsonl.err")"; fi
+  same "$BASE" "$TMP/pos/job/step-00000120" "refused checkpoint fallback: final state identical"
+elif "$CKPT" verify "$TMP/pos/job/step-00000120" > /dev/null 2>&1; then
+  bad "refused checkpoint fallback" "the data position was not rewritten"
+else
+  ok "a checkpoint with an impossible data position no longer verifies"
+fi
+
 # --- what users get wrong ---------------------------------------------------------------------
 run 1 "$TMP/e1" --spec "$TMP/job.yaml"; rc=$?
 if [ $rc -eq 2 ] && grep -q "checkpoint.interval is set but there is no checkpoint directory" "$TMP/e1.err"; then

@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -183,12 +184,24 @@ ob_status ob_ckpt_prune(const char *job_dir, int keep, int *removed, ob_err *err
     size_t n;
     ob_status st = ob_ckpt_list(job_dir, &list, &n, err);
     if (st != OB_OK) return st;
+    /* Newest first: the first `keep` committed checkpoints that verify are kept, and only what
+     * lies below the last of them goes. A committed checkpoint that does not verify is not
+     * counted: above the kept ones it stays (a damaged or foreign directory is for a person to
+     * look at, and deleting it could not make a resume better), below them it goes with the
+     * rest. So no directory, whatever its name or content, can push a verified checkpoint out,
+     * and the newest verified one is never removed. */
     int kept = 0;
     long newest = -1;
     for (size_t i = 0; i < n && st == OB_OK; i++) {
+        int below = kept >= keep;
         if (list[i].committed) {
-            if (newest < 0) newest = list[i].step;
-            if (++kept <= keep) continue;
+            if (!below) {
+                if (ob_ckpt_verify(list[i].path, NULL, NULL) == OB_OK) {
+                    if (newest < 0) newest = list[i].step;
+                    kept++;
+                }
+                continue;
+            }
             st = ob_remove_tree(list[i].path, err);
             if (st == OB_OK && removed) (*removed)++;
         } else if (newest >= 0 && list[i].step < newest) {
@@ -203,12 +216,19 @@ ob_status ob_ckpt_prune(const char *job_dir, int keep, int *removed, ob_err *err
 ob_status ob_ckpt_find_latest(const char *job_dir, char *out, ob_ckpt_meta *meta,
                               ob_ckpt_skip_fn skip, void *user, ob_err *err)
 {
+    return ob_ckpt_find_latest_below(job_dir, LONG_MAX, out, meta, skip, user, err);
+}
+
+ob_status ob_ckpt_find_latest_below(const char *job_dir, long below, char *out, ob_ckpt_meta *meta,
+                                    ob_ckpt_skip_fn skip, void *user, ob_err *err)
+{
     ob_ckpt_entry *list;
     size_t n;
     ob_status st = ob_ckpt_list(job_dir, &list, &n, err);
     if (st != OB_OK) return st;
     ob_status found = OB_ERR_NOT_FOUND;
     for (size_t i = 0; i < n; i++) {
+        if (list[i].step >= below) continue;
         if (!list[i].committed) {
             if (skip) skip(list[i].path, "incomplete: never committed (.tmp)", user);
             continue;

@@ -16,6 +16,7 @@
 #include "onebit/compress_cuda.h"
 
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -623,8 +624,9 @@ typedef struct choice {
     char path[OB_CKPT_PATH_LEN];
 } choice;
 
-/* Rank 0 picks the checkpoint (find(dir) on rank 0 only) and broadcasts the choice. */
-static ob_status choose(ob_trainer *t, const char *dir, int direct_ok, choice *c,
+/* Rank 0 picks the checkpoint (the newest that verifies among the steps below `below`, on rank 0
+ * only) and broadcasts the choice. */
+static ob_status choose(ob_trainer *t, const char *dir, int direct_ok, long below, choice *c,
                         ob_train_callback cb, void *user, ob_err *err)
 {
     memset(c, 0, sizeof *c);
@@ -638,7 +640,8 @@ static ob_status choose(ob_trainer *t, const char *dir, int direct_ok, choice *c
             c->found = 1;
         } else {
             skip_ctx sc = {t, cb, user};
-            ob_status st = ob_ckpt_find_latest(dir, c->path, NULL, on_skip, &sc, &lerr);
+            ob_status st =
+                ob_ckpt_find_latest_below(dir, below, c->path, NULL, on_skip, &sc, &lerr);
             if (st == OB_OK)
                 c->found = 1;
             else if (st != OB_ERR_NOT_FOUND)
@@ -668,29 +671,69 @@ static ob_status agree_outcome(ob_trainer *t, ob_status st, const char *what, ob
     return st;
 }
 
+/* The step in a checkpoint directory's name (".../step-00001200"); 0 when it has none. */
+static long step_of(const char *path)
+{
+    const char *s = strrchr(path, '/');
+    s = s ? s + 1 : path;
+    return strncmp(s, "step-", 5) == 0 ? strtol(s + 5, NULL, 10) : 0;
+}
+
+/* One checkpoint refused by restore: the notice a person reads, and its step, below which the
+ * next candidate is looked for. */
+static void refused(ob_trainer *t, const char *path, const ob_err *why, ob_train_callback cb,
+                    void *user)
+{
+    char msg[OB_CKPT_PATH_LEN + OB_ERR_MSG_LEN + 64];
+    snprintf(msg, sizeof msg,
+             "skipping checkpoint %s: it verifies, but resuming from it failed: %s", path,
+             why->msg);
+    notice(t, msg, cb, user);
+}
+
 ob_status ob_trainer_resume(ob_trainer *t, const char *job_dir, ob_train_callback cb, void *user,
                             int *resumed, ob_err *err)
 {
     *resumed = 0;
     choice c;
-    ob_status st = choose(t, job_dir, 0, &c, cb, user, err);
-    if (st != OB_OK) return st;
-    if (!c.found) {
-        char msg[OB_CKPT_PATH_LEN + 64];
-        snprintf(msg, sizeof msg, "no checkpoint in %s: starting from step 0", job_dir);
-        notice(t, msg, cb, user);
-        return OB_OK;
-    }
     ob_ckpt_meta meta;
-    st = agree_outcome(t, restore(t, c.path, &meta, err), "resume", err);
-    if (st != OB_OK) return st;
-    *resumed = 1;
-    ob_train_event ev = {0};
-    ev.kind = OB_EVENT_RESUME;
-    ev.step = meta.step;
-    ev.path = c.path;
-    ev.from_world_size = meta.world_size;
-    emit(t, &ev, cb, user);
+    ob_err first = {0};
+    long below = LONG_MAX;
+    /* Newest first; a checkpoint that verifies but that restore refuses (a field out of range
+     * for this job's data, a spec that differs) is passed over like a damaged one, and the one
+     * before it tried. Every restore writes all of the state it restores, so a refused attempt
+     * leaves nothing behind once another succeeds. */
+    for (;;) {
+        ob_status st = choose(t, job_dir, 0, below, &c, cb, user, err);
+        if (st != OB_OK) return st;
+        if (!c.found) break;
+        ob_err why = {0};
+        st = agree_outcome(t, restore(t, c.path, &meta, &why), "resume", &why);
+        if (st == OB_OK) {
+            *resumed = 1;
+            ob_train_event ev = {0};
+            ev.kind = OB_EVENT_RESUME;
+            ev.step = meta.step;
+            ev.path = c.path;
+            ev.from_world_size = meta.world_size;
+            emit(t, &ev, cb, user);
+            return OB_OK;
+        }
+        if (st == OB_ERR_NOMEM || st == OB_ERR_CUDA || st == OB_ERR_COMM) {
+            if (err) *err = why;
+            return st; /* the process, not the checkpoint */
+        }
+        if (first.code == OB_OK) first = why;
+        refused(t, c.path, &why, cb, user);
+        below = step_of(c.path);
+    }
+    if (first.code != OB_OK) { /* every checkpoint there was refused: say why the newest was */
+        if (err) *err = first;
+        return first.code;
+    }
+    char msg[OB_CKPT_PATH_LEN + 64];
+    snprintf(msg, sizeof msg, "no checkpoint in %s: starting from step 0", job_dir);
+    notice(t, msg, cb, user);
     return OB_OK;
 }
 
@@ -707,10 +750,10 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, l
     ob_status st = ob__trainer_ckpt_flush(t, cb, user, err);
     if (st != OB_OK) return st;
     choice c;
-    if ((st = choose(t, t->job_dir, 0, &c, cb, user, err)) != OB_OK) return st;
+    if ((st = choose(t, t->job_dir, 0, LONG_MAX, &c, cb, user, err)) != OB_OK) return st;
     if (!c.found)
-        return OB_ERR(err, OB_ERR_NUMERIC, "step %ld: %s and there is no checkpoint to roll back to",
-                      bad_step, why);
+        return OB_ERR(err, OB_ERR_NUMERIC,
+                      "step %ld: %s and there is no checkpoint to roll back to", bad_step, why);
     /* The traffic already sent stays counted: the statistics say what crossed the network. */
     ob_optim_progress before;
     ob_optim_get_progress(t->opt, &before);
@@ -929,7 +972,7 @@ ob_status ob_trainer_warm_start(ob_trainer *t, ob_train_callback cb, void *user,
     const char *from = t->spec.warm_start_from;
     if (!from[0]) return OB_OK;
     choice c;
-    ob_status st = choose(t, from, 1, &c, cb, user, err);
+    ob_status st = choose(t, from, 1, LONG_MAX, &c, cb, user, err);
     if (st != OB_OK) return OB_WRAP(err, st, "warm_start.from");
     if (!c.found)
         return OB_ERR(err, OB_ERR_NOT_FOUND, "warm_start.from: no usable checkpoint in %s", from);

@@ -309,6 +309,23 @@ ob_status ob__svc_scan_checkpoints(const ob_service *svc, const char *id, ob_che
     *n = count;
     return OB_OK;
 }
+int ob__svc_newest_checkpoint(const ob_service *svc, const char *id, ob_checkpoint_info *out)
+{
+    memset(out, 0, sizeof *out);
+    char dir[OB_JOB_PATH_LEN];
+    snprintf(dir, sizeof dir, "%s/%s", svc->ckpt_dir, id);
+    char path[OB_CKPT_PATH_LEN];
+    ob_ckpt_meta meta;
+    if (ob_ckpt_find_latest(dir, path, &meta, NULL, NULL, NULL) != OB_OK) return -1;
+    out->step = meta.step;
+    out->world_size = meta.world_size;
+    ob_strlcpy(out->path, path, sizeof out->path);
+    struct stat st;
+    if (stat(path, &st) == 0)
+        out->time_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    return 0;
+}
+
 /* ---- create, recover, destroy ------------------------------------------------------------- */
 
 /* Re-attaches to the open attempt a of a RUNNING job j through the launcher, when it can

@@ -162,5 +162,10 @@ int ob__svc_used_slots(const ob_service *svc);
 /* The job's committed checkpoints, newest first, with their metadata (*out: free()). */
 ob_status ob__svc_scan_checkpoints(const ob_service *svc, const char *id, ob_checkpoint_info **out,
                                    size_t *n, ob_err *err);
+/* The newest checkpoint of job `id` that verifies (ob_ckpt_find_latest: damaged or foreign
+ * directories with higher step numbers are passed over): its step, time and path in *out.
+ * 0 when there is one, -1 (and *out zeroed) when there is none. What the service says a job
+ * resumes from and what its last checkpoint is. */
+int ob__svc_newest_checkpoint(const ob_service *svc, const char *id, ob_checkpoint_info *out);
 
 #endif /* ONEBIT_SERVICE_INTERNAL_H */

@@ -298,11 +298,8 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
     if (rc == OB_OK) rc = write_file_atomic(spec_path, j->spec_json, err);
     if (rc) return rc;
 
-    ob_checkpoint_info *ck = NULL;
-    size_t nck = 0;
-    ob__svc_scan_checkpoints(svc, j->id, &ck, &nck, NULL);
-    int64_t start_step = nck ? ck[0].step : 0;
-    free(ck);
+    ob_checkpoint_info ck;
+    int64_t start_step = ob__svc_newest_checkpoint(svc, j->id, &ck) == 0 ? ck.step : 0;
     int number = (int)j->n_attempts + 1;
     int resume = j->n_attempts > 0;
 
@@ -493,15 +490,14 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
     } else {
         a = NULL;
     }
-    ob_checkpoint_info *ck = NULL;
-    size_t nck = 0;
-    ob__svc_scan_checkpoints(svc, j.id, &ck, &nck, NULL);
-    if (nck && ck[0].step >= j.ckpt_step) {
-        j.ckpt_step = ck[0].step;
-        j.ckpt_ms = ck[0].time_ms;
-        ob_strlcpy(j.ckpt_path, ck[0].path, sizeof j.ckpt_path);
+    /* The last checkpoint is the newest that verifies: a higher-numbered directory that does
+     * not (damaged, or put there) is not what the job would resume from. */
+    ob_checkpoint_info ck;
+    if (ob__svc_newest_checkpoint(svc, j.id, &ck) == 0) {
+        j.ckpt_step = ck.step;
+        j.ckpt_ms = ck.time_ms;
+        ob_strlcpy(j.ckpt_path, ck.path, sizeof j.ckpt_path);
     }
-    free(ck);
 
     char msg[OB_JOB_MSG_LEN];
     if (j.cancel_requested) {

@@ -136,9 +136,13 @@ ob_status ob_ckpt_commit(const char *job_dir, long step, ob_err *err);
 /* Removes the temporary directory of checkpoint `step` (a failed write). */
 ob_status ob_ckpt_discard(const char *job_dir, long step, ob_err *err);
 
-/* Keeps the newest `keep` (>= 1) committed checkpoints of job_dir and removes the older ones,
- * along with temporary directories of steps before the newest committed one. *removed (may be
- * NULL) receives the number of checkpoints removed. */
+/* Keeps the newest `keep` (>= 1) committed checkpoints of job_dir that verify (ob_ckpt_verify)
+ * and removes every committed checkpoint older than the last of them, along with temporary
+ * directories of steps before the newest verified one. A committed directory that does not
+ * verify is not counted toward `keep`: newer than the kept ones it is left in place, older it
+ * is removed. So the newest verified checkpoint is never removed, whatever other directories
+ * hold. *removed (may be NULL) receives the number of checkpoints removed. Verifies at most
+ * `keep` checkpoints plus the damaged ones above them. */
 ob_status ob_ckpt_prune(const char *job_dir, int keep, int *removed, ob_err *err);
 
 /* One entry of a job directory. */
@@ -219,6 +223,11 @@ typedef void (*ob_ckpt_skip_fn)(const char *path, const char *reason, void *user
  * OB_ERR_NOT_FOUND when there is none. */
 ob_status ob_ckpt_find_latest(const char *job_dir, char *out, ob_ckpt_meta *meta,
                               ob_ckpt_skip_fn skip, void *user, ob_err *err);
+
+/* The same among the checkpoints of steps below `below`: the next candidate after one that
+ * verified but that its reader refused (a resume falls back to it). */
+ob_status ob_ckpt_find_latest_below(const char *job_dir, long below, char *out, ob_ckpt_meta *meta,
+                                    ob_ckpt_skip_fn skip, void *user, ob_err *err);
 
 /* Reads the error-feedback buffers that rank `rank` of `world_size` needs from the checkpoint
  * at dir, whose metadata is *meta, with the server error in the requested server layout
