@@ -209,6 +209,32 @@ try:
         r.file_descriptor_response.file_descriptor_proto[0]).name for r in resps}
     check("the shipped onebit.protoset holds every file the server answers", served == shipped,
           f"{sorted(served)} vs {sorted(shipped)}")
+    # Strings with a NUL byte, anywhere in a request, are refused (C strings would cut them:
+    # DeleteJob("job-000002\0whatever") deleted job-000002). Raw protobuf: field 1, a string.
+    def unary(method, payload):
+        call = channel.unary_unary(f"/onebit.v1.JobService/{method}",
+                                   request_serializer=lambda b: b,
+                                   response_deserializer=lambda b: b)
+        try:
+            call(payload, metadata=auth, timeout=10)
+            return grpc.StatusCode.OK, ""
+        except grpc.RpcError as e:
+            return e.code(), e.details()
+
+    def field(num, data):
+        return bytes([num << 3 | 2, len(data)]) + data
+
+    for method, payload in (("DeleteJob", field(1, b"job-000002\0whatever")),
+                            ("GetJob", field(1, b"job-000001\0")),
+                            ("CancelJob", field(1, b"\0")),
+                            ("ListJobs", field(4, b"team=a\0b")),
+                            ("SubmitJob", field(1, b"steps: 1\0") + field(5, b"a=b"))):
+        code, details = unary(method, payload)
+        check(f"{method}: a string with a NUL byte is INVALID_ARGUMENT",
+              code == grpc.StatusCode.INVALID_ARGUMENT and "NUL" in details, f"{code} {details}")
+    code, details = unary("GetJob", field(1, b"job-000001"))
+    check("the same request without the NUL byte is looked up", code == grpc.StatusCode.NOT_FOUND,
+          f"{code} {details}")
     channel.close()
 finally:
     daemon.terminate()

@@ -46,14 +46,76 @@ grpc_byte_buffer *ob__grpc_pack(const ProtobufCMessage *m)
     return bb;
 }
 
-ProtobufCMessage *ob__grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d)
+/* Reads a varint at p[*i..len); 0 when it runs past the end or past 10 bytes. */
+static int read_varint(const uint8_t *p, size_t len, size_t *i, uint64_t *v)
 {
+    *v = 0;
+    for (int shift = 0; shift < 70 && *i < len; shift += 7) {
+        uint8_t b = p[(*i)++];
+        *v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) return 1;
+    }
+    return 0;
+}
+
+/* 1 when no string field of message d encoded in p[0..len) holds a NUL byte, nested messages
+ * (map entries are messages) included down to 32 levels; 0 otherwise or when the encoding
+ * does not walk (it decoded already, so that does not happen). */
+static int strings_clean(const ProtobufCMessageDescriptor *d, const uint8_t *p, size_t len,
+                         int depth)
+{
+    size_t i = 0;
+    uint64_t key, n;
+    while (i < len) {
+        if (!read_varint(p, len, &i, &key)) return 0;
+        switch (key & 7) {
+        case 0:
+            if (!read_varint(p, len, &i, &n)) return 0;
+            break;
+        case 1:
+            if (len - i < 8) return 0;
+            i += 8;
+            break;
+        case 5:
+            if (len - i < 4) return 0;
+            i += 4;
+            break;
+        case 2: {
+            if (!read_varint(p, len, &i, &n) || n > len - i) return 0;
+            const ProtobufCFieldDescriptor *f =
+                key >> 3 <= UINT32_MAX
+                    ? protobuf_c_message_descriptor_get_field(d, (unsigned)(key >> 3))
+                    : NULL;
+            if (f && f->type == PROTOBUF_C_TYPE_STRING && memchr(p + i, 0, n)) return 0;
+            if (f && f->type == PROTOBUF_C_TYPE_MESSAGE &&
+                (depth >= 32 || !strings_clean(f->descriptor, p + i, n, depth + 1)))
+                return 0;
+            i += n;
+            break;
+        }
+        default:
+            return 0;
+        }
+    }
+    return 1;
+}
+
+ProtobufCMessage *ob__grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
+                                  const char **why)
+{
+    if (why) *why = "not valid protobuf";
     grpc_byte_buffer_reader rd;
     if (!grpc_byte_buffer_reader_init(&rd, bb)) return NULL;
     grpc_slice s = grpc_byte_buffer_reader_readall(&rd);
     grpc_byte_buffer_reader_destroy(&rd);
-    ProtobufCMessage *m =
-        protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+    const uint8_t *p = GRPC_SLICE_START_PTR(s);
+    size_t len = GRPC_SLICE_LENGTH(s);
+    ProtobufCMessage *m = protobuf_c_message_unpack(d, NULL, len, p);
+    if (m && !strings_clean(d, p, len, 0)) {
+        protobuf_c_message_free_unpacked(m, NULL);
+        m = NULL;
+        if (why) *why = "a string field holds a NUL byte";
+    }
     grpc_slice_unref(s);
     return m;
 }

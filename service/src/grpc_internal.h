@@ -55,9 +55,11 @@ extern const ob__grpc_method ob__grpc_methods[M_COUNT];
 /* A message as a byte buffer (NULL when memory runs out); the caller unrefs it. */
 grpc_byte_buffer *ob__grpc_pack(const ProtobufCMessage *m);
 
-/* The payload decoded as d (NULL when it is not one); free with
- * protobuf_c_message_free_unpacked. */
-ProtobufCMessage *ob__grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d);
+/* Decodes a request of type d; NULL when it does not decode, or when a string field anywhere
+ * in it (nested messages and map entries included) holds a NUL byte: C strings would cut it
+ * there, and "job-000002\0x" must not name job-000002. *why (may be NULL) says which. */
+ProtobufCMessage *ob__grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDescriptor *d,
+                                  const char **why);
 
 /* "" (the server) and each service onebitd implements: what Health answers SERVING for. */
 int ob__grpc_known_service(const char *name);

@@ -734,9 +734,10 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
         finish_unary(c, OB_ERR_INVALID_ARG, msg, NULL);
         return;
     }
-    ProtobufCMessage *m = ob__grpc_unpack(c->payload, d);
+    const char *why = NULL;
+    ProtobufCMessage *m = ob__grpc_unpack(c->payload, d, &why);
     if (!m) {
-        snprintf(msg, sizeof msg, "malformed %s message: not valid protobuf", d->name);
+        snprintf(msg, sizeof msg, "malformed %s message: %s", d->name, why);
         finish_unary(c, OB_ERR_INVALID_ARG, msg, NULL);
         return;
     }
