@@ -234,6 +234,15 @@ class Checkpoints(unittest.TestCase):
         train(m2, opt2, 20, 40)
         self.assertTrue(same_bits(want, state(m2, opt2)))
 
+    def test_only_persistent_buffers(self):
+        m, opt = fresh(norm=True)
+        m.register_buffer("mask", torch.ones(64, 64), persistent=False)
+        train(m, opt, 0, 3)
+        path = obt.save(self.dir, m, opt)
+        r = subprocess.run([CKPT, "info", path], capture_output=True, text=True)
+        self.assertIn('"bn.running_mean"', r.stdout)
+        self.assertNotIn('"mask"', r.stdout)
+
     def test_onebit_ckpt_reads_it(self):
         m, opt = fresh()
         train(m, opt, 0, 12)

@@ -66,6 +66,7 @@ class _EngineOptimizer(torch.optim.Optimizer):
         self._loss_sum, self._loss_n = None, 0
         self._t_window, self._samples = time.monotonic(), 0
         self._t_start = time.monotonic()
+        self._samples_total = 0.0  # every rank's, summed at each report
         self._last_loss = float("nan")
         self._frozen_reported = self.stats().freeze_step >= 0
         onebit._handles.add(self)
@@ -222,6 +223,7 @@ class _EngineOptimizer(torch.optim.Optimizer):
             loss = sums[0] / sums[1]
         now = time.monotonic()
         sps = sums[3] / max(now - self._t_window, 1e-9)
+        self._samples_total += sums[3]
         self._loss_sum, self._loss_n, self._samples = None, 0, 0
         if sums[2] > 0:
             raise onebit.Diverged("the loss is not finite on %d rank(s) at step %d" %
@@ -244,13 +246,17 @@ class _EngineOptimizer(torch.optim.Optimizer):
 
     def finish(self, eval_loss=float("nan"), eval_accuracy=float("nan"), first_step=1,
                last_checkpoint=-1):
-        """Reports the run's summary line, as onebit-worker's last."""
+        """Reports the run's summary line, as onebit-worker's last: samples/s over the whole
+        run (every rank, as the step reports counted them). Collective."""
         s = self.stats()
+        wall = time.monotonic() - self._t_start
+        samples = self._samples_total + self._world.sum([float(self._samples)])[0]
         onebit.report("summary", phase=_phase(s), step=s.step, loss=self._last_loss,
+                      samples_per_s=samples / max(wall, 1e-9),
                       eval_loss=eval_loss, eval_accuracy=eval_accuracy,
                       bytes_sent=s.bytes_sent, bytes_warmup=s.bytes_warmup,
                       bytes_compression=s.bytes_compression, freeze_step=s.freeze_step,
-                      wall_seconds=time.monotonic() - self._t_start, num_params=self._d,
+                      wall_seconds=wall, num_params=self._d,
                       first_step=first_step, last_checkpoint=last_checkpoint)
 
     # --- inspection ----------------------------------------------------------------------
@@ -415,11 +421,13 @@ def _model_names(model, optimizer):
 
 
 def _buffers(model):
-    """The model's buffers (batch-norm statistics, ...) as exact JSON: floats through Python's
-    float (float32 and float64 round-trip), integers as integers."""
+    """The model's persistent buffers (batch-norm statistics, ...; those of its state_dict, not
+    the ones registered with persistent=False) as exact JSON: floats through Python's float
+    (float32 and float64 round-trip), integers as integers."""
     out = {}
+    keep = set(model.state_dict(keep_vars=True).keys())
     for name, b in model.named_buffers():
-        if b is None:
+        if b is None or name not in keep:
             continue
         t = b.detach().cpu()
         vals = t.reshape(-1).tolist()
