@@ -12,6 +12,9 @@
 #       FAKE_RANK_LINES  when set, every rank prints "rank R step S" at each log interval
 #       FAKE_REWARM_AT   steps at which rank 0 reports a rewarm (space-separated), as the divergence
 #                        guard of the real worker does
+#       FAKE_CKPT_WRITER tests/fake_checkpoint.c's program: checkpoints that verify (the
+#                        coordinator resumes from and reports only those); unset: placeholder
+#                        files that do not
 set -u
 if [ -n "${FAKE_CONTROL:-}" ] && [ -f "$FAKE_CONTROL" ]; then . "$FAKE_CONTROL"; fi
 spec="" job="" ckdir="" resume=0
@@ -35,14 +38,23 @@ dir="$ckdir/$job"
 mkdir -p "$dir"
 start=0
 if [ "$resume" = 1 ]; then
-  newest=$(ls -d "$dir"/step-???????? 2>/dev/null | sort | tail -1)
+  # The newest whose state.h5 is an HDF5 file (the real worker takes the newest that verifies).
+  newest=$(for d in $(ls -d "$dir"/step-???????? 2>/dev/null | sort -r); do
+    if [ -z "${FAKE_CKPT_WRITER:-}" ] || [ "$(head -c 4 "$d/state.h5" 2>/dev/null | od -An -c | tr -d ' ')" = '211HDF' ]; then
+      echo "$d"; break
+    fi
+  done)
   if [ -n "$newest" ]; then start=$((10#${newest##*step-})); fi
 fi
 say() { if [ "$rank" = 0 ]; then echo "$1"; fi; }
 checkpoint() {
   if [ "$rank" = 0 ]; then
     local d; d=$(printf '%s/step-%08d' "$dir" "$1")
-    mkdir -p "$d.tmp" && echo "$1" > "$d.tmp/state.h5" && mv "$d.tmp" "$d"
+    if [ -n "${FAKE_CKPT_WRITER:-}" ]; then # a real checkpoint, which verifies
+      "$FAKE_CKPT_WRITER" "$dir" "$1" || return
+    else
+      mkdir -p "$d.tmp" && echo "$1" > "$d.tmp/state.h5" && mv "$d.tmp" "$d"
+    fi
     say "{\"event\":\"checkpoint\",\"step\":$1,\"path\":\"$d\"}"
   fi
 }

@@ -34,6 +34,11 @@ target_link_libraries(test_rest PRIVATE PkgConfig::OB_TEST_JANSSON)
 # obrpc: the gRPC client the black-box tests drive onebitd with.
 add_executable(obrpc obrpc.c)
 target_link_libraries(obrpc PRIVATE onebit_rpc PkgConfig::OB_TEST_JANSSON)
+# fake_checkpoint: the checkpoints of tests/fake_worker.sh, small but real (they verify), beside
+# obrpc in bin/ (the tests point FAKE_CKPT_WRITER at it).
+add_executable(fake_checkpoint fake_checkpoint.c)
+target_link_libraries(fake_checkpoint PRIVATE onebit_checkpoint m)
+add_dependencies(obrpc fake_checkpoint)
 
 # The real onebitd over the wire (gRPC and REST), supervising real mpirun processes.
 add_test(NAME test_onebitd

@@ -9,6 +9,8 @@
 set -u
 ONEBITD=$1
 OBRPC=$2
+# The fake worker writes checkpoints that verify (built beside obrpc).
+export FAKE_CKPT_WRITER="$(dirname "$OBRPC")/fake_checkpoint"
 FAKE=$3
 WORKER=${4:-}
 TMP=$(mktemp -d)
@@ -124,6 +126,10 @@ distinct=$(echo $steps | tr ' ' '\n' | sort -un | wc -l)
 check "gRPC job SUCCEEDED" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ]' "$j"
 check "GetJob shows progress moving" '[ "$distinct" -ge 3 ]' "steps seen: $steps"
 check "final progress and checkpoint" '[ "$(echo "$j" | jq .progress.step)" = 40 ] && [ "$(echo "$j" | jq .checkpoint_step)" = 40 ] && [ "$(echo "$j" | jq ".attempts | length")" = 1 ]' "$j"
+# Other local users read nothing: the store, the job's directory, spec, log and checkpoints.
+modes=$(stat -c '%a %n' "$TMP/var/jobs.db" "$TMP/var/jobs/$id1" "$TMP/var/jobs/$id1/spec.json" \
+  "$TMP/var/jobs/$id1/worker.log" "$TMP/var/checkpoints/$id1" 2>&1 | sed "s|$TMP/var/||")
+check "state files 0600, directories 0700" '[ "$(echo "$modes" | awk "{print \$1}" | tr "\n" " ")" = "600 700 600 600 700 " ]' "$modes"
 out=$(rpc checkpoints "$id1" 2>/dev/null)
 check "ListCheckpoints newest first" '[ "$(echo "$out" | jq -c "[.checkpoints[].step]")" = "[40,30,20,10]" ]' "$out"
 
@@ -240,6 +246,8 @@ out=$(rpc submit "$TMP/long.yaml" 2 2>/dev/null)
 idk=$(echo "$out" | jq -r .id)
 for _ in $(seq 200); do [ "$(rpc get "$idk" 2>/dev/null | jq .checkpoint_step)" -ge 20 ] && break; sleep 0.05; done
 kill -KILL "$PID"; wait "$PID" 2>/dev/null; PID=""
+# A directory with a higher step number that does not verify is not what the job resumes from.
+mkdir -p "$TMP/var/checkpoints/$idk/step-99999999" && echo junk > "$TMP/var/checkpoints/$idk/step-99999999/state.h5"
 sed -i 's/steps: 4000/steps: 60/' "$TMP/long.yaml"
 start_daemon "$TMP/var" --slots 4 --max-restarts 2
 j=$(rpc get "$idk" 2>/dev/null)
@@ -249,7 +257,7 @@ sleep $([ -n "${ONEBIT_TEST_SLOW:-}" ] && echo 2 || echo 0.3)
 check "the survivors of the old attempt are stopped" '! pgrep -af "$TMP/var/jobs/$idk/" | grep -v -- --resume' "$(pgrep -af "$TMP/var/jobs/$idk/")"
 
 j=$(rpc get "$idk" 2>/dev/null)
-check "the job resumes from its checkpoint" '[ "$(echo "$j" | jq ".attempts | length")" = 2 ] && [ "$(echo "$j" | jq .attempts[1].start_step)" -ge 20 ] && echo "$j" | jq -r .attempts[0].exit_reason | grep -q "coordinator restarted"' "$j"
+check "the job resumes from its checkpoint" '[ "$(echo "$j" | jq ".attempts | length")" = 2 ] && [ "$(echo "$j" | jq .attempts[1].start_step)" -ge 20 ] && [ "$(echo "$j" | jq .attempts[1].start_step)" -lt 4000 ] && echo "$j" | jq -r .attempts[0].exit_reason | grep -q "coordinator restarted"' "$j"
 idk_cancel=$(rpc cancel "$idk" 2>/dev/null | jq -r .id)
 wait_state "$idk" JOB_STATE_CANCELLED 15
 check "and can still be driven (cancelled here)" '[ "$(state_of "$idk")" = JOB_STATE_CANCELLED ]' "$(state_of "$idk")"

@@ -899,6 +899,9 @@ int main(int argc, char **argv)
     memset(&o, 0, sizeof o);
     int prc = parse_args(argc, argv, &o);
     if (prc) return prc == 1 ? 0 : 2;
+    /* Job specs, logs, the store and checkpoints are for this user only: every file onebitd or
+     * its workers create is 0600, every directory 0700 (docs/SECURITY.md). */
+    umask(077);
     ob_host_list hosts = {0};
     if (o.hosts) {
         ob_err herr;
