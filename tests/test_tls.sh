@@ -100,6 +100,19 @@ for port in "$GRPC" "$REST"; do
     "$(grep -a -E 'subject|Verify|error' "$TMP/sc" | head -5)"
 done
 
+# Old protocol versions are refused on both ports, whatever ciphers the client offers; 1.2 works.
+for port in "$GRPC" "$REST"; do
+  for v in -tls1 -tls1_1; do
+    echo | timeout 10 openssl s_client -connect "$port" "$v" -cipher 'DEFAULT@SECLEVEL=0' > "$TMP/sc" 2>&1
+    check "openssl s_client $v on $port: refused" '! grep -E -q "Cipher is [A-Z0-9]" "$TMP/sc"' \
+      "$(grep -a -E 'Protocol|Cipher' "$TMP/sc" | head -3)"
+  done
+  echo | timeout 10 openssl s_client -connect "$port" -tls1_2 -CAfile "$P/ca.pem" > "$TMP/sc" 2>&1
+  check "openssl s_client -tls1_2 on $port: accepted, with an AEAD cipher" \
+    'grep -q "Verify return code: 0 (ok)" "$TMP/sc" && grep -E -q "Cipher is [A-Z0-9-]*(GCM|CHACHA20)" "$TMP/sc"' \
+    "$(grep -a -E 'Protocol|Cipher|error' "$TMP/sc" | head -3)"
+done
+
 # onebitctl over gRPC with the CA: submit, list, status.
 ctl "$TMP/g1" --server "$GRPC" --ca "$P/ca.pem" submit -f "$TMP/job.yaml" --np 1; rc=$?
 G1=$(head -1 "$TMP/g1")

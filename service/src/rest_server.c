@@ -31,6 +31,11 @@
 #include <sys/socket.h>
 #include <time.h>
 
+/* GnuTLS priorities of the REST port: TLS 1.2 and 1.3, AEAD ciphers, ECDHE key exchange. */
+#define OB_REST_TLS_PRIORITIES                                                                     \
+    "SECURE128:-VERS-ALL:+VERS-TLS1.3:+VERS-TLS1.2:-CIPHER-ALL:+AES-256-GCM:+AES-128-GCM:"       \
+    "+CHACHA20-POLY1305:-MAC-ALL:+AEAD:-KX-ALL:+ECDHE-ECDSA:+ECDHE-RSA"
+
 struct ob_rest_server {
     struct MHD_Daemon *daemon;
     ob_service *svc;
@@ -1211,10 +1216,14 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
     /* TLS: the key and certificate chain in memory (libmicrohttpd copies them); a client CA
      * makes GnuTLS ask for a client certificate, which screen() then requires verified. The
      * options are an array so that the plaintext server passes none of them. */
-    struct MHD_OptionItem tls_opts[4];
+    struct MHD_OptionItem tls_opts[5];
     int n_tls = 0;
     if (tls) {
         flags |= MHD_USE_TLS;
+        /* TLS 1.2 and 1.3 only, AEAD ciphers only, forward-secret key exchange only: what the
+         * gRPC port (the C core's defaults) accepts too. */
+        tls_opts[n_tls++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_PRIORITIES, 0,
+                                                    (void *)OB_REST_TLS_PRIORITIES};
         tls_opts[n_tls++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_KEY, 0, tls->key_pem};
         tls_opts[n_tls++] = (struct MHD_OptionItem){MHD_OPTION_HTTPS_MEM_CERT, 0, tls->cert_pem};
         if (tls->client_ca_pem) {
