@@ -514,5 +514,41 @@ rpc submit "$TMP/short.yaml" 2 > /dev/null 2> "$TMP/err"; rc=$?
 check "a job within the memory limit is taken" '[ $rc -eq 0 ]' "rc=$rc $(cat "$TMP/err")"
 stop_daemon
 
+# --- paths are checked where they are used: pinned at launch --------------------------------
+# A job names a link under a data root; while it waits for slots, the link is turned to a file
+# outside the roots. At launch the path is resolved again: the job fails, nothing is started.
+start_daemon "$TMP/var10" --slots 2
+mkdir -p "$TMP/var10/data" && echo "some text to train on" > "$TMP/var10/data/corpus.txt"
+ln -s corpus.txt "$TMP/var10/data/link.txt"
+printf 'model: {type: transformer, layers: 1, d_model: 16, heads: 2, context: 8}
+data: {type: text, path: %s}
+optimizer: {type: adam}
+batch_size: 2
+steps: 20
+log_interval: 5
+checkpoint: {interval: 10}
+' "$TMP/var10/data/link.txt" > "$TMP/linked.yaml"
+control "FAKE_STEP_S=0.05"
+blocker=$(rpc submit "$TMP/endless.yaml" 2 2>/dev/null | jq -r .id)
+wait_state "$blocker" JOB_STATE_RUNNING 10
+linked=$(rpc submit "$TMP/linked.yaml" 2 2>"$TMP/err" | jq -r .id)
+check "a job naming a link under a data root is taken" '[[ "$linked" == job-* ]] && [ "$(state_of "$linked")" = JOB_STATE_PENDING ]' "$linked $(cat "$TMP/err")"
+ln -sfn /etc/passwd "$TMP/var10/data/link.txt"
+rpc cancel "$blocker" > /dev/null 2>&1
+wait_state "$linked" JOB_STATE_FAILED 20
+j=$(curl -s "http://$REST/v1/jobs/$linked")
+check "the link swapped while it waited: FAILED at launch, outside the roots, no attempt" '[ "$(echo "$j" | jq -r .state)" = JOB_STATE_FAILED ] && echo "$j" | jq -r .message | grep -q "not launched: spec: data.path: .* is outside the roots" && [ "$(echo "$j" | jq ".attempts | length")" = 0 ]' "$j"
+# The answer for a path outside the roots does not say whether the file exists.
+for f in /etc/passwd /etc/no-such-file-here "$TMP/var10/data/../../../etc/nothing"; do
+  sed "s|path: .*}|path: $f}|" "$TMP/linked.yaml" > "$TMP/outside.yaml"
+  rpc submit "$TMP/outside.yaml" 2 > /dev/null 2> "$TMP/err"; rc=$?
+  check "data.path $f: refused as outside the roots, existing or not" '[ $rc -eq 3 ] && grep -q "is outside the roots" "$TMP/err" && ! grep -q "No such file" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
+done
+sed "s|path: .*}|path: $TMP/var10/data/missing.txt}|" "$TMP/linked.yaml" > "$TMP/missing.yaml"
+rpc submit "$TMP/missing.yaml" 2 > /dev/null 2> "$TMP/err"; rc=$?
+check "a missing file under a root is named as missing" '[ $rc -eq 3 ] && grep -q "No such file" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
+control "FAKE_STEP_S=0.01"
+stop_daemon
+
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

@@ -1,16 +1,19 @@
 /* Where jobs may read (service_internal.h): a job's data and the checkpoint it warm-starts from
  * must lie under the service's roots, compared after realpath(), so that neither "..", nor a
  * symbolic link, nor an absolute path leads a job to files of the coordinator's it was not given
- * (another service's state, /proc/self/environ, keys). */
+ * (another service's state, /proc/self/environ, keys). Checked at submit, and again at each
+ * launch, which hands the workers the resolved paths (ob__svc_pin_paths). */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "onebit/base.h"
 #include "onebit/store.h"
 #include "service_internal.h"
 
 #include <errno.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Adds root (borrowed) to the list: resolved when it exists, else kept as given (nothing
  * resolved can lie under a root that does not exist, so it only appears in messages). */
@@ -55,28 +58,129 @@ static int under(const char *path, const char *root)
     return !strncmp(path, root, n) && (path[n] == '\0' || path[n] == '/');
 }
 
-ob_status ob__roots_check(const ob__roots *r, const char *field, const char *path, char *problem,
-                          size_t cap)
+/* The absolute form of path with ".", ".." and repeated slashes removed, without looking at the
+ * file system (for a path that does not resolve). 0 when it does not fit. */
+static int lexical(const char *path, char *out, size_t cap)
 {
-    problem[0] = '\0';
-    if (!path[0]) return OB_OK;
-    char *abs = realpath(path, NULL);
-    if (!abs) {
-        snprintf(problem, cap, "%s: '%.200s': %s", field, path, strerror(errno));
-        return OB_ERR_INVALID_ARG;
+    char buf[4096];
+    if (path[0] == '/') {
+        if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf) return 0;
+    } else {
+        char cwd[2048];
+        if (!getcwd(cwd, sizeof cwd)) return 0;
+        if (snprintf(buf, sizeof buf, "%s/%s", cwd, path) >= (int)sizeof buf) return 0;
     }
-    for (int i = 0; i < r->n; i++) {
-        if (under(abs, r->path[i])) {
-            free(abs);
-            return OB_OK;
+    size_t n = 0;
+    out[0] = '\0';
+    for (char *save = NULL, *c = strtok_r(buf, "/", &save); c; c = strtok_r(NULL, "/", &save)) {
+        if (!strcmp(c, ".")) continue;
+        if (!strcmp(c, "..")) {
+            while (n > 0 && out[n - 1] != '/')
+                n--;
+            if (n > 0) n--;
+            out[n] = '\0';
+            continue;
         }
+        size_t len = strlen(c);
+        if (n + 1 + len + 1 > cap) return 0;
+        out[n++] = '/';
+        memcpy(out + n, c, len + 1);
+        n += len;
     }
+    if (n == 0) {
+        if (cap < 2) return 0;
+        out[0] = '/', out[1] = '\0';
+    }
+    return 1;
+}
+
+static void outside(const ob__roots *r, const char *field, const char *path, char *problem,
+                    size_t cap)
+{
     char list[400] = "";
     size_t k = 0;
     for (int i = 0; i < r->n && k < sizeof list; i++)
         k += (size_t)snprintf(list + k, sizeof list - k, "%s%s", i ? ", " : "", r->path[i]);
     snprintf(problem, cap, "%s: '%.200s' is outside the roots this service reads from (%s)", field,
              path, r->n ? list : "none");
+}
+
+static int under_any(const ob__roots *r, const char *abs)
+{
+    for (int i = 0; i < r->n; i++)
+        if (under(abs, r->path[i])) return 1;
+    return 0;
+}
+
+ob_status ob__roots_resolve(const ob__roots *r, const char *field, const char *path, char *resolved,
+                            size_t rcap, char *problem, size_t cap)
+{
+    problem[0] = '\0';
+    if (!path[0]) {
+        if (resolved && rcap) resolved[0] = '\0';
+        return OB_OK;
+    }
+    char *abs = realpath(path, NULL);
+    if (!abs) {
+        /* Whether a file outside the roots exists is none of the caller's business: the same
+         * answer as for one that does. */
+        int e = errno;
+        char lex[4096];
+        if (lexical(path, lex, sizeof lex) && under_any(r, lex))
+            snprintf(problem, cap, "%s: '%.200s': %s", field, path, strerror(e));
+        else
+            outside(r, field, path, problem, cap);
+        return OB_ERR_INVALID_ARG;
+    }
+    int ok = under_any(r, abs);
+    if (!ok) outside(r, field, path, problem, cap);
+    if (ok && resolved && snprintf(resolved, rcap, "%s", abs) >= (int)rcap) {
+        snprintf(problem, cap, "%s: '%.200s' resolves to a path too long", field, path);
+        ok = 0;
+    }
     free(abs);
-    return OB_ERR_INVALID_ARG;
+    return ok ? OB_OK : OB_ERR_INVALID_ARG;
+}
+
+ob_status ob__roots_check(const ob__roots *r, const char *field, const char *path, char *problem,
+                          size_t cap)
+{
+    return ob__roots_resolve(r, field, path, NULL, 0, problem, cap);
+}
+
+/* One path field of the spec: resolved and checked, written back resolved. */
+static ob_status pin(const ob__roots *r, json_t *obj, const char *key, const char *field,
+                     char *problem, size_t cap)
+{
+    json_t *v = obj ? json_object_get(obj, key) : NULL;
+    if (!json_is_string(v) || !json_string_value(v)[0]) return OB_OK;
+    char resolved[4096];
+    ob_status rc =
+        ob__roots_resolve(r, field, json_string_value(v), resolved, sizeof resolved, problem, cap);
+    if (rc == OB_OK && json_object_set_new(obj, key, json_string(resolved)) != 0) rc = OB_ERR_NOMEM;
+    return rc;
+}
+
+ob_status ob__svc_pin_paths(const ob_service *svc, const char *spec_json, char **out, char *problem,
+                            size_t cap)
+{
+    *out = NULL;
+    problem[0] = '\0';
+    json_error_t je;
+    json_t *root = json_loads(spec_json, 0, &je);
+    if (!root) {
+        snprintf(problem, cap, "spec: not JSON (%s)", je.text);
+        return OB_ERR_INVALID_ARG;
+    }
+    ob_status rc = pin(&svc->data_roots, json_object_get(root, "data"), "path", "spec: data.path",
+                       problem, cap);
+    if (rc == OB_OK)
+        rc = pin(&svc->ckpt_roots, json_object_get(root, "warm_start"), "from",
+                 "spec: warm_start.from", problem, cap);
+    if (rc == OB_OK) {
+        *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+        if (!*out) rc = OB_ERR_NOMEM;
+    }
+    json_decref(root);
+    return rc;
 }

@@ -67,9 +67,20 @@ void ob__roots_free(ob__roots *r);
 
 /* OB_OK when path ("" is fine: nothing to read) resolves to a place under one of the roots;
  * OB_ERR_INVALID_ARG with "<field>: ..." in problem[cap] when it does not exist or lies
- * elsewhere. */
+ * elsewhere. A path outside every root gets the same message whether it exists or not; only
+ * under a root does the message say that it does not exist. With resolved non-NULL (rcap
+ * bytes), the resolved path goes there on success (the path itself for ""). */
 ob_status ob__roots_check(const ob__roots *r, const char *field, const char *path, char *problem,
                           size_t cap);
+ob_status ob__roots_resolve(const ob__roots *r, const char *field, const char *path,
+                            char *resolved, size_t rcap, char *problem, size_t cap);
+
+/* The spec a job's attempt gets (spec_json, borrowed) with every path it names pinned: resolved
+ * now (realpath) and checked against the roots again, so that a symbolic link swapped while the
+ * job waited leads nowhere else; the worker opens the resolved paths. *out (malloc'd) on
+ * success; OB_ERR_INVALID_ARG with the reason in problem otherwise. */
+ob_status ob__svc_pin_paths(const ob_service *svc, const char *spec_json, char **out,
+                            char *problem, size_t cap);
 
 struct ob_service {
     ob_service_config cfg;

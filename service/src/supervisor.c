@@ -294,8 +294,18 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
     snprintf(dir, sizeof dir, "%s/%s", svc->jobs_dir, j->id);
     ob__svc_job_path(svc, j->id, "spec.json", spec_path, sizeof spec_path);
     ob__svc_job_path(svc, j->id, "worker.log", log_path, sizeof log_path);
+    /* The paths the spec names, checked again now and pinned: a link swapped while the job
+     * waited must not lead its workers elsewhere. A path that no longer passes fails the job. */
+    char problem[OB_JOB_MSG_LEN - 64], why[OB_JOB_MSG_LEN];
+    char *pinned = NULL;
+    if (ob__svc_pin_paths(svc, j->spec_json, &pinned, problem, sizeof problem) != OB_OK) {
+        if (!problem[0]) return OB_ERR(err, OB_ERR_NOMEM, "pinning the spec's paths");
+        snprintf(why, sizeof why, "not launched: %s", problem);
+        return ob__svc_transition(svc, j, OB_JOB_FAILED, why, err);
+    }
     ob_status rc = ob__svc_mkdirs(dir, err);
-    if (rc == OB_OK) rc = write_file_atomic(spec_path, j->spec_json, err);
+    if (rc == OB_OK) rc = write_file_atomic(spec_path, pinned, err);
+    free(pinned);
     if (rc) return rc;
 
     ob_checkpoint_info ck;
