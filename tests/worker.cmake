@@ -26,3 +26,14 @@ add_test(NAME test_health
                  $<TARGET_FILE:onebit-ckpt> ${MPIEXEC_EXECUTABLE})
 set_tests_properties(test_health PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2)
+
+# Every program says its release with --version, the same one (onebitd's is the reference).
+add_test(NAME test_versions
+         COMMAND sh -c "v=$($<TARGET_FILE:onebitd> --version | cut -d' ' -f2) && [ -n \"$v\" ] && [ \"$($<TARGET_FILE:onebitctl> --version)\" = \"onebitctl $v\" ] && [ \"$($<TARGET_FILE:onebit-worker> --version)\" = \"onebit-worker $v\" ] && $<TARGET_FILE:onebit-ckpt> --version | grep -q \"^onebit-ckpt $v \" && echo '1 passed, 0 failed'")
+set_tests_properties(test_versions PROPERTIES TIMEOUT 60 ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+
+# onebitctl against a port where nothing listens: exit 3 and the transport's cause in full
+# ("... Connection refused)", not a word cut in half).
+add_test(NAME test_onebitctl_unreachable
+         COMMAND sh -c "out=$($<TARGET_FILE:onebitctl> --server 127.0.0.1:1 list 2>&1); rc=$?; echo \"$out\"; [ $rc -eq 3 ] && echo \"$out\" | grep -q 'Connection refused); is it running' && echo '1 passed, 0 failed'")
+set_tests_properties(test_onebitctl_unreachable PROPERTIES TIMEOUT 60)

@@ -35,7 +35,8 @@ static void usage(FILE *f)
                "       onebit-ckpt export DIR --format npz|safetensors -o OUT [--optim]\n"
                "       onebit-ckpt list JOB_DIR\n"
                "       onebit-ckpt diff A B [--only params,exp_avg,exp_avg_sq,v_norm_history,"
-               "errors]\n");
+               "errors]\n"
+               "       onebit-ckpt --version\n");
 }
 
 static const char *phase_name(int phase)
@@ -419,6 +420,10 @@ int main(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
         usage(stdout);
+        return 0;
+    }
+    if (argc == 2 && !strcmp(argv[1], "--version")) {
+        printf("onebit-ckpt %s (checkpoint format %d)\n", ONEBIT_VERSION, OB_CKPT_FORMAT_VERSION);
         return 0;
     }
     if (argc == 3 && !strcmp(argv[1], "info")) return cmd_info(argv[2]);

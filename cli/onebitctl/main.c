@@ -85,6 +85,7 @@ static const char *const usage_main =
     "  --tls-server-name N gRPC: the name the certificate must carry [the --server host]\n"
     "  --cert F, --key F   a client certificate and its key, for onebitd --tls-client-ca\n"
     "  -o table|json       output for people (default) or scripts (proto3 JSON)\n"
+    "  --version           onebitctl's release (the verb version asks the server too)\n"
     "\n"
     "Exit status: 0 ok, 1 refused or job not successful, 2 bad usage, 3 server unreachable.\n"
     "'onebitctl VERB --help' shows the verb's options and examples.\n";
@@ -790,10 +791,12 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         O_CA,
         O_TLS_NAME,
         O_CERT,
-        O_KEY
+        O_KEY,
+        O_VERSION
     };
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, O_VERSION},
         {"server", required_argument, NULL, O_SERVER},
         {"rest", required_argument, NULL, O_REST},
         {"tls", no_argument, NULL, O_TLS},
@@ -860,6 +863,9 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         case 'h':
             help = 1;
             break;
+        case O_VERSION: /* this program's release alone; the verb version asks the server too */
+            printf("onebitctl %s\n", ONEBIT_VERSION);
+            return EXIT_OK;
         case O_SERVER:
             o->server = optarg;
             break;

@@ -24,11 +24,22 @@ const char *obctl_client_target(const obctl_client *c)
 ob_status obctl__unreachable(ob_err *err, const obctl_client *c, const char *detail)
 {
     if (err) {
+        /* The transport's account ends with the cause ("... Connection refused"): a long one
+         * keeps its end, from a word boundary, rather than being cut inside a word. */
+        const char *d = detail ? detail : "";
+        const char *more = "";
+        size_t n = strlen(d);
+        if (n > 160) {
+            d += n - 160;
+            while (*d && *d != ' ')
+                d++;
+            more = "...";
+        }
         err->code = OB_ERR_COMM;
         snprintf(err->msg, sizeof err->msg,
-                 "cannot reach onebitd at %.200s (%.120s); is it running? (start it with "
+                 "cannot reach onebitd at %.200s (%s%s); is it running? (start it with "
                  "onebitd, or point --server / ONEBIT_SERVER at it)",
-                 c->target, detail);
+                 c->target, more, d);
     }
     return OB_ERR_COMM;
 }

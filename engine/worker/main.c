@@ -69,6 +69,7 @@ static void usage(FILE *f)
                "  --report HOST:PORT   also send progress to onebitd's WorkerService\n"
                "  --profile            split rank 0's step time (data, compute, allreduce,\n"
                "                       compression, exchange, updates) in the summary\n"
+               "  --version            print the release and exit\n"
                "SIGTERM, SIGINT or SIGUSR1: finish the step, checkpoint, exit 0.\n");
 }
 
@@ -83,7 +84,8 @@ static int parse_args(int argc, char **argv, worker_opts *o, int rank)
         OPT_CKPT_DIR,
         OPT_RESUME,
         OPT_REPORT,
-        OPT_PROFILE
+        OPT_PROFILE,
+        OPT_VERSION
     };
     static const struct option options[] = {
         {"spec", required_argument, NULL, OPT_SPEC},
@@ -94,6 +96,7 @@ static int parse_args(int argc, char **argv, worker_opts *o, int rank)
         {"resume", no_argument, NULL, OPT_RESUME},
         {"report", required_argument, NULL, OPT_REPORT},
         {"profile", no_argument, NULL, OPT_PROFILE},
+        {"version", no_argument, NULL, OPT_VERSION},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -134,6 +137,9 @@ static int parse_args(int argc, char **argv, worker_opts *o, int rank)
             return 2;
         case 'h':
             if (rank == 0) usage(stdout);
+            return 1;
+        case OPT_VERSION:
+            if (rank == 0) printf("onebit-worker %s\n", ONEBIT_VERSION);
             return 1;
         default: /* '?' unknown, ':' missing value */
             if (rank == 0) {
