@@ -43,3 +43,11 @@ set_tests_properties(test_py_resume_np2 PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV
 add_test(NAME test_py_install
          COMMAND sh -c "cd / && env -u PYTHONPATH ${OB_TORCH_PYTHON} -c \"import onebit, onebit.torch, sys; f = onebit.__file__; sys.exit(0 if f.startswith('${OB_PY_PATH}/') else 'onebit imports from ' + f + ', not this build: run scripts/install-python.sh')\"")
 set_tests_properties(test_py_install PROPERTIES TIMEOUT 120)
+
+# Program jobs: onebitd runs tests/python/train_small.py through the real worker under mpirun
+# (onebitctl submit --program), restarts a killed rank from its checkpoint to the same bits, and
+# does not retry a program that fails deterministically.
+add_test(NAME test_program_jobs
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_program_jobs.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> $<TARGET_FILE:onebitctl> ${OB_PY_PATH})
+set_tests_properties(test_program_jobs PROPERTIES TIMEOUT 600 PROCESSORS 2)

@@ -2,6 +2,66 @@
  * the field's path (or the line) in the message and leaves the output struct untouched. */
 #include "jobspec_fixture.h"
 
+/* Program jobs: what a program spec holds, its canonical form, and what it may not hold. */
+static void test_program(void **state)
+{
+    (void)state;
+    ob_jobspec *s = new_spec();
+    parse_ok(s,
+             "name: gpt\nprogram:\n  entrypoint: train.py\n  workdir: /srv/code\n"
+             "  args: [--lr, \"3e-4\", \"a b\"]\n  env: {HF_HOME: /tmp/hf, Z_1: \"\"}\n"
+             "steps: 600\nseed: 7\n",
+             OB_SPEC_YAML);
+    assert_true(ob_jobspec_is_program(s));
+    assert_string_equal(s->program.entrypoint, "train.py");
+    assert_string_equal(s->program.workdir, "/srv/code");
+    assert_string_equal(s->program.interpreter, "python3");
+    assert_string_equal(s->program.args_json, "[\"--lr\",\"3e-4\",\"a b\"]");
+    assert_string_equal(s->program.env_json, "{\"HF_HOME\":\"/tmp/hf\",\"Z_1\":\"\"}");
+    assert_int_equal(s->steps, 600);
+    assert_int_equal(s->seed, 7);
+    check_round_trip(s);
+    parse_ok(s, "{\"program\": {\"entrypoint\": \"/x/t.py\"}}", OB_SPEC_JSON);
+    assert_string_equal(s->program.args_json, "[]");
+    assert_string_equal(s->program.env_json, "{}");
+    assert_int_equal(s->steps, 0);
+    check_round_trip(s);
+    free(s);
+    expect_error(OB_SPEC_YAML, "program: {args: [a]}\n", "program.entrypoint: missing");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py}\nmodel: {type: mlp}\n",
+                 "model: not with program");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py}\nbatch_size: 8\n",
+                 "batch_size: not with program");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py, argz: [a]}\n",
+                 "program.argz: unknown field (did you mean args?)");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py, args: [1]}\n",
+                 "program.args[0]: expected a string");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py, args: a}\n",
+                 "program.args: expected a list of at most 256 strings");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py, workdir: rel/dir}\n",
+                 "program.workdir: expected an absolute path");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py, env: {LD_PRELOAD: /x.so}}\n",
+                 "program.env.LD_PRELOAD: set by the launcher");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py, env: {ONEBIT_CHECKPOINT_DIR: /}}\n",
+                 "program.env.ONEBIT_CHECKPOINT_DIR: set by the launcher");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py, env: {PATH: /x}}\n",
+                 "program.env.PATH: set by the launcher");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py, env: {\"A-B\": x}}\n",
+                 "a variable name is");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py, env: {A: 1}}\n",
+                 "program.env.A: expected a string");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: \"\"}\n", "program.entrypoint: expected");
+    expect_error(OB_SPEC_YAML, "program: {entrypoint: t.py}\nsteps: -1\n", "steps:");
+    /* At most 256 arguments. */
+    char *big = malloc(4096);
+    size_t n = (size_t)snprintf(big, 4096, "program: {entrypoint: t.py, args: [");
+    for (int i = 0; i < 257; i++)
+        n += (size_t)snprintf(big + n, 4096 - n, "%sa", i ? ", " : "");
+    snprintf(big + n, 4096 - n, "]}\n");
+    expect_error(OB_SPEC_YAML, big, "program.args: expected a list of at most 256 strings");
+    free(big);
+}
+
 static void test_unknown_fields(void **state)
 {
     (void)state;
@@ -620,6 +680,7 @@ static void test_checkpoint_and_warm_start(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_program),
         cmocka_unit_test(test_unknown_fields),
         cmocka_unit_test(test_wrong_types),
         cmocka_unit_test(test_out_of_range),

@@ -50,6 +50,9 @@ typedef struct opts {
     long rank; /* logs --rank, -1: every rank */
     const char *model, *data, *optimizer, *lr, *freeze_step;
     long steps, batch_size;
+    const char *program;    /* submit --program FILE */
+    char *const *prog_args; /* submit --program FILE ... -- ARGS: the program's arguments */
+    int nprog_args;
     const char *positional[4];
     int npos;
 } opts;
@@ -235,6 +238,35 @@ static int spec_from_flags(const opts *o, char **out, size_t *len)
     return EXIT_OK;
 }
 
+/* A program job's spec for FILE (its absolute path; it runs in its own directory) and the
+ * arguments after --, as JSON. The path is the server's: onebitd runs it where it lies, under
+ * one of its data roots. */
+static int spec_from_program(const opts *o, char **out, size_t *len)
+{
+    char *abs = realpath(o->program, NULL);
+    if (!abs) {
+        fprintf(stderr, "onebitctl: --program %s: %s\n", o->program, strerror(errno));
+        return EXIT_USAGE;
+    }
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof dir, "%s", abs);
+    char *slash = strrchr(dir, '/');
+    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
+    json_t *args = json_array();
+    for (int i = 0; args && i < o->nprog_args; i++)
+        json_array_append_new(args, json_string(o->prog_args[i]));
+    json_t *spec = json_pack("{s:{s:s, s:s, s:o}}", "program", "entrypoint", abs, "workdir", dir,
+                             "args", args);
+    if (spec && o->name) json_object_set_new(spec, "name", json_string(o->name));
+    if (spec && o->steps > 0) json_object_set_new(spec, "steps", json_integer(o->steps));
+    *out = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
+    json_decref(spec);
+    free(abs);
+    if (!*out) return EXIT_FAIL;
+    *len = strlen(*out);
+    return EXIT_OK;
+}
+
 static int v_submit(obctl_client *c, const opts *o)
 {
     char *spec = NULL;
@@ -242,7 +274,12 @@ static int v_submit(obctl_client *c, const opts *o)
     int rc;
     if (o->file && (o->model || o->data || o->optimizer || o->steps || o->batch_size))
         return usage_error("submit", "%s", "-f FILE and the spec flags exclude each other");
-    rc = o->file ? read_file(o->file, &spec, &len) : spec_from_flags(o, &spec, &len);
+    if (o->program && (o->file || o->model || o->data || o->optimizer || o->batch_size))
+        return usage_error("submit", "%s",
+                           "--program and -f FILE or the model's flags exclude each other");
+    rc = o->program ? spec_from_program(o, &spec, &len)
+         : o->file  ? read_file(o->file, &spec, &len)
+                    : spec_from_flags(o, &spec, &len);
     if (rc != EXIT_OK) return rc;
     ob_job j;
     ob_err err = {0};
@@ -590,7 +627,11 @@ static const verb verbs[] = {
      "usage: onebitctl submit -f FILE [--np N] [--max-restarts N] [--deadline D] [--watch]\n"
      "       onebitctl submit --model M --data D --optimizer O --steps N --batch-size B\n"
      "                        [--lr X] [--freeze-step N|auto] [--name NAME] [--np N] [--watch]\n"
+     "       onebitctl submit --program SCRIPT [--steps N] [--name NAME] [--np N] -- ARGS...\n"
      "  -f FILE            job spec, YAML or JSON ('-': standard input)\n"
+     "  --program SCRIPT   a program job: SCRIPT (a path on onebitd's machine, under one of\n"
+     "                     its data roots) runs on every rank in its directory with ARGS\n"
+     "                     (engine/python: import onebit); --steps N for the progress bar\n"
      "  --np N             ranks (0: one per GPU of the service's machine, else one) [0]\n"
      "  --max-restarts N   restarts after failures (-1: the service default) [-1]\n"
      "  --watch            follow the job to its end (exit 0 when it succeeds)\n"
@@ -601,10 +642,11 @@ static const verb verbs[] = {
      "Examples:\n"
      "  onebitctl submit -f examples/fmnist-mlp-onebit.yaml --np 4 --watch\n"
      "  onebitctl submit --model mlp --data synthetic_classification --optimizer onebit_adam \\\n"
-     "                   --steps 500 --batch-size 32 --freeze-step 100 --np 2\n",
+     "                   --steps 500 --batch-size 32 --freeze-step 100 --np 2\n"
+     "  onebitctl submit --program examples/pytorch/gpt.py --np 4 --watch -- --steps 600\n",
      v_submit, 1,
      "-f= --file= --np= --max-restarts= --request-id= --label= --watch --model= --data= "
-     "--optimizer= --steps= --batch-size= --lr= --freeze-step= --name= --deadline=",
+     "--optimizer= --steps= --batch-size= --lr= --freeze-step= --name= --deadline= --program=",
      OBCTL_ARG_NONE, "submit a job"},
     {"status",
      "usage: onebitctl status JOB\n"
@@ -792,11 +834,13 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         O_TLS_NAME,
         O_CERT,
         O_KEY,
-        O_VERSION
+        O_VERSION,
+        O_PROGRAM
     };
     static const struct option options[] = {
         {"help", no_argument, NULL, 'h'},
         {"version", no_argument, NULL, O_VERSION},
+        {"program", required_argument, NULL, O_PROGRAM},
         {"server", required_argument, NULL, O_SERVER},
         {"rest", required_argument, NULL, O_REST},
         {"tls", no_argument, NULL, O_TLS},
@@ -862,6 +906,9 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         switch (c) {
         case 'h':
             help = 1;
+            break;
+        case O_PROGRAM:
+            o->program = optarg;
             break;
         case O_VERSION: /* this program's release alone; the verb version asks the server too */
             printf("onebitctl %s\n", ONEBIT_VERSION);
@@ -995,6 +1042,11 @@ static int parse(int argc, char **argv, opts *o, const verb **v)
         optind++;
     }
     if (problem[0]) return usage_error(*v ? (*v)->name : NULL, problem, bad_arg);
+    if (*v && !strcmp((*v)->name, "submit") && o->program) { /* the rest is the program's */
+        o->prog_args = argv + optind;
+        o->nprog_args = argc - optind;
+        optind = argc;
+    }
     for (; optind < argc; optind++) {
         if (o->npos >= 4)
             return usage_error((*v)->name, "too many arguments at '%s'", argv[optind]);

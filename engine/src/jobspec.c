@@ -112,7 +112,7 @@ static const field top_fields[] = {
     {"name", ALL},       {"model", ALL},        {"data", ALL},       {"optimizer", ALL},
     {"batch_size", ALL}, {"steps", ALL},        {"lr", ALL},         {"seed", ALL},
     {"eval", ALL},       {"log_interval", ALL}, {"checkpoint", ALL}, {"warm_start", ALL},
-    {"device", ALL},
+    {"device", ALL},     {"program", ALL},
 };
 #define MLP K(OB_MODEL_MLP)
 #define TF K(OB_MODEL_TRANSFORMER)
@@ -639,6 +639,10 @@ ob_status ob__spec_validate(const json_t *root, ob_jobspec *s, ob_err *err)
     }
     ob_status st = ob__spec_check_fields(root, "", top_fields, COUNT(top_fields), NULL, 0, 0, err);
     if (st) return st;
+    if (json_object_get(root, "program")) {
+        if ((st = read_name(root, s, err))) return st;
+        return ob__spec_read_program(root, s, err);
+    }
 
     const json_t *model, *data, *optim, *lr, *ev, *ck, *ws;
     if ((st = ob__spec_get_section(root, "model", 1, &model, err)) ||

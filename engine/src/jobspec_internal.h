@@ -109,4 +109,12 @@ ob_status ob__spec_yaml_to_tree(const char *text, size_t len, json_t **out, ob_e
 /* Checks every field of the tree and fills *s (scratch: partly written on failure). */
 ob_status ob__spec_validate(const json_t *root, ob_jobspec *s, ob_err *err);
 
+/* ---- program jobs (jobspec_program.c) ----------------------------------------------------- */
+
+/* The fields of a program job's spec (root has "program"; name is read already). */
+ob_status ob__spec_read_program(const json_t *root, ob_jobspec *s, ob_err *err);
+
+/* A program job's canonical tree (NULL when memory runs out). */
+json_t *ob__spec_program_tree(const ob_jobspec *s);
+
 #endif /* ONEBIT_JOBSPEC_INTERNAL_H */

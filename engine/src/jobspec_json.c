@@ -234,7 +234,8 @@ ob_status ob_jobspec_to_json(const ob_jobspec *s, char **out, ob_err *err)
     *out = NULL;
     if (!s) return OB_ERR(err, OB_ERR_INVALID_ARG, "ob_jobspec_to_json: NULL argument");
     builder b = {0};
-    json_t *root = spec_tree(&b, s);
+    json_t *root = ob_jobspec_is_program(s) ? ob__spec_program_tree(s) : spec_tree(&b, s);
+    if (!root) b.failed = 1;
     ob_status st = OB_OK;
     ob_jobspec *check = NULL;
     if (b.failed) {

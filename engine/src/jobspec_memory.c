@@ -92,6 +92,8 @@ ob_status ob_jobspec_memory_estimate(const ob_jobspec *spec, int world_size,
     memset(out, 0, sizeof *out);
     if (world_size < 1)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "world_size: expected >= 1, got %d", world_size);
+    if (ob_jobspec_is_program(spec))
+        return OB_ERR(err, OB_ERR_UNSUPPORTED, "a program job's memory is its program's own");
     ob_model_config cfg = spec->model;
     model_io(spec, &cfg);
     cfg.max_batch = 1;

@@ -232,6 +232,10 @@ ob_status ob__trainer_upload_state(ob_trainer *t, const ob__host_state *hs, ob_e
 ob_status ob_trainer_create(ob_trainer **out, const ob_jobspec *spec, ob_comm *comm, ob_err *err)
 {
     *out = NULL;
+    if (ob_jobspec_is_program(spec))
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "a program job: onebit-worker runs its program, the trainer trains the "
+                      "built-in models");
     ob_trainer *t = calloc(1, sizeof *t);
     if (!t) return OB_ERR(err, OB_ERR_NOMEM, "trainer");
     t->spec = *spec;

@@ -25,6 +25,7 @@
 #include "onebit/rpc_client.h"
 #include "onebit/trainer.h"
 #include "output.h"
+#include "program.h"
 
 #include <cblas.h>
 #include <getopt.h>
@@ -262,8 +263,51 @@ static int fault_from_env(ob_fault_injection *f, int rank)
     return 0;
 }
 
+/* This process's rank from the launcher's environment, before MPI starts (0 when none). */
+static int launcher_rank(void)
+{
+    const char *vars[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v && v[0]) return atoi(v);
+    }
+    return 0;
+}
+
+/* A program job's spec: its program is exec'd in the worker's place before MPI starts, so that
+ * the program's own MPI joins the job (engine/python). Returns -1 for anything else (a
+ * built-in job, a command line the main path will explain, --check), else the exit status of a
+ * program that could not be started. */
+static int run_program(int argc, char **argv)
+{
+    worker_opts o;
+    int rc = parse_args(argc, argv, &o, -1); /* quiet: the main path reports mistakes */
+    optind = 0;                              /* GNU getopt starts over for the main path */
+    if (rc != 0 || !o.spec_path || o.check_only) return -1;
+    ob_jobspec *spec = malloc(sizeof *spec);
+    if (!spec) return -1;
+    if (ob_jobspec_load(spec, o.spec_path, NULL) != OB_OK || !ob_jobspec_is_program(spec)) {
+        free(spec);
+        return -1;
+    }
+    int rank = launcher_rank();
+    char job_dir[OB_JOB_PATH_LEN];
+    if ((rc = checkpoint_dir(&o, spec, job_dir, sizeof job_dir, rank)) == 0) {
+        program_launch l = {
+            job_dir,       o.job_id ? o.job_id : (spec->name[0] ? spec->name : "job"),
+            o.resume,      o.format == FORMAT_TEXT,
+            o.report_addr, rank};
+        rc = worker_exec_program(spec, &l);
+    }
+    free(spec);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
+    int prc = run_program(argc, argv);
+    if (prc >= 0) return prc;
+
     /* SERIALIZED: optimizer.overlap exchanges gradient buckets on a communication thread while
      * the main thread makes no MPI call. Below it the trainer falls back and says so. */
     int provided = MPI_THREAD_SINGLE;

@@ -89,6 +89,12 @@ void ob_worker_exit_judge(int exit_code, int term_signal, uint64_t memory_limit,
         v->permanent = 1;
         snprintf(v->why, sizeof v->why, "its data, checkpoint or warm-start source cannot be used");
         break;
+    case 6: /* a program job (engine/python: onebit's exception hook) */
+        v->permanent = 1;
+        snprintf(v->why, sizeof v->why,
+                 "the program raised before its first step, or the same exception at the same "
+                 "step as the attempt before");
+        break;
     case 5:
         if (!memory_limit) {
             snprintf(v->cause, sizeof v->cause, "out of memory: an allocation of a rank failed");

@@ -177,6 +177,20 @@ ob_status ob__svc_pin_paths(const ob_service *svc, const char *spec_json, char *
     if (rc == OB_OK)
         rc = pin(&svc->ckpt_roots, json_object_get(root, "warm_start"), "from",
                  "spec: warm_start.from", problem, cap);
+    json_t *prog = json_object_get(root, "program");
+    if (rc == OB_OK && prog) {
+        /* The entrypoint pinned on its own, relative to the directory it was named from. */
+        json_t *wd = json_object_get(prog, "workdir"), *ep = json_object_get(prog, "entrypoint");
+        if (json_is_string(ep) && json_string_value(ep)[0] != '/' && json_is_string(wd)) {
+            char full[8192];
+            snprintf(full, sizeof full, "%s/%s", json_string_value(wd), json_string_value(ep));
+            json_object_set_new(prog, "entrypoint", json_string(full));
+        }
+        rc = pin(&svc->data_roots, prog, "workdir", "spec: program.workdir", problem, cap);
+        if (rc == OB_OK)
+            rc =
+                pin(&svc->data_roots, prog, "entrypoint", "spec: program.entrypoint", problem, cap);
+    }
     if (rc == OB_OK) {
         *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
         if (!*out) rc = OB_ERR_NOMEM;

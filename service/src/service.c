@@ -593,7 +593,25 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
         snprintf(text, sizeof text, "spec: %.480s", clean);
         append_problem(problems, sizeof problems, text);
     }
-    if (!problems[0]) { /* a spec that parsed: may its job read what it names? */
+    if (!problems[0] && ob_jobspec_is_program(spec)) { /* its program lies under a data root */
+        char entry[2 * OB_JOBSPEC_PATH_LEN];
+        const ob_program_spec *pg = &spec->program;
+        if (pg->entrypoint[0] != '/' && !pg->workdir[0])
+            append_problem(problems, sizeof problems,
+                           "spec: program: a job onebitd runs needs program.workdir or an "
+                           "absolute program.entrypoint");
+        else {
+            snprintf(entry, sizeof entry, "%s%s%s", pg->entrypoint[0] == '/' ? "" : pg->workdir,
+                     pg->entrypoint[0] == '/' ? "" : "/", pg->entrypoint);
+            if (ob__roots_check(&svc->data_roots, "spec: program.entrypoint", entry, text,
+                                sizeof text) != OB_OK)
+                append_problem(problems, sizeof problems, text);
+            if (ob__roots_check(&svc->data_roots, "spec: program.workdir", pg->workdir, text,
+                                sizeof text) != OB_OK)
+                append_problem(problems, sizeof problems, text);
+        }
+    }
+    if (!problems[0] && !ob_jobspec_is_program(spec)) { /* may its job read what it names? */
         if (ob__roots_check(&svc->data_roots, "spec: data.path", spec->data.path, text,
                             sizeof text) != OB_OK)
             append_problem(problems, sizeof problems, text);

@@ -144,13 +144,17 @@ static const char *untagged(const char *l)
 }
 
 /* Remembers the lines that best explain a failure: the workers' own messages (every one starts
- * with "onebit-worker"; not their warnings, which they carry on after) and mpirun's account of
+ * with "onebit-worker", or "onebit: " from a program; not their warnings, which they carry on
+ * after) and mpirun's account of
  * a rank that died or could not start, rather than the banners around them. Progress travels
  * as reports; this is only for the reason an attempt ended. */
 static void note_text_line(ob__run *r)
 {
     const char *l = untagged(r->line);
-    int worker = !strncmp(l, "onebit-worker", 13) && strncmp(l, "onebit-worker: warning:", 23);
+    /* A program job's program says why it failed as "onebit: <script> failed ...: <the
+     * exception's last line>" (engine/python). */
+    int worker = (!strncmp(l, "onebit-worker", 13) && strncmp(l, "onebit-worker: warning:", 23)) ||
+                 !strncmp(l, "onebit: ", 8);
     if (worker || strstr(l, "mpirun noticed") || strstr(l, "Executable:") ||
         strstr(l, "No such file"))
         ob_strlcpy(r->worker_error, l, sizeof r->worker_error);

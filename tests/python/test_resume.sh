@@ -12,14 +12,15 @@ passed=0 failed=0
 check() { if eval "$2"; then passed=$((passed + 1)); echo "[ PASSED ] $1"; else
   failed=$((failed + 1)); echo "[ FAILED ] $1"; fi; }
 run() { # DIR OUT [KILL]
-  ONEBIT_TEST_KILL=${3:-0 -1} mpirun -np "$np" --oversubscribe -x PYTHONPATH="$pypath" \
-    -x ONEBIT_PROGRESS=off -x ONEBIT_TEST_KILL "$py" "$here/train_small.py" --dir "$1" \
+  TRAIN_SMALL_KILL=${3:-0 -1} mpirun -np "$np" --oversubscribe -x PYTHONPATH="$pypath" \
+    -x ONEBIT_PROGRESS=off -x TRAIN_SMALL_KILL "$py" "$here/train_small.py" --dir "$1" \
     --out "$2" >>"$work/log" 2>&1
 }
 run "$work/a" "$work/a.f32"
 check "uninterrupted run" "[ -s $work/a.f32 ]"
 run "$work/b" "$work/b.f32" "35 $((np - 1))"
 check "rank $((np - 1)) killed after step 35 (in the warmup) ends the run" "[ ! -e $work/b.f32 ]"
+rm -f "$work/b/.killed"
 run "$work/b" "$work/b.f32" "90 0"
 check "rank 0 killed after step 90 (resumed from 25, frozen at 40) ends the run" "[ ! -e $work/b.f32 ]"
 run "$work/b" "$work/b.f32"

@@ -1,7 +1,9 @@
-"""A small program job for the resume test (test_resume.sh): an MLP on synthetic data with
-onebit.torch.OnebitAdam, batches drawn from (seed, rank, step), a checkpoint every --interval
-steps under --dir, resuming from the newest one there. With ONEBIT_TEST_KILL="STEP RANK" that
-rank SIGKILLs itself after STEP (a crash, no checkpoint). Writes the final parameters to --out.
+"""A small program for the front end's tests (test_resume.sh, test_program_jobs.sh): an MLP on
+synthetic data with onebit.torch.OnebitAdam, batches drawn from (seed, rank, step), a checkpoint
+every --interval steps under --dir (default $ONEBIT_CHECKPOINT_DIR, which onebitd sets),
+resuming from the newest one there. With TRAIN_SMALL_KILL="STEP RANK" that rank SIGKILLs itself
+after STEP (a crash, no checkpoint; once: a marker in --dir remembers); --raise-at STEP raises ValueError before that step (every
+rank). Writes the final parameters to --out when given.
 """
 import argparse
 import ctypes
@@ -14,12 +16,13 @@ import onebit
 import onebit.torch as obt
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--dir", required=True)
-ap.add_argument("--out", required=True)
+ap.add_argument("--dir", default=os.environ.get("ONEBIT_CHECKPOINT_DIR"))
+ap.add_argument("--out")
+ap.add_argument("--raise-at", type=int, default=-1)
 ap.add_argument("--steps", type=int, default=120)
 ap.add_argument("--interval", type=int, default=25)
 a = ap.parse_args()
-kill = [int(v) for v in os.environ.get("ONEBIT_TEST_KILL", "0 -1").split()]
+kill = [int(v) for v in os.environ.get("TRAIN_SMALL_KILL", "0 -1").split()]
 torch.set_num_threads(1)
 w = onebit.init(device="cpu")
 torch.manual_seed(7)
@@ -30,6 +33,8 @@ opt = obt.OnebitAdam(model.parameters(), lr=2e-3, betas=(0.9, 0.95), total_steps
 got = obt.load(a.dir, model, opt)
 first = got["step"] if got else 0
 for step in range(first, a.steps):
+    if step == a.raise_at:
+        raise ValueError("boom at step %d" % step)
     g = torch.Generator().manual_seed(100003 * step + w.rank)
     x = torch.randn(32, 20, generator=g)
     y = (x[:, :4].argmax(dim=1) + (x[:, 4] > 1).long()) % 4
@@ -40,10 +45,13 @@ for step in range(first, a.steps):
     if (step + 1) % a.interval == 0:
         obt.save(a.dir, model, opt)
     if step + 1 == kill[0] and w.rank == kill[1]:
-        os.kill(os.getpid(), signal.SIGKILL)
+        marker = os.path.join(a.dir, ".killed")  # once per job, as a crash would be
+        if not os.path.exists(marker):
+            open(marker, "w").close()
+            os.kill(os.getpid(), signal.SIGKILL)
 s = opt.stats()
 opt.finish()
-if w.rank == 0:
+if w.rank == 0 and a.out:
     with open(a.out, "wb") as f:
         f.write(ctypes.string_at(opt.flat_params.data_ptr(), 4 * opt.flat_params.numel()))
     print("done: %d steps from step %d, freeze at %d" % (s.step, first, s.freeze_step))

@@ -102,6 +102,24 @@
  *                  and momentum over NCCL; softmax and mlp only. A job may resume on the
  *                  other device: device is not part of what a checkpoint must match.
  *
+ * A program job instead of a built-in model: the user's own training script (a PyTorch program
+ * on `import onebit`, engine/python), run by onebit-worker on every rank, which execs it in
+ * place of itself before MPI starts, so that it joins the job's MPI world:
+ *
+ *   name?          as above
+ *   program:
+ *     entrypoint   the script, relative to workdir or absolute                       (required)
+ *     args?        list of at most 256 strings [[]] (at most 16 KiB in all)
+ *     workdir?     absolute directory the script runs in [the worker's]
+ *     env?         mapping of at most 64 variables [A-Za-z_][A-Za-z0-9_]* to strings (8 KiB in
+ *                  all); not ONEBIT_*, OMPI_*, PMIX_*, LD_* nor PATH, which are the launcher's
+ *     interpreter? the program that runs the entrypoint ["python3"]
+ *   steps?         the program's steps, for progress [0: unknown]
+ *   seed?          as above, passed as ONEBIT_SEED
+ *
+ * No other field: the model, data, optimizer and checkpoints are the program's own
+ * (onebit.torch.save/load under $ONEBIT_CHECKPOINT_DIR).
+ *
  * Fields the spec does not set: model.input_dim and model.num_classes come from the dataset
  * and model.max_batch from batch_size; the worker fills them in (a parsed spec holds 0 there).
  * Fields that do not apply to the chosen kinds hold the defaults of ob_model_config_default,
@@ -154,8 +172,26 @@ typedef enum ob_device {
     OB_DEVICE_CUDA = 1,
 } ob_device;
 
+#define OB_PROGRAM_MAX_ARGS 256
+#define OB_PROGRAM_MAX_ENV 64
+#define OB_PROGRAM_ARGS_LEN 16384 /* program.args as canonical JSON, terminator included */
+#define OB_PROGRAM_ENV_LEN 8192   /* program.env likewise */
+#define OB_PROGRAM_INTERPRETER "python3"
+
+/* A program job's program (entrypoint "" for a built-in model's job). */
+typedef struct ob_program_spec {
+    char entrypoint[OB_JOBSPEC_PATH_LEN];
+    char workdir[OB_JOBSPEC_PATH_LEN];     /* "": the worker's working directory */
+    char interpreter[OB_JOBSPEC_PATH_LEN]; /* OB_PROGRAM_INTERPRETER unless given */
+    char args_json[OB_PROGRAM_ARGS_LEN];   /* a JSON array of strings, compact: "[]" for none */
+    char env_json[OB_PROGRAM_ENV_LEN];     /* a JSON object of strings, compact: "{}" for none */
+} ob_program_spec;
+
 typedef struct ob_jobspec {
     char name[OB_JOBSPEC_NAME_LEN];
+    /* A program job (program.entrypoint non-empty): only name, steps (0: unknown), seed and
+     * program mean anything; the other fields hold their defaults. */
+    ob_program_spec program;
     ob_model_config model; /* kind and architecture; input_dim, num_classes, max_batch are 0 */
     ob_data_spec data;
     ob_optim_config optim; /* lr_warmup_steps = lr.warmup_steps */
@@ -211,6 +247,12 @@ ob_status ob_jobspec_load(ob_jobspec *out, const char *path, ob_err *err);
  * OB_ERR_NOMEM; *out is then NULL. */
 ob_status ob_jobspec_to_json(const ob_jobspec *s, char **out, ob_err *err);
 
+/* 1 for a program job's spec (program.entrypoint set). */
+static inline int ob_jobspec_is_program(const ob_jobspec *s)
+{
+    return s->program.entrypoint[0] != 0;
+}
+
 /* Spec names of the kinds ("fashion_mnist", ..., "synthetic_text"); "unknown" otherwise. */
 const char *ob_data_kind_name(ob_data_kind kind);
 
@@ -234,7 +276,8 @@ typedef struct ob_memory_estimate {
 /* Estimates a rank's memory for spec (borrowed, as ob_jobspec_parse made it) on world_size ranks,
  * from the model's real sizes (a model is created for one example to read its parameter count
  * and activations) and the data set's (synthetic data from its spec; fashion_mnist 70000 images
- * of 784 features; idx and text from the sizes of their files, text capped at max_bytes). A
+ * of 784 features; idx and text from the sizes of their files, text capped at max_bytes);
+ * OB_ERR_UNSUPPORTED for a program job, whose memory is its program's. A
  * stated estimate, not a bound: allocator slack and MPI's own buffers are in base. Within 25 %
  * of the measured growth of a process that builds the same buffers (test_jobspec). */
 ob_status ob_jobspec_memory_estimate(const ob_jobspec *spec, int world_size,

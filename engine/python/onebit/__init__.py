@@ -18,6 +18,7 @@ import json
 import math
 import os
 import sys
+import traceback
 import weakref
 
 from . import _lib
@@ -97,6 +98,76 @@ class World:
 _world = None
 # Everything holding engine handles, closed before MPI is finalised at exit.
 _handles = weakref.WeakSet()
+# Optimizer steps taken in this process, and the step the run stands at (a resumed run's too):
+# what a failure is judged by.
+_steps_in_process = 0
+_run_step = 0
+
+# The exit statuses of a program that fails (onebit-worker's, which onebitd judges): 1 a restart
+# may mend it; 3 the training diverged; 6 it fails the same way on every attempt.
+EXIT_RETRY, EXIT_DIVERGED, EXIT_PROGRAM = 1, 3, 6
+FAILURE_FILE = ".onebit-failure"
+
+
+def _note_step(step):
+    global _steps_in_process, _run_step
+    _steps_in_process += 1
+    _run_step = step
+
+
+def _classify(exc_type, last):
+    """The exit status of an uncaught exception, and why: a divergence; an exception of the
+    program before its first step (nothing a restart changes); the same exception at the same
+    step as the attempt before (recorded in $ONEBIT_CHECKPOINT_DIR); else worth a restart."""
+    if issubclass(exc_type, Diverged):
+        return EXIT_DIVERGED, "diverged at step %d" % _run_step
+    engine = issubclass(exc_type, OnebitError)  # a communicator or a file: may be transient
+    if _steps_in_process == 0 and not engine:
+        return EXIT_PROGRAM, "before its first step"
+    where = "at step %d" % _run_step
+    ck = os.environ.get("ONEBIT_CHECKPOINT_DIR")
+    if not ck:
+        return EXIT_RETRY, where
+    # The attempt: the launcher's name for this run of the ranks (every rank of an attempt
+    # shares it, the next attempt has another), so that two ranks of one attempt failing alike
+    # do not count as two attempts.
+    attempt = os.environ.get("PMIX_NAMESPACE") or os.environ.get("OMPI_MCA_orte_hnp_uri") or \
+        str(os.getppid())
+    path = os.path.join(ck, FAILURE_FILE)
+    mark = "%d\t%s" % (_run_step, last)
+    try:
+        with open(path) as f:
+            before_attempt, _, before = f.read().partition("\n")
+        if before == mark and before_attempt != attempt:
+            return EXIT_PROGRAM, where + ", as on the attempt before"
+    except OSError:
+        pass
+    try:
+        os.makedirs(ck, exist_ok=True)
+        tmp = "%s.%d" % (path, os.getpid())
+        with open(tmp, "w") as f:
+            f.write(attempt + "\n" + mark)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return EXIT_RETRY, where
+
+
+def _excepthook(exc_type, exc, tb):
+    """An uncaught exception ends every rank with a status the coordinator can judge (the other
+    ranks would wait in a collective forever), its last line the reason."""
+    sys.__excepthook__(exc_type, exc, tb)
+    if issubclass(exc_type, (KeyboardInterrupt, SystemExit)):
+        return
+    last = "".join(traceback.format_exception_only(exc_type, exc)).strip().splitlines()[-1]
+    code, when = _classify(exc_type, last)
+    script = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "the program"
+    sys.stderr.write("onebit: %s failed %s: %s\n" % (script, when, last[:400]))
+    sys.stderr.flush()
+    sys.stdout.flush()
+    if _world is not None and _world.size > 1:
+        _lib.lib.obpy_abort(code)
+    os._exit(code)
 
 
 def init(device=None):
@@ -121,6 +192,7 @@ def init(device=None):
                               "CUDA)")
     _world = World(r.value, n.value, lr.value, ln.value, dev)
     atexit.register(_shutdown)
+    sys.excepthook = _excepthook
     return _world
 
 

@@ -196,6 +196,7 @@ class _EngineOptimizer(torch.optim.Optimizer):
             stream = torch.cuda.current_stream(self._device).cuda_stream
         _lib.call(_lib.lib.obpy_optim_step, self._handle, self._gptr, lr, stream)
         after = self.stats()
+        onebit._note_step(after.step)
         if loss is not None:
             val = loss.detach().float().reshape(()) if torch.is_tensor(loss) else float(loss)
             self._loss_sum = val if self._loss_sum is None else self._loss_sum + val
@@ -527,6 +528,7 @@ def load(dir=None, model=None, optimizer=None):
         with torch.no_grad():
             _load_buffers(model, payload["buffers"])
     s = optimizer.stats()
+    onebit._run_step = s.step
     optimizer._frozen_reported = s.freeze_step >= 0
     optimizer._last_loss = info.train_loss
     onebit.report("resume", phase=_phase(s), step=s.step, text=path.value.decode(),

@@ -171,7 +171,9 @@ typedef struct ob_exit_verdict {
 /* Judges an attempt that ended with exit_code (or the signal term_signal) and ran under
  * memory_limit bytes per process (0: none). Status 5, memory, is permanent under a limit (the
  * same job needs the same memory) and retryable without one (the machine was short of memory
- * for a while); 2, 3 and 4 are permanent; anything else, signals included, is retryable. */
+ * for a while); 2, 3 and 4 are permanent, and so is 6 (a program job's program fails the same
+ * way on every attempt: onebit's Python package says so); anything else, signals included, is
+ * retryable. */
 void ob_worker_exit_judge(int exit_code, int term_signal, uint64_t memory_limit,
                           ob_exit_verdict *v);
 
