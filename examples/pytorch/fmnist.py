@@ -3,6 +3,8 @@
     mpirun -np 4 python3 examples/pytorch/fmnist.py
     mpirun -np 4 python3 examples/pytorch/fmnist.py --model cnn --steps 500
     python3 examples/pytorch/fmnist.py --optimizer torch-adam      # single-process reference
+    mpirun -np 4 python3 examples/pytorch/fmnist.py --hidden 512,256 --activation tanh \
+        --steps 1500 --schedule step --warmup-steps 100 --no-bias-correction   # as robustness.sh
 
 The images come from the IDX files of Debian's dataset-fashion-mnist package (gzip'd or not),
 standardised with the training set's per-pixel mean and standard deviation. The optimizer is
@@ -36,12 +38,26 @@ FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
-                   help="mlp: 784-256-128-10 (ReLU); cnn: two 3x3 conv + pool layers, a linear")
+                   help="mlp: 784-HIDDEN-10; cnn: two 3x3 conv + pool layers, a linear")
+    p.add_argument("--hidden", default="256,128",
+                   help="mlp: the hidden layers' widths, comma-separated")
+    p.add_argument("--activation", choices=("relu", "gelu", "tanh"), default="relu",
+                   help="mlp: the hidden layers' activation (gelu: the tanh approximation, "
+                        "as the engine's)")
     p.add_argument("--steps", type=int, default=1000, help="optimizer steps in all")
     p.add_argument("--batch-size", type=int, default=64, help="images per rank and step")
-    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (cosine decay)")
+    p.add_argument("--lr", type=float, default=1e-3, help="peak learning rate")
+    p.add_argument("--schedule", choices=("cosine", "step"), default="cosine",
+                   help="after the linear warmup: cosine: down to a tenth of the peak; step: "
+                        "x0.99 every 50 steps (the engine's warmup_step_decay as the robustness "
+                        "suite sets it)")
+    p.add_argument("--warmup-steps", type=int, default=None,
+                   help="linear warmup of the learning rate (default: steps/20, at most 100)")
     p.add_argument("--beta2", type=float, default=0.99)
     p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--no-bias-correction", dest="bias_correction", action="store_false",
+                   help="onebit/adam: no bias correction (the engine's default for 1-bit Adam; "
+                        "the robustness suite's setting for both)")
     p.add_argument("--optimizer", choices=("onebit", "adam", "torch-adam"), default="onebit",
                    help="onebit: onebit.torch.OnebitAdam; adam: onebit.torch.Adam (the engine's "
                         "Adam, fp32 allreduce); torch-adam: torch.optim.AdamW, one process only")
@@ -65,6 +81,9 @@ def parse_args():
     args = p.parse_args()
     if args.freeze_step != "auto":
         args.freeze_step = int(args.freeze_step)
+    args.hidden = [int(w) for w in args.hidden.split(",")]
+    if args.warmup_steps is None:
+        args.warmup_steps = max(1, min(100, args.steps // 20))
     return args
 
 
@@ -115,10 +134,17 @@ def train_batch(x, y, args, rank, step):
 
 # --- models ----------------------------------------------------------------------------------
 
-def make_model(kind):
+ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh,
+               "gelu": lambda: nn.GELU(approximate="tanh")}
+
+
+def make_model(kind, hidden=(256, 128), activation="relu"):
     if kind == "mlp":
-        return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 128), nn.ReLU(),
-                             nn.Linear(128, 10))
+        layers, width = [], 784
+        for h in hidden:
+            layers += [nn.Linear(width, h), ACTIVATIONS[activation]()]
+            width = h
+        return nn.Sequential(*layers, nn.Linear(width, 10))
     return nn.Sequential(nn.Unflatten(1, (1, 28, 28)),
                          nn.Conv2d(1, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),   # 14x14
                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),  # 7x7
@@ -161,18 +187,21 @@ class TorchAdam(torch.optim.AdamW):
 def make_optimizer(args, model, world, warmup):
     common = dict(lr=args.lr, betas=(0.9, args.beta2), weight_decay=args.weight_decay)
     if args.optimizer == "onebit":
-        # bias_correction=True: the warmup steps are Adam's (the engine's default for 1-bit
-        # Adam is the paper's uncorrected warmup, with larger first steps).
+        # bias_correction=True by default: the warmup steps are Adam's (the engine's default
+        # for 1-bit Adam is the paper's uncorrected warmup, with larger first steps).
         return onebit.torch.OnebitAdam(model.named_parameters(), total_steps=args.steps,
                                        lr_warmup_steps=warmup, freeze_step=args.freeze_step,
                                        gradient_exchange=args.gradient_exchange,
-                                       bias_correction=True, **common)
+                                       bias_correction=args.bias_correction, **common)
     if args.optimizer == "adam":
         return onebit.torch.Adam(model.named_parameters(), total_steps=args.steps,
-                                 gradient_exchange=args.gradient_exchange, **common)
+                                 gradient_exchange=args.gradient_exchange,
+                                 bias_correction=args.bias_correction, **common)
     if world.size > 1:
         raise SystemExit("--optimizer torch-adam is the single-process reference: run it "
                          "without mpirun (or with -np 1)")
+    if not args.bias_correction:
+        raise SystemExit("--no-bias-correction: torch's AdamW always corrects")
     return TorchAdam(model.parameters(), **common)
 
 
@@ -214,13 +243,15 @@ def main():
 
     train_x, train_y, test_x, test_y = load_fashion_mnist(args.data)
     torch.manual_seed(args.seed)  # the same initial model everywhere (rank 0's is broadcast)
-    model = make_model(args.model).to(device)
+    model = make_model(args.model, args.hidden, args.activation).to(device)
 
-    warmup = max(1, min(100, args.steps // 20))
+    warmup = args.warmup_steps
 
     def lr_factor(step):  # linear warmup, then cosine down to a tenth of the peak
         if step < warmup:
             return (step + 1) / warmup
+        if args.schedule == "step":  # the engine's ob_lr_at, its t being step + 1
+            return 0.99 ** ((step + 1 - warmup) // 50)
         progress = (step - warmup) / max(1, args.steps - warmup)
         return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress)))
 
