@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Configures, builds (warnings are errors) and runs the whole test suite with ctest, then again
-# under AddressSanitizer + UndefinedBehaviorSanitizer (ONEBIT_SANITIZERS=0 skips that stage),
-# the concurrency tests under ThreadSanitizer (ONEBIT_TSAN=0 skips) and each fuzz target briefly.
+# Configures, builds (warnings are errors) and runs the whole test suite with ctest, the
+# numerics tests again on the matrix kernels a CPU without AVX-512 runs (ONEBIT_BLAS_CORES=0
+# skips that stage), every test again under AddressSanitizer + UndefinedBehaviorSanitizer
+# (ONEBIT_SANITIZERS=0 skips), the concurrency tests under ThreadSanitizer (ONEBIT_TSAN=0 skips)
+# and each fuzz target briefly.
 # Also checks that a CPU-only configuration builds when the CUDA toolkit is present.
 # Environment: BUILD_DIR (default build), JOBS (default: number of cores).
 set -euo pipefail
@@ -22,6 +24,38 @@ if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
 fi
 
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1
+
+# The other matrix kernels: the models' products run the engine's AVX-512 kernel where the CPU
+# has AVX-512 and OpenBLAS elsewhere (engine/src/gemm.h), whose kernels OpenBLAS picks for the
+# CPU; each rounds differently, and a training run takes another path on each. The tests whose
+# outcomes pass through those products (the models, the optimizer's overlap, training, resume,
+# stability, warm start, compression health) run again with ONEBIT_GEMM=blas and OpenBLAS told
+# to run the kernels of each core in ONEBIT_BLAS_CORES (default Haswell: the AVX2 kernels it
+# runs on Intel Haswell and later and AMD Zen 1-3 without AVX-512; `native`: its own choice for
+# this CPU; Sandybridge and SkylakeX also work where the CPU has AVX or AVX-512), so a CPU
+# without AVX-512 is covered on every run. OPENBLAS_CORETYPE needs an OpenBLAS built with
+# DYNAMIC_ARCH, as Debian's is. About 2.6 minutes a core on 2 cores. ONEBIT_BLAS_CORES=0 skips.
+BLAS_TESTS='^test_(model_grad|model_math|adam_overlap_.*|worker|resume|stability|warm_start|health)$'
+BLAS_CORES=${ONEBIT_BLAS_CORES:-Haswell}
+if [ "$BLAS_CORES" != 0 ]; then
+  for core in $BLAS_CORES; do
+    need=
+    case "$core" in
+      Haswell | Zen) need=avx2 ;;
+      SkylakeX | Cooperlake) need=avx512f ;;
+      Sandybridge) need=avx ;;
+    esac
+    if [ -n "$need" ] && ! grep -qw "$need" /proc/cpuinfo; then
+      echo "== OpenBLAS $core kernels: skipped (this CPU has no $need)"
+      continue
+    fi
+    coretype=()
+    [ "$core" = native ] || coretype=("OPENBLAS_CORETYPE=$core")
+    echo "== the numerics tests on OpenBLAS ($core kernels, ONEBIT_GEMM=blas)"
+    env "${coretype[@]}" ONEBIT_GEMM=blas \
+      ctest --test-dir "$BUILD_DIR" --output-on-failure -j 1 -R "$BLAS_TESTS"
+  done
+fi
 
 # Sanitizers: every test again in a CPU-only build instrumented with AddressSanitizer and
 # UndefinedBehaviorSanitizer; any report from any process (tests, onebitd, workers, tools) lands

@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
 # Warm start on a job the borrowed variance does not fit (shortened from the robustness suite,
 # docs/robustness/README.md): the source trains a Fashion-MNIST MLP 784-256-128-10 (GELU) with
-# batch 512 per rank and freezes at step 150; the new job has other initial parameters
-# (params: false, seed 22) and batch 16 per rank, whose gradients are noisier than v_Tw says.
-# Taken as is with the paper's frozen step (refit_steps: 0, stabilizer: none) the run is ruined
-# (eval loss above 1, where Adam's is near 0.45 at 400 steps); the default re-estimation by
-# Adam (for 75 steps here: the source ran a larger global batch) trains it, with either
-# stabiliser, and says what it did.
+# batch 512 per rank and peak learning rate 1e-3 and freezes at step 150; the new job has other
+# initial parameters (params: false, seed 22), batch 16 per rank, whose gradients are noisier
+# than v_Tw says, and a 3x higher peak learning rate. Taken as is with the paper's frozen step
+# (refit_steps: 0, stabilizer: none) its steps are far too long and the run diverges (exit 3)
+# or ends at chance (eval loss ln 10 = 2.30); the default re-estimation by Adam (for 75 steps
+# here: the source ran a larger global batch) trains it, with either stabiliser (eval loss
+# 0.41-0.55), and says what it did.
+# The failure is the design's, not one CPU's. Each matrix kernel rounds differently (ours on
+# AVX-512; OpenBLAS's elsewhere or with ONEBIT_GEMM=blas, picked per CPU), the runs part ways,
+# and the test must hold on every kernel. Over seeds 22-33 on five (ours; OpenBLAS's Cooperlake,
+# Haswell (what AMD Zen 1-3 runs), SkylakeX and Sandybridge kernels): taken as is, 56 of 60 runs
+# diverged (at steps 69-369) and 4 ended at eval loss 2.30 or above; re-estimated, 120 of 120
+# ended at 0.41-0.55. At the source's learning rate the run taken as is ended anywhere from
+# 0.46 (as good as re-estimated) to divergence with the seed and the kernel (seed 22: 0.70 on
+# OpenBLAS's Haswell kernels, 1.81 on ours), which no threshold survives.
 # usage: test_warm_start.sh WORKER MPIEXEC
 set -u
 WORKER=$1
@@ -45,7 +54,7 @@ data: {type: fashion_mnist, normalize: standardize}
 optimizer: {type: onebit_adam, beta2: 0.99, freeze_step: auto$2}
 batch_size: 16
 steps: 400
-lr: {schedule: warmup_step_decay, peak: 1e-3, warmup_steps: 100, decay_rate: 0.99, decay_every: 50}
+lr: {schedule: warmup_step_decay, peak: 3e-3, warmup_steps: 100, decay_rate: 0.99, decay_every: 50}
 seed: 22
 log_interval: 20
 eval: {interval: 0, max_examples: 2000}
@@ -67,10 +76,10 @@ check "the source job freezes and checkpoints" '[ $rc -eq 0 ] && [ -d "$TMP/ck/s
 run "$TMP/asis.yaml" "$TMP/asis.out"
 rc=$?
 s=$(summary "$TMP/asis.out")
-# Diverging (exit 3) is as much a failure as a ruined eval loss.
+# Diverging (exit 3, the loss not finite) is as much a failure as ending near chance.
 check "taken as is with the paper's step: the run is ruined" \
-  '[ $rc -eq 3 ] || { [ $rc -eq 0 ] && echo "$s" | jq -e ".eval_loss > 1.0 and .freeze_step == 0" > /dev/null; }' \
-  "rc=$rc $s"
+  '{ [ $rc -eq 3 ] && grep -q "training failed: step [0-9]*: the loss is not finite" "$TMP/asis.out.err"; } || { [ $rc -eq 0 ] && echo "$s" | jq -e ".eval_loss > 1.5 and .freeze_step == 0" > /dev/null; }' \
+  "rc=$rc $s $(grep -m1 "training failed" "$TMP/asis.out.err")"
 
 run "$TMP/refit-none.yaml" "$TMP/refit-none.out"
 rc=$?
@@ -100,7 +109,7 @@ check "the refit costs one fp32 step and 74 fp8 steps (about a quarter of the by
 # refit_steps auto against the source's setting: the source's batch and learning rate, 20 steps
 # (ceil(Delta / 5)); its batch with a 3x higher peak learning rate, 50 (ceil(Delta / 2)).
 for lr in 1e-3 3e-3; do
-  sed -e 's/^batch_size: 16$/batch_size: 512/' -e "s/peak: 1e-3/peak: $lr/" -e 's/^steps: 400$/steps: 55/' \
+  sed -e 's/^batch_size: 16$/batch_size: 512/' -e "s/peak: 3e-3/peak: $lr/" -e 's/^steps: 400$/steps: 55/' \
     "$TMP/default.yaml" > "$TMP/same-batch-$lr.yaml"
   run "$TMP/same-batch-$lr.yaml" "$TMP/same-batch-$lr.out"
 done
