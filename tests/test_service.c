@@ -978,7 +978,14 @@ static void test_read_roots(void **state)
         assert_non_null(strstr(msg, "is outside the roots this service reads from"));
         assert_non_null(strstr(msg, "/usr/share/datasets"));
     }
+    /* Outside the roots, a missing path gets the answer an existing one gets (whether a file
+     * exists there is not the caller's business); under a root, it is named as missing. */
     assert_int_equal(submit_paths(f, "/no/such/dir", NULL, msg, sizeof msg), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(msg, "is outside the roots this service reads from"));
+    assert_null(strstr(msg, "No such file or directory"));
+    char missing[sizeof inside + 16];
+    snprintf(missing, sizeof missing, "%s/nothing", inside);
+    assert_int_equal(submit_paths(f, missing, NULL, msg, sizeof msg), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(msg, "No such file or directory"));
     /* Another service's checkpoints, or the coordinator's own environment. */
     assert_int_equal(submit_paths(f, inside, "/proc/self", msg, sizeof msg), OB_ERR_INVALID_ARG);
@@ -1432,13 +1439,15 @@ static void test_worker_exit_judge(void **state)
     ob_worker_exit_judge(5, 9, lim, &v);
     assert_int_equal(v.permanent, 0);
     assert_string_equal(v.cause, "");
-    for (int code = 2; code <= 4; code++) {
-        ob_worker_exit_judge(code, 0, 0, &v);
+    /* 6: a program job's program fails the same way on every attempt (engine/python). */
+    const int permanent[] = {2, 3, 4, 6};
+    for (size_t i = 0; i < sizeof permanent / sizeof permanent[0]; i++) {
+        ob_worker_exit_judge(permanent[i], 0, 0, &v);
         assert_int_equal(v.permanent, 1);
         assert_true(v.why[0] != '\0');
         assert_string_equal(v.cause, "");
     }
-    const int retryable[] = {0, 1, 6, 127, 137, 255};
+    const int retryable[] = {0, 1, 7, 127, 137, 255};
     for (size_t i = 0; i < sizeof retryable / sizeof retryable[0]; i++) {
         ob_worker_exit_judge(retryable[i], 0, lim, &v);
         assert_int_equal(v.permanent, 0);
