@@ -1,6 +1,6 @@
 /* Writes a small checkpoint that verifies, for tests/fake_worker.sh (the coordinator's tests
  * count only checkpoints that verify): one rank, four parameters, no error buffers, committed
- * atomically as <job dir>/step-XXXXXXXX by the checkpoint library itself.
+ * atomically as <job dir>/step-NNNNNNNN by the checkpoint library itself.
  *   fake_checkpoint JOB_DIR STEP */
 #include "onebit/checkpoint.h"
 

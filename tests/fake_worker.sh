@@ -13,7 +13,7 @@
 #       FAKE_REWARM_AT   steps at which rank 0 reports a rewarm (space-separated), as the divergence
 #                        guard of the real worker does
 #       FAKE_CKPT_WRITER tests/fake_checkpoint.c's program: checkpoints that verify (the
-#                        coordinator resumes from and reports only those); unset: placeholder
+#                        coordinator resumes from and reports only those); unset: stand-in
 #                        files that do not
 set -u
 if [ -n "${FAKE_CONTROL:-}" ] && [ -f "$FAKE_CONTROL" ]; then . "$FAKE_CONTROL"; fi

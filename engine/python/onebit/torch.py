@@ -27,8 +27,8 @@ _ONEBIT_FIELDS = ("compression", "freeze_threshold", "freeze_min_steps", "freeze
                   "block_size", "scale", "precondition", "stabilizer", "stability_bound",
                   "frozen_step_ratio", "refresh_steps")
 _COMMON_FIELDS = ("eps", "weight_decay", "bias_correction", "gradient_exchange", "bucket_mb")
-# A run whose length is not given: the largest a spec takes is LONG_MAX; this is only the
-# placeholder the validator needs (the binding lifts the latest freeze for it).
+# A run whose length is not given: the validator needs some steps, and any large count will do
+# (the binding lifts the latest freeze for such a run).
 _UNKNOWN_STEPS = 1 << 40
 
 
@@ -421,6 +421,15 @@ def _model_names(model, optimizer):
     return names
 
 
+def _adopt_names(model, optimizer):
+    """Names the checkpoints' tensors after the model's parameters."""
+    names = _model_names(model, optimizer)
+    if names != optimizer._names:
+        _lib.call(_lib.lib.obpy_optim_set_names, optimizer._handle, _names_blob(names),
+                  len(names))
+        optimizer._names = names
+
+
 def _buffers(model):
     """The model's persistent buffers (batch-norm statistics, ...; those of its state_dict, not
     the ones registered with persistent=False) as exact JSON: floats through Python's float
@@ -466,11 +475,7 @@ def save(dir=None, model=None, optimizer=None, step=None, extra=None, keep=3, se
         raise TypeError("extra: a dict")
     payload = {"user": extra or {}}
     if model is not None:
-        names = _model_names(model, optimizer)
-        if names != optimizer._names:
-            _lib.call(_lib.lib.obpy_optim_set_names, optimizer._handle, _names_blob(names),
-                      len(names))
-            optimizer._names = names
+        _adopt_names(model, optimizer)
         payload["buffers"] = _buffers(model)
     if optimizer._device.type == "cuda":
         torch.cuda.current_stream(optimizer._device).synchronize()
@@ -490,7 +495,7 @@ def save(dir=None, model=None, optimizer=None, step=None, extra=None, keep=3, se
 
 def load(dir=None, model=None, optimizer=None):
     """Restores the newest checkpoint of dir (default $ONEBIT_CHECKPOINT_DIR) that verifies
-    (or dir itself, a step-XXXXXXXX directory) into the optimizer and the model's buffers;
+    (or dir itself, a step-NNNNNNNN directory) into the optimizer and the model's buffers;
     damaged checkpoints are passed over with a notice. Returns None when there is none, else
     {"step", "path", "extra", "from_world_size", "data_position"}. Resuming at the same world
     size on the same device is bit-exact; on another world size the error buffers are
@@ -498,11 +503,7 @@ def load(dir=None, model=None, optimizer=None):
     if not isinstance(optimizer, _EngineOptimizer):
         raise TypeError("optimizer: an onebit.torch optimizer")
     if model is not None:
-        names = _model_names(model, optimizer)
-        if names != optimizer._names:
-            _lib.call(_lib.lib.obpy_optim_set_names, optimizer._handle, _names_blob(names),
-                      len(names))
-            optimizer._names = names
+        _adopt_names(model, optimizer)
     found = _lib.c_int()
     info = _lib.CkptInfo()
     extra = _lib.c_void_p()
@@ -553,10 +554,7 @@ def warm_start(source, optimizer, refit_steps="auto", params=False, model=None):
         raise ValueError("refit_steps: \"auto\" or an integer in [0, 1000000], got %r" %
                          (refit_steps,))
     if model is not None:
-        names = _model_names(model, optimizer)
-        _lib.call(_lib.lib.obpy_optim_set_names, optimizer._handle, _names_blob(names),
-                  len(names))
-        optimizer._names = names
+        _adopt_names(model, optimizer)
     out = _lib.ctypes.create_string_buffer(512)
     _lib.call(_lib.lib.obpy_ckpt_warm_start, optimizer._handle, _lib.enc(os.fspath(source)),
               refit, 1 if params else 0, out)

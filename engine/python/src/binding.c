@@ -399,20 +399,9 @@ int obpy_optim_health(obpy_optim *o, double out[3], char *err, size_t cap)
     return 0;
 }
 
-/* Copies n floats of the optimizer's memory at src to host dst. */
-static ob_status to_host(obpy_optim *o, float *dst, const float *src, size_t n, ob_err *err)
-{
-    if (n == 0) return OB_OK;
-    if (ob_comm_memory(o->comm) == OB_MEM_HOST) {
-        memcpy(dst, src, n * sizeof(float));
-        return OB_OK;
-    }
-    void *s = ob_comm_stream(o->comm);
-    ob_status st = ob_cuda_memcpy(dst, src, n * sizeof(float), s, err);
-    return st != OB_OK ? st : ob_cuda_sync(s, err);
-}
-
-static ob_status to_optim(obpy_optim *o, float *dst, const float *src, size_t n, ob_err *err)
+/* Copies n floats between host memory and the optimizer's memory, either way (the CUDA runtime
+ * tells the direction from the pointers), and waits for the copy. */
+static ob_status copy_floats(obpy_optim *o, float *dst, const float *src, size_t n, ob_err *err)
 {
     if (n == 0 || dst == src) return OB_OK;
     if (ob_comm_memory(o->comm) == OB_MEM_HOST) {
@@ -444,7 +433,7 @@ int obpy_optim_read(obpy_optim *o, const char *which, float *dst, size_t *len, c
         RET(OB_ERR(&e, OB_ERR_INVALID_ARG, "no optimizer array '%s'", which));
     *len = n;
     if (!dst) return 0;
-    RET(to_host(o, dst, src, n, &e));
+    RET(copy_floats(o, dst, src, n, &e));
 }
 
 /* --- checkpoints ------------------------------------------------------------------------------ */
@@ -478,11 +467,11 @@ static ob_status host_state_get(obpy_optim *o, int download, host_state *h, ob_e
     h->params = o->h_params, h->m = o->h_m, h->v = o->h_v, h->we = o->h_we, h->se = o->h_se;
     if (!download) return OB_OK;
     ob_status st;
-    if ((st = to_host(o, h->params, o->params, o->d, err)) ||
-        (st = to_host(o, h->m, h->s.exp_avg, o->d, err)) ||
-        (st = to_host(o, h->v, h->s.exp_avg_sq, o->d, err)) ||
-        (st = to_host(o, h->we, h->s.worker_error, h->s.padded_size, err)) ||
-        (st = to_host(o, h->se, h->s.server_error, h->s.chunk_size, err)))
+    if ((st = copy_floats(o, h->params, o->params, o->d, err)) ||
+        (st = copy_floats(o, h->m, h->s.exp_avg, o->d, err)) ||
+        (st = copy_floats(o, h->v, h->s.exp_avg_sq, o->d, err)) ||
+        (st = copy_floats(o, h->we, h->s.worker_error, h->s.padded_size, err)) ||
+        (st = copy_floats(o, h->se, h->s.server_error, h->s.chunk_size, err)))
         return st;
     return OB_OK;
 }
@@ -492,11 +481,11 @@ static ob_status host_state_put(obpy_optim *o, const host_state *h, ob_err *err)
 {
     if (ob_comm_memory(o->comm) == OB_MEM_HOST) return OB_OK;
     ob_status st;
-    if ((st = to_optim(o, o->params, h->params, o->d, err)) ||
-        (st = to_optim(o, h->s.exp_avg, h->m, o->d, err)) ||
-        (st = to_optim(o, h->s.exp_avg_sq, h->v, o->d, err)) ||
-        (st = to_optim(o, h->s.worker_error, h->we, h->s.padded_size, err)) ||
-        (st = to_optim(o, h->s.server_error, h->se, h->s.chunk_size, err)))
+    if ((st = copy_floats(o, o->params, h->params, o->d, err)) ||
+        (st = copy_floats(o, h->s.exp_avg, h->m, o->d, err)) ||
+        (st = copy_floats(o, h->s.exp_avg_sq, h->v, o->d, err)) ||
+        (st = copy_floats(o, h->s.worker_error, h->we, h->s.padded_size, err)) ||
+        (st = copy_floats(o, h->s.server_error, h->se, h->s.chunk_size, err)))
         return st;
     return OB_OK;
 }
@@ -827,7 +816,7 @@ int obpy_ckpt_warm_start(obpy_optim *o, const char *from, long refit_steps, int 
         if (st == OB_OK) st = ob_ckpt_read_state(c.path, &meta, &a, &e);
         free(m);
     }
-    if (st == OB_OK && with_params) st = to_optim(o, o->params, x, o->d, &e);
+    if (st == OB_OK && with_params) st = copy_floats(o, o->params, x, o->d, &e);
     if (st == OB_OK) {
         double b2 = o->cfg.beta2;
         long refit =

@@ -57,8 +57,8 @@ int obpy_comm_barrier(ob_comm *comm, char *err, size_t cap);
 typedef struct obpy_optim obpy_optim;
 
 /* Validates an optimizer the way a job spec's is: spec_json is a job spec document (the binding
- * writes its `optimizer`, `lr` and `steps` from the Python arguments, model and data are
- * placeholders), so every value is checked and every default taken exactly as for
+ * writes its `optimizer`, `lr` and `steps` from the Python arguments, and a fixed model and
+ * data the optimizer never uses), so every value is checked and every default taken exactly as for
  * onebit-worker, with the same messages. total_steps 0: the run's length is unknown, so the
  * auto freeze has no latest step (optimizer.freeze_max_fraction does not apply). On success
  * the optimizer section of the canonical spec goes to canon (cap_canon bytes) when non-NULL. */
