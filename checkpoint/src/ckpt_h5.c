@@ -342,6 +342,7 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
         (st = attr_i64(f, "refit_end", m->refit_end, path, err)) ||
         (st = attr_f64(f, "refit_scale", m->refit_scale, path, err)) ||
         (st = attr_i64(f, "rollbacks", m->rollbacks, path, err)) ||
+        (m->local_moments && (st = attr_i64(f, "local_moments", 1, path, err))) ||
         (st = attr_f64(f, "loss_ema", m->loss_ema, path, err)) ||
         (st = attr_f64(f, "loss_at_freeze", m->loss_at_freeze, path, err)) ||
         (st = attr_f64(f, "loss_best", m->loss_best, path, err)) ||
@@ -373,6 +374,9 @@ fail:
 /* --- the server layout (onebit/checkpoint.h) -------------------------------------------------- */
 
 #define SEGMENTS_DATASET "/optim/server_segments"
+/* A rank's own moments, for optimizers that keep them per rank (ob_ckpt_meta.local_moments). */
+#define LOCAL_M_DATASET "/optim/local_exp_avg"
+#define LOCAL_V_DATASET "/optim/local_exp_avg_sq"
 
 /* n segments between bounds b[0] = 0 < b[1] < ... < b[n] = D. */
 typedef struct layout {
@@ -507,6 +511,15 @@ ob_status ob_ckpt_write_rank(const char *dir, const ob_ckpt_meta *m, int rank,
                              const float *worker_error, const float *server_error,
                              const size_t *seg_bounds, size_t num_segments, ob_err *err)
 {
+    return ob_ckpt_write_rank_moments(dir, m, rank, worker_error, server_error, seg_bounds,
+                                      num_segments, NULL, NULL, err);
+}
+
+ob_status ob_ckpt_write_rank_moments(const char *dir, const ob_ckpt_meta *m, int rank,
+                                     const float *worker_error, const float *server_error,
+                                     const size_t *seg_bounds, size_t num_segments,
+                                     const float *local_m, const float *local_v, ob_err *err)
+{
     h5_quiet();
     char path[OB_CKPT_PATH_LEN];
     ob_status st = rank_path(path, dir, rank, err);
@@ -515,6 +528,9 @@ ob_status ob_ckpt_write_rank(const char *dir, const ob_ckpt_meta *m, int rank,
         return OB_ERR(err, OB_ERR_INVALID_ARG, "rank %d of %d", rank, m->world_size);
     if (m->padded_size > 0 && (!worker_error || !server_error))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: missing error buffers", path);
+    if (m->local_moments ? !local_m || !local_v : local_m || local_v)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: per-rank moments %s", path,
+                      m->local_moments ? "missing" : "given for a checkpoint without them");
     layout lay = {NULL, 0};
     if (seg_bounds || num_segments) {
         char what[OB_CKPT_PATH_LEN + 32];
@@ -540,6 +556,12 @@ ob_status ob_ckpt_write_rank(const char *dir, const ob_ckpt_meta *m, int rank,
                              worker_error, (size_t)m->padded_size, path, err)) ||
          (st = write_dataset(f, "/optim/server_error", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
                              server_error, (size_t)m->chunk_size, path, err))))
+        goto fail;
+    if (m->local_moments &&
+        ((st = write_dataset(f, LOCAL_M_DATASET, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, local_m,
+                             (size_t)m->num_params, path, err)) ||
+         (st = write_dataset(f, LOCAL_V_DATASET, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, local_v,
+                             (size_t)m->num_params, path, err))))
         goto fail;
     /* One segment is the plain layout: stored as files have always been. */
     if (lay.n > 1 && (st = write_dataset(f, SEGMENTS_DATASET, H5T_STD_U64LE, H5T_NATIVE_UINT64,
@@ -768,17 +790,20 @@ static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, cons
         (st = read_attr(f, "loader_rng", H5T_NATIVE_UINT64, m->loader_rng, 4, path, err)))
         return st;
     /* Optional (checkpoints written before warm starts were re-estimated have neither). */
-    int64_t warm = 0, refit_end = 0, rollbacks = 0;
-    if ((H5Aexists(f, "warm_start") > 0 && (st = read_i64(f, "warm_start", &warm, path, err))) ||
+    int64_t warm = 0, refit_end = 0, rollbacks = 0, local = 0;
+    if ((H5Aexists(f, "local_moments") > 0 &&
+         (st = read_i64(f, "local_moments", &local, path, err))) ||
+        (H5Aexists(f, "warm_start") > 0 && (st = read_i64(f, "warm_start", &warm, path, err))) ||
         (H5Aexists(f, "refit_end") > 0 && (st = read_i64(f, "refit_end", &refit_end, path, err))) ||
         (H5Aexists(f, "rollbacks") > 0 && (st = read_i64(f, "rollbacks", &rollbacks, path, err))))
         return st;
     if (warm < 0 || warm > 5 || refit_end < 0 || refit_end > INT32_MAX || rollbacks < 0 ||
-        rollbacks > 1000)
+        rollbacks > 1000 || local < 0 || local > 1)
         return OB_ERR(err, OB_ERR_CORRUPT,
                       "%s: warm start state %" PRId64 " / refit end %" PRId64
-                      " / rollbacks %" PRId64,
-                      path, warm, refit_end, rollbacks);
+                      " / rollbacks %" PRId64 " / local moments %" PRId64,
+                      path, warm, refit_end, rollbacks, local);
+    m->local_moments = (int)local;
     m->rollbacks = (int)rollbacks;
     m->warm_start = (int)warm;
     /* Optional (written since a refit's freeze takes the source's factor): in (0, 1]. */
@@ -1067,6 +1092,15 @@ static ob_status read_rank_arrays(const char *dir, const ob_ckpt_meta *m, int ra
     layout lay = {NULL, 0};
     ob_status st = open_rank(dir, m, rank, path, &f, err);
     if (st != OB_OK) return st;
+    /* Verification (no buffers): the per-rank moments too. */
+    if (!we && m->local_moments &&
+        ((st = read_dataset(f, LOCAL_M_DATASET, H5T_NATIVE_FLOAT, NULL, (size_t)m->num_params,
+                            path, err)) ||
+         (st = read_dataset(f, LOCAL_V_DATASET, H5T_NATIVE_FLOAT, NULL, (size_t)m->num_params,
+                            path, err)))) {
+        H5Fclose(f);
+        return st;
+    }
     if (m->padded_size > 0) {
         st = read_dataset(f, "/optim/worker_error", H5T_NATIVE_FLOAT, we, (size_t)m->padded_size,
                           path, err);
@@ -1183,5 +1217,51 @@ ob_status ob_ckpt_read_errors(const char *dir, const ob_ckpt_meta *m, int rank, 
     }
     free(sum);
     layout_free(&want);
+    return st;
+}
+
+ob_status ob_ckpt_read_local_moments(const char *dir, const ob_ckpt_meta *m, int rank,
+                                     int world_size, float *local_m, float *local_v, ob_err *err)
+{
+    h5_quiet();
+    if (!m->local_moments)
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: the checkpoint holds no per-rank moments", dir);
+    if (world_size < 1 || rank < 0 || rank >= world_size)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "per-rank moments: rank %d of %d", rank,
+                      world_size);
+    size_t d = (size_t)m->num_params;
+    char path[OB_CKPT_PATH_LEN];
+    hid_t f;
+    ob_status st;
+    if (world_size == m->world_size) { /* this rank's own, bit for bit */
+        if ((st = open_rank(dir, m, rank, path, &f, err)) != OB_OK) return st;
+        st = read_dataset(f, LOCAL_M_DATASET, H5T_NATIVE_FLOAT, local_m, d, path, err);
+        if (st == OB_OK)
+            st = read_dataset(f, LOCAL_V_DATASET, H5T_NATIVE_FLOAT, local_v, d, path, err);
+        H5Fclose(f);
+        return st;
+    }
+    /* Another world: the mean of the old ranks' (in rank order), which keeps |m| <= v where
+     * every rank's did. */
+    double *sum = calloc(2 * d, sizeof *sum);
+    float *bm = malloc(d * sizeof *bm), *bv = malloc(d * sizeof *bv);
+    st = sum && bm && bv ? OB_OK : OB_ERR(err, OB_ERR_NOMEM, "per-rank moments of %zu", d);
+    for (int r = 0; st == OB_OK && r < m->world_size; r++) {
+        if ((st = open_rank(dir, m, r, path, &f, err)) != OB_OK) break;
+        st = read_dataset(f, LOCAL_M_DATASET, H5T_NATIVE_FLOAT, bm, d, path, err);
+        if (st == OB_OK) st = read_dataset(f, LOCAL_V_DATASET, H5T_NATIVE_FLOAT, bv, d, path, err);
+        H5Fclose(f);
+        for (size_t i = 0; st == OB_OK && i < d; i++) {
+            sum[i] += (double)bm[i];
+            sum[d + i] += (double)bv[i];
+        }
+    }
+    for (size_t i = 0; st == OB_OK && i < d; i++) {
+        local_m[i] = (float)(sum[i] / (double)m->world_size);
+        local_v[i] = (float)(sum[d + i] / (double)m->world_size);
+    }
+    free(sum);
+    free(bm);
+    free(bv);
     return st;
 }

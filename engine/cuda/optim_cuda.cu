@@ -108,6 +108,39 @@ __global__ void den_kernel(float *__restrict__ den, const float *__restrict__ v,
     GRID_STRIDE(i, d) den[i] = ob__den_elem(v[i], eps);
 }
 
+__global__ void binsgdm_kernel(float *__restrict__ m, float *__restrict__ b,
+                               float *__restrict__ u, const float *__restrict__ g, size_t d,
+                               float b1, float a1, float eps, int keep_max)
+{
+    GRID_STRIDE(i, d)
+    {
+        float mi = m[i], bi = b[i];
+        u[i] = ob__binsgdm_elem(&mi, &bi, g[i], b1, a1, eps, keep_max);
+        m[i] = mi;
+        b[i] = bi;
+    }
+}
+
+__global__ void direct_kernel(float *__restrict__ x, const float *__restrict__ s, size_t d,
+                              float lr, float wd)
+{
+    GRID_STRIDE(i, d) x[i] = ob__direct_elem(x[i], s[i], lr, wd);
+}
+
+__global__ void softsign_kernel(float *__restrict__ x, float *__restrict__ m,
+                                float *__restrict__ b, const float *__restrict__ g, size_t d,
+                                ob_adam_coeffs k)
+{
+    GRID_STRIDE(i, d)
+    {
+        float xi = x[i], mi = m[i], bi = b[i];
+        ob__softsign_elem(&xi, &mi, &bi, g[i], &k);
+        x[i] = xi;
+        m[i] = mi;
+        b[i] = bi;
+    }
+}
+
 __global__ void scale_kernel(float *x, size_t d, float s)
 {
     GRID_STRIDE(i, d) x[i] = x[i] * s;
@@ -304,6 +337,38 @@ extern "C" ob_status ob_cuda_refresh_update(float *x, float *m, float *v, float 
     ob_status st = need(err, "ob_cuda_refresh_update", x && m && v && den && g && k);
     if (st != OB_OK) return st;
     LAUNCH(refresh_kernel, d, stream, x, m, v, den, g, d, *k, keep, take, inv_c);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_binsgdm_local(float *m, float *b, float *u, const float *g, size_t d,
+                                           float b1, float a1, float eps, int keep_max,
+                                           void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_binsgdm_local", m && b && u && g);
+    if (st != OB_OK) return st;
+    LAUNCH(binsgdm_kernel, d, stream, m, b, u, g, d, b1, a1, eps, keep_max);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_direct_update(float *x, const float *s, size_t d, float lr, float wd,
+                                           void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_direct_update", x && s);
+    if (st != OB_OK) return st;
+    LAUNCH(direct_kernel, d, stream, x, s, d, lr, wd);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_softsign_update(float *x, float *m, float *b, const float *g,
+                                             size_t d, const ob_adam_coeffs *k, void *stream,
+                                             ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_softsign_update", x && m && b && g && k);
+    if (st != OB_OK) return st;
+    LAUNCH(softsign_kernel, d, stream, x, m, b, g, d, *k);
     return launched(err);
 }
 

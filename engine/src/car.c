@@ -16,6 +16,7 @@ struct ob_car {
     size_t d, D, C, B;
     ob_scale_kind scale;
     size_t msg; /* packed bytes of one chunk */
+    uint64_t key_worker, key_server; /* OB_SCALE_UNIT: this round's draws (ob_car_set_key) */
     size_t nseg;   /* segments of the server layout (1: chunk j of the whole vector) */
     size_t *bound; /* (nseg + 1) segment bounds: 0 = bound[0] < ... < bound[nseg] = D; every
                     * segment before s puts 1/N of its length in the server error, so segment
@@ -40,9 +41,25 @@ static ob_status buf_alloc(ob_car *car, void **p, size_t bytes, ob_err *err)
     return ob__mem_alloc(car->device, p, bytes, "compressed allreduce buffer", err);
 }
 
-static ob_status k_compress(ob_car *car, const float *x, size_t x_len, float *e, size_t n,
-                            void *packed, ob_err *err)
+/* Bytes of the message of n elements. */
+static size_t msg_bytes(const ob_car *car, size_t n)
 {
+    return car->scale == OB_SCALE_UNIT ? ob_usign_bytes(n) : ob_packed_bytes(n, car->B);
+}
+
+/* Compresses n elements that sit at position pos of the padded vector; server: the server's
+ * quantiser (its draws under OB_SCALE_UNIT), else this rank's worker's. */
+static ob_status k_compress(ob_car *car, const float *x, size_t x_len, float *e, size_t n,
+                            size_t pos, int server, void *packed, ob_err *err)
+{
+    if (car->scale == OB_SCALE_UNIT) {
+        uint64_t key = server ? car->key_server : car->key_worker;
+        if (car->device)
+            return ob_cuda_usign_compress_ef(x, x_len, e, n, key, pos, packed,
+                                             ob_comm_stream(car->comm), err);
+        ob_usign_compress_ef(x, x_len, e, n, key, pos, packed);
+        return OB_OK;
+    }
     if (car->device)
         return ob_cuda_compress_ef(x, x_len, e, n, car->B, car->scale, packed,
                                    ob_comm_stream(car->comm), err);
@@ -52,6 +69,13 @@ static ob_status k_compress(ob_car *car, const float *x, size_t x_len, float *e,
 
 static ob_status k_average(ob_car *car, const void *packed, size_t n, float *out, ob_err *err)
 {
+    if (car->scale == OB_SCALE_UNIT) {
+        if (car->device)
+            return ob_cuda_usign_average(packed, (size_t)car->nranks, n, out,
+                                         ob_comm_stream(car->comm), err);
+        ob_usign_average(packed, (size_t)car->nranks, n, out);
+        return OB_OK;
+    }
     if (car->device)
         return ob_cuda_decompress_average(packed, (size_t)car->nranks, n, car->B, out,
                                           ob_comm_stream(car->comm), err);
@@ -61,6 +85,12 @@ static ob_status k_average(ob_car *car, const void *packed, size_t n, float *out
 
 static ob_status k_decode(ob_car *car, const void *packed, size_t n, float *out, ob_err *err)
 {
+    if (car->scale == OB_SCALE_UNIT) {
+        if (car->device)
+            return ob_cuda_usign_decode(packed, n, out, ob_comm_stream(car->comm), err);
+        ob_usign_decode(packed, n, out);
+        return OB_OK;
+    }
     if (car->device)
         return ob_cuda_decompress(packed, n, car->B, out, ob_comm_stream(car->comm), err);
     ob_decompress(packed, n, car->B, out);
@@ -88,8 +118,9 @@ ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_
     if (block == 0 || block % 32 != 0)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "block_size %zu: must be a positive multiple of 32",
                       block);
-    if (scale != OB_SCALE_L1 && scale != OB_SCALE_L2)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "scale kind %d: must be l1 or l2", (int)scale);
+    if (scale != OB_SCALE_L1 && scale != OB_SCALE_L2 && scale != OB_SCALE_UNIT)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "scale kind %d: must be l1, l2 or unit",
+                      (int)scale);
 
     ob_car *car = calloc(1, sizeof *car);
     if (!car) return OB_ERR(err, OB_ERR_NOMEM, "compressed allreduce");
@@ -102,7 +133,8 @@ ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_
     car->scale = scale;
     car->D = ob_round_up(d, (size_t)car->nranks * block);
     car->C = car->D / (size_t)car->nranks;
-    car->msg = ob_packed_bytes(car->C, block);
+    car->msg = msg_bytes(car, car->C);
+    ob_car_set_key(car, 0, 0);
 
     size_t n = (size_t)car->nranks;
     ob_status st;
@@ -193,6 +225,12 @@ ob_status ob_car_set_segments(ob_car *car, const size_t *cuts, size_t n, ob_err 
     return OB_OK;
 }
 
+void ob_car_set_key(ob_car *car, uint64_t seed, uint64_t round)
+{
+    car->key_worker = ob_usign_key(seed, round, 1u + (uint64_t)car->rank);
+    car->key_server = ob_usign_key(seed, round, 0);
+}
+
 size_t ob_car_num_segments(const ob_car *car)
 {
     return car->nseg;
@@ -261,7 +299,7 @@ ob_status ob_car_allreduce_segment(ob_car *car, size_t s, const float *in, float
         return OB_ERR(err, OB_ERR_INVALID_ARG, "compressed allreduce: segment %zu of %zu", s,
                       car->nseg);
     size_t n = (size_t)car->nranks, a = car->bound[s];
-    size_t L = (car->bound[s + 1] - a) / n, msg = ob_packed_bytes(L, car->B);
+    size_t L = (car->bound[s + 1] - a) / n, msg = msg_bytes(car, L);
     ob_car_timing *tm = &car->tim;
     double t0 = car->timing ? ob_mono_s() : 0.0;
     ob_status st;
@@ -269,7 +307,7 @@ ob_status ob_car_allreduce_segment(ob_car *car, size_t s, const float *in, float
     /* 1. Worker: compress x + e piece by piece, piece j (of this segment) addressed to rank j. */
     for (size_t j = 0; j < n; j++) {
         size_t lo = a + j * L, valid = piece_valid(car, lo, L);
-        st = k_compress(car, valid ? in + lo : NULL, valid, car->worker_err + lo, L,
+        st = k_compress(car, valid ? in + lo : NULL, valid, car->worker_err + lo, L, lo, 0,
                         car->send + j * msg, err);
         if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: worker compression");
     }
@@ -283,7 +321,8 @@ ob_status ob_car_allreduce_segment(ob_car *car, size_t s, const float *in, float
     /* 3. Server: average in rank order, add the server error, recompress. */
     unsigned char *mine = car->gather + (size_t)car->rank * msg;
     if ((st = k_average(car, car->recv, L, car->avg, err)) ||
-        (st = k_compress(car, car->avg, L, car->server_err + car->bound[s] / n, L, mine, err)))
+        (st = k_compress(car, car->avg, L, car->server_err + car->bound[s] / n, L,
+                         a + (size_t)car->rank * L, 1, mine, err)))
         return OB_WRAP(err, st, "compressed allreduce: server compression");
     if ((st = phase_end(car, &t0, &tm->server_s, err))) return st;
 

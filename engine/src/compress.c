@@ -8,6 +8,7 @@
 #include "onebit/compress.h"
 
 #include "internal.h"
+#include "usign_math.h"
 
 #include <math.h>
 #include <string.h>
@@ -161,4 +162,75 @@ void ob_sign_unpack(const uint32_t *bits, size_t n, float *out)
 {
     for (size_t k = 0; k < n; k++)
         out[k] = ((bits[k / 32] >> (k % 32)) & 1u) ? 1.0f : -1.0f;
+}
+
+/* --- stochastic unit signs ------------------------------------------------------------------ */
+
+size_t ob_usign_bytes(size_t n)
+{
+    return n / 32 * sizeof(uint32_t);
+}
+
+uint64_t ob_usign_key(uint64_t seed, uint64_t round, uint64_t stream)
+{
+    uint64_t k = ob__usign_mix(seed + 0x6a09e667f3bcc909ull);
+    k = ob__usign_mix(k ^ round);
+    return ob__usign_mix(k + stream * 0x9e3779b97f4a7c15ull);
+}
+
+float ob_usign_draw(uint64_t key, uint64_t pos)
+{
+    return ob__usign_draw(key, pos);
+}
+
+/* One word of 32 elements at position pos (a multiple of 32, so the high bits of pos are the
+ * same for all of them): e holds x + e on entry (u), the new error on exit. The draws are
+ * ob__usign_draw's, in 32-bit lanes. */
+OB__CLONES("avx2", "default")
+static uint32_t usign_word(float *e, uint64_t key, uint64_t pos)
+{
+    const uint32_t base = (uint32_t)pos + ob__usign_base(key), mask = ob__usign_mask(key, pos);
+    uint32_t b[32];
+    for (uint32_t k = 0; k < 32; k++) {
+        float u = e[k];
+        b[k] = ob__usign_hash_draw((base + k) ^ mask) < u;
+        e[k] = u - (b[k] ? 1.0f : -1.0f);
+    }
+    uint32_t word = 0;
+    for (uint32_t k = 0; k < 32; k++)
+        word |= b[k] << k;
+    return word;
+}
+
+void ob_usign_compress_ef(const float *x, size_t x_len, float *e, size_t n, uint64_t key,
+                          uint64_t pos0, void *bits)
+{
+    uint32_t *words = bits;
+    if (x_len > 0) add_into(e, x, x_len); /* u = x + e, kept in e */
+    for (size_t w = 0; w < n / 32; w++)
+        words[w] = usign_word(e + 32 * w, key, pos0 + 32 * w);
+}
+
+void ob_usign_decode(const void *bits, size_t n, float *out)
+{
+    ob_sign_unpack(bits, n, out);
+}
+
+/* out[k] += +-1 for one word. */
+OB__CLONES("avx2", "default")
+static void usign_accumulate(uint32_t word, float *out)
+{
+    for (uint32_t k = 0; k < 32; k++)
+        out[k] += ((word >> k) & 1u) ? 1.0f : -1.0f;
+}
+
+void ob_usign_average(const void *bits, size_t nsrc, size_t n, float *out)
+{
+    const uint32_t *base = bits;
+    size_t words = n / 32;
+    memset(out, 0, n * sizeof *out); /* then a sum of +-1: exact in any order */
+    for (size_t s = 0; s < nsrc; s++)
+        for (size_t w = 0; w < words; w++)
+            usign_accumulate(base[s * words + w], out + 32 * w);
+    divide_block(out, n, (float)nsrc);
 }

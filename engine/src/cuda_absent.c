@@ -31,6 +31,24 @@ ob_status ob_cuda_decompress_average(const void *packed, size_t nsrc, size_t n, 
     return NO_CUDA(err);
 }
 
+ob_status ob_cuda_usign_compress_ef(const float *x, size_t x_len, float *e, size_t n,
+                                    uint64_t key, uint64_t pos0, void *bits, void *stream,
+                                    ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_usign_decode(const void *bits, size_t n, float *out, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_usign_average(const void *bits, size_t nsrc, size_t n, float *out, void *stream,
+                                ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
 ob_status ob_cuda_f16_encode(const float *x, size_t x_len, size_t n, size_t block, void *msg,
                              void *stream, ob_err *err)
 {
@@ -132,6 +150,24 @@ ob_status ob_cuda_frozen_den(float *den, const float *v, size_t d, float eps, vo
 ob_status ob_cuda_refresh_update(float *x, float *m, float *v, float *den, const float *g, size_t d,
                                  const ob_adam_coeffs *k, float keep, float take, float inv_c,
                                  void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_binsgdm_local(float *m, float *b, float *u, const float *g, size_t d, float b1,
+                                float a1, float eps, int keep_max, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_direct_update(float *x, const float *s, size_t d, float lr, float wd,
+                                void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_softsign_update(float *x, float *m, float *b, const float *g, size_t d,
+                                  const ob_adam_coeffs *k, void *stream, ob_err *err)
 {
     return NO_CUDA(err);
 }

@@ -34,7 +34,7 @@ const char *const ob__spec_activations[] = {"relu", "tanh", "gelu"};
 const char *const ob__spec_data_kinds[] = {"fashion_mnist", "idx", "text",
                                            "synthetic_classification", "synthetic_text"};
 const char *const ob__spec_norms[] = {"standardize", "unit"};
-const char *const ob__spec_optim_kinds[] = {"adam", "onebit_adam"};
+const char *const ob__spec_optim_kinds[] = {"adam", "onebit_adam", "binsgdm", "softsign"};
 const char *const ob__spec_compressions[] = {"on", "off", "naive"}; /* = ob_onebit_mode */
 const char *const ob__spec_scales[] = {"l1", "l2"};
 const char *const ob__spec_stabilizers[] = {"none", "adam_bound"}; /* = ob_stabilizer */
@@ -133,19 +133,22 @@ static const field data_fields[] = {
     {"alphabet", ST},       {"p_follow", ST},
 };
 #define OB1 K(OB_OPTIM_ONEBIT_ADAM)
+#define BIN K(OB_OPTIM_BINSGDM)
+#define ADAMS (K(OB_OPTIM_ADAM) | OB1) /* the optimizers with a second moment v */
 static const field optim_fields[] = {
     {"type", ALL},
     {"beta1", ALL},
-    {"beta2", ALL},
+    {"beta2", ADAMS},
     {"eps", ALL},
     {"weight_decay", ALL},
-    {"bias_correction", ALL},
+    {"bias_correction", ADAMS},
     {"compression", OB1},
     {"freeze_step", OB1},
     {"freeze_threshold", OB1},
     {"freeze_min_steps", OB1},
     {"freeze_max_fraction", OB1},
-    {"block_size", OB1},
+    {"block_size", OB1 | BIN},
+    {"max_denominator_step", BIN},
     {"scale", OB1},
     {"precondition", OB1},
     {"stabilizer", OB1},
@@ -154,7 +157,7 @@ static const field optim_fields[] = {
     {"refresh_steps", OB1},
     {"bucket_mb", ALL},
     {"overlap", ALL},
-    {"gradient_exchange", ALL},
+    {"gradient_exchange", ~BIN},
 };
 static const field lr_fields[] = {
     {"schedule", ALL},
@@ -474,6 +477,12 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
         (st = ob__spec_get_number(o, "optimizer", "weight_decay", &c->weight_decay, err)) ||
         (st = ob__spec_get_bool(o, "optimizer", "bias_correction", &c->bias_correction, err)) ||
         (st = read_buckets(o, c, err)))
+        return st;
+    if (kind == OB_OPTIM_BINSGDM &&
+        ((st = ob__spec_get_size(o, "optimizer", "block_size", 1, MAX_BLOCK, &c->block_size,
+                                 err)) ||
+         (st = ob__spec_get_long(o, "optimizer", "max_denominator_step", 0, LONG_MAX,
+                                 &c->max_denominator_step, err))))
         return st;
     if (kind == OB_OPTIM_ONEBIT_ADAM) {
         int mode = (int)c->mode, scale = (int)c->scale, stab = (int)c->stabilizer;

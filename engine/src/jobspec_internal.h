@@ -20,7 +20,7 @@ extern const char *const ob__spec_model_kinds[3];  /* ob_model_kind */
 extern const char *const ob__spec_activations[3];  /* ob_activation */
 extern const char *const ob__spec_data_kinds[5];   /* ob_data_kind */
 extern const char *const ob__spec_norms[2];        /* ob_normalize */
-extern const char *const ob__spec_optim_kinds[2];  /* ob_optim_kind */
+extern const char *const ob__spec_optim_kinds[4];  /* ob_optim_kind */
 extern const char *const ob__spec_compressions[3]; /* ob_onebit_mode */
 extern const char *const ob__spec_scales[2];       /* ob_scale */
 extern const char *const ob__spec_stabilizers[2];  /* ob_stabilizer */

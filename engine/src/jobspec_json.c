@@ -119,17 +119,24 @@ static json_t *data_tree(builder *b, const ob_data_spec *d)
 static json_t *optim_tree(builder *b, const ob_optim_config *c, double freeze_max_fraction)
 {
     json_t *o = json_object();
+    /* Only the fields of the kind (the validator refuses the others). */
+    int adams = c->kind == OB_OPTIM_ADAM || c->kind == OB_OPTIM_ONEBIT_ADAM;
     put_str(b, o, "type", name_of(ob__spec_optim_kinds, COUNT(ob__spec_optim_kinds), (int)c->kind));
     put_real(b, o, "beta1", c->beta1);
-    put_real(b, o, "beta2", c->beta2);
+    if (adams) put_real(b, o, "beta2", c->beta2);
     put_real(b, o, "eps", c->eps);
     put_real(b, o, "weight_decay", c->weight_decay);
-    put(b, o, "bias_correction", json_boolean(c->bias_correction));
+    if (adams) put(b, o, "bias_correction", json_boolean(c->bias_correction));
     /* Bytes / 2^20 is exact in a double, so the MiB read back give the same bytes. */
     put_real(b, o, "bucket_mb", (double)c->bucket_bytes / (double)(1 << 20));
     put(b, o, "overlap", json_boolean(c->overlap));
-    put_str(b, o, "gradient_exchange",
-            name_of(ob__spec_exchanges, COUNT(ob__spec_exchanges), (int)c->gradient_exchange));
+    if (c->kind != OB_OPTIM_BINSGDM)
+        put_str(b, o, "gradient_exchange",
+                name_of(ob__spec_exchanges, COUNT(ob__spec_exchanges), (int)c->gradient_exchange));
+    if (c->kind == OB_OPTIM_BINSGDM) {
+        put_size(b, o, "block_size", c->block_size);
+        put_int(b, o, "max_denominator_step", c->max_denominator_step);
+    }
     if (c->kind != OB_OPTIM_ONEBIT_ADAM) return o;
     put_str(b, o, "compression",
             name_of(ob__spec_compressions, COUNT(ob__spec_compressions), (int)c->mode));

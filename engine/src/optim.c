@@ -1,4 +1,5 @@
-/* Adam and 1-bit Adam over a flat parameter buffer (see onebit/optim.h for the algorithm). */
+/* Adam, 1-bit Adam, BinSGDM and SoftSignSGD over a flat parameter buffer (see onebit/optim.h
+ * for the algorithms). */
 #include "onebit/optim.h"
 #include "onebit/car.h"
 #include "onebit/compress_cuda.h"
@@ -25,7 +26,7 @@ struct ob_optim {
     float *v;       /* (d) exp_avg_sq, v_Tw after the freeze */
     float *g;       /* (d) scratch: averaged gradient or momentum to exchange */
     float *den;     /* (d) sqrt(v_Tw) + eps, computed when v is frozen; NULL before */
-    ob_car *car;    /* compressed allreduce: onebit_adam compressed and naive modes */
+    ob_car *car;    /* compressed allreduce: onebit_adam compressed and naive modes, binsgdm */
     ob_f16sum *f16; /* the gradients' fp16 exchange (gradient_exchange fp16, 2+ ranks), or NULL */
     ob_f16sum *f8;  /* their fp8 exchange (gradient_exchange or refit_exchange fp8), or NULL */
 
@@ -84,7 +85,15 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->gradient_exchange = OB_EXCHANGE_FP32;
     cfg->refit_exchange = OB_EXCHANGE_FP8;
     cfg->refresh_steps = 0;
+    cfg->seed = 1;
+    cfg->max_denominator_step = 0;
+    if (kind == OB_OPTIM_BINSGDM) {
+        /* Unit signs carry no scale: the block only rounds the padding up (to N B). */
+        cfg->block_size = 256;
+        cfg->scale = OB_SCALE_UNIT;
+    }
 }
+
 
 const char *ob_stabilizer_name(ob_stabilizer s)
 {
@@ -93,6 +102,19 @@ const char *ob_stabilizer_name(ob_stabilizer s)
         return "none";
     case OB_STABILIZER_ADAM_BOUND:
         return "adam_bound";
+    }
+    return "unknown";
+}
+
+const char *ob_gradient_exchange_name(ob_gradient_exchange x)
+{
+    switch (x) {
+    case OB_EXCHANGE_FP32:
+        return "fp32";
+    case OB_EXCHANGE_FP16:
+        return "fp16";
+    case OB_EXCHANGE_FP8:
+        return "fp8";
     }
     return "unknown";
 }
@@ -125,6 +147,10 @@ const char *ob_optim_kind_name(ob_optim_kind kind)
         return "adam";
     case OB_OPTIM_ONEBIT_ADAM:
         return "onebit_adam";
+    case OB_OPTIM_BINSGDM:
+        return "binsgdm";
+    case OB_OPTIM_SOFTSIGN:
+        return "softsign";
     }
     return "unknown";
 }
@@ -157,8 +183,9 @@ long ob_optim_freeze_delta(double beta2)
 ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
 {
 #define BAD(...) OB_ERR(err, OB_ERR_INVALID_ARG, __VA_ARGS__)
-    if (c->kind != OB_OPTIM_ADAM && c->kind != OB_OPTIM_ONEBIT_ADAM)
-        return BAD("optimizer: unknown kind %d (expected adam or onebit_adam)", (int)c->kind);
+    if (c->kind < OB_OPTIM_ADAM || c->kind > OB_OPTIM_SOFTSIGN)
+        return BAD("optimizer: unknown kind %d (expected adam, onebit_adam, binsgdm or softsign)",
+                   (int)c->kind);
     if (!(c->beta1 >= 0.0 && c->beta1 < 1.0)) return BAD("beta1 = %g: must be in [0, 1)", c->beta1);
     if (!(c->beta2 >= 0.0 && c->beta2 < 1.0)) return BAD("beta2 = %g: must be in [0, 1)", c->beta2);
     if (!(c->eps > 0.0 && isfinite(c->eps))) return BAD("eps = %g: must be > 0", c->eps);
@@ -179,10 +206,26 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
     if (c->refresh_steps < 0 || c->refresh_steps > OB_OPTIM_MAX_REFRESH_STEPS)
         return BAD("refresh_steps = %ld: must be in [0, %d] (0: never)", c->refresh_steps,
                    OB_OPTIM_MAX_REFRESH_STEPS);
-    if (c->kind == OB_OPTIM_ADAM) {
-        if (c->refresh_steps > 0)
-            return BAD("refresh_steps = %ld: adam never freezes v; only onebit_adam refreshes it",
-                       c->refresh_steps);
+    if (c->max_denominator_step < 0)
+        return BAD("max_denominator_step = %ld: must be >= 0 (0: never)", c->max_denominator_step);
+    if (c->max_denominator_step > 0 && c->kind != OB_OPTIM_BINSGDM)
+        return BAD("max_denominator_step = %ld: only binsgdm keeps a running maximum",
+                   c->max_denominator_step);
+    if (c->kind != OB_OPTIM_ONEBIT_ADAM && c->refresh_steps > 0)
+        return BAD("refresh_steps = %ld: %s never freezes v; only onebit_adam refreshes it",
+                   c->refresh_steps, ob_optim_kind_name(c->kind));
+    if (c->kind == OB_OPTIM_ADAM || c->kind == OB_OPTIM_SOFTSIGN) return OB_OK;
+    if (c->kind == OB_OPTIM_BINSGDM) {
+        if (c->block_size == 0 || c->block_size % 32 != 0)
+            return BAD("block_size = %zu: must be a positive multiple of 32", c->block_size);
+        if (c->scale != OB_SCALE_UNIT)
+            return BAD("scale %d: binsgdm sends unit signs (no scale)", (int)c->scale);
+        if (c->gradient_exchange != OB_EXCHANGE_FP32)
+            return BAD("gradient_exchange: binsgdm exchanges no gradients (only its 1-bit "
+                       "update); leave it fp32");
+        if (c->bias_correction)
+            return BAD("bias_correction: binsgdm's m / b needs none (both start at zero with "
+                       "the same beta)");
         return OB_OK;
     }
 
@@ -226,8 +269,15 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
 
 static int uses_car(const ob_optim_config *c)
 {
-    return c->kind == OB_OPTIM_ONEBIT_ADAM &&
-           (c->mode == OB_ONEBIT_COMPRESSED || c->mode == OB_ONEBIT_NAIVE);
+    return c->kind == OB_OPTIM_BINSGDM ||
+           (c->kind == OB_OPTIM_ONEBIT_ADAM &&
+            (c->mode == OB_ONEBIT_COMPRESSED || c->mode == OB_ONEBIT_NAIVE));
+}
+
+/* The next exchange's draws (binsgdm): keyed by the seed and the step about to run. */
+static void key_next_step(ob_optim *o)
+{
+    if (o->car) ob_car_set_key(o->car, o->cfg.seed, (uint64_t)(o->step + 1));
 }
 
 static int auto_freeze(const ob_optim_config *c)
@@ -272,8 +322,11 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
     if (uses_car(cfg)) {
         st = ob_car_create(&o->car, comm, d, cfg->block_size, cfg->scale, err);
         if (st != OB_OK) goto fail;
+        key_next_step(o);
     }
+    if (cfg->kind == OB_OPTIM_BINSGDM) o->freeze_step = 0; /* compressed from the first step */
     if (cfg->gradient_exchange != OB_EXCHANGE_FP32 && ob_comm_size(comm) > 1 &&
+        cfg->kind != OB_OPTIM_BINSGDM &&
         !(cfg->kind == OB_OPTIM_ONEBIT_ADAM && cfg->mode == OB_ONEBIT_NAIVE)) {
         if (cfg->gradient_exchange == OB_EXCHANGE_FP8)
             st = ob_f16sum_create_code(&o->f8, comm, d, OB_CODE_FP8, err);
@@ -412,6 +465,35 @@ static ob_status k_apply(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
     return OB_OK;
 }
 
+/* BinSGDM's local step on [lo, lo + n) (g is the whole gradient): m, b and u = m / (b + eps)
+ * into the exchange buffer. */
+static ob_status k_binsgdm_local(ob_optim *o, const float *g, size_t lo, size_t n,
+                                 const ob_adam_coeffs *k, ob_err *err)
+{
+    long T0 = o->cfg.max_denominator_step;
+    int keep_max = T0 > 0 && o->step + 1 > T0;
+    if (o->dev)
+        return ob_cuda_binsgdm_local(o->m + lo, o->v + lo, o->g + lo, g + lo, n, k->b1, k->a1,
+                                     k->eps, keep_max, o->stream, err);
+    ob_binsgdm_local(o->m + lo, o->v + lo, o->g + lo, g + lo, n, k->b1, k->a1, k->eps, keep_max);
+    return OB_OK;
+}
+
+/* x -= lr (s + wd x) with the exchanged direction in the exchange buffer. */
+static ob_status k_direct(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
+{
+    if (o->dev) return ob_cuda_direct_update(o->x, o->g, o->d, k->lr, k->wd, o->stream, err);
+    ob_direct_update(o->x, o->g, o->d, k->lr, k->wd);
+    return OB_OK;
+}
+
+static ob_status k_softsign(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
+{
+    if (o->dev) return ob_cuda_softsign_update(o->x, o->m, o->v, o->g, o->d, k, o->stream, err);
+    ob_softsign_update(o->x, o->m, o->v, o->g, o->d, k);
+    return OB_OK;
+}
+
 static ob_status k_scale(ob_optim *o, float *x, float s, ob_err *err)
 {
     if (o->dev) return ob_cuda_scale(x, o->d, s, o->stream, err);
@@ -490,7 +572,8 @@ static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int grads,
 static ob_status segment_car(ob_optim *o, const ob__buckets *plan, const size_t *offsets,
                              const size_t *stages, size_t n, ob__buckets *cplan, ob_err *err)
 {
-    int compressed = o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_COMPRESSED;
+    int compressed = o->cfg.kind == OB_OPTIM_BINSGDM ||
+                     (o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_COMPRESSED);
     if (compressed && !o->dev && plan->n > 1) {
         size_t grid = (size_t)ob_comm_size(o->comm) * ob_car_block_size(o->car);
         size_t *cuts = malloc(plan->n * sizeof *cuts);
@@ -610,6 +693,7 @@ double ob_optim_frozen_scale(const ob_optim_config *c, long s)
 static int next_step_sums_gradients(const ob_optim *o)
 {
     int naive = o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_NAIVE;
+    if (o->cfg.kind == OB_OPTIM_BINSGDM) return 0;
     return !naive && (o->freeze_step < 0 || refresh_index(o, o->step + 1) > 0);
 }
 
@@ -617,6 +701,7 @@ static int next_step_sums_gradients(const ob_optim *o)
  * mode; never together with next_step_sums_gradients). */
 static int next_step_compresses(const ob_optim *o)
 {
+    if (o->cfg.kind == OB_OPTIM_BINSGDM) return 1;
     return o->cfg.kind == OB_OPTIM_ONEBIT_ADAM && o->cfg.mode == OB_ONEBIT_COMPRESSED &&
            o->freeze_step >= 0 && refresh_index(o, o->step + 1) == 0;
 }
@@ -628,9 +713,11 @@ static ob_status compress_bucket(ob_optim *o, size_t k, const ob__bucket *b, con
                                  const ob_adam_coeffs *kc, ob_err *err)
 {
     size_t s = ob_car_num_segments(o->car) - 1 - k, n = b->hi - b->lo;
-    float *x = o->cfg.precondition ? o->g : o->m;
-    ob_status st = o->cfg.precondition ? k_precondition(o, grad, b->lo, n, kc, err)
-                                       : k_momentum(o, grad, b->lo, n, kc, err);
+    int binsgdm = o->cfg.kind == OB_OPTIM_BINSGDM;
+    float *x = binsgdm || o->cfg.precondition ? o->g : o->m;
+    ob_status st = binsgdm               ? k_binsgdm_local(o, grad, b->lo, n, kc, err)
+                   : o->cfg.precondition ? k_precondition(o, grad, b->lo, n, kc, err)
+                                         : k_momentum(o, grad, b->lo, n, kc, err);
     if (st == OB_OK) st = ob_car_allreduce_segment(o->car, s, x, x, err);
     return st;
 }
@@ -646,9 +733,11 @@ static void step_coeffs(const ob_optim *o, long t, float lr, ob_adam_coeffs *k)
 {
     const ob_optim_config *c = &o->cfg;
     int naive = c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode == OB_ONEBIT_NAIVE;
-    /* The naive mode's exchange already averages; the warmup's allreduce sums. */
+    /* The naive mode's exchange already averages, binsgdm's gradient is this rank's own; the
+     * warmup's allreduce sums. */
+    int local = naive || c->kind == OB_OPTIM_BINSGDM;
     ob_adam_coeffs_init(k, c->beta1, c->beta2, c->eps, c->weight_decay, c->bias_correction, t, lr,
-                        naive ? 1 : ob_comm_size(o->comm));
+                        local ? 1 : ob_comm_size(o->comm));
 }
 
 void ob_optim_backward_begin(ob_optim *o, const float *grad)
@@ -910,7 +999,16 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
     ob_status st = timed_now(o, &t0, err);
     if (st != OB_OK) return OB_WRAP(err, st, "step %ld", t);
 
-    if (naive) {
+    if (c->kind == OB_OPTIM_BINSGDM) {
+        /* Local m, b; m / (b + eps) quantised to +-1 both ways; the step with the average. */
+        st = exchange_compressed(o, grad, &k, err);
+        if (st == OB_OK) st = k_direct(o, &k, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld (1-bit exchange)", t);
+    } else if (c->kind == OB_OPTIM_SOFTSIGN) {
+        st = sum_ranks(o, grad, o->g, 1, err);
+        if (st == OB_OK) st = k_softsign(o, &k, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld", t);
+    } else if (naive) {
         /* Error-compensated 1-bit gradient, Adam on top, v never frozen. */
         st = ob_car_allreduce(o->car, grad, o->g, err);
         if (st == OB_OK) st = k_adam(o, o->g, &k, err);
@@ -927,6 +1025,7 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld (momentum exchange)", t);
     }
     o->step = t;
+    key_next_step(o);
     o->bytes_last = ob_comm_bytes_sent(o->comm) - before;
     o->bytes_sent += o->bytes_last;
     if (o->timing) {
@@ -1014,6 +1113,7 @@ void ob_optim_get_state(ob_optim *o, ob_optim_state *s)
     }
     s->v_norm_history = o->norms;
     s->v_norm_history_len = o->norms ? (size_t)o->delta : 0;
+    s->local_moments = o->cfg.kind == OB_OPTIM_BINSGDM;
 }
 
 void ob_optim_get_progress(const ob_optim *o, ob_optim_progress *p)
@@ -1034,16 +1134,29 @@ ob_status ob_optim_set_progress(ob_optim *o, const ob_optim_progress *p, ob_err 
     if (p->freeze_step > p->step)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: freeze_step %ld after step %ld",
                       p->freeze_step, p->step);
+    const char *kind =
+        o->cfg.kind == OB_OPTIM_ONEBIT_ADAM ? "naive" : ob_optim_kind_name(o->cfg.kind);
+    if (o->cfg.kind == OB_OPTIM_BINSGDM) {
+        if (p->freeze_step != 0 || p->warm_start != OB_WARM_NONE)
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "restore: binsgdm compresses from the first step (freeze step %ld, warm "
+                          "start state %d)",
+                          p->freeze_step, (int)p->warm_start);
+        o->step = p->step;
+        o->bytes_sent = p->bytes_sent;
+        o->bytes_last = 0;
+        key_next_step(o);
+        return OB_OK;
+    }
     if (p->freeze_step >= 0 &&
         (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer never freezes",
-                      o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer never freezes", kind);
     if (p->warm_start < OB_WARM_NONE || p->warm_start > OB_WARM_DELAYED)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: warm start state %d", (int)p->warm_start);
     if (p->warm_start != OB_WARM_NONE &&
         (o->cfg.kind != OB_OPTIM_ONEBIT_ADAM || o->cfg.mode == OB_ONEBIT_NAIVE))
         return OB_ERR(err, OB_ERR_INVALID_ARG, "restore: a %s optimizer is never warm-started",
-                      o->cfg.kind == OB_OPTIM_ADAM ? "adam" : "naive");
+                      kind);
     int refitting = p->warm_start == OB_WARM_REFIT || p->warm_start == OB_WARM_REWARM;
     int delayed = p->warm_start == OB_WARM_DELAYED;
     if (delayed && p->refit_end <= 0)

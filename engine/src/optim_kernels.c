@@ -94,6 +94,31 @@ void ob_refresh_update(float *restrict x, float *restrict m, float *restrict v, 
 }
 
 OB__CLONES("avx512f", "avx2", "default")
+void ob_binsgdm_local(float *restrict m, float *restrict b, float *restrict u,
+                      const float *restrict g, size_t d, float b1, float a1, float eps,
+                      int keep_max)
+{
+    for (size_t i = 0; i < d; i++)
+        u[i] = ob__binsgdm_elem(&m[i], &b[i], g[i], b1, a1, eps, keep_max);
+}
+
+OB__CLONES("avx512f", "avx2", "default")
+void ob_direct_update(float *restrict x, const float *restrict s, size_t d, float lr, float wd)
+{
+    for (size_t i = 0; i < d; i++)
+        x[i] = ob__direct_elem(x[i], s[i], lr, wd);
+}
+
+OB__CLONES("avx512f", "avx2", "default")
+void ob_softsign_update(float *restrict x, float *restrict m, float *restrict b,
+                        const float *restrict g, size_t d, const ob_adam_coeffs *k)
+{
+    const ob_adam_coeffs kk = *k;
+    for (size_t i = 0; i < d; i++)
+        ob__softsign_elem(&x[i], &m[i], &b[i], g[i], &kk);
+}
+
+OB__CLONES("avx512f", "avx2", "default")
 void ob_scale(float *x, size_t d, float s)
 {
     for (size_t i = 0; i < d; i++)

@@ -95,4 +95,32 @@ OB__HD void ob__refresh_elem(float *x, float *m, float *v, float *den, float g,
     *x = ob__bounded_elem(*x, mi, di, k->lr, k->wd, inv_c);
 }
 
+/* BinSGDM's local step on one element (Algorithm 1, lines 5-8 before the quantiser): m and b
+ * from this rank's gradient g, b kept as a running maximum when keep_max (after the
+ * threshold step T0), and the ratio u = m / (b + eps) that is quantised. |m| <= b in exact
+ * arithmetic, and in float too (rounding is monotone, |fl(x + y)| <= fl(|x| + |y|)), so
+ * u lies in [-1, 1]. */
+OB__HD float ob__binsgdm_elem(float *m, float *b, float g, float b1, float a1, float eps,
+                              int keep_max)
+{
+    float mi = b1 * *m + a1 * g;
+    float bt = b1 * *b + a1 * fabsf(g);
+    float bi = keep_max && *b > bt ? *b : bt;
+    *m = mi;
+    *b = bi;
+    return mi / (bi + eps);
+}
+
+/* SoftSignSGD (BinSGDM unquantised) on one element: m and b from the averaged gradient
+ * g * gscale with the same beta, then x -= lr (m / (b + eps) + wd x). */
+OB__HD void ob__softsign_elem(float *x, float *m, float *b, float g, const ob_adam_coeffs *k)
+{
+    float gi = g * k->gscale;
+    float mi = k->b1 * *m + k->a1 * gi;
+    float bi = k->b1 * *b + k->a1 * fabsf(gi);
+    *m = mi;
+    *b = bi;
+    *x = ob__direct_elem(*x, mi / (bi + k->eps), k->lr, k->wd);
+}
+
 #endif /* ONEBIT_OPTIM_MATH_H */

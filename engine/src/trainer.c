@@ -151,6 +151,7 @@ static ob_status build(ob_trainer *t, ob_err *err)
     if ((st = build_params(t, err)) != OB_OK) return st;
 
     ob_optim_config oc = s->optim;
+    oc.seed = s->seed; /* binsgdm's draws */
     st = ob_optim_create(&t->opt, &oc, t->dev ? t->dcomm : t->comm, t->params, t->d, err);
     if (st != OB_OK) return OB_WRAP(err, st, "optimizer");
     return set_buckets(t, err);
@@ -176,6 +177,7 @@ ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs
     hs->H = os.v_norm_history_len;
     hs->seg = os.server_segments;
     hs->nseg = os.num_server_segments;
+    hs->local = os.local_moments;
     if (!t->dev) {
         hs->params = t->params;
         hs->m = os.exp_avg;
@@ -200,10 +202,11 @@ ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs
 
     void *stream = ob_comm_stream(t->dcomm);
     size_t fb = sizeof(float);
-    int all = ob_comm_rank(t->comm) == 0;
-    if ((all && ((st = ob__mem_copy(1, hs->params, t->params, t->d * fb, stream, err)) ||
-                 (st = ob__mem_copy(1, hs->m, os.exp_avg, t->d * fb, stream, err)) ||
-                 (st = ob__mem_copy(1, hs->v, os.exp_avg_sq, t->d * fb, stream, err)))) ||
+    /* Rank 0 writes the shared arrays; every rank its own moments where they are per rank. */
+    int all = ob_comm_rank(t->comm) == 0, moments = all || hs->local;
+    if ((all && (st = ob__mem_copy(1, hs->params, t->params, t->d * fb, stream, err))) ||
+        (moments && ((st = ob__mem_copy(1, hs->m, os.exp_avg, t->d * fb, stream, err)) ||
+                     (st = ob__mem_copy(1, hs->v, os.exp_avg_sq, t->d * fb, stream, err)))) ||
         (st = ob__mem_copy(1, hs->we, os.worker_error, hs->D * fb, stream, err)) ||
         (st = ob__mem_copy(1, hs->se, os.server_error, hs->C * fb, stream, err)) ||
         (st = ob_cuda_sync(stream, err)))

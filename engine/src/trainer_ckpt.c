@@ -42,6 +42,7 @@ struct ob__ckpt_writer {
     const ob_ckpt_tensor *tensors; /* borrowed from the trainer */
     size_t num_tensors;
     float *params, *m, *v, *we, *se;
+    int local; /* m and v are this rank's own: every rank snapshots and writes them */
     double *hist;
     size_t d, D, C, H;
     const size_t *seg; /* the server layout (the optimizer's, fixed for its life) */
@@ -55,7 +56,10 @@ static ob_status write_files(const char *dir, const ob_ckpt_meta *meta, const ob
 {
     ob_status st = OB_OK;
     if (rank == 0) st = ob_ckpt_write_state(dir, meta, a, spec_json, err);
-    if (st == OB_OK) st = ob_ckpt_write_rank(dir, meta, rank, we, se, seg, nseg, err);
+    const float *lm = meta->local_moments ? a->exp_avg : NULL;
+    const float *lv = meta->local_moments ? a->exp_avg_sq : NULL;
+    if (st == OB_OK)
+        st = ob_ckpt_write_rank_moments(dir, meta, rank, we, se, seg, nseg, lm, lv, err);
     return st;
 }
 
@@ -126,12 +130,16 @@ static ob_status writer_create(ob_trainer *t, ob__ckpt_writer **out, ob_err *err
     w->seg = os.server_segments;
     w->nseg = os.num_server_segments;
     w->H = os.v_norm_history_len;
+    w->local = os.local_moments;
     int ok = 1;
-    if (w->rank == 0) {
-        w->params = ob_calloc_aligned(w->d * sizeof(float));
+    if (w->rank == 0 || w->local) {
         w->m = ob_calloc_aligned(w->d * sizeof(float));
         w->v = ob_calloc_aligned(w->d * sizeof(float));
-        ok = w->params && w->m && w->v;
+        ok = w->m && w->v;
+    }
+    if (w->rank == 0) {
+        w->params = ob_calloc_aligned(w->d * sizeof(float));
+        ok = ok && w->params;
         if (w->H) {
             w->hist = calloc(w->H, sizeof(double));
             ok = ok && w->hist;
@@ -240,12 +248,14 @@ static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
     m->loss_ema = t->loss_ema;
     m->loss_at_freeze = t->loss_at_freeze;
     m->loss_best = t->loss_best;
+    m->local_moments = os.local_moments;
 }
 
 static uint64_t ckpt_bytes(const ob_ckpt_meta *m, size_t hist)
 {
+    uint64_t local = m->local_moments ? 2u * m->num_params : 0;
     return 3u * m->num_params * sizeof(float) + hist * sizeof(double) +
-           (uint64_t)m->world_size * (m->padded_size + m->chunk_size) * sizeof(float);
+           (uint64_t)m->world_size * (m->padded_size + m->chunk_size + local) * sizeof(float);
 }
 
 ob_status ob_trainer_enable_checkpoints(ob_trainer *t, const char *job_dir, ob_err *err)
@@ -382,10 +392,12 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
         if (!t->writer && (st = writer_create(t, &t->writer, err)) != OB_OK) return st;
         ob__ckpt_writer *w = t->writer;
         pthread_mutex_lock(&w->mu);
-        if (rank == 0) {
-            memcpy(w->params, hs.params, t->d * sizeof(float));
+        if (rank == 0 || w->local) {
             memcpy(w->m, hs.m, t->d * sizeof(float));
             memcpy(w->v, hs.v, t->d * sizeof(float));
+        }
+        if (rank == 0) {
+            memcpy(w->params, hs.params, t->d * sizeof(float));
             if (w->H) memcpy(w->hist, hs.hist, w->H * sizeof(double));
         }
         if (w->D) {
@@ -577,6 +589,9 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
     if (st == OB_OK && hs.D > 0)
         st = ob_ckpt_read_errors(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm), hs.D,
                                  hs.C, hs.seg, hs.nseg, hs.we, hs.se, err);
+    if (st == OB_OK && hs.local)
+        st = ob_ckpt_read_local_moments(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm),
+                                        hs.m, hs.v, err);
     if (st == OB_OK) st = ob__trainer_upload_state(t, &hs, err);
     if (st != OB_OK) return st;
     ob_optim_progress p = {meta->step,      meta->freeze_step, meta->last_ratio,
@@ -768,8 +783,12 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, l
     t->bytes_compression = bc;
     t->rollbacks++;
     long rewarm = ob_optim_auto_refit_steps(t->spec.optim.beta2, OB_WARM_SOURCE_OTHER);
+    /* Only 1-bit Adam has a frozen variance to re-estimate; the others go on from the
+     * checkpoint as they were. */
+    const ob_optim_config *oc = &t->spec.optim;
+    int freezes = oc->kind == OB_OPTIM_ONEBIT_ADAM && oc->mode != OB_ONEBIT_NAIVE;
     if ((st = ob_optim_set_progress(t->opt, &p, err)) != OB_OK ||
-        (st = ob_optim_rewarm(t->opt, rewarm, bad_step, err)) != OB_OK)
+        (freezes && (st = ob_optim_rewarm(t->opt, rewarm, bad_step, err)) != OB_OK))
         return OB_WRAP(err, st, "rollback to %s", c.path);
     ob_optim_stats os;
     ob_optim_get_stats(t->opt, &os);
@@ -786,10 +805,13 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, l
                  "%s at step %ld: rolled back to %s (rollback %d of at most %d), still in the "
                  "warmup; v is frozen again at step %ld",
                  why, bad_step, c.path, t->rollbacks, t->spec.checkpoint_rollbacks, os.refit_end);
-    else
+    else if (freezes)
         snprintf(msg, sizeof msg,
                  "%s at step %ld: rolled back to %s (rollback %d of at most %d), still in the "
                  "warmup",
+                 why, bad_step, c.path, t->rollbacks, t->spec.checkpoint_rollbacks);
+    else
+        snprintf(msg, sizeof msg, "%s at step %ld: rolled back to %s (rollback %d of at most %d)",
                  why, bad_step, c.path, t->rollbacks, t->spec.checkpoint_rollbacks);
     ob_train_event ev = {0};
     ev.kind = OB_EVENT_REWARM;

@@ -188,7 +188,8 @@ void worker_output_start(const worker_output *o, const ob_jobspec *spec, const c
                spec->name, ob_model_kind_name(spec->model.kind), ob_data_kind_name(spec->data.kind),
                ob_optim_kind_name(spec->optim.kind),
                spec->optim.kind == OB_OPTIM_ONEBIT_ADAM ? ob_onebit_mode_name(spec->optim.mode)
-                                                        : "fp32",
+               : spec->optim.kind == OB_OPTIM_BINSGDM   ? "1-bit from the first step"
+                                                        : ob_gradient_exchange_name(spec->optim.gradient_exchange),
                world, spec->batch_size,
                spec->device == OB_DEVICE_CUDA ? "cuda (nccl)" : "cpu (mpi)", spec->steps, params);
         fflush(stdout);

@@ -85,6 +85,11 @@ typedef struct ob_ckpt_meta {
      * average of the train loss over every rank, its level at the freeze and its lowest value
      * since (NaN while in the warmup). */
     double loss_ema, loss_at_freeze, loss_best;
+    /* 1: every rank file also holds that rank's own m and second moment (an optimizer that
+     * keeps them per rank: BinSGDM's m and b), /optim/local_exp_avg and
+     * /optim/local_exp_avg_sq, d floats each; state.h5's exp_avg and exp_avg_sq are then rank
+     * 0's. Optional attribute, 0 when absent. */
+    int local_moments;
     uint64_t v_norm_history_len; /* read only: entries of /optim/v_norm_history (0: none) */
 } ob_ckpt_meta;
 
@@ -177,6 +182,13 @@ ob_status ob_ckpt_write_rank(const char *dir, const ob_ckpt_meta *meta, int rank
                              const float *worker_error, const float *server_error,
                              const size_t *seg_bounds, size_t num_segments, ob_err *err);
 
+/* ob_ckpt_write_rank for a checkpoint with meta->local_moments: also this rank's own moments
+ * local_m and local_v (d floats each, borrowed; required then, NULL otherwise). */
+ob_status ob_ckpt_write_rank_moments(const char *dir, const ob_ckpt_meta *meta, int rank,
+                                     const float *worker_error, const float *server_error,
+                                     const size_t *seg_bounds, size_t num_segments,
+                                     const float *local_m, const float *local_v, ob_err *err);
+
 /* --- Reading -------------------------------------------------------------------------------- */
 
 /* Reads the metadata of <dir>/state.h5 into *meta and, if spec_json is non-NULL, the spec (a
@@ -250,6 +262,13 @@ ob_status ob_ckpt_read_errors(const char *dir, const ob_ckpt_meta *meta, int ran
                               size_t padded_size, size_t chunk_size, const size_t *seg_bounds,
                               size_t num_segments, float *worker_error, float *server_error,
                               ob_err *err);
+
+/* Reads the per-rank moments (meta->local_moments; OB_ERR_CORRUPT when the checkpoint has
+ * none) that rank `rank` of `world_size` resumes from into local_m and local_v (d floats each,
+ * caller-owned): at the checkpoint's world size, this rank's own bit for bit; at another, the
+ * element-wise mean of every old rank's. */
+ob_status ob_ckpt_read_local_moments(const char *dir, const ob_ckpt_meta *meta, int rank,
+                                     int world_size, float *local_m, float *local_v, ob_err *err);
 
 /* --- Export --------------------------------------------------------------------------------- */
 

@@ -32,7 +32,12 @@ extern "C" {
 typedef struct ob_car ob_car;
 
 /* Creates a compressed allreduce for vectors of d elements over `comm` (borrowed: it must
- * outlive the car). block must be a positive multiple of 32. */
+ * outlive the car). block must be a positive multiple of 32.
+ *
+ * scale OB_SCALE_UNIT makes C the stochastic unit-sign quantiser of onebit/compress.h (BinSGDM:
+ * values in [-1, 1], +-1 on the wire, one bit an element and no scales): the worker's and the
+ * server's quantisers then draw from the keys of ob_car_set_key, by position in the padded
+ * vector, so the result is the same bits whatever the segments. */
 ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_scale_kind scale,
                         ob_err *err);
 void ob_car_destroy(ob_car *car); /* accepts NULL */
@@ -41,8 +46,14 @@ size_t ob_car_size(const ob_car *car);        /* d */
 size_t ob_car_padded_size(const ob_car *car); /* D */
 size_t ob_car_chunk_size(const ob_car *car);  /* C = D / N */
 size_t ob_car_block_size(const ob_car *car);  /* B */
-/* Bytes one rank sends per call: 2 * (N-1) * ob_packed_bytes(C, B). */
+/* Bytes one rank sends per call: 2 * (N-1) * ob_packed_bytes(C, B) (ob_usign_bytes(C) under
+ * OB_SCALE_UNIT). */
 uint64_t ob_car_bytes_per_call(const ob_car *car);
+
+/* The draws of the next exchanges under OB_SCALE_UNIT (ignored by the other scales): a job's
+ * seed and the round (an optimizer step). Rank r's worker quantiser draws from
+ * ob_usign_key(seed, round, 1 + r), every server from ob_usign_key(seed, round, 0). */
+void ob_car_set_key(ob_car *car, uint64_t seed, uint64_t round);
 
 /* Runs one compressed allreduce: in (d elements, this rank's vector) -> out (d elements, the
  * decoded average, identical on every rank). in and out may be the same buffer. Collective:

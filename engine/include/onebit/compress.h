@@ -23,6 +23,8 @@ extern "C" {
 typedef enum ob_scale_kind {
     OB_SCALE_L1 = 0, /* mean |u|: the paper's ||u||_1 / ||sign(u)||_1, keeps the L1 magnitude */
     OB_SCALE_L2 = 1, /* ||u||_2 / sqrt(B), as DeepSpeed's implementation does */
+    OB_SCALE_UNIT = 2, /* no scale: u is quantised to +-1 stochastically and without bias on
+                          [-1, 1] (the unit-sign message below; BinSGDM's exchange) */
 } ob_scale_kind;
 
 /* Bytes of a packed message for n elements with blocks of `block`. */
@@ -51,6 +53,35 @@ void ob_sign_pack(const float *u, size_t n, uint32_t *bits);
 
 /* Unpacks n signs to +1.0f / -1.0f. */
 void ob_sign_unpack(const uint32_t *bits, size_t n, float *out);
+
+/* --- stochastic unit signs: the message of BinSGDM (onebit/optim.h) ---
+ *
+ * n elements (n a multiple of 32) travel as their bits alone,
+ *     uint32_t bits[n / 32];   bit k of word w: element 32*w + k is +1 (set) or -1
+ * which is ob_usign_bytes(n) = n / 8 bytes, with no scale. The quantiser is unbiased on
+ * [-1, 1]: Q(u) = +1 with probability (u + 1) / 2, else -1 (+1 above 1, -1 below -1). Its
+ * randomness is a function of (key, position) alone, so a message is reproducible from the
+ * key of its round and does not depend on how a vector is cut into pieces: position pos of
+ * key k compares u with a draw t(k, pos) uniform on 2^24 points of [-1, 1) and sends +1 when
+ * t < u. Shared with the CUDA kernels (onebit/compress_cuda.h) bit for bit. */
+size_t ob_usign_bytes(size_t n);
+/* The key of one stream of draws: a job's seed, the round (an optimizer step) and which
+ * quantiser of that round (a worker rank, or the server side). Different arguments give
+ * unrelated draws. */
+uint64_t ob_usign_key(uint64_t seed, uint64_t round, uint64_t stream);
+/* The draw t(key, pos) in [-1, 1) (tests hold the quantiser against it). */
+float ob_usign_draw(uint64_t key, uint64_t pos);
+/* Error-feedback quantisation of one message: u = x + e; q = Q(u) (draws of positions
+ * pos0 .. pos0 + n - 1 under key); e = u - q; the bits of q to `bits` (n / 8 bytes). x has
+ * x_len <= n elements, the rest taken as 0 (x may be NULL when x_len is 0); e is updated in
+ * place. */
+void ob_usign_compress_ef(const float *x, size_t x_len, float *e, size_t n, uint64_t key,
+                          uint64_t pos0, void *bits);
+/* Decodes n elements to +1.0f / -1.0f. */
+void ob_usign_decode(const void *bits, size_t n, float *out);
+/* out = (sum over the nsrc consecutive messages of n elements of their +-1) / nsrc: the sum
+ * is exact, then one division. */
+void ob_usign_average(const void *bits, size_t nsrc, size_t n, float *out);
 
 /* --- fp16 with block shifts: the message of the fp16 gradient exchange (onebit/f16sum.h) ---
  *

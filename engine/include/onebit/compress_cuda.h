@@ -22,6 +22,15 @@ ob_status ob_cuda_decompress(const void *packed, size_t n, size_t block, float *
 ob_status ob_cuda_decompress_average(const void *packed, size_t nsrc, size_t n, size_t block,
                                      float *out, void *stream, ob_err *err);
 
+/* The stochastic unit-sign message (onebit/compress.h), bitwise as the CPU kernels; nsrc of
+ * the average at least 1. */
+ob_status ob_cuda_usign_compress_ef(const float *x, size_t x_len, float *e, size_t n,
+                                    uint64_t key, uint64_t pos0, void *bits, void *stream,
+                                    ob_err *err);
+ob_status ob_cuda_usign_decode(const void *bits, size_t n, float *out, void *stream, ob_err *err);
+ob_status ob_cuda_usign_average(const void *bits, size_t nsrc, size_t n, float *out, void *stream,
+                                ob_err *err);
+
 /* The fp16 gradient message (onebit/compress.h), bitwise as the CPU codec. */
 ob_status ob_cuda_f16_encode(const float *x, size_t x_len, size_t n, size_t block, void *msg,
                              void *stream, ob_err *err);

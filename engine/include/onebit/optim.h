@@ -21,6 +21,22 @@
  *       receives +-s of its block from the 1-bit code, i.e. a step of lr * s / (sqrt(v) + eps)
  *       that can be orders of magnitude larger than any Adam step (see docs/experiments).
  *
+ *   binsgdm      BinSGDM (Gao et al., Algorithm 1): no warmup. Every rank keeps its own m and
+ *                b (an EMA of |g| with the same beta1), b + eps kept as the denominator, and
+ *                sends u = m / (b + eps), which lies in [-1, 1], quantised stochastically to
+ *                +-1 without bias, with worker and server error feedback (the car under
+ *                OB_SCALE_UNIT: one bit an element, no scales); every rank steps
+ *                x -= lr (u_bar + wd x) with the server's +-1 average u_bar. From step T0 on
+ *                (max_denominator_step > 0) b is kept as a running maximum (the paper's
+ *                AMSGrad-style line 7, which it leaves out in practice: off by default). The
+ *                draws come from cfg.seed and the step: a resumed run draws what the
+ *                uninterrupted one did. m and b differ between ranks: they are per-rank state
+ *                (ob_optim_state.local_moments). Its phase is the compression phase from the
+ *                first step (freeze_step 0).
+ *   softsign     SoftSignSGD, BinSGDM unquantised (the paper's Algorithm 2): the gradient
+ *                averaged as adam's (gradient_exchange), then m, b from it and
+ *                x -= lr (m / (b + eps) + wd x), for the comparison.
+ *
  * Step numbering: a step is one call to ob_optim_step; t counts completed steps (the step in
  * progress is t+1). The freeze happens at the end of step T_w: steps 1..T_w are warmup steps,
  * steps T_w+1.. are compression steps.
@@ -65,6 +81,8 @@ extern "C" {
 typedef enum ob_optim_kind {
     OB_OPTIM_ADAM = 0,
     OB_OPTIM_ONEBIT_ADAM = 1,
+    OB_OPTIM_BINSGDM = 2,
+    OB_OPTIM_SOFTSIGN = 3,
 } ob_optim_kind;
 
 typedef enum ob_onebit_mode {
@@ -172,6 +190,10 @@ typedef struct ob_optim_config {
      * at the end of a refit, enters as v_hat. All the state is v, m and the freeze step: a
      * checkpoint taken inside a refresh resumes bit for bit. 0 (default): never. */
     long refresh_steps;
+
+    /* binsgdm only */
+    uint64_t seed; /* the stochastic quantisers' draws; default 1 (a job's trainer sets its seed) */
+    long max_denominator_step; /* T0 > 0: b a running maximum after step T0; 0 (default): never */
 } ob_optim_config;
 
 /* The default optimizer.freeze_max_fraction of a job spec under OB_STABILIZER_ADAM_BOUND: the
@@ -205,10 +227,12 @@ long ob_optim_freeze_delta(double beta2);
 /* The lag L of the auto freeze's ratio (see the top of this file). */
 long ob_optim_freeze_lag(double beta2);
 
-const char *ob_optim_kind_name(ob_optim_kind kind);   /* "adam", "onebit_adam" */
+/* "adam", "onebit_adam", "binsgdm", "softsign" */
+const char *ob_optim_kind_name(ob_optim_kind kind);
 const char *ob_onebit_mode_name(ob_onebit_mode mode); /* "compressed", "uncompressed", "naive" */
 const char *ob_phase_name(ob_phase phase);            /* "warmup", "compression" */
 const char *ob_stabilizer_name(ob_stabilizer s);      /* "none", "adam_bound" */
+const char *ob_gradient_exchange_name(ob_gradient_exchange x); /* "fp32", "fp16", "fp8" */
 
 /* The bound c in force for cfg: stability_bound, or (1 - beta1) / sqrt(1 - beta2) when that is
  * 0; INFINITY with OB_STABILIZER_NONE. */
@@ -401,6 +425,9 @@ typedef struct ob_optim_state {
      * server_segments[0 .. num_server_segments]; 0 and NULL without a car. */
     size_t num_server_segments;
     const size_t *server_segments;
+    /* 1: exp_avg and exp_avg_sq are this rank's own (binsgdm's m and b, from its gradients
+     * alone): a checkpoint keeps every rank's. 0: identical on every rank. */
+    int local_moments;
     double *v_norm_history; /* (Delta) ring of ||v_t||_1, slot t % Delta; NULL unless auto freeze */
     size_t v_norm_history_len;
 } ob_optim_state;

@@ -58,6 +58,16 @@ void ob_refresh_update(float *x, float *m, float *v, float *den, const float *g,
                        const ob_adam_coeffs *k, float keep, float take, float inv_c);
 /* x *= s in place. */
 void ob_scale(float *x, size_t d, float s);
+/* BinSGDM's local step: m, b from this rank's gradient g, u = m / (b + eps) (d floats,
+ * may not alias); b a running maximum when keep_max. */
+void ob_binsgdm_local(float *m, float *b, float *u, const float *g, size_t d, float b1, float a1,
+                      float eps, int keep_max);
+/* x -= lr (s + wd x): a step along an already scaled direction s (BinSGDM's averaged signs). */
+void ob_direct_update(float *x, const float *s, size_t d, float lr, float wd);
+/* SoftSignSGD's step (fused): m, b from g * gscale, x -= lr (m / (b + eps) + wd x) (k's b1,
+ * a1, eps, lr, wd, gscale). */
+void ob_softsign_update(float *x, float *m, float *b, const float *g, size_t d,
+                        const ob_adam_coeffs *k);
 /* ||v||_1 in double: four lanes in a fixed order (the freeze detector's norm). */
 double ob_l1_norm(const float *v, size_t d);
 /* How many i have (gscale g[i])^2 > k2 v[i]: the warm-start check (an exact count). */
@@ -85,6 +95,12 @@ ob_status ob_cuda_frozen_den(float *den, const float *v, size_t d, float eps, vo
 ob_status ob_cuda_refresh_update(float *x, float *m, float *v, float *den, const float *g, size_t d,
                                  const ob_adam_coeffs *k, float keep, float take, float inv_c,
                                  void *stream, ob_err *err);
+ob_status ob_cuda_binsgdm_local(float *m, float *b, float *u, const float *g, size_t d, float b1,
+                                float a1, float eps, int keep_max, void *stream, ob_err *err);
+ob_status ob_cuda_direct_update(float *x, const float *s, size_t d, float lr, float wd,
+                                void *stream, ob_err *err);
+ob_status ob_cuda_softsign_update(float *x, float *m, float *b, const float *g, size_t d,
+                                  const ob_adam_coeffs *k, void *stream, ob_err *err);
 ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err);
 /* ||v||_1 in double, summed in a tree (so it may differ from ob_l1_norm in the last bits: at
  * most about d * 2^-53 relative). Waits for the stream and writes *out on the host. */

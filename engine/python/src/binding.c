@@ -278,6 +278,7 @@ int obpy_optim_create(obpy_optim **out, const char *spec_json, long total_steps,
     o->params = params;
     o->d = d;
     o->cfg = spec.optim;
+    o->cfg.seed = spec.seed; /* binsgdm's draws */
     if ((st = make_index(o, offsets, names, ndims, dims, n, &e)) != OB_OK) goto fail;
     if ((st = optim_json(&spec, &o->optim_json, &e)) != OB_OK) goto fail;
     if ((st = ob_optim_create(&o->opt, &o->cfg, comm, params, d, &e)) != OB_OK) goto fail;
