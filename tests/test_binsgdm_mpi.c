@@ -229,6 +229,21 @@ static void test_quantiser_unbiased(mpi_harness *h)
                  mean, sd);
         MH_CHECK(h, err_ok, "u %g: the error is u - Q(u)", (double)us[i]);
     }
+    /* The quantiser's words take the draws of their positions, across 2^32 too. */
+    {
+        size_t m = 256;
+        uint64_t key = ob_usign_key(3, 4, 5), pos0 = ((uint64_t)1 << 32) - 128;
+        for (size_t k = 0; k < m; k++) {
+            x[k] = (float)k / 128.0f - 1.0f;
+            e[k] = 0.0f;
+        }
+        ob_usign_compress_ef(x, m, e, m, key, pos0, bits);
+        ob_usign_decode(bits, m, out);
+        int same = 1;
+        for (size_t k = 0; k < m; k++)
+            same &= out[k] == (ob_usign_draw(key, pos0 + k) < x[k] ? 1.0f : -1.0f);
+        MH_CHECK(h, same, "the packed word differs from the per-position draws");
+    }
     /* Draws: uniform on [-1, 1), different keys unrelated. */
     double s1 = 0.0, s2 = 0.0, cross = 0.0;
     uint64_t k1 = ob_usign_key(1, 2, 3), k2 = ob_usign_key(1, 2, 4);

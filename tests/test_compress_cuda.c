@@ -517,6 +517,54 @@ static void test_decompress_average_order(void **state)
     free(got);
 }
 
+/* The unit-sign message: error-feedback quantisation (values in and beyond [-1, 1], a NaN,
+ * the padding beyond x_len), decoding and averaging, bit for bit as the CPU. */
+static void compare_usign(size_t n, size_t x_len, size_t nsrc, uint64_t key, uint64_t pos0)
+{
+    ob_err err = {0};
+    size_t nb = ob_usign_bytes(n);
+    float *x = malloc(n * sizeof(float)), *e = malloc(n * sizeof(float));
+    float *got = malloc(n * sizeof(float)), *want = malloc(n * sizeof(float));
+    unsigned char *bits = malloc(nsrc * nb), *gbits = malloc(nsrc * nb);
+    fill(x, n, key, 0.7f);
+    fill(e, n, key + 1, 0.3f);
+    if (n > 10) x[7] = NAN;
+    float *dx = dev_upload(x, n * sizeof(float)), *de = dev_upload(e, n * sizeof(float));
+    unsigned char *dbits = dev_alloc(nsrc * nb);
+    for (size_t s = 0; s < nsrc; s++) {
+        ob_usign_compress_ef(x, x_len, e, n, key + s, pos0, bits + s * nb);
+        assert_int_equal(ob_cuda_usign_compress_ef(dx, x_len, de, n, key + s, pos0, dbits + s * nb,
+                                                   NULL, &err),
+                         OB_OK);
+    }
+    dev_download(gbits, dbits, nsrc * nb);
+    assert_memory_equal(bits, gbits, nsrc * nb);
+    dev_download(got, de, n * sizeof(float));
+    expect_floats_equal(e, got, n, "usign: error");
+    float *dout = dev_alloc(n * sizeof(float));
+    ob_usign_average(bits, nsrc, n, want);
+    assert_int_equal(ob_cuda_usign_average(dbits, nsrc, n, dout, NULL, &err), OB_OK);
+    dev_download(got, dout, n * sizeof(float));
+    expect_floats_equal(want, got, n, "usign: average");
+    ob_usign_decode(bits, n, want);
+    assert_int_equal(ob_cuda_usign_decode(dbits, n, dout, NULL, &err), OB_OK);
+    dev_download(got, dout, n * sizeof(float));
+    expect_floats_equal(want, got, n, "usign: decode");
+    ob_cuda_free(dx);
+    ob_cuda_free(de);
+    ob_cuda_free(dbits);
+    ob_cuda_free(dout);
+    free(x), free(e), free(got), free(want), free(bits), free(gbits);
+}
+
+static void test_usign(void **state)
+{
+    (void)state;
+    compare_usign(32, 32, 1, 1, 0);
+    compare_usign(4096, 3000, 3, 2, 64);
+    compare_usign(1 << 20, (1 << 20) - 5, 4, 3, ((uint64_t)1 << 32) - 4096);
+}
+
 /* --- memory helpers and argument checks ------------------------------------------------- */
 
 static void test_memory_helpers(void **state)
@@ -720,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_compress_special_values),
         cmocka_unit_test(test_decompress),
         cmocka_unit_test(test_decompress_average_order),
+        cmocka_unit_test(test_usign),
         cmocka_unit_test(test_f16),
         cmocka_unit_test(test_f8),
     };

@@ -134,6 +134,46 @@ static void test_bucket_defaults(void **state)
     }
 }
 
+/* binsgdm and softsign: their defaults, their own fields, and the canonical text round trip
+ * (which names only the fields of the kind, or it would not parse back). */
+static void test_binsgdm_softsign(void **state)
+{
+    (void)state;
+    const char *base = "model: {type: softmax}\ndata: {type: idx, path: /data/mnist}\n"
+                       "batch_size: 8\nsteps: 5\noptimizer: {type: %s}\n";
+    char text[512];
+    snprintf(text, sizeof text, base, "binsgdm");
+    ob_jobspec *j = new_spec();
+    parse_ok(j, text, OB_SPEC_YAML);
+    assert_int_equal(j->optim.kind, OB_OPTIM_BINSGDM);
+    assert_int_equal(j->optim.scale, OB_SCALE_UNIT);
+    assert_int_equal(j->optim.block_size, 256);
+    assert_int_equal(j->optim.bias_correction, 0);
+    assert_int_equal(j->optim.max_denominator_step, 0);
+    check_round_trip(j);
+    char *json = NULL;
+    ob_err err = {0};
+    assert_int_equal(ob_jobspec_to_json(j, &json, &err), OB_OK);
+    assert_null(strstr(json, "beta2"));
+    assert_null(strstr(json, "gradient_exchange"));
+    assert_non_null(strstr(json, "\"max_denominator_step\":0"));
+    free(json);
+    snprintf(text, sizeof text, base,
+             "binsgdm, beta1: 0.95, block_size: 64, max_denominator_step: 300, overlap: true");
+    parse_ok(j, text, OB_SPEC_YAML);
+    assert_true(j->optim.beta1 == 0.95);
+    assert_int_equal(j->optim.block_size, 64);
+    assert_int_equal(j->optim.max_denominator_step, 300);
+    assert_int_equal(j->optim.overlap, 1);
+    check_round_trip(j);
+    snprintf(text, sizeof text, base, "softsign, gradient_exchange: fp16, weight_decay: 0.01");
+    parse_ok(j, text, OB_SPEC_YAML);
+    assert_int_equal(j->optim.kind, OB_OPTIM_SOFTSIGN);
+    assert_int_equal(j->optim.gradient_exchange, OB_EXCHANGE_FP16);
+    check_round_trip(j);
+    free(j);
+}
+
 /* ---- full specs for each combination ------------------------------------------------------- */
 
 static void test_full_softmax_fmnist_adam(void **state)
@@ -633,6 +673,7 @@ int main(void)
         cmocka_unit_test(test_memory_estimate),
         cmocka_unit_test(test_minimal_onebit_defaults),
         cmocka_unit_test(test_bucket_defaults),
+        cmocka_unit_test(test_binsgdm_softsign),
         cmocka_unit_test(test_full_softmax_fmnist_adam),
         cmocka_unit_test(test_full_mlp_idx_onebit_naive),
         cmocka_unit_test(test_full_mlp_synthetic_onebit_off),

@@ -94,6 +94,35 @@ static void test_unknown_fields(void **state)
                  "optimiser: unknown field (did you mean optimizer?)");
 }
 
+/* The fields of one optimizer are refused on another, by name. */
+static void test_optimizer_kinds(void **state)
+{
+    (void)state;
+    const char *base = "model: {type: mlp}\ndata: {type: fashion_mnist}\nbatch_size: 1\n"
+                       "steps: 1\noptimizer: {%s}\n";
+    const struct {
+        const char *optim, *needle;
+    } cases[] = {
+        {"type: binsgdm, beta2: 0.99", "optimizer.beta2: only for adam or onebit_adam"},
+        {"type: binsgdm, gradient_exchange: fp16",
+         "optimizer.gradient_exchange: only for adam, onebit_adam or softsign"},
+        {"type: binsgdm, bias_correction: true",
+         "optimizer.bias_correction: only for adam or onebit_adam"},
+        {"type: binsgdm, freeze_step: 10", "optimizer.freeze_step: only for onebit_adam"},
+        {"type: softsign, beta2: 0.99", "optimizer.beta2: only for adam or onebit_adam"},
+        {"type: softsign, block_size: 64", "optimizer.block_size: only for onebit_adam or binsgdm"},
+        {"type: adam, max_denominator_step: 5", "optimizer.max_denominator_step: only for binsgdm"},
+        {"type: binsgdm, block_size: 48", "block_size = 48: must be a positive multiple of 32"},
+        {"type: binsgdm, max_denominator_step: -1", "optimizer.max_denominator_step"},
+        {"type: binsgd", "optimizer.type"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char text[512];
+        snprintf(text, sizeof text, base, cases[i].optim);
+        expect_error(OB_SPEC_YAML, text, cases[i].needle);
+    }
+}
+
 static void test_wrong_types(void **state)
 {
     (void)state;
@@ -682,6 +711,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_program),
         cmocka_unit_test(test_unknown_fields),
+        cmocka_unit_test(test_optimizer_kinds),
         cmocka_unit_test(test_wrong_types),
         cmocka_unit_test(test_out_of_range),
         cmocka_unit_test(test_missing_required),

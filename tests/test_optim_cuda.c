@@ -383,6 +383,29 @@ static void compare_all(size_t n)
         download(got, dden, n), expect_equal(den, got, n, "refresh: den");
         download(got, dx, n), expect_equal(x, got, n, "refresh: x");
     }
+    /* BinSGDM's local step (b a running maximum at t 10) and its direct step; SoftSignSGD. */
+    for (int t = 9; t <= 11; t++) {
+        fill(g, n, 100 * (uint64_t)t + n, 1.0f, 0);
+        expect_ok(ob_cuda_memcpy(dg, g, n * 4, NULL, &err), &err, "upload g");
+        int keep_max = t == 10;
+        ob_binsgdm_local(m, v, p, g, n, 0.9f, 0.1f, 1e-8f, keep_max);
+        expect_ok(ob_cuda_binsgdm_local(dm, dv, dp, dg, n, 0.9f, 0.1f, 1e-8f, keep_max, NULL, &err),
+                  &err, "binsgdm_local");
+        download(got, dm, n), expect_equal(m, got, n, "binsgdm: m");
+        download(got, dv, n), expect_equal(v, got, n, "binsgdm: b");
+        download(got, dp, n), expect_equal(p, got, n, "binsgdm: m / (b + eps)");
+        ob_direct_update(x, p, n, 1e-3f, t == 11 ? 0.01f : 0.0f);
+        expect_ok(ob_cuda_direct_update(dx, dp, n, 1e-3f, t == 11 ? 0.01f : 0.0f, NULL, &err),
+                  &err, "direct_update");
+        download(got, dx, n), expect_equal(x, got, n, "direct: x");
+        ob_adam_coeffs k;
+        ob_adam_coeffs_init(&k, 0.95, 0.999, 1e-8, t == 9 ? 0.01 : 0.0, 0, t, 1e-3f, 3);
+        ob_softsign_update(x, m, v, g, n, &k);
+        expect_ok(ob_cuda_softsign_update(dx, dm, dv, dg, n, &k, NULL, &err), &err, "softsign");
+        download(got, dm, n), expect_equal(m, got, n, "softsign: m");
+        download(got, dv, n), expect_equal(v, got, n, "softsign: b");
+        download(got, dx, n), expect_equal(x, got, n, "softsign: x");
+    }
     float *all[] = {dx, dm, dv, dg, dden, dp};
     for (size_t i = 0; i < 6; i++)
         ob_cuda_free(all[i]);

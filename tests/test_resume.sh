@@ -377,6 +377,26 @@ else
   ok "a checkpoint with an impossible data position no longer verifies"
 fi
 
+# --- BinSGDM: every rank's own m and b in its rank file; killed, resumed, resized ---------------
+sed 's/^optimizer: .*/optimizer: {type: binsgdm, block_size: 64}/' "$TMP/job.yaml" > "$TMP/bin.yaml"
+run $NP "$TMP/bin-base.jsonl" --spec "$TMP/bin.yaml" --checkpoint-dir "$TMP/binbase"; rc=$?
+BIN="$TMP/binbase/job/step-00000120"
+if [ $rc -eq 0 ] && [ "$(field "$TMP/bin-base.jsonl" summary .freeze_step)" = 0 ] &&
+   "$CKPT" info "$BIN" | grep -q 'per-rank m, b'; then
+  ok "binsgdm: compressed from step 1, every rank's m and b checkpointed"
+else bad "binsgdm run" "rc=$rc $(cat "$TMP/bin-base.jsonl.err")"; fi
+kill_and_resume kill-binsgdm "$TMP/bin.yaml" 77 2 "$BIN"
+# The per-rank moments are compared: another rank's m makes the checkpoints differ.
+if ! "$CKPT" diff "$BIN" "$TMP/kill-binsgdm/job/step-00000110" --only errors > /dev/null 2>&1; then
+  ok "binsgdm: diff sees the per-rank state of another step"
+else bad "binsgdm diff" "steps 110 and 120 compared identical"; fi
+ONEBIT_FAULT_INJECT=TERM:60:0 run 3 "$TMP/binr3.jsonl" --spec "$TMP/bin.yaml" --checkpoint-dir "$TMP/binr"; rc3=$?
+run 2 "$TMP/binr2.jsonl" --spec "$TMP/bin.yaml" --checkpoint-dir "$TMP/binr" --resume; rc2=$?
+if [ $rc3 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(field "$TMP/binr2.jsonl" resume .step)" = 60 ] &&
+   [ "$("$CKPT" info "$TMP/binr/job/step-00000120" | awk '/world size/ {print $3}')" = 2 ]; then
+  ok "binsgdm: resized 3 -> 2 from the ranks' mean m and b, finished"
+else bad "binsgdm resize" "rc=$rc3/$rc2 $(cat "$TMP/binr2.jsonl.err")"; fi
+
 # --- what users get wrong ---------------------------------------------------------------------
 run 1 "$TMP/e1" --spec "$TMP/job.yaml"; rc=$?
 if [ $rc -eq 2 ] && grep -q "checkpoint.interval is set but there is no checkpoint directory" "$TMP/e1.err"; then

@@ -11,7 +11,9 @@
  *                                   compares two checkpoints array by array, bit for bit
  *                                   (LIST: params,exp_avg,exp_avg_sq,v_norm_history,errors);
  *                                   server errors position by position, whatever layout each
- *                                   checkpoint's ranks stored them in
+ *                                   checkpoint's ranks stored them in; "errors" also covers
+ *                                   every rank's own moments where the optimizer keeps them
+ *                                   per rank (binsgdm)
  *
  * DIR is a checkpoint directory (step-XXXXXXXX), its state.h5, or for verify, tensors and
  * export also a job directory (its newest valid checkpoint).
@@ -71,6 +73,7 @@ static int cmd_info(const char *dir)
     else
         printf("freeze step     - (not frozen)\n");
     printf("world size      %d\n", m.world_size);
+    if (m.local_moments) printf("per-rank m, b   every rank file (binsgdm)\n");
     printf("parameters      %llu\n", (unsigned long long)m.num_params);
     if (m.padded_size)
         printf("error buffers   D %llu, C %llu, block %llu\n", (unsigned long long)m.padded_size,
@@ -218,6 +221,41 @@ static int diff_errors(const char *a, const loaded *la, const char *b, const loa
     return diff;
 }
 
+/* Every rank's own moments (checkpoints of an optimizer that keeps them per rank). */
+static int diff_local_moments(const char *a, const loaded *la, const char *b, const loaded *lb)
+{
+    if (la->m.local_moments != lb->m.local_moments) {
+        printf("per-rank moments: %s vs %s\n", la->m.local_moments ? "present" : "absent",
+               lb->m.local_moments ? "present" : "absent");
+        return 1;
+    }
+    if (!la->m.local_moments) return 0;
+    size_t d = (size_t)la->m.num_params;
+    float *ma = malloc(d * sizeof(float)), *va = malloc(d * sizeof(float));
+    float *mb = malloc(d * sizeof(float)), *vb = malloc(d * sizeof(float));
+    int diff = 0;
+    for (int r = 0; r < la->m.world_size && !diff; r++) {
+        ob_err err = {0};
+        if (!ma || !va || !mb || !vb ||
+            ob_ckpt_read_local_moments(a, &la->m, r, la->m.world_size, ma, va, &err) != OB_OK ||
+            ob_ckpt_read_local_moments(b, &lb->m, r, lb->m.world_size, mb, vb, &err) != OB_OK) {
+            fprintf(stderr, "onebit-ckpt: %s\n", err.msg[0] ? err.msg : "out of memory");
+            diff = 1;
+            break;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "local_exp_avg of rank %d", r);
+        diff |= differ(what, ma, mb, d, sizeof(float));
+        snprintf(what, sizeof what, "local_exp_avg_sq of rank %d", r);
+        diff |= differ(what, va, vb, d, sizeof(float));
+    }
+    free(ma);
+    free(va);
+    free(mb);
+    free(vb);
+    return diff;
+}
+
 static int cmd_diff(const char *a, const char *b, const char *only)
 {
     loaded la, lb;
@@ -245,6 +283,8 @@ static int cmd_diff(const char *a, const char *b, const char *only)
             }
         }
         if (wanted(only, "errors")) diff |= diff_errors(a, &la, b, &lb);
+        if (wanted(only, "errors") && la.m.world_size == lb.m.world_size)
+            diff |= diff_local_moments(a, &la, b, &lb);
         if (!only && (la.m.step != lb.m.step || la.m.freeze_step != lb.m.freeze_step)) {
             printf("step %ld vs %ld, freeze step %ld vs %ld\n", la.m.step, lb.m.step,
                    la.m.freeze_step, lb.m.freeze_step);

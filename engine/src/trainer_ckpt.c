@@ -503,7 +503,8 @@ static const char *const resumable_changes[] = {"name",       "steps",      "eva
  * with it switched. A spec saved before bucket_mb existed (the whole vector in one exchange) is
  * taken with the current bucket_mb: with one bucket, which the default of 4 MiB is for models
  * up to that size, the steps are the same bits; beyond, only the rounding of the sums over more
- * than two ranks differs. A spec saved before gradient_exchange existed exchanged in fp32. One
+ * than two ranks differs. A spec saved before gradient_exchange existed exchanged in fp32 (an
+ * optimizer without one, binsgdm, has none either way). One
  * saved before frozen_step_ratio or freeze_max_fraction existed is taken with the current
  * ones: after the freeze the checkpoint holds v_Tw as it was raised then; before it, the freeze
  * to come follows the rules in force now. */
@@ -515,7 +516,8 @@ static void optimizer_fields_for_resume(json_t *saved, json_t *current)
     if (json_is_object(so) && !json_object_get(so, "bucket_mb") && json_is_object(co) &&
         json_object_get(co, "bucket_mb"))
         json_object_set(so, "bucket_mb", json_object_get(co, "bucket_mb"));
-    if (json_is_object(so) && !json_object_get(so, "gradient_exchange"))
+    if (json_is_object(so) && !json_object_get(so, "gradient_exchange") && json_is_object(co) &&
+        json_object_get(co, "gradient_exchange"))
         json_object_set_new(so, "gradient_exchange", json_string("fp32"));
     static const char *const newer[] = {"frozen_step_ratio", "freeze_max_fraction"};
     for (size_t i = 0; i < sizeof newer / sizeof *newer; i++)
