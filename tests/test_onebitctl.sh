@@ -167,6 +167,16 @@ ctl "$TMP/f" --server "$GRPC" submit --model softmax --data synthetic_classifica
 if [ $rc -eq 0 ] && grep -q "SUCCEEDED after 60/60" "$TMP/f"; then ok "submit from flags"
 else bad "submit from flags" "rc=$rc $(cat "$TMP/f.err")"; fi
 
+# BinSGDM: 1 bit from the first step, in the compression phase throughout.
+ctl "$TMP/fb" --server "$GRPC" submit --model softmax --data synthetic_classification \
+  --optimizer binsgdm --steps 60 --batch-size 8 --lr 1e-3 --name binsgdm-flags --np 2 --watch; rc=$?
+IDB=$(grep -o 'job-[0-9]*' "$TMP/fb" | head -1)
+ctl "$TMP/fbs" --server "$GRPC" status "$IDB" -o json; rc2=$?
+if [ $rc -eq 0 ] && grep -q "SUCCEEDED after 60/60" "$TMP/fb" && [ $rc2 -eq 0 ] &&
+   [ "$(jq -r '.progress.phase' "$TMP/fbs")" = compression ]; then
+  ok "submit --optimizer binsgdm: SUCCEEDED, compression phase from the start"
+else bad "submit binsgdm" "rc=$rc/$rc2 $(cat "$TMP/fb.err") $(jq -c .progress "$TMP/fbs")"; fi
+
 # --- compression health of a running job in /metrics, as status shows it ----------------------------
 sed 's/^steps: 150/steps: 100000000/; s/^eval: .*//; s/^checkpoint: .*//' "$TMP/job.yaml" > "$TMP/health.yaml"
 IDH=$("$CTL" --server "$GRPC" submit -f "$TMP/health.yaml" --np 2)

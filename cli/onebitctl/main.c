@@ -629,6 +629,7 @@ static const verb verbs[] = {
      "                        [--lr X] [--freeze-step N|auto] [--name NAME] [--np N] [--watch]\n"
      "       onebitctl submit --program SCRIPT [--steps N] [--name NAME] [--np N] -- ARGS...\n"
      "  -f FILE            job spec, YAML or JSON ('-': standard input)\n"
+     "  --optimizer O      adam, onebit_adam, binsgdm (1 bit from the first step) or softsign\n"
      "  --program SCRIPT   a program job: SCRIPT (a path on onebitd's machine, under one of\n"
      "                     its data roots) runs on every rank in its directory with ARGS\n"
      "                     (engine/python: import onebit); --steps N for the progress bar\n"
@@ -643,6 +644,8 @@ static const verb verbs[] = {
      "  onebitctl submit -f examples/fmnist-mlp-onebit.yaml --np 4 --watch\n"
      "  onebitctl submit --model mlp --data synthetic_classification --optimizer onebit_adam \\\n"
      "                   --steps 500 --batch-size 32 --freeze-step 100 --np 2\n"
+     "  onebitctl submit --model mlp --data synthetic_classification --optimizer binsgdm \\\n"
+     "                   --steps 500 --batch-size 32 --np 2\n"
      "  onebitctl submit --program examples/pytorch/gpt.py --np 4 --watch -- --steps 600\n",
      v_submit, 1,
      "-f= --file= --np= --max-restarts= --request-id= --label= --watch --model= --data= "
