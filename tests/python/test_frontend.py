@@ -234,6 +234,43 @@ class Checkpoints(unittest.TestCase):
         train(m2, opt2, 20, 40)
         self.assertTrue(same_bits(want, state(m2, opt2)))
 
+    def test_binsgdm_continuation_is_bit_exact(self):
+        def make(seed):
+            torch.manual_seed(seed)
+            model = Net()
+            return model, obt.BinSGDM(model.named_parameters(), lr=3e-3, block_size=32, seed=5)
+        m, opt = make(0)
+        self.assertEqual(opt.stats().freeze_step, 0)  # 1 bit from the first step
+        x, y = batch(1000)
+        before = torch.nn.functional.cross_entropy(m(x), y).item()
+        train(m, opt, 0, 20)
+        obt.save(self.dir, m, opt)
+        train(m, opt, 20, 40)
+        want = state(m, opt)
+        self.assertLess(torch.nn.functional.cross_entropy(m(x), y).item(), before)
+        m2, opt2 = make(99)
+        self.assertEqual(obt.load(self.dir, m2, opt2)["step"], 20)
+        train(m2, opt2, 20, 40)
+        self.assertTrue(same_bits(want, state(m2, opt2)))
+        # Another seed draws other signs: the continuation differs.
+        torch.manual_seed(99)
+        m3 = Net()
+        opt3 = obt.BinSGDM(m3.named_parameters(), lr=3e-3, block_size=32, seed=6)
+        obt.load(self.dir, m3, opt3)
+        train(m3, opt3, 20, 40)
+        self.assertFalse(same_bits(want, state(m3, opt3)))
+
+    def test_softsign_trains(self):
+        torch.manual_seed(0)
+        m = Net()
+        opt = obt.SoftSign(m.named_parameters(), lr=3e-3)
+        x, y = batch(1000)
+        before = torch.nn.functional.cross_entropy(m(x), y).item()
+        train(m, opt, 0, 40)
+        self.assertLess(torch.nn.functional.cross_entropy(m(x), y).item(), before)
+        with self.assertRaisesRegex(ValueError, "gradient_exchange: expected one of"):
+            obt.SoftSign(Net().named_parameters(), lr=1e-3, gradient_exchange="fp4")
+
     def test_only_persistent_buffers(self):
         m, opt = fresh(norm=True)
         m.register_buffer("mask", torch.ones(64, 64), persistent=False)

@@ -33,10 +33,11 @@ _UNKNOWN_STEPS = 1 << 40
 
 
 class _EngineOptimizer(torch.optim.Optimizer):
-    """The engine's optimizer of `kind` ("adam" or "onebit_adam") over `params`."""
+    """The engine's optimizer of `kind` ("adam", "onebit_adam", "binsgdm" or "softsign") over
+    `params`."""
 
     def __init__(self, kind, params, lr, betas, total_steps, lr_warmup_steps, log_interval,
-                 names, options):
+                 names, options, seed=None):
         if not isinstance(lr, (int, float)) or not lr >= 0.0:
             raise ValueError("lr: expected a number >= 0, got %r" % (lr,))
         if not (isinstance(betas, (tuple, list)) and len(betas) == 2):
@@ -53,12 +54,16 @@ class _EngineOptimizer(torch.optim.Optimizer):
         plist = self.param_groups[0]["params"]
         self._world = onebit.world()
         self._device = _check_params(plist, names)
-        optim = {"type": kind, "beta1": float(betas[0]), "beta2": float(betas[1])}
+        optim = {"type": kind, "beta1": float(betas[0])}
+        if betas[1] is not None:  # BinSGDM and SoftSign have one beta
+            optim["beta2"] = float(betas[1])
         optim.update({k: v for k, v in options.items() if v is not None})
         self._spec = {"model": {"type": "softmax"}, "data": {"type": "synthetic_classification"},
                       "optimizer": optim, "batch_size": 1,
                       "steps": total_steps if total_steps else _UNKNOWN_STEPS,
                       "lr": {"peak": float(lr), "warmup_steps": int(lr_warmup_steps)}}
+        if seed is not None:
+            self._spec["seed"] = seed
         self._total_steps = total_steps or 0
         self._log_interval = log_interval
         self._handle = None
@@ -334,6 +339,39 @@ class Adam(_EngineOptimizer):
         opts = dict(eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
                     gradient_exchange=gradient_exchange, bucket_mb=bucket_mb)
         super().__init__("adam", params, lr, betas, total_steps, 0, log_interval, names, opts)
+
+
+class BinSGDM(_EngineOptimizer):
+    """BinSGDM (Gao et al.) as the engine runs it: no warmup; every rank keeps m and
+    b = EMA |g| with the same beta, and from the first step only m / (b + eps), quantised to
+    +-1 stochastically and without bias with worker and server error feedback, crosses the
+    network (one bit an element each way). Every rank then steps x -= lr (u + wd x) with the
+    server's +-1 average u, so lr is the size of every coordinate's step: start from the lr
+    Adam would take. The draws come from `seed` and the step: a resumed run draws as the
+    uninterrupted one did. max_denominator_step T0: b a running maximum after step T0."""
+
+    def __init__(self, params, lr=1e-3, beta=0.9, eps=None, weight_decay=None,
+                 max_denominator_step=None, block_size=None, total_steps=None, log_interval=10,
+                 names=None, bucket_mb=None, seed=1):
+        if not isinstance(seed, int) or seed < 0:
+            raise ValueError("seed: expected an integer >= 0, got %r" % (seed,))
+        opts = dict(eps=eps, weight_decay=weight_decay, bucket_mb=bucket_mb,
+                    block_size=block_size, max_denominator_step=max_denominator_step)
+        super().__init__("binsgdm", params, lr, (beta, None), total_steps, 0, log_interval,
+                         names, opts, seed=seed)
+
+
+class SoftSign(_EngineOptimizer):
+    """SoftSignSGD, BinSGDM unquantised: the gradients averaged as Adam's (gradient_exchange),
+    then m, b = EMA g, EMA |g| and x -= lr (m / (b + eps) + wd x). For comparisons."""
+
+    def __init__(self, params, lr=1e-3, beta=0.9, eps=None, weight_decay=None,
+                 gradient_exchange=None, total_steps=None, log_interval=10, names=None,
+                 bucket_mb=None):
+        opts = dict(eps=eps, weight_decay=weight_decay, gradient_exchange=gradient_exchange,
+                    bucket_mb=bucket_mb)
+        super().__init__("softsign", params, lr, (beta, None), total_steps, 0, log_interval,
+                         names, opts)
 
 
 def _phase(s):

@@ -542,6 +542,7 @@ static void fill_meta(const obpy_optim *o, const obpy_ckpt_info *info, ob_ckpt_m
     m->refit_end = p.refit_end;
     m->refit_scale = p.refit_scale;
     m->loss_ema = m->loss_at_freeze = m->loss_best = NAN;
+    m->local_moments = s.local_moments;
 }
 
 /* This rank's files of checkpoint dir. */
@@ -558,8 +559,10 @@ static ob_status write_files(obpy_optim *o, const char *dir, const ob_ckpt_meta 
             o->tensors, o->num_tensors};
         if ((st = ob_ckpt_write_state(dir, meta, &a, spec, err)) != OB_OK) return st;
     }
-    return ob_ckpt_write_rank(dir, meta, rank, h.we, h.se, h.s.server_segments,
-                              h.s.num_server_segments, err);
+    /* Every rank's own m and b where the optimizer keeps them per rank (binsgdm). */
+    const float *lm = meta->local_moments ? h.m : NULL, *lv = meta->local_moments ? h.v : NULL;
+    return ob_ckpt_write_rank_moments(dir, meta, rank, h.we, h.se, h.s.server_segments,
+                                      h.s.num_server_segments, lm, lv, err);
 }
 
 int obpy_ckpt_save(obpy_optim *o, const char *job_dir, int keep, const obpy_ckpt_info *info,
@@ -738,6 +741,10 @@ static ob_status restore(obpy_optim *o, const char *path, ob_ckpt_meta *meta, ch
         (st = ob_ckpt_read_errors(path, meta, ob_comm_rank(o->ctrl), ob_comm_size(o->ctrl),
                                   h.s.padded_size, h.s.chunk_size, h.s.server_segments,
                                   h.s.num_server_segments, h.we, h.se, err)) != OB_OK)
+        return st;
+    if (h.s.local_moments &&
+        (st = ob_ckpt_read_local_moments(path, meta, ob_comm_rank(o->ctrl), ob_comm_size(o->ctrl),
+                                         h.m, h.v, err)) != OB_OK)
         return st;
     if ((st = host_state_put(o, &h, err)) != OB_OK) return st;
     ob_optim_progress p = {meta->step,      meta->freeze_step, meta->last_ratio,
