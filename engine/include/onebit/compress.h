@@ -72,7 +72,8 @@ uint64_t ob_usign_key(uint64_t seed, uint64_t round, uint64_t stream);
 /* The draw t(key, pos) in [-1, 1) (tests hold the quantiser against it). */
 float ob_usign_draw(uint64_t key, uint64_t pos);
 /* Error-feedback quantisation of one message: u = x + e; q = Q(u) (draws of positions
- * pos0 .. pos0 + n - 1 under key); e = u - q; the bits of q to `bits` (n / 8 bytes). x has
+ * pos0 .. pos0 + n - 1 under key; pos0 a multiple of 32, as every piece of the compressed
+ * allreduce is); e = u - q; the bits of q to `bits` (n / 8 bytes). x has
  * x_len <= n elements, the rest taken as 0 (x may be NULL when x_len is 0); e is updated in
  * place. */
 void ob_usign_compress_ef(const float *x, size_t x_len, float *e, size_t n, uint64_t key,

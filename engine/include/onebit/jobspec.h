@@ -37,14 +37,20 @@
  *     softmax and mlp need fashion_mnist, idx or synthetic_classification; the transformer
  *     needs text or synthetic_text. Synthetic data is drawn from the job's seed.
  *   optimizer:
- *     type         adam | onebit_adam                                              (required)
- *     beta1? beta2? eps? weight_decay? bias_correction? (bool)  [ob_optim_config_default]
+ *     type         adam | onebit_adam | binsgdm | softsign                         (required)
+ *     beta1? eps? weight_decay?  [ob_optim_config_default]
+ *     beta2? bias_correction? (bool)  adam and onebit_adam only
+ *     gradient_exchange? fp32 | fp16 | fp8 [fp32]  every type but binsgdm
  *     bucket_mb?   MiB in [0, 1024] [4 with overlap, else 0]: the fp32 gradient exchange (adam,
  *                  the warmup) runs in
  *                  buckets of whole tensors of at least this size, last layers first; 0: one
  *                  bucket (optim.bucket_bytes); device: cuda keeps one NCCL allreduce
  *     overlap?     bool [false]: exchange each bucket on a communication thread as soon as the
  *                  backward pass has finished it (same bits as false); device: cpu only
+ *     binsgdm only (1 bit from the first step: onebit/optim.h):
+ *       block_size?       multiple of 32 [256]: rounds the padding up to ranks x block_size
+ *       max_denominator_step? integer >= 0 [0: never]: b a running maximum after this step
+ *                         (the job's seed draws the quantisers' signs)
  *     onebit_adam only:
  *       compression?      on | off | naive [on] (OB_ONEBIT_COMPRESSED, _UNCOMPRESSED, _NAIVE)
  *       freeze_step?      "auto" | integer > 0 ["auto", stored as 0]
