@@ -10,6 +10,8 @@ ob_add_mpi_test(test_car_mpi test_car_mpi.c NP 1 2 3 4 5)
 ob_add_mpi_test(test_f16sum_mpi test_f16sum_mpi.c NP 1 2 3 4)
 # BinSGDM against the paper's Algorithm 1, and its stochastic unit-sign quantiser.
 ob_add_mpi_test(test_binsgdm_mpi test_binsgdm_mpi.c NP 1 2 3 4)
+# The hierarchical compressed allreduce against its algorithm, every ranks_per_node.
+ob_add_mpi_test(test_car_hier_mpi test_car_hier_mpi.c NP 2 4 6)
 ob_add_mpi_test(test_adam_overlap test_adam_overlap.c NP 1 2 4)
 # The same with the backward pass giving up the processor at most 0 and 1000 times at each
 # tensor boundary (ONEBIT_OVERLAP_YIELDS, default 16): timing only, the same bits.

@@ -1421,6 +1421,137 @@ static int teardown(void **state)
     return system(cmd) == 0 ? 0 : -1;
 }
 
+/* The worker error across a change of the exchange's shape (ob_ckpt_read_errors_for): flat
+ * (4 ranks) -> 2 ranks a node takes the node's mean on the rank's piece, zero elsewhere; back
+ * to flat every rank takes its node's error; the total the world owes, the sum over ranks
+ * divided by the ranks' share of a node, stays the same. Server errors pass unchanged. */
+static void test_exchange_shape_carried(void **state)
+{
+    (void)state;
+    ob_err err = {0};
+    fixture *f = make_fixture(4, 60);
+    char jd[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN];
+    job_path(jd, "shape");
+    write_fixture(jd, f);
+    step_path(dir, "shape", 60, NULL);
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_OK);
+    assert_int_equal(m.ranks_per_node, 1);
+    size_t D = (size_t)m.padded_size, C = (size_t)m.chunk_size;
+    float *we = malloc(4 * D * sizeof *we), *se = malloc(C * sizeof *se);
+    for (int r = 0; r < 4; r++) {
+        float *w = we + (size_t)r * D;
+        assert_int_equal(
+            ob_ckpt_read_errors_for(dir, &m, r, 4, D, C, NULL, 0, 2, w, se, &err), OB_OK);
+        assert_memory_equal(se, f->se + (size_t)r * C, C * sizeof *se);
+        int node = r / 2;
+        for (size_t i = 0; i < D; i++) {
+            size_t chunk = i / C;
+            float mean = 0.5f * f->we[(size_t)(2 * node) * D + i] +
+                         0.5f * f->we[(size_t)(2 * node + 1) * D + i];
+            float want = (int)(chunk % 2) == r % 2 ? mean : 0.0f;
+            if (memcmp(&w[i], &want, sizeof want) != 0)
+                fail_msg("rank %d position %zu: %g, want %g", r, i, (double)w[i], (double)want);
+        }
+    }
+    /* Written back hierarchically, read flat: every rank gets its node's whole error. */
+    fixture *g = make_fixture(4, 70);
+    memcpy(g->we, we, 4 * D * sizeof *we);
+    g->meta.ranks_per_node = 2;
+    write_fixture(jd, g);
+    step_path(dir, "shape", 70, NULL);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_OK);
+    assert_int_equal(m.ranks_per_node, 2);
+    float *back = malloc(D * sizeof *back);
+    double owed_flat = 0.0, owed_back = 0.0;
+    for (int r = 0; r < 4; r++) {
+        assert_int_equal(
+            ob_ckpt_read_errors_for(dir, &m, r, 4, D, C, NULL, 0, 1, back, se, &err), OB_OK);
+        int node = r / 2;
+        for (size_t i = 0; i < D; i++) {
+            float want = we[(size_t)(2 * node) * D + i] + we[(size_t)(2 * node + 1) * D + i];
+            if (memcmp(&back[i], &want, sizeof want) != 0)
+                fail_msg("back: rank %d position %zu", r, i);
+            owed_back += back[i];
+            owed_flat += f->we[(size_t)r * D + i];
+        }
+    }
+    assert_true(fabs(owed_back - owed_flat) <= 1e-6 * (1.0 + fabs(owed_flat)));
+    /* The same shape reads the files as they are. */
+    assert_int_equal(ob_ckpt_read_errors_for(dir, &m, 1, 4, D, C, NULL, 0, 2, back, se, &err),
+                     OB_OK);
+    assert_memory_equal(back, g->we + D, D * sizeof *back);
+    assert_int_equal(ob_ckpt_read_errors_for(dir, &m, 1, 4, D, C, NULL, 0, 3, back, se, &err),
+                     OB_ERR_INVALID_ARG);
+    free(we), free(se), free(back);
+    free_fixture(f);
+    free_fixture(g);
+}
+
+/* Per-rank moments: written by every rank, verified, read back per rank, and averaged at
+ * another world size; a checkpoint without them says so. */
+static void test_local_moments(void **state)
+{
+    (void)state;
+    ob_err err = {0};
+    fixture *f = make_fixture(3, 40);
+    f->meta.local_moments = 1;
+    char jd[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN];
+    job_path(jd, "local");
+    size_t d = D_PARAMS, D = (size_t)f->meta.padded_size, C = (size_t)f->meta.chunk_size;
+    float *lm = malloc(3 * d * sizeof *lm), *lv = malloc(3 * d * sizeof *lv);
+    for (size_t i = 0; i < 3 * d; i++) {
+        lm[i] = frand();
+        lv[i] = fabsf(lm[i]) + 0.5f;
+    }
+    ob_ckpt_arrays a = {f->params, f->m, f->v, f->hist, HIST, TABLE, NTAB};
+    assert_int_equal(ob_ckpt_prepare(jd, 40, dir, &err), OB_OK);
+    assert_int_equal(ob_ckpt_write_state(dir, &f->meta, &a, "{}", &err), OB_OK);
+    /* Without the moments a rank file of such a checkpoint is refused. */
+    assert_int_equal(ob_ckpt_write_rank(dir, &f->meta, 0, f->we, f->se, NULL, 0, &err),
+                     OB_ERR_INVALID_ARG);
+    for (int r = 0; r < 3; r++)
+        assert_int_equal(ob_ckpt_write_rank_moments(dir, &f->meta, r, f->we + (size_t)r * D,
+                                                    f->se + (size_t)r * C, NULL, 0,
+                                                    lm + (size_t)r * d, lv + (size_t)r * d, &err),
+                         OB_OK);
+    assert_int_equal(ob_ckpt_commit(jd, 40, &err), OB_OK);
+    step_path(dir, "local", 40, NULL);
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_OK);
+    assert_int_equal(m.local_moments, 1);
+    float *gm = malloc(d * sizeof *gm), *gv = malloc(d * sizeof *gv);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(ob_ckpt_read_local_moments(dir, &m, r, 3, gm, gv, &err), OB_OK);
+        assert_memory_equal(gm, lm + (size_t)r * d, d * sizeof *gm);
+        assert_memory_equal(gv, lv + (size_t)r * d, d * sizeof *gv);
+    }
+    assert_int_equal(ob_ckpt_read_local_moments(dir, &m, 1, 2, gm, gv, &err), OB_OK);
+    for (size_t i = 0; i < d; i++) {
+        float want = (float)(((double)lm[i] + (double)lm[d + i] + (double)lm[2 * d + i]) / 3.0);
+        assert_true(gm[i] == want);
+        assert_true(fabsf(gm[i]) <= gv[i]);
+    }
+    /* A rank file without its moments does not verify. */
+    char rank1[OB_CKPT_PATH_LEN];
+    step_path(rank1, "local", 40, "rank-00001.h5");
+    ob_ckpt_meta plain = f->meta;
+    plain.local_moments = 0;
+    assert_int_equal(unlink(rank1), 0);
+    assert_int_equal(ob_ckpt_write_rank(dir, &plain, 1, f->we + D, f->se + C, NULL, 0, &err),
+                     OB_OK);
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "local_exp_avg"));
+    fixture *g = make_fixture(2, 50);
+    write_fixture(jd, g);
+    step_path(dir, "local", 50, NULL);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_OK);
+    assert_int_equal(ob_ckpt_read_local_moments(dir, &m, 0, 2, gm, gv, &err), OB_ERR_CORRUPT);
+    free(lm), free(lv), free(gm), free(gv);
+    free_fixture(f);
+    free_fixture(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1442,6 +1573,8 @@ int main(void)
         cmocka_unit_test(test_segments_no_silent_corruption),
         cmocka_unit_test(test_segments_hostile),
         cmocka_unit_test(test_segments_invalid_args),
+        cmocka_unit_test(test_exchange_shape_carried),
+        cmocka_unit_test(test_local_moments),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

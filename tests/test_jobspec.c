@@ -159,12 +159,14 @@ static void test_binsgdm_softsign(void **state)
     assert_non_null(strstr(json, "\"max_denominator_step\":0"));
     free(json);
     snprintf(text, sizeof text, base,
-             "binsgdm, beta1: 0.95, block_size: 64, max_denominator_step: 300, overlap: true");
+             "binsgdm, beta1: 0.95, block_size: 64, max_denominator_step: 300, overlap: true, "
+             "ranks_per_node: 8");
     parse_ok(j, text, OB_SPEC_YAML);
     assert_true(j->optim.beta1 == 0.95);
     assert_int_equal(j->optim.block_size, 64);
     assert_int_equal(j->optim.max_denominator_step, 300);
     assert_int_equal(j->optim.overlap, 1);
+    assert_int_equal(j->optim.ranks_per_node, 8);
     check_round_trip(j);
     snprintf(text, sizeof text, base, "softsign, gradient_exchange: fp16, weight_decay: 0.01");
     parse_ok(j, text, OB_SPEC_YAML);

@@ -115,6 +115,10 @@ static void test_optimizer_kinds(void **state)
         {"type: binsgdm, block_size: 48", "block_size = 48: must be a positive multiple of 32"},
         {"type: binsgdm, max_denominator_step: -1", "optimizer.max_denominator_step"},
         {"type: binsgd", "optimizer.type"},
+        {"type: adam, ranks_per_node: 2", "optimizer.ranks_per_node: only for onebit_adam or binsgdm"},
+        {"type: onebit_adam, compression: off, ranks_per_node: 2",
+         "ranks_per_node = 2: only a compressed exchange"},
+        {"type: binsgdm, ranks_per_node: 5000", "optimizer.ranks_per_node"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char text[512];

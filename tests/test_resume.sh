@@ -397,6 +397,27 @@ if [ $rc3 -eq 0 ] && [ $rc2 -eq 0 ] && [ "$(field "$TMP/binr2.jsonl" resume .ste
   ok "binsgdm: resized 3 -> 2 from the ranks' mean m and b, finished"
 else bad "binsgdm resize" "rc=$rc3/$rc2 $(cat "$TMP/binr2.jsonl.err")"; fi
 
+# --- the hierarchical exchange: 2 "nodes" of 2 ranks; killed and resumed; flat <-> hierarchical --
+sed 's/^optimizer: {type: onebit_adam, /optimizer: {type: onebit_adam, ranks_per_node: 2, /' "$TMP/job.yaml" > "$TMP/hier.yaml"
+sed 's/^optimizer: {type: onebit_adam, /optimizer: {type: onebit_adam, ranks_per_node: 0, /' "$TMP/job.yaml" > "$TMP/flat4.yaml"
+run 4 "$TMP/hier-base.jsonl" --spec "$TMP/hier.yaml" --checkpoint-dir "$TMP/hierbase"; rc=$?
+HIER="$TMP/hierbase/job/step-00000120"
+if [ $rc -eq 0 ] && "$CKPT" info "$HIER" | grep -q 'ranks a node    2'; then
+  ok "ranks_per_node 2 on 4 ranks: trained, the checkpoint records the shape"
+else bad "hierarchical run" "rc=$rc $(cat "$TMP/hier-base.jsonl.err") $("$CKPT" info "$HIER")"; fi
+NP=4 kill_and_resume kill-hier "$TMP/hier.yaml" 85 3 "$HIER"
+# Flat until step 70, hierarchical after it (and the reverse): the errors are carried over.
+ONEBIT_FAULT_INJECT=TERM:70:0 run 4 "$TMP/fh1.jsonl" --spec "$TMP/flat4.yaml" --checkpoint-dir "$TMP/fh"; rc1=$?
+run 4 "$TMP/fh2.jsonl" --spec "$TMP/hier.yaml" --checkpoint-dir "$TMP/fh" --resume; rc2=$?
+ONEBIT_FAULT_INJECT=TERM:70:0 run 4 "$TMP/hf1.jsonl" --spec "$TMP/hier.yaml" --checkpoint-dir "$TMP/hf"; rc3=$?
+run 4 "$TMP/hf2.jsonl" --spec "$TMP/flat4.yaml" --checkpoint-dir "$TMP/hf" --resume; rc4=$?
+if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] &&
+   [ "$(field "$TMP/fh2.jsonl" resume .step)" = 70 ] && [ "$(field "$TMP/hf2.jsonl" resume .step)" = 70 ] &&
+   "$CKPT" info "$TMP/fh/job/step-00000120" | grep -q 'ranks a node    2' &&
+   ! "$CKPT" info "$TMP/hf/job/step-00000120" | grep -q 'ranks a node'; then
+  ok "a flat checkpoint resumed hierarchically, and the reverse: both finish"
+else bad "flat <-> hierarchical" "rc=$rc1/$rc2/$rc3/$rc4 $(cat "$TMP/fh2.jsonl.err" "$TMP/hf2.jsonl.err")"; fi
+
 # --- what users get wrong ---------------------------------------------------------------------
 run 1 "$TMP/e1" --spec "$TMP/job.yaml"; rc=$?
 if [ $rc -eq 2 ] && grep -q "checkpoint.interval is set but there is no checkpoint directory" "$TMP/e1.err"; then

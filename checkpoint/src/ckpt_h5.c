@@ -343,6 +343,8 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
         (st = attr_f64(f, "refit_scale", m->refit_scale, path, err)) ||
         (st = attr_i64(f, "rollbacks", m->rollbacks, path, err)) ||
         (m->local_moments && (st = attr_i64(f, "local_moments", 1, path, err))) ||
+        (m->ranks_per_node > 1 &&
+         (st = attr_i64(f, "ranks_per_node", m->ranks_per_node, path, err))) ||
         (st = attr_f64(f, "loss_ema", m->loss_ema, path, err)) ||
         (st = attr_f64(f, "loss_at_freeze", m->loss_at_freeze, path, err)) ||
         (st = attr_f64(f, "loss_best", m->loss_best, path, err)) ||
@@ -790,20 +792,25 @@ static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, cons
         (st = read_attr(f, "loader_rng", H5T_NATIVE_UINT64, m->loader_rng, 4, path, err)))
         return st;
     /* Optional (checkpoints written before warm starts were re-estimated have neither). */
-    int64_t warm = 0, refit_end = 0, rollbacks = 0, local = 0;
-    if ((H5Aexists(f, "local_moments") > 0 &&
+    int64_t warm = 0, refit_end = 0, rollbacks = 0, local = 0, rpn = 1;
+    if ((H5Aexists(f, "ranks_per_node") > 0 &&
+         (st = read_i64(f, "ranks_per_node", &rpn, path, err))) ||
+        (H5Aexists(f, "local_moments") > 0 &&
          (st = read_i64(f, "local_moments", &local, path, err))) ||
         (H5Aexists(f, "warm_start") > 0 && (st = read_i64(f, "warm_start", &warm, path, err))) ||
         (H5Aexists(f, "refit_end") > 0 && (st = read_i64(f, "refit_end", &refit_end, path, err))) ||
         (H5Aexists(f, "rollbacks") > 0 && (st = read_i64(f, "rollbacks", &rollbacks, path, err))))
         return st;
     if (warm < 0 || warm > 5 || refit_end < 0 || refit_end > INT32_MAX || rollbacks < 0 ||
-        rollbacks > 1000 || local < 0 || local > 1)
+        rollbacks > 1000 || local < 0 || local > 1 || rpn < 1 || rpn > 4096 ||
+        m->world_size % rpn != 0)
         return OB_ERR(err, OB_ERR_CORRUPT,
                       "%s: warm start state %" PRId64 " / refit end %" PRId64
-                      " / rollbacks %" PRId64 " / local moments %" PRId64,
-                      path, warm, refit_end, rollbacks, local);
+                      " / rollbacks %" PRId64 " / local moments %" PRId64
+                      " / ranks a node %" PRId64,
+                      path, warm, refit_end, rollbacks, local, rpn);
     m->local_moments = (int)local;
+    m->ranks_per_node = (int)rpn;
     m->rollbacks = (int)rollbacks;
     m->warm_start = (int)warm;
     /* Optional (written since a refit's freeze takes the source's factor): in (0, 1]. */

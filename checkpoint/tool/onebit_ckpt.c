@@ -74,6 +74,8 @@ static int cmd_info(const char *dir)
         printf("freeze step     - (not frozen)\n");
     printf("world size      %d\n", m.world_size);
     if (m.local_moments) printf("per-rank m, b   every rank file (binsgdm)\n");
+    if (m.ranks_per_node > 1)
+        printf("ranks a node    %d (hierarchical exchange)\n", m.ranks_per_node);
     printf("parameters      %llu\n", (unsigned long long)m.num_params);
     if (m.padded_size)
         printf("error buffers   D %llu, C %llu, block %llu\n", (unsigned long long)m.padded_size,

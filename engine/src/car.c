@@ -32,6 +32,15 @@ struct ob_car {
 
     int timing;        /* per-phase timing on (ob_car_set_timing) */
     ob_car_timing tim; /* sums while timing is on */
+
+    /* Hierarchical (ob_car_create_hier): m ranks a node, n nodes, rank r = k m + l is local
+     * rank l of node k; 0 when flat. Piece l is the chunks k m + l (k = 0 .. n-1): rank r
+     * reduces its node's average of piece l and serves chunk r between nodes, as flat. */
+    int m, n;
+    ob_comm *intra, *inter; /* owned: the node's ranks; the ranks of the same l */
+    ob_car *inner;          /* the 1-bit exchange of piece l between nodes, n C elements */
+    float *isend, *irecv;   /* (m n C) the intra-node exchange of the pieces */
+    unsigned char *igather; /* (m, n msg) every local rank's servers' messages */
 };
 
 /* --- memory and kernels of either kind ---------------------------------------------------- */
@@ -161,6 +170,51 @@ fail:
     return st;
 }
 
+ob_status ob_car_create_hier(ob_car **out, ob_comm *comm, size_t d, size_t block,
+                             ob_scale_kind scale, int ranks_per_node, ob_err *err)
+{
+    *out = NULL;
+    if (!comm) return OB_ERR(err, OB_ERR_INVALID_ARG, "compressed allreduce: NULL communicator");
+    int N = ob_comm_size(comm), m = ranks_per_node;
+    if (m < 0 || (m > 1 && N % m != 0))
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "ranks_per_node %d: must divide the %d ranks (every node the same size)", m,
+                      N);
+    if (m <= 1) return ob_car_create(out, comm, d, block, scale, err);
+    if (ob_comm_memory(comm) == OB_MEM_DEVICE)
+        return OB_ERR(err, OB_ERR_UNSUPPORTED,
+                      "the hierarchical exchange runs on host communicators (MPI), not on %s",
+                      ob_comm_backend(comm));
+    ob_car *car = NULL;
+    ob_status st = ob_car_create(&car, comm, d, block, scale, err);
+    if (st != OB_OK) return st;
+    car->m = m;
+    car->n = N / m;
+    int r = car->rank;
+    size_t piece = (size_t)car->n * car->C;
+    if ((st = ob_comm_split(comm, r / m, r % m, &car->intra, err)) ||
+        (st = ob_comm_split(comm, r % m, r / m, &car->inter, err)) ||
+        (st = ob_car_create(&car->inner, car->inter, piece, block, scale, err)))
+        goto fail;
+    if (ob_car_padded_size(car->inner) != piece || ob_car_chunk_size(car->inner) != car->C) {
+        st = OB_ERR(err, OB_ERR_STATE, "hierarchical exchange: pieces of %zu, chunks of %zu",
+                    ob_car_padded_size(car->inner), ob_car_chunk_size(car->inner));
+        goto fail;
+    }
+    size_t floats = (size_t)m * piece * sizeof(float);
+    if ((st = buf_alloc(car, (void **)&car->isend, floats, err)) ||
+        (st = buf_alloc(car, (void **)&car->irecv, floats, err)) ||
+        (st = buf_alloc(car, (void **)&car->igather,
+                        (size_t)m * (size_t)car->n * car->inner->msg, err)))
+        goto fail;
+    ob_car_set_key(car, 0, 0);
+    *out = car;
+    return OB_OK;
+fail:
+    ob_car_destroy(car);
+    return st;
+}
+
 void ob_car_destroy(ob_car *car)
 {
     if (!car) return;
@@ -169,6 +223,14 @@ void ob_car_destroy(ob_car *car)
     for (size_t i = 0; i < sizeof bufs / sizeof *bufs; i++)
         ob__mem_free(car->device, bufs[i]);
     free(car->bound);
+    ob_car_destroy(car->inner);
+    if (car->m) {
+        ob__mem_free(car->device, car->isend);
+        ob__mem_free(car->device, car->irecv);
+        ob__mem_free(car->device, car->igather);
+    }
+    ob_comm_destroy(car->inter);
+    ob_comm_destroy(car->intra);
     free(car);
 }
 
@@ -194,11 +256,22 @@ size_t ob_car_block_size(const ob_car *car)
 
 uint64_t ob_car_bytes_per_call(const ob_car *car)
 {
+    if (car->m) {
+        uint64_t piece = (uint64_t)car->n * car->C;
+        return ob_car_bytes_per_call(car->inner) +
+               (uint64_t)(car->m - 1) * (piece * sizeof(float) + (uint64_t)car->n * car->msg);
+    }
     return 2u * (uint64_t)(car->nranks - 1) * car->msg;
+}
+
+int ob_car_ranks_per_node(const ob_car *car)
+{
+    return car->m ? car->m : 1;
 }
 
 ob_status ob_car_set_segments(ob_car *car, const size_t *cuts, size_t n, ob_err *err)
 {
+    if (car->m) return OB_OK; /* the hierarchical exchange runs in one piece */
     size_t grid = (size_t)car->nranks * car->B;
     for (size_t i = 0; i < n; i++) {
         if (cuts[i] > car->d || (i > 0 && cuts[i] < cuts[i - 1]))
@@ -229,6 +302,13 @@ void ob_car_set_key(ob_car *car, uint64_t seed, uint64_t round)
 {
     car->key_worker = ob_usign_key(seed, round, 1u + (uint64_t)car->rank);
     car->key_server = ob_usign_key(seed, round, 0);
+    /* Between nodes: the node's quantiser is keyed by the node, the servers by their local
+     * index (every piece its own stream of server draws). */
+    if (car->inner) {
+        car->inner->key_worker = ob_usign_key(seed, round, 1u + (uint64_t)(car->rank / car->m));
+        car->inner->key_server = ob_usign_key(seed, round, 1u + (uint64_t)car->nranks +
+                                                               (uint64_t)(car->rank % car->m));
+    }
 }
 
 size_t ob_car_num_segments(const ob_car *car)
@@ -248,13 +328,14 @@ float *ob_car_worker_error(ob_car *car)
 
 float *ob_car_server_error(ob_car *car)
 {
-    return car->server_err;
+    return car->m ? car->inner->server_err : car->server_err;
 }
 
 ob_status ob_car_reset_errors(ob_car *car, ob_err *err)
 {
     ob_status st = k_zero(car, car->worker_err, car->D * sizeof(float), err);
     if (st == OB_OK) st = k_zero(car, car->server_err, car->C * sizeof(float), err);
+    if (st == OB_OK && car->inner) st = ob_car_reset_errors(car->inner, err);
     return st;
 }
 
@@ -262,14 +343,26 @@ void ob_car_set_timing(ob_car *car, int on)
 {
     car->timing = on != 0;
     memset(&car->tim, 0, sizeof car->tim);
+    if (car->inner) ob_car_set_timing(car->inner, on);
 }
 
 void ob_car_get_timing(const ob_car *car, ob_car_timing *out)
 {
     *out = car->tim;
+    if (!car->inner) return;
+    ob_car_timing in; /* the exchange between nodes, beside the node's own phases */
+    ob_car_get_timing(car->inner, &in);
+    out->calls = in.calls;
+    out->compress_s += in.compress_s;
+    out->alltoall_s += in.alltoall_s;
+    out->server_s += in.server_s;
+    out->allgather_s += in.allgather_s;
+    out->decode_s += in.decode_s;
 }
 
 /* --- the collective ------------------------------------------------------------------------ */
+
+static ob_status hier_allreduce(ob_car *car, const float *in, float *out, ob_err *err);
 
 /* Ends a timed phase: adds the time since *t0 to *acc and restarts the clock. Does nothing
  * unless timing is on; on a device communicator it first waits for the phase's kernels. */
@@ -295,6 +388,7 @@ static size_t piece_valid(const ob_car *car, size_t lo, size_t n)
 
 ob_status ob_car_allreduce_segment(ob_car *car, size_t s, const float *in, float *out, ob_err *err)
 {
+    if (car->m && s == 0) return hier_allreduce(car, in, out, err);
     if (s >= car->nseg)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "compressed allreduce: segment %zu of %zu", s,
                       car->nseg);
@@ -350,8 +444,68 @@ ob_status ob_car_allreduce_segment(ob_car *car, size_t s, const float *in, float
     return OB_OK;
 }
 
+/* The hierarchical exchange (host memory): the node's fp32 average of piece l over its
+ * ranks, the 1-bit exchange of that piece between nodes (inner), then the servers' messages
+ * of every piece shared inside the node and decoded. */
+static ob_status hier_allreduce(ob_car *car, const float *in, float *out, ob_err *err)
+{
+    size_t m = (size_t)car->m, n = (size_t)car->n, C = car->C, piece = n * C;
+    size_t l = (size_t)car->rank % m, msg = car->inner->msg;
+    ob_car_timing *tm = &car->tim;
+    double t0 = car->timing ? ob_mono_s() : 0.0;
+    /* 1. Piece l2 (chunks k m + l2) for local rank l2, zero beyond d. */
+    for (size_t l2 = 0; l2 < m; l2++)
+        for (size_t k = 0; k < n; k++) {
+            size_t lo = (k * m + l2) * C, valid = piece_valid(car, lo, C);
+            float *dst = car->isend + (l2 * n + k) * C;
+            if (valid) memcpy(dst, in + lo, valid * sizeof(float));
+            memset(dst + valid, 0, (C - valid) * sizeof(float));
+        }
+    ob_status st = ob_comm_alltoall(car->intra, car->isend, car->irecv, piece * sizeof(float), err);
+    if (st != OB_OK) return OB_WRAP(err, st, "hierarchical exchange: inside the node");
+    if ((st = phase_end(car, &t0, &tm->alltoall_s, err))) return st;
+    /* 2. The node's average of piece l: its ranks in order, then one division. */
+    float *avg = car->isend, fm = (float)m;
+    for (size_t i = 0; i < piece; i++) {
+        float acc = car->irecv[i];
+        for (size_t l2 = 1; l2 < m; l2++)
+            acc += car->irecv[l2 * piece + i];
+        avg[i] = acc / fm;
+    }
+    /* 3. Between nodes, with the node's worker error of piece l (kept by position). */
+    for (size_t k = 0; k < n; k++)
+        memcpy(car->inner->worker_err + k * C, car->worker_err + (k * m + l) * C,
+               C * sizeof(float));
+    if ((st = phase_end(car, &t0, &tm->server_s, err))) return st;
+    st = ob_car_allreduce(car->inner, avg, avg, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "hierarchical exchange: between nodes");
+    t0 = car->timing ? ob_mono_s() : 0.0;
+    for (size_t k = 0; k < n; k++)
+        memcpy(car->worker_err + (k * m + l) * C, car->inner->worker_err + k * C,
+               C * sizeof(float));
+    /* 4. Every piece's 1-bit messages to the node's ranks, decoded by position. */
+    st = ob_comm_allgather(car->intra, car->inner->gather, car->igather, n * msg, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "hierarchical exchange: inside the node");
+    if ((st = phase_end(car, &t0, &tm->allgather_s, err))) return st;
+    for (size_t l2 = 0; l2 < m; l2++)
+        for (size_t k = 0; k < n; k++) {
+            size_t lo = (k * m + l2) * C, valid = piece_valid(car, lo, C);
+            const unsigned char *p = car->igather + (l2 * n + k) * msg;
+            if (valid == 0) continue;
+            if (valid == C) {
+                st = k_decode(car, p, C, out + lo, err);
+            } else {
+                st = k_decode(car, p, C, car->tail, err);
+                if (st == OB_OK) memcpy(out + lo, car->tail, valid * sizeof(float));
+            }
+            if (st != OB_OK) return OB_WRAP(err, st, "hierarchical exchange: decode");
+        }
+    return phase_end(car, &t0, &tm->decode_s, err);
+}
+
 ob_status ob_car_allreduce(ob_car *car, const float *in, float *out, ob_err *err)
 {
+    if (car->m) return hier_allreduce(car, in, out, err);
     for (size_t s = car->nseg; s-- > 0;) {
         ob_status st = ob_car_allreduce_segment(car, s, in, out, err);
         if (st != OB_OK) return car->nseg > 1 ? OB_WRAP(err, st, "segment %zu", s) : st;

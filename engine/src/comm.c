@@ -72,11 +72,13 @@ static pthread_mutex_t *count_lock(const ob_comm *c)
 static ob_status count(ob_comm *c, ob_comm_op op, uint64_t bytes, ob_status st)
 {
     if (st != OB_OK) return st;
-    pthread_mutex_t *mu = count_lock(c);
-    c->counters.bytes_sent += bytes;
-    c->counters.op_bytes[op] += bytes;
-    c->counters.op_calls[op] += 1;
-    pthread_mutex_unlock(mu);
+    for (; c; c = c->parent) { /* a split communicator's traffic is its source's too */
+        pthread_mutex_t *mu = count_lock(c);
+        c->counters.bytes_sent += bytes;
+        c->counters.op_bytes[op] += bytes;
+        c->counters.op_calls[op] += 1;
+        pthread_mutex_unlock(mu);
+    }
     return OB_OK;
 }
 
@@ -126,6 +128,18 @@ ob_status ob_comm_bcast(ob_comm *comm, void *buf, size_t bytes, int root, ob_err
     uint64_t sent = 0;
     ob_status st = bytes ? comm->ops->bcast(comm, buf, bytes, root, &sent, err) : OB_OK;
     return count(comm, OB_COMM_BCAST, sent, st);
+}
+
+ob_status ob_comm_split(ob_comm *comm, int color, int key, ob_comm **out, ob_err *err)
+{
+    *out = NULL;
+    if (color < 0) return OB_ERR(err, OB_ERR_INVALID_ARG, "communicator split: color %d", color);
+    if (!comm->ops->split)
+        return OB_ERR(err, OB_ERR_UNSUPPORTED, "the %s communicator cannot be split",
+                      comm->backend);
+    ob_status st = comm->ops->split(comm, color, key, out, err);
+    if (st == OB_OK) (*out)->parent = comm;
+    return st;
 }
 
 ob_status ob_comm_barrier(ob_comm *comm, ob_err *err)

@@ -26,6 +26,9 @@ typedef struct ob__comm_ops {
     ob_status (*control_finish)(ob_comm *c, ob_err *err);
     /* Limit on how long a collective may wait (ob_comm_set_timeout). NULL: not supported. */
     ob_status (*set_timeout)(ob_comm *c, double seconds, ob_err *err);
+    /* A new communicator of the ranks with the same color, ordered by key (ob_comm_split).
+     * NULL: not supported. */
+    ob_status (*split)(ob_comm *c, int color, int key, ob_comm **out, ob_err *err);
     void (*abort)(ob_comm *c, int code);
     void (*destroy)(ob_comm *c); /* frees impl only */
 } ob__comm_ops;
@@ -41,6 +44,7 @@ struct ob_comm {
     int any_thread;           /* ob_comm_any_thread; set by the backend */
     pthread_mutex_t count_mu; /* guards counters */
     ob_comm_counters counters;
+    ob_comm *parent; /* ob_comm_split's source: its counters count this one's traffic too */
     int ctl_pending, ctl_n;
     int32_t ctl_buf[OB_COMM_CONTROL_MAX];
 };

@@ -387,6 +387,17 @@ static void mpi_destroy(ob_comm *c)
     free(m);
 }
 
+static ob_status wrap(MPI_Comm mc, ob_comm **out, ob_err *err);
+
+static ob_status mpi_split(ob_comm *c, int color, int key, ob_comm **out, ob_err *err)
+{
+    mpi_impl *m = c->impl;
+    MPI_Comm nc = MPI_COMM_NULL;
+    int rc = MPI_Comm_split(m->comm, color, key, &nc);
+    if (rc != MPI_SUCCESS) return ob__mpi_fail(err, rc, "MPI_Comm_split", __FILE__, __LINE__);
+    return wrap(nc, out, err);
+}
+
 static const ob__comm_ops mpi_ops = {
     .allreduce_sum_f32 = mpi_allreduce,
     .alltoall = mpi_alltoall,
@@ -396,6 +407,7 @@ static const ob__comm_ops mpi_ops = {
     .barrier = mpi_barrier,
     .control_start = mpi_control_start,
     .control_finish = mpi_control_finish,
+    .split = mpi_split,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
 };
@@ -408,21 +420,27 @@ ob_status ob_comm_create_mpi(ob_comm **out, ob_err *err)
     if (!initialized)
         return OB_ERR(err, OB_ERR_STATE, "MPI is not initialised: call MPI_Init first");
 
+    MPI_Comm mc = MPI_COMM_NULL;
+    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &mc);
+    if (rc != MPI_SUCCESS) return ob__mpi_fail(err, rc, "MPI_Comm_dup", __FILE__, __LINE__);
+    return wrap(mc, out, err);
+}
+
+/* An ob_comm that owns the MPI communicator mc (freed on failure too). */
+static ob_status wrap(MPI_Comm mc, ob_comm **out, ob_err *err)
+{
+    *out = NULL;
     ob_status st = OB_OK;
     ob_comm *c = ob__comm_alloc(&mpi_ops, "mpi", OB_MEM_HOST);
     mpi_impl *m = calloc(1, sizeof *m);
     if (!c || !m) {
         st = OB_ERR(err, OB_ERR_NOMEM, "MPI communicator");
+        MPI_Comm_free(&mc);
         goto fail;
     }
-    m->comm = MPI_COMM_NULL;
+    m->comm = mc;
     m->control = MPI_REQUEST_NULL;
     c->impl = m;
-    int rc = MPI_Comm_dup(MPI_COMM_WORLD, &m->comm);
-    if (rc != MPI_SUCCESS) {
-        st = ob__mpi_fail(err, rc, "MPI_Comm_dup", __FILE__, __LINE__);
-        goto fail;
-    }
     MPI_Comm_set_errhandler(m->comm, MPI_ERRORS_RETURN);
     MPI_Comm_rank(m->comm, &c->rank);
     MPI_Comm_size(m->comm, &c->size);

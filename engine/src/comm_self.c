@@ -39,6 +39,12 @@ static ob_status self_control(ob_comm *c, ob_err *err)
     return OB_OK;
 }
 
+static ob_status self_split(ob_comm *c, int color, int key, ob_comm **out, ob_err *err)
+{
+    (void)c, (void)color, (void)key;
+    return ob_comm_create_self(out, err);
+}
+
 static const ob__comm_ops self_ops = {
     .allreduce_sum_f32 = self_allreduce,
     .alltoall = self_copy,
@@ -48,6 +54,7 @@ static const ob__comm_ops self_ops = {
     .barrier = self_barrier,
     .control_start = self_control,
     .control_finish = self_control,
+    .split = self_split,
     .abort = self_abort,
     .destroy = NULL,
 };

@@ -149,6 +149,7 @@ static const field optim_fields[] = {
     {"freeze_max_fraction", OB1},
     {"block_size", OB1 | BIN},
     {"max_denominator_step", BIN},
+    {"ranks_per_node", OB1 | BIN},
     {"scale", OB1},
     {"precondition", OB1},
     {"stabilizer", OB1},
@@ -478,6 +479,12 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
         (st = ob__spec_get_bool(o, "optimizer", "bias_correction", &c->bias_correction, err)) ||
         (st = read_buckets(o, c, err)))
         return st;
+    long long rpn = 0;
+    if ((kind == OB_OPTIM_BINSGDM || kind == OB_OPTIM_ONEBIT_ADAM) &&
+        (st = ob__spec_get_int(o, "optimizer", "ranks_per_node", 0, OB_OPTIM_MAX_RANKS_PER_NODE,
+                               &rpn, err)))
+        return st;
+    c->ranks_per_node = (int)rpn;
     if (kind == OB_OPTIM_BINSGDM &&
         ((st = ob__spec_get_size(o, "optimizer", "block_size", 1, MAX_BLOCK, &c->block_size,
                                  err)) ||

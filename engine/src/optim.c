@@ -180,6 +180,8 @@ long ob_optim_freeze_delta(double beta2)
     return (long)ceil(x * (1.0 - 1e-9));
 }
 
+static int uses_car(const ob_optim_config *c);
+
 ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
 {
 #define BAD(...) OB_ERR(err, OB_ERR_INVALID_ARG, __VA_ARGS__)
@@ -206,6 +208,13 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
     if (c->refresh_steps < 0 || c->refresh_steps > OB_OPTIM_MAX_REFRESH_STEPS)
         return BAD("refresh_steps = %ld: must be in [0, %d] (0: never)", c->refresh_steps,
                    OB_OPTIM_MAX_REFRESH_STEPS);
+    if (c->ranks_per_node < 0 || c->ranks_per_node > OB_OPTIM_MAX_RANKS_PER_NODE)
+        return BAD("ranks_per_node = %d: must be in [0, %d] (0: flat)", c->ranks_per_node,
+                   OB_OPTIM_MAX_RANKS_PER_NODE);
+    if (c->ranks_per_node > 1 && !uses_car(c))
+        return BAD("ranks_per_node = %d: only a compressed exchange (onebit_adam with compression "
+                   "on or naive, binsgdm) runs hierarchically",
+                   c->ranks_per_node);
     if (c->max_denominator_step < 0)
         return BAD("max_denominator_step = %ld: must be >= 0 (0: never)", c->max_denominator_step);
     if (c->max_denominator_step > 0 && c->kind != OB_OPTIM_BINSGDM)
@@ -320,7 +329,8 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
         }
     }
     if (uses_car(cfg)) {
-        st = ob_car_create(&o->car, comm, d, cfg->block_size, cfg->scale, err);
+        st = ob_car_create_hier(&o->car, comm, d, cfg->block_size, cfg->scale,
+                                cfg->ranks_per_node, err);
         if (st != OB_OK) goto fail;
         key_next_step(o);
     }
@@ -1114,6 +1124,7 @@ void ob_optim_get_state(ob_optim *o, ob_optim_state *s)
     s->v_norm_history = o->norms;
     s->v_norm_history_len = o->norms ? (size_t)o->delta : 0;
     s->local_moments = o->cfg.kind == OB_OPTIM_BINSGDM;
+    s->ranks_per_node = o->car ? ob_car_ranks_per_node(o->car) : 1;
 }
 
 void ob_optim_get_progress(const ob_optim *o, ob_optim_progress *p)

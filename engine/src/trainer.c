@@ -178,6 +178,7 @@ ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs
     hs->seg = os.server_segments;
     hs->nseg = os.num_server_segments;
     hs->local = os.local_moments;
+    hs->ranks_per_node = os.ranks_per_node;
     if (!t->dev) {
         hs->params = t->params;
         hs->m = os.exp_avg;

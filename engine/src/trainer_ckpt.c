@@ -249,6 +249,7 @@ static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
     m->loss_at_freeze = t->loss_at_freeze;
     m->loss_best = t->loss_best;
     m->local_moments = os.local_moments;
+    m->ranks_per_node = os.ranks_per_node > 1 ? os.ranks_per_node : 1;
 }
 
 static uint64_t ckpt_bytes(const ob_ckpt_meta *m, size_t hist)
@@ -511,8 +512,13 @@ static const char *const resumable_changes[] = {"name",       "steps",      "eva
 static void optimizer_fields_for_resume(json_t *saved, json_t *current)
 {
     json_t *so = json_object_get(saved, "optimizer"), *co = json_object_get(current, "optimizer");
-    if (json_is_object(so)) json_object_del(so, "overlap");
-    if (json_is_object(co)) json_object_del(co, "overlap");
+    /* The exchange's shape, not what the state means: a run may change both (the error
+     * buffers are carried across a change of ranks_per_node, ob__trainer_host_state). */
+    static const char *const shape[] = {"overlap", "ranks_per_node"};
+    for (size_t i = 0; i < sizeof shape / sizeof *shape; i++) {
+        if (json_is_object(so)) json_object_del(so, shape[i]);
+        if (json_is_object(co)) json_object_del(co, shape[i]);
+    }
     if (json_is_object(so) && !json_object_get(so, "bucket_mb") && json_is_object(co) &&
         json_object_get(co, "bucket_mb"))
         json_object_set(so, "bucket_mb", json_object_get(co, "bucket_mb"));
@@ -589,8 +595,9 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
     ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H, NULL, 0};
     st = ob_ckpt_read_state(path, meta, &a, err);
     if (st == OB_OK && hs.D > 0)
-        st = ob_ckpt_read_errors(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm), hs.D,
-                                 hs.C, hs.seg, hs.nseg, hs.we, hs.se, err);
+        st = ob_ckpt_read_errors_for(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm),
+                                     hs.D, hs.C, hs.seg, hs.nseg, hs.ranks_per_node, hs.we, hs.se,
+                                     err);
     if (st == OB_OK && hs.local)
         st = ob_ckpt_read_local_moments(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm),
                                         hs.m, hs.v, err);

@@ -75,6 +75,7 @@ typedef struct ob__host_state {
     const size_t *seg; /* the server layout: nseg segments, bounds seg[0 .. nseg] (the car's) */
     size_t nseg;
     int local; /* m and v are this rank's own (ob_optim_state.local_moments) */
+    int ranks_per_node; /* the compressed exchange's (ob_optim_state.ranks_per_node) */
 } ob__host_state;
 
 /* Host views of the state. With `download` on a device, the state is first copied from the

@@ -90,6 +90,10 @@ typedef struct ob_ckpt_meta {
      * /optim/local_exp_avg_sq, d floats each; state.h5's exp_avg and exp_avg_sq are then rank
      * 0's. Optional attribute, 0 when absent. */
     int local_moments;
+    /* The compressed exchange's ranks a node (onebit/car.h, ob_car_create_hier): > 1, every
+     * rank file's worker error is its node's error on the rank's piece (zero elsewhere); 1:
+     * flat. Optional attribute, 1 when absent; divides world_size. */
+    int ranks_per_node;
     uint64_t v_norm_history_len; /* read only: entries of /optim/v_norm_history (0: none) */
 } ob_ckpt_meta;
 
@@ -269,6 +273,20 @@ ob_status ob_ckpt_read_errors(const char *dir, const ob_ckpt_meta *meta, int ran
  * element-wise mean of every old rank's. */
 ob_status ob_ckpt_read_local_moments(const char *dir, const ob_ckpt_meta *meta, int rank,
                                      int world_size, float *local_m, float *local_v, ob_err *err);
+
+/* ob_ckpt_read_errors for a run whose compressed exchange has ranks_per_node m (1 or 0: flat;
+ * onebit/car.h), from a checkpoint written with any (meta->ranks_per_node). The same shape:
+ * ob_ckpt_read_errors itself. Another: the server errors as ob_ckpt_read_errors gives them
+ * (both shapes serve chunk r on rank r), the worker error carried so that the error the whole
+ * world owes is the same: a flat rank takes its own error (from a hierarchical checkpoint:
+ * its node's), a hierarchical rank the mean of its node's ranks' on its piece, zero elsewhere;
+ * at another world size or D, from the mean of every stored buffer, scaled by the stored
+ * ranks a node. */
+ob_status ob_ckpt_read_errors_for(const char *dir, const ob_ckpt_meta *meta, int rank,
+                                  int world_size, size_t padded_size, size_t chunk_size,
+                                  const size_t *seg_bounds, size_t num_segments,
+                                  int ranks_per_node, float *worker_error, float *server_error,
+                                  ob_err *err);
 
 /* --- Export --------------------------------------------------------------------------------- */
 

@@ -40,6 +40,27 @@ typedef struct ob_car ob_car;
  * vector, so the result is the same bits whatever the segments. */
 ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_scale_kind scale,
                         ob_err *err);
+/* The hierarchical exchange (Gao et al., "hierarchical 1-bit all-reduce"): ranks_per_node m
+ * ranks a node (rank r is local rank r mod m of node r / m; every node the same size), n = N /
+ * m nodes. Piece l is the chunks k m + l (k = 0 .. n-1) of the flat layout. Rank r = k m + l
+ *   1. sends piece l2 of its vector to local rank l2 and averages its node's pieces l in fp32
+ *      (an alltoall inside the node, the sum in local-rank order, one division by m);
+ *   2. runs the compressed allreduce of that average between the n ranks of local index l
+ *      (a car over n C elements: the node's worker error on piece l, the server error of
+ *      chunk r, as the flat layout's: a checkpoint's server errors mean the same in both);
+ *   3. shares the servers' 1-bit messages inside the node (an allgather) and decodes every
+ *      piece. Only 2 (n - 1) C / 8 bytes (one bit a chunk element, plus scales) cross between
+ *      nodes per rank, the flat exchange's 2 (N - 1) C / 8 with N - 1 nodes' worth of peers
+ *      replaced by n - 1.
+ * The worker error keeps D elements by position, of which this rank holds its node's error on
+ * piece l (zero elsewhere). One segment always (ob_car_set_segments keeps it). ranks_per_node
+ * 0 or 1: ob_car_create (flat). Host communicators only (OB_ERR_UNSUPPORTED on a device).
+ * Collective: it splits comm. */
+ob_status ob_car_create_hier(ob_car **out, ob_comm *comm, size_t d, size_t block,
+                             ob_scale_kind scale, int ranks_per_node, ob_err *err);
+/* m of ob_car_create_hier, 1 for a flat car. */
+int ob_car_ranks_per_node(const ob_car *car);
+
 void ob_car_destroy(ob_car *car); /* accepts NULL */
 
 size_t ob_car_size(const ob_car *car);        /* d */
@@ -47,7 +68,8 @@ size_t ob_car_padded_size(const ob_car *car); /* D */
 size_t ob_car_chunk_size(const ob_car *car);  /* C = D / N */
 size_t ob_car_block_size(const ob_car *car);  /* B */
 /* Bytes one rank sends per call: 2 * (N-1) * ob_packed_bytes(C, B) (ob_usign_bytes(C) under
- * OB_SCALE_UNIT). */
+ * OB_SCALE_UNIT); hierarchical: 2 (n-1) such messages between nodes and, inside the node,
+ * (m-1) pieces of n C floats and (m-1) n messages. */
 uint64_t ob_car_bytes_per_call(const ob_car *car);
 
 /* The draws of the next exchanges under OB_SCALE_UNIT (ignored by the other scales): a job's

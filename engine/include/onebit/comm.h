@@ -79,6 +79,13 @@ ob_status ob_comm_create_nccl(ob_comm **out, int device, ob_err *err);
  * OB_ERR_UNSUPPORTED in a build without CUDA. */
 ob_status ob_comm_local_device(int *device, ob_err *err);
 
+/* Splits comm: the ranks that pass the same color (>= 0) form one new communicator, ranked by
+ * key (ties by rank in comm), of the same backend; its bytes are counted on it and on comm
+ * (so comm's counters keep the whole traffic of the rank). Collective
+ * over comm. The new communicator must be destroyed before the one it came from. MPI and self
+ * only (OB_ERR_UNSUPPORTED for nccl). */
+ob_status ob_comm_split(ob_comm *comm, int color, int key, ob_comm **out, ob_err *err);
+
 /* Frees the communicator (not MPI itself). Accepts NULL. */
 void ob_comm_destroy(ob_comm *comm);
 

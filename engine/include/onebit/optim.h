@@ -194,7 +194,15 @@ typedef struct ob_optim_config {
     /* binsgdm only */
     uint64_t seed; /* the stochastic quantisers' draws; default 1 (a job's trainer sets its seed) */
     long max_denominator_step; /* T0 > 0: b a running maximum after step T0; 0 (default): never */
+
+    /* Every compressed exchange (onebit_adam compressed and naive, binsgdm): m > 1 runs the
+     * hierarchical exchange of onebit/car.h (ob_car_create_hier) with m ranks a node: fp32
+     * inside a node, 1 bit between nodes. 0 or 1 (default 0): flat. Host communicators. */
+    int ranks_per_node;
 } ob_optim_config;
+
+/* The largest ranks_per_node accepted. */
+#define OB_OPTIM_MAX_RANKS_PER_NODE 4096
 
 /* The default optimizer.freeze_max_fraction of a job spec under OB_STABILIZER_ADAM_BOUND: the
  * auto freeze comes at the latest after 15 % of the job's steps (the paper froze BERT-Large
@@ -428,6 +436,9 @@ typedef struct ob_optim_state {
     /* 1: exp_avg and exp_avg_sq are this rank's own (binsgdm's m and b, from its gradients
      * alone): a checkpoint keeps every rank's. 0: identical on every rank. */
     int local_moments;
+    /* The compressed exchange's ranks a node (1: flat): the worker error then holds this
+     * rank's node's error on its piece only (onebit/car.h). */
+    int ranks_per_node;
     double *v_norm_history; /* (Delta) ring of ||v_t||_1, slot t % Delta; NULL unless auto freeze */
     size_t v_norm_history_len;
 } ob_optim_state;

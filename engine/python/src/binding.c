@@ -543,6 +543,7 @@ static void fill_meta(const obpy_optim *o, const obpy_ckpt_info *info, ob_ckpt_m
     m->refit_scale = p.refit_scale;
     m->loss_ema = m->loss_at_freeze = m->loss_best = NAN;
     m->local_moments = s.local_moments;
+    m->ranks_per_node = s.ranks_per_node > 1 ? s.ranks_per_node : 1;
 }
 
 /* This rank's files of checkpoint dir. */
@@ -738,9 +739,10 @@ static ob_status restore(obpy_optim *o, const char *path, ob_ckpt_meta *meta, ch
     ob_ckpt_arrays a = {h.params, h.m, h.v, h.s.v_norm_history, h.s.v_norm_history_len, NULL, 0};
     if ((st = ob_ckpt_read_state(path, meta, &a, err)) != OB_OK) return st;
     if (h.s.padded_size > 0 &&
-        (st = ob_ckpt_read_errors(path, meta, ob_comm_rank(o->ctrl), ob_comm_size(o->ctrl),
-                                  h.s.padded_size, h.s.chunk_size, h.s.server_segments,
-                                  h.s.num_server_segments, h.we, h.se, err)) != OB_OK)
+        (st = ob_ckpt_read_errors_for(path, meta, ob_comm_rank(o->ctrl), ob_comm_size(o->ctrl),
+                                      h.s.padded_size, h.s.chunk_size, h.s.server_segments,
+                                      h.s.num_server_segments, h.s.ranks_per_node, h.we, h.se,
+                                      err)) != OB_OK)
         return st;
     if (h.s.local_moments &&
         (st = ob_ckpt_read_local_moments(path, meta, ob_comm_rank(o->ctrl), ob_comm_size(o->ctrl),
