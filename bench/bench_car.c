@@ -16,7 +16,10 @@
  * rate each rank's link carried.
  *
  * usage: bench_car [--d ELEMENTS] [--block B] [--iters K] [--warmup W] [--format text|json]
- *                  [--skip-fp32]   (only the compressed allreduce; fp32 and fp16 print as 0) */
+ *                  [--skip-fp32]   (only the compressed allreduce; fp32 and fp16 print as 0)
+ *                  [--ranks-per-node M]  the hierarchical exchange, M ranks a node (0: flat)
+ *                  [--scale l1|unit]     1-bit Adam's signs and scales, or BinSGDM's unit signs
+ *                                        (values then uniform in [-1, 1)) */
 #include "onebit/car.h"
 #include "onebit/comm.h"
 #include "onebit/f16sum.h"
@@ -32,7 +35,7 @@
 
 typedef struct bench_opts {
     size_t d, block;
-    int iters, warmup, json, skip_fp32;
+    int iters, warmup, json, skip_fp32, ranks_per_node, unit;
 } bench_opts;
 
 typedef struct op_result {
@@ -48,6 +51,8 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     o->warmup = 3;
     o->json = 0;
     o->skip_fp32 = 0;
+    o->ranks_per_node = 0;
+    o->unit = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--skip-fp32")) {
@@ -63,6 +68,10 @@ static int parse_args(int argc, char **argv, bench_opts *o)
             o->iters = atoi(v);
         else if (!strcmp(a, "--warmup"))
             o->warmup = atoi(v);
+        else if (!strcmp(a, "--ranks-per-node"))
+            o->ranks_per_node = atoi(v);
+        else if (!strcmp(a, "--scale") && (!strcmp(v, "l1") || !strcmp(v, "unit")))
+            o->unit = !strcmp(v, "unit");
         else if (!strcmp(a, "--format") && (!strcmp(v, "json") || !strcmp(v, "text")))
             o->json = !strcmp(v, "json");
         else
@@ -73,10 +82,10 @@ static int parse_args(int argc, char **argv, bench_opts *o)
     return 0;
 }
 
-static void fill(float *x, size_t d, ob_rng *rng)
+static void fill(float *x, size_t d, ob_rng *rng, int unit)
 {
     for (size_t k = 0; k < d; k++)
-        x[k] = ob_rng_normal(rng);
+        x[k] = unit ? 2.0f * ob_rng_uniform(rng) - 1.0f : ob_rng_normal(rng);
 }
 
 /* Times warmup + iters calls of one collective: the compressed allreduce (car), the fp16
@@ -93,7 +102,7 @@ static int time_op(ob_comm *c, ob_car *car, ob_f16sum *f16, const bench_opts *o,
             bytes0 = ob_comm_bytes_sent(c);
             if (car) ob_car_set_timing(car, 1);
         }
-        fill(x, o->d, rng);
+        fill(x, o->d, rng, car && o->unit);
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = bench_now();
         ob_status st = car   ? ob_car_allreduce(car, x, x, &err)
@@ -140,7 +149,9 @@ static void report(const bench_opts *o, int n, size_t D, const op_result *f, con
     double speedup = f->median > 0 ? f->median / q->median : 0.0; /* 0: fp32 skipped */
     double q_link = 8.0 * (double)q->bytes / q->median * 1e-6;
     if (o->json) {
-        printf("{\"bench\":\"car\",\"ranks\":%d,\"d\":%zu,\"padded\":%zu,\"block\":%zu,"
+        printf("{\"bench\":\"car\",\"ranks_per_node\":%d,\"scale\":\"%s\",",
+               o->ranks_per_node > 1 ? o->ranks_per_node : 1, o->unit ? "unit" : "l1");
+        printf("\"ranks\":%d,\"d\":%zu,\"padded\":%zu,\"block\":%zu,"
                "\"iters\":%d,\"fp32_s\":%.6g,\"fp32_min_s\":%.6g,\"fp32_max_s\":%.6g,"
                "\"fp32_bytes\":%llu,\"fp32_bytes_theory\":%llu,\"fp32_link_mbit\":%.4g,"
                "\"car_s\":%.6g,\"car_min_s\":%.6g,\"car_max_s\":%.6g,\"car_bytes\":%llu,"
@@ -189,7 +200,8 @@ int main(int argc, char **argv)
     if (parse_args(argc, argv, &o) != 0) {
         if (rank == 0)
             fprintf(stderr, "usage: bench_car [--d ELEMENTS] [--block B (multiple of 32)] "
-                            "[--iters K] [--warmup W] [--format text|json] [--skip-fp32]\n");
+                            "[--iters K] [--warmup W] [--format text|json] [--skip-fp32]\n"
+                            "                 [--ranks-per-node M] [--scale l1|unit]\n");
         MPI_Finalize();
         return 2;
     }
@@ -203,7 +215,8 @@ int main(int argc, char **argv)
     op_result f, h, q;
     double ph[5];
     if (!x || ob_comm_create_mpi(&c, &err) != OB_OK ||
-        ob_car_create(&car, c, o.d, o.block, OB_SCALE_L1, &err) != OB_OK ||
+        ob_car_create_hier(&car, c, o.d, o.block, o.unit ? OB_SCALE_UNIT : OB_SCALE_L1,
+                           o.ranks_per_node, &err) != OB_OK ||
         ob_f16sum_create(&f16, c, o.d, &err) != OB_OK) {
         fprintf(stderr, "bench_car: setup failed: %s\n", err.msg[0] ? err.msg : "out of memory");
         goto done;

@@ -211,9 +211,19 @@ void ob_usign_compress_ef(const float *x, size_t x_len, float *e, size_t n, uint
         words[w] = usign_word(e + 32 * w, key, pos0 + 32 * w);
 }
 
+/* out[k] = +-1 for one word. */
+OB__CLONES("avx2", "default")
+static void usign_word_decode(uint32_t word, float *out)
+{
+    for (uint32_t k = 0; k < 32; k++)
+        out[k] = ((word >> k) & 1u) ? 1.0f : -1.0f;
+}
+
 void ob_usign_decode(const void *bits, size_t n, float *out)
 {
-    ob_sign_unpack(bits, n, out);
+    const uint32_t *words = bits;
+    for (size_t w = 0; w < n / 32; w++)
+        usign_word_decode(words[w], out + 32 * w);
 }
 
 /* out[k] += +-1 for one word. */
