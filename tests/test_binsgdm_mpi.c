@@ -287,8 +287,9 @@ static void test_unit_car_identical_everywhere(mpi_harness *h)
     for (int r = 1; r < h->size; r++)
         MH_CHECK(h, memcmp(all, all + (size_t)r * d, d * sizeof(float)) == 0,
                  "rank %d decoded another vector", r);
-    MH_CHECK(h, ob_car_bytes_per_call(car) == 2u * (uint64_t)(h->size - 1) *
-                                                  ob_usign_bytes(ob_car_chunk_size(car)),
+    MH_CHECK(h,
+             ob_car_bytes_per_call(car) ==
+                 2u * (uint64_t)(h->size - 1) * ob_usign_bytes(ob_car_chunk_size(car)),
              "one bit an element, no scales");
     ob_car_destroy(car);
     free(in);

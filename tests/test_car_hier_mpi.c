@@ -130,8 +130,8 @@ static void check_against_simulation(mpi_harness *h, int m, size_t d, size_t B)
         ok &= memcmp(&we[i], &want_e, sizeof(float)) == 0;
     }
     MH_CHECK(h, ok, "m %d: worker error", m);
-    MH_CHECK(h, memcmp(se, s.se + (size_t)r * s.C, s.C * sizeof(float)) == 0,
-             "m %d: server error", m);
+    MH_CHECK(h, memcmp(se, s.se + (size_t)r * s.C, s.C * sizeof(float)) == 0, "m %d: server error",
+             m);
     ob_car_destroy(car);
     free(xs);
     free(out);
@@ -166,8 +166,7 @@ static void test_hier_equals_flat_on_equal_inputs(mpi_harness *h)
     size_t d = 2500;
     ob_car *flat = NULL, *hier = NULL;
     MH_CHECK(h, ob_car_create(&flat, c, d, 32, OB_SCALE_L1, &err) == OB_OK, "%s", err.msg);
-    MH_CHECK(h, ob_car_create_hier(&hier, c, d, 32, OB_SCALE_L1, 2, &err) == OB_OK, "%s",
-             err.msg);
+    MH_CHECK(h, ob_car_create_hier(&hier, c, d, 32, OB_SCALE_L1, 2, &err) == OB_OK, "%s", err.msg);
     float *x = malloc(d * sizeof(float)), *a = malloc(d * sizeof(float));
     float *b = malloc(d * sizeof(float));
     for (int t = 0; t < 3; t++) {
@@ -200,9 +199,9 @@ static void test_hier_refuses(mpi_harness *h)
     MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
     ob_car *car = NULL;
     if (h->size % 4 != 0) {
-        MH_CHECK(h, ob_car_create_hier(&car, c, 100, 32, OB_SCALE_L1, 4, &err) ==
-                        OB_ERR_INVALID_ARG &&
-                    strstr(err.msg, "must divide"),
+        MH_CHECK(h,
+                 ob_car_create_hier(&car, c, 100, 32, OB_SCALE_L1, 4, &err) == OB_ERR_INVALID_ARG &&
+                     strstr(err.msg, "must divide"),
                  "4 ranks a node on %d ranks: %s", h->size, err.msg);
         MH_CHECK(h, car == NULL, "nothing created");
     }

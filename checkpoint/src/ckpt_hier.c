@@ -25,8 +25,8 @@ static ob_status add_flat_equivalent(const char *dir, const ob_ckpt_meta *meta, 
 {
     int ms = shape(meta->ranks_per_node), first = ms > 1 ? j / ms * ms : j;
     for (int q = first; q < first + ms; q++) {
-        ob_status st = ob_ckpt_read_errors(dir, meta, q, meta->world_size, D, C, NULL, 0, we, se,
-                                           err);
+        ob_status st =
+            ob_ckpt_read_errors(dir, meta, q, meta->world_size, D, C, NULL, 0, we, se, err);
         if (st != OB_OK) return st;
         for (size_t i = 0; i < D; i++)
             acc[i] += weight * we[i];

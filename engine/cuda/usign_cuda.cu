@@ -85,13 +85,13 @@ extern "C" ob_status ob_cuda_usign_compress_ef(const float *x, size_t x_len, flo
         return OB_ERR(err, OB_ERR_INVALID_ARG, "ob_cuda_usign_compress_ef: NULL buffer");
     unsigned grid = grid_for(n / 32, kThreads / 32);
     usign_compress_kernel<<<grid, kThreads, 0, (cudaStream_t)stream>>>(x, x_len, e, n, key, pos0,
-                                                                      (uint32_t *)bits);
+                                                                       (uint32_t *)bits);
     CUDA_CHECK(err, cudaGetLastError());
     return OB_OK;
 }
 
-static ob_status launch_average(const char *fn, const void *bits, size_t nsrc, size_t n,
-                                int divide, float *out, void *stream, ob_err *err)
+static ob_status launch_average(const char *fn, const void *bits, size_t nsrc, size_t n, int divide,
+                                float *out, void *stream, ob_err *err)
 {
     ob_status st = check_n(fn, n, err);
     if (st != OB_OK) return st;

@@ -1,0 +1,339 @@
+/* HDF5 primitives of the checkpoint files (ckpt_h5io.h). */
+#include "ckpt_h5io.h"
+
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* --- HDF5 errors ------------------------------------------------------------------------------ */
+
+typedef struct h5_first {
+    char desc[160];
+    char func[64];
+    int have;
+} h5_first;
+
+static herr_t walk_first(unsigned n, const H5E_error2_t *e, void *data)
+{
+    h5_first *f = data;
+    if (n == 0 && e) {
+        snprintf(f->desc, sizeof f->desc, "%s", e->desc ? e->desc : "");
+        snprintf(f->func, sizeof f->func, "%s", e->func_name ? e->func_name : "");
+        f->have = 1;
+    }
+    return 0;
+}
+
+/* Records a failed HDF5 call: what we were doing, on which path, and HDF5's innermost reason
+ * (e.g. "data error detected by fletcher32 checksum"). */
+ob_status ob__ck_h5_fail(ob_err *err, ob_status code, const char *file, int line, const char *what,
+                         const char *path)
+{
+    h5_first f = {{0}, {0}, 0};
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, walk_first, &f);
+    H5Eclear2(H5E_DEFAULT);
+    if (f.have)
+        return ob_err_set(err, code, file, line, "%s: %s: %s (in %s)", path, what, f.desc, f.func);
+    return ob_err_set(err, code, file, line, "%s: %s failed", path, what);
+}
+
+/* HDF5 prints its error stack to stderr unless told not to; the setting is per thread in a
+ * thread-safe build, so every entry point says it. */
+void ob__ck_h5_quiet(void)
+{
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+void ob__ck_h5_close(hid_t *id, herr_t (*fn)(hid_t))
+{
+    if (*id >= 0) fn(*id);
+    *id = H5I_INVALID_HID;
+}
+
+/* --- writing ---------------------------------------------------------------------------------- */
+
+hid_t ob__ck_create_file(const char *path, ob_err *err)
+{
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    hid_t f = H5I_INVALID_HID;
+    if (fapl >= 0 && H5Pset_libver_bounds(fapl, H5F_LIBVER_V110, H5F_LIBVER_V110) >= 0)
+        f = H5Fcreate(path, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+    if (f < 0) H5_FAIL(err, OB_ERR_IO, "create", path);
+    if (fapl >= 0) H5Pclose(fapl);
+    return f;
+}
+
+ob_status ob__ck_write_attr(hid_t loc, const char *name, hid_t file_type, hid_t mem_type,
+                            const void *val, hsize_t count, const char *path, ob_err *err)
+{
+    hid_t space = count == 1 ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, &count, NULL);
+    hid_t a = space >= 0 ? H5Acreate2(loc, name, file_type, space, H5P_DEFAULT, H5P_DEFAULT)
+                         : H5I_INVALID_HID;
+    herr_t rc = a >= 0 ? H5Awrite(a, mem_type, val) : -1;
+    if (a >= 0) H5Aclose(a);
+    if (space >= 0) H5Sclose(space);
+    if (rc < 0) return H5_FAIL(err, OB_ERR_IO, name, path);
+    return OB_OK;
+}
+
+ob_status ob__ck_attr_i64(hid_t loc, const char *name, int64_t v, const char *path, ob_err *err)
+{
+    return ob__ck_write_attr(loc, name, H5T_STD_I64LE, H5T_NATIVE_INT64, &v, 1, path, err);
+}
+
+ob_status ob__ck_attr_u64(hid_t loc, const char *name, uint64_t v, const char *path, ob_err *err)
+{
+    return ob__ck_write_attr(loc, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, &v, 1, path, err);
+}
+
+ob_status ob__ck_attr_f64(hid_t loc, const char *name, double v, const char *path, ob_err *err)
+{
+    return ob__ck_write_attr(loc, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, &v, 1, path, err);
+}
+
+ob_status ob__ck_attr_str(hid_t loc, const char *name, const char *s, const char *path, ob_err *err)
+{
+    hid_t t = H5Tcopy(H5T_C_S1);
+    if (t < 0 || H5Tset_size(t, strlen(s) + 1) < 0 || H5Tset_strpad(t, H5T_STR_NULLTERM) < 0) {
+        if (t >= 0) H5Tclose(t);
+        return H5_FAIL(err, OB_ERR_IO, name, path);
+    }
+    ob_status st = ob__ck_write_attr(loc, name, t, t, s, 1, path, err);
+    H5Tclose(t);
+    return st;
+}
+
+/* A 1-D dataset of n elements, chunked, with the Fletcher32 checksum filter. */
+ob_status ob__ck_write_dataset(hid_t f, const char *name, hid_t file_type, hid_t mem_type,
+                               const void *data, size_t n, const char *path, ob_err *err)
+{
+    hsize_t dims = n, chunk = n < CHUNK_ELEMS ? n : CHUNK_ELEMS;
+    hid_t space = H5Screate_simple(1, &dims, NULL);
+    hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
+    hid_t ds = H5I_INVALID_HID;
+    herr_t rc = -1;
+    if (space >= 0 && dcpl >= 0 && lcpl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0 &&
+        H5Pset_fletcher32(dcpl) >= 0 && H5Pset_create_intermediate_group(lcpl, 1) >= 0)
+        ds = H5Dcreate2(f, name, file_type, space, lcpl, dcpl, H5P_DEFAULT);
+    if (ds >= 0) rc = H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
+    ob__ck_h5_close(&ds, H5Dclose);
+    ob__ck_h5_close(&lcpl, H5Pclose);
+    ob__ck_h5_close(&dcpl, H5Pclose);
+    ob__ck_h5_close(&space, H5Sclose);
+    if (rc < 0) return H5_FAIL(err, OB_ERR_IO, name, path);
+    return OB_OK;
+}
+
+/* Closes the file (flushing it) and fsyncs it. */
+ob_status ob__ck_finish_file(hid_t *f, const char *path, ob_err *err)
+{
+    herr_t rc = H5Fclose(*f);
+    *f = H5I_INVALID_HID;
+    if (rc < 0) return H5_FAIL(err, OB_ERR_IO, "close", path);
+    return ob__ckpt_fsync_path(path, 0, err);
+}
+
+ob_status ob__ck_write_common_attrs(hid_t f, const ob_ckpt_meta *m, const char *path, ob_err *err)
+{
+    ob_status st;
+    if ((st = ob__ck_attr_str(f, "magic", OB_CKPT_MAGIC, path, err)) ||
+        (st = ob__ck_attr_i64(f, "format_version", OB_CKPT_FORMAT_VERSION, path, err)) ||
+        (st = ob__ck_attr_i64(f, "step", m->step, path, err)) ||
+        (st = ob__ck_attr_i64(f, "world_size", m->world_size, path, err)) ||
+        (st = ob__ck_attr_u64(f, "num_params", m->num_params, path, err)) ||
+        (st = ob__ck_attr_u64(f, "padded_size", m->padded_size, path, err)) ||
+        (st = ob__ck_attr_u64(f, "chunk_size", m->chunk_size, path, err)))
+        return st;
+    return OB_OK;
+}
+
+ob_status ob__ck_open_file(const char *path, hid_t *out, ob_err *err)
+{
+    *out = H5I_INVALID_HID;
+    FILE *probe = fopen(path, "rb");
+    if (!probe) return OB_ERR(err, OB_ERR_NOT_FOUND, "%s: missing", path);
+    fclose(probe);
+    *out = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (*out < 0) return H5_FAIL(err, OB_ERR_CORRUPT, "not a readable HDF5 file", path);
+    return OB_OK;
+}
+
+/* Reads a numeric attribute of `count` elements (scalar when count is 1). */
+ob_status ob__ck_read_attr(hid_t loc, const char *name, hid_t mem_type, void *val, hsize_t count,
+                           const char *path, ob_err *err)
+{
+    if (H5Aexists(loc, name) <= 0)
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' is missing", path, name);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t space = a >= 0 ? H5Aget_space(a) : H5I_INVALID_HID;
+    hssize_t npoints = space >= 0 ? H5Sget_simple_extent_npoints(space) : -1;
+    hid_t type = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+    H5T_class_t cls = type >= 0 ? H5Tget_class(type) : H5T_NO_CLASS;
+    H5T_class_t want = H5Tget_class(mem_type);
+    ob_status st = OB_OK;
+    if (a < 0 || space < 0 || type < 0)
+        st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
+    else if (npoints != (hssize_t)count || cls != want)
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' has the wrong type or size", path,
+                    name);
+    else if (H5Aread(a, mem_type, val) < 0)
+        st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
+    ob__ck_h5_close(&type, H5Tclose);
+    ob__ck_h5_close(&space, H5Sclose);
+    ob__ck_h5_close(&a, H5Aclose);
+    return st;
+}
+
+ob_status ob__ck_read_i64(hid_t loc, const char *name, int64_t *v, const char *path, ob_err *err)
+{
+    return ob__ck_read_attr(loc, name, H5T_NATIVE_INT64, v, 1, path, err);
+}
+
+ob_status ob__ck_read_u64(hid_t loc, const char *name, uint64_t *v, const char *path, ob_err *err)
+{
+    return ob__ck_read_attr(loc, name, H5T_NATIVE_UINT64, v, 1, path, err);
+}
+
+ob_status ob__ck_read_f64(hid_t loc, const char *name, double *v, const char *path, ob_err *err)
+{
+    return ob__ck_read_attr(loc, name, H5T_NATIVE_DOUBLE, v, 1, path, err);
+}
+
+/* Longest string attribute a checkpoint has reason to carry (the job spec). */
+#define OB_CKPT_MAX_STR ((size_t)1 << 24)
+
+/* Reads a string attribute: one fixed-length string (a scalar dataspace) of at most
+ * OB_CKPT_MAX_STR bytes. Type, class, dataspace and size are checked before anything is
+ * allocated or read. *out is malloc'd and terminated. */
+ob_status ob__ck_read_str(hid_t loc, const char *name, char **out, const char *path, ob_err *err)
+{
+    *out = NULL;
+    if (H5Aexists(loc, name) <= 0)
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' is missing", path, name);
+    hid_t a = H5Aopen(loc, name, H5P_DEFAULT);
+    hid_t type = a >= 0 ? H5Aget_type(a) : H5I_INVALID_HID;
+    hid_t space = a >= 0 ? H5Aget_space(a) : H5I_INVALID_HID;
+    H5S_class_t shape = space >= 0 ? H5Sget_simple_extent_type(space) : H5S_NO_CLASS;
+    size_t n = type >= 0 ? H5Tget_size(type) : 0;
+    ob_status st = OB_OK;
+    if (type < 0 || H5Tget_class(type) != H5T_STRING || H5Tis_variable_str(type) != 0) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' is not a fixed-length string", path,
+                    name);
+    } else if (shape != H5S_SCALAR) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' is not a single string", path, name);
+    } else if (n == 0 || n > OB_CKPT_MAX_STR) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: attribute '%s' of %zu bytes", path, name, n);
+    } else {
+        char *s = calloc(1, n + 1);
+        if (!s)
+            st = OB_ERR(err, OB_ERR_NOMEM, "%s: attribute '%s' of %zu bytes", path, name, n);
+        else if (H5Aread(a, type, s) < 0) {
+            free(s);
+            st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
+        } else {
+            *out = s;
+        }
+    }
+    ob__ck_h5_close(&space, H5Sclose);
+    ob__ck_h5_close(&type, H5Tclose);
+    ob__ck_h5_close(&a, H5Aclose);
+    return st;
+}
+
+/* Reads a 1-D dataset of exactly n elements of the float class with the given element size.
+ * With buf NULL it reads into scratch memory (verification). */
+ob_status ob__ck_read_dataset(hid_t f, const char *name, hid_t mem_type, void *buf, size_t n,
+                              const char *path, ob_err *err)
+{
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT);
+    if (ds < 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: dataset %s is missing or unreadable", path, name);
+    }
+    hid_t space = H5Dget_space(ds), type = H5Dget_type(ds);
+    hsize_t dims[2] = {0, 0};
+    int rank = space >= 0 ? H5Sget_simple_extent_ndims(space) : -1;
+    if (rank == 1) H5Sget_simple_extent_dims(space, dims, NULL);
+    ob_status st = OB_OK;
+    void *scratch = NULL;
+    if (rank != 1 || dims[0] != (hsize_t)n) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: dataset %s has shape (%llu), expected (%zu)", path,
+                    name, (unsigned long long)dims[0], n);
+    } else if (type < 0 || H5Tget_class(type) != H5T_FLOAT ||
+               H5Tget_size(type) != H5Tget_size(mem_type)) {
+        st = OB_ERR(err, OB_ERR_CORRUPT, "%s: dataset %s has the wrong element type", path, name);
+    } else {
+        if (!buf) buf = scratch = malloc(n * H5Tget_size(mem_type));
+        if (!buf)
+            st = OB_ERR(err, OB_ERR_NOMEM, "%s: reading %s", path, name);
+        else if (H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
+            st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
+    }
+    free(scratch);
+    ob__ck_h5_close(&type, H5Tclose);
+    ob__ck_h5_close(&space, H5Sclose);
+    ob__ck_h5_close(&ds, H5Dclose);
+    return st;
+}
+
+/* Attributes both kinds of file carry; checks magic and version. */
+ob_status ob__ck_read_common_attrs(hid_t f, ob_ckpt_meta *m, const char *path, ob_err *err)
+{
+    char *magic = NULL;
+    ob_status st = ob__ck_read_str(f, "magic", &magic, path, err);
+    if (st != OB_OK) return st;
+    int ok = !strcmp(magic, OB_CKPT_MAGIC);
+    free(magic);
+    if (!ok) return OB_ERR(err, OB_ERR_CORRUPT, "%s: not a onebit checkpoint (bad magic)", path);
+    int64_t version, step, world;
+    if ((st = ob__ck_read_i64(f, "format_version", &version, path, err))) return st;
+    if (version != OB_CKPT_FORMAT_VERSION)
+        return OB_ERR(err, version > OB_CKPT_FORMAT_VERSION ? OB_ERR_UNSUPPORTED : OB_ERR_CORRUPT,
+                      "%s: format version %" PRId64 ", this build reads version %d", path, version,
+                      OB_CKPT_FORMAT_VERSION);
+    if ((st = ob__ck_read_i64(f, "step", &step, path, err)) ||
+        (st = ob__ck_read_i64(f, "world_size", &world, path, err)) ||
+        (st = ob__ck_read_u64(f, "num_params", &m->num_params, path, err)) ||
+        (st = ob__ck_read_u64(f, "padded_size", &m->padded_size, path, err)) ||
+        (st = ob__ck_read_u64(f, "chunk_size", &m->chunk_size, path, err)))
+        return st;
+    if (step < 0 || step > 999999999 || world < 1 || world > 1000000)
+        return OB_ERR(err, OB_ERR_CORRUPT,
+                      "%s: step %" PRId64 " or world size %" PRId64 " out of range", path, step,
+                      world);
+    m->format_version = (uint32_t)version;
+    m->step = (long)step;
+    m->world_size = (int)world;
+    return OB_OK;
+}
+
+/* Size rules every valid checkpoint satisfies, in arithmetic that cannot wrap: d <= 2^40, a
+ * block of at most 2^30 elements, D = N C exactly, C a multiple of B, and no more padding than
+ * rounding d up to a multiple of N B adds. */
+ob_status ob__ck_check_sizes(const ob_ckpt_meta *m, const char *path, ob_err *err)
+{
+    if (m->num_params == 0 || m->num_params > ((uint64_t)1 << 40))
+        return OB_ERR(err, OB_ERR_CORRUPT, "%s: num_params %" PRIu64 " out of range", path,
+                      m->num_params);
+    if (m->padded_size == 0) {
+        if (m->chunk_size != 0)
+            return OB_ERR(err, OB_ERR_CORRUPT, "%s: chunk_size without padded_size", path);
+        return OB_OK;
+    }
+    uint64_t world = (uint64_t)m->world_size; /* 1 .. 10^6, checked by the caller */
+    int ok = m->padded_size >= m->num_params && m->block_size > 0 &&
+             m->block_size <= ((uint64_t)1 << 30) && m->padded_size % world == 0 &&
+             m->padded_size / world == m->chunk_size && m->chunk_size % m->block_size == 0 &&
+             m->padded_size - m->num_params < world * m->block_size; /* < 2^50: no wrap */
+    if (!ok)
+        return OB_ERR(err, OB_ERR_CORRUPT,
+                      "%s: inconsistent sizes d %" PRIu64 ", D %" PRIu64 ", C %" PRIu64
+                      ", B %" PRIu64 ", world %d",
+                      path, m->num_params, m->padded_size, m->chunk_size, m->block_size,
+                      m->world_size);
+    return OB_OK;
+}
