@@ -4,8 +4,9 @@
 # node's fast links, unshaped), TCP between the hosts shaped with tc to each rate. bench_car
 # times the compressed allreduce flat (--ranks-per-node 0) and hierarchical (2), with 1-bit
 # Adam's signs and scales (l1) and BinSGDM's unit signs, on model-sized vectors, and the
-# fp32 ring allreduce beside them. Every JSON line goes to OUT/car-RATE-D-SCALE-MODE.json;
-# OUT/hier.tsv is the summary docs/scale/model.py reads.
+# fp32 ring allreduce beside them; and, for the node's own links, the fp32 ring of 2 ranks on one
+# host (row "intra"). Every JSON line goes to OUT/car-RATE-D-SCALE-MODE.json (a log, not kept);
+# the summary OUT/hier.tsv is copied to docs/scale/hier-2x2.tsv, which docs/scale/model.py reads.
 #
 # usage: sudo bash bench/net/hier.sh [--rates "50m 200m 1g unshaped"] [--d "1863690 8000000"]
 #                                    [--iters K] [--out DIR] [--cleanup]
@@ -16,7 +17,7 @@ ROOT=$PWD
 RATES="50m 200m 1g unshaped"
 SIZES="1863690 8000000"
 ITERS=10
-OUT=$ROOT/docs/scale/logs-hier
+OUT=$ROOT/var/scale-hier
 usage() {
   sed -n 's/^# usage: //p; s/^#        //p' "$0" >&2
   exit 2
@@ -81,4 +82,11 @@ for rate in $RATES; do
     done
   done
 done
-echo "summary: $OUT/hier.tsv"
+# The node's own links alone: 2 ranks, shared memory, no namespaces.
+d0=${SIZES%% *}
+mpirun -np 2 --mca btl vader,self "$CAR" --d "$d0" --iters "$ITERS" --warmup 2 --format json \
+  > "$OUT/intra.json" 2> "$OUT/intra.err" < /dev/null
+jq -r '["intra", .d, "l1", 1, 0, 0, 0, .fp32_s, 0, 0, 0, 0, 0] | @tsv' "$OUT/intra.json" |
+  tee -a "$OUT/hier.tsv"
+cp "$OUT/hier.tsv" docs/scale/hier-2x2.tsv
+echo "summary: docs/scale/hier-2x2.tsv"

@@ -73,5 +73,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     float we[16], se[12];
     ob_ckpt_read_errors(rank_dir, &rank_meta, 0, 1, 12, 12, one_rank, 2, we, se, NULL);
     ob_ckpt_read_errors(rank_dir, &rank_meta, 1, 2, 16, 8, two_ranks, 2, we, se, NULL);
+    /* The readers of per-rank moments and of another exchange shape, on the same hostile
+     * rank file (the metadata says it holds them, or a hierarchical shape). */
+    ob_ckpt_meta local = rank_meta;
+    local.local_moments = 1;
+    float lm[10], lv[10];
+    ob_ckpt_read_local_moments(rank_dir, &local, 0, 1, lm, lv, NULL);
+    ob_ckpt_read_local_moments(rank_dir, &local, 0, 2, lm, lv, NULL);
+    ob_ckpt_verify(rank_dir, &local, NULL);
+    ob_ckpt_read_errors_for(rank_dir, &rank_meta, 0, 1, 12, 12, NULL, 0, 1, we, se, NULL);
     return 0;
 }
