@@ -2,7 +2,7 @@
 """The robustness suite: whole training runs of onebit-worker on several models, seeds and
 settings, 1-bit Adam beside its baselines (Adam, and for warm starts the same job from scratch).
 
-    bench/robustness/suite.py run [--group warm|stability|freeze|wide|fp16|ratio|cap|short|all] [--only SUBSTR] [--rerun]
+    bench/robustness/suite.py run [--group warm|stability|freeze|wide|fp16|ratio|cap|short|binsgdm|all] [--only SUBSTR] [--rerun]
     bench/robustness/suite.py report [--docs]  # tables + SVG plot (--docs: into docs/robustness/)
 
 Runs go one at a time (4 MPI ranks each, `mpirun --oversubscribe`); every finished run appends
@@ -66,13 +66,21 @@ def transformer(seed, steps=1500, batch=16, lr=3e-4, freeze=400, corpus=None):
 
 def variant(spec, name):
     """adam | onebit (the default) | onebit-none (the paper's step, stabilizer none) |
-    onebit-fp16 (the default with the gradients of the warmup exchanged in fp16)."""
+    onebit-fp16 (the default with the gradients of the warmup exchanged in fp16) |
+    binsgdm | softsign (optimizer.type binsgdm / softsign with the spec's beta1, eps and
+    weight_decay)."""
     s = json.loads(json.dumps(spec))
     if name == "adam":
         s["optimizer"] = {k: v for k, v in s["optimizer"].items()
                           if k in ("beta1", "beta2", "eps", "weight_decay")}
         s["optimizer"]["type"] = "adam"
         s["optimizer"]["bias_correction"] = False
+    elif name in ("binsgdm", "softsign"):
+        # BinSGDM (1-bit: m / (b + eps) quantised to +-1) and its unquantised form: beta1, eps
+        # and weight_decay from the spec, every other field at its default; the LR schedule as is.
+        s["optimizer"] = {k: v for k, v in s["optimizer"].items()
+                          if k in ("beta1", "eps", "weight_decay")}
+        s["optimizer"]["type"] = name
     elif name == "onebit-none":
         s["optimizer"]["stabilizer"] = "none"
     elif name == "onebit-fp16":
@@ -254,8 +262,43 @@ def short_cases():
     return out
 
 
+def binsgdm_cases():
+    """BinSGDM (no warmup, its defaults) beside Adam on every configuration of the stability and
+    wide groups, three seeds each (the groups' case names where they have the seed). The MLPs
+    and softmax first, the largest MLP after them, the transformers last. `--variant softsign`
+    adds the unquantised SoftSignSGD."""
+    out = []
+    stab = {}
+    for c in stability_cases():
+        stab.setdefault(re.sub(r"-s[0-9]+$", "", c["case"]), c)
+    seeds = (3, 4, 5)
+    for cfg, c in stab.items():
+        for seed in seeds:
+            sp = json.loads(json.dumps(c["spec"]))
+            sp["seed"] = seed
+            out.append(("%s-s%d" % (cfg, seed), sp))
+    wide = {}
+    for c in wide_cases():
+        wide.setdefault(re.sub(r"-s[0-9]+$", "", c["case"]), c)
+    mlps = [k for k in wide if not k.startswith("tf-") and k != "mlp2048-gelu-d3"]
+    for cfg in mlps + ["mlp2048-gelu-d3"]:
+        for seed in seeds:
+            sp = json.loads(json.dumps(wide[cfg]["spec"]))
+            sp["seed"] = seed
+            out.append(("%s-s%d" % (cfg, seed), sp))
+    for cfg in [k for k in wide if k.startswith("tf-")]:
+        for seed in (21, 22, 23):
+            sp = json.loads(json.dumps(wide[cfg]["spec"]))
+            sp["seed"] = seed
+            out.append(("%s-s%d" % (cfg, seed), sp))
+    return [{"case": c, "group": "binsgdm", "spec": sp, "variants": ["adam", "binsgdm"]}
+            for c, sp in out]
+
+
 def all_cases(group):
     cases = []
+    if group == "binsgdm":
+        return binsgdm_cases()
     if group == "short":
         return short_cases()
     if group == "cap":
@@ -353,7 +396,8 @@ def ensure_source(name):
 
 
 def case_spec(case, var):
-    if var in ("adam", "onebit", "onebit-none", "onebit-fp16", "onebit-bc") or var.startswith("onebit-r"):
+    if var in ("adam", "onebit", "onebit-none", "onebit-fp16", "onebit-bc", "binsgdm", "softsign") \
+            or var.startswith("onebit-r"):
         return variant(case["spec"], var)
     if var == "scratch":
         return variant(case["spec"], "onebit")
@@ -395,7 +439,8 @@ def cmd_run(args):
     def variants(c):  # extra variants named on the command line: warm-refit-N, warm-fp16 of the
         # warm cases, the short group's in fp8 (fixed-16-fp8, refresh-16-fp8)
         extra = (c["group"] == "warm" and (args.variant.startswith("warm-refit-") or args.variant == "warm-fp16")) or \
-                (c["group"] == "short" and args.variant.endswith("-fp8"))
+                (c["group"] == "short" and args.variant.endswith("-fp8")) or \
+                (c["group"] == "binsgdm" and args.variant == "softsign")
         return c["variants"] + ([args.variant] if extra else [])
     pending = [(c, v) for c in all_cases(args.group) for v in variants(c)
             if (not args.only or args.only in c["case"]) and (not args.variant or v == args.variant)
@@ -404,7 +449,8 @@ def cmd_run(args):
     for i, (c, v) in enumerate(pending, 1):
         spec = case_spec(c, v)
         ck = None
-        if c["group"] in ("stability", "wide", "freeze", "fp16", "ratio", "cap", "short") and v != "adam":
+        if c["group"] in ("stability", "wide", "freeze", "fp16", "ratio", "cap", "short", "binsgdm") \
+                and v != "adam":
             # Checkpoints, so that the divergence guard can roll back (its rollbacks counted).
             spec["checkpoint"] = {"interval": 100, "keep": 1}
             ck = os.path.join(OUT, "ck-run")
@@ -526,6 +572,83 @@ def short_table(by):
             lines.append("Mean gap to the default per configuration (seeds): " + "; ".join(
                 "%s %+.2f%% (%d)" % (k, sum(v) / len(v), len(v)) for k, v in sorted(by_cfg.items())) + ".")
             lines.append("")
+    return lines
+
+
+def binsgdm_table(by):
+    """Per configuration of the binsgdm group: Adam's median eval loss over the seeds,
+    BinSGDM's median and worst, their differences to Adam's median, divergences (a failed run
+    or a non-finite loss), rollbacks, bytes Adam/BinSGDM, and SoftSignSGD where it ran."""
+    cfgs = {}
+    for c in binsgdm_cases():
+        cfgs.setdefault(re.sub(r"-s[0-9]+$", "", c["case"]), []).append(c["case"])
+    if not any((c, "binsgdm") in by for cases in cfgs.values() for c in cases):
+        return []
+
+    def ok(r):
+        e = fnum(r and r["eval_loss"])
+        return r is not None and r["status"] == "ok" and e is not None and e == e and abs(e) != float("inf")
+
+    lines = ["## BinSGDM against Adam", "",
+             "Eval loss per configuration over its seeds: Adam's median, BinSGDM's median and worst and "
+             "their difference to Adam's median; divergences (runs that failed or ended with a non-finite "
+             "loss), the divergence guard's rollbacks, Adam's bytes over BinSGDM's, and the goal "
+             "(0 divergences, median within 1 % of Adam's median, worst within 3 %).", "",
+             "| configuration | seeds | Adam median | BinSGDM median | diff | BinSGDM worst | diff | "
+             "divergences | rollbacks | bytes Adam/BinSGDM | paired per seed | goal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    soft = []
+    tot = {"div": 0, "n": 0, "met": 0, "cfg": 0}
+    for cfg, cases in cfgs.items():
+        ran = [c for c in cases if (c, "binsgdm") in by]
+        if not ran:
+            continue
+        ad = [fnum(by[(c, "adam")]["eval_loss"]) for c in cases if ok(by.get((c, "adam")))]
+        bs = [by[(c, "binsgdm")] for c in ran]
+        good = [fnum(r["eval_loss"]) for r in bs if ok(r)]
+        div = sum(1 for r in bs if not ok(r))
+        rew = sum(int(r["rewarms"] or 0) for r in bs)
+        am = median(ad) if ad else None
+        bm, bw = (median(good), max(good)) if good else (None, None)
+        d = lambda x: 100.0 * (x - am) / am if (x is not None and am) else None
+        ratios = [fnum(by[(c, "adam")]["bytes_sent"]) / fnum(by[(c, "binsgdm")]["bytes_sent"])
+                  for c in ran if (c, "adam") in by and fnum(by[(c, "adam")]["bytes_sent"])
+                  and fnum(by[(c, "binsgdm")]["bytes_sent"])]
+        paired = []
+        for c in ran:
+            a, b = by.get((c, "adam")), by[(c, "binsgdm")]
+            if ok(a) and ok(b):
+                paired.append("%+.1f%%" % (100.0 * (fnum(b["eval_loss"]) / fnum(a["eval_loss"]) - 1)))
+            else:
+                paired.append(b["status"] if not ok(b) else "-")
+        met = div == 0 and bm is not None and d(bm) <= 1.0 and d(bw) <= 3.0 and len(good) == len(cases)
+        tot["div"] += div
+        tot["n"] += len(bs)
+        tot["cfg"] += 1
+        tot["met"] += met
+        rr = ("%.1fx" % min(ratios) if ratios and max(ratios) - min(ratios) < 0.05
+              else "%.1f-%.1fx" % (min(ratios), max(ratios)) if ratios else "-")
+        lines.append("| %s | %d | %s | %s | %s | %s | %s | %d | %d | %s | %s | %s |" % (
+            cfg, len(ran), fmt4(am), fmt4(bm), pct(d(bm)), fmt4(bw), pct(d(bw)), div, rew, rr,
+            ", ".join(paired), "met" if met else "**not met**"))
+        sv = [by[(c, "softsign")] for c in cases if (c, "softsign") in by]
+        if sv:
+            sg = [fnum(r["eval_loss"]) for r in sv if ok(r)]
+            soft.append((cfg, len(sv), am, median(sg) if sg else None, max(sg) if sg else None,
+                         sum(1 for r in sv if not ok(r)), bm, d))
+    lines.append("")
+    lines.append("%d configurations, %d BinSGDM runs: %d divergences; the goal met on %d of %d "
+                 "configurations." % (tot["cfg"], tot["n"], tot["div"], tot["met"], tot["cfg"]))
+    lines.append("")
+    if soft:
+        lines += ["SoftSignSGD (`softsign`, the same update unquantised, gradients exchanged in fp32):", "",
+                  "| configuration | seeds | Adam median | SoftSign median | diff | SoftSign worst | diff | "
+                  "divergences | BinSGDM median | diff |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for cfg, n, am, sm, sw, div, bm, d in soft:
+            lines.append("| %s | %d | %s | %s | %s | %s | %s | %d | %s | %s |" % (
+                cfg, n, fmt4(am), fmt4(sm), pct(d(sm)), fmt4(sw), pct(d(sw)), div, fmt4(bm), pct(d(bm))))
+        lines.append("")
     return lines
 
 
@@ -807,6 +930,7 @@ def cmd_report(args):
                 lines.append("%s (>= 2000 steps): %.1fx fewer bytes than Adam by default, %.1fx with fp16." % (c, x, y))
             lines.append("")
     lines += short_table(by)
+    lines += binsgdm_table(by)
     text = "\n".join(lines) + "\n"
     with open(os.path.join(OUT, "tables.md"), "w") as f:
         f.write(text)
@@ -837,7 +961,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
-    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "ratio", "cap", "short", "all"])
+    r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "ratio", "cap", "short",
+                                                       "binsgdm", "all"])
     r.add_argument("--only", default="")
     r.add_argument("--variant", default="", help="only this variant (adam, scratch, warm, ...)")
     r.add_argument("--rerun", action="store_true")
