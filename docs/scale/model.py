@@ -234,6 +234,25 @@ def main():
                 rows.append((dname, gbit, N, f32, f16, f8, fl, hi, c_gpu * d))
                 print(" %6d %9.1f %9.1f %9.1f %9.1f %9.1f %9.1f" % (
                     N, f32 * 1e3, f16 * 1e3, f8 * 1e3, fl * 1e3, hi * 1e3, c_gpu * d * 1e3))
+    # Time to target: S steps of compute C each, the exchange on top (no overlap assumed).
+    # 1-bit Adam pays its fp32 warmup (at most freeze_max_fraction, 0.15, of the steps: the
+    # default), BinSGDM none; both are assumed to need Adam's number of steps (1-bit Adam's
+    # long runs ended within 1 % of Adam's: docs/robustness/; BinSGDM's do not yet).
+    C, S, w = 0.2, 10000, 0.15
+    print("\nTime to a target Adam reaches in %d steps of %.0f ms compute (hours), 340M "
+          "parameters, 1-bit Adam with %.0f %% of the steps in its fp32 warmup, hierarchical:"
+          % (S, C * 1e3, w * 100))
+    print(" %6s %6s %9s %9s %12s %12s" % ("Gbit/s", "ranks", "fp32", "fp16", "1-bit Adam",
+                                          "no warmup"))
+    for r in rows:
+        if r[0] != "340M" or r[2] not in (16, 128, 1024, 4096):
+            continue
+        f32, f16, hi = r[3], r[4], r[7]
+        t32, t16 = S * (C + f32), S * (C + f16)
+        t1 = S * (w * (C + f32) + (1 - w) * (C + hi))
+        t0 = S * (C + hi)
+        print(" %6d %6d %9.2f %9.2f %12.2f %12.2f" % (r[1], r[2], t32 / 3600, t16 / 3600,
+                                                      t1 / 3600, t0 / 3600))
     if args.report:
         out = os.path.join(ROOT, "docs/scale/predictions.tsv")
         with open(out, "w") as f:
