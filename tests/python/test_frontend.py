@@ -260,6 +260,12 @@ class Checkpoints(unittest.TestCase):
         train(m3, opt3, 20, 40)
         self.assertFalse(same_bits(want, state(m3, opt3)))
 
+    def test_hierarchical_needs_whole_nodes(self):
+        # ranks_per_node reaches the engine's hierarchical exchange: on this one-rank world
+        # 2 ranks a node cannot divide the ranks, and the engine says so.
+        with self.assertRaisesRegex(ValueError, "ranks_per_node 2: must divide the 1 ranks"):
+            obt.BinSGDM(Net().named_parameters(), lr=1e-3, ranks_per_node=2)
+
     def test_softsign_trains(self):
         torch.manual_seed(0)
         m = Net()

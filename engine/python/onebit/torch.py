@@ -316,8 +316,9 @@ class OnebitAdam(_EngineOptimizer):
                  log_interval=10, names=None, freeze_threshold=None, freeze_min_steps=None,
                  freeze_max_fraction=None, block_size=None, scale=None, precondition=None,
                  stability_bound=None, frozen_step_ratio=None, refresh_steps=None,
-                 bucket_mb=None):
+                 bucket_mb=None, ranks_per_node=None):
         opts = dict(eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
+                    ranks_per_node=ranks_per_node,
                     gradient_exchange=gradient_exchange, bucket_mb=bucket_mb,
                     compression=compression, freeze_threshold=freeze_threshold,
                     freeze_min_steps=freeze_min_steps, freeze_max_fraction=freeze_max_fraction,
@@ -352,11 +353,12 @@ class BinSGDM(_EngineOptimizer):
 
     def __init__(self, params, lr=1e-3, beta=0.9, eps=None, weight_decay=None,
                  max_denominator_step=None, block_size=None, total_steps=None, log_interval=10,
-                 names=None, bucket_mb=None, seed=1):
+                 names=None, bucket_mb=None, seed=1, ranks_per_node=None):
         if not isinstance(seed, int) or seed < 0:
             raise ValueError("seed: expected an integer >= 0, got %r" % (seed,))
         opts = dict(eps=eps, weight_decay=weight_decay, bucket_mb=bucket_mb,
-                    block_size=block_size, max_denominator_step=max_denominator_step)
+                    block_size=block_size, max_denominator_step=max_denominator_step,
+                    ranks_per_node=ranks_per_node)
         super().__init__("binsgdm", params, lr, (beta, None), total_steps, 0, log_interval,
                          names, opts, seed=seed)
 
