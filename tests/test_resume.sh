@@ -418,6 +418,22 @@ if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ] &&
   ok "a flat checkpoint resumed hierarchically, and the reverse: both finish"
 else bad "flat <-> hierarchical" "rc=$rc1/$rc2/$rc3/$rc4 $(cat "$TMP/fh2.jsonl.err" "$TMP/hf2.jsonl.err")"; fi
 
+# --- the overlap changes no bit: binsgdm flat (in segments) and hierarchical, 1-bit Adam hierarchical
+for v in bin-flat bin-hier adam-hier; do
+  case $v in
+    bin-flat) opt='{type: binsgdm, block_size: 64' ;;
+    bin-hier) opt='{type: binsgdm, block_size: 64, ranks_per_node: 2' ;;
+    adam-hier) opt='{type: onebit_adam, beta2: 0.99, freeze_step: 20, block_size: 64, ranks_per_node: 2' ;;
+  esac
+  for ov in true false; do
+    sed "s/^optimizer: .*/optimizer: $opt, overlap: $ov, bucket_mb: 0.0005}/; s/^steps: 120$/steps: 60/" \
+      "$TMP/job.yaml" | sed 's/interval: 10, keep: 20/interval: 60, keep: 1/' > "$TMP/ov-$v-$ov.yaml"
+    run 4 "$TMP/ov-$v-$ov.jsonl" --spec "$TMP/ov-$v-$ov.yaml" --checkpoint-dir "$TMP/ov-$v-$ov"
+  done
+  same "$TMP/ov-$v-false/job/step-00000060" "$TMP/ov-$v-true/job/step-00000060" \
+    "$v: overlap on and off end bit-identical"
+done
+
 # --- what users get wrong ---------------------------------------------------------------------
 run 1 "$TMP/e1" --spec "$TMP/job.yaml"; rc=$?
 if [ $rc -eq 2 ] && grep -q "checkpoint.interval is set but there is no checkpoint directory" "$TMP/e1.err"; then
