@@ -38,11 +38,8 @@ static ob_status add_flat_equivalent(const char *dir, const ob_ckpt_meta *meta, 
 static void keep_piece(float *we, size_t D, size_t C, int rank, int world, int m)
 {
     size_t l = (size_t)(rank % m), n = (size_t)(world / m);
-    float *keep = we;
-    for (size_t c = 0; c < D / C; c++) {
-        int mine = c % (size_t)m == l && c / (size_t)m < n;
-        if (!mine) memset(keep + c * C, 0, C * sizeof(float));
-    }
+    for (size_t c = 0; c < D / C; c++)
+        if (c % (size_t)m != l || c / (size_t)m >= n) memset(we + c * C, 0, C * sizeof(float));
 }
 
 ob_status ob_ckpt_read_errors_for(const char *dir, const ob_ckpt_meta *meta, int rank,

@@ -1,5 +1,6 @@
-/* The rank files of a checkpoint (rank-XXXXX.h5): the error-feedback buffers in their server
- * layout, a rank's own moments, and their re-sharding for another world size or layout. */
+/* The rank files of a checkpoint, one a rank (rank-00000.h5, rank-00001.h5, ...): the
+ * error-feedback buffers in their server layout, a rank's own moments, and their re-sharding for
+ * another world size or layout. */
 #include "ckpt_h5io.h"
 #include "ckpt_rank.h"
 
