@@ -115,7 +115,8 @@ static void test_optimizer_kinds(void **state)
         {"type: binsgdm, block_size: 48", "block_size = 48: must be a positive multiple of 32"},
         {"type: binsgdm, max_denominator_step: -1", "optimizer.max_denominator_step"},
         {"type: binsgd", "optimizer.type"},
-        {"type: adam, ranks_per_node: 2", "optimizer.ranks_per_node: only for onebit_adam or binsgdm"},
+        {"type: adam, ranks_per_node: 2",
+         "optimizer.ranks_per_node: only for onebit_adam or binsgdm"},
         {"type: onebit_adam, compression: off, ranks_per_node: 2",
          "ranks_per_node = 2: only a compressed exchange"},
         {"type: binsgdm, ranks_per_node: 5000", "optimizer.ranks_per_node"},
@@ -695,8 +696,9 @@ static void test_checkpoint_and_warm_start(void **state)
     const char *good_rise[] = {"0", "1.5", "4", "1000"};
     const double good_val[] = {0.0, 1.5, 4.0, 1000.0};
     for (size_t i = 0; i < sizeof good_rise / sizeof *good_rise; i++) {
-        snprintf(text, sizeof text, "%soptimizer: {type: onebit_adam}\ncheckpoint: {loss_rise: %s}\n",
-                 base, good_rise[i]);
+        snprintf(text, sizeof text,
+                 "%soptimizer: {type: onebit_adam}\ncheckpoint: {loss_rise: %s}\n", base,
+                 good_rise[i]);
         parse_ok(&s, text, OB_SPEC_YAML);
         assert_true(s.checkpoint_loss_rise == good_val[i]);
         check_round_trip(&s);
@@ -710,10 +712,75 @@ static void test_checkpoint_and_warm_start(void **state)
     }
 }
 
+/* A spec with several problems names every one of them in one message, without source
+ * locations, bounded; checks across sections are skipped when a section they read is bad. */
+static void test_every_problem(void **state)
+{
+    (void)state;
+    const char *three = "model: {type: mlpp}\ndata: {type: synthetic_classification}\n"
+                        "optimizer: {type: onebit_adam, betta2: 0.99}\nbatch_size: \"64\"\n"
+                        "steps: 10\n";
+    expect_error3(OB_SPEC_YAML, three, OB_ERR_INVALID_ARG, "3 problems: ",
+                  "model.type: expected one of softmax, mlp or transformer, got \"mlpp\"",
+                  "optimizer.betta2: unknown field (did you mean beta2?)");
+    expect_error(OB_SPEC_YAML, three, "batch_size: expected a positive integer, got \"64\"");
+    /* Every unknown field of one section, in document order. */
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
+                 "optimizer: {type: adam, betta1: 0.9, epss: 1e-8}\nbatch_size: 8\nsteps: 10\n",
+                 "2 problems: optimizer.betta1: unknown field (did you mean beta1?); "
+                 "optimizer.epss: unknown field (did you mean eps?)");
+    /* Misplaced fields hear where they belong. */
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
+                 "optimizer: {type: adam, lr: 0.1}\nbatch_size: 8\nsteps: 10\n",
+                 "optimizer.lr: unknown field (the learning rate is the spec's top-level section "
+                 "lr, e.g. lr: {peak: 0.001})");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
+                 "optimizer: {type: adam}\nbatch_size: 8\nsteps: 10\nbeta2: 0.9\n",
+                 "beta2: unknown field (beta2 is a field of optimizer: optimizer.beta2)");
+    expect_error(OB_SPEC_YAML,
+                 "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
+                 "optimizer: {type: adam, steps: 10}\nbatch_size: 8\nsteps: 10\n",
+                 "optimizer.steps: unknown field (steps is a top-level field of the spec)");
+    /* A bad model type: no complaint about its pairing with the data or the device. */
+    ob_jobspec *s = new_spec();
+    ob_err err;
+    ob_err_clear(&err);
+    const char *bad_model = "model: {type: transformr}\ndata: {type: synthetic_classification}\n"
+                            "optimizer: {type: adam}\nbatch_size: 8\nsteps: 10\ndevice: cuda\n";
+    assert_int_equal(ob_jobspec_parse(s, bad_model, strlen(bad_model), OB_SPEC_YAML, &err),
+                     OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "model.type: expected one of"));
+    assert_null(strstr(err.msg, "problems"));
+    assert_null(strstr(err.msg, "needs"));
+    /* No message carries where in the source it was made. */
+    ob_err_clear(&err);
+    assert_int_equal(ob_jobspec_parse(s, three, strlen(three), OB_SPEC_YAML, &err),
+                     OB_ERR_INVALID_ARG);
+    assert_null(strstr(err.msg, ".c:"));
+    /* Bounded: twelve unknown fields give eight messages and a count. */
+    char many[1024];
+    size_t n = (size_t)snprintf(many, sizeof many,
+                                "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
+                                "optimizer: {type: adam}\nbatch_size: 8\nsteps: 10\n");
+    for (int i = 0; i < 12; i++)
+        n += (size_t)snprintf(many + n, sizeof many - n, "zz_unknown_%02d: 1\n", i);
+    ob_err_clear(&err);
+    assert_int_equal(ob_jobspec_parse(s, many, strlen(many), OB_SPEC_YAML, &err),
+                     OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "12 problems: zz_unknown_00: unknown field"));
+    assert_non_null(strstr(err.msg, "zz_unknown_07: unknown field; and 4 more"));
+    assert_null(strstr(err.msg, "zz_unknown_08"));
+    free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_program),
+        cmocka_unit_test(test_every_problem),
         cmocka_unit_test(test_unknown_fields),
         cmocka_unit_test(test_optimizer_kinds),
         cmocka_unit_test(test_wrong_types),

@@ -169,15 +169,63 @@ static const field lr_fields[] = {
     {"min_lr", K(OB_LR_COSINE)},
 };
 static const field eval_fields[] = {{"interval", ALL}, {"max_examples", ALL}};
-static const field checkpoint_fields[] = {
-    {"dir", ALL}, {"interval", ALL}, {"keep", ALL}, {"async", ALL}, {"rollbacks", ALL},
-    {"loss_rise", ALL}};
+static const field checkpoint_fields[] = {{"dir", ALL},   {"interval", ALL},  {"keep", ALL},
+                                          {"async", ALL}, {"rollbacks", ALL}, {"loss_rise", ALL}};
 static const field warm_start_fields[] = {
     {"from", ALL}, {"params", ALL}, {"refit_steps", ALL}, {"refit_exchange", ALL}};
 
+/* The sections whose fields a misplaced key is looked up in, for the hint. */
+static const struct {
+    const char *sec;
+    const field *fields;
+    int n;
+} sections[] = {
+    {"model", model_fields, COUNT(model_fields)},
+    {"data", data_fields, COUNT(data_fields)},
+    {"optimizer", optim_fields, COUNT(optim_fields)},
+    {"lr", lr_fields, COUNT(lr_fields)},
+    {"eval", eval_fields, COUNT(eval_fields)},
+    {"checkpoint", checkpoint_fields, COUNT(checkpoint_fields)},
+    {"warm_start", warm_start_fields, COUNT(warm_start_fields)},
+};
+
+static int has_field(const field *fields, int n, const char *key)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(fields[i].key, key)) return 1;
+    return 0;
+}
+
+int ob__spec_is_top(const char *key)
+{
+    return has_field(top_fields, COUNT(top_fields), key);
+}
+
+const char *ob__spec_home_of(const char *key, const char *not_in)
+{
+    /* "type" is every section's: no hint names one of them. */
+    if (!strcmp(key, "type")) return NULL;
+    if (not_in[0] && ob__spec_is_top(key)) return "";
+    for (int i = 0; i < COUNT(sections); i++)
+        if (strcmp(sections[i].sec, not_in) && has_field(sections[i].fields, sections[i].n, key))
+            return sections[i].sec;
+    return NULL;
+}
+
 /* ==== the validator ======================================================================= */
 
-static ob_status read_name(const json_t *root, ob_jobspec *s, ob_err *err)
+/* Every reader notes each problem it finds in E and goes on with the next field; it stops early
+ * only where what failed decides what comes next (a section's type, its list of fields), and
+ * checks across fields run only when the fields they read were valid. A reader returns the
+ * first failure (OB_OK: its fields are all valid). */
+
+/* The status of the problems noted since E held `before` of them. */
+static ob_status since(const spec_errs *E, int before)
+{
+    return E->n > before ? OB_ERR_INVALID_ARG : OB_OK;
+}
+
+static ob_status read_name(const json_t *root, ob_jobspec *s, spec_errs *E)
 {
     const json_t *v = json_object_get(root, "name");
     if (!v) return OB_OK;
@@ -188,8 +236,9 @@ static ob_status read_name(const json_t *root, ob_jobspec *s, ob_err *err)
              *c == '.' || *c == '_' || *c == '-';
     }
     if (!ok)
-        return ob__spec_bad_value(err, "", "name",
-                                  "a string of at most 127 characters from [A-Za-z0-9._-]", v);
+        return ob__spec_note(
+            E, ob__spec_bad_value(ONE, "", "name",
+                                  "a string of at most 127 characters from [A-Za-z0-9._-]", v));
     memcpy(s->name, name, strlen(name) + 1);
     return OB_OK;
 }
@@ -224,45 +273,50 @@ static ob_status read_hidden(const json_t *m, ob_model_config *cfg, ob_err *err)
     return OB_OK;
 }
 
-static ob_status read_model(const json_t *m, ob_jobspec *s, ob_err *err)
+/* The transformer's sizes and how they fit together and with the batch. */
+static ob_status read_transformer(const json_t *m, ob_jobspec *s, spec_errs *E)
+{
+    ob_model_config *cfg = &s->model;
+    int before = E->n;
+    ob__spec_note(E, ob__spec_get_size(m, "model", "layers", 1, MAX_LAYERS, &cfg->n_layer, ONE));
+    ob__spec_note(E, ob__spec_get_size(m, "model", "heads", 1, MAX_D_MODEL, &cfg->n_head, ONE));
+    ob__spec_note(E, ob__spec_get_size(m, "model", "d_model", 1, MAX_D_MODEL, &cfg->d_model, ONE));
+    ob__spec_note(E, ob__spec_get_size(m, "model", "context", 1, MAX_CONTEXT, &cfg->context, ONE));
+    ob__spec_note(E, ob__spec_get_bool(m, "model", "tied_output", &cfg->tied_output, ONE));
+    if (since(E, before)) return OB_ERR_INVALID_ARG;
+    if (cfg->d_model % cfg->n_head != 0)
+        return ob__spec_note(E, OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                                       "model.heads: %zu does not divide model.d_model (%zu)",
+                                       cfg->n_head, cfg->d_model));
+    /* batch * context is the row count of the model's sgemm calls, which take an int. */
+    if (s->batch_size > (size_t)INT_MAX / cfg->context)
+        return ob__spec_note(E, OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                                       "batch_size: %zu sequences of model.context %zu bytes "
+                                       "exceed %d tokens per step",
+                                       s->batch_size, cfg->context, INT_MAX));
+    return OB_OK;
+}
+
+static ob_status read_model(const json_t *m, ob_jobspec *s, spec_errs *E)
 {
     int kind = 0;
-    ob_status st = ob__spec_get_kind(m, "model", "type", ob__spec_model_kinds,
-                                     COUNT(ob__spec_model_kinds), &kind, err);
-    if (st) return st;
+    if (ob__spec_note(E, ob__spec_get_kind(m, "model", "type", ob__spec_model_kinds,
+                                           COUNT(ob__spec_model_kinds), &kind, ONE)))
+        return OB_ERR_INVALID_ARG;
     ob_model_config *cfg = &s->model;
     model_default(cfg, (ob_model_kind)kind);
-    st = ob__spec_check_fields(m, "model", model_fields, COUNT(model_fields), ob__spec_model_kinds,
-                               COUNT(ob__spec_model_kinds), kind, err);
-    if (st) return st;
-
+    int before = E->n;
+    ob__spec_check_fields(m, "model", model_fields, COUNT(model_fields), ob__spec_model_kinds,
+                          COUNT(ob__spec_model_kinds), kind, E);
     if (kind == OB_MODEL_MLP) {
         int act = (int)cfg->activation;
-        if ((st = read_hidden(m, cfg, err))) return st;
-        if ((st = ob__spec_get_enum(m, "model", "activation", ob__spec_activations,
-                                    COUNT(ob__spec_activations), &act, err)))
-            return st;
+        ob__spec_note(E, read_hidden(m, cfg, ONE));
+        ob__spec_note(E, ob__spec_get_enum(m, "model", "activation", ob__spec_activations,
+                                           COUNT(ob__spec_activations), &act, ONE));
         cfg->activation = (ob_activation)act;
     }
-    if (kind == OB_MODEL_TRANSFORMER) {
-        if ((st = ob__spec_get_size(m, "model", "layers", 1, MAX_LAYERS, &cfg->n_layer, err)) ||
-            (st = ob__spec_get_size(m, "model", "heads", 1, MAX_D_MODEL, &cfg->n_head, err)) ||
-            (st = ob__spec_get_size(m, "model", "d_model", 1, MAX_D_MODEL, &cfg->d_model, err)) ||
-            (st = ob__spec_get_size(m, "model", "context", 1, MAX_CONTEXT, &cfg->context, err)) ||
-            (st = ob__spec_get_bool(m, "model", "tied_output", &cfg->tied_output, err)))
-            return st;
-        if (cfg->d_model % cfg->n_head != 0)
-            return OB_ERR(err, OB_ERR_INVALID_ARG,
-                          "model.heads: %zu does not divide model.d_model (%zu)", cfg->n_head,
-                          cfg->d_model);
-        /* batch * context is the row count of the model's sgemm calls, which take an int. */
-        if (s->batch_size > (size_t)INT_MAX / cfg->context)
-            return OB_ERR(err, OB_ERR_INVALID_ARG,
-                          "batch_size: %zu sequences of model.context %zu bytes exceed %d tokens "
-                          "per step",
-                          s->batch_size, cfg->context, INT_MAX);
-    }
-    return OB_OK;
+    if (kind == OB_MODEL_TRANSFORMER) read_transformer(m, s, E);
+    return since(E, before);
 }
 
 /* The transformer reads text; the classifiers read feature vectors. */
@@ -283,119 +337,125 @@ static ob_status check_pairing(const ob_jobspec *s, ob_err *err)
     return OB_OK;
 }
 
-static ob_status read_synth_cls(const json_t *d, ob_jobspec *s, ob_err *err)
+static ob_status read_synth_cls(const json_t *d, ob_jobspec *s, spec_errs *E)
 {
     ob_synth_classification_spec *c = &s->data.synth_cls;
     long long classes = c->num_classes;
     double noise = c->noise;
-    ob_status st;
-    if ((st = ob__spec_get_size(d, "data", "n_train", 1, UINT32_MAX, &c->n_train, err)) ||
-        (st = ob__spec_get_size(d, "data", "n_eval", 1, UINT32_MAX, &c->n_eval, err)) ||
-        (st = ob__spec_get_size(d, "data", "input_dim", 1, MAX_FEATURES, &c->input_dim, err)) ||
-        (st = ob__spec_get_int(d, "data", "num_classes", 2, MAX_FEATURES, &classes, err)) ||
-        (st = ob__spec_get_real(d, "data", "noise", 0.0, 0, FLT_MAX, 0, "a number >= 0", &noise,
-                                err)))
-        return st;
+    int before = E->n;
+    ob__spec_note(E, ob__spec_get_size(d, "data", "n_train", 1, UINT32_MAX, &c->n_train, ONE));
+    ob__spec_note(E, ob__spec_get_size(d, "data", "n_eval", 1, UINT32_MAX, &c->n_eval, ONE));
+    ob__spec_note(E,
+                  ob__spec_get_size(d, "data", "input_dim", 1, MAX_FEATURES, &c->input_dim, ONE));
+    ob__spec_note(E, ob__spec_get_int(d, "data", "num_classes", 2, MAX_FEATURES, &classes, ONE));
+    ob__spec_note(
+        E, ob__spec_get_real(d, "data", "noise", 0.0, 0, FLT_MAX, 0, "a number >= 0", &noise, ONE));
     c->num_classes = (int)classes;
     c->noise = (float)noise;
     c->seed = s->seed;
-    return OB_OK;
+    return since(E, before);
 }
 
-static ob_status read_synth_text(const json_t *d, ob_jobspec *s, ob_err *err)
+/* model_ok: the model section was valid (its context bounds the text's sizes). */
+static ob_status read_synth_text(const json_t *d, ob_jobspec *s, int model_ok, spec_errs *E)
 {
     ob_synth_text_spec *t = &s->data.synth_text;
     long long alphabet = t->alphabet;
-    ob_status st;
-    if ((st = ob__spec_get_size(d, "data", "train_bytes", 1, NO_LIMIT, &t->train_bytes, err)) ||
-        (st = ob__spec_get_size(d, "data", "eval_bytes", 1, NO_LIMIT, &t->eval_bytes, err)) ||
-        (st = ob__spec_get_int(d, "data", "alphabet", 2, 64, &alphabet, err)) ||
-        (st = ob__spec_get_real(d, "data", "p_follow", 0.0, 0, 1.0, 0, "a number in [0, 1]",
-                                &t->p_follow, err)))
-        return st;
+    int before = E->n;
+    ob__spec_note(E,
+                  ob__spec_get_size(d, "data", "train_bytes", 1, NO_LIMIT, &t->train_bytes, ONE));
+    ob__spec_note(E, ob__spec_get_size(d, "data", "eval_bytes", 1, NO_LIMIT, &t->eval_bytes, ONE));
+    ob__spec_note(E, ob__spec_get_int(d, "data", "alphabet", 2, 64, &alphabet, ONE));
+    ob__spec_note(E, ob__spec_get_real(d, "data", "p_follow", 0.0, 0, 1.0, 0, "a number in [0, 1]",
+                                       &t->p_follow, ONE));
     t->alphabet = (unsigned)alphabet;
     t->context = s->model.context;
     t->seed = s->seed;
+    if (since(E, before) || !model_ok) return since(E, before);
     if (t->train_bytes / 2 < t->context)
-        return OB_ERR(err, OB_ERR_INVALID_ARG,
+        return ob__spec_note(
+            E, OB_ERR(ONE, OB_ERR_INVALID_ARG,
                       "data.train_bytes: expected at least 2 * model.context = %zu, got %zu",
-                      2 * t->context, t->train_bytes);
+                      2 * t->context, t->train_bytes));
     if (t->eval_bytes <= t->context)
-        return OB_ERR(err, OB_ERR_INVALID_ARG,
-                      "data.eval_bytes: expected more than model.context = %zu (one window), got "
-                      "%zu",
-                      t->context, t->eval_bytes);
+        return ob__spec_note(E, OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                                       "data.eval_bytes: expected more than model.context = %zu "
+                                       "(one window), got %zu",
+                                       t->context, t->eval_bytes));
     if (t->eval_bytes > SIZE_MAX - t->train_bytes)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "data.eval_bytes: too large");
+        return ob__spec_note(E, OB_ERR(ONE, OB_ERR_INVALID_ARG, "data.eval_bytes: too large"));
     return OB_OK;
 }
 
-static ob_status read_data(const json_t *d, ob_jobspec *s, ob_err *err)
+static ob_status read_data(const json_t *d, ob_jobspec *s, int model_ok, spec_errs *E)
 {
     int kind = 0;
-    ob_status st = ob__spec_get_kind(d, "data", "type", ob__spec_data_kinds,
-                                     COUNT(ob__spec_data_kinds), &kind, err);
-    if (st) return st;
+    if (ob__spec_note(E, ob__spec_get_kind(d, "data", "type", ob__spec_data_kinds,
+                                           COUNT(ob__spec_data_kinds), &kind, ONE)))
+        return OB_ERR_INVALID_ARG;
     ob_data_spec *ds = &s->data;
     data_default(ds, (ob_data_kind)kind);
-    if ((st = check_pairing(s, err))) return st;
-    st = ob__spec_check_fields(d, "data", data_fields, COUNT(data_fields), ob__spec_data_kinds,
-                               COUNT(ob__spec_data_kinds), kind, err);
-    if (st) return st;
+    int before = E->n;
+    if (model_ok) ob__spec_note(E, check_pairing(s, ONE));
+    ob__spec_check_fields(d, "data", data_fields, COUNT(data_fields), ob__spec_data_kinds,
+                          COUNT(ob__spec_data_kinds), kind, E);
 
     int norm = (int)ds->norm;
     switch (ds->kind) {
     case OB_DATA_IDX:
         if (!json_object_get(d, "path"))
-            return ob__spec_missing(err, "data", "path",
-                                    " (idx needs the directory of the IDX files)");
+            ob__spec_note(E, ob__spec_missing(ONE, "data", "path",
+                                              " (idx needs the directory of the IDX files)"));
         /* fall through */
     case OB_DATA_FASHION_MNIST:
-        if ((st = ob__spec_get_path(d, "data", "path", 0, ds->path, sizeof ds->path, err)) ||
-            (st = ob__spec_get_enum(d, "data", "normalize", ob__spec_norms, COUNT(ob__spec_norms),
-                                    &norm, err)))
-            return st;
+        ob__spec_note(E, ob__spec_get_path(d, "data", "path", 0, ds->path, sizeof ds->path, ONE));
+        ob__spec_note(E, ob__spec_get_enum(d, "data", "normalize", ob__spec_norms,
+                                           COUNT(ob__spec_norms), &norm, ONE));
         ds->norm = (ob_feature_norm)norm;
-        return OB_OK;
+        break;
     case OB_DATA_TEXT:
-        if ((st = ob__spec_get_path(d, "data", "path", 0, ds->path, sizeof ds->path, err)) ||
-            (st = ob__spec_get_real(d, "data", "eval_fraction", 0.0, 1, 1.0, 1,
-                                    "a number in (0, 1)", &ds->eval_fraction, err)) ||
-            (st = ob__spec_get_size(d, "data", "max_bytes", 0, NO_LIMIT, &ds->max_bytes, err)))
-            return st;
-        return OB_OK;
+        ob__spec_note(E, ob__spec_get_path(d, "data", "path", 0, ds->path, sizeof ds->path, ONE));
+        ob__spec_note(E, ob__spec_get_real(d, "data", "eval_fraction", 0.0, 1, 1.0, 1,
+                                           "a number in (0, 1)", &ds->eval_fraction, ONE));
+        ob__spec_note(E,
+                      ob__spec_get_size(d, "data", "max_bytes", 0, NO_LIMIT, &ds->max_bytes, ONE));
+        break;
     case OB_DATA_SYNTH_CLASSIFICATION:
-        return read_synth_cls(d, s, err);
+        read_synth_cls(d, s, E);
+        break;
     case OB_DATA_SYNTH_TEXT:
-        return read_synth_text(d, s, err);
+        read_synth_text(d, s, model_ok, E);
+        break;
     }
-    return OB_OK;
+    return since(E, before);
 }
 
-static ob_status read_lr(const json_t *l, ob_jobspec *s, ob_err *err)
+/* steps_ok: the top-level steps were valid (the schedule's length). */
+static ob_status read_lr(const json_t *l, ob_jobspec *s, int steps_ok, spec_errs *E)
 {
     ob_lr_schedule *lr = &s->lr;
     ob_lr_schedule_default(lr);
     lr->total_steps = s->steps;
-    ob_status st = OB_OK;
+    int before = E->n;
     if (l) {
         int kind = (int)lr->kind;
-        if ((st = ob__spec_get_enum(l, "lr", "schedule", ob__spec_lr_kinds,
-                                    COUNT(ob__spec_lr_kinds), &kind, err)))
-            return st;
+        if (ob__spec_note(E, ob__spec_get_enum(l, "lr", "schedule", ob__spec_lr_kinds,
+                                               COUNT(ob__spec_lr_kinds), &kind, ONE)))
+            return OB_ERR_INVALID_ARG;
         lr->kind = (ob_lr_kind)kind;
-        if ((st = ob__spec_check_fields(l, "lr", lr_fields, COUNT(lr_fields), ob__spec_lr_kinds,
-                                        COUNT(ob__spec_lr_kinds), kind, err)) ||
-            (st = ob__spec_get_number(l, "lr", "peak", &lr->peak, err)) ||
-            (st =
-                 ob__spec_get_long(l, "lr", "warmup_steps", 0, LONG_MAX, &lr->warmup_steps, err)) ||
-            (st = ob__spec_get_number(l, "lr", "decay_rate", &lr->decay_rate, err)) ||
-            (st = ob__spec_get_long(l, "lr", "decay_every", 1, LONG_MAX, &lr->decay_every, err)) ||
-            (st = ob__spec_get_number(l, "lr", "min_lr", &lr->min_lr, err)))
-            return st;
+        ob__spec_check_fields(l, "lr", lr_fields, COUNT(lr_fields), ob__spec_lr_kinds,
+                              COUNT(ob__spec_lr_kinds), kind, E);
+        ob__spec_note(E, ob__spec_get_number(l, "lr", "peak", &lr->peak, ONE));
+        ob__spec_note(
+            E, ob__spec_get_long(l, "lr", "warmup_steps", 0, LONG_MAX, &lr->warmup_steps, ONE));
+        ob__spec_note(E, ob__spec_get_number(l, "lr", "decay_rate", &lr->decay_rate, ONE));
+        ob__spec_note(
+            E, ob__spec_get_long(l, "lr", "decay_every", 1, LONG_MAX, &lr->decay_every, ONE));
+        ob__spec_note(E, ob__spec_get_number(l, "lr", "min_lr", &lr->min_lr, ONE));
+        if (since(E, before)) return OB_ERR_INVALID_ARG;
     }
     /* Its messages already name the fields as "lr.<field>". */
-    return ob_lr_schedule_validate(lr, err);
+    return steps_ok ? ob__spec_note(E, ob_lr_schedule_validate(lr, ONE)) : since(E, before);
 }
 
 static ob_status read_freeze_step(const json_t *o, long *out, ob_err *err)
@@ -418,20 +478,18 @@ static ob_status read_freeze_step(const json_t *o, long *out, ob_err *err)
  * they overlap the backward pass (alone they add rounds to the exchange), so bucket_mb defaults
  * to OB_OPTIM_BUCKET_BYTES with overlap and to one bucket without. And gradient_exchange, how
  * those buckets cross the network (fp32, fp16 or fp8). */
-static ob_status read_buckets(const json_t *o, ob_optim_config *c, ob_err *err)
+static void read_buckets(const json_t *o, ob_optim_config *c, spec_errs *E)
 {
-    ob_status st = ob__spec_get_bool(o, "optimizer", "overlap", &c->overlap, err);
-    if (st) return st;
+    ob__spec_note(E, ob__spec_get_bool(o, "optimizer", "overlap", &c->overlap, ONE));
     double mb = c->overlap ? (double)OB_OPTIM_BUCKET_BYTES / (double)(1 << 20) : 0.0;
-    st = ob__spec_get_real(o, "optimizer", "bucket_mb", 0.0, 0, 1024.0, 0,
-                           "a number of MiB in [0, 1024] (0: one bucket)", &mb, err);
-    if (st) return st;
-    c->bucket_bytes = (size_t)llround(mb * (double)(1 << 20));
+    if (!ob__spec_note(E,
+                       ob__spec_get_real(o, "optimizer", "bucket_mb", 0.0, 0, 1024.0, 0,
+                                         "a number of MiB in [0, 1024] (0: one bucket)", &mb, ONE)))
+        c->bucket_bytes = (size_t)llround(mb * (double)(1 << 20));
     int ex = (int)c->gradient_exchange;
-    st = ob__spec_get_enum(o, "optimizer", "gradient_exchange", ob__spec_exchanges,
-                           COUNT(ob__spec_exchanges), &ex, err);
+    ob__spec_note(E, ob__spec_get_enum(o, "optimizer", "gradient_exchange", ob__spec_exchanges,
+                                       COUNT(ob__spec_exchanges), &ex, ONE));
     c->gradient_exchange = (ob_gradient_exchange)ex;
-    return st;
 }
 
 /* optimizer.freeze_max_fraction (after the optimizer's config is valid and the LR warmup is
@@ -460,79 +518,83 @@ static ob_status read_freeze_max(const json_t *o, ob_jobspec *s, ob_err *err)
     return OB_OK;
 }
 
-static ob_status read_optim(const json_t *o, ob_jobspec *s, ob_err *err)
+/* 1-bit Adam's own fields. */
+static void read_onebit_fields(const json_t *o, ob_optim_config *c, spec_errs *E)
+{
+    int mode = (int)c->mode, scale = (int)c->scale, stab = (int)c->stabilizer;
+    ob__spec_note(E, ob__spec_get_enum(o, "optimizer", "compression", ob__spec_compressions,
+                                       COUNT(ob__spec_compressions), &mode, ONE));
+    ob__spec_note(E, read_freeze_step(o, &c->freeze_step, ONE));
+    ob__spec_note(
+        E, ob__spec_get_number(o, "optimizer", "freeze_threshold", &c->freeze_threshold, ONE));
+    ob__spec_note(E, ob__spec_get_long(o, "optimizer", "freeze_min_steps", 0, LONG_MAX,
+                                       &c->freeze_min_steps, ONE));
+    ob__spec_note(
+        E, ob__spec_get_size(o, "optimizer", "block_size", 1, MAX_BLOCK, &c->block_size, ONE));
+    ob__spec_note(E, ob__spec_get_enum(o, "optimizer", "scale", ob__spec_scales,
+                                       COUNT(ob__spec_scales), &scale, ONE));
+    ob__spec_note(E, ob__spec_get_bool(o, "optimizer", "precondition", &c->precondition, ONE));
+    ob__spec_note(E, ob__spec_get_enum(o, "optimizer", "stabilizer", ob__spec_stabilizers,
+                                       COUNT(ob__spec_stabilizers), &stab, ONE));
+    ob__spec_note(E,
+                  ob__spec_get_number(o, "optimizer", "stability_bound", &c->stability_bound, ONE));
+    ob__spec_note(
+        E, ob__spec_get_number(o, "optimizer", "frozen_step_ratio", &c->frozen_step_ratio, ONE));
+    ob__spec_note(E, ob__spec_get_long(o, "optimizer", "refresh_steps", 0,
+                                       OB_OPTIM_MAX_REFRESH_STEPS, &c->refresh_steps, ONE));
+    c->stabilizer = (ob_stabilizer)stab;
+    c->mode = (ob_onebit_mode)mode;
+    c->scale = (ob_scale_kind)scale;
+    if (c->mode == OB_ONEBIT_NAIVE && c->freeze_step > 0)
+        ob__spec_note(E, OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                                "optimizer.freeze_step: compression naive never freezes v; leave "
+                                "freeze_step \"auto\""));
+}
+
+static ob_status read_optim(const json_t *o, ob_jobspec *s, spec_errs *E)
 {
     int kind = 0;
-    ob_status st = ob__spec_get_kind(o, "optimizer", "type", ob__spec_optim_kinds,
-                                     COUNT(ob__spec_optim_kinds), &kind, err);
-    if (st) return st;
+    if (ob__spec_note(E, ob__spec_get_kind(o, "optimizer", "type", ob__spec_optim_kinds,
+                                           COUNT(ob__spec_optim_kinds), &kind, ONE)))
+        return OB_ERR_INVALID_ARG;
     ob_optim_config *c = &s->optim;
     ob_optim_config_default(c, (ob_optim_kind)kind);
     c->lr_warmup_steps = s->lr.warmup_steps;
-    if ((st =
-             ob__spec_check_fields(o, "optimizer", optim_fields, COUNT(optim_fields),
-                                   ob__spec_optim_kinds, COUNT(ob__spec_optim_kinds), kind, err)) ||
-        (st = ob__spec_get_number(o, "optimizer", "beta1", &c->beta1, err)) ||
-        (st = ob__spec_get_number(o, "optimizer", "beta2", &c->beta2, err)) ||
-        (st = ob__spec_get_number(o, "optimizer", "eps", &c->eps, err)) ||
-        (st = ob__spec_get_number(o, "optimizer", "weight_decay", &c->weight_decay, err)) ||
-        (st = ob__spec_get_bool(o, "optimizer", "bias_correction", &c->bias_correction, err)) ||
-        (st = read_buckets(o, c, err)))
-        return st;
+    int before = E->n;
+    ob__spec_check_fields(o, "optimizer", optim_fields, COUNT(optim_fields), ob__spec_optim_kinds,
+                          COUNT(ob__spec_optim_kinds), kind, E);
+    ob__spec_note(E, ob__spec_get_number(o, "optimizer", "beta1", &c->beta1, ONE));
+    ob__spec_note(E, ob__spec_get_number(o, "optimizer", "beta2", &c->beta2, ONE));
+    ob__spec_note(E, ob__spec_get_number(o, "optimizer", "eps", &c->eps, ONE));
+    ob__spec_note(E, ob__spec_get_number(o, "optimizer", "weight_decay", &c->weight_decay, ONE));
+    ob__spec_note(E,
+                  ob__spec_get_bool(o, "optimizer", "bias_correction", &c->bias_correction, ONE));
+    read_buckets(o, c, E);
     long long rpn = 0;
-    if ((kind == OB_OPTIM_BINSGDM || kind == OB_OPTIM_ONEBIT_ADAM) &&
-        (st = ob__spec_get_int(o, "optimizer", "ranks_per_node", 0, OB_OPTIM_MAX_RANKS_PER_NODE,
-                               &rpn, err)))
-        return st;
+    if (kind == OB_OPTIM_BINSGDM || kind == OB_OPTIM_ONEBIT_ADAM)
+        ob__spec_note(E, ob__spec_get_int(o, "optimizer", "ranks_per_node", 0,
+                                          OB_OPTIM_MAX_RANKS_PER_NODE, &rpn, ONE));
     c->ranks_per_node = (int)rpn;
-    if (kind == OB_OPTIM_BINSGDM &&
-        ((st = ob__spec_get_size(o, "optimizer", "block_size", 1, MAX_BLOCK, &c->block_size,
-                                 err)) ||
-         (st = ob__spec_get_long(o, "optimizer", "max_denominator_step", 0, LONG_MAX,
-                                 &c->max_denominator_step, err))))
-        return st;
-    if (kind == OB_OPTIM_ONEBIT_ADAM) {
-        int mode = (int)c->mode, scale = (int)c->scale, stab = (int)c->stabilizer;
-        if ((st = ob__spec_get_enum(o, "optimizer", "compression", ob__spec_compressions,
-                                    COUNT(ob__spec_compressions), &mode, err)) ||
-            (st = read_freeze_step(o, &c->freeze_step, err)) ||
-            (st = ob__spec_get_number(o, "optimizer", "freeze_threshold", &c->freeze_threshold,
-                                      err)) ||
-            (st = ob__spec_get_long(o, "optimizer", "freeze_min_steps", 0, LONG_MAX,
-                                    &c->freeze_min_steps, err)) ||
-            (st = ob__spec_get_size(o, "optimizer", "block_size", 1, MAX_BLOCK, &c->block_size,
-                                    err)) ||
-            (st = ob__spec_get_enum(o, "optimizer", "scale", ob__spec_scales,
-                                    COUNT(ob__spec_scales), &scale, err)) ||
-            (st = ob__spec_get_bool(o, "optimizer", "precondition", &c->precondition, err)) ||
-            (st = ob__spec_get_enum(o, "optimizer", "stabilizer", ob__spec_stabilizers,
-                                    COUNT(ob__spec_stabilizers), &stab, err)) ||
-            (st = ob__spec_get_number(o, "optimizer", "stability_bound", &c->stability_bound,
-                                      err)) ||
-            (st = ob__spec_get_number(o, "optimizer", "frozen_step_ratio", &c->frozen_step_ratio,
-                                      err)) ||
-            (st = ob__spec_get_long(o, "optimizer", "refresh_steps", 0, OB_OPTIM_MAX_REFRESH_STEPS,
-                                    &c->refresh_steps, err)))
-            return st;
-        c->stabilizer = (ob_stabilizer)stab;
-        c->mode = (ob_onebit_mode)mode;
-        c->scale = (ob_scale_kind)scale;
-        if (c->mode == OB_ONEBIT_NAIVE && c->freeze_step > 0)
-            return OB_ERR(err, OB_ERR_INVALID_ARG,
-                          "optimizer.freeze_step: compression naive never freezes v; leave "
-                          "freeze_step \"auto\"");
+    if (kind == OB_OPTIM_BINSGDM) {
+        ob__spec_note(
+            E, ob__spec_get_size(o, "optimizer", "block_size", 1, MAX_BLOCK, &c->block_size, ONE));
+        ob__spec_note(E, ob__spec_get_long(o, "optimizer", "max_denominator_step", 0, LONG_MAX,
+                                           &c->max_denominator_step, ONE));
     }
-    st = ob_optim_config_validate(c, err);
-    if (st && err) {
+    if (kind == OB_OPTIM_ONEBIT_ADAM) read_onebit_fields(o, c, E);
+    if (since(E, before)) return OB_ERR_INVALID_ARG;
+    ob_status st = ob_optim_config_validate(c, ONE);
+    if (st) {
         /* Its messages start with the field's name ("beta1 = 1.5: must be in [0, 1)"); put
          * the section in front so that the message names the spec path. */
         char inner[OB_ERR_MSG_LEN];
-        memcpy(inner, err->msg, sizeof inner);
-        snprintf(err->msg, sizeof err->msg, "optimizer.%.480s", inner);
+        memcpy(inner, E->one.msg, sizeof inner);
+        snprintf(E->one.msg, sizeof E->one.msg, "optimizer.%.*s", (int)sizeof inner - 16, inner);
+        return ob__spec_note(E, st);
     }
     /* The latest freeze depends on beta2's lag: only once beta2 is known to be in [0, 1). */
-    if (st == OB_OK && c->kind == OB_OPTIM_ONEBIT_ADAM) st = read_freeze_max(o, s, err);
-    return st;
+    if (c->kind == OB_OPTIM_ONEBIT_ADAM) return ob__spec_note(E, read_freeze_max(o, s, ONE));
+    return OB_OK;
 }
 
 /* checkpoint.loss_rise: 0 (off) or a factor in [1.5, 1000]. */
@@ -550,53 +612,50 @@ static ob_status read_loss_rise(const json_t *ck, double *out, ob_err *err)
     return OB_OK;
 }
 
-static ob_status read_eval_ckpt(const json_t *ev, const json_t *ck, ob_jobspec *s, ob_err *err)
+static void read_eval_ckpt(const json_t *ev, const json_t *ck, ob_jobspec *s, spec_errs *E)
 {
-    ob_status st;
     long long keep = s->checkpoint_keep, rollbacks = s->checkpoint_rollbacks;
-    if (ev &&
-        ((st = ob__spec_check_fields(ev, "eval", eval_fields, COUNT(eval_fields), NULL, 0, 0,
-                                     err)) ||
-         (st = ob__spec_get_long(ev, "eval", "interval", 0, LONG_MAX, &s->eval_interval, err)) ||
-         (st = ob__spec_get_size(ev, "eval", "max_examples", 0, NO_LIMIT, &s->eval_max_examples,
-                                 err))))
-        return st;
-    if (ck && ((st = ob__spec_check_fields(ck, "checkpoint", checkpoint_fields,
-                                           COUNT(checkpoint_fields), NULL, 0, 0, err)) ||
-               (st = ob__spec_get_path(ck, "checkpoint", "dir", 1, s->checkpoint_dir,
-                                       sizeof s->checkpoint_dir, err)) ||
-               (st = ob__spec_get_long(ck, "checkpoint", "interval", 0, LONG_MAX,
-                                       &s->checkpoint_interval, err)) ||
-               (st = ob__spec_get_int(ck, "checkpoint", "keep", 1, INT_MAX, &keep, err)) ||
-               (st = ob__spec_get_bool(ck, "checkpoint", "async", &s->checkpoint_async, err)) ||
-               (st = ob__spec_get_int(ck, "checkpoint", "rollbacks", 0, 100, &rollbacks, err)) ||
-               (st = read_loss_rise(ck, &s->checkpoint_loss_rise, err))))
-        return st;
+    if (ev) {
+        ob__spec_check_fields(ev, "eval", eval_fields, COUNT(eval_fields), NULL, 0, 0, E);
+        ob__spec_note(
+            E, ob__spec_get_long(ev, "eval", "interval", 0, LONG_MAX, &s->eval_interval, ONE));
+        ob__spec_note(E, ob__spec_get_size(ev, "eval", "max_examples", 0, NO_LIMIT,
+                                           &s->eval_max_examples, ONE));
+    }
+    if (ck) {
+        ob__spec_check_fields(ck, "checkpoint", checkpoint_fields, COUNT(checkpoint_fields), NULL,
+                              0, 0, E);
+        ob__spec_note(E, ob__spec_get_path(ck, "checkpoint", "dir", 1, s->checkpoint_dir,
+                                           sizeof s->checkpoint_dir, ONE));
+        ob__spec_note(E, ob__spec_get_long(ck, "checkpoint", "interval", 0, LONG_MAX,
+                                           &s->checkpoint_interval, ONE));
+        ob__spec_note(E, ob__spec_get_int(ck, "checkpoint", "keep", 1, INT_MAX, &keep, ONE));
+        ob__spec_note(E, ob__spec_get_bool(ck, "checkpoint", "async", &s->checkpoint_async, ONE));
+        ob__spec_note(E, ob__spec_get_int(ck, "checkpoint", "rollbacks", 0, 100, &rollbacks, ONE));
+        ob__spec_note(E, read_loss_rise(ck, &s->checkpoint_loss_rise, ONE));
+    }
     s->checkpoint_keep = (int)keep;
     s->checkpoint_rollbacks = (int)rollbacks;
-    return OB_OK;
 }
 
-/* warm_start: the variance v_Tw (and optionally the parameters) of an earlier checkpoint; the
- * optimizer must be onebit_adam with a variance to freeze. */
-
-/* device: where the model and the optimizer run. The GPU path has the softmax and MLP models. */
-static ob_status read_device(const json_t *root, ob_jobspec *s, ob_err *err)
+/* device: where the model and the optimizer run. The GPU path has the softmax and MLP models.
+ * The checks against the optimizer and the model run when those were valid (*_ok). */
+static void read_device(const json_t *root, ob_jobspec *s, int model_ok, int optim_ok, spec_errs *E)
 {
     int dev = (int)s->device;
-    ob_status st =
-        ob__spec_get_enum(root, "", "device", ob__spec_devices, COUNT(ob__spec_devices), &dev, err);
-    if (st) return st;
+    if (ob__spec_note(E, ob__spec_get_enum(root, "", "device", ob__spec_devices,
+                                           COUNT(ob__spec_devices), &dev, ONE)))
+        return;
     s->device = (ob_device)dev;
-    if (s->device == OB_DEVICE_CUDA && s->optim.overlap)
-        return OB_ERR(err, OB_ERR_INVALID_ARG,
-                      "optimizer.overlap: not with device: cuda (the NCCL path exchanges the "
-                      "gradient after the backward pass); leave it false");
-    if (s->device == OB_DEVICE_CUDA && s->model.kind == OB_MODEL_TRANSFORMER)
-        return OB_ERR(err, OB_ERR_INVALID_ARG,
-                      "device: cuda runs the softmax and mlp models; the transformer runs on the "
-                      "cpu (device: cpu)");
-    return OB_OK;
+    if (optim_ok && s->device == OB_DEVICE_CUDA && s->optim.overlap)
+        ob__spec_note(E, OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                                "optimizer.overlap: not with device: cuda (the NCCL path "
+                                "exchanges the gradient after the backward pass); leave it "
+                                "false"));
+    if (model_ok && s->device == OB_DEVICE_CUDA && s->model.kind == OB_MODEL_TRANSFORMER)
+        ob__spec_note(E, OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                                "device: cuda runs the softmax and mlp models; the transformer "
+                                "runs on the cpu (device: cpu)"));
 }
 
 /* warm_start.refit_steps: "auto" (-1) or an integer in [0, OB_JOBSPEC_MAX_REFIT]. */
@@ -618,32 +677,76 @@ static ob_status read_refit_steps(const json_t *ws, long *out, ob_err *err)
                               "\"auto\" or an integer in [0, 1000000]", v);
 }
 
-static ob_status read_warm_start(const json_t *ws, ob_jobspec *s, ob_err *err)
+/* warm_start: the variance v_Tw (and optionally the parameters) of an earlier checkpoint; the
+ * optimizer must be onebit_adam with a variance to freeze (checked when it was valid). */
+static void read_warm_start(const json_t *ws, ob_jobspec *s, int optim_ok, spec_errs *E)
 {
-    if (!ws) return OB_OK;
-    ob_status st;
-    if ((st = ob__spec_check_fields(ws, "warm_start", warm_start_fields, COUNT(warm_start_fields),
-                                    NULL, 0, 0, err)))
-        return st;
-    if (!json_object_get(ws, "from")) return ob__spec_missing(err, "warm_start", "from", "");
-    if ((st = ob__spec_get_path(ws, "warm_start", "from", 0, s->warm_start_from,
-                                sizeof s->warm_start_from, err)) ||
-        (st = ob__spec_get_bool(ws, "warm_start", "params", &s->warm_start_params, err)) ||
-        (st = read_refit_steps(ws, &s->warm_start_refit_steps, err)))
-        return st;
+    if (!ws) return;
+    ob__spec_check_fields(ws, "warm_start", warm_start_fields, COUNT(warm_start_fields), NULL, 0, 0,
+                          E);
+    if (!json_object_get(ws, "from"))
+        ob__spec_note(E, ob__spec_missing(ONE, "warm_start", "from", ""));
+    ob__spec_note(E, ob__spec_get_path(ws, "warm_start", "from", 0, s->warm_start_from,
+                                       sizeof s->warm_start_from, ONE));
+    ob__spec_note(E, ob__spec_get_bool(ws, "warm_start", "params", &s->warm_start_params, ONE));
+    ob__spec_note(E, read_refit_steps(ws, &s->warm_start_refit_steps, ONE));
     int ex = (int)s->optim.refit_exchange;
-    if ((st = ob__spec_get_enum(ws, "warm_start", "refit_exchange", ob__spec_exchanges,
-                                COUNT(ob__spec_exchanges), &ex, err)))
-        return st;
+    ob__spec_note(E, ob__spec_get_enum(ws, "warm_start", "refit_exchange", ob__spec_exchanges,
+                                       COUNT(ob__spec_exchanges), &ex, ONE));
     s->optim.refit_exchange = (ob_gradient_exchange)ex;
-    if (s->optim.kind != OB_OPTIM_ONEBIT_ADAM || s->optim.mode == OB_ONEBIT_NAIVE)
-        return OB_ERR(err, OB_ERR_INVALID_ARG,
-                      "warm_start: needs optimizer.type onebit_adam with compression on or off "
-                      "(it borrows a frozen variance)");
-    return OB_OK;
+    if (optim_ok && (s->optim.kind != OB_OPTIM_ONEBIT_ADAM || s->optim.mode == OB_ONEBIT_NAIVE))
+        ob__spec_note(E, OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                                "warm_start: needs optimizer.type onebit_adam with compression "
+                                "on or off (it borrows a frozen variance)"));
 }
 
-/* Fills s (scratch) from the tree; the first failure ends the walk. */
+/* The top-level scalars a built-in job has. */
+static ob_status read_top(const json_t *root, ob_jobspec *s, spec_errs *E)
+{
+    int before = E->n;
+    if (!json_object_get(root, "batch_size"))
+        ob__spec_note(E, ob__spec_missing(ONE, "", "batch_size", ""));
+    if (!json_object_get(root, "steps")) ob__spec_note(E, ob__spec_missing(ONE, "", "steps", ""));
+    long long seed = (long long)s->seed;
+    read_name(root, s, E);
+    ob__spec_note(E, ob__spec_get_size(root, "", "batch_size", 1, MAX_BATCH, &s->batch_size, ONE));
+    ob__spec_note(E, ob__spec_get_long(root, "", "steps", 1, LONG_MAX, &s->steps, ONE));
+    ob__spec_note(E, ob__spec_get_int(root, "", "seed", 0, LLONG_MAX, &seed, ONE));
+    ob__spec_note(E,
+                  ob__spec_get_long(root, "", "log_interval", 1, LONG_MAX, &s->log_interval, ONE));
+    s->seed = (uint64_t)seed;
+    return since(E, before);
+}
+
+/* Fills s (scratch) from the tree, noting every problem in E. */
+static void validate(const json_t *root, ob_jobspec *s, spec_errs *E)
+{
+    ob__spec_check_fields(root, "", top_fields, COUNT(top_fields), NULL, 0, 0, E);
+    if (json_object_get(root, "program")) {
+        read_name(root, s, E);
+        ob__spec_read_program(root, s, E);
+        return;
+    }
+    const json_t *model, *data, *optim, *lr, *ev, *ck, *ws;
+    ob__spec_note(E, ob__spec_get_section(root, "model", 1, &model, ONE));
+    ob__spec_note(E, ob__spec_get_section(root, "data", 1, &data, ONE));
+    ob__spec_note(E, ob__spec_get_section(root, "optimizer", 1, &optim, ONE));
+    ob__spec_note(E, ob__spec_get_section(root, "lr", 0, &lr, ONE));
+    ob__spec_note(E, ob__spec_get_section(root, "eval", 0, &ev, ONE));
+    ob__spec_note(E, ob__spec_get_section(root, "checkpoint", 0, &ck, ONE));
+    ob__spec_note(E, ob__spec_get_section(root, "warm_start", 0, &ws, ONE));
+    int top_ok = read_top(root, s, E) == OB_OK;
+    /* A section that is missing or is not a mapping was noted above; its readers are skipped,
+     * and so are the checks across sections that depend on it. */
+    int model_ok = model && read_model(model, s, E) == OB_OK;
+    if (data) read_data(data, s, model_ok, E);
+    read_lr(lr, s, top_ok, E);
+    int optim_ok = optim && read_optim(optim, s, E) == OB_OK;
+    read_eval_ckpt(ev, ck, s, E);
+    read_warm_start(ws, s, optim_ok, E);
+    read_device(root, s, model_ok, optim_ok, E);
+}
+
 ob_status ob__spec_validate(const json_t *root, ob_jobspec *s, ob_err *err)
 {
     ob_jobspec_default(s);
@@ -653,39 +756,13 @@ ob_status ob__spec_validate(const json_t *root, ob_jobspec *s, ob_err *err)
                       "job spec: expected an object (mapping) at the top level, got %s",
                       json_is_null(root) ? "nothing (null)" : ob__spec_repr(got, sizeof got, root));
     }
-    ob_status st = ob__spec_check_fields(root, "", top_fields, COUNT(top_fields), NULL, 0, 0, err);
-    if (st) return st;
-    if (json_object_get(root, "program")) {
-        if ((st = read_name(root, s, err))) return st;
-        return ob__spec_read_program(root, s, err);
-    }
-
-    const json_t *model, *data, *optim, *lr, *ev, *ck, *ws;
-    if ((st = ob__spec_get_section(root, "model", 1, &model, err)) ||
-        (st = ob__spec_get_section(root, "data", 1, &data, err)) ||
-        (st = ob__spec_get_section(root, "optimizer", 1, &optim, err)) ||
-        (st = ob__spec_get_section(root, "lr", 0, &lr, err)) ||
-        (st = ob__spec_get_section(root, "eval", 0, &ev, err)) ||
-        (st = ob__spec_get_section(root, "checkpoint", 0, &ck, err)) ||
-        (st = ob__spec_get_section(root, "warm_start", 0, &ws, err)))
-        return st;
-    if (!json_object_get(root, "batch_size")) return ob__spec_missing(err, "", "batch_size", "");
-    if (!json_object_get(root, "steps")) return ob__spec_missing(err, "", "steps", "");
-    long long seed = (long long)s->seed;
-    if ((st = read_name(root, s, err)) ||
-        (st = ob__spec_get_size(root, "", "batch_size", 1, MAX_BATCH, &s->batch_size, err)) ||
-        (st = ob__spec_get_long(root, "", "steps", 1, LONG_MAX, &s->steps, err)) ||
-        (st = ob__spec_get_int(root, "", "seed", 0, LLONG_MAX, &seed, err)) ||
-        (st = ob__spec_get_long(root, "", "log_interval", 1, LONG_MAX, &s->log_interval, err)))
-        return st;
-    s->seed = (uint64_t)seed;
-
-    if ((st = read_model(model, s, err)) || (st = read_data(data, s, err)) ||
-        (st = read_lr(lr, s, err)) || (st = read_optim(optim, s, err)) ||
-        (st = read_eval_ckpt(ev, ck, s, err)) || (st = read_warm_start(ws, s, err)) ||
-        (st = read_device(root, s, err)))
-        return st;
-    return OB_OK;
+    spec_errs *E = malloc(sizeof *E);
+    if (!E) return OB_ERR(err, OB_ERR_NOMEM, "job spec");
+    ob__spec_errs_init(E, err);
+    validate(root, s, E);
+    ob_status st = ob__spec_errs_end(E);
+    free(E);
+    return st;
 }
 
 /* ==== parse, load ========================================================================= */

@@ -254,12 +254,14 @@ static size_t edit_distance(const char *a, const char *b)
     return row[lb];
 }
 
-/* Rejects a key of obj that is not in fields ("unknown field", with the nearest name as a hint)
- * or that belongs to another kind ("only for text"). kind_names may be NULL when no field of the
- * table depends on a kind. Keys are checked in document order. */
+/* Rejects each key of obj that is not in fields ("unknown field", with the nearest name or the
+ * section the key belongs in as a hint) or that belongs to another kind ("only for text").
+ * kind_names may be NULL when no field of the table depends on a kind. Keys are checked in
+ * document order; every one that fails is noted. */
 ob_status ob__spec_check_fields(const json_t *obj, const char *sec, const field *fields, int n,
-                                const char *const *kind_names, int n_kinds, int kind, ob_err *err)
+                                const char *const *kind_names, int n_kinds, int kind, spec_errs *E)
 {
+    ob_status worst = OB_OK;
     for (void *it = json_object_iter((json_t *)obj); it;
          it = json_object_iter_next((json_t *)obj, it)) {
         const char *key = json_object_iter_key(it);
@@ -273,15 +275,91 @@ ob_status ob__spec_check_fields(const json_t *obj, const char *sec, const field 
         }
         char path[PATH_MAX_TEXT];
         ob__spec_join(path, sizeof path, sec, key);
-        if (!f && near)
-            return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: unknown field (did you mean %s?)", path,
-                          near);
-        if (!f) return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: unknown field", path);
-        if (kind_names && !(f->kinds & K(kind))) {
+        const char *home = f ? NULL : ob__spec_home_of(key, sec);
+        ob_status st = OB_OK;
+        if (!f && (!strcmp(key, "lr") || !strcmp(key, "learning_rate")) && sec[0])
+            st = OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                        "%s: unknown field (the learning rate is the spec's top-level section lr, "
+                        "e.g. lr: {peak: 0.001})",
+                        path);
+        else if (!f && home && home[0])
+            st = OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                        "%s: unknown field (%.64s is a field of %s: %s.%.64s)", path, key, home,
+                        home, key);
+        else if (!f && home)
+            st = OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                        "%s: unknown field (%.64s is a top-level field of the spec)", path, key);
+        else if (!f && near)
+            st =
+                OB_ERR(ONE, OB_ERR_INVALID_ARG, "%s: unknown field (did you mean %s?)", path, near);
+        else if (!f)
+            st = OB_ERR(ONE, OB_ERR_INVALID_ARG, "%s: unknown field", path);
+        else if (kind_names && !(f->kinds & K(kind))) {
             char owners[160];
             join_names(owners, sizeof owners, kind_names, n_kinds, f->kinds);
-            return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: only for %s", path, owners);
+            st = OB_ERR(ONE, OB_ERR_INVALID_ARG, "%s: only for %s", path, owners);
         }
+        if (ob__spec_note(E, st)) worst = st;
     }
-    return OB_OK;
+    return worst;
+}
+
+/* ==== problems, collected ================================================================= */
+
+void ob__spec_errs_init(spec_errs *E, ob_err *out)
+{
+    memset(E, 0, sizeof *E);
+    E->out = out;
+}
+
+/* The length of msg without a trailing source location " (file.c:123)". */
+static size_t without_location(const char *msg)
+{
+    size_t n = strlen(msg), i = n;
+    if (n < 8 || msg[n - 1] != ')') return n;
+    i = n - 1;
+    while (i > 0 && msg[i - 1] >= '0' && msg[i - 1] <= '9')
+        i--;
+    if (i == n - 1 || i < 4 || msg[i - 1] != ':') return n;
+    size_t colon = i - 1, open = colon;
+    if (colon < 3 || msg[colon - 2] != '.' || msg[colon - 1] != 'c') return n;
+    while (open > 0 && msg[open - 1] != '(' && msg[open - 1] != ' ')
+        open--;
+    if (open < 2 || msg[open - 1] != '(' || msg[open - 2] != ' ') return n;
+    return open - 2;
+}
+
+ob_status ob__spec_note(spec_errs *E, ob_status st)
+{
+    if (st == OB_OK) return OB_OK;
+    if (E->code == OB_OK) E->code = st;
+    E->n++;
+    size_t len = without_location(E->one.msg);
+    if (len == 0) len = strlen(strncpy(E->one.msg, ob_strerror(st), sizeof E->one.msg - 1));
+    size_t sep = E->shown ? 2 : 0;
+    /* Room is kept for the count in front and the "and N more" at the end. */
+    if (E->shown < OB_SPEC_MAX_PROBLEMS && E->used + sep + len + 48 < sizeof E->text) {
+        if (sep) memcpy(E->text + E->used, "; ", 2);
+        memcpy(E->text + E->used + sep, E->one.msg, len);
+        E->used += sep + len;
+        E->text[E->used] = '\0';
+        E->shown++;
+    }
+    ob_err_clear(&E->one);
+    return st;
+}
+
+ob_status ob__spec_errs_end(spec_errs *E)
+{
+    if (E->code == OB_OK || !E->out) return E->code;
+    E->out->code = E->code;
+    if (E->n == 1)
+        snprintf(E->out->msg, sizeof E->out->msg, "%s", E->text);
+    else if (E->n == E->shown)
+        snprintf(E->out->msg, sizeof E->out->msg, "%d problems: %.*s", E->n,
+                 (int)sizeof E->text - 48, E->text);
+    else
+        snprintf(E->out->msg, sizeof E->out->msg, "%d problems: %.*s; and %d more", E->n,
+                 (int)sizeof E->text - 48, E->text, E->n - E->shown);
+    return E->code;
 }

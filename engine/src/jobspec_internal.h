@@ -28,6 +28,39 @@ extern const char *const ob__spec_exchanges[3];    /* ob_gradient_exchange */
 extern const char *const ob__spec_lr_kinds[3];     /* ob_lr_kind */
 extern const char *const ob__spec_devices[2];      /* ob_device */
 
+/* ---- problems, collected (jobspec_fields.c) ---------------------------------------------- */
+
+/* A spec's problems, gathered so that one reply names every invalid field (at most
+ * OB_SPEC_MAX_PROBLEMS messages, then a count). Each check writes its failure into the slot ONE
+ * and hands its status to ob__spec_note, which moves the message (without its source location)
+ * into the list; ob__spec_errs_end writes "N problems: a; b; c" (or the one message) to out. */
+#define OB_SPEC_MAX_PROBLEMS 8
+typedef struct spec_errs {
+    ob_err one;     /* the slot each check writes its failure to */
+    ob_err *out;    /* where the collected message goes (NULL: only the status) */
+    ob_status code; /* the first failure's code (OB_OK: none) */
+    int n, shown;   /* failures noted; those whose message is in text */
+    size_t used;    /* bytes of text */
+    char text[OB_ERR_MSG_LEN];
+} spec_errs;
+#define ONE (&E->one)
+
+void ob__spec_errs_init(spec_errs *E, ob_err *out);
+
+/* Notes st's failure (its message in E->one) and returns st: a caller that cannot go on
+ * without what failed returns; one that can checks the next field. */
+ob_status ob__spec_note(spec_errs *E, ob_status st);
+
+/* Writes the collected message to E->out; returns the first failure's code (OB_OK: none). */
+ob_status ob__spec_errs_end(spec_errs *E);
+
+/* The section a misplaced key belongs to ("optimizer" for beta2, "" for a top-level field such
+ * as lr or steps), or NULL when no section has it (jobspec.c). */
+const char *ob__spec_home_of(const char *key, const char *not_in);
+
+/* 1 when key is a field of the spec's top level. */
+int ob__spec_is_top(const char *key);
+
 /* ---- the typed-field reader (jobspec_fields.c) ----------------------------------------- */
 
 /* "sec.key", or "key" at the top level (sec ""), into buf (cut at cap). Returns buf. */
@@ -91,11 +124,11 @@ ob_status ob__spec_get_path(const json_t *obj, const char *sec, const char *key,
 ob_status ob__spec_get_section(const json_t *root, const char *key, int required,
                                const json_t **out, ob_err *err);
 
-/* Rejects a key of obj that is not in fields ("unknown field", with the nearest name as a hint)
- * or that belongs to another kind ("only for text"). kind_names may be NULL when no field of the
- * table depends on a kind. Keys are checked in document order. */
+/* Notes each key of obj that is not in fields ("unknown field", with the nearest name or the
+ * section it belongs in as a hint) or that belongs to another kind ("only for text"); returns
+ * the failure when any. kind_names may be NULL when no field of the table depends on a kind. */
 ob_status ob__spec_check_fields(const json_t *obj, const char *sec, const field *fields, int n,
-                                const char *const *kind_names, int n_kinds, int kind, ob_err *err);
+                                const char *const *kind_names, int n_kinds, int kind, spec_errs *E);
 
 /* ---- YAML (jobspec_yaml.c) ------------------------------------------------------------- */
 
@@ -106,13 +139,15 @@ ob_status ob__spec_yaml_to_tree(const char *text, size_t len, json_t **out, ob_e
 
 /* ---- the validator (jobspec.c) --------------------------------------------------------- */
 
-/* Checks every field of the tree and fills *s (scratch: partly written on failure). */
+/* Checks every field of the tree and fills *s (scratch: partly written on failure); err gets
+ * every problem found (bounded), not only the first. */
 ob_status ob__spec_validate(const json_t *root, ob_jobspec *s, ob_err *err);
 
 /* ---- program jobs (jobspec_program.c) ----------------------------------------------------- */
 
-/* The fields of a program job's spec (root has "program"; name is read already). */
-ob_status ob__spec_read_program(const json_t *root, ob_jobspec *s, ob_err *err);
+/* The fields of a program job's spec (root has "program"; name is read already); its problems
+ * go to E. */
+ob_status ob__spec_read_program(const json_t *root, ob_jobspec *s, spec_errs *E);
 
 /* A program job's canonical tree (NULL when memory runs out). */
 json_t *ob__spec_program_tree(const ob_jobspec *s);

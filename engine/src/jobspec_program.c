@@ -103,8 +103,9 @@ static ob_status read_env(const json_t *p, ob_program_spec *prog, ob_err *err)
     return OB_OK;
 }
 
-ob_status ob__spec_read_program(const json_t *root, ob_jobspec *s, ob_err *err)
+ob_status ob__spec_read_program(const json_t *root, ob_jobspec *s, spec_errs *E)
 {
+    int before = E->n;
     const char *key;
     const json_t *v;
     json_object_foreach((json_t *)root, key, v)
@@ -112,38 +113,38 @@ ob_status ob__spec_read_program(const json_t *root, ob_jobspec *s, ob_err *err)
         int ok = 0;
         for (size_t i = 0; i < sizeof program_top / sizeof program_top[0]; i++)
             ok |= !strcmp(key, program_top[i]);
-        if (!ok)
-            return OB_ERR(err, OB_ERR_INVALID_ARG,
-                          "%.64s: not with program (a program job's model, data, optimizer and "
-                          "checkpoints are the program's own; it may set name, steps and seed)",
-                          key);
+        /* An unknown key was noted by the top level's check already. */
+        if (!ok && ob__spec_is_top(key))
+            ob__spec_note(E, OB_ERR(ONE, OB_ERR_INVALID_ARG,
+                                    "%.64s: not with program (a program job's model, data, "
+                                    "optimizer and checkpoints are the program's own; it may set "
+                                    "name, steps and seed)",
+                                    key));
     }
     const json_t *p;
-    ob_status st = ob__spec_get_section(root, "program", 1, &p, err);
-    if (st) return st;
-    if ((st = ob__spec_check_fields(p, "program", program_fields, COUNT(program_fields), NULL, 0, 0,
-                                    err)))
-        return st;
+    if (ob__spec_note(E, ob__spec_get_section(root, "program", 1, &p, ONE)))
+        return OB_ERR_INVALID_ARG;
+    ob__spec_check_fields(p, "program", program_fields, COUNT(program_fields), NULL, 0, 0, E);
     ob_program_spec *prog = &s->program;
     if (!json_object_get(p, "entrypoint"))
-        return ob__spec_missing(err, "program", "entrypoint", " (the script to run)");
+        ob__spec_note(E, ob__spec_missing(ONE, "program", "entrypoint", " (the script to run)"));
     memcpy(prog->interpreter, OB_PROGRAM_INTERPRETER, sizeof OB_PROGRAM_INTERPRETER);
     long long seed = (long long)s->seed;
-    if ((st = ob__spec_get_path(p, "program", "entrypoint", 0, prog->entrypoint,
-                                sizeof prog->entrypoint, err)) ||
-        (st = ob__spec_get_path(p, "program", "workdir", 0, prog->workdir, sizeof prog->workdir,
-                                err)) ||
-        (st = ob__spec_get_path(p, "program", "interpreter", 0, prog->interpreter,
-                                sizeof prog->interpreter, err)) ||
-        (st = read_args(p, prog, err)) || (st = read_env(p, prog, err)) ||
-        (st = ob__spec_get_long(root, "", "steps", 0, LONG_MAX, &s->steps, err)) ||
-        (st = ob__spec_get_int(root, "", "seed", 0, LLONG_MAX, &seed, err)))
-        return st;
+    ob__spec_note(E, ob__spec_get_path(p, "program", "entrypoint", 0, prog->entrypoint,
+                                       sizeof prog->entrypoint, ONE));
+    ob__spec_note(
+        E, ob__spec_get_path(p, "program", "workdir", 0, prog->workdir, sizeof prog->workdir, ONE));
+    ob__spec_note(E, ob__spec_get_path(p, "program", "interpreter", 0, prog->interpreter,
+                                       sizeof prog->interpreter, ONE));
+    ob__spec_note(E, read_args(p, prog, ONE));
+    ob__spec_note(E, read_env(p, prog, ONE));
+    ob__spec_note(E, ob__spec_get_long(root, "", "steps", 0, LONG_MAX, &s->steps, ONE));
+    ob__spec_note(E, ob__spec_get_int(root, "", "seed", 0, LLONG_MAX, &seed, ONE));
     s->seed = (uint64_t)seed;
     if (prog->workdir[0] && prog->workdir[0] != '/')
-        return ob__spec_bad_value(err, "program", "workdir", "an absolute path",
-                                  json_object_get(p, "workdir"));
-    return OB_OK;
+        ob__spec_note(E, ob__spec_bad_value(ONE, "program", "workdir", "an absolute path",
+                                            json_object_get(p, "workdir")));
+    return E->n > before ? OB_ERR_INVALID_ARG : OB_OK;
 }
 
 json_t *ob__spec_program_tree(const ob_jobspec *s)

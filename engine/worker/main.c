@@ -349,8 +349,9 @@ int main(int argc, char **argv)
     ob_status st = ob_jobspec_load(&spec, opts.spec_path, &err);
     if (st == OB_OK) st = ob_jobspec_to_json(&spec, &spec_json, &err);
     if (st != OB_OK) {
-        /* Every rank read the same file and failed the same way: one message is enough. */
-        if (rank == 0) fprintf(stderr, "onebit-worker: %s: %s\n", opts.spec_path, err.msg);
+        /* Every rank read the same file and failed the same way: one message is enough. It
+         * names the file already. */
+        if (rank == 0) fprintf(stderr, "onebit-worker: %s\n", err.msg);
         MPI_Finalize();
         return 2;
     }

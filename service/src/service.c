@@ -518,6 +518,7 @@ void ob_service_destroy(ob_service *svc)
     free(svc->jobs_dir);
     free(svc->ckpt_dir);
     free(svc->report_addr);
+    ob__metrics_free(svc);
     ob__roots_free(&svc->data_roots);
     ob__roots_free(&svc->ckpt_roots);
     pthread_cond_destroy(&svc->cv);
@@ -590,7 +591,7 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
         /* The API shows the parser's message without its developer location. */
         char clean[OB_ERR_MSG_LEN];
         ob_status_public_message(perr.msg, clean, sizeof clean);
-        snprintf(text, sizeof text, "spec: %.480s", clean);
+        snprintf(text, sizeof text, "spec: %.*s", (int)sizeof text - 8, clean);
         append_problem(problems, sizeof problems, text);
     }
     if (!problems[0] && ob_jobspec_is_program(spec)) { /* its program lies under a data root */

@@ -33,7 +33,7 @@ typedef enum ob_status {
 /* Static, human-readable name of a status code ("invalid argument", ...). Never NULL. */
 const char *ob_strerror(ob_status status);
 
-#define OB_ERR_MSG_LEN 512
+#define OB_ERR_MSG_LEN 1024
 
 /* A caller-owned error record: the code of the first failure and its message. */
 typedef struct ob_err {
