@@ -32,6 +32,8 @@ packages=(
   python3-grpcio python3-protobuf
   # onebitctl's completion scripts are tested in bash and zsh
   zsh
+  # /metrics is checked with promtool (tests/test_onebitd.sh)
+  prometheus
   # the PyTorch front end (engine/python, `import onebit`): Debian's CPU torch
   python3-torch
 )

@@ -238,7 +238,11 @@ check "cancel: no process of the job is left" '! pgrep -f "$TMP/var/jobs/$idl/" 
 
 # --- metrics -----------------------------------------------------------------------------------
 out=$(curl -s "http://$REST/metrics")
-check "metrics: jobs by state, restarts, bytes" 'echo "$out" | grep -q "^onebit_jobs{state=\"SUCCEEDED\"} 4$" && echo "$out" | grep -q "^onebit_jobs{state=\"CANCELLED\"} 1$" && echo "$out" | grep -q "^onebit_job_restarts_total 1$" && echo "$out" | grep -q "^onebit_bytes_sent_total [1-9]"' "$out"
+check "metrics: jobs by state, restarts, bytes" 'echo "$out" | grep -q "^onebit_jobs{state=\"SUCCEEDED\"} 4$" && echo "$out" | grep -q "^onebit_jobs{state=\"CANCELLED\"} 1$" && echo "$out" | grep -q "^onebit_job_restarts_total 1$" && echo "$out" | grep -q "^onebit_sent_bytes_total [1-9]"' "$out"
+if command -v promtool > /dev/null; then
+  lint=$(echo "$out" | promtool check metrics 2>&1); rc=$?
+  check "metrics: promtool finds nothing to say" '[ $rc = 0 ] && [ -z "$lint" ]' "$lint"
+else echo "[ SKIPPED  ] metrics: promtool check (promtool not installed)"; fi
 
 # --- SIGKILL onebitd mid-run and start it again: the job is still there and completes -----------
 control "FAKE_STEP_S=0.02"
@@ -261,10 +265,21 @@ check "the job resumes from its checkpoint" '[ "$(echo "$j" | jq ".attempts | le
 idk_cancel=$(rpc cancel "$idk" 2>/dev/null | jq -r .id)
 wait_state "$idk" JOB_STATE_CANCELLED 15
 check "and can still be driven (cancelled here)" '[ "$(state_of "$idk")" = JOB_STATE_CANCELLED ]' "$(state_of "$idk")"
+metrics_before=$(curl -s "http://$REST/metrics")
 out=$(http DELETE "/v1/jobs/$idk?keepCheckpoints=maybe")
 check "DELETE with a bad keepCheckpoints: 400" '[ "$(echo "$out" | tail -1)" = 400 ]' "$out"
 out=$(http DELETE "/v1/jobs/$idk")
 check "DELETE of an ended job: 200, its record, files and checkpoints gone" '[ "$(echo "$out" | tail -1)" = 200 ] && [ "$(echo "$out" | head -1 | jq .checkpointsDeleted)" -ge 1 ] && [ ! -e "$TMP/var/checkpoints/$idk" ] && [ ! -e "$TMP/var/jobs/$idk" ] && [ "$(http GET "/v1/jobs/$idk" | tail -1)" = 404 ]' "$out"
+# Every counter of the scrape after the deletion is at least what it was before (they used to
+# drop by the deleted job's steps and bytes, a counter reset to rate()).
+metrics_after=$(curl -s "http://$REST/metrics")
+drops=$(for name in $(echo "$metrics_before" | awk '$1 == "#" && $2 == "TYPE" && $4 == "counter" {print $3}'); do
+  a=$(echo "$metrics_before" | awk -v n="$name" '$1 == n {print $2}')
+  b=$(echo "$metrics_after" | awk -v n="$name" '$1 == n {print $2}')
+  [ -n "$a" ] && { [ -z "$b" ] || [ "$b" -lt "$a" ]; } && echo "$name $a -> $b"
+done)
+steps_before=$(echo "$metrics_before" | awk '$1 == "onebit_steps_total" {print $2}')
+check "metrics: no counter goes down when a job is deleted" '[ -z "$drops" ] && [ "${steps_before:-0}" -gt 0 ]' "$drops"
 stop_daemon
 
 # --- SIGTERM with open streams: the streams end, the ranks checkpoint, the job resumes later ----
@@ -374,7 +389,7 @@ start_daemon "$TMP/var11"
 w=$(rpc submit "$TMP/endless.yaml" 1 2>/dev/null | jq -r .id)
 for _ in $(seq 200); do [ "$(rpc get "$w" 2>/dev/null | jq .progress.rewarms)" = 2 ] && break; sleep 0.05; done
 metrics=$(curl -s "http://$REST/metrics")
-check "rewarms: 2 over gRPC and REST while running, and in /metrics" '[ "$(rpc get "$w" 2>/dev/null | jq .progress.rewarms)" = 2 ] && [ "$(curl -s "http://$REST/v1/jobs/$w" | jq -r .progress.rewarms)" = 2 ] && echo "$metrics" | grep -q "^onebit_job_rewarms{job=\"$w\"} 2$"' "$(rpc get "$w" 2>/dev/null | jq -c .progress) $(echo "$metrics" | grep rewarm)"
+check "rewarms: 2 over gRPC and REST while running, and in /metrics" '[ "$(rpc get "$w" 2>/dev/null | jq .progress.rewarms)" = 2 ] && [ "$(curl -s "http://$REST/v1/jobs/$w" | jq -r .progress.rewarms)" = 2 ] && echo "$metrics" | grep -q "^onebit_job_rewarms_total{job=\"$w\"} 2$" && echo "$metrics" | grep -q "^# TYPE onebit_job_rewarms_total counter$" && echo "$metrics" | grep -q "^# TYPE onebit_job_loss gauge$"' "$(rpc get "$w" 2>/dev/null | jq -c .progress) $(echo "$metrics" | grep -e rewarm -e job_loss)"
 for _ in $(seq 100); do [ "$(rpc get "$w" 2>/dev/null | jq .progress.step)" -ge 20 ] && break; sleep 0.05; done
 check "rewarms: kept by the step reports after them, and in the events" '[ "$(rpc get "$w" 2>/dev/null | jq .progress.rewarms)" = 2 ] && OBRPC_TIMEOUT_MS=1000 rpc watch "$w" 2>/dev/null | jq -s -e "map(select(.kind == \"rewarm\")) | map(.progress.rewarms) == [1, 2]" > /dev/null' "$(rpc get "$w" 2>/dev/null | jq -c .progress)"
 rpc cancel "$w" > /dev/null 2>&1

@@ -1,6 +1,11 @@
 /* Prometheus text exposition of the service's state: jobs by state, slots, restarts, reports,
  * steps, bytes sent against their fp32 equivalent, and per running job its step, throughput,
- * bytes, checkpoint age and, in the compression phase, its compression health. */
+ * bytes, losses, rewarms, checkpoint age and, in the compression phase, its compression health.
+ *
+ * The process-wide counters (*_total) only go up for the life of the process, as Prometheus's
+ * rate() needs: each scrape adds what every job did since the previous scrape (a job's step or
+ * bytes going down, as when an attempt resumes from a checkpoint, count from there on), and a
+ * deleted job's share stays in the totals. */
 #include "onebit/service.h"
 #include "onebit/store.h"
 #include "service_internal.h"
@@ -61,6 +66,7 @@ typedef enum { AS_INTEGER, AS_REAL, AS_SECONDS } sample_format;
 
 typedef struct job_family {
     const char *name, *help;
+    const char *type; /* "gauge" or "counter" */
     sample_format format;
     int (*value)(const job_gauge *g, int64_t now_ms, double *v);
 } job_family;
@@ -77,6 +83,20 @@ static int job_samples_per_s(const job_gauge *g, int64_t now_ms, double *v)
     (void)now_ms;
     *v = g->p.samples_per_s;
     return 1;
+}
+
+static int job_loss(const job_gauge *g, int64_t now_ms, double *v)
+{
+    (void)now_ms;
+    *v = g->p.loss;
+    return g->p.step > 0;
+}
+
+static int job_eval_loss(const job_gauge *g, int64_t now_ms, double *v)
+{
+    (void)now_ms;
+    *v = g->p.eval_loss;
+    return g->p.eval_step > 0;
 }
 
 static int job_bytes_sent(const job_gauge *g, int64_t now_ms, double *v)
@@ -134,37 +154,41 @@ static int job_rewarms(const job_gauge *g, int64_t now_ms, double *v)
 }
 
 static const job_family job_families[] = {
-    {"onebit_job_step", "Step of each running job.", AS_INTEGER, job_step},
-    {"onebit_job_samples_per_second", "Throughput of each running job.", AS_REAL,
+    {"onebit_job_step", "Step of each running job.", "gauge", AS_INTEGER, job_step},
+    {"onebit_job_samples_per_second", "Throughput of each running job.", "gauge", AS_REAL,
      job_samples_per_s},
-    {"onebit_job_bytes_sent", "Bytes per rank sent by each running job.", AS_INTEGER,
+    {"onebit_job_loss", "Training loss of each running job at its last logged step.", "gauge",
+     AS_REAL, job_loss},
+    {"onebit_job_eval_loss", "Evaluation loss of each running job at its latest evaluation.",
+     "gauge", AS_REAL, job_eval_loss},
+    {"onebit_job_sent_bytes", "Bytes per rank sent by each running job.", "gauge", AS_INTEGER,
      job_bytes_sent},
-    {"onebit_job_bytes_uncompressed", "fp32 ring allreduce equivalent of onebit_job_bytes_sent.",
-     AS_INTEGER, job_bytes_uncompressed},
+    {"onebit_job_uncompressed_bytes", "fp32 ring allreduce equivalent of onebit_job_sent_bytes.",
+     "gauge", AS_INTEGER, job_bytes_uncompressed},
     {"onebit_job_checkpoint_age_seconds", "Seconds since each running job's newest checkpoint.",
-     AS_SECONDS, job_checkpoint_age},
+     "gauge", AS_SECONDS, job_checkpoint_age},
     {"onebit_job_worker_error_ratio",
      "||e_worker||/||m||: worker error-feedback norm over momentum norm, last logged step of each "
      "running job in the compression phase.",
-     AS_REAL, job_worker_error_ratio},
+     "gauge", AS_REAL, job_worker_error_ratio},
     {"onebit_job_server_error_ratio",
      "||e_server||/||m||: server error norm over momentum norm, last logged step of each running "
      "job in the compression phase.",
-     AS_REAL, job_server_error_ratio},
+     "gauge", AS_REAL, job_server_error_ratio},
     {"onebit_job_zero_momentum_fraction",
      "Fraction of momentum coordinates exactly zero, last logged step of each running job in the "
      "compression phase.",
-     AS_REAL, job_zero_momentum_fraction},
-    {"onebit_job_rewarms",
-     "Rewarms of each running job so far (a non-finite loss after the freeze, rolled back to the "
-     "newest checkpoint and re-warmed), over all its attempts.",
-     AS_INTEGER, job_rewarms},
+     "gauge", AS_REAL, job_zero_momentum_fraction},
+    {"onebit_job_rewarms_total",
+     "Rewarms of each running job (a non-finite loss after the freeze, rolled back to the newest "
+     "checkpoint and re-warmed), over all its attempts.",
+     "counter", AS_INTEGER, job_rewarms},
 };
 
 static void per_job_family(sbuf *b, const job_family *f, const job_gauge *g, size_t n,
                            int64_t now_ms)
 {
-    sb_printf(b, "# HELP %s %s\n# TYPE %s gauge\n", f->name, f->help, f->name);
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, f->type);
     for (size_t i = 0; i < n; i++) {
         double v;
         if (!f->value(&g[i], now_ms, &v)) continue;
@@ -181,13 +205,62 @@ static void counter(sbuf *b, const char *name, const char *help, int64_t v)
     sb_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s %" PRId64 "\n", name, help, name, name, v);
 }
 
+/* ---- counters that only go up ------------------------------------------------------------- */
+
+/* What a scrape saw of one job. */
+typedef struct job_seen {
+    int64_t seq, restarts, steps, sent, unc;
+} job_seen;
+
+/* The previous scrape's jobs (by seq, ascending: the store lists them so) and the totals. */
+struct ob__metrics_memo {
+    job_seen *jobs;
+    size_t n;
+    int64_t restarts, steps, sent, unc;
+};
+
+void ob__metrics_free(ob_service *svc)
+{
+    if (!svc->metrics) return;
+    free(svc->metrics->jobs);
+    free(svc->metrics);
+    svc->metrics = NULL;
+}
+
+/* How much a job's value went up since it was `before`: all of it for a new job, nothing when
+ * it went down (its next rise counts from there). */
+static int64_t rise(int64_t before, int64_t now)
+{
+    return now > before ? now - before : 0;
+}
+
+/* Adds what the jobs in cur (ascending seq) did since the memo's scrape and keeps cur as the
+ * memo (it takes cur over). With the service's mutex held. */
+static void memo_advance(struct ob__metrics_memo *m, job_seen *cur, size_t n)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        while (k < m->n && m->jobs[k].seq < cur[i].seq)
+            k++;
+        job_seen zero = {0}, *old = k < m->n && m->jobs[k].seq == cur[i].seq ? &m->jobs[k] : &zero;
+        m->restarts += rise(old->restarts, cur[i].restarts);
+        m->steps += rise(old->steps, cur[i].steps);
+        m->sent += rise(old->sent, cur[i].sent);
+        m->unc += rise(old->unc, cur[i].unc);
+    }
+    free(m->jobs);
+    m->jobs = cur;
+    m->n = n;
+}
+
 ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err)
 {
     *out = NULL;
     int64_t counts[OB_JOB_STATE_COUNT];
-    int64_t restarts = 0, steps = 0, sent = 0, unc = 0;
     job_gauge *g = NULL;
     size_t ng = 0, capg = 0;
+    job_seen *seen = NULL;
+    size_t nseen = 0, capseen = 0;
     int64_t now = ob_wall_ms();
     pthread_mutex_lock(&svc->mu);
     ob_status rc = ob_store_count_states(svc->store, counts, err);
@@ -203,10 +276,18 @@ ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err)
         for (size_t i = 0; rc == OB_OK && i < n; i++) {
             const ob_job *j = &jobs[i];
             after = j->seq;
-            restarts += j->restarts;
-            steps += j->progress.step;
-            sent += j->progress.bytes_sent;
-            unc += j->progress.bytes_uncompressed;
+            if (nseen == capseen) {
+                size_t ncap = capseen ? 2 * capseen : 64;
+                job_seen *np = realloc(seen, ncap * sizeof *np);
+                if (!np) {
+                    rc = OB_ERR(err, OB_ERR_NOMEM, "metrics");
+                    break;
+                }
+                seen = np;
+                capseen = ncap;
+            }
+            seen[nseen++] = (job_seen){j->seq, j->restarts, j->progress.step,
+                                       j->progress.bytes_sent, j->progress.bytes_uncompressed};
             if (j->state != OB_JOB_RUNNING) continue;
             if (ng == capg) {
                 size_t ncap = capg ? 2 * capg : 16;
@@ -225,7 +306,16 @@ ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err)
         }
         ob_job_array_free(jobs, n);
     }
+    if (rc == OB_OK && !svc->metrics && !(svc->metrics = calloc(1, sizeof *svc->metrics)))
+        rc = OB_ERR(err, OB_ERR_NOMEM, "metrics");
+    struct ob__metrics_memo totals = {0};
+    if (rc == OB_OK) {
+        memo_advance(svc->metrics, seen, nseen);
+        seen = NULL;
+        totals = *svc->metrics;
+    }
     pthread_mutex_unlock(&svc->mu);
+    free(seen);
     sbuf b = {.p = malloc(4096), .cap = 4096};
     if (rc || !b.p) {
         free(g);
@@ -245,13 +335,19 @@ ob_status ob_service_metrics(ob_service *svc, char **out, ob_err *err)
               "# HELP onebit_slots_used Ranks running now.\n"
               "# TYPE onebit_slots_used gauge\nonebit_slots_used %d\n",
               used);
-    counter(&b, "onebit_job_restarts_total", "Restarts of every job.", restarts);
+    counter(&b, "onebit_job_restarts_total",
+            "Restarts of jobs since the coordinator started (deleted jobs' included).",
+            totals.restarts);
     counter(&b, "onebit_worker_reports_total",
             "Progress reports received over WorkerService since the coordinator started.", reports);
-    counter(&b, "onebit_steps_total", "Training steps reached, summed over jobs.", steps);
-    counter(&b, "onebit_bytes_sent_total", "Bytes sent per rank, summed over jobs.", sent);
-    counter(&b, "onebit_bytes_uncompressed_total",
-            "What an fp32 ring allreduce would have sent for the same steps.", unc);
+    counter(&b, "onebit_steps_total",
+            "Training steps taken since the coordinator started, summed over jobs (deleted jobs' "
+            "included; steps retaken after a resume count again).",
+            totals.steps);
+    counter(&b, "onebit_sent_bytes_total",
+            "Bytes sent per rank since the coordinator started, summed over jobs.", totals.sent);
+    counter(&b, "onebit_uncompressed_bytes_total",
+            "What an fp32 ring allreduce would have sent for the same steps.", totals.unc);
     for (size_t i = 0; i < sizeof job_families / sizeof job_families[0]; i++)
         per_job_family(&b, &job_families[i], g, ng, now);
     free(g);

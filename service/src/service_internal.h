@@ -72,15 +72,15 @@ void ob__roots_free(ob__roots *r);
  * bytes), the resolved path goes there on success (the path itself for ""). */
 ob_status ob__roots_check(const ob__roots *r, const char *field, const char *path, char *problem,
                           size_t cap);
-ob_status ob__roots_resolve(const ob__roots *r, const char *field, const char *path,
-                            char *resolved, size_t rcap, char *problem, size_t cap);
+ob_status ob__roots_resolve(const ob__roots *r, const char *field, const char *path, char *resolved,
+                            size_t rcap, char *problem, size_t cap);
 
 /* The spec a job's attempt gets (spec_json, borrowed) with every path it names pinned: resolved
  * now (realpath) and checked against the roots again, so that a symbolic link swapped while the
  * job waited leads nowhere else; the worker opens the resolved paths. *out (malloc'd) on
  * success; OB_ERR_INVALID_ARG with the reason in problem otherwise. */
-ob_status ob__svc_pin_paths(const ob_service *svc, const char *spec_json, char **out,
-                            char *problem, size_t cap);
+ob_status ob__svc_pin_paths(const ob_service *svc, const char *spec_json, char **out, char *problem,
+                            size_t cap);
 
 struct ob_service {
     ob_service_config cfg;
@@ -89,7 +89,8 @@ struct ob_service {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int64_t event_counter;
-    int64_t reports; /* WorkerService reports accepted */
+    int64_t reports;                  /* WorkerService reports accepted */
+    struct ob__metrics_memo *metrics; /* what /metrics saw last (metrics.c); NULL before */
     int stopping;
     int started;
     int lock_fd; /* holds the state directory's lock */
@@ -178,5 +179,8 @@ ob_status ob__svc_scan_checkpoints(const ob_service *svc, const char *id, ob_che
  * 0 when there is one, -1 (and *out zeroed) when there is none. What the service says a job
  * resumes from and what its last checkpoint is. */
 int ob__svc_newest_checkpoint(const ob_service *svc, const char *id, ob_checkpoint_info *out);
+
+/* Frees what the metrics remember between scrapes (metrics.c). */
+void ob__metrics_free(ob_service *svc);
 
 #endif /* ONEBIT_SERVICE_INTERNAL_H */
