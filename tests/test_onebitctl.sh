@@ -260,7 +260,9 @@ else bad "delete" "rc=$rc/$rc2 $(cat "$TMP/d1" "$TMP/d1.err")"; fi
 mkdir -p "$TMP/main/data/nodata"
 printf 'model: {type: mlp}\ndata: {type: idx, path: %s/main/data/nodata}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: 5\n' "$TMP" > "$TMP/nodata.yaml"
 ctl "$TMP/fail" --rest "$REST" submit -f "$TMP/nodata.yaml" --np 1 --max-restarts 0 --watch; rc=$?
-if [ $rc -eq 1 ] && grep -q "FAILED after" "$TMP/fail" && grep -q "^reason: " "$TMP/fail"; then ok "a failing job: watch exits 1 with the reason"
+# It fails before its first step: no "after 0/0 steps", no zero traffic (both printed before).
+if [ $rc -eq 1 ] && grep -q "FAILED before its first step" "$TMP/fail" && grep -q "^reason: " "$TMP/fail" &&
+   ! grep -q "after 0/\|^communication: 0 B" "$TMP/fail"; then ok "a failing job: watch exits 1 with the reason"
 else bad "failing job" "rc=$rc $(tail -3 "$TMP/fail") $(cat "$TMP/fail.err")"; fi
 
 # --- data outside the service's roots: refused at submit, nothing created --------------------------

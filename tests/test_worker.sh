@@ -22,6 +22,22 @@ if [ $rc -eq 2 ] && grep -q 'optimizer.betta2: unknown field' "$TMP/err" && [ ! 
   ok "misspelled field rejected"
 else bad "misspelled field rejected" "rc=$rc $(cat "$TMP/err")"; fi
 
+# --- a job that ends before its variance may freeze says so first, and never shows compression --
+sed -e 's/freeze_step: 50/freeze_step: 40/' -e 's/^steps: 200/steps: 40/' "$EXAMPLES/synthetic-mlp-onebit.yaml" > "$TMP/f40.yaml"
+run 2 --spec "$TMP/f40.yaml" > "$TMP/f40.jsonl" 2> "$TMP/err"; rc=$?
+first=$(jq -r 'select(.event=="notice") | .message' "$TMP/f40.jsonl" | head -1)
+ncomp=$(jq -r 'select(.event=="step" and .phase=="compression") | .step' "$TMP/f40.jsonl" | wc -l)
+if [ $rc -eq 0 ] && echo "$first" | grep -q "freeze_step 40 is not before the job's last step (steps: 40): no step is compressed" &&
+   [ "$ncomp" = 0 ] && [ "$(jq -r 'select(.event=="freeze") | .step' "$TMP/f40.jsonl")" = 40 ]; then
+  ok "a freeze at the last step: said before the first step, no step shown as compression"
+else bad "a freeze at the last step" "rc=$rc notice '$first', $ncomp compression steps $(cat "$TMP/err")"; fi
+sed -e 's/freeze_step: 50/freeze_step: auto/' -e 's/^steps: 200/steps: 40/' -e 's/^  peak: 1e-3/  peak: 1e-3\n  warmup_steps: 20/' "$EXAMPLES/synthetic-mlp-onebit.yaml" > "$TMP/fa.yaml"
+run 2 --spec "$TMP/fa.yaml" --format text > "$TMP/fa.txt" 2> "$TMP/err"; rc=$?
+if [ $rc -eq 0 ] && grep -q "note: the latest auto freeze is step 220 (optimizer.freeze_max_fraction 0.15 of 40 steps is step 6, but the freeze comes no earlier than the lr warmup's 20 steps + 2 x beta2 0.99's lag of 100 steps), not before the job's last step" "$TMP/fa.txt" &&
+   grep -q "variance not frozen; bytes sent" "$TMP/fa.txt"; then
+  ok "a latest auto freeze past the last step: the notice says where it is and why"
+else bad "a latest auto freeze past the last step" "rc=$rc $(grep -e note -e freeze "$TMP/fa.txt") $(cat "$TMP/err")"; fi
+
 # --- a missing spec file: exit 2 ----------------------------------------------------------------
 run 1 --spec "$TMP/none.yaml" > /dev/null 2> "$TMP/err"; rc=$?
 if [ $rc -eq 2 ] && grep -q 'none.yaml' "$TMP/err"; then ok "missing spec file"

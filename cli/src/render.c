@@ -97,17 +97,21 @@ void obctl_print_job(FILE *f, const ob_job *j)
         fprintf(f, "Progress:    %lld/%lld steps (%d%%)", (long long)p->step,
                 (long long)p->total_steps, percent(p));
         if (p->phase[0]) fprintf(f, ", %s phase", p->phase);
-        if (p->freeze_step > 0)
+        if (p->freeze_step > 0 && p->freeze_step >= p->total_steps)
+            fprintf(f, " (variance frozen at the last step: no step compressed)");
+        else if (p->freeze_step > 0)
             fprintf(f, " (variance frozen at step %lld)", (long long)p->freeze_step);
         fprintf(f, "\n");
         if (p->step > 0)
-            fprintf(f, "Loss:        %.4f   lr %.3g   %.0f samples/s\n", p->loss, p->lr,
+            fprintf(f, "Loss:        %.5g   lr %.3g   %.0f samples/s\n", p->loss, p->lr,
                     p->samples_per_s);
         if (p->eval_step > 0)
-            fprintf(f, "Eval:        loss %.4f, accuracy %.4f (at step %lld)\n", p->eval_loss,
+            fprintf(f, "Eval:        loss %.5g, accuracy %.4f (at step %lld)\n", p->eval_loss,
                     p->eval_accuracy, (long long)p->eval_step);
-        fmt_saved(buf, sizeof buf, p);
-        fprintf(f, "Traffic:     %s\n", buf);
+        if (p->step > 0 || p->bytes_sent > 0) {
+            fmt_saved(buf, sizeof buf, p);
+            fprintf(f, "Traffic:     %s\n", buf);
+        }
         if (p->warm_start[0]) fprintf(f, "Warm start:  %s\n", p->warm_start);
         if (!strcmp(p->phase, "compression"))
             fprintf(f,
@@ -185,16 +189,25 @@ void obctl_print_summary(FILE *f, const ob_job *j)
 {
     const ob_progress *p = &j->progress;
     char saved[256];
-    fprintf(f, "%s %s after %lld/%lld steps", j->id, ob_job_state_name(j->state),
-            (long long)p->step, (long long)p->total_steps);
-    if (p->step > 0) fprintf(f, "; final train loss %.4f", p->loss);
+    if (p->step > 0)
+        fprintf(f, "%s %s after %lld/%lld steps", j->id, ob_job_state_name(j->state),
+                (long long)p->step, (long long)p->total_steps);
+    else
+        fprintf(f, "%s %s before its first step", j->id, ob_job_state_name(j->state));
+    if (p->step > 0) fprintf(f, "; final train loss %.5g", p->loss);
     if (p->eval_step > 0)
-        fprintf(f, "; eval loss %.4f, accuracy %.4f", p->eval_loss, p->eval_accuracy);
-    if (p->freeze_step > 0) fprintf(f, "; variance frozen at step %lld", (long long)p->freeze_step);
+        fprintf(f, "; eval loss %.5g, accuracy %.4f", p->eval_loss, p->eval_accuracy);
+    if (p->freeze_step > 0 && p->freeze_step >= p->total_steps)
+        fprintf(f, "; variance frozen at the last step (%lld): no step compressed",
+                (long long)p->freeze_step);
+    else if (p->freeze_step > 0)
+        fprintf(f, "; variance frozen at step %lld", (long long)p->freeze_step);
     if (j->restarts) fprintf(f, "; %d restart%s", j->restarts, j->restarts == 1 ? "" : "s");
     fprintf(f, "\n");
-    fmt_saved(saved, sizeof saved, p);
-    fprintf(f, "communication: %s\n", saved);
+    if (p->step > 0 || p->bytes_sent > 0) {
+        fmt_saved(saved, sizeof saved, p);
+        fprintf(f, "communication: %s\n", saved);
+    }
     if (j->message[0] && j->state != OB_JOB_SUCCEEDED) fprintf(f, "reason: %s\n", j->message);
 }
 

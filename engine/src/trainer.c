@@ -311,13 +311,73 @@ const ob_dataset *ob_trainer_dataset(const ob_trainer *t)
     return t->ds;
 }
 
+static void fill_optim_fields(ob_trainer *t, ob_train_event *ev);
+
+/* Why the latest auto freeze is where it is (onebit/jobspec.h: max(ceil(fraction * steps),
+ * floor + 2 lag), floor the LR warmup or freeze_min_steps), in words, into buf. */
+static void latest_freeze_why(const ob_jobspec *s, char *buf, size_t cap)
+{
+    const ob_optim_config *c = &s->optim;
+    long at = (long)ceil(s->freeze_max_fraction * (double)s->steps);
+    int by_warmup = c->lr_warmup_steps >= c->freeze_min_steps;
+    long floor = by_warmup ? c->lr_warmup_steps : c->freeze_min_steps;
+    long lag = ob_optim_freeze_lag(c->beta2);
+    if (at >= c->freeze_max_step)
+        snprintf(buf, cap, "optimizer.freeze_max_fraction %g of %ld steps", s->freeze_max_fraction,
+                 s->steps);
+    else
+        snprintf(buf, cap,
+                 "optimizer.freeze_max_fraction %g of %ld steps is step %ld, but the freeze "
+                 "comes no earlier than %s %ld steps + 2 x beta2 %g's lag of %ld steps",
+                 s->freeze_max_fraction, s->steps, at,
+                 by_warmup ? "the lr warmup's" : "optimizer.freeze_min_steps'", floor, c->beta2,
+                 lag);
+}
+
+/* Before the first step: a 1-bit Adam job whose steps end before its variance can freeze
+ * never compresses; it says so, and why, instead of leaving it to the end. */
+static void freeze_plan_notice(ob_trainer *t, ob_train_callback cb, void *user)
+{
+    const ob_jobspec *s = &t->spec;
+    const ob_optim_config *c = &s->optim;
+    ob_optim_stats os;
+    ob_optim_get_stats(t->opt, &os);
+    if (!cb || c->kind != OB_OPTIM_ONEBIT_ADAM || c->mode == OB_ONEBIT_NAIVE ||
+        os.phase != OB_PHASE_WARMUP)
+        return;
+    char msg[480], why[240];
+    if (c->freeze_step > 0 && c->freeze_step >= s->steps)
+        snprintf(msg, sizeof msg,
+                 "optimizer.freeze_step %ld is not before the job's last step (steps: %ld): no "
+                 "step is compressed, every step sends fp32 as Adam does",
+                 c->freeze_step, s->steps);
+    else if (c->freeze_step == 0 && c->freeze_max_step >= s->steps) {
+        latest_freeze_why(s, why, sizeof why);
+        snprintf(msg, sizeof msg,
+                 "the latest auto freeze is step %ld (%s), not before the job's last step "
+                 "(steps: %ld): unless v settles sooner no step is compressed; give the job more "
+                 "steps or set optimizer.freeze_step",
+                 c->freeze_max_step, why, s->steps);
+    } else
+        return;
+    ob_train_event ev = {0};
+    ev.kind = OB_EVENT_NOTICE;
+    fill_optim_fields(t, &ev);
+    ev.message = msg;
+    cb(&ev, user);
+}
+
 static void fill_optim_fields(ob_trainer *t, ob_train_event *ev)
 {
     ob_optim_stats os;
     ob_optim_get_stats(t->opt, &os);
     ev->step = os.step;
     ev->total_steps = t->spec.steps;
-    ev->phase = os.phase;
+    /* A variance frozen at the job's last step leaves no step to compress: the job ran in
+     * the warmup from its first step to its last. */
+    ev->phase = os.phase == OB_PHASE_COMPRESSION && os.freeze_step >= t->spec.steps
+                    ? OB_PHASE_WARMUP
+                    : os.phase;
     ev->bytes_sent = os.bytes_sent;
     ev->bytes_step = os.bytes_last_step;
     ev->freeze_ratio = os.freeze_ratio;
@@ -588,13 +648,15 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
             if (t->spec.optim.freeze_max_step > 0 &&
                 os.freeze_step >= t->spec.optim.freeze_max_step &&
                 !(os.freeze_ratio >= lo && os.freeze_ratio <= 1.0 / lo)) {
-                char msg[240];
+                char msg[480], why[240];
+                latest_freeze_why(&t->spec, why, sizeof why);
                 snprintf(msg, sizeof msg,
-                         "v frozen at step %ld, the latest auto freeze (optimizer."
-                         "freeze_max_fraction %g of %ld steps): the variance was still changing "
-                         "(ratio %.4f)",
-                         os.freeze_step, t->spec.freeze_max_fraction, t->spec.steps,
-                         os.freeze_ratio);
+                         "v frozen at step %ld, the latest auto freeze (%s): the variance was "
+                         "still changing (ratio %.4f)%s",
+                         os.freeze_step, why, os.freeze_ratio,
+                         os.freeze_step >= t->spec.steps
+                             ? "; it is the job's last step: no step is compressed"
+                             : "");
                 ob_train_event nev = {0};
                 nev.kind = OB_EVENT_NOTICE;
                 fill_optim_fields(t, &nev);
@@ -620,8 +682,7 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
             if (!ob__trainer_can_roll_back(t)) {
                 if (!t->rise_warned && cb) {
                     char msg[sizeof why + 160];
-                    snprintf(msg, sizeof msg,
-                             "warning: %s at step %ld; no rollback: %s", why, step,
+                    snprintf(msg, sizeof msg, "warning: %s at step %ld; no rollback: %s", why, step,
                              t->job_dir[0] ? "none left (checkpoint.rollbacks)"
                                            : "the job keeps no checkpoints");
                     ob_train_event ev = {0};
@@ -718,6 +779,7 @@ ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_tra
         ev.message = msg;
         cb(&ev, user);
     }
+    freeze_plan_notice(t, cb, user);
     t->t_start = ob_mono_s();
     int stopped = 0;
     ob_status st = train_loop(t, cb, user, &stopped, err);

@@ -188,8 +188,9 @@ void worker_output_start(const worker_output *o, const ob_jobspec *spec, const c
                spec->name, ob_model_kind_name(spec->model.kind), ob_data_kind_name(spec->data.kind),
                ob_optim_kind_name(spec->optim.kind),
                spec->optim.kind == OB_OPTIM_ONEBIT_ADAM ? ob_onebit_mode_name(spec->optim.mode)
-               : spec->optim.kind == OB_OPTIM_BINSGDM   ? "1-bit from the first step"
-                                                        : ob_gradient_exchange_name(spec->optim.gradient_exchange),
+               : spec->optim.kind == OB_OPTIM_BINSGDM
+                   ? "1-bit from the first step"
+                   : ob_gradient_exchange_name(spec->optim.gradient_exchange),
                world, spec->batch_size,
                spec->device == OB_DEVICE_CUDA ? "cuda (nccl)" : "cpu (mpi)", spec->steps, params);
         fflush(stdout);
@@ -250,13 +251,16 @@ static void print_summary_text(const ob_train_summary *s, int is_text)
         fflush(stdout);
         return;
     }
-    printf("done: %ld steps in %.1f s (%.0f samples/s); final train loss %.4f; eval loss %.4f",
+    printf("done: %ld steps in %.1f s (%.0f samples/s); final train loss %.5g; eval loss %.5g",
            s->steps, s->wall_seconds, s->samples_per_s, s->final_train_loss, s->eval_loss);
     if (is_text) printf(" (%.4f bits/byte)", s->eval_loss / log(2.0));
     printf(", accuracy %.4f\n", s->eval_accuracy);
-    printf("      freeze step %ld; bytes sent by rank 0: %.3f MB (warmup %.3f MB, "
-           "compression %.3f MB)\n",
-           s->freeze_step, (double)s->bytes_sent / 1e6, (double)s->bytes_warmup / 1e6,
+    if (s->freeze_step > 0)
+        printf("      freeze step %ld; ", s->freeze_step);
+    else
+        printf("      variance not frozen; ");
+    printf("bytes sent by rank 0: %.3f MB (warmup %.3f MB, compression %.3f MB)\n",
+           (double)s->bytes_sent / 1e6, (double)s->bytes_warmup / 1e6,
            (double)s->bytes_compression / 1e6);
     fflush(stdout);
 }

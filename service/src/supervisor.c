@@ -63,8 +63,14 @@ static ob_status apply_report(ob_service *svc, ob__run *r, const ob_report *rep,
                  p->loss);
     } else if (rep->kind == OB_REPORT_FREEZE) {
         p->freeze_step = rep->progress.freeze_step;
-        snprintf(msg, sizeof msg, "variance frozen at step %" PRId64 "; compression phase begins",
-                 p->freeze_step);
+        if (p->total_steps > 0 && p->freeze_step >= p->total_steps)
+            snprintf(msg, sizeof msg,
+                     "variance frozen at step %" PRId64 ", the job's last: no step is compressed",
+                     p->freeze_step);
+        else
+            snprintf(msg, sizeof msg,
+                     "variance frozen at step %" PRId64 "; compression phase begins",
+                     p->freeze_step);
     } else if (rep->kind == OB_REPORT_EVAL) {
         p->eval_step = rep->progress.step;
         p->eval_loss = rep->eval_loss;

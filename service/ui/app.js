@@ -230,8 +230,10 @@
     const stats = [
       ['step', num(p.step) + ' / ' + num(p.totalSteps)],
       ['phase', p.phase || '\u2013'],
-      ['variance frozen at', num(p.freezeStep) ? 'step ' + num(p.freezeStep) : 'not yet'],
-      ['train loss', fmtLoss(p.loss) || '\u2013'],
+      ['variance frozen at', !num(p.freezeStep) ? (FINAL.has(st) ? 'never' : 'not yet')
+        : 'step ' + num(p.freezeStep) +
+          (num(p.totalSteps) && num(p.freezeStep) >= num(p.totalSteps) ? ' (the last: no step compressed)' : '')],
+      ['train loss', num(p.step) ? fmtLoss(p.loss) || '\u2013' : '\u2013'],
       ['eval loss', num(p.evalStep) ? fmtLoss(p.evalLoss) + ' (step ' + num(p.evalStep) + ')' : '\u2013'],
       ['eval accuracy', num(p.evalStep) && p.evalAccuracy ? (100 * p.evalAccuracy).toFixed(2) + ' %' : '\u2013'],
       ['samples/s', p.samplesPerS ? Number(p.samplesPerS).toFixed(0) : '\u2013'],
@@ -262,7 +264,7 @@
     $('bytes-fp32').textContent = fmtBytes(full);
     $('bytes-sent-bar').style.width = (100 * sent / top).toFixed(2) + '%';
     $('bytes-fp32-bar').style.width = (100 * full / top).toFixed(2) + '%';
-    let ratio = 'no steps reported yet';
+    let ratio = FINAL.has(st) ? 'nothing sent: no step ran' : 'no steps reported yet';
     if (sent > 0 && full > 0 && full / sent >= 1.05) {
       ratio = (full / sent).toFixed(1) + '\u00d7 less than an fp32 ring allreduce of the same steps (' +
               (100 * sent / full).toFixed(1) + ' %)';
@@ -466,7 +468,9 @@
     g.font = '12px system-ui, sans-serif';
     if (!v || (!train.length && !evals.length)) {
       g.fillStyle = color('--muted');
-      g.fillText(v ? 'waiting for the first steps\u2026' : '', L, T + ph / 2);
+      const ended = v && FINAL.has(v.state);
+      g.fillText(!v ? '' : ended ? 'no steps: the job ended before its first step'
+                                 : 'waiting for the first steps\u2026', L, T + ph / 2);
       return;
     }
     let lastStep = 0, ylo = Infinity, yhi = -Infinity;
