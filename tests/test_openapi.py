@@ -3,14 +3,16 @@
 
 usage: test_openapi.py REST_SERVER_C OPENAPI_JSON ONEBITD
 
-The routes of the server are read from its one route table (`routes[]` in rest_server.c) and
-must be exactly the operations of the document (method and path); the query parameters the
-server reads must be exactly those the document names. The document must be OpenAPI 3.0 with
+The routes of the server are read from its one route table (`routes[]`, in one of the rest_*.c
+files beside REST_SERVER_C) and must be exactly the operations of the document (method and
+path); the query parameters each route's row names (the only ones the server lets through) must
+be exactly those the document names for that operation, and those its handler reads. The document must be OpenAPI 3.0 with
 every $ref resolving (and pass openapi-spec-validator where that is installed). Then the real
 onebitd is asked: GET /v1/openapi.json must serve the document byte for byte, every documented
 operation must reach a handler (an unknown job id is answered "no job with id", never "no such
 resource"), every other method on a documented path must be 405, and an undocumented path 404.
 Exits non-zero on any mismatch."""
+import glob
 import json
 import os
 import re
@@ -35,10 +37,12 @@ def check(name, cond, detail=""):
         print(f"[ FAILED ] {name}: {detail}")
 
 
-src = open(SRC).read()
+src = "".join(open(f).read() for f in sorted(glob.glob(os.path.join(os.path.dirname(SRC),
+                                                                    "rest_*.c"))))
 table = re.search(r"\broutes\[\]\s*=\s*\{(.*?)\n\};", src, re.S)
-check("rest_server.c has its route table", table is not None)
-server_routes = set(re.findall(r'\{\s*"([A-Z]+)",\s*"([^"]+)",\s*\w+\s*\}', table.group(1)))
+check("the REST server has its route table", table is not None)
+rows = re.findall(r'\{\s*"([A-Z]+)",\s*"([^"]+)",\s*(\w+),\s*"([^"]*)"\s*\}', table.group(1))
+server_routes = {(m, p) for m, p, _, _ in rows}
 check("the route table is not empty", len(server_routes) >= 10, server_routes)
 
 raw = open(DOC, "rb").read()
@@ -50,8 +54,27 @@ check("every route of the server is documented", not server_routes - doc_routes,
 check("every documented route is the server's", not doc_routes - server_routes,
       sorted(doc_routes - server_routes))
 
-server_params = set(re.findall(r'query_int\(ex, "(\w+)"', src)) | \
-    set(re.findall(r'\barg\(ex,\s*"(\w+)"', src))
+
+def reads(text):
+    """The query parameters code reads by name."""
+    return set(re.findall(r'query_int\(ex,\s*"(\w+)"', text)) | \
+        set(re.findall(r'\b(?:ob__rest_)?arg\(ex,\s*"(\w+)"', text))
+
+
+for m, p, fn, params in rows:
+    body = re.search(r"^(?:static )?enum MHD_Result " + fn + r"\(.*?^\}", src, re.S | re.M)
+    check(f"{m} {p}: its handler {fn} is found", body is not None)
+    got = reads(body.group(0)) if body else set()
+    check(f"{m} {p}: the parameters its handler reads are those of its row",
+          got == set(params.split()), f"handler: {sorted(got)}, row: {sorted(params.split())}")
+    op = doc["paths"].get(p, {})
+    documented = {x["name"] for o in (op, op.get(m.lower(), {})) for x in o.get("parameters", [])
+                  if x.get("in") == "query"}
+    check(f"{m} {p}: the query parameters it takes are those documented",
+          documented == set(params.split()),
+          f"server only: {sorted(set(params.split()) - documented)}, "
+          f"document only: {sorted(documented - set(params.split()))}")
+server_params = reads(src)
 doc_params = {p["name"] for item in doc["paths"].values()
               for o in [item] + [item[m] for m in item if m in METHODS]
               for p in o.get("parameters", []) if p.get("in") == "query"}

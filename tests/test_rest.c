@@ -1,7 +1,9 @@
 /* The REST server's routes in process, through ob__rest_handle (no socket), against a real
  * service (SQLite store in a temporary directory, supervisor not started): regressions found by
- * fuzz_rest, and the seam's reading of targets and headers (unescaping, '+', the screening). */
+ * fuzz_rest, the seam's reading of targets and headers (unescaping, '+', the screening), query
+ * parameters checked against their route, the log as text/plain, labels as a JSON object. */
 #include "rest_internal.h"
+#include "onebit/job_codec.h"
 #include "onebit/launcher.h"
 #include "onebit/service.h"
 
@@ -13,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #define TOKEN "t0ken"
 
@@ -57,19 +60,66 @@ static int teardown(void **state)
     return 0;
 }
 
-/* GET target with the usual Host and token; the answer's JSON (owned). */
-static json_t *get(fixture *f, const char *target, int *http)
+/* method target with the usual Host and token (and Content-Type for a body), and the extra
+ * header pair h3 (NULL: none); the answer in *a (free with ob__rest_answer_clear). */
+static void call(fixture *f, const char *method, const char *target, const char *body,
+                 const char *h3, const char *v3, ob__rest_answer *a)
 {
-    const char *const h[] = {"Host", "localhost", "authorization", ("Bearer " TOKEN)};
-    ob__rest_request req = {.method = "GET", .target = target, .headers = h, .n_headers = 2};
-    ob__rest_answer a;
+    const char *const h[] = {
+        "Host",         "localhost",        "authorization",    ("Bearer " TOKEN),
+        "Content-Type", "application/json", h3 ? h3 : "X-None", v3 ? v3 : ""};
+    ob__rest_request req = {.method = method,
+                            .target = target,
+                            .headers = h,
+                            .n_headers = 4,
+                            .body = body,
+                            .len = body ? strlen(body) : 0};
     ob_err err;
-    assert_int_equal(ob__rest_handle(f->rest, &req, &a, &err), OB_OK);
+    assert_int_equal(ob__rest_handle(f->rest, &req, a, &err), OB_OK);
+}
+
+/* method target (a JSON body or NULL); the answer's JSON (owned). */
+static json_t *request(fixture *f, const char *method, const char *target, const char *body,
+                       int *http)
+{
+    ob__rest_answer a;
+    call(f, method, target, body, NULL, NULL, &a);
     *http = a.http;
     json_t *o = json_loads(a.body, 0, NULL);
     if (!o) fail_msg("answer is not JSON: %s", a.body);
     ob__rest_answer_clear(&a);
     return o;
+}
+
+/* GET target with the usual Host and token; the answer's JSON (owned). */
+static json_t *get(fixture *f, const char *target, int *http)
+{
+    return request(f, "GET", target, NULL, http);
+}
+
+/* The message of an error answer (borrowed from o). */
+static const char *message(const json_t *o)
+{
+    const char *msg = json_string_value(json_object_get(json_object_get(o, "error"), "message"));
+    assert_non_null(msg);
+    return msg;
+}
+
+static const char small_spec[] =
+    "{\"name\":\"rest-test\",\"model\":{\"type\":\"mlp\",\"hidden\":[8]},"
+    "\"data\":{\"type\":\"synthetic_classification\",\"n_train\":64,\"n_eval\":16,"
+    "\"input_dim\":4,\"num_classes\":2},\"optimizer\":{\"type\":\"adam\"},"
+    "\"batch_size\":8,\"steps\":4}";
+
+/* A PENDING job (the supervisor is not started); its id into id. */
+static void submit_job(fixture *f, char id[OB_JOB_ID_LEN])
+{
+    ob_submit_req req = {.spec = small_spec, .spec_len = sizeof small_spec - 1, .max_restarts = -1};
+    ob_job j;
+    ob_err err;
+    assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
+    snprintf(id, OB_JOB_ID_LEN, "%s", j.id);
+    ob_job_clear(&j);
 }
 
 /* fuzz_rest: bytes that are not UTF-8 in a path were quoted in the error's message, jansson
@@ -117,12 +167,241 @@ static void test_screening(void **state)
     ob__rest_answer_clear(&a);
 }
 
+/* Every route refuses a query parameter it does not take, naming it (and the near one, or the
+ * route that takes it), and one given twice; every parameter it takes still works. */
+static void test_unknown_query_parameters(void **state)
+{
+    fixture *f = *state;
+    char id[OB_JOB_ID_LEN], t[256];
+    submit_job(f, id);
+    int http;
+    json_t *o = get(f, "/v1/jobs?label=x", &http);
+    assert_int_equal(http, 400);
+    assert_string_equal(message(o), "unknown query parameter 'label' for GET /v1/jobs; did you "
+                                    "mean labelSelector?");
+    json_decref(o);
+    o = get(f, "/v1/jobs?page_size=2", &http);
+    assert_int_equal(http, 400);
+    assert_non_null(strstr(message(o), "did you mean pageSize?"));
+    json_decref(o);
+    snprintf(t, sizeof t, "/v1/jobs/%s/logs?tailLines=5", id);
+    o = get(f, t, &http);
+    assert_int_equal(http, 400);
+    assert_string_equal(message(o), "unknown query parameter 'tailLines' for GET "
+                                    "/v1/jobs/{id}/logs (GET /v1/jobs/{id}/logs:stream takes it)");
+    json_decref(o);
+    o = get(f, "/v1/jobs?pageSize=1&pageSize=2", &http);
+    assert_int_equal(http, 400);
+    assert_string_equal(message(o),
+                        "query parameter 'pageSize' given more than once; expected once");
+    json_decref(o);
+    o = get(f, "/v1/jobs?state=PENDING&zzz", &http);
+    assert_int_equal(http, 400);
+    assert_string_equal(message(o), "unknown query parameter 'zzz' for GET /v1/jobs (it takes "
+                                    "pageSize, pageToken, state, labelSelector)");
+    json_decref(o);
+    /* Every route, those without parameters too. */
+    static const char *const bad[][2] = {
+        {"GET", "/healthz?verbose=1"},
+        {"GET", "/metrics?x=1"},
+        {"GET", "/v1/version?x"},
+        {"GET", "/v1/openapi.json?x=1"},
+        {"POST", "/v1/jobs?dryRun=true"},
+        {"GET", "/v1/jobs/{id}?view=full"},
+        {"DELETE", "/v1/jobs/{id}?keep=1"},
+        {"POST", "/v1/jobs/{id}:cancel?force=1"},
+        {"GET", "/v1/jobs/{id}/events?after=1"},
+        {"GET", "/v1/jobs/{id}/checkpoints?x=1"},
+        {"GET", "/v1/jobs/{id}/logs?format=base64&format=text"},
+        {"GET", "/v1/jobs/{id}/logs:stream?follow=true&follow=false"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        const char *hole = strstr(bad[i][1], "{id}");
+        if (hole)
+            snprintf(t, sizeof t, "%.*s%s%s", (int)(hole - bad[i][1]), bad[i][1], id, hole + 4);
+        else
+            snprintf(t, sizeof t, "%s", bad[i][1]);
+        o = request(f, bad[i][0], t, !strcmp(bad[i][0], "POST") ? "{}" : NULL, &http);
+        if (http != 400 || !strstr(message(o), "query parameter '"))
+            fail_msg("%s %s: %d %s", bad[i][0], t, http, json_dumps(o, 0));
+        json_decref(o);
+    }
+    o = get(f, "/v1/jobs?pageSize=5&pageToken=&state=PENDING&labelSelector=team%3Dnlp", &http);
+    assert_int_equal(http, 200);
+    json_decref(o);
+    snprintf(t, sizeof t, "/v1/jobs/%s/logs?offset=0&maxBytes=100", id);
+    o = get(f, t, &http);
+    assert_int_equal(http, 200);
+    json_decref(o);
+    snprintf(t, sizeof t, "/v1/jobs/%s?keepCheckpoints=true", id);
+    o = request(f, "DELETE", t, NULL, &http);
+    assert_int_equal(http, 409); /* reached: the job has not ended */
+    json_decref(o);
+    ob__rest_answer a;
+    snprintf(t, sizeof t, "/v1/jobs/%s/logs:stream?tailLines=3&sinceUnixMs=1&follow=false", id);
+    call(f, "GET", t, NULL, NULL, NULL, &a);
+    assert_int_equal(a.http, 200);
+    assert_true(a.stream);
+    ob__rest_answer_clear(&a);
+    snprintf(t, sizeof t, "/v1/jobs/%s/events?afterSeq=1", id);
+    call(f, "GET", t, NULL, NULL, NULL, &a);
+    assert_int_equal(a.http, 200);
+    assert_true(a.stream);
+    ob__rest_answer_clear(&a);
+}
+
+/* GET /v1/jobs/{id}/logs with Accept: text/plain: the bytes the JSON carries in base64, as
+ * they are (a NUL and bytes that are not UTF-8 included), the offsets in headers. */
+static void test_logs_as_text(void **state)
+{
+    fixture *f = *state;
+    char id[OB_JOB_ID_LEN], t[256], path[512];
+    submit_job(f, id);
+    snprintf(path, sizeof path, "%s/jobs/%s", f->dir, id);
+    mkdir(path, 0755);
+    snprintf(path, sizeof path, "%s/jobs/%s/worker.log", f->dir, id);
+    static const char log[] = "[1,0]<stdout>:step 1 loss 0.5\n\xff\x00 x\nlast line\n";
+    FILE *w = fopen(path, "wb");
+    assert_non_null(w);
+    assert_int_equal(fwrite(log, 1, sizeof log - 1, w), sizeof log - 1);
+    fclose(w);
+    snprintf(t, sizeof t, "/v1/jobs/%s/logs?offset=6&maxBytes=100", id);
+    char end[16];
+    snprintf(end, sizeof end, "%zu", sizeof log - 1);
+    static const char *const accepts[] = {"text/plain", "application/json;q=0.5, text/plain",
+                                          "text/plain; charset=utf-8"};
+    for (size_t i = 0; i < sizeof accepts / sizeof *accepts; i++) {
+        ob__rest_answer a;
+        call(f, "GET", t, NULL, "Accept", accepts[i], &a);
+        assert_int_equal(a.http, 200);
+        assert_string_equal(a.type, "text/plain; charset=utf-8");
+        assert_int_equal(a.len, sizeof log - 1 - 6);
+        assert_memory_equal(a.body, log + 6, a.len);
+        assert_string_equal(a.headers[0].name, "X-Log-Next-Offset");
+        assert_string_equal(a.headers[0].value, end);
+        assert_string_equal(a.headers[1].name, "X-Log-Size");
+        assert_string_equal(a.headers[1].value, end);
+        ob__rest_answer_clear(&a);
+    }
+    /* JSON stays the default, and wins a tie or a higher q. */
+    static const char *const json_accepts[] = {NULL,
+                                               "application/json",
+                                               "*/*",
+                                               "text/plain;q=0.5, application/json",
+                                               "application/json, text/plain",
+                                               "text/plain;q=0"};
+    for (size_t i = 0; i < sizeof json_accepts / sizeof *json_accepts; i++) {
+        ob__rest_answer a;
+        call(f, "GET", t, NULL, json_accepts[i] ? "Accept" : NULL, json_accepts[i], &a);
+        assert_int_equal(a.http, 200);
+        assert_string_equal(a.type, "application/json");
+        json_t *o = json_loads(a.body, 0, NULL);
+        assert_non_null(o);
+        unsigned char *bytes;
+        size_t n;
+        ob_err err;
+        assert_int_equal(
+            ob_base64_decode(json_string_value(json_object_get(o, "data")), &bytes, &n, &err),
+            OB_OK);
+        assert_int_equal(n, sizeof log - 1 - 6);
+        assert_memory_equal(bytes, log + 6, n);
+        assert_string_equal(json_string_value(json_object_get(o, "nextOffset")), end);
+        assert_null(a.headers[0].name);
+        free(bytes);
+        json_decref(o);
+        ob__rest_answer_clear(&a);
+    }
+    /* Errors stay JSON. */
+    ob__rest_answer a;
+    call(f, "GET", "/v1/jobs/job-999999/logs", NULL, "Accept", "text/plain", &a);
+    assert_int_equal(a.http, 404);
+    assert_string_equal(a.type, "application/json");
+    ob__rest_answer_clear(&a);
+}
+
+/* Labels are a JSON object in every answer, and a submit takes them as one (or as the string
+ * "k=v,k=v" it always took). */
+static void test_labels_object(void **state)
+{
+    fixture *f = *state;
+    char body[2048], t[256];
+    snprintf(body, sizeof body, "{\"spec\": %s, \"labels\": {\"team\": \"nlp\", \"run\": \"7\"}}",
+             small_spec);
+    int http;
+    json_t *o = request(f, "POST", "/v1/jobs", body, &http);
+    assert_int_equal(http, 200);
+    char *labels = json_dumps(json_object_get(o, "labels"), JSON_COMPACT);
+    assert_string_equal(labels, "{\"run\":\"7\",\"team\":\"nlp\"}");
+    free(labels);
+    snprintf(t, sizeof t, "/v1/jobs/%s", json_string_value(json_object_get(o, "id")));
+    json_decref(o);
+    o = get(f, t, &http);
+    assert_int_equal(http, 200);
+    labels = json_dumps(json_object_get(o, "labels"), JSON_COMPACT);
+    assert_string_equal(labels, "{\"run\":\"7\",\"team\":\"nlp\"}");
+    free(labels);
+    ob_job j;
+    ob_err err;
+    assert_int_equal(ob_job_from_json(o, &j, &err), OB_OK); /* what onebitctl --rest reads */
+    assert_string_equal(j.labels, "run=7,team=nlp");
+    ob_job_clear(&j);
+    json_decref(o);
+    snprintf(body, sizeof body, "{\"spec\": %s, \"labels\": \"team=cv\"}", small_spec);
+    o = request(f, "POST", "/v1/jobs", body, &http);
+    assert_int_equal(http, 200);
+    json_decref(o);
+    o = get(f, "/v1/jobs?labelSelector=team%3Dcv", &http);
+    assert_int_equal(http, 200);
+    json_t *jobs = json_object_get(o, "jobs");
+    assert_int_equal(json_array_size(jobs), 1);
+    labels = json_dumps(json_object_get(json_array_get(jobs, 0), "labels"), JSON_COMPACT);
+    assert_string_equal(labels, "{\"team\":\"cv\"}");
+    free(labels);
+    json_decref(o);
+    /* 16 pairs of the longest key and value are more than a job keeps: refused, as a string
+     * too (the canonical form was written past its buffer). */
+    char big[2600] = "{", str[2600] = "\"";
+    for (int i = 0; i < 16; i++) {
+        char k[64], v[64];
+        snprintf(k, sizeof k, "k%02d%060d", i, 0);
+        snprintf(v, sizeof v, "%063d", i);
+        snprintf(big + strlen(big), sizeof big - strlen(big), "%s\"%s\": \"%s\"", i ? ", " : "", k,
+                 v);
+        snprintf(str + strlen(str), sizeof str - strlen(str), "%s%s=%s", i ? "," : "", k, v);
+    }
+    strcat(big, "}");
+    strcat(str, "\"");
+    const char *const longest[] = {big, str};
+    for (size_t i = 0; i < 2; i++) {
+        char *b = malloc(strlen(longest[i]) + sizeof small_spec + 64);
+        assert_non_null(b);
+        sprintf(b, "{\"spec\": %s, \"labels\": %s}", small_spec, longest[i]);
+        o = request(f, "POST", "/v1/jobs", b, &http);
+        free(b);
+        assert_int_equal(http, 400);
+        assert_string_equal(message(o), "labels: longer than 1099 characters in all");
+        json_decref(o);
+    }
+    static const char *const bad[] = {"{\"team\": 7}", "{\"a=b\": \"c\"}", "{\"team\": \"a,b=c\"}",
+                                      "{\"Team\": \"x\"}", "[\"team=nlp\"]"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        snprintf(body, sizeof body, "{\"spec\": %s, \"labels\": %s}", small_spec, bad[i]);
+        o = request(f, "POST", "/v1/jobs", body, &http);
+        if (http != 400 || !strstr(message(o), "label"))
+            fail_msg("labels %s: %d %s", bad[i], http, json_dumps(o, 0));
+        json_decref(o);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_error_message_not_utf8, setup, teardown),
         cmocka_unit_test_setup_teardown(test_query_unescaped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_screening, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unknown_query_parameters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_logs_as_text, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_labels_object, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -131,6 +131,11 @@ ob_status ob_labels_parse(const char *text, char out[OB_LABELS_LEN], ob_err *err
         if (i && ls[i].klen == ls[i - 1].klen && !strncmp(ls[i].kv, ls[i - 1].kv, ls[i].klen))
             return OB_ERR(err, OB_ERR_INVALID_ARG, "label key '%.*s' given twice", (int)ls[i].klen,
                           ls[i].kv);
+        if (k + (i ? 1 : 0) + strlen(ls[i].kv) >= OB_LABELS_LEN) { /* 16 long pairs do not fit */
+            out[0] = '\0';
+            return OB_ERR(err, OB_ERR_INVALID_ARG, "labels: longer than %d characters in all",
+                          OB_LABELS_LEN - 1);
+        }
         k += (size_t)snprintf(out + k, OB_LABELS_LEN - k, "%s%s", i ? "," : "", ls[i].kv);
     }
     return OB_OK;

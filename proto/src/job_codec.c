@@ -55,6 +55,25 @@ json_t *ob_progress_to_json(const ob_progress *p)
     return o;
 }
 
+json_t *ob_labels_to_json(const char *labels)
+{
+    json_t *o = json_object();
+    for (const char *p = labels; o && p && *p;) {
+        size_t len = strcspn(p, ",");
+        const char *eq = memchr(p, '=', len);
+        size_t klen = eq ? (size_t)(eq - p) : len;
+        char kv[OB_LABELS_LEN];
+        if (len >= sizeof kv) break;
+        memcpy(kv, p, len);
+        kv[len] = '\0';
+        kv[klen] = '\0';
+        json_object_set_new(o, kv, json_string(eq ? kv + klen + 1 : ""));
+        p += len;
+        if (*p == ',') p++;
+    }
+    return o;
+}
+
 static json_t *checkpoint_json(int64_t step, const char *path, int64_t ms)
 {
     json_t *o = json_object();
@@ -108,7 +127,7 @@ json_t *ob_job_to_json(const ob_job *j)
     json_object_set_new(o, "finishedUnixMs", i64(j->finished_ms));
     json_object_set_new(o, "message", json_string(j->message));
     if (j->request_id[0]) json_object_set_new(o, "requestId", json_string(j->request_id));
-    if (j->labels[0]) json_object_set_new(o, "labels", json_string(j->labels));
+    if (j->labels[0]) json_object_set_new(o, "labels", ob_labels_to_json(j->labels));
     if (j->deadline_ms) json_object_set_new(o, "deadlineMs", i64(j->deadline_ms));
     return o;
 }
@@ -194,6 +213,38 @@ static ob_status get_str(const json_t *o, const char *key, char *buf, size_t cap
     if (!json_is_string(v)) return bad(err, key, "a string");
     snprintf(buf, cap, "%s", json_string_value(v));
     return OB_OK;
+}
+
+ob_status ob_labels_from_json(const json_t *v, char out[OB_LABELS_LEN], ob_err *err)
+{
+    out[0] = '\0';
+    if (!v || json_is_null(v)) return OB_OK;
+    if (json_is_string(v)) return ob_labels_parse(json_string_value(v), out, err);
+    if (!json_is_object(v))
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "labels: expected an object {\"key\": \"value\", ...} (or a string "
+                      "\"key=value,key=value\")");
+    if (json_object_size(v) > OB_LABELS_MAX)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "labels: at most %d", OB_LABELS_MAX);
+    char text[OB_LABELS_MAX * 128 + 1] = ""; /* 16 pairs of 63 + '=' + 63, and commas */
+    size_t used = 0;
+    const char *key;
+    const json_t *val;
+    json_object_foreach((json_t *)v, key, val)
+    {
+        const char *s = json_is_string(val) ? json_string_value(val) : NULL;
+        /* '=' and ',' would cut the pair elsewhere; the parse below names any other character
+         * a label cannot hold. */
+        if (!s || strpbrk(key, "=,") || strpbrk(s, "=,") || strlen(key) > 63 || strlen(s) > 63)
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "label '%.63s': expected a string value; the key 1 to 63 of "
+                          "[a-z0-9._/-] (starting with a letter or digit), the value 0 to 63 of "
+                          "[A-Za-z0-9._-]",
+                          key);
+        used +=
+            (size_t)snprintf(text + used, sizeof text - used, "%s%s=%s", used ? "," : "", key, s);
+    }
+    return ob_labels_parse(text, out, err);
 }
 
 static ob_status get_state(const json_t *o, const char *key, ob_job_state *out, ob_err *err)
@@ -299,7 +350,8 @@ ob_status ob_job_from_json(const json_t *o, ob_job *j, ob_err *err)
         (st = get_i64(o, "finishedUnixMs", &j->finished_ms, err)) ||
         (st = get_str(o, "message", j->message, sizeof j->message, err)) ||
         (st = get_str(o, "requestId", j->request_id, sizeof j->request_id, err)) ||
-        (st = get_str(o, "labels", j->labels, sizeof j->labels, err)) ||
+        (ob_labels_from_json(json_object_get(o, "labels"), j->labels, NULL) &&
+         (st = bad(err, "labels", "an object of labels"))) ||
         (st = get_i64(o, "deadlineMs", &j->deadline_ms, err)))
         goto fail;
     if (ck && json_is_object(ck) &&

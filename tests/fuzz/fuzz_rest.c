@@ -13,7 +13,8 @@
  * for the id of a standing PENDING job (submitted again when the input has deleted it).
  *
  * Invariants beyond "no crash, no report": the status is one of those the API documents and
- * never a 5xx; every answer but /metrics' and the streams' is JSON; an error is exactly
+ * never a 5xx; every answer but /metrics', the streams' and a log asked for as text/plain is
+ * JSON; an error is exactly
  * {"error": {"code": <the status>, "status": "<gRPC code name>", "message": "..."}}; a job a
  * submit answered 200 can be read back (same id), cancelled and deleted (which also keeps the
  * store from growing without end). */
@@ -131,7 +132,8 @@ static json_t *check_answer(const char *method, const char *target, const ob__re
         return NULL;
     }
     if (!a->body) fail("no body", method, target, a->http, NULL);
-    if (a->http == 200 && a->type && !strncmp(a->type, "text/plain", 10)) return NULL; /* metrics */
+    if (a->http == 200 && a->type && !strncmp(a->type, "text/plain", 10))
+        return NULL; /* metrics, a log as text */
     if (!a->type || strcmp(a->type, "application/json") != 0)
         fail("not application/json", method, target, a->http, a->body);
     json_error_t jerr;

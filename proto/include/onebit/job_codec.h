@@ -5,7 +5,9 @@
  * either API answered with the from_ functions into the same ob_job / ob_job_event structs, so
  * everything after the transport is one code path. JSON follows the proto3 mapping: field names
  * in lowerCamelCase, 64-bit integers as strings (numbers are accepted too), enums by name,
- * non-finite doubles as "NaN" / "Infinity" / "-Infinity". */
+ * non-finite doubles as "NaN" / "Infinity" / "-Infinity". One field is not the proto's: a job's
+ * labels, a string "key=value,key=value" in protobuf, are a JSON object {"key": "value"}, as a
+ * proto3 map would be (a string is still read, from servers before the object). */
 #ifndef ONEBIT_JOB_CODEC_H
 #define ONEBIT_JOB_CODEC_H
 
@@ -25,6 +27,14 @@ json_t *ob_progress_to_json(const ob_progress *p);
 json_t *ob_job_to_json(const ob_job *j);
 json_t *ob_job_event_to_json(const ob_job_event *e);
 json_t *ob_checkpoint_info_to_json(const ob_checkpoint_info *c);
+
+/* A job's labels ("k=v,k=v", borrowed) as an object {"k": "v"}; NULL when memory runs out. */
+json_t *ob_labels_to_json(const char *labels);
+
+/* Labels from JSON into out in their canonical form (ob_labels_parse): an object of string
+ * values, or a string "k=v,k=v"; NULL or absent is none. OB_ERR_INVALID_ARG names the label
+ * that is not one. */
+ob_status ob_labels_from_json(const json_t *v, char out[OB_LABELS_LEN], ob_err *err);
 
 /* Decoders: *out (caller-owned) is filled on success; OB_ERR_CORRUPT names the field that is
  * missing or of the wrong type. ob_job_from_json allocates spec_json and attempts
