@@ -3,12 +3,15 @@
  *   onebitctl submit -f job.yaml [--np N] [--watch]      onebitctl status JOB
  *   onebitctl list [--state S]                           onebitctl watch JOB
  *   onebitctl cancel JOB                                 onebitctl checkpoints JOB
- *   onebitctl inspect CHECKPOINT_DIR
+ *   onebitctl inspect CHECKPOINT_DIR                     onebitctl help [VERB]
  *
  * gRPC by default (--server / ONEBIT_SERVER, 127.0.0.1:50051); --rest URL uses the REST API.
  * --token / ONEBIT_TOKEN; -o table|json. Exit status: 0 success (watch: the job succeeded),
  * 1 the request was refused or the job did not succeed, 2 bad usage, 3 the server cannot be
- * reached. */
+ * reached.
+ *
+ * This file parses the command line with the option tables of options.c (which also write
+ * --help, the completion scripts and the man page); verbs.c and logs.c run the verbs. */
 #define _GNU_SOURCE /* getopt_long */
 #include "ctl.h"
 #include "onebit/base.h"

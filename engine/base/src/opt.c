@@ -133,7 +133,7 @@ void ob_opt_print_man(FILE *f, const ob_opt *t, size_t n)
             if (*p == '\n') p++;
         }
         if (t[i].env) {
-            fputs("Environment: \\fB", f);
+            fputs(".br\nEnvironment: \\fB", f);
             ob_opt_roff(f, t[i].env);
             fputs("\\fR.\n", f);
         }
