@@ -249,6 +249,32 @@ static ob_status make_launcher(const opts *o, const char *worker, const ob_host_
     return ob_local_launcher_create(out, &lc, err);
 }
 
+/* The service's configuration from the options, with the launcher made for them (borrowed). */
+static void service_config(const opts *o, ob_launcher *launcher, ob_service_config *cfg)
+{
+    ob_service_config_default(cfg);
+    cfg->state_dir = o->state_dir;
+    cfg->slots = o->slots;
+    cfg->default_max_restarts = o->max_restarts;
+    cfg->default_world_size = o->gpus > 0 ? o->gpus : 1;
+    cfg->progress_timeout_ms = (int64_t)(o->progress_timeout_s * 1000);
+    cfg->backoff_ms = (int64_t)(o->backoff_s * 1000);
+    cfg->backoff_max_ms = (int64_t)(o->backoff_max_s * 1000);
+    cfg->cancel_grace_ms = (int64_t)(o->grace_s * 1000);
+    cfg->launcher = launcher;
+    if (o->n_data_roots) cfg->data_roots = o->data_roots;
+    if (o->n_checkpoint_roots) cfg->checkpoint_roots = o->checkpoint_roots;
+    cfg->on_state = log_state;
+    cfg->store_min_free_bytes = o->store_min_free;
+    /* All ranks of a local job share this machine: by default they may take half its memory.
+     * Other launchers' ranks run elsewhere; no default limit there. */
+    cfg->max_job_memory = o->max_job_memory >= 0          ? o->max_job_memory
+                          : !strcmp(o->launcher, "local") ? mem_total() / 2
+                                                          : 0;
+    cfg->retention_ms = (int64_t)(o->retention_days * 86400.0 * 1000.0);
+    cfg->worker_memory_limit = worker_memory_setting(o);
+}
+
 int main(int argc, char **argv)
 {
     opts o;
@@ -307,27 +333,7 @@ int main(int argc, char **argv)
     }
     if (make_launcher(&o, worker, &hosts, &launcher, &err)) goto fail;
     ob_service_config cfg;
-    ob_service_config_default(&cfg);
-    cfg.state_dir = o.state_dir;
-    cfg.slots = o.slots;
-    cfg.default_max_restarts = o.max_restarts;
-    cfg.default_world_size = o.gpus > 0 ? o.gpus : 1;
-    cfg.progress_timeout_ms = (int64_t)(o.progress_timeout_s * 1000);
-    cfg.backoff_ms = (int64_t)(o.backoff_s * 1000);
-    cfg.backoff_max_ms = (int64_t)(o.backoff_max_s * 1000);
-    cfg.cancel_grace_ms = (int64_t)(o.grace_s * 1000);
-    cfg.launcher = launcher;
-    if (o.n_data_roots) cfg.data_roots = o.data_roots;
-    if (o.n_checkpoint_roots) cfg.checkpoint_roots = o.checkpoint_roots;
-    cfg.on_state = log_state;
-    cfg.store_min_free_bytes = o.store_min_free;
-    /* All ranks of a local job share this machine: by default they may take half its memory.
-     * Other launchers' ranks run elsewhere; no default limit there. */
-    cfg.max_job_memory = o.max_job_memory >= 0          ? o.max_job_memory
-                         : !strcmp(o.launcher, "local") ? mem_total() / 2
-                                                        : 0;
-    cfg.retention_ms = (int64_t)(o.retention_days * 86400.0 * 1000.0);
-    cfg.worker_memory_limit = worker_memory_setting(&o);
+    service_config(&o, launcher, &cfg);
     if (ob_service_create(&svc, &cfg, &err)) goto fail;
     /* Workers never see the token: each attempt reports with a credential of its own. */
     if (load_token(&o, token, sizeof token) != 0) {
