@@ -68,10 +68,11 @@ expect "verbs" "$(complete_bash c)" "cancel
 checkpoints
 completion"
 expect "every verb" "$(complete_bash '' | tr '\n' ' ')" \
-  "cancel checkpoints completion delete inspect list logs status submit version watch "
+  "cancel checkpoints completion delete help inspect list logs status submit version watch "
 expect "a verb's flags" "$(complete_bash logs --f)" "--follow"
 expect "a verb's flags and the global ones" "$(complete_bash logs -- | tr '\n' ' ')" \
-  "--ca --cert --follow --help --key --output --rank --rest --server --since --tail --tls --tls-server-name --token --token-file "
+  "--ca --cert --follow --help --key --output --rank --rest --server --since --tail --tls --tls-server-name --token --token-file --version "
+expect "help completes verbs" "$(complete_bash help s | tr '\n' ' ')" "status submit "
 expect "--state values" "$(complete_bash list --state RU)" "RUNNING"
 expect "-o values" "$(complete_bash status -o j)" "json"
 expect "completion shells" "$(complete_bash completion '' | tr '\n' ' ')" "bash zsh "
@@ -110,9 +111,10 @@ if command -v zsh > /dev/null; then
       _onebitctl' "$TMP/_onebitctl" "$@" | sort
   }
   expect "zsh: verbs" "$(complete_zsh '' | tr '\n' ' ')" \
-    "cancel checkpoints completion delete inspect list logs status submit version watch "
+    "cancel checkpoints completion delete help inspect list logs status submit version watch "
   expect "zsh: a verb's flags and the global ones" "$(complete_zsh logs -- | tr '\n' ' ')" \
-    "--ca --cert --follow --help --key --output --rank --rest --server --since --tail --tls --tls-server-name --token --token-file -f -o "
+    "--ca --cert --follow --help --key --output --rank --rest --server --since --tail --tls --tls-server-name --token --token-file --version -f -h -o "
+  expect "zsh: help completes verbs" "$(complete_zsh help '' | wc -l)" "12"
   expect "zsh: --state values" "$(complete_zsh list --state '' | tr '\n' ' ')" \
     "CANCELLED FAILED PENDING RESTARTING RUNNING SUCCEEDED "
   expect "zsh: job ids over gRPC" "$(complete_zsh --server "$GRPC" status '')" "$ID1

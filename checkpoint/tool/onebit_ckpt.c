@@ -41,6 +41,33 @@ static void usage(FILE *f)
                "       onebit-ckpt --version\n");
 }
 
+/* --help: the usage, then what each command does (also the man page's text, onebit-ckpt(1)). */
+static void help(void)
+{
+    usage(stdout);
+    fputs("  info DIR       metadata of one checkpoint and whether it verifies\n"
+          "  verify DIR     verifies one checkpoint (every dataset, the tensor index)\n"
+          "  tensors DIR    the tensor index: name, shape, offset of every tensor\n"
+          "  export DIR     the parameters as named tensors, in an .npz or .safetensors file\n"
+          "  list JOB_DIR   every checkpoint of a job, newest first, verified\n"
+          "  diff A B       compares two checkpoints array by array, bit for bit\n"
+          "  --format F     export: npz or safetensors\n"
+          "  -o OUT         export: the file written\n"
+          "  --optim        export: also the momentum and variance, as exp_avg.NAME and\n"
+          "                 exp_avg_sq.NAME\n"
+          "  --only LIST    diff: only these arrays (params, exp_avg, exp_avg_sq,\n"
+          "                 v_norm_history, errors; errors also covers every rank's own\n"
+          "                 moments where the optimizer keeps them per rank)\n"
+          "  --version      print the release and the checkpoint format, and exit\n"
+          "\n"
+          "DIR is a checkpoint directory (step-XXXXXXXX), its state.h5, or for verify, tensors\n"
+          "and export also a job directory (its newest valid checkpoint).\n"
+          "\n"
+          "Exit status: 0 verifies, identical or exported; 1 does not verify, differs or\n"
+          "failed; 2 bad usage.\n",
+          stdout);
+}
+
 static const char *phase_name(int phase)
 {
     return phase == 1 ? "compression" : "warmup";
@@ -461,7 +488,7 @@ static int cmd_export(int argc, char **argv)
 int main(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
+        help();
         return 0;
     }
     if (argc == 2 && !strcmp(argv[1], "--version")) {

@@ -37,6 +37,21 @@ static int print_verbs_of(FILE *out, const obctl_completion_verb *v, size_t n, o
     return k;
 }
 
+/* 1 when some verb's argument is kind. */
+static int has_kind(const obctl_completion_verb *v, size_t n, obctl_arg_kind kind)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i].arg == kind) return 1;
+    return 0;
+}
+
+/* Prints the verb names, separated by sep. */
+static void print_names(FILE *out, const obctl_completion_verb *v, size_t n, const char *sep)
+{
+    for (size_t i = 0; i < n; i++)
+        fprintf(out, "%s%s", i ? sep : "", v[i].name);
+}
+
 /* The value-taking flags of every verb and the global ones, as one case pattern. */
 static void print_value_pattern(FILE *out, const obctl_completion_verb *v, size_t n,
                                 const char *global)
@@ -123,6 +138,13 @@ static void write_bash(FILE *out, const obctl_completion_verb *v, size_t n, cons
         fputs(") COMPREPLY=($(compgen -d -- \"$cur\")) ;;\n    ", out);
     if (print_verbs_of(out, v, n, OBCTL_ARG_SHELL, "|"))
         fputs(") COMPREPLY=($(compgen -W \"bash zsh\" -- \"$cur\")) ;;\n", out);
+    if (has_kind(v, n, OBCTL_ARG_VERB)) {
+        fputs("    ", out);
+        print_verbs_of(out, v, n, OBCTL_ARG_VERB, "|");
+        fputs(") COMPREPLY=($(compgen -W \"", out);
+        print_names(out, v, n, " ");
+        fputs("\" -- \"$cur\")) ;;\n", out);
+    }
     fputs("    esac\n"
           "}\n"
           "complete -F _onebitctl onebitctl\n",
@@ -207,6 +229,13 @@ static void write_zsh(FILE *out, const obctl_completion_verb *v, size_t n, const
     fputs(") compadd -- ${(f)\"$($words[1] $conn list -q 2>/dev/null)\"} ;;\n    ", out);
     if (print_verbs_of(out, v, n, OBCTL_ARG_DIR, "|")) fputs(") _files -/ ;;\n    ", out);
     if (print_verbs_of(out, v, n, OBCTL_ARG_SHELL, "|")) fputs(") compadd -- bash zsh ;;\n", out);
+    if (has_kind(v, n, OBCTL_ARG_VERB)) {
+        fputs("    ", out);
+        print_verbs_of(out, v, n, OBCTL_ARG_VERB, "|");
+        fputs(") compadd -- ", out);
+        print_names(out, v, n, " ");
+        fputs(" ;;\n", out);
+    }
     fputs("    esac\n"
           "}\n"
           "if [[ $zsh_eval_context[-1] == loadautofunc ]]; then\n"

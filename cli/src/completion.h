@@ -1,9 +1,10 @@
 /* Shell completion scripts for onebitctl (`onebitctl completion bash|zsh`), written from the
  * same verb table the command line parses with, so that a new verb or flag completes without a
  * second list to keep. The scripts complete verbs, each verb's flags, the values of -o, --state
- * and the completion shells, file names after -f and --token-file, directories for inspect, and
- * job ids for the verbs that take one: those come from `onebitctl list -q` run with the
- * --server, --rest, --token and --token-file options already on the command line. */
+ * and the completion shells, file names after -f and --token-file, directories for inspect,
+ * verbs after help, and job ids for the verbs that take one: those come from `onebitctl list
+ * -q` run with the --server, --rest, --token and --token-file options already on the command
+ * line. */
 #ifndef ONEBITCTL_COMPLETION_H
 #define ONEBITCTL_COMPLETION_H
 
@@ -16,6 +17,7 @@ typedef enum obctl_arg_kind {
     OBCTL_ARG_JOB,   /* a job id */
     OBCTL_ARG_DIR,   /* a directory */
     OBCTL_ARG_SHELL, /* bash or zsh */
+    OBCTL_ARG_VERB,  /* a verb's name (help) */
 } obctl_arg_kind;
 
 typedef struct obctl_completion_verb {

@@ -22,6 +22,7 @@
 #define _GNU_SOURCE /* getopt_long */
 #include "onebit/comm.h"
 #include "onebit/jobspec.h"
+#include "onebit/opt.h"
 #include "onebit/rpc_client.h"
 #include "onebit/trainer.h"
 #include "output.h"
@@ -31,6 +32,7 @@
 #include <getopt.h>
 #include <mpi.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,99 +58,86 @@ static void on_stop_signal(int sig)
     stop_requested = 1;
 }
 
+/* The options that parse_args converts itself (ob_opt.id). */
+enum { OPT_FORMAT = 1, OPT_HELP, OPT_VERSION };
+
+#define F(x) offsetof(worker_opts, x)
+/* The command line: what parse_args reads and usage prints (and the man page is made from). */
+static const ob_opt worker_options[] = {
+    {"spec", 0, OB_OPT_STRING, F(spec_path), 0, 0, "FILE", "job spec, JSON or YAML (see examples/)",
+     NULL, 0, 0, 0},
+    {"format", 0, OB_OPT_CUSTOM, F(format), 0, 0, "F", "progress as JSON lines (default) or text",
+     NULL, OPT_FORMAT, 0, 0},
+    {"check", 0, OB_OPT_FLAG, F(check_only), 0, 0, NULL,
+     "validate the spec, print it with defaults filled, and exit", NULL, 0, 0, 0},
+    {"job-id", 0, OB_OPT_STRING, F(job_id), 0, 0, "ID",
+     "checkpoint sub-directory [the spec's name, else \"job\"]", NULL, 0, 0, 0},
+    {"checkpoint-dir", 0, OB_OPT_STRING, F(checkpoint_dir), 0, 0, "DIR",
+     "checkpoint root [the spec's checkpoint.dir]", NULL, 0, 0, 0},
+    {"resume", 0, OB_OPT_FLAG, F(resume), 0, 0, NULL,
+     "continue from the newest valid checkpoint, if any", NULL, 0, 0, 0},
+    {"report", 0, OB_OPT_STRING, F(report_addr), 0, 0, "HOST:PORT",
+     "also send progress to onebitd's WorkerService", NULL, 0, 0, 0},
+    {"profile", 0, OB_OPT_FLAG, F(profile), 0, 0, NULL,
+     "split rank 0's step time (data, compute, allreduce,\ncompression, exchange, updates) in the "
+     "summary",
+     NULL, 0, 0, 0},
+    {"help", 'h', OB_OPT_ACTION, 0, 0, 0, NULL, "print this help and exit", NULL, OPT_HELP, 0, 0},
+    {"version", 0, OB_OPT_ACTION, 0, 0, 0, NULL, "print the release and exit", NULL, OPT_VERSION, 0,
+     0},
+};
+#undef F
+enum { N_WORKER_OPTIONS = sizeof worker_options / sizeof *worker_options };
+
 static void usage(FILE *f)
 {
     fprintf(f, "usage: onebit-worker --spec FILE [--format json|text] [--check]\n"
                "                     [--job-id ID] [--checkpoint-dir DIR] [--resume]\n"
-               "                     [--report HOST:PORT] [--profile]\n"
-               "  --spec FILE          job spec, JSON or YAML (see examples/)\n"
-               "  --format F           progress as JSON lines (default) or text\n"
-               "  --check              validate the spec, print it with defaults filled, and exit\n"
-               "  --job-id ID          checkpoint sub-directory [the spec's name, else \"job\"]\n"
-               "  --checkpoint-dir DIR checkpoint root [the spec's checkpoint.dir]\n"
-               "  --resume             continue from the newest valid checkpoint, if any\n"
-               "  --report HOST:PORT   also send progress to onebitd's WorkerService\n"
-               "  --profile            split rank 0's step time (data, compute, allreduce,\n"
-               "                       compression, exchange, updates) in the summary\n"
-               "  --version            print the release and exit\n"
-               "SIGTERM, SIGINT or SIGUSR1: finish the step, checkpoint, exit 0.\n");
+               "                     [--report HOST:PORT] [--profile]\n");
+    ob_opt_print_help(f, worker_options, N_WORKER_OPTIONS, 23);
+    fprintf(f, "SIGTERM, SIGINT or SIGUSR1: finish the step, checkpoint, exit 0.\n");
 }
 
 /* Returns 0 to go on, 1 after --help, 2 on a bad command line (message printed by rank 0). */
 static int parse_args(int argc, char **argv, worker_opts *o, int rank)
 {
-    enum {
-        OPT_SPEC = 256,
-        OPT_FORMAT,
-        OPT_CHECK,
-        OPT_JOB_ID,
-        OPT_CKPT_DIR,
-        OPT_RESUME,
-        OPT_REPORT,
-        OPT_PROFILE,
-        OPT_VERSION
-    };
-    static const struct option options[] = {
-        {"spec", required_argument, NULL, OPT_SPEC},
-        {"format", required_argument, NULL, OPT_FORMAT},
-        {"check", no_argument, NULL, OPT_CHECK},
-        {"job-id", required_argument, NULL, OPT_JOB_ID},
-        {"checkpoint-dir", required_argument, NULL, OPT_CKPT_DIR},
-        {"resume", no_argument, NULL, OPT_RESUME},
-        {"report", required_argument, NULL, OPT_REPORT},
-        {"profile", no_argument, NULL, OPT_PROFILE},
-        {"version", no_argument, NULL, OPT_VERSION},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
-    };
+    struct option options[N_WORKER_OPTIONS + 1];
+    char shortopts[8] = ":";
+    size_t n = 0;
+    options[0] = (struct option){0};
+    ob_opt_getopt(options, &n, N_WORKER_OPTIONS + 1, shortopts, sizeof shortopts, worker_options,
+                  N_WORKER_OPTIONS, 256);
     memset(o, 0, sizeof *o);
     opterr = 0; /* our own messages, from rank 0 only */
     int c;
-    while ((c = getopt_long(argc, argv, ":h", options, NULL)) != -1) {
-        switch (c) {
-        case OPT_SPEC:
-            o->spec_path = optarg;
-            break;
-        case OPT_CHECK:
-            o->check_only = 1;
-            break;
-        case OPT_JOB_ID:
-            o->job_id = optarg;
-            break;
-        case OPT_CKPT_DIR:
-            o->checkpoint_dir = optarg;
-            break;
-        case OPT_RESUME:
-            o->resume = 1;
-            break;
-        case OPT_REPORT:
-            o->report_addr = optarg;
-            break;
-        case OPT_PROFILE:
-            o->profile = 1;
-            break;
-        case OPT_FORMAT:
-            if (!strcmp(optarg, "json") || !strcmp(optarg, "text")) {
-                o->format = strcmp(optarg, "json") ? FORMAT_TEXT : FORMAT_JSON;
-                break;
-            }
-            if (rank == 0)
-                fprintf(stderr, "onebit-worker: --format: expected json or text, got '%s'\n",
-                        optarg);
-            return 2;
-        case 'h':
-            if (rank == 0) usage(stdout);
-            return 1;
-        case OPT_VERSION:
-            if (rank == 0) printf("onebit-worker %s\n", ONEBIT_VERSION);
-            return 1;
-        default: /* '?' unknown, ':' missing value */
+    while ((c = getopt_long(argc, argv, shortopts, options, NULL)) != -1) {
+        const ob_opt *r = c >= 256   ? &worker_options[c - 256]
+                          : c == 'h' ? ob_opt_find(worker_options, N_WORKER_OPTIONS, "h")
+                                     : NULL;
+        if (!r) { /* '?' unknown, ':' missing value */
             if (rank == 0) {
                 fprintf(stderr, "onebit-worker: unknown or incomplete argument '%s'\n",
                         argv[optind - 1]);
                 usage(stderr);
             }
             return 2;
+        }
+        if (r->kind == OB_OPT_FLAG) {
+            *(int *)ob_opt_dest(r, o) = 1;
+        } else if (r->kind == OB_OPT_STRING) {
+            *(const char **)ob_opt_dest(r, o) = optarg;
+        } else if (r->id == OPT_FORMAT) {
+            if (strcmp(optarg, "json") && strcmp(optarg, "text")) {
+                if (rank == 0)
+                    fprintf(stderr, "onebit-worker: --format: expected json or text, got '%s'\n",
+                            optarg);
+                return 2;
+            }
+            o->format = strcmp(optarg, "json") ? FORMAT_TEXT : FORMAT_JSON;
+        } else { /* --help, --version */
+            if (rank == 0 && r->id == OPT_HELP) usage(stdout);
+            if (rank == 0 && r->id == OPT_VERSION) printf("onebit-worker %s\n", ONEBIT_VERSION);
+            return 1;
         }
     }
     if (optind < argc) {
