@@ -70,8 +70,7 @@ ProtobufCMessage *ob__grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDe
 /* "" (the server) and each service onebitd implements: what Health answers SERVING for. */
 int ob__grpc_known_service(const char *name);
 
-/* ---- the call machinery (grpc_server.c, grpc_streams.c) ---------------------------------------
- */
+/* ---- the call machinery (grpc_server.c, grpc_streams.c) -------------------------------------- */
 
 typedef enum tag_kind {
     TAG_NEW,
