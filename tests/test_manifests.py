@@ -108,7 +108,10 @@ want = sorted([(("kubeflow.org",), ("mpijobs",), ("create", "delete", "get", "li
                (("",), ("secrets",), ("create", "delete", "get"))])
 check(rules == want, "the Role allows exactly MPIJobs, pods, pods/log and Secrets (create, get, "
       "delete: no list, no watch, no update)", rules)
-launcher = open(os.path.join(SRC, "service", "src", "launcher_kubernetes.c")).read()
+# The launcher's files: launcher_kubernetes.c and the k8s_* files beside it.
+ksrc = os.path.join(SRC, "service", "src")
+launcher = "".join(open(os.path.join(ksrc, f)).read() for f in sorted(os.listdir(ksrc))
+                   if f == "launcher_kubernetes.c" or f.startswith("k8s_"))
 check("/mpijobs" in launcher and "/pods" in launcher and "/log?" in launcher and
       "/secrets" in launcher and "configmaps" not in launcher and
       not re.search(r'"(PATCH|PUT)"', launcher),

@@ -1,12 +1,18 @@
 /* Private to the gRPC front end: the methods onebitd serves and their handlers (decode the
- * request, call the service function, encode the answer), apart from the call machinery of
- * grpc_server.c (completion queue, streams, shutdown). */
+ * request, call the service function, encode the answer: grpc_handlers.c), apart from the call
+ * machinery: grpc_server.c (completion queue, unary calls, dispatch, start and shutdown) and
+ * grpc_streams.c (server streams and the reflection stream), which share the call record and the
+ * server below. */
 #ifndef ONEBIT_GRPC_INTERNAL_H
 #define ONEBIT_GRPC_INTERNAL_H
 
+#include "reflection.h"
+#include "onebit/servers.h"
 #include "onebit/service.h"
 
 #include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <pthread.h>
 #include <protobuf-c/protobuf-c.h>
 
 typedef enum method_id {
@@ -63,5 +69,101 @@ ProtobufCMessage *ob__grpc_unpack(grpc_byte_buffer *bb, const ProtobufCMessageDe
 
 /* "" (the server) and each service onebitd implements: what Health answers SERVING for. */
 int ob__grpc_known_service(const char *name);
+
+/* ---- the call machinery (grpc_server.c, grpc_streams.c) -------------------------------------- */
+
+typedef enum tag_kind {
+    TAG_NEW,
+    TAG_DONE,
+    TAG_SEND,
+    TAG_RECV,
+    TAG_STATUS,
+    TAG_CLOSE,
+    TAG_SHUTDOWN
+} tag_kind;
+
+struct call_ctx;
+typedef struct tag {
+    tag_kind kind;
+    struct call_ctx *ctx;
+} tag;
+
+typedef struct call_ctx {
+    ob_grpc_server *srv;
+    method_id method;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array md;
+    grpc_byte_buffer *payload;
+    grpc_call_details details; /* unknown methods */
+    tag t_new, t_done, t_send, t_recv, t_status, t_close;
+    int cancelled;
+    grpc_slice status_msg;
+    int has_status_msg;
+    grpc_byte_buffer *send_bb;
+    /* streams */
+    struct call_ctx *wnext;
+    char job_id[OB_JOB_ID_LEN];
+    int64_t last_seq;
+    int sent_initial, in_flight, finish_after_send, status_started, status_done, closed, broken;
+    int health_sent; /* the last status a Health.Watch sent + 1; 0: none yet */
+    /* The store is read without the lock: a stream being pumped (pumping) or about to be
+     * (pins, the watcher's list) is neither freed nor pumped by another thread; pump_again
+     * asks the pumping thread to look once more. */
+    int pumping, pump_again, pins;
+    int64_t log_offset; /* StreamJobLogs: where the next piece starts */
+    int log_follow;
+    /* reflection (a bidirectional stream) */
+    int reflecting;
+    grpc_byte_buffer *recv_bb;
+} call_ctx;
+
+struct ob_grpc_server {
+    ob_service *svc;
+    char *token;
+    ob__reflection *reflection; /* the answers of server reflection */
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    void *registered[M_COUNT];
+    pthread_t *threads;
+    int n_threads;
+    pthread_t watcher;
+    int watcher_started;
+    pthread_mutex_t mu; /* everything below, and every call_ctx's stream fields; never held
+                         * while the store is read */
+    int outstanding;    /* call_ctx objects alive */
+    int shutting_down, server_shutdown_done, cq_shut, watch_stop;
+    call_ctx *watches;
+    call_ctx **pinned;          /* the watcher's: max_streams of them (pump_watches) */
+    int n_watches, max_streams; /* n_watches counts the reflection streams too */
+    tag t_shutdown;
+};
+
+/* Starts a batch on the call with tag t: c is read before the tag is handed over, since a
+ * handler thread may take t back (and free c) before grpc_call_start_batch returns. */
+grpc_call_error ob__grpc_start_batch(call_ctx *c, const grpc_op *ops, size_t n, tag *t);
+
+/* Frees a call record and counts it gone (the queue shuts down after the last one). Takes the
+ * server's lock: not to be held by the caller. */
+void ob__grpc_ctx_free(call_ctx *c);
+
+/* Answers a call with its status (and bb, taken, the answer on success) in one batch. */
+void ob__grpc_finish_unary(call_ctx *c, ob_status status, const char *msg, grpc_byte_buffer *bb);
+
+/* Opens the server stream of a decoded request m (taken): WatchJob, StreamJobLogs or
+ * Health.Watch; a request it cannot serve is answered with the reason (grpc_streams.c). */
+void ob__grpc_stream_open(ob_grpc_server *s, call_ctx *c, ProtobufCMessage *m);
+
+/* A stream's send, status or close completed. */
+void ob__grpc_stream_event(ob_grpc_server *s, call_ctx *c, tag_kind kind, int success);
+
+/* Admits a reflection stream and receives its first request. */
+void ob__grpc_reflect_begin(ob_grpc_server *s, call_ctx *c);
+
+/* A reflection stream's receive, send, status or close completed. */
+void ob__grpc_reflect_event(ob_grpc_server *s, call_ctx *c, tag_kind kind, int success);
+
+/* The watcher thread (arg: the server): pumps the streams on new events and every 200 ms. */
+void *ob__grpc_watcher_main(void *arg);
 
 #endif /* ONEBIT_GRPC_INTERNAL_H */

@@ -1,6 +1,6 @@
 /* Private to the gRPC front end: the answers of gRPC server reflection (grpc.reflection.v1 and
  * v1alpha, one protocol under two names), computed from the descriptor set compiled into onebitd
- * (onebit/protoset.h). grpc_server.c runs the bidirectional stream; this file turns one
+ * (onebit/protoset.h). grpc_streams.c runs the bidirectional stream; this file turns one
  * ServerReflectionRequest into one ServerReflectionResponse.
  *
  * The index is built once from the set: every file (its serialized FileDescriptorProto, borrowed

@@ -2,7 +2,8 @@
  * what an earlier coordinator left, then submit, get, list, cancel, events and checkpoints,
  * called by the API handlers from their own threads. One lock (svc->mu) guards the store, the
  * running attempts and the event counter; the supervisor (supervisor.c) takes it for each of
- * its ticks. */
+ * its ticks. The run table, the job records, the store's health and the checkpoints on disk,
+ * which the rest of the service shares, are in runs.c. */
 #define _XOPEN_SOURCE 700 /* realpath */
 #include "onebit/checkpoint.h"
 #include "onebit/data.h"
@@ -18,7 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -38,292 +38,12 @@ void ob_service_config_default(ob_service_config *cfg)
 
 /* ---- small helpers ------------------------------------------------------------------------ */
 
-ob_status ob__svc_mkdirs(const char *path, ob_err *err)
-{
-    char tmp[OB_JOB_PATH_LEN];
-    if (strlen(path) >= sizeof tmp)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "path too long: %s", path);
-    strcpy(tmp, path);
-    for (char *p = tmp + 1;; p++) {
-        if (*p == '/' || *p == '\0') {
-            char c = *p;
-            *p = '\0';
-            if (mkdir(tmp, 0755) != 0 && errno != EEXIST)
-                return OB_ERR(err, OB_ERR_IO, "mkdir %s: %s", tmp, strerror(errno));
-            *p = c;
-            if (c == '\0') break;
-        }
-    }
-    return OB_OK;
-}
-
 static char *path_join(const char *a, const char *b)
 {
     size_t n = strlen(a) + strlen(b) + 2;
     char *p = malloc(n);
     if (p) snprintf(p, n, "%s/%s", a, b);
     return p;
-}
-
-void ob__svc_job_path(const ob_service *svc, const char *id, const char *file, char *out,
-                      size_t cap)
-{
-    snprintf(out, cap, "%s/%s/%s", svc->jobs_dir, id, file);
-}
-
-/* Records an event for job j (whose fields the caller has already updated) in one transaction
- * with the job's row, and wakes the watchers. Called with the lock held. */
-ob_status ob__svc_commit(ob_service *svc, ob_job *j, const char *kind, const char *msg, ob_err *err)
-{
-    return ob__svc_commit_attempt(svc, j, kind, msg, NULL, err);
-}
-
-ob_status ob__svc_commit_attempt(ob_service *svc, ob_job *j, const char *kind, const char *msg,
-                                 const ob_attempt *a, ob_err *err)
-{
-    j->updated_ms = ob_wall_ms();
-    ob_job_event ev;
-    memset(&ev, 0, sizeof ev);
-    ev.time_ms = j->updated_ms;
-    ob_strlcpy(ev.kind, kind ? kind : "", sizeof ev.kind);
-    ev.state = j->state;
-    ob_strlcpy(ev.message, msg ? msg : "", sizeof ev.message);
-    ev.progress = j->progress;
-    ob_err local;
-    ob_err_clear(&local);
-    ob_status rc = ob_store_update_job_attempt(svc->store, j, kind ? &ev : NULL, a, &local);
-    if (rc) {
-        ob__svc_store_failed(svc, rc, &local);
-        if (err) *err = local;
-        return rc;
-    }
-    if (kind) {
-        svc->event_counter++;
-        pthread_cond_broadcast(&svc->cv);
-    }
-    return OB_OK;
-}
-
-/* Moves j to state with a message, as one "state" event. */
-ob_status ob__svc_transition(ob_service *svc, ob_job *j, ob_job_state state, const char *msg,
-                             ob_err *err)
-{
-    return ob__svc_transition_attempt(svc, j, state, msg, NULL, err);
-}
-
-ob_status ob__svc_transition_attempt(ob_service *svc, ob_job *j, ob_job_state state,
-                                     const char *msg, const ob_attempt *a, ob_err *err)
-{
-    j->state = state;
-    ob_strlcpy(j->message, msg, sizeof j->message);
-    if (ob_job_state_final(state)) j->finished_ms = ob_wall_ms();
-    char text[OB_JOB_MSG_LEN + 64];
-    snprintf(text, sizeof text, "%s%s%.400s", ob_job_state_name(state), msg[0] ? ": " : "", msg);
-    ob_status rc = ob__svc_commit_attempt(svc, j, "state", text, a, err);
-    if (rc == OB_OK && svc->cfg.on_state) svc->cfg.on_state(svc->cfg.on_state_user, j->id, text);
-    return rc;
-}
-
-ob_status ob__svc_put_attempt(ob_service *svc, const char *job_id, const ob_attempt *a, ob_err *err)
-{
-    ob_err local;
-    ob_err_clear(&local);
-    ob_status rc = ob_store_put_attempt(svc->store, job_id, a, &local);
-    if (rc) {
-        ob__svc_store_failed(svc, rc, &local);
-        if (err) *err = local;
-    }
-    return rc;
-}
-
-/* ---- the store's health ------------------------------------------------------------------- */
-
-/* Marks the store down (why: what failed) or up; a change wakes the health watchers. */
-static void set_store_down(ob_service *svc, int down, const char *why)
-{
-    if (down) {
-        char clean[OB_ERR_MSG_LEN];
-        ob_status_public_message(why, clean, sizeof clean);
-        ob_strlcpy(svc->store_why, clean, sizeof svc->store_why);
-    }
-    if (svc->store_down == down) return;
-    svc->store_down = down;
-    if (down) {
-        svc->store_probe_delay_ms = 100;
-        svc->store_probe_at_ms = ob_wall_ms() + svc->store_probe_delay_ms;
-    } else {
-        svc->store_why[0] = '\0';
-    }
-    if (svc->cfg.on_state)
-        svc->cfg.on_state(svc->cfg.on_state_user, "store",
-                          down ? svc->store_why : "the job store can be written again: SERVING");
-    svc->event_counter++;
-    pthread_cond_broadcast(&svc->cv);
-}
-
-ob_status ob__svc_store_failed(ob_service *svc, ob_status rc, const ob_err *err)
-{
-    if (rc == OB_ERR_IO || rc == OB_ERR_UNAVAILABLE) {
-        char why[OB_ERR_MSG_LEN];
-        snprintf(why, sizeof why, "writing the job store failed: %.400s",
-                 err && err->msg[0] ? err->msg : ob_strerror(rc));
-        set_store_down(svc, 1, why);
-    }
-    return rc;
-}
-
-ob_status ob__svc_writable(ob_service *svc, ob_err *err)
-{
-    if (!svc->store_down) return OB_OK;
-    return OB_ERR(err, OB_ERR_UNAVAILABLE,
-                  "the job store cannot be written (%.300s); the service takes no changes until "
-                  "it can: try again later",
-                  svc->store_why);
-}
-
-/* Bytes free to unprivileged writers on the file system of dir; -1 when unknown. */
-static int64_t free_bytes(const char *dir)
-{
-    struct statvfs v;
-    if (statvfs(dir, &v) != 0) return -1;
-    uint64_t b = (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
-    return b > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)b;
-}
-
-void ob__svc_check_store(ob_service *svc, int64_t now)
-{
-    int64_t min_free = svc->cfg.store_min_free_bytes;
-    int64_t have = min_free > 0 ? free_bytes(svc->state_dir) : -1;
-    if (have >= 0 && have < min_free) {
-        char why[OB_ERR_MSG_LEN];
-        snprintf(why, sizeof why,
-                 "%lld bytes free on the file system of %.300s, less than the %lld kept for the "
-                 "job store",
-                 (long long)have, svc->state_dir, (long long)min_free);
-        set_store_down(svc, 1, why);
-        return;
-    }
-    if (!svc->store_down || now < svc->store_probe_at_ms) return;
-    ob_err perr;
-    ob_err_clear(&perr);
-    ob_status rc = ob_store_probe(svc->store, now, &perr);
-    if (rc == OB_OK) {
-        set_store_down(svc, 0, NULL);
-        return;
-    }
-    char why[OB_ERR_MSG_LEN];
-    snprintf(why, sizeof why, "writing the job store failed: %.400s", perr.msg);
-    set_store_down(svc, 1, why);
-    svc->store_probe_delay_ms =
-        svc->store_probe_delay_ms < 1000 ? 2 * svc->store_probe_delay_ms : 2000;
-    svc->store_probe_at_ms = now + svc->store_probe_delay_ms;
-}
-
-int ob_service_serving(ob_service *svc, char *why, size_t cap)
-{
-    pthread_mutex_lock(&svc->mu);
-    int serving = !svc->store_down;
-    if (why && cap) ob_strlcpy(why, serving ? "" : svc->store_why, cap);
-    pthread_mutex_unlock(&svc->mu);
-    return serving;
-}
-
-ob__run *ob__svc_find_run(ob_service *svc, const char *id)
-{
-    for (ob__run *r = svc->runs; r; r = r->next)
-        if (!strcmp(r->job_id, id)) return r;
-    return NULL;
-}
-
-void ob__svc_free_run(ob__run *r)
-{
-    if (!r) return;
-    if (r->log) fclose(r->log);
-    free(r);
-}
-
-void ob__svc_unlink_run(ob_service *svc, ob__run *r)
-{
-    for (ob__run **p = &svc->runs; *p; p = &(*p)->next) {
-        if (*p == r) {
-            *p = r->next;
-            break;
-        }
-    }
-    ob__svc_free_run(r);
-}
-
-int ob__svc_used_slots(const ob_service *svc)
-{
-    int n = 0;
-    for (const ob__run *r = svc->runs; r; r = r->next)
-        n += r->world_size;
-    return n;
-}
-
-/* ---- checkpoints on disk ------------------------------------------------------------------ */
-
-/* Committed checkpoints of a job, newest first, with their metadata. */
-ob_status ob__svc_scan_checkpoints(const ob_service *svc, const char *id, ob_checkpoint_info **out,
-                                   size_t *n, ob_err *err)
-{
-    *out = NULL;
-    *n = 0;
-    char dir[OB_JOB_PATH_LEN];
-    snprintf(dir, sizeof dir, "%s/%s", svc->ckpt_dir, id);
-    ob_ckpt_entry *e = NULL;
-    size_t ne = 0;
-    ob_status rc = ob_ckpt_list(dir, &e, &ne, err);
-    if (rc) return rc;
-    ob_checkpoint_info *v = ne ? calloc(ne, sizeof *v) : NULL;
-    if (ne && !v) {
-        free(e);
-        return OB_ERR(err, OB_ERR_NOMEM, "listing checkpoints of %s", id);
-    }
-    size_t count = 0;
-    for (size_t i = 0; i < ne; i++) {
-        if (!e[i].committed) continue;
-        ob_checkpoint_info *c = &v[count++];
-        c->step = e[i].step;
-        ob_strlcpy(c->path, e[i].path, sizeof c->path);
-        struct stat st;
-        if (stat(c->path, &st) == 0)
-            c->time_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
-        ob_ckpt_meta meta;
-        ob_err merr;
-        ob_err_clear(&merr);
-        if (ob_ckpt_read_meta(c->path, &meta, NULL, &merr) == OB_OK) {
-            c->world_size = meta.world_size;
-            ob_strlcpy(c->phase, meta.phase == 1 ? "compression" : "warmup", sizeof c->phase);
-            c->freeze_step = meta.freeze_step > 0 ? meta.freeze_step : 0;
-        } else {
-            ob_status_public_message(merr.msg, c->problem, sizeof c->problem);
-        }
-    }
-    free(e);
-    if (!count) {
-        free(v);
-        v = NULL;
-    }
-    *out = v;
-    *n = count;
-    return OB_OK;
-}
-int ob__svc_newest_checkpoint(const ob_service *svc, const char *id, ob_checkpoint_info *out)
-{
-    memset(out, 0, sizeof *out);
-    char dir[OB_JOB_PATH_LEN];
-    snprintf(dir, sizeof dir, "%s/%s", svc->ckpt_dir, id);
-    char path[OB_CKPT_PATH_LEN];
-    ob_ckpt_meta meta;
-    if (ob_ckpt_find_latest(dir, path, &meta, NULL, NULL, NULL) != OB_OK) return -1;
-    out->step = meta.step;
-    out->world_size = meta.world_size;
-    ob_strlcpy(out->path, path, sizeof out->path);
-    struct stat st;
-    if (stat(path, &st) == 0)
-        out->time_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
-    return 0;
 }
 
 /* ---- create, recover, destroy ------------------------------------------------------------- */
@@ -571,20 +291,18 @@ static ob_status repeated_submit(ob_service *svc, const ob_job *j, int *again, o
     return OB_OK;
 }
 
-ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *out, ob_err *err)
+/* Parses the submit's spec into spec; what is wrong with it goes into problems[cap].
+ * OB_ERR_NOMEM (err filled) when memory runs out, else OB_OK. */
+static ob_status check_spec(const ob_submit_req *req, ob_jobspec *spec, char *problems, size_t cap,
+                            ob_err *err)
 {
-    char problems[OB_ERR_MSG_LEN - 40] = "";
     char text[OB_ERR_MSG_LEN];
-    memset(out, 0, sizeof *out);
-    ob_jobspec *spec = malloc(sizeof *spec);
-    if (!spec) return OB_ERR(err, OB_ERR_NOMEM, "allocating a job spec");
     ob_err perr;
     ob_err_clear(&perr);
     if (!req->spec || req->spec_len == 0) {
-        append_problem(problems, sizeof problems, "spec: missing required field");
+        append_problem(problems, cap, "spec: missing required field");
     } else if (ob_jobspec_parse(spec, req->spec, req->spec_len, OB_SPEC_AUTO, &perr) != OB_OK) {
         if (perr.code == OB_ERR_NOMEM) {
-            free(spec);
             if (err) *err = perr;
             return OB_ERR_NOMEM;
         }
@@ -592,13 +310,23 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
         char clean[OB_ERR_MSG_LEN];
         ob_status_public_message(perr.msg, clean, sizeof clean);
         snprintf(text, sizeof text, "spec: %.*s", (int)sizeof text - 8, clean);
-        append_problem(problems, sizeof problems, text);
+        append_problem(problems, cap, text);
     }
-    if (!problems[0] && ob_jobspec_is_program(spec)) { /* its program lies under a data root */
+    return OB_OK;
+}
+
+/* Whether what a parsed spec names lies under the roots its job may read: a program's entry
+ * point and working directory, or a training job's data and warm-start source. What does not
+ * goes into problems[cap]. */
+static void check_spec_paths(const ob_service *svc, const ob_jobspec *spec, char *problems,
+                             size_t cap)
+{
+    char text[OB_ERR_MSG_LEN];
+    if (ob_jobspec_is_program(spec)) { /* its program lies under a data root */
         char entry[2 * OB_JOBSPEC_PATH_LEN];
         const ob_program_spec *pg = &spec->program;
         if (pg->entrypoint[0] != '/' && !pg->workdir[0])
-            append_problem(problems, sizeof problems,
+            append_problem(problems, cap,
                            "spec: program: a job onebitd runs needs program.workdir or an "
                            "absolute program.entrypoint");
         else {
@@ -606,30 +334,39 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
                      pg->entrypoint[0] == '/' ? "" : "/", pg->entrypoint);
             if (ob__roots_check(&svc->data_roots, "spec: program.entrypoint", entry, text,
                                 sizeof text) != OB_OK)
-                append_problem(problems, sizeof problems, text);
+                append_problem(problems, cap, text);
             if (ob__roots_check(&svc->data_roots, "spec: program.workdir", pg->workdir, text,
                                 sizeof text) != OB_OK)
-                append_problem(problems, sizeof problems, text);
+                append_problem(problems, cap, text);
         }
+        return;
     }
-    if (!problems[0] && !ob_jobspec_is_program(spec)) { /* may its job read what it names? */
-        if (ob__roots_check(&svc->data_roots, "spec: data.path", spec->data.path, text,
-                            sizeof text) != OB_OK)
-            append_problem(problems, sizeof problems, text);
-        if (ob__roots_check(&svc->ckpt_roots, "spec: warm_start.from", spec->warm_start_from, text,
-                            sizeof text) != OB_OK)
-            append_problem(problems, sizeof problems, text);
-    }
+    /* may its job read what it names? */
+    if (ob__roots_check(&svc->data_roots, "spec: data.path", spec->data.path, text, sizeof text) !=
+        OB_OK)
+        append_problem(problems, cap, text);
+    if (ob__roots_check(&svc->ckpt_roots, "spec: warm_start.from", spec->warm_start_from, text,
+                        sizeof text) != OB_OK)
+        append_problem(problems, cap, text);
+}
+
+/* The world size the job gets (the request's, 0: the default), checked against the slots and,
+ * when nothing else is wrong, the memory its ranks would need against --max-job-memory. What is
+ * wrong goes into problems[cap]. */
+static int check_world(const ob_service *svc, const ob_submit_req *req, const ob_jobspec *spec,
+                       char *problems, size_t cap)
+{
+    char text[OB_ERR_MSG_LEN];
     int default_world = svc->cfg.default_world_size > 0 ? svc->cfg.default_world_size : 1;
     int world = req->world_size ? req->world_size : default_world;
     if (req->world_size < 0 || req->world_size > MAX_WORLD_SIZE) {
         snprintf(text, sizeof text, "world_size: expected 1 to %d, got %d", MAX_WORLD_SIZE,
                  req->world_size);
-        append_problem(problems, sizeof problems, text);
+        append_problem(problems, cap, text);
     } else if (world > svc->cfg.slots) {
         snprintf(text, sizeof text, "world_size: %d ranks exceed the service's %d slots", world,
                  svc->cfg.slots);
-        append_problem(problems, sizeof problems, text);
+        append_problem(problems, cap, text);
     }
     if (!problems[0] && svc->cfg.max_job_memory > 0 && world >= 1 && world <= MAX_WORLD_SIZE) {
         /* Ranks that would not fit are refused now rather than killed later. */
@@ -644,23 +381,31 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
                      (double)est.total / mib, (double)est.params / mib, (double)est.optimizer / mib,
                      (double)est.activations / mib, (double)est.data / mib, (double)est.base / mib,
                      world, (double)est.total * world / mib, (double)svc->cfg.max_job_memory / mib);
-            append_problem(problems, sizeof problems, text);
+            append_problem(problems, cap, text);
         }
     }
-    int restarts = req->max_restarts < 0 ? svc->cfg.default_max_restarts : req->max_restarts;
+    return world;
+}
+
+/* The submit's other fields: max_restarts, the labels (normalised into labels[OB_LABELS_LEN]),
+ * the request id and the deadline (*deadline_ms; 0: none). What is wrong goes into
+ * problems[cap]. */
+static void check_fields(const ob_submit_req *req, char *labels, int64_t *deadline_ms,
+                         char *problems, size_t cap)
+{
+    char text[OB_ERR_MSG_LEN];
     if (req->max_restarts < -1 || req->max_restarts > MAX_RESTARTS_LIMIT) {
         snprintf(text, sizeof text, "max_restarts: expected 0 to %d (or -1: the default), got %d",
                  MAX_RESTARTS_LIMIT, req->max_restarts);
-        append_problem(problems, sizeof problems, text);
+        append_problem(problems, cap, text);
     }
-    char labels[OB_LABELS_LEN];
     ob_err lerr;
     ob_err_clear(&lerr);
     if (ob_labels_parse(req->labels, labels, &lerr) != OB_OK) {
         char clean[OB_ERR_MSG_LEN];
         ob_status_public_message(lerr.msg, clean, sizeof clean);
         snprintf(text, sizeof text, "labels: %.400s", clean);
-        append_problem(problems, sizeof problems, text);
+        append_problem(problems, cap, text);
     }
     const char *rid = req->request_id ? req->request_id : "";
     size_t rid_len = strlen(rid);
@@ -669,19 +414,79 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
                     "0123456789._:-") != rid_len) {
         snprintf(text, sizeof text, "request_id: 1 to %d characters of [A-Za-z0-9._:-]",
                  OB_REQUEST_ID_LEN - 1);
-        append_problem(problems, sizeof problems, text);
+        append_problem(problems, cap, text);
     }
-    int64_t deadline_ms = 0;
+    *deadline_ms = 0;
     if (req->deadline && req->deadline[0]) {
         ob_err derr;
         ob_err_clear(&derr);
-        if (ob_duration_parse(req->deadline, &deadline_ms, &derr) != OB_OK) {
+        if (ob_duration_parse(req->deadline, deadline_ms, &derr) != OB_OK) {
             char clean[OB_ERR_MSG_LEN];
             ob_status_public_message(derr.msg, clean, sizeof clean);
             snprintf(text, sizeof text, "deadline: %.400s", clean);
-            append_problem(problems, sizeof problems, text);
+            append_problem(problems, cap, text);
         }
     }
+}
+
+/* Stores the new job j (its fields set; lock not held) while the store can be written, once per
+ * request id: *out = j (taken) on success, or the job an earlier submit with j's request id made
+ * (j cleared); on failure j is cleared. */
+static ob_status store_new_job(ob_service *svc, ob_job *j, ob_job *out, ob_err *err)
+{
+    ob_status rc;
+    pthread_mutex_lock(&svc->mu);
+    if ((rc = ob__svc_writable(svc, err))) {
+        pthread_mutex_unlock(&svc->mu);
+        ob_job_clear(j);
+        return rc;
+    }
+    if (j->request_id[0]) {
+        /* Under the lock: a retried submit racing its first try finds the job or makes it. */
+        int again = 0;
+        rc = repeated_submit(svc, j, &again, out, err);
+        if (rc || again) {
+            pthread_mutex_unlock(&svc->mu);
+            ob_job_clear(j);
+            return rc;
+        }
+    }
+    rc = ob_store_create_job(svc->store, j, err);
+    if (rc == OB_ERR_IO || rc == OB_ERR_UNAVAILABLE) {
+        ob__svc_store_failed(svc, rc, err);
+        rc = ob__svc_writable(svc, err);
+    }
+    if (rc == OB_OK) {
+        svc->event_counter++;
+        pthread_cond_broadcast(&svc->cv);
+        if (svc->cfg.on_state)
+            svc->cfg.on_state(svc->cfg.on_state_user, j->id, "PENDING: submitted");
+    }
+    pthread_mutex_unlock(&svc->mu);
+    if (rc) {
+        ob_job_clear(j);
+        return rc;
+    }
+    *out = *j;
+    return OB_OK;
+}
+
+ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *out, ob_err *err)
+{
+    char problems[OB_ERR_MSG_LEN - 40] = "";
+    memset(out, 0, sizeof *out);
+    ob_jobspec *spec = malloc(sizeof *spec);
+    if (!spec) return OB_ERR(err, OB_ERR_NOMEM, "allocating a job spec");
+    if (check_spec(req, spec, problems, sizeof problems, err) != OB_OK) {
+        free(spec);
+        return OB_ERR_NOMEM;
+    }
+    if (!problems[0]) check_spec_paths(svc, spec, problems, sizeof problems);
+    int world = check_world(svc, req, spec, problems, sizeof problems);
+    int restarts = req->max_restarts < 0 ? svc->cfg.default_max_restarts : req->max_restarts;
+    char labels[OB_LABELS_LEN];
+    int64_t deadline_ms;
+    check_fields(req, labels, &deadline_ms, problems, sizeof problems);
     if (problems[0]) {
         free(spec);
         return OB_ERR(err, OB_ERR_INVALID_ARG, "%s", problems);
@@ -695,7 +500,7 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
     ob_job j;
     memset(&j, 0, sizeof j);
     ob_strlcpy(j.name, spec->name, sizeof j.name);
-    ob_strlcpy(j.request_id, rid, sizeof j.request_id);
+    ob_strlcpy(j.request_id, req->request_id ? req->request_id : "", sizeof j.request_id);
     ob_strlcpy(j.labels, labels, sizeof j.labels);
     free(spec);
     j.state = OB_JOB_PENDING;
@@ -705,40 +510,7 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
     j.deadline_ms = deadline_ms;
     j.created_ms = j.updated_ms = ob_wall_ms();
     ob_strlcpy(j.message, "waiting for worker slots", sizeof j.message);
-    pthread_mutex_lock(&svc->mu);
-    if ((rc = ob__svc_writable(svc, err))) {
-        pthread_mutex_unlock(&svc->mu);
-        ob_job_clear(&j);
-        return rc;
-    }
-    if (rid[0]) {
-        /* Under the lock: a retried submit racing its first try finds the job or makes it. */
-        int again = 0;
-        rc = repeated_submit(svc, &j, &again, out, err);
-        if (rc || again) {
-            pthread_mutex_unlock(&svc->mu);
-            ob_job_clear(&j);
-            return rc;
-        }
-    }
-    rc = ob_store_create_job(svc->store, &j, err);
-    if (rc == OB_ERR_IO || rc == OB_ERR_UNAVAILABLE) {
-        ob__svc_store_failed(svc, rc, err);
-        rc = ob__svc_writable(svc, err);
-    }
-    if (rc == OB_OK) {
-        svc->event_counter++;
-        pthread_cond_broadcast(&svc->cv);
-        if (svc->cfg.on_state)
-            svc->cfg.on_state(svc->cfg.on_state_user, j.id, "PENDING: submitted");
-    }
-    pthread_mutex_unlock(&svc->mu);
-    if (rc) {
-        ob_job_clear(&j);
-        return rc;
-    }
-    *out = j;
-    return OB_OK;
+    return store_new_job(svc, &j, out, err);
 }
 
 ob_status ob_service_get(ob_service *svc, const char *id, ob_job *out, ob_err *err)

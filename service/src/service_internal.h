@@ -1,7 +1,7 @@
 /* Private to the service module: the ob_service structure, a running attempt, and the helpers
- * service.c (API functions, creation, recovery), supervisor.c (launching, watching, progress)
- * and metrics.c share. Everything here is used with svc->mu held unless a comment says
- * otherwise. */
+ * service.c (API functions, creation, recovery), supervisor.c (launching, watching, progress),
+ * remove.c, logs.c and metrics.c share; runs.c holds the run table and the records they all
+ * write through. Everything here is used with svc->mu held unless a comment says otherwise. */
 #ifndef ONEBIT_SERVICE_INTERNAL_H
 #define ONEBIT_SERVICE_INTERNAL_H
 
@@ -106,10 +106,7 @@ struct ob_service {
     int64_t store_probe_at_ms, store_probe_delay_ms;
 };
 
-/* Notes the size of r's job log with the time now in jobs/<id>/log.index when it grew and the
- * last note is a second old (force: whatever its age), for ob_service_log_start (logs.c). Lock
- * held. */
-void ob__svc_log_note(ob_service *svc, ob__run *r, int64_t now, int force);
+/* ---- runs.c: paths, job records, the store's health, the run table, checkpoints ------------- */
 
 /* mkdir -p. */
 ob_status ob__svc_mkdirs(const char *path, ob_err *err);
@@ -161,13 +158,6 @@ void ob__svc_free_run(ob__run *r);
 /* Takes r off the list and frees it. */
 void ob__svc_unlink_run(ob_service *svc, ob__run *r);
 
-/* Watches again an attempt of j (RUNNING, its last attempt a still open) that an earlier
- * coordinator started and the launcher has re-attached to (h): a run like launch()'s, its log
- * read from its current end, with a fresh report credential (the workers hold the old one, so
- * their progress is read from the log). */
-ob_status ob__svc_adopt(ob_service *svc, const ob_job *j, const ob_attempt *a,
-                        const ob_launch_handle *h, ob_err *err);
-
 /* Ranks of the running attempts. */
 int ob__svc_used_slots(const ob_service *svc);
 
@@ -179,6 +169,20 @@ ob_status ob__svc_scan_checkpoints(const ob_service *svc, const char *id, ob_che
  * 0 when there is one, -1 (and *out zeroed) when there is none. What the service says a job
  * resumes from and what its last checkpoint is. */
 int ob__svc_newest_checkpoint(const ob_service *svc, const char *id, ob_checkpoint_info *out);
+
+/* ---- supervisor.c, logs.c -------------------------------------------------------------------- */
+
+/* Watches again an attempt of j (RUNNING, its last attempt a still open) that an earlier
+ * coordinator started and the launcher has re-attached to (h): a run like launch()'s, its log
+ * read from its current end, with a fresh report credential (the workers hold the old one, so
+ * their progress is read from the log). */
+ob_status ob__svc_adopt(ob_service *svc, const ob_job *j, const ob_attempt *a,
+                        const ob_launch_handle *h, ob_err *err);
+
+/* Notes the size of r's job log with the time now in jobs/<id>/log.index when it grew and the
+ * last note is a second old (force: whatever its age), for ob_service_log_start (logs.c). Lock
+ * held. */
+void ob__svc_log_note(ob_service *svc, ob__run *r, int64_t now, int force);
 
 /* Frees what the metrics remember between scrapes (metrics.c). */
 void ob__metrics_free(ob_service *svc);
