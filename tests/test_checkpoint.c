@@ -180,7 +180,8 @@ static void flip_byte(const char *path, long offset)
     fclose(f);
 }
 
-/* File offset of the first chunk of a dataset. */
+/* File offset of a dataset's data: the array itself (contiguous arrays) or its first chunk
+ * (the chunked tables). */
 static long chunk_offset(const char *path, const char *dataset)
 {
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
@@ -190,8 +191,13 @@ static long chunk_offset(const char *path, const char *dataset)
     hsize_t off[1] = {0}, size = 0;
     haddr_t addr = 0;
     unsigned mask = 0;
-    hid_t space = H5Dget_space(ds);
-    assert_true(H5Dget_chunk_info(ds, space, 0, off, &mask, &addr, &size) >= 0);
+    hid_t space = H5Dget_space(ds), dcpl = H5Dget_create_plist(ds);
+    if (H5Pget_layout(dcpl) == H5D_CONTIGUOUS)
+        addr = H5Dget_offset(ds);
+    else
+        assert_true(H5Dget_chunk_info(ds, space, 0, off, &mask, &addr, &size) >= 0);
+    assert_true(addr != HADDR_UNDEF && addr > 0);
+    H5Pclose(dcpl);
     H5Sclose(space);
     H5Dclose(ds);
     H5Fclose(f);
@@ -458,12 +464,97 @@ static void test_fallback_flipped_data(void **state)
     char p[OB_CKPT_PATH_LEN];
     step_path(p, "flip", 20, "state.h5");
     flip_byte(p, chunk_offset(p, "/model/params") + 10);
-    check_fallback("flip", "fletcher32", 10);
+    check_fallback("flip", "data error detected by its checksum (XXH64", 10);
 
     make_job("flip-rank", 3);
     step_path(p, "flip-rank", 20, "rank-00001.h5");
     flip_byte(p, chunk_offset(p, "/optim/server_error") + 3);
     check_fallback("flip-rank", "rank-00001.h5", 10);
+}
+
+/* The checkpoint library's checksum (ckpt_h5io.h): XXH64 with seed 0. */
+uint64_t ob__ck_sum64(const void *data, size_t n);
+
+/* A dataset's data and its "xxh64" attribute (0 when it has none). */
+static float *read_array(const char *path, const char *name, size_t *n, uint64_t *sum)
+{
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    assert_true(f >= 0);
+    hid_t ds = H5Dopen2(f, name, H5P_DEFAULT), space = H5Dget_space(ds);
+    hsize_t dims = 0;
+    H5Sget_simple_extent_dims(space, &dims, NULL);
+    float *x = malloc(dims * sizeof *x + 1);
+    assert_true(H5Dread(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, x) >= 0);
+    *sum = 0;
+    if (H5Aexists(ds, "xxh64") > 0) {
+        hid_t a = H5Aopen(ds, "xxh64", H5P_DEFAULT);
+        assert_true(H5Aread(a, H5T_NATIVE_UINT64, sum) >= 0);
+        H5Aclose(a);
+    }
+    *n = dims;
+    H5Sclose(space);
+    H5Dclose(ds);
+    H5Fclose(f);
+    return x;
+}
+
+/* Arrays carry the XXH64 of their bytes (the reference algorithm's values), a dataset without a
+ * checksum is refused, and a checkpoint written before (Fletcher32 chunks) still verifies and
+ * still tells its damage. */
+static void test_checksums(void **state)
+{
+    (void)state;
+    unsigned char big[771];
+    for (int i = 0; i < 768; i++)
+        big[i] = (unsigned char)i;
+    memcpy(big + 768, "xyz", 3);
+    assert_true(ob__ck_sum64("", 0) == 0xef46db3751d8e999ull);
+    assert_true(ob__ck_sum64("a", 1) == 0xd24ec4f1a98c6e5bull);
+    assert_true(ob__ck_sum64("abc", 3) == 0x44bc2cf5ad770999ull);
+    assert_true(ob__ck_sum64(big, sizeof big) == 0xe921a1b45bd779f8ull);
+
+    make_job("sum", 2);
+    char p[OB_CKPT_PATH_LEN], d[OB_CKPT_PATH_LEN];
+    step_path(p, "sum", 20, "state.h5");
+    step_path(d, "sum", 20, NULL);
+    size_t n;
+    uint64_t sum;
+    float *x = read_array(p, "/model/params", &n, &sum);
+    assert_true(n > 0 && sum == ob__ck_sum64(x, n * sizeof *x));
+    assert_int_equal(ob_ckpt_verify(d, NULL, NULL), OB_OK);
+
+    /* The layout of earlier releases: exp_avg in Fletcher32 chunks, no xxh64. */
+    float *m = read_array(p, "/optim/exp_avg", &n, &sum);
+    hid_t f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    assert_true(f >= 0 && H5Ldelete(f, "/optim/exp_avg", H5P_DEFAULT) >= 0);
+    hsize_t dims = n, chunk = n;
+    hid_t space = H5Screate_simple(1, &dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+    assert_true(H5Pset_chunk(dcpl, 1, &chunk) >= 0 && H5Pset_fletcher32(dcpl) >= 0);
+    hid_t ds =
+        H5Dcreate2(f, "/optim/exp_avg", H5T_IEEE_F32LE, space, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+    assert_true(ds >= 0 && H5Dwrite(ds, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, m) >= 0);
+    H5Dclose(ds);
+    H5Pclose(dcpl);
+    H5Sclose(space);
+    H5Fclose(f);
+    ob_err err = {0};
+    assert_int_equal(ob_ckpt_verify(d, NULL, &err), OB_OK);
+    flip_byte(p, chunk_offset(p, "/optim/exp_avg") + 5);
+    assert_int_equal(ob_ckpt_verify(d, NULL, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "Fletcher32"));
+
+    /* Neither checksum: refused, though every byte is as written. */
+    step_path(p, "sum", 10, "state.h5");
+    step_path(d, "sum", 10, NULL);
+    f = H5Fopen(p, H5F_ACC_RDWR, H5P_DEFAULT);
+    ds = H5Dopen2(f, "/optim/exp_avg_sq", H5P_DEFAULT);
+    assert_true(ds >= 0 && H5Adelete(ds, "xxh64") >= 0);
+    H5Dclose(ds);
+    H5Fclose(f);
+    assert_int_equal(ob_ckpt_verify(d, NULL, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "/optim/exp_avg_sq carries no checksum"));
+    free(x);
+    free(m);
 }
 
 static void test_fallback_truncated_missing_foreign(void **state)
@@ -870,7 +961,10 @@ static void test_bad_metadata(void **state)
         make_job("tracker", 1);
         step_path(p, "tracker", 20, "state.h5");
         step_path(dir, "tracker", 20, NULL);
-        set_attr(p, i == 0 ? "loss_ema" : i == 1 ? "loss_at_freeze" : "loss_best",
+        set_attr(p,
+                 i == 0   ? "loss_ema"
+                 : i == 1 ? "loss_at_freeze"
+                          : "loss_best",
                  H5T_NATIVE_DOUBLE, &bad_loss[i]);
         assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_ERR_CORRUPT);
         assert_non_null(strstr(err.msg, "is not a loss"));
@@ -1441,8 +1535,8 @@ static void test_exchange_shape_carried(void **state)
     float *we = malloc(4 * D * sizeof *we), *se = malloc(C * sizeof *se);
     for (int r = 0; r < 4; r++) {
         float *w = we + (size_t)r * D;
-        assert_int_equal(
-            ob_ckpt_read_errors_for(dir, &m, r, 4, D, C, NULL, 0, 2, w, se, &err), OB_OK);
+        assert_int_equal(ob_ckpt_read_errors_for(dir, &m, r, 4, D, C, NULL, 0, 2, w, se, &err),
+                         OB_OK);
         assert_memory_equal(se, f->se + (size_t)r * C, C * sizeof *se);
         int node = r / 2;
         for (size_t i = 0; i < D; i++) {
@@ -1465,8 +1559,8 @@ static void test_exchange_shape_carried(void **state)
     float *back = malloc(D * sizeof *back);
     double owed_flat = 0.0, owed_back = 0.0;
     for (int r = 0; r < 4; r++) {
-        assert_int_equal(
-            ob_ckpt_read_errors_for(dir, &m, r, 4, D, C, NULL, 0, 1, back, se, &err), OB_OK);
+        assert_int_equal(ob_ckpt_read_errors_for(dir, &m, r, 4, D, C, NULL, 0, 1, back, se, &err),
+                         OB_OK);
         int node = r / 2;
         for (size_t i = 0; i < D; i++) {
             float want = we[(size_t)(2 * node) * D + i] + we[(size_t)(2 * node + 1) * D + i];
@@ -1560,6 +1654,7 @@ int main(void)
         cmocka_unit_test(test_list_and_prune),
         cmocka_unit_test(test_prune_counts_only_verified),
         cmocka_unit_test(test_fallback_flipped_data),
+        cmocka_unit_test(test_checksums),
         cmocka_unit_test(test_fallback_truncated_missing_foreign),
         cmocka_unit_test(test_bad_metadata),
         cmocka_unit_test(test_hostile_attributes),

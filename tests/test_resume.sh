@@ -180,7 +180,7 @@ flip='f=step-00000120/state.h5; n=$(stat -c %s $f); python3 -c "
 import sys; p=sys.argv[1]; o=int(sys.argv[2])*2//3; b=bytearray(open(p,\"rb\").read())
 for i in range(o, o+32): b[i]^=0x5a
 open(p,\"r+b\").write(b)" $f $n'
-damaged flipped-bytes "Fletcher32 checksum" "$flip"
+damaged flipped-bytes "detected by its checksum" "$flip"
 damaged truncated "truncated file" 'truncate -s 3000 step-00000120/state.h5'
 damaged missing-rank "rank-00002.h5: missing" 'rm step-00000120/rank-00002.h5'
 damaged leftover-tmp "incomplete" 'mv step-00000120 step-00000120.tmp'

@@ -210,18 +210,18 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
                                 path, err)) ||
         (st = ob__ck_attr_str(f, "spec_json", spec_json ? spec_json : "", path, err)))
         goto fail;
-    if ((st = ob__ck_write_dataset(f, "/model/params", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, a->params,
-                                   d, path, err)) ||
-        (st = ob__ck_write_dataset(f, "/optim/exp_avg", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
-                                   a->exp_avg, d, path, err)) ||
-        (st = ob__ck_write_dataset(f, "/optim/exp_avg_sq", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
-                                   a->exp_avg_sq, d, path, err)))
+    if ((st = ob__ck_write_array(f, "/model/params", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, a->params, d,
+                                 path, err)) ||
+        (st = ob__ck_write_array(f, "/optim/exp_avg", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, a->exp_avg,
+                                 d, path, err)) ||
+        (st = ob__ck_write_array(f, "/optim/exp_avg_sq", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                                 a->exp_avg_sq, d, path, err)))
         goto fail;
     if (a->num_tensors > 0 && (st = write_tensors(f, a->tensors, a->num_tensors, path, err)))
         goto fail;
     if (a->v_norm_history_len > 0 &&
-        (st = ob__ck_write_dataset(f, "/optim/v_norm_history", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
-                                   a->v_norm_history, a->v_norm_history_len, path, err)))
+        (st = ob__ck_write_array(f, "/optim/v_norm_history", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                                 a->v_norm_history, a->v_norm_history_len, path, err)))
         goto fail;
     return ob__ck_finish_file(&f, path, err);
 fail:

@@ -9,8 +9,14 @@
 #include <hdf5.h>
 #include <stdint.h>
 
-/* Chunks of at most 1 Mi elements: a checksum per 4 MiB of floats. */
+/* Chunks of at most 1 Mi elements: a checksum per 4 MiB (the small tables' Fletcher32). */
 #define CHUNK_ELEMS ((hsize_t)1 << 20)
+
+/* The attribute of an array dataset holding the XXH64 (seed 0) of its bytes. */
+#define CHECKSUM_ATTR "xxh64"
+
+/* XXH64 with seed 0 of n bytes. */
+uint64_t ob__ck_sum64(const void *data, size_t n);
 
 #define H5_FAIL(err, code, what, path)                                                             \
     ob__ck_h5_fail((err), (code), __FILE__, __LINE__, (what), (path))
@@ -40,9 +46,13 @@ ob_status ob__ck_attr_f64(hid_t loc, const char *name, double v, const char *pat
 ob_status ob__ck_attr_str(hid_t loc, const char *name, const char *s, const char *path,
                           ob_err *err);
 
-/* A 1-D dataset of n elements, chunked, with the Fletcher32 checksum filter. */
+/* A 1-D dataset of n elements, chunked, with the Fletcher32 checksum filter (the tables). */
 ob_status ob__ck_write_dataset(hid_t f, const char *name, hid_t file_type, hid_t mem_type,
                                const void *data, size_t n, const char *path, ob_err *err);
+
+/* A 1-D array of n numbers: contiguous, written in one piece, its XXH64 in CHECKSUM_ATTR. */
+ob_status ob__ck_write_array(hid_t f, const char *name, hid_t file_type, hid_t mem_type,
+                             const void *data, size_t n, const char *path, ob_err *err);
 
 /* Closes the file (flushing it) and fsyncs it. */
 ob_status ob__ck_finish_file(hid_t *f, const char *path, ob_err *err);
@@ -66,8 +76,9 @@ ob_status ob__ck_read_f64(hid_t loc, const char *name, double *v, const char *pa
  * allocated or read. *out is malloc'd and terminated. */
 ob_status ob__ck_read_str(hid_t loc, const char *name, char **out, const char *path, ob_err *err);
 
-/* Reads a 1-D dataset of exactly n elements of the float class with the given element size.
- * With buf NULL it reads into scratch memory (verification). */
+/* Reads a 1-D dataset of exactly n elements of the float class with the given element size and
+ * checks it against its checksum (XXH64, or Fletcher32 in older files; a dataset with neither
+ * is refused). With buf NULL it reads into scratch memory (verification). */
 ob_status ob__ck_read_dataset(hid_t f, const char *name, hid_t mem_type, void *buf, size_t n,
                               const char *path, ob_err *err);
 

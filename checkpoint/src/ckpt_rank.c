@@ -193,16 +193,16 @@ ob_status ob_ckpt_write_rank_moments(const char *dir, const ob_ckpt_meta *m, int
         (st = ob__ck_attr_i64(f, "rank", rank, path, err)))
         goto fail;
     if (m->padded_size > 0 &&
-        ((st = ob__ck_write_dataset(f, "/optim/worker_error", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
-                                    worker_error, (size_t)m->padded_size, path, err)) ||
-         (st = ob__ck_write_dataset(f, "/optim/server_error", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
-                                    server_error, (size_t)m->chunk_size, path, err))))
+        ((st = ob__ck_write_array(f, "/optim/worker_error", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                                  worker_error, (size_t)m->padded_size, path, err)) ||
+         (st = ob__ck_write_array(f, "/optim/server_error", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT,
+                                  server_error, (size_t)m->chunk_size, path, err))))
         goto fail;
     if (m->local_moments &&
-        ((st = ob__ck_write_dataset(f, LOCAL_M_DATASET, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, local_m,
-                                    (size_t)m->num_params, path, err)) ||
-         (st = ob__ck_write_dataset(f, LOCAL_V_DATASET, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, local_v,
-                                    (size_t)m->num_params, path, err))))
+        ((st = ob__ck_write_array(f, LOCAL_M_DATASET, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, local_m,
+                                  (size_t)m->num_params, path, err)) ||
+         (st = ob__ck_write_array(f, LOCAL_V_DATASET, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, local_v,
+                                  (size_t)m->num_params, path, err))))
         goto fail;
     /* One segment is the plain layout: stored as files have always been. */
     if (lay.n > 1 && (st = ob__ck_write_dataset(f, SEGMENTS_DATASET, H5T_STD_U64LE,
