@@ -12,6 +12,7 @@
  * The files are shared: every rank's files land in one directory (a shared file system when
  * ranks run on several hosts). */
 #include "trainer_internal.h"
+#include "onebit/optim_ckpt.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -43,20 +44,6 @@ struct ob__ckpt_writer {
     size_t nseg;
 };
 
-/* Writes this rank's files of a checkpoint (rank 0 also state.h5). */
-static ob_status write_files(const char *dir, const ob_ckpt_meta *meta, const ob_ckpt_arrays *a,
-                             const char *spec_json, int rank, const float *we, const float *se,
-                             const size_t *seg, size_t nseg, ob_err *err)
-{
-    ob_status st = OB_OK;
-    if (rank == 0) st = ob_ckpt_write_state(dir, meta, a, spec_json, err);
-    const float *lm = meta->local_moments ? a->exp_avg : NULL;
-    const float *lv = meta->local_moments ? a->exp_avg_sq : NULL;
-    if (st == OB_OK)
-        st = ob_ckpt_write_rank_moments(dir, meta, rank, we, se, seg, nseg, lm, lv, err);
-    return st;
-}
-
 static void *writer_main(void *arg)
 {
     ob__ckpt_writer *w = arg;
@@ -71,8 +58,8 @@ static void *writer_main(void *arg)
         double t0 = ob_mono_s();
         ob_ckpt_arrays a = {w->params, w->m, w->v, w->hist, w->H, w->tensors, w->num_tensors};
         ob_err e = {0};
-        ob_status st = write_files(w->dir, &w->meta, &a, w->spec_json, w->rank, w->we, w->se,
-                                   w->seg, w->nseg, &e);
+        ob_status st = ob_optim_ckpt_write_files(w->dir, &w->meta, &a, w->spec_json, w->rank, w->we,
+                                                 w->se, w->seg, w->nseg, &e);
 
         pthread_mutex_lock(&w->mu);
         w->result = st;
@@ -203,30 +190,13 @@ ob_status ob__trainer_tensor_index(ob_trainer *t, ob_err *err)
 
 /* --- what a checkpoint holds ------------------------------------------------------------------ */
 
+/* The checkpoint's metadata: the optimizer's fields (ob_optim_ckpt_meta) and the trainer's. */
 static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
 {
-    ob_optim_progress p;
-    ob_optim_state os;
-    ob_optim_stats stats;
     ob_loader_position pos;
-    ob_optim_get_progress(t->opt, &p);
-    ob_optim_get_state(t->opt, &os);
-    ob_optim_get_stats(t->opt, &stats);
     ob_loader_get_position(t->train, &pos);
-    memset(m, 0, sizeof *m);
-    m->format_version = OB_CKPT_FORMAT_VERSION;
-    m->step = p.step;
-    m->phase = (int)stats.phase;
-    m->freeze_step = p.freeze_step;
-    m->world_size = ob_comm_size(t->comm);
-    m->num_params = t->d;
-    m->padded_size = os.padded_size;
-    m->chunk_size = os.chunk_size;
-    m->block_size = os.padded_size ? t->spec.optim.block_size : 0;
+    ob_optim_ckpt_meta(t->opt, ob_comm_size(t->comm), m);
     m->seed = t->spec.seed;
-    m->last_ratio = p.last_ratio;
-    m->last_norm = p.last_norm;
-    m->bytes_sent = p.bytes_sent;
     m->bytes_warmup = t->bytes_warmup;
     m->bytes_compression = t->bytes_compression;
     m->lr = t->last_lr;
@@ -235,15 +205,10 @@ static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
     m->loader_index = pos.index;
     memcpy(m->loader_rng, pos.rng.s, sizeof m->loader_rng);
     m->wall_seconds = t->wall_before + (t->t_start > 0 ? ob_mono_s() - t->t_start : 0.0);
-    m->warm_start = (int)p.warm_start;
-    m->refit_end = p.refit_end;
-    m->refit_scale = p.refit_scale;
     m->rollbacks = t->rollbacks;
     m->loss_ema = t->loss_ema;
     m->loss_at_freeze = t->loss_at_freeze;
     m->loss_best = t->loss_best;
-    m->local_moments = os.local_moments;
-    m->ranks_per_node = os.ranks_per_node > 1 ? os.ranks_per_node : 1;
 }
 
 static uint64_t ckpt_bytes(const ob_ckpt_meta *m, size_t hist)
@@ -416,8 +381,8 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
     double tw = ob_mono_s();
     ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H, t->tensors, t->num_tensors};
     ob_err werr = {0};
-    ob_status wst =
-        write_files(dir, &meta, &a, t->spec_json, rank, hs.we, hs.se, hs.seg, hs.nseg, &werr);
+    ob_status wst = ob_optim_ckpt_write_files(dir, &meta, &a, t->spec_json, rank, hs.we, hs.se,
+                                              hs.seg, hs.nseg, &werr);
     double write_s = ob_mono_s() - tw;
     int nfail = 0;
     if ((st = ob__trainer_agree(t, wst != OB_OK, &nfail, err)) != OB_OK) return st;

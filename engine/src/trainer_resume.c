@@ -4,6 +4,7 @@
 #include "jobspec_internal.h"
 #include "trainer_internal.h"
 #include "onebit/compress_cuda.h"
+#include "onebit/optim_ckpt.h"
 
 #include <jansson.h>
 #include <limits.h>
@@ -111,20 +112,11 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
     if (st != OB_OK) return st;
     ob__host_state hs;
     if ((st = ob__trainer_host_state(t, 0, &hs, err)) != OB_OK) return st;
-    ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H, NULL, 0};
-    st = ob_ckpt_read_state(path, meta, &a, err);
-    if (st == OB_OK && hs.D > 0)
-        st = ob_ckpt_read_errors_for(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm), hs.D,
-                                     hs.C, hs.seg, hs.nseg, hs.ranks_per_node, hs.we, hs.se, err);
-    if (st == OB_OK && hs.local)
-        st = ob_ckpt_read_local_moments(path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm),
-                                        hs.m, hs.v, err);
+    st = ob_optim_ckpt_read(t->opt, path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm),
+                            hs.params, hs.m, hs.v, hs.we, hs.se, err);
     if (st == OB_OK) st = ob__trainer_upload_state(t, &hs, err);
+    if (st == OB_OK) st = ob_optim_ckpt_restore_progress(t->opt, meta, path, err);
     if (st != OB_OK) return st;
-    ob_optim_progress p = {meta->step,      meta->freeze_step, meta->last_ratio,
-                           meta->last_norm, meta->bytes_sent,  (ob_warm_state)meta->warm_start,
-                           meta->refit_end, meta->refit_scale};
-    if ((st = ob_optim_set_progress(t->opt, &p, err)) != OB_OK) return OB_WRAP(err, st, "%s", path);
     ob_loader_position pos;
     memset(&pos, 0, sizeof pos);
     pos.epoch = meta->loader_epoch;
