@@ -564,51 +564,200 @@ static void inject_fault(const ob_trainer *t, long step)
         raise(t->fault.signal);
 }
 
+/* An OB_EVENT_NOTICE of the current step with the optimizer's fields, carrying msg (borrowed
+ * for the call); nothing without a callback. */
+static void loop_notice(ob_trainer *t, const char *msg, ob_train_callback cb, void *user)
+{
+    if (!cb) return;
+    ob_train_event ev = {0};
+    ev.kind = OB_EVENT_NOTICE;
+    fill_optim_fields(t, &ev);
+    ev.message = msg;
+    cb(&ev, user);
+}
+
+/* The data and the forward and backward passes of step `step` into t->grad: *r receives the
+ * model's result, *bad whether its loss is not finite. */
+static ob_status compute_gradient(ob_trainer *t, long step, ob_model_result *r, int *bad,
+                                  ob_err *err)
+{
+    ob_batch b;
+    double p0 = t->profiling ? ob_mono_s() : 0.0;
+    ob_status st = ob_loader_next(t->train, &b, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "step %ld: training batch", step);
+    double p1 = t->profiling ? ob_mono_s() : 0.0;
+    /* The forward pass returns the loss, so on a device it has waited for its kernels.
+     * With the overlap, the gradient's buckets leave while the backward pass runs (no call
+     * on the communicator until the optimizer step). */
+    ob_optim_backward_begin(t->opt, t->grad);
+    st = ob_model_forward_backward(t->model, t->params, &b, t->grad, r, err);
+    /* A loss that is not finite (the model says so, or its value does) ends the run, or,
+     * with a rollback to go back to, is agreed on in the control reduction and this rank's
+     * step adds nothing (the rollback discards the step anyway; with the overlap the
+     * communication thread may be reading the gradient, so it is left as it is). */
+    *bad = (st == OB_ERR_NUMERIC) || (st == OB_OK && !isfinite(r->loss));
+    if (*bad && !ob__trainer_can_roll_back(t)) {
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
+        return OB_ERR(err, OB_ERR_NUMERIC, "step %ld: the training loss is %g", step, r->loss);
+    }
+    if (!*bad && st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
+    if (t->profiling) {
+        double p2 = ob_mono_s();
+        t->profile.data_s += p1 - p0;
+        t->profile.compute_s += p2 - p1;
+        t->profile.steps++;
+    }
+    if (*bad && !ob_optim_overlap_active(t->opt)) {
+        st = ob__mem_zero(t->dev, t->grad, t->d * sizeof(float),
+                          t->dev ? ob_comm_stream(t->dcomm) : NULL, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
+    }
+    if (*bad) r->loss = 0.0;
+    return OB_OK;
+}
+
+/* The events of an optimizer step that changed its phase or its freeze (before, frozen_at: as
+ * they were before the step; os: the statistics after it): the warm-start check's outcome, a
+ * variance refresh, a freeze (and whether it came at the latest auto freeze). */
+static void phase_events(ob_trainer *t, ob_phase before, long frozen_at, const ob_optim_stats *os,
+                         ob_train_callback cb, void *user)
+{
+    const ob_jobspec *s = &t->spec;
+    if (os->step == 1 && !isnan(os->warm_check_fraction)) ob__trainer_warm_checked(t, os, cb, user);
+    if (before == OB_PHASE_COMPRESSION && os->phase == OB_PHASE_COMPRESSION &&
+        os->freeze_step != frozen_at && cb) {
+        char msg[200];
+        snprintf(msg, sizeof msg,
+                 "variance refreshed: steps %ld-%ld re-estimated v (frozen at step %ld "
+                 "before); the next refresh after step %ld",
+                 ob_optim_next_refresh(&s->optim, frozen_at), os->freeze_step, frozen_at,
+                 ob_optim_next_refresh(&s->optim, os->freeze_step) - 1);
+        loop_notice(t, msg, cb, user);
+    }
+    if (before == OB_PHASE_WARMUP && os->phase == OB_PHASE_COMPRESSION && cb) {
+        ob_train_event ev = {0};
+        ev.kind = OB_EVENT_FREEZE;
+        fill_optim_fields(t, &ev);
+        cb(&ev, user);
+        double lo = s->optim.freeze_threshold;
+        if (s->optim.freeze_max_step > 0 && os->freeze_step >= s->optim.freeze_max_step &&
+            !(os->freeze_ratio >= lo && os->freeze_ratio <= 1.0 / lo)) {
+            char msg[480], why[240];
+            latest_freeze_why(s, why, sizeof why);
+            snprintf(msg, sizeof msg,
+                     "v frozen at step %ld, the latest auto freeze (%s): the variance was still "
+                     "changing (ratio %.4f)%s",
+                     os->freeze_step, why, os->freeze_ratio,
+                     os->freeze_step >= s->steps
+                         ? "; it is the job's last step: no step is compressed"
+                         : "");
+            loop_notice(t, msg, cb, user);
+        }
+    }
+}
+
+#define DIVERGENCE_WHY_LEN 160
+
+/* Whether step `step` diverged, as the divergence guard sees it after the control reduction:
+ * why[0..DIVERGENCE_WHY_LEN) receives the reason (the loss not finite on nbad ranks, or a
+ * rise, loss_rose), or an empty string when there is none or no rollback can answer a rise
+ * (then a warning, once per run). */
+static void divergence(ob_trainer *t, long step, int nbad, double mean_loss, ob_phase phase,
+                       char *why, ob_train_callback cb, void *user)
+{
+    why[0] = 0;
+    if (nbad > 0) {
+        snprintf(why, DIVERGENCE_WHY_LEN, "the loss is not finite on %d rank%s", nbad,
+                 nbad == 1 ? "" : "s");
+    } else if (loss_rose(t, mean_loss, phase)) {
+        snprintf(why, DIVERGENCE_WHY_LEN,
+                 "the training loss rose to %.4g, %.3gx its lowest since the freeze (%.4g)",
+                 t->loss_ema, t->loss_ema / t->loss_best, t->loss_best);
+        if (!ob__trainer_can_roll_back(t)) {
+            if (!t->rise_warned && cb) {
+                char msg[DIVERGENCE_WHY_LEN + 160];
+                snprintf(msg, sizeof msg, "warning: %s at step %ld; no rollback: %s", why, step,
+                         t->job_dir[0] ? "none left (checkpoint.rollbacks)"
+                                       : "the job keeps no checkpoints");
+                loop_notice(t, msg, cb, user);
+            }
+            t->rise_warned = 1;
+            why[0] = 0;
+        }
+    }
+}
+
+/* The training loop's logging window: the steps since the last step event, their summed mean
+ * losses, and when the window's training time began (evaluations, checkpoints and the health
+ * numbers are not training throughput). */
+typedef struct loop_window {
+    double t0, loss;
+    long steps;
+} loop_window;
+
+/* The step event of a logged step (the window's mean loss and throughput, the compression
+ * health); starts the next window. */
+static ob_status log_step(ob_trainer *t, long step, float lr, loop_window *w, ob_train_callback cb,
+                          void *user, ob_err *err)
+{
+    double tnow = ob_mono_s();
+    ob_train_event ev = {0};
+    ev.kind = OB_EVENT_STEP;
+    fill_optim_fields(t, &ev);
+    ev.loss = w->loss / (double)w->steps;
+    ev.lr = lr;
+    ev.samples_per_s = (double)w->steps * (double)t->spec.batch_size * ob_comm_size(t->comm) /
+                       fmax(tnow - w->t0, 1e-9);
+    t->last_loss = ev.loss;
+    double h0 = ob_mono_s();
+    ob_status st = compression_health(t, &ev, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
+    /* The health numbers are logging, like the evaluation: not training throughput. */
+    double health_s = ob_mono_s() - h0;
+    if (cb) cb(&ev, user);
+    w->t0 = tnow + health_s;
+    w->loss = 0.0;
+    w->steps = 0;
+    return OB_OK;
+}
+
+/* The evaluation and the checkpoint due after step `step` (not after the last one: the run's
+ * end has its own). */
+static ob_status eval_and_checkpoint(ob_trainer *t, long step, loop_window *w, ob_train_callback cb,
+                                     void *user, ob_err *err)
+{
+    const ob_jobspec *s = &t->spec;
+    ob_status st;
+    if (s->eval_interval > 0 && step % s->eval_interval == 0 && step != s->steps) {
+        ob_train_event ev;
+        st = ob_trainer_evaluate(t, &ev, err);
+        if (st != OB_OK) return st;
+        if (cb && t->eval) cb(&ev, user);
+        w->t0 = ob_mono_s(); /* evaluation time is not training throughput */
+    }
+    if (t->job_dir[0] && s->checkpoint_interval > 0 && step % s->checkpoint_interval == 0 &&
+        step != s->steps) {
+        st = ob__trainer_checkpoint(t, s->checkpoint_async, cb, user, err);
+        if (st != OB_OK) return st;
+        w->t0 = ob_mono_s(); /* nor is checkpoint time */
+    }
+    return OB_OK;
+}
+
 /* Training steps first_step .. spec.steps; returns early (*stopped = 1) on a stop request. */
 static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int *stopped,
                             ob_err *err)
 {
     const ob_jobspec *s = &t->spec;
-    int n = ob_comm_size(t->comm);
     ob_optim_stats os;
     ob_optim_get_stats(t->opt, &os);
-    double t_window = ob_mono_s(), loss_window = 0.0;
-    long steps_window = 0;
+    loop_window w = {ob_mono_s(), 0.0, 0};
     *stopped = 0;
     for (long step = os.step + 1; step <= s->steps; step++) {
-        ob_batch b;
         ob_model_result r;
-        double p0 = t->profiling ? ob_mono_s() : 0.0;
-        ob_status st = ob_loader_next(t->train, &b, err);
-        if (st != OB_OK) return OB_WRAP(err, st, "step %ld: training batch", step);
-        double p1 = t->profiling ? ob_mono_s() : 0.0;
-        /* The forward pass returns the loss, so on a device it has waited for its kernels.
-         * With the overlap, the gradient's buckets leave while the backward pass runs (no call
-         * on the communicator until the optimizer step). */
-        ob_optim_backward_begin(t->opt, t->grad);
-        st = ob_model_forward_backward(t->model, t->params, &b, t->grad, &r, err);
-        /* A loss that is not finite (the model says so, or its value does) ends the run, or,
-         * with a rollback to go back to, is agreed on in the control reduction below and this
-         * rank's step adds nothing (the rollback discards the step anyway; with the overlap the
-         * communication thread may be reading the gradient, so it is left as it is). */
-        int bad = (st == OB_ERR_NUMERIC) || (st == OB_OK && !isfinite(r.loss));
-        if (bad && !ob__trainer_can_roll_back(t)) {
-            if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
-            return OB_ERR(err, OB_ERR_NUMERIC, "step %ld: the training loss is %g", step, r.loss);
-        }
-        if (!bad && st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
-        if (t->profiling) {
-            double p2 = ob_mono_s();
-            t->profile.data_s += p1 - p0;
-            t->profile.compute_s += p2 - p1;
-            t->profile.steps++;
-        }
-        if (bad && !ob_optim_overlap_active(t->opt)) {
-            st = ob__mem_zero(t->dev, t->grad, t->d * sizeof(float),
-                              t->dev ? ob_comm_stream(t->dcomm) : NULL, err);
-            if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
-        }
-        if (bad) r.loss = 0.0;
+        int bad = 0;
+        ob_status st = compute_gradient(t, step, &r, &bad, err);
+        if (st != OB_OK) return st;
 
         ob_phase before = os.phase;
         long frozen_at = os.freeze_step;
@@ -621,127 +770,33 @@ static ob_status train_loop(ob_trainer *t, ob_train_callback cb, void *user, int
         else
             t->bytes_compression += os.bytes_last_step;
         t->last_lr = lr;
-        steps_window++;
+        w.steps++;
+        phase_events(t, before, frozen_at, &os, cb, user);
 
-        if (os.step == 1 && !isnan(os.warm_check_fraction))
-            ob__trainer_warm_checked(t, &os, cb, user);
-        if (before == OB_PHASE_COMPRESSION && os.phase == OB_PHASE_COMPRESSION &&
-            os.freeze_step != frozen_at && cb) {
-            char msg[200];
-            snprintf(msg, sizeof msg,
-                     "variance refreshed: steps %ld-%ld re-estimated v (frozen at step %ld "
-                     "before); the next refresh after step %ld",
-                     ob_optim_next_refresh(&s->optim, frozen_at), os.freeze_step, frozen_at,
-                     ob_optim_next_refresh(&s->optim, os.freeze_step) - 1);
-            ob_train_event ev = {0};
-            ev.kind = OB_EVENT_NOTICE;
-            fill_optim_fields(t, &ev);
-            ev.message = msg;
-            cb(&ev, user);
-        }
-        if (before == OB_PHASE_WARMUP && os.phase == OB_PHASE_COMPRESSION && cb) {
-            ob_train_event ev = {0};
-            ev.kind = OB_EVENT_FREEZE;
-            fill_optim_fields(t, &ev);
-            cb(&ev, user);
-            double lo = t->spec.optim.freeze_threshold;
-            if (t->spec.optim.freeze_max_step > 0 &&
-                os.freeze_step >= t->spec.optim.freeze_max_step &&
-                !(os.freeze_ratio >= lo && os.freeze_ratio <= 1.0 / lo)) {
-                char msg[480], why[240];
-                latest_freeze_why(&t->spec, why, sizeof why);
-                snprintf(msg, sizeof msg,
-                         "v frozen at step %ld, the latest auto freeze (%s): the variance was "
-                         "still changing (ratio %.4f)%s",
-                         os.freeze_step, why, os.freeze_ratio,
-                         os.freeze_step >= t->spec.steps
-                             ? "; it is the job's last step: no step is compressed"
-                             : "");
-                ob_train_event nev = {0};
-                nev.kind = OB_EVENT_NOTICE;
-                fill_optim_fields(t, &nev);
-                nev.message = msg;
-                cb(&nev, user);
-            }
-        }
         inject_fault(t, step);
         int stop = 0, nbad = 0;
         double mean_loss = 0.0;
         st = control(t, step, bad, r.loss, &stop, &nbad, &mean_loss, cb, user, err);
         if (st != OB_OK) return st;
-        loss_window += nbad > 0 ? NAN : mean_loss;
-        char why[160];
-        why[0] = 0;
-        if (nbad > 0) {
-            snprintf(why, sizeof why, "the loss is not finite on %d rank%s", nbad,
-                     nbad == 1 ? "" : "s");
-        } else if (loss_rose(t, mean_loss, os.phase)) {
-            snprintf(why, sizeof why,
-                     "the training loss rose to %.4g, %.3gx its lowest since the freeze (%.4g)",
-                     t->loss_ema, t->loss_ema / t->loss_best, t->loss_best);
-            if (!ob__trainer_can_roll_back(t)) {
-                if (!t->rise_warned && cb) {
-                    char msg[sizeof why + 160];
-                    snprintf(msg, sizeof msg, "warning: %s at step %ld; no rollback: %s", why, step,
-                             t->job_dir[0] ? "none left (checkpoint.rollbacks)"
-                                           : "the job keeps no checkpoints");
-                    ob_train_event ev = {0};
-                    ev.kind = OB_EVENT_NOTICE;
-                    fill_optim_fields(t, &ev);
-                    ev.message = msg;
-                    cb(&ev, user);
-                }
-                t->rise_warned = 1;
-                why[0] = 0;
-            }
-        }
+        w.loss += nbad > 0 ? NAN : mean_loss;
+        char why[DIVERGENCE_WHY_LEN];
+        divergence(t, step, nbad, mean_loss, os.phase, why, cb, user);
         if (why[0]) {
             st = ob__trainer_roll_back(t, step, why, &step, cb, user, err);
             if (st != OB_OK) return st;
             ob_optim_get_stats(t->opt, &os);
-            loss_window = 0.0;
-            steps_window = 0;
-            t_window = ob_mono_s();
+            w = (loop_window){ob_mono_s(), 0.0, 0};
             continue;
         }
 
         if ((s->log_interval > 0 && step % s->log_interval == 0) || step == s->steps || stop) {
-            double tnow = ob_mono_s();
-            ob_train_event ev = {0};
-            ev.kind = OB_EVENT_STEP;
-            fill_optim_fields(t, &ev);
-            ev.loss = loss_window / (double)steps_window;
-            ev.lr = lr;
-            ev.samples_per_s =
-                (double)steps_window * (double)s->batch_size * n / fmax(tnow - t_window, 1e-9);
-            t->last_loss = ev.loss;
-            double h0 = ob_mono_s();
-            st = compression_health(t, &ev, err);
-            if (st != OB_OK) return OB_WRAP(err, st, "step %ld", step);
-            /* The health numbers are logging, like the evaluation: not training throughput. */
-            double health_s = ob_mono_s() - h0;
-            if (cb) cb(&ev, user);
-            t_window = tnow + health_s;
-            loss_window = 0.0;
-            steps_window = 0;
+            if ((st = log_step(t, step, lr, &w, cb, user, err)) != OB_OK) return st;
         }
         if (stop && step < s->steps) { /* at the last step, finishing is stopping */
             *stopped = 1;
             return OB_OK;
         }
-        if (s->eval_interval > 0 && step % s->eval_interval == 0 && step != s->steps) {
-            ob_train_event ev;
-            st = ob_trainer_evaluate(t, &ev, err);
-            if (st != OB_OK) return st;
-            if (cb && t->eval) cb(&ev, user);
-            t_window = ob_mono_s(); /* evaluation time is not training throughput */
-        }
-        if (t->job_dir[0] && s->checkpoint_interval > 0 && step % s->checkpoint_interval == 0 &&
-            step != s->steps) {
-            st = ob__trainer_checkpoint(t, s->checkpoint_async, cb, user, err);
-            if (st != OB_OK) return st;
-            t_window = ob_mono_s(); /* nor is checkpoint time */
-        }
+        if ((st = eval_and_checkpoint(t, step, &w, cb, user, err)) != OB_OK) return st;
     }
     return OB_OK;
 }

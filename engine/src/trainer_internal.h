@@ -1,5 +1,6 @@
-/* The trainer's state, shared by trainer.c (setup and the training loop) and trainer_ckpt.c
- * (checkpoints, resume, warm start). Private to the engine. */
+/* The trainer's state, shared by trainer.c (setup and the training loop), trainer_ckpt.c
+ * (writing checkpoints) and trainer_resume.c (resume, rollback, warm start). Private to the
+ * engine. */
 #ifndef ONEBIT_TRAINER_INTERNAL_H
 #define ONEBIT_TRAINER_INTERNAL_H
 
@@ -13,21 +14,21 @@ typedef struct ob__ckpt_writer ob__ckpt_writer;
 
 struct ob_trainer {
     ob_jobspec spec;
-    char *spec_json;             /* canonical JSON of spec, saved in every checkpoint */
+    char *spec_json; /* canonical JSON of spec, saved in every checkpoint */
     /* warm start: how the source ran against this job (sets refit_steps auto), and why its
      * v_Tw fits this job less than a rerun's would (a static string for the notice, NULL on the
      * source's own setting) */
     ob_warm_source warm_source;
     const char *warm_differs;
-    int rollbacks;               /* after divergences, in this job (kept in checkpoints) */
+    int rollbacks; /* after divergences, in this job (kept in checkpoints) */
     /* The divergence guard's view of the loss, the same on every rank (from the sums of the
      * step's control reduction) and kept in checkpoints: the moving average of the mean train
      * loss, its value at the freeze and its lowest since (NaN while in the warmup). */
     double loss_ema, loss_at_freeze, loss_best;
     int rise_warned; /* a rise was reported with no rollback possible */
-    ob_comm *comm;               /* borrowed: control, evaluation and loss sums (host memory) */
-    ob_comm *dcomm; /* device: cuda: the NCCL communicator of the optimizer (owned), else NULL */
-    int dev;        /* params, grad and the optimizer state live on the GPU */
+    ob_comm *comm;   /* borrowed: control, evaluation and loss sums (host memory) */
+    ob_comm *dcomm;  /* device: cuda: the NCCL communicator of the optimizer (owned), else NULL */
+    int dev;         /* params, grad and the optimizer state live on the GPU */
     ob_dataset *ds;
     ob_loader *train;
     ob_loader *eval; /* NULL when the data has no held-out split */
@@ -74,7 +75,7 @@ typedef struct ob__host_state {
     size_t d, D, C, H;
     const size_t *seg; /* the server layout: nseg segments, bounds seg[0 .. nseg] (the car's) */
     size_t nseg;
-    int local; /* m and v are this rank's own (ob_optim_state.local_moments) */
+    int local;          /* m and v are this rank's own (ob_optim_state.local_moments) */
     int ranks_per_node; /* the compressed exchange's (ob_optim_state.ranks_per_node) */
 } ob__host_state;
 
@@ -106,6 +107,16 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
 ob_status ob__trainer_ckpt_flush(ob_trainer *t, ob_train_callback cb, void *user, ob_err *err);
 
 void ob__trainer_ckpt_destroy(ob_trainer *t);
+
+/* Sums a failure flag over the ranks: *nfail ranks failed. Collective. */
+ob_status ob__trainer_agree(ob_trainer *t, int failed, int *nfail, ob_err *err);
+
+/* Completes ev with the optimizer's phase, freeze and traffic and hands it to cb (borrowed; a
+ * NULL cb drops it). */
+void ob__trainer_emit(ob_trainer *t, ob_train_event *ev, ob_train_callback cb, void *user);
+
+/* Emits an OB_EVENT_NOTICE of the current step carrying msg (borrowed for the call). */
+void ob__trainer_notice(ob_trainer *t, const char *msg, ob_train_callback cb, void *user);
 
 /* Whether a divergence can be answered with a rollback (the same on every rank). */
 int ob__trainer_can_roll_back(const ob_trainer *t);

@@ -9,6 +9,7 @@
 #include "onebit/compress_cuda.h"
 #include "onebit/jobspec.h"
 #include "onebit/optim.h"
+#include "onebit/optim_ckpt.h"
 #include "onebit/report.h"
 
 #include <jansson.h>
@@ -509,28 +510,11 @@ static ob_status spec_with_extra(const obpy_optim *o, const char *extra, char **
     return *out ? OB_OK : OB_ERR(err, OB_ERR_NOMEM, "checkpoint spec");
 }
 
+/* The checkpoint's metadata: the optimizer's fields (ob_optim_ckpt_meta) and the caller's. */
 static void fill_meta(const obpy_optim *o, const obpy_ckpt_info *info, ob_ckpt_meta *m)
 {
-    ob_optim_progress p;
-    ob_optim_state s;
-    ob_optim_stats stats;
-    ob_optim_get_progress(o->opt, &p);
-    ob_optim_get_state(o->opt, &s);
-    ob_optim_get_stats(o->opt, &stats);
-    memset(m, 0, sizeof *m);
-    m->format_version = OB_CKPT_FORMAT_VERSION;
-    m->step = p.step;
-    m->phase = (int)stats.phase;
-    m->freeze_step = p.freeze_step;
-    m->world_size = ob_comm_size(o->ctrl);
-    m->num_params = o->d;
-    m->padded_size = s.padded_size;
-    m->chunk_size = s.chunk_size;
-    m->block_size = s.padded_size ? o->cfg.block_size : 0;
+    ob_optim_ckpt_meta(o->opt, ob_comm_size(o->ctrl), m);
     m->seed = info->seed;
-    m->last_ratio = p.last_ratio;
-    m->last_norm = p.last_norm;
-    m->bytes_sent = p.bytes_sent;
     m->bytes_warmup = o->bytes_warmup;
     m->bytes_compression = o->bytes_compression;
     m->lr = info->lr;
@@ -538,12 +522,7 @@ static void fill_meta(const obpy_optim *o, const obpy_ckpt_info *info, ob_ckpt_m
     m->loader_epoch = info->loader_epoch;
     m->loader_index = info->loader_index;
     m->wall_seconds = info->wall_seconds;
-    m->warm_start = (int)p.warm_start;
-    m->refit_end = p.refit_end;
-    m->refit_scale = p.refit_scale;
     m->loss_ema = m->loss_at_freeze = m->loss_best = NAN;
-    m->local_moments = s.local_moments;
-    m->ranks_per_node = s.ranks_per_node > 1 ? s.ranks_per_node : 1;
 }
 
 /* This rank's files of checkpoint dir. */
@@ -553,17 +532,10 @@ static ob_status write_files(obpy_optim *o, const char *dir, const ob_ckpt_meta 
     host_state h;
     ob_status st = host_state_get(o, 1, &h, err);
     if (st != OB_OK) return st;
-    int rank = ob_comm_rank(o->ctrl);
-    if (rank == 0) {
-        ob_ckpt_arrays a = {
-            h.params,   h.m,           h.v, h.s.v_norm_history, h.s.v_norm_history_len,
-            o->tensors, o->num_tensors};
-        if ((st = ob_ckpt_write_state(dir, meta, &a, spec, err)) != OB_OK) return st;
-    }
-    /* Every rank's own m and b where the optimizer keeps them per rank (binsgdm). */
-    const float *lm = meta->local_moments ? h.m : NULL, *lv = meta->local_moments ? h.v : NULL;
-    return ob_ckpt_write_rank_moments(dir, meta, rank, h.we, h.se, h.s.server_segments,
-                                      h.s.num_server_segments, lm, lv, err);
+    ob_ckpt_arrays a = {h.params,   h.m,           h.v, h.s.v_norm_history, h.s.v_norm_history_len,
+                        o->tensors, o->num_tensors};
+    return ob_optim_ckpt_write_files(dir, meta, &a, spec, ob_comm_rank(o->ctrl), h.we, h.se,
+                                     h.s.server_segments, h.s.num_server_segments, err);
 }
 
 int obpy_ckpt_save(obpy_optim *o, const char *job_dir, int keep, const obpy_ckpt_info *info,
@@ -736,23 +708,11 @@ static ob_status restore(obpy_optim *o, const char *path, ob_ckpt_meta *meta, ch
     if (st != OB_OK) return st;
     host_state h;
     if ((st = host_state_get(o, 0, &h, err)) != OB_OK) return st;
-    ob_ckpt_arrays a = {h.params, h.m, h.v, h.s.v_norm_history, h.s.v_norm_history_len, NULL, 0};
-    if ((st = ob_ckpt_read_state(path, meta, &a, err)) != OB_OK) return st;
-    if (h.s.padded_size > 0 &&
-        (st = ob_ckpt_read_errors_for(path, meta, ob_comm_rank(o->ctrl), ob_comm_size(o->ctrl),
-                                      h.s.padded_size, h.s.chunk_size, h.s.server_segments,
-                                      h.s.num_server_segments, h.s.ranks_per_node, h.we, h.se,
-                                      err)) != OB_OK)
+    if ((st = ob_optim_ckpt_read(o->opt, path, meta, ob_comm_rank(o->ctrl), ob_comm_size(o->ctrl),
+                                 h.params, h.m, h.v, h.we, h.se, err)) != OB_OK ||
+        (st = host_state_put(o, &h, err)) != OB_OK ||
+        (st = ob_optim_ckpt_restore_progress(o->opt, meta, path, err)) != OB_OK)
         return st;
-    if (h.s.local_moments &&
-        (st = ob_ckpt_read_local_moments(path, meta, ob_comm_rank(o->ctrl), ob_comm_size(o->ctrl),
-                                         h.m, h.v, err)) != OB_OK)
-        return st;
-    if ((st = host_state_put(o, &h, err)) != OB_OK) return st;
-    ob_optim_progress p = {meta->step,      meta->freeze_step, meta->last_ratio,
-                           meta->last_norm, meta->bytes_sent,  (ob_warm_state)meta->warm_start,
-                           meta->refit_end, meta->refit_scale};
-    if ((st = ob_optim_set_progress(o->opt, &p, err)) != OB_OK) return OB_WRAP(err, st, "%s", path);
     o->bytes_warmup = meta->bytes_warmup;
     o->bytes_compression = meta->bytes_compression;
     return OB_OK;
