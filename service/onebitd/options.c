@@ -76,8 +76,9 @@ static const ob_opt table[] = {
     {"max-client-connections", 0, OB_OPT_INT, F(max_client_connections), 1, 100000, "N",
      "REST connections from one IP address [32]", NULL, 0, 0, 0},
     {"request-timeout", 0, OB_OPT_INT, F(request_timeout_s), 1, 3600, "SEC",
-     "close a REST connection that sends nothing for SEC\nwhile its request arrives or between "
-     "requests [10]",
+     "a REST connection has SEC to send its request's headers\n(from its start or its previous "
+     "request's end) and 3 x SEC\nfor the body, however slowly it sends; half the\nconnections "
+     "at most wait for their request at once [10]",
      NULL, 0, 0, 0},
     {"retention-days", 0, OB_OPT_CUSTOM, F(retention_days), 0, 36500, "D",
      "delete jobs that ended more than D days ago, with\ntheir events, logs and checkpoints "

@@ -71,8 +71,33 @@ void ob__rest_answer_clear(ob__rest_answer *a);
 
 /* ---- the server ---------------------------------------------------------------------------- */
 
+/* ---- the connection budget (rest_conns.c) ------------------------------------------------ */
+
+/* Slots for every connection, deadlines for a request's headers and body that trickling bytes
+ * do not extend, and a cap on the connections waiting for their request (the longest waiting
+ * one is closed to make room): see rest_conns.c. */
+typedef struct ob__rest_conns ob__rest_conns;
+
+enum { OB__REST_CONN_WAITING, OB__REST_CONN_UPLOADING, OB__REST_CONN_ANSWERING };
+
+ob_status ob__rest_conns_create(ob__rest_conns **out, int slots, int max_waiting, double header_s,
+                                double body_s, ob_err *err);
+void ob__rest_conns_destroy(ob__rest_conns *c);
+
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback; cls is the budget. */
+void ob__rest_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                           enum MHD_ConnectionNotificationCode code);
+
+/* The connection's request moves on: waiting for the next one, its body arriving, or answered
+ * (never cut). */
+void ob__rest_conns_phase(ob__rest_conns *c, struct MHD_Connection *conn, int phase);
+
+/* Connections closed so far for a deadline or the waiting budget. */
+long ob__rest_conns_closed(ob__rest_conns *c);
+
 struct ob_rest_server {
     struct MHD_Daemon *daemon;
+    ob__rest_conns *conns; /* NULL in ob__rest_handle's servers (no sockets) */
     ob_service *svc;
     char *token;
     int loopback;          /* bound to a loopback address: only loopback Host names are served */

@@ -131,6 +131,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!rq) return MHD_NO;
         *con_cls = rq;
         ex.rq = rq;
+        /* The headers are in: a body has the budget's body deadline, an answer none. */
+        int body = strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "DELETE");
+        ob__rest_conns_phase(s->conns, conn,
+                             body ? OB__REST_CONN_UPLOADING : OB__REST_CONN_ANSWERING);
         /* Everything that can refuse a request is decided here, from the headers, before a
          * byte of the body is read or buffered. */
         if (screen(s, &ex, method, url)) return MHD_YES;
@@ -161,6 +165,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         rq->body[rq->len] = '\0';
         return MHD_YES;
     }
+    ob__rest_conns_phase(s->conns, conn, OB__REST_CONN_ANSWERING);
     if (!rq->too_large && ob__ui_path(url)) return ob__ui_serve(conn, method, url);
     return answer(&ex, ob__rest_route_request(s, &ex, url, method));
 }
@@ -168,9 +173,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    (void)cls;
-    (void)conn;
+    ob_rest_server *s = cls;
     (void)toe;
+    /* Kept alive: the next request's headers have the header deadline from now. */
+    ob__rest_conns_phase(s->conns, conn, OB__REST_CONN_WAITING);
     ob__rest_body *rq = *con_cls;
     if (rq) {
         free(rq->body);
@@ -353,6 +359,18 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
         return rc;
     }
     s->limits = lim;
+    /* Half the connections may wait for their request at once; the request's headers have the
+     * request timeout from the connection's start (or its previous request's end), its body
+     * three times that. */
+    rc = ob__rest_conns_create(&s->conns, lim.max_connections,
+                               lim.max_connections > 1 ? lim.max_connections / 2 : 1,
+                               (double)lim.request_timeout_s, 3.0 * lim.request_timeout_s, err);
+    if (rc) {
+        freeaddrinfo(ai);
+        free(s->token);
+        free(s);
+        return rc;
+    }
     if (ai->ai_family == AF_INET)
         s->loopback =
             (ntohl(((const struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr) >> 24) == 127;
@@ -384,16 +402,17 @@ ob_status ob_rest_server_start(ob_rest_server **out, ob_service *svc, const char
         }
     }
     tls_opts[n_tls] = (struct MHD_OptionItem){MHD_OPTION_END, 0, NULL};
-    s->daemon =
-        MHD_start_daemon(flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
-                         MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_CONNECTION_LIMIT,
-                         (unsigned)lim.max_connections, MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-                         (unsigned)lim.max_client_connections, MHD_OPTION_CONNECTION_TIMEOUT,
-                         (unsigned)lim.request_timeout_s, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-                         OB_REST_CONNECTION_MEMORY, MHD_OPTION_UNESCAPE_CALLBACK, ob__rest_unescape,
-                         NULL, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
+    s->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, s, MHD_OPTION_SOCK_ADDR, ai->ai_addr,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, s, MHD_OPTION_NOTIFY_CONNECTION,
+        ob__rest_conns_notify, s->conns, MHD_OPTION_CONNECTION_LIMIT, (unsigned)lim.max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)lim.max_client_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)lim.request_timeout_s,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, OB_REST_CONNECTION_MEMORY, MHD_OPTION_UNESCAPE_CALLBACK,
+        ob__rest_unescape, NULL, MHD_OPTION_ARRAY, tls_opts, MHD_OPTION_END);
     freeaddrinfo(ai);
     if (!s->daemon) {
+        ob__rest_conns_destroy(s->conns);
         free(s->token);
         free(s);
         return OB_ERR(err, OB_ERR_IO, "REST: cannot listen on %s%s", addr,
@@ -413,6 +432,7 @@ void ob_rest_server_stop(ob_rest_server *s)
     if (!s) return;
     s->stopping = 1;
     if (s->daemon) MHD_stop_daemon(s->daemon);
+    ob__rest_conns_destroy(s->conns);
     free(s->token);
     free(s);
 }
