@@ -1,7 +1,11 @@
-# Shared by the black-box tests that run the real onebitd with the real onebit-worker
-# (test_onebitd_e2e.sh, test_chaos.sh); sourced after ONEBITD and OBRPC are set.
+# Shared by the black-box tests that run the real onebitd (test_onebitd.sh, test_onebitd_e2e.sh,
+# test_chaos.sh, test_onebitctl.sh, test_logs.sh, test_completion.sh, test_dashboard.sh, ...);
+# sourced after ONEBITD (and OBRPC, for rpc) are set.
 # Gives TMP (removed at exit, with every process under it), ok/bad/check and the counters,
-# start_daemon (sets PID, GRPC, REST), rpc, get, wait_state, procs_of.
+# launch_daemon and start_daemon (set PID, GRPC, REST), stop_daemon, rpc, get, wait_state,
+# procs_of. A test ends with
+#   echo "$passed passed, $failed failed"
+#   [ "$failed" -eq 0 ]
 TMP=$(mktemp -d)
 PID=""
 passed=0
@@ -16,16 +20,34 @@ ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
 bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
 check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
 
+# launch_daemon STATE_DIR [onebitd options]: onebitd on free ports with its state in STATE_DIR
+# and no other options than those given, its output appended to $TMP/onebitd.log; waits for
+# its ready file (10 s at most) and sets PID, GRPC and REST (host:port). Returns 1 if it did
+# not get ready.
+launch_daemon() {
+  local state=$1
+  shift
+  rm -f "$TMP/ready"
+  "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$state" --ready-file "$TMP/ready" \
+    "$@" >> "$TMP/onebitd.log" 2>&1 &
+  PID=$!
+  for _ in $(seq 200); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
+  GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")
+  REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
+  [ -s "$TMP/ready" ]
+}
 # A daemon on free ports with its state in $TMP/var (kept across restarts); its arguments are
 # passed on to onebitd after the harness's own.
 start_daemon() {
-  rm -f "$TMP/ready"
-  "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var" --ready-file "$TMP/ready" \
-    --insecure-no-auth --slots 4 --backoff 0.2 --cancel-grace 20 "$@" >> "$TMP/onebitd.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
-  GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")
-  REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
+  launch_daemon "$TMP/var" --insecure-no-auth --slots 4 --backoff 0.2 --cancel-grace 20 "$@"
+}
+# stop_daemon: SIGTERM to the daemon (if one runs), and wait (10 s at most) until it has ended.
+stop_daemon() {
+  [ -n "$PID" ] || return 0
+  kill -TERM "$PID" 2>/dev/null
+  for _ in $(seq 200); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
+  wait "$PID" 2>/dev/null
+  PID=""
 }
 rpc() { "$OBRPC" "$GRPC" "$@"; }
 get() { rpc get "$1" 2>/dev/null; }

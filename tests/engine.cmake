@@ -25,3 +25,9 @@ foreach(y 0 1000)
 endforeach()
 ob_add_mpi_test(test_adam_overlap_fallback test_adam_overlap_fallback.c NP 2)
 set_tests_properties(test_adam_overlap_fallback_np2 PROPERTIES SKIP_RETURN_CODE 77)
+
+# The optimizer kernels: CPU kernels against the formulas everywhere, the CUDA kernels against
+# the CPU kernels where a device exists (77 otherwise, after the no-device checks). Built in
+# every configuration, with or without CUDA.
+ob_add_unit_test(test_optim_cuda test_optim_cuda.c)
+set_tests_properties(test_optim_cuda PROPERTIES SKIP_RETURN_CODE 77)

@@ -10,31 +10,11 @@ set -u
 CTL=$1
 ONEBITD=$2
 FAKE=$3
-TMP=$(mktemp -d)
-PID=""
-passed=0
-failed=0
-cleanup() {
-  if [ -n "$PID" ]; then
-    kill -TERM "$PID" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$PID" 2>/dev/null
-    wait "$PID" 2>/dev/null
-  fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
-bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
+. "$(dirname "$0")/daemon_harness.sh"
 # expect NAME GOT WANT
 expect() { if [ "$2" = "$3" ]; then ok "$1"; else bad "$1" "got '$2', want '$3'"; fi; }
 
-"$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/state" --ready-file "$TMP/ready" \
-  --worker "$FAKE" --insecure-no-auth > "$TMP/onebitd.log" 2>&1 &
-PID=$!
-for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
-GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")
-REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
+launch_daemon "$TMP/var" --worker "$FAKE" --insecure-no-auth
 printf 'name: t\nmodel: {type: mlp, hidden: [8]}\ndata: {type: synthetic_classification}\noptimizer: {type: adam}\nbatch_size: 8\nsteps: 20\nlog_interval: 5\n' > "$TMP/spec.yaml"
 ID1=$("$CTL" --server "$GRPC" submit -f "$TMP/spec.yaml" --np 1)
 ID2=$("$CTL" --server "$GRPC" submit -f "$TMP/spec.yaml" --np 1)
@@ -128,5 +108,5 @@ else
   echo "[ SKIPPED ] zsh is not installed: only bash is tested"
 fi
 
-echo "passed: $passed, failed: $failed"
+echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

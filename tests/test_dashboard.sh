@@ -27,26 +27,11 @@ if [ "$MODE" = browser ]; then
 fi
 
 QUERY=$(dirname "$0")/dom_query.py
-TMP=$(mktemp -d)
-PID=""
-passed=0
-failed=0
-cleanup() {
-  [ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null
-  pkill -KILL -f "$TMP/" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
-bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
+. "$(dirname "$0")/daemon_harness.sh"
 
-"$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var" --ready-file "$TMP/ready" \
-  --slots 4 --backoff 0.2 --cancel-grace 20 >> "$TMP/onebitd.log" 2>&1 &
-PID=$!
-for _ in $(seq 200); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
-[ -s "$TMP/ready" ] || { echo "onebitd did not start"; cat "$TMP/onebitd.log"; exit 1; }
-REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
+# with its API token (no --insecure-no-auth)
+launch_daemon "$TMP/var" --slots 4 --backoff 0.2 --cancel-grace 20 ||
+  { echo "onebitd did not start"; cat "$TMP/onebitd.log"; exit 1; }
 TOKEN=$(cat "$TMP/var/token")
 [ ${#TOKEN} -ge 32 ] || { echo "no token in $TMP/var/token"; exit 1; }
 AUTH="Authorization: Bearer $TOKEN"
@@ -227,8 +212,6 @@ if [ "$MODE" = browser ]; then
   fi
 fi
 
-kill -TERM "$PID" 2>/dev/null
-wait "$PID" 2>/dev/null
-PID=""
+stop_daemon
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ] && [ "$passed" -gt 0 ]

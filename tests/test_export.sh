@@ -96,4 +96,4 @@ else bad "hostile index: export" "rc=$rc $(cat "$TMP/h.out")"; fi
 if [ $rc -eq 2 ]; then ok "unknown format: status 2"; else bad "unknown format" "rc=$rc"; fi
 
 echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+[ "$failed" -eq 0 ]

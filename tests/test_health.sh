@@ -89,4 +89,4 @@ if [ $rc -eq 0 ] && grep -Eq "compression .*error/\|m\| worker [0-9.e+-]+ server
 else bad "text format" "rc=$rc $(tail -3 "$TMP/t.txt")"; fi
 
 echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+[ "$failed" -eq 0 ]

@@ -10,31 +10,11 @@ set -u
 CTL=$1
 ONEBITD=$2
 FAKE=$3
-TMP=$(mktemp -d)
-PID=""
-passed=0
-failed=0
-cleanup() {
-  if [ -n "$PID" ]; then
-    kill -TERM "$PID" 2>/dev/null
-    for _ in $(seq 100); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
-    kill -KILL "$PID" 2>/dev/null
-  fi
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
-bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
+. "$(dirname "$0")/daemon_harness.sh"
 
 export OMPI_MCA_rmaps_base_oversubscribe=1
 echo 'FAKE_STEP_S=0.05; FAKE_RANK_LINES=1' > "$TMP/control"
-FAKE_CONTROL=$TMP/control "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var" \
-  --ready-file "$TMP/ready" --worker "$FAKE" --insecure-no-auth > "$TMP/onebitd.log" 2>&1 &
-PID=$!
-for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
-GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")
-REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
+FAKE_CONTROL=$TMP/control launch_daemon "$TMP/var" --worker "$FAKE" --insecure-no-auth
 g() { "$CTL" --server "$GRPC" "$@"; }
 r() { "$CTL" --rest "http://$REST" "$@"; }
 state_of() { curl -s "http://$REST/v1/jobs/$1" | jq -r .state; }
@@ -141,5 +121,5 @@ done
 check "REST offset past the end: nothing" '[ -z "$(curl -s "http://$REST/v1/jobs/$A/logs:stream?offset=999999999")" ]'
 check "onebitd still running" 'kill -0 $PID'
 
-echo "passed: $passed, failed: $failed"
+echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

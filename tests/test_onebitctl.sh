@@ -7,32 +7,19 @@ set -u
 CTL=$1
 ONEBITD=$2
 EXAMPLES=$3
-TMP=$(mktemp -d)
-PIDS=()
-passed=0
-failed=0
-cleanup() {
-  for p in "${PIDS[@]}"; do { kill -KILL "$p" && wait "$p"; } 2>/dev/null; done
-  pkill -KILL -f "$TMP/" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
-ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
-bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
+. "$(dirname "$0")/daemon_harness.sh"
 
-# start NAME [onebitd options]: a daemon with its own state; sets GRPC and REST.
+# start NAME [onebitd options]: the harness's launch_daemon with its state in $TMP/NAME; sets
+# GRPC and REST (a URL). Several run at once: the harness ends them all at exit (every process
+# under $TMP).
 start() {
   local name=$1
   shift
-  mkdir -p "$TMP/$name"
   local auth=
   [ -n "${ONEBIT_TOKEN:-}" ] || auth=--insecure-no-auth # the token's tests set one
-  "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/$name" \
-    --ready-file "$TMP/$name/ready" --backoff 0.2 --cancel-grace 10 $auth "$@" > "$TMP/$name/log" 2>&1 &
-  PIDS+=($!)
-  for _ in $(seq 200); do [ -s "$TMP/$name/ready" ] && break; sleep 0.05; done
-  GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/$name/ready")
-  REST=http://127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/$name/ready")
+  mkdir -p "$TMP/$name"
+  launch_daemon "$TMP/$name" --backoff 0.2 --cancel-grace 10 $auth "$@"
+  REST=http://$REST
 }
 # ctl OUT ARGS...: stdout to OUT, stderr to OUT.err; returns onebitctl's status
 ctl() {
@@ -307,12 +294,8 @@ else bad "token" "rc=$rc/$rc2/$rc3/$rc4 $(cat "$TMP/t1.err" "$TMP/t2.err" "$TMP/
 
 # --- the token onebitd makes by default, found where it lives --------------------------------------
 mkdir -p "$TMP/auto"
-"$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/auto" --ready-file "$TMP/auto/ready" \
-  > "$TMP/auto/log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 200); do [ -s "$TMP/auto/ready" ] && break; sleep 0.05; done
-GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/auto/ready")
-REST=http://127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/auto/ready")
+launch_daemon "$TMP/auto"
+REST=http://$REST
 ctl "$TMP/a1" --server "$GRPC" list; rc=$?
 ONEBIT_STATE_DIR="$TMP/auto" ctl "$TMP/a2" --server "$GRPC" list; rc2=$?
 ctl "$TMP/a3" --rest "$REST" --token-file "$TMP/auto/token" list; rc3=$?
@@ -322,4 +305,4 @@ if [ $rc -eq 1 ] && [ $rc2 -eq 0 ] && [ $rc3 -eq 0 ] && [ $rc4 -eq 0 ]; then
 else bad "default token" "rc=$rc/$rc2/$rc3/$rc4 $(cat "$TMP/a1.err" "$TMP/a2.err" "$TMP/a3.err")"; fi
 
 echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+[ "$failed" -eq 0 ]

@@ -13,43 +13,17 @@ OBRPC=$2
 export FAKE_CKPT_WRITER="$(dirname "$OBRPC")/fake_checkpoint"
 FAKE=$3
 WORKER=${4:-}
-TMP=$(mktemp -d)
-PID=""
-passed=0
-failed=0
-cleanup() {
-  [ -n "$PID" ] && kill -KILL "$PID" 2>/dev/null
-  pkill -KILL -f "$TMP/" 2>/dev/null
-  rm -rf "$TMP"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/daemon_harness.sh"
 
-ok() { passed=$((passed + 1)); echo "[ PASSED ] $1"; }
-bad() { failed=$((failed + 1)); echo "[ FAILED ] $1: $2"; }
-check() { if eval "$2"; then ok "$1"; else bad "$1" "${3:-}"; fi; }
-
-# start_daemon STATE_DIR [onebitd options]: serves on free ports; sets PID, GRPC, REST. Without
-# a token unless the options name one (the token's own tests are at the end).
+# start_daemon STATE_DIR [onebitd options]: the harness's launch_daemon with the fake worker;
+# without a token unless the options name one (the token's own tests are at the end).
 start_daemon() {
   local state=$1; shift
   local auth=--insecure-no-auth
   case " $* " in *" --token-file "*) auth= ;; esac
   if [ "${1:-}" = --default-auth ]; then auth=; shift; fi
-  rm -f "$TMP/ready"
-  "$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$state" --ready-file "$TMP/ready" \
-    --worker "$FAKE" --backoff 0.2 --cancel-grace 5 $auth "$@" >> "$TMP/onebitd.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
-  GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready")
-  REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
+  launch_daemon "$state" --worker "$FAKE" --backoff 0.2 --cancel-grace 5 $auth "$@"
 }
-stop_daemon() {
-  kill -TERM "$PID" 2>/dev/null
-  for _ in $(seq 200); do kill -0 "$PID" 2>/dev/null || break; sleep 0.05; done
-  wait "$PID" 2>/dev/null
-  PID=""
-}
-rpc() { "$OBRPC" "$GRPC" "$@"; }
 # http METHOD PATH [curl args]: prints the body, then the status on the last line.
 # POSTs are JSON (the server refuses any other content type).
 http() { local m=$1 p=$2; shift 2; curl -s -X "$m" -H 'Content-Type: application/json' -w '\n%{http_code}' "$@" "http://$REST$p"; }
@@ -401,12 +375,7 @@ start_daemon "$TMP/var6" --mpirun "$TMP/no-such-mpirun" --max-restarts 1
 f=$(rpc submit "$TMP/short.yaml" 1 2>/dev/null | jq -r .id)
 check "mpirun missing: FAILED, each attempt says why" 'wait_state "$f" JOB_STATE_FAILED 10 && [ "$(rpc get "$f" 2>/dev/null | jq ".attempts | length")" = 2 ] && rpc get "$f" 2>/dev/null | jq -r .attempts[0].exit_reason | grep -q "launch failed: starting $TMP/no-such-mpirun for job $f: No such file or directory"' "$(rpc get "$f" 2>/dev/null)"
 stop_daemon
-rm -f "$TMP/ready"
-"$ONEBITD" --grpc 127.0.0.1:0 --rest 127.0.0.1:0 --state-dir "$TMP/var7" --ready-file "$TMP/ready" --insecure-no-auth \
-  --worker "$TMP/no-such-worker" --max-restarts 0 >> "$TMP/onebitd.log" 2>&1 &
-PID=$!
-for _ in $(seq 100); do [ -s "$TMP/ready" ] && break; sleep 0.05; done
-GRPC=127.0.0.1:$(sed -n 's/^grpc=//p' "$TMP/ready"); REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
+launch_daemon "$TMP/var7" --insecure-no-auth --worker "$TMP/no-such-worker" --max-restarts 0
 f=$(rpc submit "$TMP/short.yaml" 1 2>/dev/null | jq -r .id)
 check "worker missing: FAILED with mpirun's reason" 'wait_state "$f" JOB_STATE_FAILED 15 && rpc get "$f" 2>/dev/null | jq -r .message | grep -q "workers failed (exit code [0-9]*): Executable: $TMP/no-such-worker"' "$(rpc get "$f" 2>/dev/null | jq -r .message)"
 stop_daemon

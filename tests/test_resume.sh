@@ -464,4 +464,4 @@ if [ $rc -eq 1 ] && [ "$nfail" = 3 ] && jq -r 'select(.event=="checkpoint") | .e
 else bad "unwritable directory" "rc=$rc nfail=$nfail $(cat "$TMP/e7.jsonl.err")"; fi
 
 echo "$passed passed, $failed failed"
-[ $failed -eq 0 ]
+[ "$failed" -eq 0 ]

@@ -62,13 +62,6 @@ start_tls() {
   REST=127.0.0.1:$(sed -n 's/^rest=//p' "$TMP/ready")
   REPORT=127.0.0.1:$(sed -n 's/^report=//p' "$TMP/ready")
 }
-stop_daemon() {
-  [ -n "$PID" ] || return
-  kill -TERM "$PID" 2> /dev/null
-  for _ in $(seq 200); do kill -0 "$PID" 2> /dev/null || break; sleep 0.05; done
-  wait "$PID" 2> /dev/null
-  PID=""
-}
 # ctl OUT ARGS...: onebitctl's stdout to OUT, stderr to OUT.err; its exit status
 ctl() {
   local out=$1
@@ -236,5 +229,5 @@ code=$(curl -s -o "$TMP/m6" -w '%{http_code}' --cacert "$P/ca.pem" --cert "$P/st
 check "mTLS REST: another CA's client certificate, refused" '[ "$code" != 200 ]' "got $code $(cat "$TMP/m6")"
 stop_daemon
 
-echo "test_tls: $passed passed, $failed failed"
+echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

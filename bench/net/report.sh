@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Table and plot of bench/net/run.sh's logs: OUT/results.md, OUT/speedup.svg and .png.
+# Table and plot of bench/net/run.sh's sweep: OUT/results.md, OUT/speedup.svg and .png, from the
+# summaries bench/net/summarize.sh took from the raw logs (OUT/params.tsv, runs.tsv, car.tsv;
+# committed, while the raw logs are not: run.sh keeps them under var/bandwidth/logs/).
 #
-# usage: bench/net/report.sh [OUT]   (default docs/bandwidth; logs in OUT/logs)
+# usage: bench/net/report.sh [OUT]   (default docs/bandwidth)
 #
 # Step time of a run: for every step event (log_interval 1) the seconds of that step, world size
 # x batch / samples_per_s; the run's figure is the median over the measured steps of a phase
@@ -11,10 +13,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${1:-docs/bandwidth}
-LOGS=$OUT/logs
-[ -f "$LOGS/params" ] || { echo "report: no $LOGS/params: run bench/net/run.sh first" >&2; exit 2; }
-# shellcheck disable=SC1090,SC1091
-source "$LOGS/params"
+for t in params runs car; do
+  [ -f "$OUT/$t.tsv" ] || { echo "report: no $OUT/$t.tsv: run bench/net/run.sh (or bench/net/summarize.sh) first" >&2; exit 2; }
+done
+while IFS=$'\t' read -r k v; do
+  case "$k" in SETUP | MEAS | FREEZE | REPEATS | RATES | MODELS | SWEEP_SECONDS) printf -v "$k" '%s' "$v" ;; esac
+done < "$OUT/params.tsv"
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
 # Length of a full training run for the end-to-end figure: the steps of experiments/specs/.
 declare -A TOTAL=([mlp]=2000 [transformer]=1000)
 NRANKS=4
@@ -25,41 +31,39 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "nan"; else if
 # min and max of the numbers on stdin
 minmax() { sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { if (NR == 0) print "nan nan"; else print lo, hi }'; }
 
-# steptimes FILE LO HI: seconds of each step with LO < step <= HI
-steptimes() {
-  jq -r --argjson lo "$2" --argjson hi "$3" '
-    if .event == "start" then "B \(.spec.batch_size) \(.world_size)"
-    elif .event == "step" and .step > $lo and .step <= $hi then "S \(.samples_per_s)" else empty end' "$1" |
-    awk '$1 == "B" { n = $2 * $3 } $1 == "S" { print n / $2 }'
+# cell TSV NAME COLUMN: that column of the row NAME of OUT/TSV.tsv (empty if none)
+cell() {
+  awk -F'\t' -v n="$2" -v c="$3" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == c) k = i; next }
+    $1 == n { print $k; exit }' "$OUT/$1.tsv"
 }
-# run_median FILE LO HI: the run's median step time
-run_median() { [ -f "$1" ] && steptimes "$@" | median || echo nan; }
+# has TSV PREFIX: OUT/TSV.tsv has a row whose name starts with PREFIX
+has() { awk -F'\t' -v p="$2" 'NR > 1 && index($1, p) == 1 { f = 1; exit } END { exit !f }' "$OUT/$1.tsv"; }
+# the run's median step time over its steps SETUP < step (t_all), SETUP < step <= FREEZE (t_warm)
+# or FREEZE + 1 < step (t_comp), as summarize.sh took it from the run's step events
+run_median() { local v; v=$(cell runs "$1" "$2"); echo "${v:-nan}"; }
 
-# phase_stats RATE MODEL OPT LO HI: "median min max" over the repeats
+# phase_stats RATE MODEL OPT COLUMN: "median min max" over the repeats
 phase_stats() {
   local r
   for ((r = 1; r <= REPEATS; r++)); do
-    run_median "$LOGS/$1-$2-$3-r$r.jsonl" "$4" "$5"
-  done | grep -v nan > "$LOGS/.tmp" || true
-  echo "$(median < "$LOGS/.tmp") $(minmax < "$LOGS/.tmp")"
-  rm -f "$LOGS/.tmp"
+    run_median "$1-$2-$3-r$r" "$4"
+  done | grep -v nan > "$TMP/values" || true
+  echo "$(median < "$TMP/values") $(minmax < "$TMP/values")"
 }
 
-# the result line of a bench_car log (Open MPI may print a warning after it)
-carjson() { grep -m1 '^{"bench"' "$1"; }
-summary() { jq -r "select(.event==\"summary\") | .$2 // empty" "$LOGS/$1.jsonl" 2>/dev/null | head -n1; }
-bytes_step() { # FILE STEP: bytes_step of that step event
-  jq -r --argjson s "$2" 'select(.event=="step" and .step == $s) | .bytes_step' "$1" 2>/dev/null | head -n1
+# the result line of a bench_car run as the JSON object it printed (fails if there is none)
+carjson() {
+  awk -F'\t' -v n="$1" 'NR == 1 { for (i = 2; i <= NF; i++) h[i] = $i; next }
+    $1 == n { s = "{"; for (i = 2; i <= NF; i++) { v = $i; if (v !~ /^-?[0-9.eE+-]+$/) v = "\"" v "\""
+                s = s (i > 2 ? "," : "") "\"" h[i] "\":" v }
+              print s "}"; f = 1; exit }
+    END { exit !f }' "$OUT/car.tsv"
 }
+summary() { cell runs "$1" "$2"; }
 # wire/counted: bytes on the hosts' interfaces (Ethernet, IP, TCP and MPI headers, launch and
 # wire-up, the loss reductions and the final evaluation included) over the optimizer's counted
 # bytes, both per rank over the whole run.
-wire_ratio() {
-  local name=$1 counted
-  counted=$(summary "$name" bytes_sent)
-  [ -f "$LOGS/$name.wire" ] && [ -n "$counted" ] || { echo nan; return; }
-  awk -v c="$counted" -v n="$NRANKS" '{ s = 0; for (i = 1; i <= n; i++) s += $(n + i) - $i; printf "%.3f\n", s / n / c }' "$LOGS/$name.wire"
-}
+wire_ratio() { local v; v=$(cell runs "$1" wire); echo "${v:-nan}"; }
 ms() { awk -v x="$1" 'BEGIN { if (x == "nan") print "—"; else printf "%.1f", x * 1000 }'; }
 rate_label() {
   case "$1" in
@@ -73,18 +77,18 @@ rate_label() {
 # the fp32 ring allreduce reached per link in bench_car.
 rate_mbit() {
   case "$1" in
-    unshaped) carjson "$LOGS/car-after-unshaped-$2.json" 2>/dev/null | jq -r '.fp32_link_mbit' || echo 10000 ;;
+    unshaped) carjson "car-after-unshaped-$2" | jq -r '.fp32_link_mbit' || echo 10000 ;;
     *g) echo $((${1%g} * 1000)) ;;
     *m) echo "${1%m}" ;;
   esac
 }
 
-DAT=$LOGS/speedup.dat
+DAT=$TMP/speedup.dat
 : > "$DAT"
 {
   echo "# 1-bit Adam under limited bandwidth, on our runs"
   echo
-  echo "Generated by \`bench/net/run.sh\` (\`bench/net/report.sh\` rebuilds it from \`logs/\`). $NRANKS ranks, one per"
+  echo "Generated by \`bench/net/run.sh\` (\`bench/net/report.sh\` rebuilds it from the TSVs beside it). $NRANKS ranks, one per"
   echo "network namespace, links shaped with tc tbf (both directions of every host's link), MPI over"
   echo "TCP; all ranks share the same 2 CPU cores, so compute per step is about twice what 4 separate"
   echo "hosts would take. Step times are medians of $MEAS steps per phase (after $SETUP setup steps),"
@@ -100,7 +104,7 @@ DAT=$LOGS/speedup.dat
       tw=$T
       nofreeze=1
     fi
-    d=$(jq -r 'select(.event=="start") | .num_params' "$LOGS/$(ls "$LOGS" | grep -m1 "^.*-$model-adam-r1.jsonl$")")
+    d=$(awk -F'\t' -v m="-$model-adam-r1" 'NR > 1 && substr($1, length($1) - length(m) + 1) == m { print $2; exit }' "$OUT/runs.tsv")
     C=$(( (d + NRANKS * BLOCK - 1) / (NRANKS * BLOCK) * BLOCK ))
     th_adam=$(awk -v d="$d" -v n="$NRANKS" 'BEGIN { printf "%.0f", 2 * (n - 1) / n * 4 * d }')
     th_comp=$(( 2 * (NRANKS - 1) * (C / 8 + 4 * C / BLOCK) ))
@@ -119,9 +123,9 @@ DAT=$LOGS/speedup.dat
     echo "| bandwidth | adam step [ms] | 1-bit warmup step [ms] | 1-bit compressed step [ms] | compression-stage speedup | end-to-end speedup (T=$T, T_w=${tw:-?}) |"
     echo "|---|---|---|---|---|---|"
     for rate in $RATES; do
-      read -r ta ta_lo ta_hi <<< "$(phase_stats "$rate" "$model" adam "$SETUP" 100000)"
-      read -r tw_s tw_lo tw_hi <<< "$(phase_stats "$rate" "$model" onebit "$SETUP" "$FREEZE")"
-      read -r tc tc_lo tc_hi <<< "$(phase_stats "$rate" "$model" onebit $((FREEZE + 2)) 100000)"
+      read -r ta ta_lo ta_hi <<< "$(phase_stats "$rate" "$model" adam t_all)"
+      read -r tw_s tw_lo tw_hi <<< "$(phase_stats "$rate" "$model" onebit t_warm)"
+      read -r tc tc_lo tc_hi <<< "$(phase_stats "$rate" "$model" onebit t_comp)"
       comp=$(awk -v a="$ta" -v c="$tc" 'BEGIN { if (a == "nan" || c == "nan") print "nan"; else printf "%.2f", a / c }')
       comp_lo=$(awk -v a="$ta_lo" -v c="$tc_hi" 'BEGIN { if (a == "nan" || c == "nan") print "nan"; else printf "%.2f", a / c }')
       comp_hi=$(awk -v a="$ta_hi" -v c="$tc_lo" 'BEGIN { if (a == "nan" || c == "nan") print "nan"; else printf "%.2f", a / c }')
@@ -139,18 +143,18 @@ DAT=$LOGS/speedup.dat
     echo "| bandwidth | adam bytes/step | theory | 1-bit compressed bytes/step | theory | ratio | wire/counted adam | wire/counted 1-bit |"
     echo "|---|---|---|---|---|---|---|---|"
     for rate in $RATES; do
-      ba=$(bytes_step "$LOGS/$rate-$model-adam-r1.jsonl" $((SETUP + 1)))
-      bc=$(bytes_step "$LOGS/$rate-$model-onebit-r1.jsonl" $((FREEZE + 2)))
+      ba=$(cell runs "$rate-$model-adam-r1" bytes_setup)
+      bc=$(cell runs "$rate-$model-onebit-r1" bytes_comp)
       ratio=$(awk -v a="${ba:-0}" -v c="${bc:-0}" 'BEGIN { if (c > 0) printf "%.1fx", a / c; else print "—" }')
       echo "| $(rate_label "$rate") | ${ba:-—} | $th_adam | ${bc:-—} | $th_comp | $ratio | $(wire_ratio "$rate-$model-adam-r1") | $(wire_ratio "$rate-$model-onebit-r1") |"
     done
-    if [ -f "$LOGS/auto-$model-adam.jsonl" ] && [ -n "$tw" ] && [ -z "$nofreeze" ]; then
+    if [ -n "$(cell runs "auto-$model-adam" name)" ] && [ -n "$tw" ] && [ -z "$nofreeze" ]; then
       A=$(summary "auto-$model-onebit" steps)
       wa=$(summary "auto-$model-adam" wall_seconds)
       wo=$(summary "auto-$model-onebit" wall_seconds)
-      read -r ta _ <<< "$(phase_stats unshaped "$model" adam "$SETUP" 100000)"
-      read -r tws _ <<< "$(phase_stats unshaped "$model" onebit "$SETUP" "$FREEZE")"
-      read -r tc _ <<< "$(phase_stats unshaped "$model" onebit $((FREEZE + 2)) 100000)"
+      read -r ta _ <<< "$(phase_stats unshaped "$model" adam t_all)"
+      read -r tws _ <<< "$(phase_stats unshaped "$model" onebit t_warm)"
+      read -r tc _ <<< "$(phase_stats unshaped "$model" onebit t_comp)"
       echo
       awk -v A="$A" -v tw="$tw" -v wa="$wa" -v wo="$wo" -v a="$ta" -v w="$tws" -v c="$tc" 'BEGIN {
         printf "Check of the end-to-end formula, unshaped: whole runs of %d steps (freeze at %d) took %.1f s (adam) and\n", A, tw, wa
@@ -159,7 +163,7 @@ DAT=$LOGS/speedup.dat
     fi
   done
 
-  if ls "$LOGS"/car-after-*.json >/dev/null 2>&1; then
+  if has car car-after-; then
     echo
     echo "## The collectives alone (bench_car)"
     echo
@@ -174,14 +178,14 @@ DAT=$LOGS/speedup.dat
       echo "| bandwidth | fp32 allreduce [ms] | link [Mbit/s] | 1-bit allreduce [ms] | link [Mbit/s] | speedup | compress | alltoall | server | allgather | decode |"
       echo "|---|---|---|---|---|---|---|---|---|---|---|"
       for rate in $RATES; do
-        f=$LOGS/car-after-$rate-$model.json
-        [ -f "$f" ] || continue
+        f=car-after-$rate-$model
+        has car "$f" || continue
         carjson "$f" | jq -r --arg r "$(rate_label "$rate")" '"| \($r) | \(.fp32_s*10000|round/10) | \(.fp32_link_mbit|round) | \(.car_s*10000|round/10) | \(.car_link_mbit|round) | \(.speedup*100|round/100)x | \(.compress_s*10000|round/10) | \(.alltoall_s*10000|round/10) | \(.server_s*10000|round/10) | \(.allgather_s*10000|round/10) | \(.decode_s*10000|round/10) |"'
       done
     done
   fi
 
-  if ls "$LOGS"/carab-before-*.json >/dev/null 2>&1; then
+  if has car carab-before-; then
     echo
     echo "## Before and after: the exchanges of the compressed allreduce"
     echo
@@ -195,19 +199,19 @@ DAT=$LOGS/speedup.dat
     echo "|---|---|---|---|---|---|---|---|---|"
     for model in $MODELS; do
       for rate in $RATES; do
-        ls "$LOGS"/carab-before-"$rate-$model"-r*.json >/dev/null 2>&1 || continue
+        has car "carab-before-$rate-$model-r" || continue
         row="| $model | $(rate_label "$rate") |"
         for side in before after; do
           for key in car_s alltoall_s allgather_s; do
-            for f in "$LOGS"/carab-"$side-$rate-$model"-r*.json; do carjson "$f" | jq -r ".$key"; done > "$LOGS/.tmp"
-            read -r lo hi <<< "$(minmax < "$LOGS/.tmp")"
-            v=$(median < "$LOGS/.tmp")
+            awk -F'\t' -v p="carab-$side-$rate-$model-r" 'NR > 1 && index($1, p) == 1 { print $1 }' "$OUT/car.tsv" |
+              while read -r f; do carjson "$f" | jq -r ".$key"; done > "$TMP/values"
+            read -r lo hi <<< "$(minmax < "$TMP/values")"
+            v=$(median < "$TMP/values")
             [ "$side-$key" = before-car_s ] && vb=$v
             [ "$side-$key" = after-car_s ] && va=$v
             if [ "$key" = car_s ]; then row+=" $(ms "$v") [$(ms "$lo")–$(ms "$hi")] |"; else row+=" $(ms "$v") |"; fi
           done
         done
-        rm -f "$LOGS/.tmp"
         echo "$row $(awk -v b="$vb" -v a="$va" 'BEGIN { printf "%.2fx", b / a }') |"
       done
     done
@@ -215,7 +219,7 @@ DAT=$LOGS/speedup.dat
 } > "$OUT/results.md"
 
 # Speedup against bandwidth, log x, with the paper's Figure 9 (BERT-Large, 256 GPUs) for scale.
-PAPER=$LOGS/paper-fig9.dat
+PAPER=$TMP/paper-fig9.dat
 printf '50 10.83\n1000 6.59\n2000 5.93\n' > "$PAPER"
 PLOT=""
 for model in $MODELS; do

@@ -9,7 +9,9 @@
 # (log_interval 1), per phase. bench_car times the two collectives alone, phase by phase. Once,
 # unshaped: onebit_adam with freeze_step auto (the freeze step it chooses is the same at every
 # bandwidth: training is deterministic) and adam for as many steps, whose wall times check the
-# end-to-end estimate. Then bench/net/report.sh writes docs/bandwidth/results.md and the plots.
+# end-to-end estimate. The raw logs go to var/bandwidth/logs/ (git-ignored; LOGS_DIR moves them);
+# bench/net/summarize.sh takes from them the TSVs of docs/bandwidth/ (committed), from which
+# bench/net/report.sh writes docs/bandwidth/results.md and the plots.
 #
 # usage: sudo bash bench/net/run.sh [--quick] [--repeats R] [--rates "50m 200m 1g unshaped"]
 #                                   [--models "mlp transformer"] [--no-auto] [--skip-runs]
@@ -18,12 +20,13 @@
 #        sudo bash bench/net/run.sh --car-ab BEFORE-BIN [--repeats R]
 #   --quick      a smoke run (200m and unshaped, MLP, 1 repeat, few steps; about 1 minute),
 #                written to build-net/quick/ instead of docs/bandwidth/
-#   --skip-runs  rebuild table and plots from docs/bandwidth/logs/
+#   --skip-runs  rebuild table and plots from the TSVs in docs/bandwidth/ (after a sweep's raw
+#                logs were changed by hand: bench/net/summarize.sh var/bandwidth/logs docs/bandwidth)
 #   --car-only   only the bench_car sweep, with another bench_car binary (e.g. one built from an
-#                older commit), logged as logs/car-NAME-RATE-MODEL.json: the before/after table
+#                older commit), logged as car-NAME-RATE-MODEL.json: the before/after table
 #   --car-ab     before/after of the compressed allreduce alone: for every bandwidth and model, R
 #                rounds of BEFORE-BIN (a bench_car built from an older commit) then this tree's
-#                bench_car, one right after the other (logs/carab-{before,after}-RATE-MODEL-rK.json)
+#                bench_car, one right after the other (carab-{before,after}-RATE-MODEL-rK.json)
 #   --no-auto    keep the auto-freeze logs of an earlier run (to redo some rates or models)
 #   --cleanup    remove namespaces and bridge left by a run that was killed
 # Needs root (ip netns, tc), Open MPI, jq, gnuplot. Environment: BUILD_DIR (default build-net),
@@ -86,7 +89,8 @@ if [ "$QUICK" -eq 1 ]; then
   CAR_ITERS=5
   OUT=$BUILD/quick
 fi
-LOGS=$OUT/logs
+LOGS=${LOGS_DIR:-var/bandwidth/logs}
+[ "$QUICK" -eq 0 ] || LOGS=$OUT/logs
 
 if [ "$SKIP_RUNS" -eq 1 ]; then
   exec bash bench/net/report.sh "$OUT"
@@ -176,6 +180,12 @@ onebit() { echo "optimizer: {type: onebit_adam, beta1: 0.9, beta2: 0.99, precond
 params() { # number of parameters of a model, from a worker's start event
   jq -r 'select(.event=="start") | .num_params' "$LOGS/$1"
 }
+# the model's number of parameters from the unshaped adam run: its raw log if this machine has
+# it, else the committed summary
+model_params() {
+  if [ -f "$LOGS/unshaped-$1-adam-r1.jsonl" ]; then params "unshaped-$1-adam-r1.jsonl"
+  else awk -F'\t' -v n="unshaped-$1-adam-r1" '$1 == n { print $2 }' "$OUT/runs.tsv"; fi
+}
 
 run_car() { # TAG RATE MODEL D
   local tag=$1 rate=$2 model=$3 d=$4 iters=$CAR_ITERS try
@@ -198,7 +208,7 @@ if [ -n "$CAR_AB" ]; then
   for rate in $RATES; do
     obnet_shape "$rate"
     for model in $MODELS; do
-      d=$(jq -r 'select(.event=="start") | .num_params' "$LOGS/unshaped-$model-adam-r1.jsonl")
+      d=$(model_params "$model")
       for ((r = 1; r <= REPEATS; r++)); do
         for side in before after; do
           bin=$CAR_BIN
@@ -214,6 +224,7 @@ if [ -n "$CAR_AB" ]; then
     done
   done
   echo "== runs took $(($(date +%s) - T0)) s"
+  bash bench/net/summarize.sh "$LOGS" "$OUT"
   bash bench/net/report.sh "$OUT"
   exit 0
 fi
@@ -241,11 +252,12 @@ for rate in $RATES; do
       d=$(params "$rate-$model-adam-r1.jsonl")
       run_car after "$rate" "$model" "$d" || true
     else
-      d=$(jq -r 'select(.event=="start") | .num_params' "$LOGS/unshaped-$model-adam-r1.jsonl")
+      d=$(model_params "$model")
       run_car "$CAR_TAG" "$rate" "$model" "$d" || true
     fi
   done
 done
 echo "== runs took $(($(date +%s) - T0)) s"
 [ "$CAR_ONLY" -eq 1 ] || echo "SETUP=$SETUP MEAS=$MEAS FREEZE=$FREEZE REPEATS=$REPEATS RATES=\"$RATES\" MODELS=\"$MODELS\" SWEEP_SECONDS=$(($(date +%s) - T0))" > "$LOGS/params"
+bash bench/net/summarize.sh "$LOGS" "$OUT"
 bash bench/net/report.sh "$OUT"

@@ -1,11 +1,29 @@
 #!/usr/bin/env python3
-"""Table and plot of bench/peers/run.sh: reads OUT/logs/, writes OUT/results.md and
-OUT/time-to-target.svg and .png (gnuplot). usage: report.py OUT"""
+"""Table and plot of bench/peers/run.sh: OUT/results.md and OUT/time-to-target.svg and .png
+(gnuplot), built from the summaries in OUT (models.tsv, runs.tsv, sweeps.tsv; committed).
+
+usage: report.py [--logs LOGS] OUT
+  --logs LOGS  first take the summaries from the raw logs of a sweep (bench/peers/run.sh keeps
+               them under var/peers/logs/ or var/peers/long/logs/, git-ignored): a run's row
+               replaces the row of the same run, the rows of runs LOGS lacks stay, LOGS/params'
+               lines are added to sweeps.tsv
+
+  models.tsv  per model: its parameters and batch, the target eval loss (the highest of the
+              reference's last 3 evaluations, steps ref_from-ref_step), the compute check's
+              median step times [s] (compute_onebit_s, compute_torch_s) and torch's version
+  runs.tsv    per model, bandwidth and system: whether its log had events, the steps, freeze
+              step, last eval loss, the step and training time [s] to the target, the median
+              step times [s] per phase (t_warm, t_comp) and the failure its stderr names
+  sweeps.tsv  one row per invocation of run.sh: its rates, models, systems and seconds
+Floats are written with repr(), so the report from the TSVs is the report from the logs."""
+import argparse
 import json
 import os
+import shlex
 import statistics
+import shutil
 import subprocess
-import sys
+import tempfile
 
 SYSTEMS = ["onebit", "onebit-fp16", "onebit-short", "onebit-refresh", "onebit-short-fp8", "onebit-refresh-fp8",
            "onebit-refresh-fp8-overlap", "onebit-warm", "onebit-overlap", "adam", "adam-fp16", "adam-overlap",
@@ -94,18 +112,114 @@ def fmt(x, nd=1):
     return "-" if x is None else f"{x:.{nd}f}"
 
 
-def main():
-    out = sys.argv[1] if len(sys.argv) > 1 else "docs/peers"
-    logs = os.path.join(out, "logs")
-    sweep_s = 0  # run.sh appends a line per invocation (a sweep may be run in parts)
-    if os.path.exists(os.path.join(logs, "params")):
-        for w in open(os.path.join(logs, "params")).read().split():
-            k, _, v = w.partition("=")
-            if k == "SWEEP_SECONDS":
-                sweep_s += int(v)
-    models = [m for m in ("mlp", "transformer") if os.path.exists(os.path.join(logs, f"ref-{m}.jsonl"))]
+MODEL_COLS = ["model", "num_params", "batch", "target", "ref_from", "ref_step", "compute_onebit_s",
+              "compute_torch_s", "torch"]
+RUN_COLS = ["model", "rate", "system", "events", "steps", "freeze", "last_eval", "hit_step", "ttt",
+            "t_warm", "t_comp", "fail"]
+SWEEP_COLS = ["rates", "models", "systems", "seconds"]
+INT_COLS = {"steps", "freeze", "hit_step", "ref_from", "ref_step", "batch", "seconds", "events"}
+FLOAT_COLS = {"target", "compute_onebit_s", "compute_torch_s", "last_eval", "ttt", "t_warm", "t_comp"}
+
+
+def read_tsv(path):
+    """Rows of a TSV with a header line, as dicts: empty cells None, numbers parsed."""
+    if not os.path.exists(path):
+        return []
+    lines = open(path).read().splitlines()
+    head = lines[0].split("\t")
+    rows = []
+    for line in lines[1:]:
+        r = {}
+        for k, v in zip(head, line.split("\t")):
+            r[k] = None if v == "" else int(v) if k in INT_COLS else float(v) if k in FLOAT_COLS else v
+        rows.append(r)
+    return rows
+
+
+def write_tsv(path, cols, rows):
+    def cell(v):
+        return "" if v is None else repr(v) if isinstance(v, float) else str(v)
+    with open(path, "w") as f:
+        f.write("\t".join(cols) + "\n")
+        for r in rows:
+            f.write("\t".join(cell(r.get(c)) for c in cols) + "\n")
+
+
+def merge(path, cols, new, key):
+    """new's rows, and the rows of the file at path whose key new lacks, sorted by key."""
+    old = read_tsv(path)
+    have = {key(r) for r in new}
+    rows = [r for r in old if key(r) not in have] + new
+    write_tsv(path, cols, sorted(rows, key=key))
+
+
+def summarize(logs, out):
+    """The rows of models.tsv, runs.tsv and sweeps.tsv from the raw logs in logs/."""
+    models, runs = [], []
+    for model in ("mlp", "transformer"):
+        if not os.path.exists(os.path.join(logs, f"ref-{model}.jsonl")):
+            continue
+        ref = events(os.path.join(logs, f"ref-{model}.jsonl"))
+        ref_eval = [e for e in ref if e.get("event") == "eval"]
+        # The eval loss is noisy (+-0.02 from one evaluation to the next on the MLP): the target
+        # is the highest of the reference's last 3 evaluations, a level Adam is at or below
+        # from the first of them on, rather than the luck of one evaluation.
+        last3 = ref_eval[-3:]
+        target = max(e["eval_loss"] for e in last3)
+        start = next((e for e in ref if e.get("event") == "start"), {})
+        m = {"model": model, "num_params": start.get("num_params", "?"),
+             "batch": start.get("spec", {}).get("batch_size", 1), "target": float(target),
+             "ref_from": last3[0]["step"], "ref_step": ref_eval[-1]["step"]}
+        # Compute check.
+        c1 = step_times(events(os.path.join(logs, f"compute-{model}-onebit.jsonl")))
+        torch_ev = events(os.path.join(logs, f"compute-{model}-torch.jsonl"))
+        c2 = step_times(torch_ev)
+        if c1 and c2:
+            m["compute_onebit_s"] = float(statistics.median([v for k, v in c1.items() if k > 3]))
+            m["compute_torch_s"] = float(statistics.median([v for k, v in c2.items() if k > 3]))
+            m["torch"] = torch_ev[0].get("torch", "")
+        models.append(m)
+        for rate in RATES:
+            for s in SYSTEMS:
+                path = os.path.join(logs, f"{rate}-{model}-{s}")
+                if not os.path.exists(path + ".jsonl") and not os.path.exists(path + ".err"):
+                    continue
+                r = run_result(path + ".jsonl", target)
+                text = open(path + ".err", errors="replace").read() if os.path.exists(path + ".err") else ""
+                fail = ("aborts (gloo)" if "EnforceNotMet" in text else
+                        "hangs at its start" if "no step after step" in text else None)
+                row = {"model": model, "rate": rate, "system": s, "events": 0 if r is None else 1,
+                       "fail": fail}
+                if r is not None:
+                    row.update({k: r.get(k) for k in RUN_COLS if k in r})
+                    for k in ("last_eval", "ttt", "t_warm", "t_comp"):
+                        if row.get(k) is not None:
+                            row[k] = float(row[k])
+                runs.append(row)
+    sweeps = []
+    if os.path.exists(os.path.join(logs, "params")):  # run.sh appends a line per invocation
+        for line in open(os.path.join(logs, "params")).read().splitlines():
+            kv = dict(w.partition("=")[::2] for w in shlex.split(line))
+            sweeps.append({"rates": kv.get("RATES"), "models": kv.get("MODELS"),
+                           "systems": kv.get("SYSTEMS"), "seconds": int(kv.get("SWEEP_SECONDS", 0))})
+    # A sweep run with --no-compute has no compute check: the model keeps the earlier one's.
+    old = {r["model"]: r for r in read_tsv(os.path.join(out, "models.tsv"))}
+    for m in models:
+        if "compute_onebit_s" not in m and m["model"] in old:
+            m.update({k: old[m["model"]][k] for k in ("compute_onebit_s", "compute_torch_s", "torch")})
+    merge(os.path.join(out, "models.tsv"), MODEL_COLS, models, lambda r: r["model"])
+    merge(os.path.join(out, "runs.tsv"), RUN_COLS, runs, lambda r: (r["model"], r["rate"], r["system"]))
+    old = read_tsv(os.path.join(out, "sweeps.tsv"))
+    write_tsv(os.path.join(out, "sweeps.tsv"), SWEEP_COLS, old + [r for r in sweeps if r not in old])
+
+
+def report(out):
+    sweep_s = sum(r["seconds"] or 0 for r in read_tsv(os.path.join(out, "sweeps.tsv")))
+    by_model = {m["model"]: m for m in read_tsv(os.path.join(out, "models.tsv"))}
+    models = [m for m in ("mlp", "transformer") if m in by_model]
+    runs = {(r["model"], r["rate"], r["system"]): r for r in read_tsv(os.path.join(out, "runs.tsv"))}
     md = ["# onebit against PyTorch DDP, on our runs", "",
-          "Generated by `bench/peers/run.sh` (`bench/peers/report.py` rebuilds it from `logs/`). 4 ranks, one",
+          "Generated by `bench/peers/run.sh` (`bench/peers/report.py` rebuilds it from the TSVs beside it). 4 ranks, one",
           "per network namespace, links shaped with tc as in `docs/bandwidth/`; all ranks share the same 2",
           "CPU cores. Time to target: training time (evaluation left out, for every system) of the steps up",
           "to the first evaluation at or below the target eval loss (from onebit's Adam, unshaped: below).",
@@ -113,28 +227,18 @@ def main():
           "(\"Repeats\").", ""]
     plot_rows = {}
     for model in models:
-        ref = events(os.path.join(logs, f"ref-{model}.jsonl"))
-        ref_eval = [e for e in ref if e.get("event") == "eval"]
-        # The eval loss is noisy (+-0.02 from one evaluation to the next on the MLP): the target
-        # is the highest of the reference's last 3 evaluations, a level Adam is at or below
-        # from the first of them on, rather than the luck of one evaluation.
-        last3 = ref_eval[-3:]
-        target, ref_step = max(e["eval_loss"] for e in last3), ref_eval[-1]["step"]
-        ref_from = last3[0]["step"]
-        start = next((e for e in ref if e.get("event") == "start"), {})
-        md += [f"## {model} ({start.get('num_params', '?')} parameters)", ""]
+        mr = by_model[model]
+        target, ref_from, ref_step = mr["target"], mr["ref_from"], mr["ref_step"]
+        md += [f"## {model} ({mr['num_params']} parameters)", ""]
         # Compute check.
-        c1 = step_times(events(os.path.join(logs, f"compute-{model}-onebit.jsonl")))
-        c2 = step_times(events(os.path.join(logs, f"compute-{model}-torch.jsonl")))
-        if c1 and c2:
-            batch = start.get("spec", {}).get("batch_size", 1)
-            m1 = statistics.median([v for k, v in c1.items() if k > 3])
-            m2 = statistics.median([v for k, v in c2.items() if k > 3])
+        if mr["compute_onebit_s"] is not None and mr["compute_torch_s"] is not None:
+            batch = mr["batch"]
+            m1, m2 = mr["compute_onebit_s"], mr["compute_torch_s"]
             md += ["Compute check (one process, one core, no communication): forward, backward and Adam step",
                    "of the same model and batch.", "",
                    "| program | step [ms] | samples/s | vs torch |", "|---|---|---|---|",
                    f"| onebit-worker (adam, world 1) | {m1 * 1e3:.1f} | {batch / m1:.0f} | {m2 / m1:.2f}x |",
-                   f"| torch {events(os.path.join(logs, f'compute-{model}-torch.jsonl'))[0].get('torch', '')} (1 thread) | {m2 * 1e3:.1f} | {batch / m2:.0f} | 1.00x |", ""]
+                   f"| torch {mr['torch'] or ''} (1 thread) | {m2 * 1e3:.1f} | {batch / m2:.0f} | 1.00x |", ""]
         md += [f"Target eval loss **{target:.4f}**: the highest eval loss of onebit's Adam over steps "
                f"{ref_from}-{ref_step} of its reference run.", "",
                "| bandwidth | " + " | ".join(LABEL[s] for s in SYSTEMS) +
@@ -148,16 +252,14 @@ def main():
                   "PowerSGD: before / after its start iteration) and the run's freeze step:", "",
                   "| bandwidth | " + " | ".join(LABEL[s] for s in SYSTEMS) + " |", "|---|" + "---|" * len(SYSTEMS)]
         for rate in RATES:
-            res = {s: run_result(os.path.join(logs, f"{rate}-{model}-{s}.jsonl"), target) for s in SYSTEMS}
+            rows = {s: runs.get((model, rate, s)) for s in SYSTEMS}
+            res = {s: rows[s] if rows[s] and rows[s]["events"] else None for s in SYSTEMS}
             if not any(res.values()):
                 continue
             cells, dcells = [], []
             for s in SYSTEMS:
                 r = res[s]
-                err = os.path.join(logs, f"{rate}-{model}-{s}.err")
-                text = open(err, errors="replace").read() if os.path.exists(err) else ""
-                fail = ("aborts (gloo)" if "EnforceNotMet" in text else
-                        "hangs at its start" if "no step after step" in text else None)
+                fail = rows[s] and rows[s]["fail"]
                 if r is None or (r["steps"] <= 5 and not r.get("ttt")) or (fail and not r.get("ttt")):
                     cells.append(fail or "-")
                     dcells.append(fmt(r["t_warm"] * 1e3) if r and r.get("t_warm") else "-")
@@ -191,10 +293,21 @@ def main():
     plot(out, models, plot_rows)
 
 
+def main():
+    ap = argparse.ArgumentParser(description="table and plot of bench/peers/run.sh from its TSVs")
+    ap.add_argument("--logs", help="first take the TSVs from the raw logs in this directory")
+    ap.add_argument("out", nargs="?", default="docs/peers")
+    a = ap.parse_args()
+    if a.logs:
+        summarize(a.logs, a.out)
+    report(a.out)
+
+
 def plot(out, models, rows):
     if not rows:
         return
-    data = os.path.join(out, "logs", "time-to-target.dat")
+    tmp = tempfile.mkdtemp()
+    data = os.path.join(tmp, "time-to-target.dat")
     series = []
     with open(data, "w") as f:
         for model in models:
@@ -209,6 +322,7 @@ def plot(out, models, rows):
                 series.append((model, s))
     for term, ext in (("svg size 1100,460 font 'sans,11'", "svg"), ("pngcairo size 1100,460", "png")):
         plot_one(out, models, series, data, term, ext)
+    shutil.rmtree(tmp)
 
 
 def plot_one(out, models, series, data, term, ext):

@@ -13,7 +13,9 @@
 #    allreduce), ddp-fp32, ddp-fp16, ddp-powersgd1/4 (start iteration = the 1-bit run's freeze
 #    step). Time to target = the training time of the steps up to the eval that reached it
 #    (evaluation time left out, the same for every system), from the runs' own step timings.
-# bench/peers/report.py then writes docs/peers/README.md's table and time-to-target.svg.
+# The raw logs go to var/peers/logs/ (var/peers/long/logs/ with --long; git-ignored, LOGS_DIR
+# moves them); bench/peers/report.py --logs takes from them the TSVs of docs/peers/ (committed)
+# and writes docs/peers/README.md's table and time-to-target.svg from those.
 #
 # usage: sudo bash bench/peers/run.sh [--rates "unshaped 1g 200m 50m"] [--models "mlp transformer"]
 #                                     [--systems "onebit adam ddp-fp32 ddp-fp16 ddp-powersgd1 ddp-powersgd4"]
@@ -34,8 +36,9 @@
 #   --long       a later target: the MLP's from step 1200 of the reference (cap 1800 steps, eval
 #                every 50), where the compression stage is most of the run; into docs/peers/long/
 #                (default rates "200m", systems "onebit onebit-fp16 ddp-fp32 ddp-fp16")
-#   --no-compute / --no-ref  keep the compute-check / reference logs of an earlier run
-#   --skip-runs  only rebuild the table and the plot from docs/peers/logs/
+#   --no-compute / --no-ref  keep the compute-check / reference logs of an earlier run (in the
+#                raw logs' directory: a run on this machine)
+#   --skip-runs  only rebuild the table and the plot from the TSVs in docs/peers/
 #   --cleanup    remove namespaces left by a killed run
 # Needs root (ip netns, tc), Open MPI, jq, gnuplot, Debian's python3-torch (installed here if
 # missing: a benchmark-only dependency). Namespaces: OBNET_PREFIX (default obpeer), OBNET_SUBNET
@@ -90,7 +93,10 @@ if [ "$LONG" -eq 1 ]; then
   [ "$SET_SYSTEMS" -eq 1 ] || SYSTEMS="onebit onebit-fp16 ddp-fp32 ddp-fp16"
   OUT=docs/peers/long
 fi
-LOGS=$OUT/logs
+case "$OUT" in
+  docs/*) LOGS=${LOGS_DIR:-var/${OUT#docs/}/logs} ;;
+  *) LOGS=$OUT/logs ;;
+esac
 [ "$SKIP_RUNS" -eq 1 ] && exec "$PY" bench/peers/report.py "$OUT"
 [ "$(id -u)" -eq 0 ] || { echo "bench/peers: needs root (ip netns, tc): sudo bash $0" >&2; exit 2; }
 for tool in ip tc mpirun jq gnuplot cmake; do
@@ -271,4 +277,4 @@ for rate in $RATES; do
 done
 echo "RATES=\"$RATES\" MODELS=\"$MODELS\" SYSTEMS=\"$SYSTEMS\" SWEEP_SECONDS=$(($(date +%s) - T0))" >> "$LOGS/params"
 echo "== runs took $(($(date +%s) - T0)) s"
-"$PY" bench/peers/report.py "$OUT"
+"$PY" bench/peers/report.py --logs "$LOGS" "$OUT"

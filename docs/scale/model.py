@@ -8,7 +8,7 @@ ranks at 8 ranks a node.
                                        # (--report: also writes docs/scale/predictions.tsv)
 
 Inputs (standard library only):
-  docs/bandwidth/logs/car-after-RATE-MODEL.json  bench_car, 4 hosts x 1 rank (flat), per rate
+  docs/bandwidth/car.tsv, rows car-after-RATE-MODEL  bench_car, 4 hosts x 1 rank (flat), per rate
   docs/scale/hier-2x2.tsv                        bench/net/hier.sh: 2 hosts x 2 ranks, flat and
                                                  hierarchical, per rate; row "intra": the fp32
                                                  ring of 2 ranks on one host
@@ -31,7 +31,6 @@ TCP, and a per-round cost); compute per element on the CPU from the measured pha
 H100 from docs/GPU.md (4.37 ms of local work for 2^28 elements).
 """
 import argparse
-import glob
 import json
 import math
 import os
@@ -44,17 +43,21 @@ RATES = {"50m": 50e6, "200m": 200e6, "1g": 1e9}
 def flat_points():
     """(rate, d, car_s, car_bytes, fp32_s, fp32_bytes, compute_s) of the 4-host runs."""
     out = []
-    for path in sorted(glob.glob(os.path.join(ROOT, "docs/bandwidth/logs/car-after-*.json"))):
-        rate = os.path.basename(path).split("-")[2]
+    path = os.path.join(ROOT, "docs/bandwidth/car.tsv")
+    if not os.path.exists(path):
+        return out
+    lines = open(path).read().splitlines()
+    head = lines[0].split("\t")
+    for r in sorted((dict(zip(head, line.split("\t"))) for line in lines[1:]), key=lambda r: r["name"]):
+        if not r["name"].startswith("car-after-"):
+            continue
+        rate = r["name"].split("-")[2]
         if rate not in RATES:
             continue
-        for line in open(path):
-            if not line.startswith('{"bench"'):
-                continue
-            j = json.loads(line)
-            comp = j["compress_s"] + j["server_s"] + j["decode_s"]
-            out.append((rate, j["d"], j["car_s"], j["car_bytes"], j["fp32_s"], j["fp32_bytes"],
-                        comp, j["ranks"]))
+        j = {k: json.loads(v) for k, v in r.items() if k not in ("name", "bench")}
+        comp = j["compress_s"] + j["server_s"] + j["decode_s"]
+        out.append((rate, j["d"], j["car_s"], j["car_bytes"], j["fp32_s"], j["fp32_bytes"],
+                    comp, j["ranks"]))
     return out
 
 
@@ -169,7 +172,7 @@ def main():
     args = ap.parse_args()
     fp = flat_points()
     if not fp:
-        sys.exit("no calibration data under docs/bandwidth/logs")
+        sys.exit("no calibration data in docs/bandwidth/car.tsv")
     a_car, a_ring, eta = fit_link(fp)
     B_intra = intra_bandwidth() or 5e9
     print("calibration on %d flat 4-host points: a round of the 1-bit exchange %.2f ms, of the "

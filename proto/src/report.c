@@ -6,6 +6,7 @@
 
 #include <jansson.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 
 static const char *const kind_names[OB_REPORT_KIND_COUNT] = {
@@ -36,6 +37,165 @@ ob_report_kind ob_report_kind_parse(const char *text)
     return OB_REPORT_NONE;
 }
 
+/* ---- the fields of a JSON line ---------------------------------------------------------- */
+
+/* How a field is held in ob_report and written in JSON. */
+typedef enum field_type {
+    F_INT,         /* int64_t */
+    F_INT_OR_NULL, /* int64_t; negative ("none") written as null; missing or null read as -1 */
+    F_INT32,       /* int */
+    F_NUM,         /* double; not finite written as null (JSON has no NaN) */
+    F_STR,         /* char[size] */
+    F_BOOL,        /* int, a JSON boolean */
+    F_FAILED, /* int ckpt_failed, as "ok": true when written; read: failed when "ok" is false */
+    F_BITS,   /* double loss per byte, written in bits (loss / ln 2) for text models (is_text)
+                 only; read: the key's presence sets is_text */
+    F_SPEC,   /* const char *spec_json, written as the JSON object it holds (null if none);
+                 never read */
+    F_ERROR,  /* char message[size], written (or "failed") for a failed checkpoint only */
+} field_type;
+
+/* When a field is written (it is read whenever the line has it). */
+typedef enum field_when {
+    W_ALWAYS,
+    W_ERROR_FEEDBACK, /* the compression health: only when computed (worker_error_ratio not NaN) */
+    W_CKPT_OK,        /* only for a checkpoint that was written */
+    W_READ_ONLY,      /* never: a key the reader takes from the line, as it always has */
+} field_when;
+
+typedef struct field {
+    const char *name; /* the JSON key */
+    field_type type;
+    size_t offset, size; /* of the member in ob_report */
+    field_when when;
+    size_t also; /* F_INT read: the value also goes to this int64_t member (0: nowhere;
+                    offset 0, job_id, never is one) */
+} field;
+
+#define FIELD(key, t, member)                                                                      \
+    .name = key, .type = t, .offset = offsetof(ob_report, member),                                 \
+    .size = sizeof(((ob_report *)0)->member)
+#define ALSO(member) .also = offsetof(ob_report, member)
+
+/* Each kind's keys, in the order a line has them after "event". */
+static const field start_fields[] = {
+    {FIELD("world_size", F_INT32, world_size)},
+    {FIELD("num_params", F_INT, num_params)},
+    {FIELD("spec", F_SPEC, spec_json)},
+};
+static const field step_fields[] = {
+    {FIELD("step", F_INT, progress.step)},
+    {FIELD("phase", F_STR, progress.phase)},
+    {FIELD("loss", F_NUM, progress.loss)},
+    {FIELD("lr", F_NUM, progress.lr)},
+    {FIELD("samples_per_s", F_NUM, progress.samples_per_s)},
+    {FIELD("bytes_sent", F_INT, progress.bytes_sent)},
+    {FIELD("bytes_step", F_INT, bytes_step)},
+    {FIELD("freeze_ratio", F_NUM, progress.freeze_ratio)},
+    {FIELD("worker_error_ratio", F_NUM, progress.worker_error_ratio), .when = W_ERROR_FEEDBACK},
+    {FIELD("server_error_ratio", F_NUM, progress.server_error_ratio), .when = W_ERROR_FEEDBACK},
+    {FIELD("zero_momentum_fraction", F_NUM, progress.zero_momentum_fraction),
+     .when = W_ERROR_FEEDBACK},
+};
+static const field eval_fields[] = {
+    {FIELD("step", F_INT, progress.step)},
+    {FIELD("eval_loss", F_NUM, eval_loss)},
+    {FIELD("eval_accuracy", F_NUM, eval_accuracy)},
+    {FIELD("eval_bits_per_byte", F_BITS, eval_loss)},
+    {FIELD("eval_count", F_INT, eval_count)},
+};
+static const field freeze_fields[] = {
+    {FIELD("step", F_INT, progress.step), ALSO(progress.freeze_step)},
+    {FIELD("freeze_ratio", F_NUM, progress.freeze_ratio)},
+};
+static const field checkpoint_fields[] = {
+    {FIELD("step", F_INT, ckpt_step), ALSO(progress.step)},
+    {FIELD("ok", F_FAILED, ckpt_failed)},
+    {FIELD("error", F_ERROR, message)},
+    {FIELD("path", F_STR, ckpt_path), .when = W_CKPT_OK},
+    {FIELD("async", F_BOOL, ckpt_async), .when = W_CKPT_OK},
+    {FIELD("bytes", F_INT, ckpt_bytes), .when = W_CKPT_OK},
+    {FIELD("stall_seconds", F_NUM, stall_seconds), .when = W_CKPT_OK},
+    {FIELD("write_seconds", F_NUM, write_seconds), .when = W_CKPT_OK},
+    {FIELD("from_world_size", F_INT32, from_world_size), .when = W_READ_ONLY},
+};
+static const field resume_fields[] = {
+    {FIELD("step", F_INT, ckpt_step), ALSO(progress.step)},
+    {FIELD("path", F_STR, ckpt_path)},
+    {FIELD("from_world_size", F_INT32, from_world_size)},
+    {FIELD("phase", F_STR, progress.phase)},
+    {FIELD("ok", F_FAILED, ckpt_failed), .when = W_READ_ONLY},
+    {FIELD("async", F_BOOL, ckpt_async), .when = W_READ_ONLY},
+    {FIELD("bytes", F_INT, ckpt_bytes), .when = W_READ_ONLY},
+    {FIELD("stall_seconds", F_NUM, stall_seconds), .when = W_READ_ONLY},
+    {FIELD("write_seconds", F_NUM, write_seconds), .when = W_READ_ONLY},
+    {FIELD("error", F_ERROR, message), .when = W_READ_ONLY},
+};
+static const field notice_fields[] = {
+    {FIELD("step", F_INT, progress.step)},
+    {FIELD("message", F_STR, message)},
+};
+static const field warm_start_fields[] = {
+    {FIELD("step", F_INT, progress.step)},
+    {FIELD("outcome", F_STR, progress.warm_start)},
+    {FIELD("message", F_STR, message)},
+};
+static const field rewarm_fields[] = {
+    {FIELD("step", F_INT, progress.step)},
+    {FIELD("to_step", F_INT, ckpt_step)},
+    {FIELD("path", F_STR, ckpt_path)},
+    {FIELD("message", F_STR, message)},
+};
+static const field profile_fields[] = {
+    {FIELD("steps", F_INT, profile.steps)},
+    {FIELD("ms_per_step", F_NUM, profile.ms_per_step)},
+    {FIELD("data_ms", F_NUM, profile.data_ms)},
+    {FIELD("compute_ms", F_NUM, profile.compute_ms)},
+    {FIELD("allreduce_ms", F_NUM, profile.allreduce_ms)},
+    {FIELD("compress_ms", F_NUM, profile.compress_ms)},
+    {FIELD("exchange_ms", F_NUM, profile.exchange_ms)},
+    {FIELD("update_ms", F_NUM, profile.update_ms)},
+    {FIELD("wait_ms", F_NUM, profile.wait_ms)}, /* 0 from a worker that does not report it */
+};
+static const field summary_fields[] = {
+    {FIELD("steps", F_INT, summary.steps), ALSO(progress.step)},
+    {FIELD("freeze_step", F_INT_OR_NULL, summary.freeze_step)},
+    {FIELD("final_train_loss", F_NUM, summary.final_train_loss)},
+    {FIELD("eval_loss", F_NUM, summary.eval_loss)},
+    {FIELD("eval_accuracy", F_NUM, summary.eval_accuracy)},
+    {FIELD("eval_bits_per_byte", F_BITS, summary.eval_loss)},
+    {FIELD("bytes_sent", F_INT, summary.bytes_sent)},
+    {FIELD("bytes_warmup", F_INT, summary.bytes_warmup)},
+    {FIELD("bytes_compression", F_INT, summary.bytes_compression)},
+    {FIELD("wall_seconds", F_NUM, summary.wall_seconds)},
+    {FIELD("samples_per_s", F_NUM, summary.samples_per_s)},
+    {FIELD("num_params", F_INT, summary.num_params)},
+    {FIELD("first_step", F_INT, summary.first_step)},
+    {FIELD("stopped", F_BOOL, summary.stopped)},
+    {FIELD("last_checkpoint", F_INT_OR_NULL, summary.last_checkpoint)},
+};
+
+#define FIELDS(t)                                                                                  \
+    {                                                                                              \
+        t, sizeof t / sizeof t[0]                                                                  \
+    }
+static const struct {
+    const field *f;
+    size_t n;
+} kind_fields[OB_REPORT_KIND_COUNT] = {
+    [OB_REPORT_START] = FIELDS(start_fields),
+    [OB_REPORT_STEP] = FIELDS(step_fields),
+    [OB_REPORT_EVAL] = FIELDS(eval_fields),
+    [OB_REPORT_FREEZE] = FIELDS(freeze_fields),
+    [OB_REPORT_CHECKPOINT] = FIELDS(checkpoint_fields),
+    [OB_REPORT_RESUME] = FIELDS(resume_fields),
+    [OB_REPORT_NOTICE] = FIELDS(notice_fields),
+    [OB_REPORT_PROFILE] = FIELDS(profile_fields),
+    [OB_REPORT_SUMMARY] = FIELDS(summary_fields),
+    [OB_REPORT_WARM_START] = FIELDS(warm_start_fields),
+    [OB_REPORT_REWARM] = FIELDS(rewarm_fields),
+};
+
 /* ---- writing a JSON line ------------------------------------------------------------------ */
 
 /* A number, or null when it is not finite (JSON has no NaN). */
@@ -49,131 +209,66 @@ static void set(json_t *o, const char *key, json_t *v)
     json_object_set_new(o, key, v);
 }
 
-static void set_int(json_t *o, const char *key, int64_t v)
+static int written(const ob_report *r, const field *f)
 {
-    set(o, key, json_integer((json_int_t)v));
+    switch (f->when) {
+    case W_ALWAYS:
+        break;
+    case W_ERROR_FEEDBACK:
+        return !isnan(r->progress.worker_error_ratio);
+    case W_CKPT_OK:
+        return !r->ckpt_failed;
+    case W_READ_ONLY:
+        return 0;
+    }
+    switch (f->type) {
+    case F_BITS:
+        return r->is_text;
+    case F_ERROR:
+        return r->ckpt_failed;
+    default:
+        return 1;
+    }
 }
 
-/* An integer, or null when it is negative ("none"). */
-static void set_int_or_null(json_t *o, const char *key, int64_t v)
+static void write_field(json_t *o, const ob_report *r, const field *f)
 {
-    set(o, key, v >= 0 ? json_integer((json_int_t)v) : json_null());
-}
-
-static void write_eval(json_t *o, double loss, double accuracy, int is_text)
-{
-    set(o, "eval_loss", num(loss));
-    set(o, "eval_accuracy", num(accuracy));
-    if (is_text) set(o, "eval_bits_per_byte", num(loss / log(2.0)));
-}
-
-static void write_summary(json_t *o, const ob_report *r)
-{
-    const ob_report_summary *s = &r->summary;
-    set_int(o, "steps", s->steps);
-    set_int_or_null(o, "freeze_step", s->freeze_step);
-    set(o, "final_train_loss", num(s->final_train_loss));
-    write_eval(o, s->eval_loss, s->eval_accuracy, r->is_text);
-    set_int(o, "bytes_sent", s->bytes_sent);
-    set_int(o, "bytes_warmup", s->bytes_warmup);
-    set_int(o, "bytes_compression", s->bytes_compression);
-    set(o, "wall_seconds", num(s->wall_seconds));
-    set(o, "samples_per_s", num(s->samples_per_s));
-    set_int(o, "num_params", s->num_params);
-    set_int(o, "first_step", s->first_step);
-    set(o, "stopped", json_boolean(s->stopped));
-    set_int_or_null(o, "last_checkpoint", s->last_checkpoint);
-}
-
-static void write_profile(json_t *o, const ob_report_profile *f)
-{
-    set_int(o, "steps", f->steps);
-    set(o, "ms_per_step", num(f->ms_per_step));
-    set(o, "data_ms", num(f->data_ms));
-    set(o, "compute_ms", num(f->compute_ms));
-    set(o, "allreduce_ms", num(f->allreduce_ms));
-    set(o, "compress_ms", num(f->compress_ms));
-    set(o, "exchange_ms", num(f->exchange_ms));
-    set(o, "update_ms", num(f->update_ms));
-    set(o, "wait_ms", num(f->wait_ms));
-}
-
-static void write_fields(json_t *o, const ob_report *r)
-{
-    const ob_progress *p = &r->progress;
-    switch (r->kind) {
-    case OB_REPORT_START: {
-        set(o, "world_size", json_integer(r->world_size));
-        set_int(o, "num_params", r->num_params);
-        json_t *spec = r->spec_json ? json_loads(r->spec_json, 0, NULL) : NULL;
-        set(o, "spec", spec ? spec : json_null());
+    const char *at = (const char *)r + f->offset;
+    switch (f->type) {
+    case F_INT:
+        set(o, f->name, json_integer((json_int_t)(*(const int64_t *)at)));
+        break;
+    case F_INT_OR_NULL: {
+        int64_t v = *(const int64_t *)at;
+        set(o, f->name, v >= 0 ? json_integer((json_int_t)v) : json_null());
         break;
     }
-    case OB_REPORT_STEP:
-        set_int(o, "step", p->step);
-        set(o, "phase", json_string(p->phase));
-        set(o, "loss", num(p->loss));
-        set(o, "lr", num(p->lr));
-        set(o, "samples_per_s", num(p->samples_per_s));
-        set_int(o, "bytes_sent", p->bytes_sent);
-        set_int(o, "bytes_step", r->bytes_step);
-        set(o, "freeze_ratio", num(p->freeze_ratio));
-        if (!isnan(p->worker_error_ratio)) { /* NaN: no error feedback, no keys */
-            set(o, "worker_error_ratio", num(p->worker_error_ratio));
-            set(o, "server_error_ratio", num(p->server_error_ratio));
-            set(o, "zero_momentum_fraction", num(p->zero_momentum_fraction));
-        }
+    case F_INT32:
+        set(o, f->name, json_integer(*(const int *)at));
         break;
-    case OB_REPORT_EVAL:
-        set_int(o, "step", p->step);
-        write_eval(o, r->eval_loss, r->eval_accuracy, r->is_text);
-        set_int(o, "eval_count", r->eval_count);
+    case F_NUM:
+        set(o, f->name, num(*(const double *)at));
         break;
-    case OB_REPORT_FREEZE:
-        set_int(o, "step", p->step);
-        set(o, "freeze_ratio", num(p->freeze_ratio));
+    case F_STR:
+        set(o, f->name, json_string(at));
         break;
-    case OB_REPORT_CHECKPOINT:
-        set_int(o, "step", r->ckpt_step);
-        set(o, "ok", json_boolean(!r->ckpt_failed));
-        if (r->ckpt_failed) {
-            set(o, "error", json_string(r->message[0] ? r->message : "failed"));
-            break;
-        }
-        set(o, "path", json_string(r->ckpt_path));
-        set(o, "async", json_boolean(r->ckpt_async));
-        set_int(o, "bytes", r->ckpt_bytes);
-        set(o, "stall_seconds", num(r->stall_seconds));
-        set(o, "write_seconds", num(r->write_seconds));
+    case F_BOOL:
+        set(o, f->name, json_boolean(*(const int *)at));
         break;
-    case OB_REPORT_RESUME:
-        set_int(o, "step", r->ckpt_step);
-        set(o, "path", json_string(r->ckpt_path));
-        set(o, "from_world_size", json_integer(r->from_world_size));
-        set(o, "phase", json_string(p->phase));
+    case F_FAILED:
+        set(o, f->name, json_boolean(!*(const int *)at));
         break;
-    case OB_REPORT_NOTICE:
-        set_int(o, "step", p->step);
-        set(o, "message", json_string(r->message));
+    case F_BITS:
+        set(o, f->name, num(*(const double *)at / log(2.0)));
         break;
-    case OB_REPORT_WARM_START:
-        set_int(o, "step", p->step);
-        set(o, "outcome", json_string(p->warm_start));
-        set(o, "message", json_string(r->message));
+    case F_SPEC: {
+        const char *spec = *(const char *const *)at;
+        json_t *j = spec ? json_loads(spec, 0, NULL) : NULL;
+        set(o, f->name, j ? j : json_null());
         break;
-    case OB_REPORT_REWARM:
-        set_int(o, "step", p->step);
-        set_int(o, "to_step", r->ckpt_step);
-        set(o, "path", json_string(r->ckpt_path));
-        set(o, "message", json_string(r->message));
-        break;
-    case OB_REPORT_PROFILE:
-        write_profile(o, &r->profile);
-        break;
-    case OB_REPORT_SUMMARY:
-        write_summary(o, r);
-        break;
-    case OB_REPORT_NONE:
+    }
+    case F_ERROR:
+        set(o, f->name, json_string(at[0] ? at : "failed"));
         break;
     }
 }
@@ -184,7 +279,10 @@ char *ob_report_to_json(const ob_report *r)
     json_t *o = json_object();
     if (!o) return NULL;
     set(o, "event", json_string(kind_names[r->kind]));
-    write_fields(o, r);
+    for (size_t i = 0; i < kind_fields[r->kind].n; i++) {
+        const field *f = &kind_fields[r->kind].f[i];
+        if (written(r, f)) write_field(o, r, f);
+    }
     char *s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(7));
     json_decref(o);
     return s;
@@ -274,106 +372,40 @@ size_t ob_log_tag(const char *line, size_t len, long *rank, ob_log_stream *strea
     return n;
 }
 
-static void read_summary(const json_t *o, ob_report *r)
+static void read_field(const json_t *o, ob_report *r, const field *f)
 {
-    ob_report_summary *s = &r->summary;
-    r->progress.step = s->steps = jint(o, "steps");
-    s->freeze_step = jint_or(o, "freeze_step", -1);
-    s->final_train_loss = jnum(o, "final_train_loss");
-    s->eval_loss = jnum(o, "eval_loss");
-    s->eval_accuracy = jnum(o, "eval_accuracy");
-    r->is_text = json_object_get(o, "eval_bits_per_byte") != NULL;
-    s->bytes_sent = jint(o, "bytes_sent");
-    s->bytes_warmup = jint(o, "bytes_warmup");
-    s->bytes_compression = jint(o, "bytes_compression");
-    s->wall_seconds = jnum(o, "wall_seconds");
-    s->samples_per_s = jnum(o, "samples_per_s");
-    s->num_params = jint(o, "num_params");
-    s->first_step = jint(o, "first_step");
-    s->stopped = json_is_true(json_object_get(o, "stopped"));
-    s->last_checkpoint = jint_or(o, "last_checkpoint", -1);
-}
-
-static void read_profile(const json_t *o, ob_report_profile *f)
-{
-    f->steps = jint(o, "steps");
-    f->ms_per_step = jnum(o, "ms_per_step");
-    f->data_ms = jnum(o, "data_ms");
-    f->compute_ms = jnum(o, "compute_ms");
-    f->allreduce_ms = jnum(o, "allreduce_ms");
-    f->compress_ms = jnum(o, "compress_ms");
-    f->exchange_ms = jnum(o, "exchange_ms");
-    f->update_ms = jnum(o, "update_ms");
-    f->wait_ms = jnum(o, "wait_ms"); /* 0 from a worker that does not report it */
-}
-
-static void read_fields(const json_t *o, ob_report *r)
-{
-    ob_progress *p = &r->progress;
-    switch (r->kind) {
-    case OB_REPORT_START:
-        r->num_params = jint(o, "num_params");
-        r->world_size = (int)jint(o, "world_size");
+    char *at = (char *)r + f->offset;
+    const json_t *v = json_object_get(o, f->name);
+    switch (f->type) {
+    case F_INT: {
+        int64_t x = jint(o, f->name);
+        *(int64_t *)at = x;
+        if (f->also) *(int64_t *)((char *)r + f->also) = x;
         break;
-    case OB_REPORT_STEP:
-        p->step = jint(o, "step");
-        p->loss = jnum(o, "loss");
-        ob_strlcpy(p->phase, jstr(o, "phase"), sizeof p->phase);
-        p->samples_per_s = jnum(o, "samples_per_s");
-        p->bytes_sent = jint(o, "bytes_sent");
-        r->bytes_step = jint(o, "bytes_step");
-        p->lr = jnum(o, "lr");
-        p->freeze_ratio = jnum(o, "freeze_ratio");
-        p->worker_error_ratio = jnum(o, "worker_error_ratio");
-        p->server_error_ratio = jnum(o, "server_error_ratio");
-        p->zero_momentum_fraction = jnum(o, "zero_momentum_fraction");
+    }
+    case F_INT_OR_NULL:
+        *(int64_t *)at = jint_or(o, f->name, -1);
         break;
-    case OB_REPORT_EVAL:
-        p->step = jint(o, "step");
-        r->eval_loss = jnum(o, "eval_loss");
-        r->eval_accuracy = jnum(o, "eval_accuracy");
-        r->eval_count = jint(o, "eval_count");
-        r->is_text = json_object_get(o, "eval_bits_per_byte") != NULL;
+    case F_INT32:
+        *(int *)at = (int)jint(o, f->name);
         break;
-    case OB_REPORT_FREEZE:
-        p->step = p->freeze_step = jint(o, "step");
-        p->freeze_ratio = jnum(o, "freeze_ratio");
+    case F_NUM:
+        *(double *)at = jnum(o, f->name);
         break;
-    case OB_REPORT_CHECKPOINT:
-    case OB_REPORT_RESUME:
-        p->step = r->ckpt_step = jint(o, "step");
-        ob_strlcpy(r->ckpt_path, jstr(o, "path"), sizeof r->ckpt_path);
-        r->ckpt_failed = json_is_false(json_object_get(o, "ok"));
-        r->ckpt_async = json_is_true(json_object_get(o, "async"));
-        r->ckpt_bytes = jint(o, "bytes");
-        r->stall_seconds = jnum(o, "stall_seconds");
-        r->write_seconds = jnum(o, "write_seconds");
-        r->from_world_size = (int)jint(o, "from_world_size");
-        ob_strlcpy(r->message, jstr(o, "error"), sizeof r->message);
-        if (r->kind == OB_REPORT_RESUME) ob_strlcpy(p->phase, jstr(o, "phase"), sizeof p->phase);
+    case F_STR:
+    case F_ERROR:
+        ob_strlcpy(at, jstr(o, f->name), f->size);
         break;
-    case OB_REPORT_NOTICE:
-        p->step = jint(o, "step");
-        ob_strlcpy(r->message, jstr(o, "message"), sizeof r->message);
+    case F_BOOL:
+        *(int *)at = json_is_true(v);
         break;
-    case OB_REPORT_WARM_START:
-        p->step = jint(o, "step");
-        ob_strlcpy(p->warm_start, jstr(o, "outcome"), sizeof p->warm_start);
-        ob_strlcpy(r->message, jstr(o, "message"), sizeof r->message);
+    case F_FAILED:
+        *(int *)at = json_is_false(v);
         break;
-    case OB_REPORT_REWARM:
-        p->step = jint(o, "step");
-        r->ckpt_step = jint(o, "to_step");
-        ob_strlcpy(r->ckpt_path, jstr(o, "path"), sizeof r->ckpt_path);
-        ob_strlcpy(r->message, jstr(o, "message"), sizeof r->message);
+    case F_BITS:
+        r->is_text = v != NULL;
         break;
-    case OB_REPORT_PROFILE:
-        read_profile(o, &r->profile);
-        break;
-    case OB_REPORT_SUMMARY:
-        read_summary(o, r);
-        break;
-    case OB_REPORT_NONE:
+    case F_SPEC:
         break;
     }
 }
@@ -390,7 +422,8 @@ int ob_report_parse_line(const char *line, size_t len, ob_report *r)
     json_t *o = json_loadb(line, len, JSON_REJECT_DUPLICATES, NULL);
     if (!o) return 0;
     r->kind = ob_report_kind_parse(jstr(o, "event"));
-    if (r->kind != OB_REPORT_NONE) read_fields(o, r);
+    for (size_t i = 0; r->kind != OB_REPORT_NONE && i < kind_fields[r->kind].n; i++)
+        read_field(o, r, &kind_fields[r->kind].f[i]);
     json_decref(o);
     return r->kind != OB_REPORT_NONE;
 }
