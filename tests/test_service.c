@@ -562,6 +562,14 @@ static void test_reports(void **state)
     r.kind = OB_REPORT_STEP;
     assert_int_equal(ob_service_report(f->svc, &r, NULL, NULL, &err), OB_ERR_NOT_FOUND);
     assert_true(wait_state(f, a, OB_JOB_RUNNING));
+    /* Read twice before the reports (the second read is the service's cached copy): the reads
+     * after them must see them. */
+    ob_job before;
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(ob_service_get(f->svc, a, &before, &err), OB_OK);
+        assert_int_equal(before.progress.step, 0);
+        ob_job_clear(&before);
+    }
     const char *lines[] = {
         "{\"event\":\"start\",\"world_size\":2,\"num_params\":1000}",
         "{\"event\":\"step\",\"step\":20,\"phase\":\"warmup\",\"loss\":0.5,\"lr\":0.001,"

@@ -391,10 +391,43 @@ static void test_full(void **state)
     ob_store_close(s);
 }
 
+/* The generation changes with every write (create, update, attempt, delete), not with reads,
+ * and never goes back: the service's job cache (job_cache.c) serves a job read at a generation
+ * while it is unchanged. */
+static void test_generation(void **state)
+{
+    fixture *f = *state;
+    ob_store *s = NULL;
+    ob_err err;
+    assert_int_equal(ob_store_open(&s, f->path, &err), OB_OK);
+    uint64_t g0 = ob_store_generation(s);
+    ob_job j = make_job("gen", 1);
+    assert_int_equal(ob_store_create_job(s, &j, &err), OB_OK);
+    uint64_t g1 = ob_store_generation(s);
+    assert_true(g1 > g0);
+    ob_job got;
+    assert_int_equal(ob_store_get_job(s, j.id, &got, &err), OB_OK);
+    ob_job_clear(&got);
+    assert_true(ob_store_generation(s) == g1);
+    j.state = OB_JOB_RUNNING;
+    assert_int_equal(ob_store_update_job(s, &j, NULL, &err), OB_OK);
+    uint64_t g2 = ob_store_generation(s);
+    assert_true(g2 > g1);
+    ob_attempt a = {.number = 1, .started_ms = 1000, .exit_code = -1};
+    assert_int_equal(ob_store_put_attempt(s, j.id, &a, &err), OB_OK);
+    uint64_t g3 = ob_store_generation(s);
+    assert_true(g3 > g2);
+    assert_int_equal(ob_store_delete_job(s, j.id, &err), OB_OK);
+    assert_true(ob_store_generation(s) > g3);
+    ob_job_clear(&j);
+    ob_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_create_get, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_generation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_list_paging_filter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reopen_keeps_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_not_a_store, setup, teardown),

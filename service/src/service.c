@@ -170,6 +170,7 @@ ob_status ob_service_create(ob_service **out, const ob_service_config *cfg, ob_e
     if (!svc) return OB_ERR(err, OB_ERR_NOMEM, "allocating the service");
     svc->lock_fd = -1;
     pthread_mutex_init(&svc->mu, NULL);
+    ob__job_cache_init(&svc->jobs_cache);
     pthread_cond_init(&svc->cv, NULL);
     svc->cfg = *cfg;
     if (svc->cfg.tick_ms <= 0) svc->cfg.tick_ms = 100;
@@ -239,6 +240,7 @@ void ob_service_destroy(ob_service *svc)
     free(svc->ckpt_dir);
     free(svc->report_addr);
     ob__metrics_free(svc);
+    ob__job_cache_free(&svc->jobs_cache);
     ob__roots_free(&svc->data_roots);
     ob__roots_free(&svc->ckpt_roots);
     pthread_cond_destroy(&svc->cv);
@@ -515,9 +517,21 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
 
 ob_status ob_service_get(ob_service *svc, const char *id, ob_job *out, ob_err *err)
 {
+    /* Unchanged since the last read of this job: from memory, without the lock (job_cache.c).
+     * Where SQLite's connections are not safe to share between threads, the generation is
+     * read under the lock. */
+    int lockfree = ob_store_generation_lockfree();
+    if (lockfree && ob__job_cache_get(&svc->jobs_cache, id, ob_store_generation(svc->store), out))
+        return OB_OK;
     pthread_mutex_lock(&svc->mu);
+    uint64_t gen = ob_store_generation(svc->store);
+    if (!lockfree && ob__job_cache_get(&svc->jobs_cache, id, gen, out)) {
+        pthread_mutex_unlock(&svc->mu);
+        return OB_OK;
+    }
     ob_status rc = ob_store_get_job(svc->store, id, out, err);
     pthread_mutex_unlock(&svc->mu);
+    if (rc == OB_OK) ob__job_cache_put(&svc->jobs_cache, gen, out);
     return rc;
 }
 

@@ -6,6 +6,7 @@
 #define ONEBIT_SERVICE_INTERNAL_H
 
 #include "onebit/service.h"
+#include "onebit/store.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -82,6 +83,29 @@ ob_status ob__roots_resolve(const ob__roots *r, const char *field, const char *p
 ob_status ob__svc_pin_paths(const ob_service *svc, const char *spec_json, char **out, char *problem,
                             size_t cap);
 
+/* ---- job_cache.c: single-job reads served from memory while the store is unchanged ------- */
+
+#define OB__JOB_CACHE_SLOTS 16
+typedef struct ob__job_cache {
+    pthread_mutex_t mu;
+    uint64_t tick;
+    struct ob__job_cache_slot {
+        int used;
+        uint64_t gen, tick; /* the store's generation when read; last use */
+        ob_job job;
+    } slot[OB__JOB_CACHE_SLOTS];
+} ob__job_cache;
+
+void ob__job_cache_init(ob__job_cache *c);
+void ob__job_cache_free(ob__job_cache *c);
+
+/* 1 and a copy of the job in *out (the caller clears it) when the cache holds job id as read at
+ * the store's generation gen; 0 otherwise. */
+int ob__job_cache_get(ob__job_cache *c, const char *id, uint64_t gen, ob_job *out);
+
+/* Keeps a copy of j, read at the store's generation gen (read before the job was). */
+void ob__job_cache_put(ob__job_cache *c, uint64_t gen, const ob_job *j);
+
 struct ob_service {
     ob_service_config cfg;
     char *state_dir, *jobs_dir, *ckpt_dir, *report_addr;
@@ -91,6 +115,7 @@ struct ob_service {
     int64_t event_counter;
     int64_t reports;                  /* WorkerService reports accepted */
     struct ob__metrics_memo *metrics; /* what /metrics saw last (metrics.c); NULL before */
+    ob__job_cache jobs_cache;         /* ob_service_get's recent reads (job_cache.c) */
     int stopping;
     int started;
     int lock_fd; /* holds the state directory's lock */

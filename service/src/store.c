@@ -935,3 +935,13 @@ ob_status ob_store_count_jobs(ob_store *s, int64_t *n, ob_err *err)
         *n += c[i];
     return OB_OK;
 }
+
+uint64_t ob_store_generation(ob_store *s)
+{
+    return (uint64_t)sqlite3_total_changes64(s->db);
+}
+
+int ob_store_generation_lockfree(void)
+{
+    return sqlite3_threadsafe() == 1;
+}

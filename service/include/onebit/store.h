@@ -94,6 +94,15 @@ ob_status ob_store_count_states(ob_store *s, int64_t counts[OB_JOB_STATE_COUNT],
 /* The number of jobs in the store. */
 ob_status ob_store_count_jobs(ob_store *s, int64_t *n, ob_err *err);
 
+/* A number that changes whenever the store is written (rows inserted, updated or deleted on
+ * this connection, committed or not) and never goes back: what was read at one value still
+ * holds while it is unchanged. */
+uint64_t ob_store_generation(ob_store *s);
+
+/* 1 when ob_store_generation may be called from any thread at any time (SQLite serialises its
+ * connections), 0 when only under the lock that guards the store's other calls. */
+int ob_store_generation_lockfree(void);
+
 #ifdef __cplusplus
 }
 #endif
