@@ -88,24 +88,12 @@ ob_status cublas_fail(ob_err *err, cublasStatus_t rc, const char *call, const ch
             return cublas_fail((err), rc_, #call, __FILE__, __LINE__);                             \
     } while (0)
 
-/* ---- shape helpers (as in model_mlp.c) --------------------------------------------------- */
-
-/* Hidden layers the kind really has: softmax regression ignores the MLP fields. */
-size_t num_hidden(const ob_model_config *cfg)
-{
-    return cfg->kind == OB_MODEL_MLP ? cfg->num_hidden : 0;
-}
-
-/* Width feeding layer i (i == num_hidden means the output layer). */
-size_t fan_in(const ob_model_config *cfg, size_t i)
-{
-    return i == 0 ? cfg->input_dim : cfg->hidden[i - 1];
-}
+/* ---- shape helpers (ob__cls_num_hidden and ob__cls_fan_in are model_internal.h's) --------- */
 
 /* Width coming out of layer i. */
 size_t fan_out(const ob_model_config *cfg, size_t i)
 {
-    return i == num_hidden(cfg) ? cfg->num_classes : cfg->hidden[i];
+    return i == ob__cls_num_hidden(cfg) ? cfg->num_classes : cfg->hidden[i];
 }
 
 /* ---- device code ------------------------------------------------------------------------- */
@@ -289,7 +277,7 @@ size_t layout_device(ob__cls_cuda *c, const ob_model_config *cfg, char *base)
     size_t off = 0;
     place(&c->x, B * cfg->input_dim, base, &off); // (B, D)
     place(&c->y, B, base, &off);                  // (B)
-    for (size_t i = 0; i < num_hidden(cfg); i++) {
+    for (size_t i = 0; i < ob__cls_num_hidden(cfg); i++) {
         place(&c->a.pre[i], B * cfg->hidden[i], base, &off);   // (B, H_i)
         place(&c->a.post[i], B * cfg->hidden[i], base, &off);  // (B, H_i)
         place(&c->a.dpost[i], B * cfg->hidden[i], base, &off); // (B, H_i)
@@ -451,7 +439,7 @@ ob_status forward(const ob_model *m, const float *params, size_t n, ob_err *err)
     const ob_model_config *cfg = &m->cfg;
     const ob_model_tensor *t = m->tensors; /* weight of layer i at 2i, bias at 2i + 1 */
     ob__cls_cuda *c = m->cuda;
-    const size_t nh = num_hidden(cfg), k = cfg->num_classes;
+    const size_t nh = ob__cls_num_hidden(cfg), k = cfg->num_classes;
 
     const float *inp = c->x; // (n, fan_in)
     for (size_t i = 0; i <= nh; i++) {
@@ -459,7 +447,7 @@ ob_status forward(const ob_model *m, const float *params, size_t n, ob_err *err)
         float *post = i == nh ? NULL : c->a.post[i];
         int act = i == nh ? kIdentity : (int)cfg->activation;
         ob_status st = linear_forward(c, pre, post, inp, params + t[2 * i].offset,
-                                      params + t[2 * i + 1].offset, n, fan_in(cfg, i),
+                                      params + t[2 * i + 1].offset, n, ob__cls_fan_in(cfg, i),
                                       fan_out(cfg, i), act, err);
         if (st) return st;
         inp = post;
@@ -486,7 +474,7 @@ ob_status backward(const ob_model *m, const float *params, float *grad, size_t n
     const ob_model_config *cfg = &m->cfg;
     const ob_model_tensor *t = m->tensors;
     ob__cls_cuda *c = m->cuda;
-    const size_t nh = num_hidden(cfg), k = cfg->num_classes;
+    const size_t nh = ob__cls_num_hidden(cfg), k = cfg->num_classes;
 
     float scale = 1.0f / (float)n; /* d mean / d sum, rounded as the CPU rounds it */
     xent_backward_kernel<<<grid_for(n * k), kThreads, 0, c->stream>>>(c->a.probs, c->y, n, k,
@@ -495,7 +483,7 @@ ob_status backward(const ob_model *m, const float *params, float *grad, size_t n
 
     const float *dout = c->a.probs; // (n, fan_out)
     for (size_t i = nh + 1; i-- > 0;) {
-        size_t cin = fan_in(cfg, i);
+        size_t cin = ob__cls_fan_in(cfg, i);
         const float *inp = i == 0 ? c->x : c->a.post[i - 1];
         float *dinp = i == 0 ? NULL : c->a.dpost[i - 1]; /* the input needs no gradient */
         ob_status st =

@@ -1,7 +1,9 @@
 /* The model object as the model sources share it: the configuration, the parameter tensor table
  * (offsets into the caller's flat buffer, computed in one place), and the one activation
- * allocation cut into named buffers. model.c owns the public API, validation and the generic
- * parts; model_mlp.c and model_transformer.c fill in each kind. Private to the engine. */
+ * allocation cut into named buffers. model.c owns the plan (validation, creation, the generic
+ * layout) and model_mlp_build.c and model_transformer_build.c lay out each kind; these are in
+ * onebit_jobspec and touch no BLAS, CUDA or MPI. model_run.c, model_mlp.c and
+ * model_transformer.c run the model (the engine). Private to the engine. */
 #ifndef ONEBIT_MODEL_INTERNAL_H
 #define ONEBIT_MODEL_INTERNAL_H
 
@@ -96,6 +98,9 @@ struct ob_model {
     /* Non-NULL for a device model: its activations live on the device, acts_block stays NULL
      * and logits points at the pinned host copy the device pass fills. */
     ob__cls_cuda *cuda;
+    /* Frees cuda (accepting NULL); set by ob_model_create_cuda, so that ob_model_destroy needs
+     * no CUDA code of its own. NULL for a host model. */
+    void (*free_device)(ob__cls_cuda *c);
     /* The gradient's parts as the backward pass reports them final (ob_model_grad_part_at),
      * in buffer order; allocated by ob__model_set_parts. */
     ob_model_grad_part *parts;
@@ -107,6 +112,33 @@ struct ob_model {
         ob__tf_acts tf;
     } acts;
 };
+
+/* ob_model_create's checks of a configuration: OB_ERR_INVALID_ARG naming the field. */
+ob_status ob__model_check_config(const ob_model_config *cfg, ob_err *err);
+
+/* Hidden layers a softmax/MLP configuration really has: softmax regression ignores the MLP
+ * fields. */
+static inline size_t ob__cls_num_hidden(const ob_model_config *cfg)
+{
+    return cfg->kind == OB_MODEL_MLP ? cfg->num_hidden : 0;
+}
+
+/* Width feeding layer i of a softmax/MLP model (i == num_hidden means the output layer). */
+static inline size_t ob__cls_fan_in(const ob_model_config *cfg, size_t i)
+{
+    return i == 0 ? cfg->input_dim : cfg->hidden[i - 1];
+}
+
+/* The transformer's gradient parts (ob_model_grad_part_at): wte, wpe, each stacked block tensor
+ * cut into its layers' slices, lnfw, lnfb, an untied lm_head. ob__tf_part_of is the index of
+ * layer `layer`'s slice of `tensor` (an OB__TF_* index) for L layers. */
+#define OB__TF_STACKED (OB__TF_LNFW - OB__TF_LN1W) /* block tensors stacked over the layers */
+static inline size_t ob__tf_part_of(size_t tensor, size_t layer, size_t L)
+{
+    if (tensor < OB__TF_LN1W) return tensor;
+    if (tensor < OB__TF_LNFW) return 2 + (tensor - OB__TF_LN1W) * L + layer;
+    return 2 + OB__TF_STACKED * L + (tensor - OB__TF_LNFW);
+}
 
 /* Allocates the table of n gradient parts (m->parts, zeroed) for the kind's build to fill. */
 ob_status ob__model_set_parts(ob_model *m, size_t n, ob_err *err);
@@ -138,9 +170,9 @@ typedef struct ob__act_slot {
 ob_status ob__model_alloc_acts(ob_model *m, const ob__act_slot *slots, size_t count, ob_err *err);
 
 /* Per kind: build the tensor table and the activations (cfg already validated; a device model,
- * whose m->cuda is already set, gets no host activations), and run one forward (+ backward when
- * grad is non-NULL) pass on a batch model.c has validated; grad has been zeroed. Each fills all
- * of res. */
+ * whose m->cuda is already set, gets no host activations: model_*_build.c), and run one forward
+ * (+ backward when grad is non-NULL) pass on a batch model_run.c has validated; grad has been
+ * zeroed. Each fills all of res. */
 ob_status ob__cls_build(ob_model *m, ob_err *err);
 void ob__cls_forward_backward(ob_model *m, const float *params, const ob_batch *batch, float *grad,
                               ob_model_result *res);
@@ -149,7 +181,7 @@ void ob__tf_forward_backward(ob_model *m, const float *params, const ob_batch *b
                              ob_model_result *res);
 
 /* The device pass of softmax regression and the MLP (model_cuda.cu; stubs returning
- * OB_ERR_UNSUPPORTED in cuda_absent.c for builds without CUDA).
+ * OB_ERR_UNSUPPORTED in cuda_absent.c for builds without CUDA); only model_run.c calls them.
  *
  * ob__cls_cuda_create: m->cfg is validated and of a classifier kind; allocates the device
  * activations, the pinned staging and a cuBLAS handle bound to stream (borrowed), then sets
@@ -157,7 +189,7 @@ void ob__tf_forward_backward(ob_model *m, const float *params, const ob_batch *b
  * On failure m is left untouched.
  * ob__cls_cuda_destroy: frees everything create made. Accepts NULL.
  * ob__cls_cuda_forward_backward: the device counterpart of ob__cls_forward_backward on a batch
- * model.c has validated; params and grad (may be NULL) are device memory, grad is overwritten
+ * model_run.c has validated; params and grad (may be NULL) are device memory, grad is overwritten
  * (no zeroing needed). Fills all of res after synchronising the stream. */
 ob_status ob__cls_cuda_create(ob_model *m, void *stream, ob_err *err);
 void ob__cls_cuda_destroy(ob__cls_cuda *c);
