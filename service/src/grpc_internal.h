@@ -111,12 +111,31 @@ typedef struct call_ctx {
      * (pins, the watcher's list) is neither freed nor pumped by another thread; pump_again
      * asks the pumping thread to look once more. */
     int pumping, pump_again, pins;
+    /* A send completed (or the stream opened): the watcher pumps it next (handlers never read
+     * the store for a stream, so that unary calls never wait behind a replay). */
+    int ready;
+    struct call_ctx *rnext; /* the next ready stream (the server's ready list) */
+    /* WatchJob's read-ahead: events read from the store, not yet sent (ev_i is the next). */
+    ob_job_event *ev_buf;
+    size_t ev_n, ev_i;
     int64_t log_offset; /* StreamJobLogs: where the next piece starts */
     int log_follow;
     /* reflection (a bidirectional stream) */
     int reflecting;
     grpc_byte_buffer *recv_bb;
 } call_ctx;
+
+/* Watcher threads: each pumps the streams that are ready (the first also every stream when
+ * there are new job events), with its own part of `pinned`. */
+#define OB__GRPC_PUMPERS 2
+struct ob_grpc_server;
+typedef struct ob__grpc_pumper {
+    struct ob_grpc_server *s;
+    int index;
+} ob__grpc_pumper;
+
+/* Events a WatchJob stream reads from the store at once. */
+#define OB__GRPC_READ_AHEAD 32
 
 struct ob_grpc_server {
     ob_service *svc;
@@ -127,14 +146,18 @@ struct ob_grpc_server {
     void *registered[M_COUNT];
     pthread_t *threads;
     int n_threads;
-    pthread_t watcher;
-    int watcher_started;
-    pthread_mutex_t mu; /* everything below, and every call_ctx's stream fields; never held
-                         * while the store is read */
-    int outstanding;    /* call_ctx objects alive */
+    pthread_t watchers[OB__GRPC_PUMPERS];
+    ob__grpc_pumper pumpers[OB__GRPC_PUMPERS];
+    int watcher_started; /* watcher threads started */
+    pthread_mutex_t mu;  /* everything below, and every call_ctx's stream fields; never held
+                          * while the store is read */
+    int outstanding;     /* call_ctx objects alive */
     int shutting_down, server_shutdown_done, cq_shut, watch_stop;
+    pthread_cond_t watch_cv; /* signalled when a stream is ready or the watcher must stop */
+    int n_ready;             /* streams with ready set, on the ready list */
+    struct call_ctx *ready_head, *ready_tail;
     call_ctx *watches;
-    call_ctx **pinned;          /* the watcher's: max_streams of them (pump_watches) */
+    call_ctx **pinned;          /* the watchers': max_streams each (pump_watches) */
     int n_watches, max_streams; /* n_watches counts the reflection streams too */
     tag t_shutdown;
 };

@@ -7,10 +7,14 @@
  *
  * Unary calls are answered in the handler thread that received them: decode, call the service
  * function, one batch with the answer and the status. Server-streaming calls (WatchJob,
- * StreamJobLogs, Health.Watch) are kept on a watch list: a watcher thread, woken by new job
- * events and every 200 ms (a log grows without events), starts the next send when the previous
- * one has completed (one send in flight per call), reading the store without the server's lock
- * (a stream is pinned while it is read; see grpc_streams.c's stream_pump); the stream ends with OK
+ * StreamJobLogs, Health.Watch) are kept on a watch list and pumped with one send in flight per
+ * call. The handler threads never read the store for a stream: a completed send whose next
+ * WatchJob event is already read ahead (grpc_streams.c reads 32 at a time) is sent on at once;
+ * otherwise the stream goes on a ready list that two watcher threads pump, reading the store
+ * without the server's lock (a stream is pinned while it is read). The first watcher also pumps
+ * every stream on new job events and every 200 ms (a log grows without events). So a unary call
+ * never waits behind a replay's store reads (256 replaying WatchJob streams held GetJob for
+ * seconds; test_grpc_streams.sh). The stream ends with OK
  * after the event that puts the job in a final state (StreamJobLogs: once the log of a job that has
  * ended is sent). Server reflection (grpc.reflection.v1 and v1alpha) is a bidirectional stream
  * answered from the compiled-in descriptor set (reflection.h): receive a request, send its answer,
@@ -107,6 +111,7 @@ void ob__grpc_ctx_free(call_ctx *c)
     if (c->payload) grpc_byte_buffer_destroy(c->payload);
     if (c->send_bb) grpc_byte_buffer_destroy(c->send_bb);
     if (c->recv_bb) grpc_byte_buffer_destroy(c->recv_bb);
+    free(c->ev_buf);
     if (c->has_status_msg) grpc_slice_unref(c->status_msg);
     free(c);
     pthread_mutex_lock(&s->mu);
@@ -335,18 +340,20 @@ ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc,
     if (!s) return OB_ERR(err, OB_ERR_NOMEM, "allocating the gRPC server");
     grpc_init();
     pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->watch_cv, NULL);
     s->svc = svc;
     s->max_streams = max_streams > 0 ? max_streams : OB_SERVERS_MAX_STREAMS;
     s->t_shutdown = (tag){TAG_SHUTDOWN, NULL};
     if (token && token[0] && !(s->token = strdup(token))) goto oom;
     s->threads = calloc((size_t)threads, sizeof *s->threads);
-    s->pinned = calloc((size_t)s->max_streams, sizeof *s->pinned);
+    s->pinned = calloc((size_t)s->max_streams * OB__GRPC_PUMPERS, sizeof *s->pinned);
     if (!s->threads || !s->pinned) goto oom;
     ob_status rrc = ob__reflection_create(&s->reflection, ob_protoset, ob_protoset_len, err);
     if (rrc != OB_OK) {
         free(s->threads);
         free(s->pinned);
         free(s->token);
+        pthread_cond_destroy(&s->watch_cv);
         pthread_mutex_destroy(&s->mu);
         free(s);
         grpc_shutdown();
@@ -394,7 +401,12 @@ ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc,
         if (pthread_create(&s->threads[i], NULL, handler_main, s) != 0) break;
         s->n_threads++;
     }
-    if (pthread_create(&s->watcher, NULL, ob__grpc_watcher_main, s) == 0) s->watcher_started = 1;
+    for (int i = 0; i < OB__GRPC_PUMPERS; i++) {
+        s->pumpers[i] = (ob__grpc_pumper){s, i};
+        if (pthread_create(&s->watchers[i], NULL, ob__grpc_watcher_main, &s->pumpers[i]) != 0)
+            break;
+        s->watcher_started++;
+    }
     if (s->n_threads == 0 || !s->watcher_started) {
         ob_grpc_server_stop(s);
         return OB_ERR(err, OB_ERR_IO, "gRPC: cannot start the handler threads");
@@ -414,6 +426,7 @@ fail_server:
     free(s->threads);
     free(s->pinned);
     free(s->token);
+    pthread_cond_destroy(&s->watch_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
     grpc_shutdown();
@@ -422,6 +435,7 @@ oom:
     free(s->threads);
     free(s->pinned);
     free(s->token);
+    pthread_cond_destroy(&s->watch_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
     grpc_shutdown();
@@ -434,8 +448,10 @@ void ob_grpc_server_stop(ob_grpc_server *s)
     pthread_mutex_lock(&s->mu);
     s->shutting_down = 1;
     s->watch_stop = 1;
+    pthread_cond_broadcast(&s->watch_cv);
     pthread_mutex_unlock(&s->mu);
-    if (s->watcher_started) pthread_join(s->watcher, NULL);
+    for (int i = 0; i < s->watcher_started; i++)
+        pthread_join(s->watchers[i], NULL);
     grpc_server_shutdown_and_notify(s->server, s->cq, tag_handed(&s->t_shutdown));
     grpc_server_cancel_all_calls(s->server);
     for (int i = 0; i < s->n_threads; i++)
@@ -446,6 +462,7 @@ void ob_grpc_server_stop(ob_grpc_server *s)
     free(s->threads);
     free(s->pinned);
     free(s->token);
+    pthread_cond_destroy(&s->watch_cv);
     pthread_mutex_destroy(&s->mu);
     free(s);
     grpc_shutdown();

@@ -1,8 +1,8 @@
 /* The gRPC front end's streams (grpc_internal.h): the server streams (WatchJob, StreamJobLogs,
- * Health.Watch), kept on a watch list and pumped by the watcher thread with one send in flight
- * per call, reading the store without the server's lock; and server reflection's bidirectional
- * stream, answered from the compiled-in descriptor set (reflection.h). grpc_server.c says how
- * the calls come and go. */
+ * Health.Watch), kept on a watch list and pumped with one send in flight per call, the store read
+ * by the watcher threads only (never by a handler thread) and without the server's lock; and server
+ * reflection's bidirectional stream, answered from the compiled-in descriptor set (reflection.h).
+ * grpc_server.c says how the calls come and go. */
 #include "grpc_internal.h"
 #include "onebit/base.h"
 #include "onebit/job_codec.h"
@@ -26,6 +26,18 @@ static int stream_maybe_free(ob_grpc_server *s, call_ctx *c)
     if (!c->closed || c->in_flight || c->pumping || c->pins ||
         (c->status_started && !c->status_done))
         return 0;
+    if (c->ready) { /* off the ready list */
+        for (call_ctx **p = &s->ready_head, *prev = NULL; *p; prev = *p, p = &(*p)->rnext) {
+            if (*p == c) {
+                *p = c->rnext;
+                if (s->ready_tail == c) s->ready_tail = prev;
+                break;
+            }
+        }
+        c->ready = 0;
+        c->rnext = NULL;
+        s->n_ready--;
+    }
     for (call_ctx **p = &s->watches; *p; p = &(*p)->wnext) {
         if (*p == c) {
             *p = c->wnext;
@@ -162,27 +174,33 @@ static void stream_next(ob_grpc_server *s, call_ctx *c, piece *p)
         stream_next_logs(s, c, p);
         return;
     }
-    ob_job_event *evs = NULL;
-    size_t n = 0;
-    ob_err err;
-    /* The state first: a job seen final has its final event stored, so no events after it
-     * means the stream is complete (a watch that starts after the end does not hang). */
-    ob_job j;
-    ob_status rc = ob_service_get(s->svc, c->job_id, &j, &err);
-    int final = rc == OB_OK && ob_job_state_final(j.state);
-    if (rc == OB_OK) {
-        ob_job_clear(&j);
-        rc = ob_service_events(s->svc, c->job_id, c->last_seq, 1, &evs, &n, &err);
+    /* Events are read ahead, OB__GRPC_READ_AHEAD at a time (one store read for that many
+     * sends); the state is looked at only when the read-ahead is used up. */
+    if (c->ev_i >= c->ev_n) {
+        free(c->ev_buf);
+        c->ev_buf = NULL;
+        c->ev_n = c->ev_i = 0;
+        ob_err err;
+        /* The state first: a job seen final has its final event stored, so no events after it
+         * means the stream is complete (a watch that starts after the end does not hang). */
+        ob_job j;
+        ob_status rc = ob_service_get(s->svc, c->job_id, &j, &err);
+        int final = rc == OB_OK && ob_job_state_final(j.state);
+        if (rc == OB_OK) {
+            ob_job_clear(&j);
+            rc = ob_service_events(s->svc, c->job_id, c->last_seq, OB__GRPC_READ_AHEAD, &c->ev_buf,
+                                   &c->ev_n, &err);
+        }
+        if (rc) {
+            piece_end(p, rc, err.msg);
+            return;
+        }
+        if (c->ev_n == 0) {
+            if (final) piece_end(p, OB_OK, "");
+            return;
+        }
     }
-    if (rc) {
-        piece_end(p, rc, err.msg);
-        return;
-    }
-    if (n == 0) {
-        if (final) piece_end(p, OB_OK, "");
-        return;
-    }
-    const ob_job_event *e = &evs[0];
+    const ob_job_event *e = &c->ev_buf[c->ev_i++];
     Onebit__V1__Progress prog;
     ob_progress_to_pb(&e->progress, &prog);
     Onebit__V1__JobEvent ev = ONEBIT__V1__JOB_EVENT__INIT;
@@ -196,7 +214,6 @@ static void stream_next(ob_grpc_server *s, call_ctx *c, piece *p)
     p->bb = ob__grpc_pack(&ev.base);
     c->last_seq = e->seq;
     if (!strcmp(e->kind, "state") && ob_job_state_final(e->state)) c->finish_after_send = 1;
-    free(evs);
     if (!p->bb) piece_end(p, OB_ERR_NOMEM, "encoding an event");
 }
 
@@ -275,11 +292,26 @@ static int stream_admit(ob_grpc_server *s, call_ctx *c, int reflecting)
     return 1;
 }
 
+/* Hands the stream to the watcher, which reads the store for it. Lock held. */
+static void stream_ready(ob_grpc_server *s, call_ctx *c)
+{
+    if (!c->ready) {
+        c->ready = 1;
+        c->rnext = NULL;
+        if (s->ready_tail)
+            s->ready_tail->rnext = c;
+        else
+            s->ready_head = c;
+        s->ready_tail = c;
+        s->n_ready++;
+        pthread_cond_signal(&s->watch_cv);
+    }
+}
+
 static void stream_begin(ob_grpc_server *s, call_ctx *c)
 {
     if (!stream_admit(s, c, 0)) return;
-    stream_pump(s, c);
-    stream_maybe_free(s, c);
+    stream_ready(s, c);
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -292,8 +324,10 @@ void ob__grpc_stream_event(ob_grpc_server *s, call_ctx *c, tag_kind kind, int su
         if (!success) c->broken = 1;
         if (c->finish_after_send && !c->broken && !c->status_started)
             stream_status(c, OB_OK, "");
-        else
-            stream_pump(s, c);
+        else if (!c->broken && c->ev_i < c->ev_n)
+            stream_pump(s, c); /* the next event is read ahead: no store read here */
+        else if (!c->broken)
+            stream_ready(s, c); /* the store is read by a watcher, never by a handler */
     } else if (kind == TAG_STATUS) {
         c->status_done = 1;
     } else {
@@ -303,14 +337,28 @@ void ob__grpc_stream_event(ob_grpc_server *s, call_ctx *c, tag_kind kind, int su
     pthread_mutex_unlock(&s->mu);
 }
 
-/* Pumps every stream on the watch list. The list is not walked while the lock is released:
- * the streams that can send are pinned under the lock into an array (of max_streams, made by
+/* Pumps the streams on the watch list: all of them (all != 0: new job events, or a log's
+ * periodic look), or those a completed send made ready. The list is not walked while the lock is
+ * released: the streams to pump are pinned under the lock into an array (of max_streams, made by
  * the caller), then pumped one at a time. Lock held. */
-static void pump_watches(ob_grpc_server *s, call_ctx **pinned, int cap)
+static void pump_watches(ob_grpc_server *s, call_ctx **pinned, int cap, int all)
 {
     int n = 0;
-    for (call_ctx *c = s->watches; c && n < cap; c = c->wnext) {
-        if (c->closed || c->broken || c->in_flight || c->status_started) continue;
+    /* The ready ones first, in the order they became ready; then, for a full pass, the rest. */
+    while (s->ready_head && n < cap) {
+        call_ctx *c = s->ready_head;
+        s->ready_head = c->rnext;
+        if (!s->ready_head) s->ready_tail = NULL;
+        c->rnext = NULL;
+        c->ready = 0;
+        s->n_ready--;
+        /* One that cannot send is freed by its own completions (stream_maybe_free). */
+        if (c->closed || c->broken || c->in_flight || c->status_started || c->pins) continue;
+        c->pins++;
+        pinned[n++] = c;
+    }
+    for (call_ctx *c = s->watches; all && c && n < cap; c = c->wnext) {
+        if (c->closed || c->broken || c->in_flight || c->status_started || c->pins) continue;
         c->pins++;
         pinned[n++] = c;
     }
@@ -322,19 +370,44 @@ static void pump_watches(ob_grpc_server *s, call_ctx **pinned, int cap)
     }
 }
 
+/* The watcher: pumps the streams that are ready as soon as they are, and every stream when the
+ * service has new events or every 200 ms (a log grows without events). */
 void *ob__grpc_watcher_main(void *arg)
 {
-    ob_grpc_server *s = arg;
+    ob__grpc_pumper *me = arg;
+    ob_grpc_server *s = me->s;
+    call_ctx **pinned = s->pinned + (size_t)me->index * (size_t)s->max_streams;
     pthread_mutex_lock(&s->mu);
+    int64_t seen = -1;
+    double last_all = 0.0;
     while (!s->watch_stop) {
-        int64_t seen = ob_service_event_counter(s->svc);
-        pump_watches(s, s->pinned, s->max_streams);
-        pthread_mutex_unlock(&s->mu);
-        if (ob_service_wait(s->svc, seen, 200) < 0) {
-            struct timespec ts = {0, 200 * 1000000L};
-            nanosleep(&ts, NULL);
+        int all = 0;
+        if (me->index == 0) {
+            int64_t now_seen = ob_service_event_counter(s->svc);
+            double now = ob_mono_s();
+            all = now_seen != seen || now - last_all >= 0.2;
+            if (all) {
+                seen = now_seen;
+                last_all = now;
+            }
         }
-        pthread_mutex_lock(&s->mu);
+        pump_watches(s, pinned, s->max_streams, all);
+        if (s->n_ready > 0 || s->watch_stop) continue;
+        if (s->n_watches == 0 || me->index > 0) {
+            /* Nothing open (or not the first watcher): sleep until a stream is ready. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_sec += 1;
+            pthread_cond_timedwait(&s->watch_cv, &s->mu, &ts);
+            continue;
+        }
+        /* Streams open: a completed send wakes this at once; new job events are looked for
+         * every 10 ms. */
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 10 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) ts.tv_sec++, ts.tv_nsec -= 1000000000L;
+        pthread_cond_timedwait(&s->watch_cv, &s->mu, &ts);
     }
     pthread_mutex_unlock(&s->mu);
     return NULL;
