@@ -5,7 +5,7 @@
  *   bench_checkpoint [--hidden H] [--checkpoints N] [--interval K] [--dir DIR]
  *
  * One process trains a 1-bit Adam MLP on synthetic data (2 hidden layers of H units: about
- * 2 H^2 parameters) for N * K steps three times: without checkpoints (the baseline step time),
+ * H^2 + 267 H parameters) for N * K steps three times: without checkpoints (the baseline step time),
  * with a synchronous checkpoint every K steps, and with async ones. The figures are medians
  * over the checkpoints of a run. */
 #include "bench_util.h"
