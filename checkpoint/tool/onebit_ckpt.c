@@ -15,8 +15,8 @@
  *                                   every rank's own moments where the optimizer keeps them
  *                                   per rank (binsgdm)
  *
- * DIR is a checkpoint directory (step-XXXXXXXX), its state.h5, or for verify, tensors and
- * export also a job directory (its newest valid checkpoint).
+ * DIR is a checkpoint directory (step-00000200: the step in 8 digits), its state.h5, or for verify,
+ * tensors and export also a job directory (its newest valid checkpoint).
  *
  * Exit status: 0 (verifies / identical / exported), 1 (does not verify / differs / failed),
  * 2 (bad usage). */
@@ -60,8 +60,8 @@ static void help(void)
           "                 moments where the optimizer keeps them per rank)\n"
           "  --version      print the release and the checkpoint format, and exit\n"
           "\n"
-          "DIR is a checkpoint directory (step-XXXXXXXX), its state.h5, or for verify, tensors\n"
-          "and export also a job directory (its newest valid checkpoint).\n"
+          "DIR is a checkpoint directory (step-00000200: the step in 8 digits), its state.h5, or\n"
+          "for verify, tensors and export also a job directory (its newest valid checkpoint).\n"
           "\n"
           "Exit status: 0 verifies, identical or exported; 1 does not verify, differs or\n"
           "failed; 2 bad usage.\n",
