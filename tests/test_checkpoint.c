@@ -557,6 +557,61 @@ static void test_checksums(void **state)
     free(m);
 }
 
+/* Arrays larger than the piece the writer and the verifier work in (1 MiB): the stored XXH64,
+ * taken piece by piece, is the one-pass XXH64 of the whole array, and damage in any piece, the
+ * last partial one included, is found by the verifier's piecewise read. */
+static void test_checksum_pieces(void **state)
+{
+    (void)state;
+    const size_t d = 3 * ((size_t)1 << 18) + 7; /* three whole pieces and 28 bytes */
+    float *x = malloc(3 * d * sizeof *x);
+    assert_non_null(x);
+    for (size_t i = 0; i < 3 * d; i++)
+        x[i] = (float)((i * 2654435761u) % 1000003) * 1e-3f;
+    ob_ckpt_meta m;
+    memset(&m, 0, sizeof m);
+    m.format_version = OB_CKPT_FORMAT_VERSION;
+    m.step = 10;
+    m.freeze_step = -1;
+    m.world_size = 1;
+    m.num_params = d;
+    m.last_ratio = m.train_loss = m.loss_ema = m.loss_at_freeze = m.loss_best = NAN;
+    m.refit_scale = 1.0;
+    m.ranks_per_node = 1;
+    ob_ckpt_arrays a = {x, x + d, x + 2 * d, NULL, 0, NULL, 0};
+    char jd[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN], p[OB_CKPT_PATH_LEN], q[OB_CKPT_PATH_LEN];
+    job_path(jd, "pieces");
+    ob_err err = {0};
+    assert_int_equal(ob_ckpt_prepare(jd, 10, dir, &err), OB_OK);
+    assert_int_equal(ob_ckpt_write_state(dir, &m, &a, "{}", &err), OB_OK);
+    assert_int_equal(ob_ckpt_write_rank(dir, &m, 0, NULL, NULL, NULL, 0, &err), OB_OK);
+    assert_int_equal(ob_ckpt_commit(jd, 10, &err), OB_OK);
+    step_path(p, "pieces", 10, "state.h5");
+    step_path(dir, "pieces", 10, NULL);
+    size_t n;
+    uint64_t sum;
+    float *back = read_array(p, "/optim/exp_avg", &n, &sum);
+    assert_int_equal(n, d);
+    assert_memory_equal(back, x + d, d * sizeof *x);
+    assert_true(sum == ob__ck_sum64(x + d, d * sizeof *x));
+    free(back);
+    assert_int_equal(ob_ckpt_verify(dir, NULL, &err), OB_OK);
+
+    /* One byte changed in the third piece, then (on a fresh copy) in the partial last one. */
+    long where[] = {(long)(2 * ((size_t)1 << 20) + 12345), (long)(d * sizeof *x - 3)};
+    snprintf(q, sizeof q, "%s.orig", p);
+    copy_file(p, q);
+    for (int i = 0; i < 2; i++) {
+        copy_file(q, p);
+        flip_byte(p, chunk_offset(p, "/optim/exp_avg_sq") + where[i]);
+        assert_int_equal(ob_ckpt_verify(dir, NULL, &err), OB_ERR_CORRUPT);
+        if (!strstr(err.msg, "/optim/exp_avg_sq: data error detected by its checksum"))
+            fail_msg("piece %d: %s", i, err.msg);
+    }
+    unlink(q);
+    free(x);
+}
+
 static void test_fallback_truncated_missing_foreign(void **state)
 {
     (void)state;
@@ -1655,6 +1710,7 @@ int main(void)
         cmocka_unit_test(test_prune_counts_only_verified),
         cmocka_unit_test(test_fallback_flipped_data),
         cmocka_unit_test(test_checksums),
+        cmocka_unit_test(test_checksum_pieces),
         cmocka_unit_test(test_fallback_truncated_missing_foreign),
         cmocka_unit_test(test_bad_metadata),
         cmocka_unit_test(test_hostile_attributes),

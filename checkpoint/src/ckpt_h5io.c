@@ -1,4 +1,5 @@
 /* HDF5 primitives of the checkpoint files (ckpt_h5io.h). */
+#define _GNU_SOURCE /* sync_file_range */
 #include "ckpt_h5io.h"
 
 #include <inttypes.h>
@@ -92,27 +93,51 @@ static uint64_t merge(uint64_t h, uint64_t v)
 }
 
 /* XXH64 with seed 0, over the bytes as they lie in memory (little-endian on the hosts onebit
- * runs on): four independent lanes over 32-byte stripes, so that it runs at memory speed. */
-uint64_t ob__ck_sum64(const void *data, size_t n)
+ * runs on): four independent lanes over 32-byte stripes, so that it runs at memory speed. It is
+ * taken in pieces (sum64_init, sum64_stripes over whole stripes, sum64_final over the last
+ * bytes) so that a writer can hash each piece while it is in the cache. */
+typedef struct sum64 {
+    uint64_t v[4];
+    uint64_t total; /* bytes taken so far */
+} sum64;
+
+static void sum64_init(sum64 *s)
 {
-    const unsigned char *p = data, *end = p + n;
-    uint64_t h;
-    if (n >= 32) {
-        uint64_t v1 = P1 + P2, v2 = P2, v3 = 0, v4 = 0 - P1;
-        const unsigned char *last = end - 32;
-        do {
-            v1 = lane(v1, load64(p));
-            v2 = lane(v2, load64(p + 8));
-            v3 = lane(v3, load64(p + 16));
-            v4 = lane(v4, load64(p + 24));
-            p += 32;
-        } while (p <= last);
+    s->v[0] = P1 + P2;
+    s->v[1] = P2;
+    s->v[2] = 0;
+    s->v[3] = 0 - P1;
+    s->total = 0;
+}
+
+/* Takes the whole 32-byte stripes of p[0 .. n); returns the bytes taken (n rounded down). */
+static size_t sum64_stripes(sum64 *s, const unsigned char *p, size_t n)
+{
+    uint64_t v1 = s->v[0], v2 = s->v[1], v3 = s->v[2], v4 = s->v[3];
+    size_t k = n / 32 * 32;
+    for (const unsigned char *q = p, *end = p + k; q < end; q += 32) {
+        v1 = lane(v1, load64(q));
+        v2 = lane(v2, load64(q + 8));
+        v3 = lane(v3, load64(q + 16));
+        v4 = lane(v4, load64(q + 24));
+    }
+    s->v[0] = v1, s->v[1] = v2, s->v[2] = v3, s->v[3] = v4;
+    s->total += k;
+    return k;
+}
+
+/* The digest, given the last n (< 32) bytes at p. */
+static uint64_t sum64_final(const sum64 *s, const unsigned char *p, size_t n)
+{
+    const unsigned char *end = p + n;
+    uint64_t h, v1 = s->v[0], v2 = s->v[1], v3 = s->v[2], v4 = s->v[3];
+    if (s->total >= 32) {
         h = rotl64(v1, 1) + rotl64(v2, 7) + rotl64(v3, 12) + rotl64(v4, 18);
         h = merge(merge(merge(merge(h, v1), v2), v3), v4);
     } else {
         h = P5;
     }
-    h += (uint64_t)n;
+    h += s->total + (uint64_t)n;
     for (; p + 8 <= end; p += 8)
         h = rotl64(h ^ lane(0, load64(p)), 27) * P1 + P4;
     if (p + 4 <= end) {
@@ -126,6 +151,15 @@ uint64_t ob__ck_sum64(const void *data, size_t n)
     h ^= h >> 29;
     h *= P3;
     return h ^ (h >> 32);
+}
+
+uint64_t ob__ck_sum64(const void *data, size_t n)
+{
+    sum64 s;
+    sum64_init(&s);
+    if (n == 0) return sum64_final(&s, data, 0);
+    size_t k = sum64_stripes(&s, data, n);
+    return sum64_final(&s, (const unsigned char *)data + k, n - k);
 }
 
 /* --- writing ---------------------------------------------------------------------------------- */
@@ -203,40 +237,72 @@ ob_status ob__ck_write_dataset(hid_t f, const char *name, hid_t file_type, hid_t
     return OB_OK;
 }
 
-/* Starts writing what the file holds so far to the disk without waiting for it (Linux), so
- * that the disk works while the next array is copied and the final fsync has less left. */
-static void start_writeback(hid_t f)
+/* The piece an array is written in: small enough that it is still in the cache when the
+ * write copies it out after the hash has read it, large enough that HDF5's cost per call does
+ * not count. A multiple of 32 bytes (the hash's stripe). */
+#define WRITE_PIECE ((size_t)1 << 20)
+
+/* The file's descriptor (HDF5's default sec2 driver), or -1. */
+static int file_fd(hid_t f)
 {
-#ifdef SYNC_FILE_RANGE_WRITE
     void *handle = NULL;
-    if (H5Fflush(f, H5F_SCOPE_LOCAL) >= 0 && H5Fget_vfd_handle(f, H5P_DEFAULT, &handle) >= 0 &&
-        handle)
-        (void)sync_file_range(*(int *)handle, 0, 0, SYNC_FILE_RANGE_WRITE);
-    H5Eclear2(H5E_DEFAULT);
-#else
-    (void)f;
-#endif
+    if (H5Fget_vfd_handle(f, H5P_DEFAULT, &handle) < 0 || !handle) {
+        H5Eclear2(H5E_DEFAULT);
+        return -1;
+    }
+    return *(int *)handle;
 }
 
-/* A 1-D array of n numbers, contiguous (one write from the caller's buffer, no filter copies),
- * with the XXH64 of its bytes in the attribute CHECKSUM_ATTR. */
+/* Writes bytes [off, off + len) of the dataset from p. */
+static herr_t write_piece(hid_t ds, hid_t file_space, hid_t mem_type, const void *p, hsize_t off,
+                          hsize_t len)
+{
+    hid_t mem = H5Screate_simple(1, &len, NULL);
+    herr_t rc = -1;
+    if (mem >= 0 && H5Sselect_hyperslab(file_space, H5S_SELECT_SET, &off, NULL, &len, NULL) >= 0)
+        rc = H5Dwrite(ds, mem_type, mem, file_space, H5P_DEFAULT, p);
+    if (mem >= 0) H5Sclose(mem);
+    return rc;
+}
+
+/* A 1-D array of n numbers, contiguous, with the XXH64 of its bytes in the attribute
+ * CHECKSUM_ATTR. It goes out in pieces straight from the caller's buffer (no filter copies),
+ * each hashed just before it is written, so the array is read from memory once; after each
+ * piece the kernel is told to start writing the file out (Linux), so that the disk works
+ * while the next pieces are copied and the final fsync has little left. */
 ob_status ob__ck_write_array(hid_t f, const char *name, hid_t file_type, hid_t mem_type,
                              const void *data, size_t n, const char *path, ob_err *err)
 {
     hsize_t dims = n;
+    size_t size = H5Tget_size(mem_type);
     hid_t space = H5Screate_simple(1, &dims, NULL);
     hid_t lcpl = H5Pcreate(H5P_LINK_CREATE);
     hid_t ds = H5I_INVALID_HID;
     herr_t rc = -1;
     if (space >= 0 && lcpl >= 0 && H5Pset_create_intermediate_group(lcpl, 1) >= 0)
         ds = H5Dcreate2(f, name, file_type, space, lcpl, H5P_DEFAULT, H5P_DEFAULT);
-    if (ds >= 0 && n > 0) rc = H5Dwrite(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data);
-    if (ds >= 0 && n == 0) rc = 0;
+    sum64 sum;
+    sum64_init(&sum);
+    const unsigned char *p = data;
+    size_t per = size > 0 ? WRITE_PIECE / size : 0, done = 0;
+    int fd = file_fd(f);
+    if (ds >= 0 && per > 0) rc = 0;
+    while (rc >= 0 && done < n) {
+        size_t k = n - done < per ? n - done : per;
+        sum64_stripes(&sum, p + done * size, k * size);
+        rc = write_piece(ds, space, mem_type, p + done * size, done, k);
+#ifdef SYNC_FILE_RANGE_WRITE
+        if (rc >= 0 && fd >= 0) (void)sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
+#endif
+        done += k;
+    }
+    (void)fd;
     ob_status st = rc < 0 ? H5_FAIL(err, OB_ERR_IO, name, path) : OB_OK;
-    if (st == OB_OK) start_writeback(f);
-    if (st == OB_OK)
-        st = ob__ck_attr_u64(ds, CHECKSUM_ATTR, ob__ck_sum64(data, n * H5Tget_size(mem_type)), path,
-                             err);
+    if (st == OB_OK) {
+        size_t bytes = n * size, k = (size_t)sum.total;
+        st = ob__ck_attr_u64(ds, CHECKSUM_ATTR, sum64_final(&sum, k < bytes ? p + k : p, bytes - k),
+                             path, err);
+    }
     ob__ck_h5_close(&ds, H5Dclose);
     ob__ck_h5_close(&lcpl, H5Pclose);
     ob__ck_h5_close(&space, H5Sclose);
@@ -359,24 +425,16 @@ ob_status ob__ck_read_str(hid_t loc, const char *name, char **out, const char *p
     return st;
 }
 
-/* The dataset's data checked against its checksum: the XXH64 in CHECKSUM_ATTR over what was
- * read, or (checkpoints written before it) HDF5's Fletcher32 filter, which the read has applied
- * already. A dataset with neither is refused: nothing would tell its damage. */
-static ob_status check_sum(hid_t ds, const char *name, const void *buf, size_t bytes,
-                           const char *path, ob_err *err)
+/* How the dataset's data is checked: the XXH64 in CHECKSUM_ATTR (*want), or (checkpoints
+ * written before it) HDF5's Fletcher32 filter, which a read applies by itself. A dataset with
+ * neither is refused: nothing would tell its damage. */
+static ob_status sum_kind(hid_t ds, const char *name, int *xxh, uint64_t *want, const char *path,
+                          ob_err *err)
 {
-    htri_t has = H5Aexists(ds, CHECKSUM_ATTR);
-    if (has > 0) {
-        uint64_t want = 0;
-        ob_status st = ob__ck_read_u64(ds, CHECKSUM_ATTR, &want, path, err);
-        if (st != OB_OK) return st;
-        uint64_t got = ob__ck_sum64(buf, bytes);
-        if (got != want)
-            return OB_ERR(err, OB_ERR_CORRUPT,
-                          "%s: %s: data error detected by its checksum (XXH64 %016" PRIx64
-                          ", stored %016" PRIx64 ")",
-                          path, name, got, want);
-        return OB_OK;
+    *xxh = 0;
+    if (H5Aexists(ds, CHECKSUM_ATTR) > 0) {
+        *xxh = 1;
+        return ob__ck_read_u64(ds, CHECKSUM_ATTR, want, path, err);
     }
     H5Eclear2(H5E_DEFAULT);
     hid_t dcpl = H5Dget_create_plist(ds);
@@ -392,8 +450,53 @@ static ob_status check_sum(hid_t ds, const char *name, const void *buf, size_t b
     return OB_OK;
 }
 
+static ob_status sum_mismatch(const char *name, uint64_t got, uint64_t want, const char *path,
+                              ob_err *err)
+{
+    return OB_ERR(err, OB_ERR_CORRUPT,
+                  "%s: %s: data error detected by its checksum (XXH64 %016" PRIx64
+                  ", stored %016" PRIx64 ")",
+                  path, name, got, want);
+}
+
+/* Reads the dataset's n elements of size bytes in pieces through a small buffer and checks
+ * their XXH64 against want (verification: nothing is kept, nothing large is allocated). */
+static ob_status verify_pieces(hid_t ds, hid_t space, hid_t mem_type, size_t n, size_t size,
+                               uint64_t want, const char *name, const char *path, ob_err *err)
+{
+    size_t per = WRITE_PIECE / size;
+    unsigned char *piece = malloc(per * size);
+    if (!piece) return OB_ERR(err, OB_ERR_NOMEM, "%s: verifying %s", path, name);
+    sum64 sum;
+    sum64_init(&sum);
+    unsigned char tail[32];
+    size_t ntail = 0; /* bytes of the last piece past its whole stripes: the final piece only */
+    ob_status st = OB_OK;
+    for (size_t done = 0; done < n && st == OB_OK; done += per) {
+        hsize_t off = done, len = n - done < per ? n - done : per;
+        hid_t mem = H5Screate_simple(1, &len, NULL);
+        herr_t rc =
+            mem >= 0 && H5Sselect_hyperslab(space, H5S_SELECT_SET, &off, NULL, &len, NULL) >= 0
+                ? H5Dread(ds, mem_type, mem, space, H5P_DEFAULT, piece)
+                : -1;
+        if (mem >= 0) H5Sclose(mem);
+        if (rc < 0) {
+            st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
+            break;
+        }
+        size_t bytes = (size_t)len * size, k = sum64_stripes(&sum, piece, bytes);
+        ntail = bytes - k; /* nonzero only in the last piece: a full piece is whole stripes */
+        memcpy(tail, piece + k, ntail);
+    }
+    free(piece);
+    if (st != OB_OK) return st;
+    uint64_t got = sum64_final(&sum, tail, ntail);
+    return got == want ? OB_OK : sum_mismatch(name, got, want, path, err);
+}
+
 /* Reads a 1-D dataset of exactly n elements of the float class with the given element size,
- * and checks its checksum. With buf NULL it reads into scratch memory (verification). */
+ * and checks its checksum. With buf NULL it only verifies: an XXH64 dataset is read through a
+ * small buffer, an older Fletcher32 one into scratch memory. */
 ob_status ob__ck_read_dataset(hid_t f, const char *name, hid_t mem_type, void *buf, size_t n,
                               const char *path, ob_err *err)
 {
@@ -409,19 +512,27 @@ ob_status ob__ck_read_dataset(hid_t f, const char *name, hid_t mem_type, void *b
     ob_status st = OB_OK;
     void *scratch = NULL;
     size_t size = H5Tget_size(mem_type);
+    int xxh = 0;
+    uint64_t want = 0;
     if (rank != 1 || dims[0] != (hsize_t)n) {
         st = OB_ERR(err, OB_ERR_CORRUPT, "%s: dataset %s has shape (%llu), expected (%zu)", path,
                     name, (unsigned long long)dims[0], n);
     } else if (type < 0 || H5Tget_class(type) != H5T_FLOAT || H5Tget_size(type) != size) {
         st = OB_ERR(err, OB_ERR_CORRUPT, "%s: dataset %s has the wrong element type", path, name);
+    } else if ((st = sum_kind(ds, name, &xxh, &want, path, err)) != OB_OK) {
+        /* no usable checksum */
+    } else if (!buf && xxh) {
+        st = verify_pieces(ds, space, mem_type, n, size, want, name, path, err);
     } else {
         if (!buf) buf = scratch = malloc(n ? n * size : 1);
         if (!buf)
             st = OB_ERR(err, OB_ERR_NOMEM, "%s: reading %s", path, name);
         else if (n > 0 && H5Dread(ds, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0)
             st = H5_FAIL(err, OB_ERR_CORRUPT, name, path);
-        else
-            st = check_sum(ds, name, buf, n * size, path, err);
+        else if (xxh) {
+            uint64_t got = ob__ck_sum64(buf, n * size);
+            if (got != want) st = sum_mismatch(name, got, want, path, err);
+        }
     }
     free(scratch);
     ob__ck_h5_close(&type, H5Tclose);

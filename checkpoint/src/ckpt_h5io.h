@@ -50,7 +50,8 @@ ob_status ob__ck_attr_str(hid_t loc, const char *name, const char *s, const char
 ob_status ob__ck_write_dataset(hid_t f, const char *name, hid_t file_type, hid_t mem_type,
                                const void *data, size_t n, const char *path, ob_err *err);
 
-/* A 1-D array of n numbers: contiguous, written in one piece, its XXH64 in CHECKSUM_ATTR. */
+/* A 1-D array of n numbers: contiguous, written in pieces from the caller's buffer, its XXH64
+ * in CHECKSUM_ATTR. */
 ob_status ob__ck_write_array(hid_t f, const char *name, hid_t file_type, hid_t mem_type,
                              const void *data, size_t n, const char *path, ob_err *err);
 
