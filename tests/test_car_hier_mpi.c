@@ -242,7 +242,7 @@ static void test_shape_of(mpi_harness *h)
         {6, {0, 0, 0, 3, 3, 3}, 3, "2 nodes of 3 ranks"},
         {6, {0, 0, 2, 2, 4, 4}, 2, "3 nodes of 2 ranks"},
         {4, {0, 0, 0, 0}, 1, "all 4 ranks on one node"},
-        {1, {0}, 1, "all 1 ranks on one node"},
+        {1, {0}, 1, "a world of one rank"},
         {4, {0, 1, 2, 3}, 1, "one rank a node (4 nodes)"},
         {4,
          {0, 0, 0, 3},

@@ -236,6 +236,10 @@ int ob_car_shape_of(const int *node, int n, char *why, size_t cap)
     int m = 1; /* the first node's ranks */
     while (m < n && node[m] == node[0])
         m++;
+    if (n == 1) {
+        snprintf(why, cap, "a world of one rank");
+        return 1;
+    }
     if (m == n) {
         snprintf(why, cap, "all %d ranks on one node", n);
         return 1;
