@@ -17,7 +17,8 @@
  *
  * usage: bench_car [--d ELEMENTS] [--block B] [--iters K] [--warmup W] [--format text|json]
  *                  [--skip-fp32]   (only the compressed allreduce; fp32 and fp16 print as 0)
- *                  [--ranks-per-node M]  the hierarchical exchange, M ranks a node (0: flat)
+ *                  [--ranks-per-node M]  the hierarchical exchange, M ranks a node (0: flat;
+ *                                        auto: found where the ranks run, said on stderr)
  *                  [--scale l1|unit]     1-bit Adam's signs and scales, or BinSGDM's unit signs
  *                                        (values then uniform in [-1, 1)) */
 #include "onebit/car.h"
@@ -69,7 +70,7 @@ static int parse_args(int argc, char **argv, bench_opts *o)
         else if (!strcmp(a, "--warmup"))
             o->warmup = atoi(v);
         else if (!strcmp(a, "--ranks-per-node"))
-            o->ranks_per_node = atoi(v);
+            o->ranks_per_node = !strcmp(v, "auto") ? -1 : atoi(v);
         else if (!strcmp(a, "--scale") && (!strcmp(v, "l1") || !strcmp(v, "unit")))
             o->unit = !strcmp(v, "unit");
         else if (!strcmp(a, "--format") && (!strcmp(v, "json") || !strcmp(v, "text")))
@@ -201,7 +202,7 @@ int main(int argc, char **argv)
         if (rank == 0)
             fprintf(stderr, "usage: bench_car [--d ELEMENTS] [--block B (multiple of 32)] "
                             "[--iters K] [--warmup W] [--format text|json] [--skip-fp32]\n"
-                            "                 [--ranks-per-node M] [--scale l1|unit]\n");
+                            "                 [--ranks-per-node M|auto] [--scale l1|unit]\n");
         MPI_Finalize();
         return 2;
     }
@@ -214,13 +215,17 @@ int main(int argc, char **argv)
     ob_rng_seed(&rng, 17, (uint64_t)rank);
     op_result f, h, q;
     double ph[5];
+    char why[200] = "";
     if (!x || ob_comm_create_mpi(&c, &err) != OB_OK ||
+        (o.ranks_per_node < 0 &&
+         ob_car_auto_ranks_per_node(c, &o.ranks_per_node, why, sizeof why, &err) != OB_OK) ||
         ob_car_create_hier(&car, c, o.d, o.block, o.unit ? OB_SCALE_UNIT : OB_SCALE_L1,
                            o.ranks_per_node, &err) != OB_OK ||
         ob_f16sum_create(&f16, c, o.d, &err) != OB_OK) {
         fprintf(stderr, "bench_car: setup failed: %s\n", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }
+    if (why[0] && rank == 0) fprintf(stderr, "bench_car: --ranks-per-node auto: %s\n", why);
     memset(&f, 0, sizeof f);
     memset(&h, 0, sizeof h);
     if ((!o.skip_fp32 && (time_op(c, NULL, NULL, &o, x, &rng, &f) != 0 ||

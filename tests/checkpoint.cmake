@@ -15,6 +15,15 @@ add_test(NAME test_resume
 set_tests_properties(test_resume PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 900
                      PROCESSORS 2)
 
+# optimizer.ranks_per_node "auto" through the real worker: 2 "nodes" of 2 ranks from
+# ONEBIT_RANKS_PER_NODE against ranks_per_node 2, one node and uneven nodes against flat, bit for
+# bit; an auto job resumed under another shape.
+add_test(NAME test_ranks_auto
+         COMMAND bash ${CMAKE_CURRENT_SOURCE_DIR}/test_ranks_auto.sh $<TARGET_FILE:onebit-worker>
+                 $<TARGET_FILE:onebit-ckpt> ${MPIEXEC_EXECUTABLE})
+set_tests_properties(test_ranks_auto PROPERTIES ENVIRONMENT "${OB_MPI_TEST_ENV}" TIMEOUT 600
+                     PROCESSORS 2)
+
 # Named tensors: a trained job's checkpoint read with h5py, exported to npz and safetensors and
 # read back with numpy; a hostile tensor index refused (python3-h5py, python3-numpy).
 add_test(NAME test_export

@@ -16,6 +16,8 @@
 #include "onebit/rng.h"
 
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void make_input(float *x, size_t d, int r, int t)
@@ -228,6 +230,170 @@ static void test_split_counts_on_source(mpi_harness *h)
     ob_comm_destroy(c);
 }
 
+/* The shapes a placement allows, from node arrays as ob_comm_node_map gives them (the lowest
+ * rank of each node), whatever the world: every case the rules name. */
+static void test_shape_of(mpi_harness *h)
+{
+    static const struct {
+        int n, node[8], want;
+        const char *why;
+    } cases[] = {
+        {4, {0, 0, 2, 2}, 2, "2 nodes of 2 ranks"},
+        {6, {0, 0, 0, 3, 3, 3}, 3, "2 nodes of 3 ranks"},
+        {6, {0, 0, 2, 2, 4, 4}, 2, "3 nodes of 2 ranks"},
+        {4, {0, 0, 0, 0}, 1, "all 4 ranks on one node"},
+        {1, {0}, 1, "a world of one rank"},
+        {4, {0, 1, 2, 3}, 1, "one rank a node (4 nodes)"},
+        {4,
+         {0, 0, 0, 3},
+         1,
+         "nodes of uneven size: 3 ranks on the node of rank 0, 1 on the node "
+         "of rank 3"},
+        {5,
+         {0, 0, 2, 2, 2},
+         1,
+         "nodes of uneven size: 2 ranks on the node of rank 0, 3 on the "
+         "node of rank 2"},
+        {4,
+         {0, 1, 0, 1},
+         1,
+         "ranks not numbered node by node: rank 2 is on the node of rank 0, "
+         "rank 1 is not"},
+        {6,
+         {0, 0, 2, 2, 0, 0},
+         1,
+         "ranks not numbered node by node: rank 4 is on the node of "
+         "rank 0, rank 3 is not"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char why[200];
+        int m = ob_car_shape_of(cases[i].node, cases[i].n, why, sizeof why);
+        MH_CHECK(h, m == cases[i].want && strcmp(why, cases[i].why) == 0,
+                 "case %zu: %d, '%s'; expected %d, '%s'", i, m, why, cases[i].want, cases[i].why);
+    }
+    MH_CHECK(h, ob_car_shape_of(cases[0].node, 4, NULL, 0) == 2, "no buffer for the reason");
+}
+
+/* ob_comm_node_map: one node under mpirun on one machine (MPI_COMM_TYPE_SHARED); the
+ * launcher's layout from OB_COMM_NODES_ENV, "M" or one size per node; malformed values. */
+static void test_node_map(mpi_harness *h)
+{
+    ob_err err = {0};
+    ob_comm *c = NULL, *self = NULL;
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    MH_CHECK(h, ob_comm_create_self(&self, &err) == OB_OK, "%s", err.msg);
+    int N = h->size, node[8] = {0}, one = -1;
+    const char *src = NULL;
+    unsetenv(OB_COMM_NODES_ENV);
+    MH_CHECK(h, ob_comm_node_map(c, node, &src, &err) == OB_OK, "%s", err.msg);
+    for (int r = 0; r < N; r++)
+        MH_CHECK(h, node[r] == 0, "one machine: rank %d on the node of %d", r, node[r]);
+    MH_CHECK(h, src && strcmp(src, "MPI_COMM_TYPE_SHARED") == 0, "source %s", src);
+    MH_CHECK(h,
+             ob_comm_node_map(self, &one, &src, &err) == OB_OK && one == 0 &&
+                 strcmp(src, "self") == 0,
+             "self: %d %s", one, src);
+
+    setenv(OB_COMM_NODES_ENV, "2", 1);
+    MH_CHECK(h, ob_comm_node_map(c, node, &src, &err) == OB_OK, "%s", err.msg);
+    for (int r = 0; r < N; r++)
+        MH_CHECK(h, node[r] == r / 2 * 2, "\"2\": rank %d on the node of %d", r, node[r]);
+    MH_CHECK(h, strcmp(src, OB_COMM_NODES_ENV) == 0, "source %s", src);
+    if (N == 4) {
+        setenv(OB_COMM_NODES_ENV, "3,1", 1);
+        MH_CHECK(h, ob_comm_node_map(c, node, NULL, &err) == OB_OK, "%s", err.msg);
+        MH_CHECK(h, node[0] == 0 && node[1] == 0 && node[2] == 0 && node[3] == 3,
+                 "\"3,1\": %d %d %d %d", node[0], node[1], node[2], node[3]);
+        setenv(OB_COMM_NODES_ENV, "2,2,2", 1);
+        MH_CHECK(h,
+                 ob_comm_node_map(c, node, NULL, &err) == OB_ERR_INVALID_ARG &&
+                     strstr(err.msg, "ONEBIT_RANKS_PER_NODE=2,2,2: nodes of 6 ranks in all, "
+                                     "not the 4 ranks of the job"),
+                 "sizes that do not sum to the world: %s", err.msg);
+    }
+    static const char *const bad[] = {"0", "x", "2,", ",2", "2;2", "-2", "999999"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        setenv(OB_COMM_NODES_ENV, bad[i], 1);
+        MH_CHECK(h,
+                 ob_comm_node_map(c, node, NULL, &err) == OB_ERR_INVALID_ARG &&
+                     strstr(err.msg, "expected the ranks a node"),
+                 "'%s': %s", bad[i], err.msg);
+    }
+    unsetenv(OB_COMM_NODES_ENV);
+    ob_comm_destroy(self);
+    ob_comm_destroy(c);
+}
+
+/* ob_car_auto_ranks_per_node, and a car built with what it chose: the launcher's 2 nodes of
+ * N/2 ranks give ranks_per_node N/2 and the explicit hierarchical car's bits; one machine gives
+ * the flat car's bits; uneven nodes fall back to flat and say why. */
+static void test_auto_shape(mpi_harness *h)
+{
+    int N = h->size;
+    if (N % 2 != 0) return;
+    ob_err err = {0};
+    ob_comm *c = NULL;
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    char why[200], want[200];
+    int m = 0, half = N / 2;
+    size_t d = 2000;
+    float *x = malloc(d * sizeof(float)), *a = malloc(d * sizeof(float));
+    float *b = malloc(d * sizeof(float));
+    static const char *const envs[] = {NULL, "half", "uneven"};
+    for (size_t e = 0; e < 3; e++) {
+        char val[32];
+        int expect = 1;
+        if (e == 2 && N == 2) continue; /* "1,1" is one rank a node, not uneven */
+        if (!envs[e]) {
+            unsetenv(OB_COMM_NODES_ENV);
+            snprintf(want, sizeof want, "all %d ranks on one node (MPI_COMM_TYPE_SHARED)", N);
+        } else if (strcmp(envs[e], "half") == 0) {
+            snprintf(val, sizeof val, "%d", half);
+            setenv(OB_COMM_NODES_ENV, val, 1);
+            expect = half > 1 ? half : 1;
+            if (half > 1)
+                snprintf(want, sizeof want, "2 nodes of %d ranks (ONEBIT_RANKS_PER_NODE)", half);
+            else
+                snprintf(want, sizeof want, "one rank a node (2 nodes) (ONEBIT_RANKS_PER_NODE)");
+        } else {
+            snprintf(val, sizeof val, "%d,1", N - 1);
+            setenv(OB_COMM_NODES_ENV, val, 1);
+            snprintf(want, sizeof want,
+                     "nodes of uneven size: %d ranks on the node of rank 0, 1 on the node of "
+                     "rank %d (ONEBIT_RANKS_PER_NODE)",
+                     N - 1, N - 1);
+        }
+        MH_CHECK(h, ob_car_auto_ranks_per_node(c, &m, why, sizeof why, &err) == OB_OK, "%s",
+                 err.msg);
+        MH_CHECK(h, m == expect && strcmp(why, want) == 0, "%s: %d '%s', expected %d '%s'",
+                 envs[e] ? envs[e] : "one machine", m, why, expect, want);
+        ob_car *chosen = NULL, *explicit = NULL;
+        MH_CHECK(h, ob_car_create_hier(&chosen, c, d, 32, OB_SCALE_L1, m, &err) == OB_OK, "%s",
+                 err.msg);
+        MH_CHECK(h, ob_car_create_hier(&explicit, c, d, 32, OB_SCALE_L1, expect, &err) == OB_OK,
+                 "%s", err.msg);
+        for (int t = 0; t < 3 && chosen && explicit; t++) {
+            make_input(x, d, h->rank, t);
+            MH_CHECK(h, ob_car_allreduce(chosen, x, a, &err) == OB_OK, "%s", err.msg);
+            MH_CHECK(h, ob_car_allreduce(explicit, x, b, &err) == OB_OK, "%s", err.msg);
+            MH_CHECK(h, memcmp(a, b, d * sizeof(float)) == 0, "%s call %d: bits differ",
+                     envs[e] ? envs[e] : "one machine", t);
+        }
+        ob_car_destroy(chosen);
+        ob_car_destroy(explicit);
+    }
+    unsetenv(OB_COMM_NODES_ENV);
+    /* A malformed variable is an error, the same on every rank. */
+    setenv(OB_COMM_NODES_ENV, "two", 1);
+    MH_CHECK(h, ob_car_auto_ranks_per_node(c, &m, why, sizeof why, &err) == OB_ERR_INVALID_ARG,
+             "malformed: %s", err.msg);
+    unsetenv(OB_COMM_NODES_ENV);
+    free(x);
+    free(a);
+    free(b);
+    ob_comm_destroy(c);
+}
+
 int main(int argc, char **argv)
 {
     mpi_harness h;
@@ -237,5 +403,8 @@ int main(int argc, char **argv)
     MH_RUN(&h, test_hier_matches_simulation);
     MH_RUN(&h, test_hier_equals_flat_on_equal_inputs);
     MH_RUN(&h, test_hier_refuses);
+    MH_RUN(&h, test_shape_of);
+    MH_RUN(&h, test_node_map);
+    MH_RUN(&h, test_auto_shape);
     return mpi_harness_finish(&h);
 }

@@ -32,7 +32,8 @@ me=$(hostname -s)
 printf '#!/bin/sh\necho "$*" >> "%s/mpirun-args"\nexec mpirun "$@"\n' "$TMP" > "$TMP/mpirun"
 chmod +x "$TMP/mpirun"
 rm -f "$TMP/ready"
-"$ONEBITD" --launcher hosts --hosts "$me:4" --ssh-agent "false" --mpi-net 127.0.0.0/8 \
+# ONEBIT_RANKS_PER_NODE: the placement for ranks_per_node "auto", handed to every rank (-x).
+ONEBIT_RANKS_PER_NODE=2 "$ONEBITD" --launcher hosts --hosts "$me:4" --ssh-agent "false" --mpi-net 127.0.0.0/8 \
   --mpirun "$TMP/mpirun" --grpc 127.0.0.1:0 \
   --rest 127.0.0.1:0 --state-dir "$TMP/var" --ready-file "$TMP/ready" --insecure-no-auth \
   --backoff 0.2 --cancel-grace 20 >> "$TMP/onebitd.log" 2>&1 &
@@ -50,6 +51,12 @@ a=$(rpc submit "$TMP/job.yaml" 2 0 2>/dev/null | jq -r .id)
 wait_state "$a" SUCCEEDED 60
 check "a 2-rank job runs through the hostfile to SUCCEEDED" '[ "$(get "$a" | jq -r .state)" = SUCCEEDED ]' "$(get "$a") $(tail -5 "$TMP/var/jobs/$a/worker.log")"
 check "mpirun was started with the hostfile, the remote agent and the network" 'grep -qF -- "--hostfile $TMP/var/hostfile --mca plm_rsh_agent false --mca btl_tcp_if_include 127.0.0.0/8 --mca oob_tcp_if_include 127.0.0.0/8" "$TMP/mpirun-args"' "$(cat "$TMP/mpirun-args" 2>&1)"
+
+check "mpirun hands ONEBIT_RANKS_PER_NODE to the ranks" 'grep -qF -- "--mca oob_tcp_if_include 127.0.0.0/8 -x ONEBIT_RANKS_PER_NODE" "$TMP/mpirun-args"' "$(cat "$TMP/mpirun-args" 2>&1)"
+sed 's/^  block_size: 256$/  block_size: 256\n  ranks_per_node: auto/' "$TMP/job.yaml" > "$TMP/auto.yaml"
+h=$(rpc submit "$TMP/auto.yaml" 4 0 2>/dev/null | jq -r .id)
+wait_state "$h" SUCCEEDED 60
+check "ranks_per_node auto: 2 nodes of 2 ranks from ONEBIT_RANKS_PER_NODE, hierarchical" '[ "$(get "$h" | jq -r .state)" = SUCCEEDED ] && grep -qF "optimizer.ranks_per_node auto: 2 nodes of 2 ranks (ONEBIT_RANKS_PER_NODE): hierarchical, ranks_per_node 2" "$TMP/var/jobs/$h/worker.log"' "$(get "$h") $(tail -5 "$TMP/var/jobs/$h/worker.log")"
 
 c=$(rpc submit "$TMP/endless.yaml" 2 0 2>/dev/null | jq -r .id)
 for _ in $(seq 300); do [ "$(get "$c" | jq '.progress.step // 0')" -ge 50 ] && break; sleep 0.1; done

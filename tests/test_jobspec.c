@@ -168,6 +168,23 @@ static void test_binsgdm_softsign(void **state)
     assert_int_equal(j->optim.overlap, 1);
     assert_int_equal(j->optim.ranks_per_node, 8);
     check_round_trip(j);
+    /* ranks_per_node "auto": the shape found where the ranks run; kept as "auto" in the
+     * canonical text. Flat stays the default. */
+    snprintf(text, sizeof text, base, "binsgdm, ranks_per_node: auto");
+    parse_ok(j, text, OB_SPEC_YAML);
+    assert_int_equal(j->optim.ranks_per_node, OB_OPTIM_RANKS_PER_NODE_AUTO);
+    check_round_trip(j);
+    assert_int_equal(ob_jobspec_to_json(j, &json, &err), OB_OK);
+    assert_non_null(strstr(json, "\"ranks_per_node\":\"auto\""));
+    free(json);
+    snprintf(text, sizeof text, base, "binsgdm");
+    parse_ok(j, text, OB_SPEC_YAML);
+    assert_int_equal(j->optim.ranks_per_node, 0);
+    /* Nothing to shape without a compressed exchange: "auto" is then flat, not an error. */
+    snprintf(text, sizeof text, base, "onebit_adam, compression: \"off\", ranks_per_node: auto");
+    parse_ok(j, text, OB_SPEC_YAML);
+    assert_int_equal(j->optim.ranks_per_node, OB_OPTIM_RANKS_PER_NODE_AUTO);
+    check_round_trip(j);
     snprintf(text, sizeof text, base, "softsign, gradient_exchange: fp16, weight_decay: 0.01");
     parse_ok(j, text, OB_SPEC_YAML);
     assert_int_equal(j->optim.kind, OB_OPTIM_SOFTSIGN);

@@ -119,7 +119,14 @@ static void test_optimizer_kinds(void **state)
          "optimizer.ranks_per_node: only for onebit_adam or binsgdm"},
         {"type: onebit_adam, compression: off, ranks_per_node: 2",
          "ranks_per_node = 2: only a compressed exchange"},
-        {"type: binsgdm, ranks_per_node: 5000", "optimizer.ranks_per_node"},
+        {"type: binsgdm, ranks_per_node: 5000",
+         "optimizer.ranks_per_node: expected \"auto\" or an integer in [0, 4096] (0: flat), got "
+         "5000"},
+        {"type: binsgdm, ranks_per_node: -1", "optimizer.ranks_per_node: expected \"auto\""},
+        {"type: onebit_adam, ranks_per_node: Auto", "optimizer.ranks_per_node: expected \"auto\""},
+        {"type: onebit_adam, ranks_per_node: 2.5", "optimizer.ranks_per_node: expected \"auto\""},
+        {"type: adam, ranks_per_node: auto",
+         "optimizer.ranks_per_node: only for onebit_adam or binsgdm"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         char text[512];

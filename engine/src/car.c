@@ -5,6 +5,7 @@
 #include "internal.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -212,6 +213,80 @@ ob_status ob_car_create_hier(ob_car **out, ob_comm *comm, size_t d, size_t block
     return OB_OK;
 fail:
     ob_car_destroy(car);
+    return st;
+}
+
+int ob_car_shape_of(const int *node, int n, char *why, size_t cap)
+{
+    char none[1];
+    if (!why || cap == 0) why = none, cap = sizeof none;
+    /* Each node's ranks one run of consecutive ranks: a rank that starts a run must not be on
+     * the node of an earlier one. */
+    for (int r = 1; r < n; r++) {
+        if (node[r] == node[r - 1]) continue;
+        for (int p = 0; p < r - 1; p++)
+            if (node[p] == node[r]) {
+                snprintf(why, cap,
+                         "ranks not numbered node by node: rank %d is on the node of rank %d, "
+                         "rank %d is not",
+                         r, p, r - 1);
+                return 1;
+            }
+    }
+    int m = 1; /* the first node's ranks */
+    while (m < n && node[m] == node[0])
+        m++;
+    if (n == 1) {
+        snprintf(why, cap, "a world of one rank");
+        return 1;
+    }
+    if (m == n) {
+        snprintf(why, cap, "all %d ranks on one node", n);
+        return 1;
+    }
+    for (int first = m; first < n;) {
+        int len = 1;
+        while (first + len < n && node[first + len] == node[first])
+            len++;
+        if (len != m) {
+            snprintf(why, cap,
+                     "nodes of uneven size: %d ranks on the node of rank 0, %d on the node of "
+                     "rank %d",
+                     m, len, first);
+            return 1;
+        }
+        first += len;
+    }
+    if (m == 1) {
+        snprintf(why, cap, "one rank a node (%d nodes)", n);
+        return 1;
+    }
+    snprintf(why, cap, "%d nodes of %d ranks", n / m, m);
+    return m;
+}
+
+ob_status ob_car_auto_ranks_per_node(ob_comm *comm, int *ranks_per_node, char *why, size_t cap,
+                                     ob_err *err)
+{
+    *ranks_per_node = 1;
+    char none[1];
+    if (!why || cap == 0) why = none, cap = sizeof none;
+    if (ob_comm_memory(comm) == OB_MEM_DEVICE) {
+        snprintf(why, cap, "the hierarchical exchange runs on host communicators (MPI), not on %s",
+                 ob_comm_backend(comm));
+        return OB_OK;
+    }
+    int n = ob_comm_size(comm);
+    int *node = malloc((size_t)n * sizeof *node);
+    if (!node) return OB_ERR(err, OB_ERR_NOMEM, "the nodes of %d ranks", n);
+    const char *source = NULL;
+    ob_status st = ob_comm_node_map(comm, node, &source, err);
+    if (st == OB_OK) {
+        char shape[160];
+        *ranks_per_node = ob_car_shape_of(node, n, shape, sizeof shape);
+        snprintf(why, cap, "%s (%s)", shape, source);
+    }
+    free(node);
     return st;
 }
 

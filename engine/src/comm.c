@@ -142,6 +142,61 @@ ob_status ob_comm_split(ob_comm *comm, int color, int key, ob_comm **out, ob_err
     return st;
 }
 
+/* Rank r's node under OB_COMM_NODES_ENV = text ("M" or "M1,M2,..."; see ob_comm_node_map):
+ * the first rank of the node that holds r, of n ranks. */
+static ob_status node_from_env(const char *text, int r, int n, int *node, ob_err *err)
+{
+    long first = 0, m = 0, sum = 0;
+    int count = 0, found = 0;
+    for (const char *p = text;; p++) {
+        size_t len = strspn(p, "0123456789");
+        if (len == 0 || len > 5 || (p[len] != ',' && p[len] != '\0') || (m = atol(p)) < 1)
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "%s=%.40s: expected the ranks a node (\"2\") or those of each node "
+                          "in rank order (\"3,1\"), each at least 1",
+                          OB_COMM_NODES_ENV, text);
+        if (!found && r < sum + m) {
+            first = sum;
+            found = 1;
+        }
+        sum += m;
+        count++;
+        p += len;
+        if (!*p) break;
+    }
+    if (count == 1) { /* one size for every node */
+        *node = (int)((long)r / m * m);
+        return OB_OK;
+    }
+    if (sum != n)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "%s=%.40s: nodes of %ld ranks in all, not the %d ranks of the job",
+                      OB_COMM_NODES_ENV, text, sum, n);
+    *node = (int)first;
+    return OB_OK;
+}
+
+ob_status ob_comm_node_map(ob_comm *comm, int *node, const char **source, ob_err *err)
+{
+    const char *env = comm->parent ? NULL : getenv(OB_COMM_NODES_ENV), *src = NULL;
+    int mine = 0;
+    ob_status st;
+    if (env && env[0]) {
+        src = OB_COMM_NODES_ENV;
+        st = node_from_env(env, comm->rank, comm->size, &mine, err);
+    } else if (comm->ops->node) {
+        st = comm->ops->node(comm, &mine, &src, err);
+    } else {
+        return OB_ERR(err, OB_ERR_UNSUPPORTED, "the %s communicator cannot say where its ranks run",
+                      comm->backend);
+    }
+    /* Every rank learns every rank's own answer: they agree even where one saw another
+     * environment. */
+    if (st == OB_OK) st = ob_comm_allgather(comm, &mine, node, sizeof mine, err);
+    if (st == OB_OK && source) *source = src;
+    return st;
+}
+
 ob_status ob_comm_barrier(ob_comm *comm, ob_err *err)
 {
     return count(comm, OB_COMM_BARRIER, 0, comm->ops->barrier(comm, err));

@@ -29,6 +29,9 @@ typedef struct ob__comm_ops {
     /* A new communicator of the ranks with the same color, ordered by key (ob_comm_split).
      * NULL: not supported. */
     ob_status (*split)(ob_comm *c, int color, int key, ob_comm **out, ob_err *err);
+    /* This rank's node (ob_comm_node_map): the lowest rank of c on it. *source: a static
+     * string naming how it was found. NULL: not supported. */
+    ob_status (*node)(ob_comm *c, int *node, const char **source, ob_err *err);
     void (*abort)(ob_comm *c, int code);
     void (*destroy)(ob_comm *c); /* frees impl only */
 } ob__comm_ops;

@@ -398,6 +398,22 @@ static ob_status mpi_split(ob_comm *c, int color, int key, ob_comm **out, ob_err
     return wrap(nc, out, err);
 }
 
+/* The ranks that share memory with this one (MPI_COMM_TYPE_SHARED, ranked as in c): the
+ * first of them tells the others its rank. */
+static ob_status mpi_node(ob_comm *c, int *node, const char **source, ob_err *err)
+{
+    mpi_impl *m = c->impl;
+    MPI_Comm nc = MPI_COMM_NULL;
+    int first = c->rank;
+    MPI_CHECK(err, MPI_Comm_split_type(m->comm, MPI_COMM_TYPE_SHARED, c->rank, MPI_INFO_NULL, &nc));
+    int rc = MPI_Bcast(&first, 1, MPI_INT, 0, nc);
+    MPI_Comm_free(&nc);
+    if (rc != MPI_SUCCESS) return ob__mpi_fail(err, rc, "MPI_Bcast", __FILE__, __LINE__);
+    *node = first;
+    *source = "MPI_COMM_TYPE_SHARED";
+    return OB_OK;
+}
+
 static const ob__comm_ops mpi_ops = {
     .allreduce_sum_f32 = mpi_allreduce,
     .alltoall = mpi_alltoall,
@@ -408,6 +424,7 @@ static const ob__comm_ops mpi_ops = {
     .control_start = mpi_control_start,
     .control_finish = mpi_control_finish,
     .split = mpi_split,
+    .node = mpi_node,
     .abort = mpi_abort,
     .destroy = mpi_destroy,
 };

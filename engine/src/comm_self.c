@@ -45,6 +45,14 @@ static ob_status self_split(ob_comm *c, int color, int key, ob_comm **out, ob_er
     return ob_comm_create_self(out, err);
 }
 
+static ob_status self_node(ob_comm *c, int *node, const char **source, ob_err *err)
+{
+    (void)c, (void)err;
+    *node = 0;
+    *source = "self";
+    return OB_OK;
+}
+
 static const ob__comm_ops self_ops = {
     .allreduce_sum_f32 = self_allreduce,
     .alltoall = self_copy,
@@ -55,6 +63,7 @@ static const ob__comm_ops self_ops = {
     .control_start = self_control,
     .control_finish = self_control,
     .split = self_split,
+    .node = self_node,
     .abort = self_abort,
     .destroy = NULL,
 };

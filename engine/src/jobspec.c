@@ -551,6 +551,26 @@ static void read_onebit_fields(const json_t *o, ob_optim_config *c, spec_errs *E
                                 "freeze_step \"auto\""));
 }
 
+/* optimizer.ranks_per_node: "auto" (OB_OPTIM_RANKS_PER_NODE_AUTO) or an integer in [0,
+ * OB_OPTIM_MAX_RANKS_PER_NODE]. */
+static ob_status read_ranks_per_node(const json_t *o, int *out, ob_err *err)
+{
+    const json_t *v = json_object_get(o, "ranks_per_node");
+    if (!v) return OB_OK;
+    const char *s = ob__spec_plain_string(v);
+    if (s && strcmp(s, "auto") == 0) {
+        *out = OB_OPTIM_RANKS_PER_NODE_AUTO;
+        return OB_OK;
+    }
+    if (json_is_integer(v) && json_integer_value(v) >= 0 &&
+        json_integer_value(v) <= OB_OPTIM_MAX_RANKS_PER_NODE) {
+        *out = (int)json_integer_value(v);
+        return OB_OK;
+    }
+    return ob__spec_bad_value(err, "optimizer", "ranks_per_node",
+                              "\"auto\" or an integer in [0, 4096] (0: flat)", v);
+}
+
 static ob_status read_optim(const json_t *o, ob_jobspec *s, spec_errs *E)
 {
     int kind = 0;
@@ -570,11 +590,8 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, spec_errs *E)
     ob__spec_note(E,
                   ob__spec_get_bool(o, "optimizer", "bias_correction", &c->bias_correction, ONE));
     read_buckets(o, c, E);
-    long long rpn = 0;
     if (kind == OB_OPTIM_BINSGDM || kind == OB_OPTIM_ONEBIT_ADAM)
-        ob__spec_note(E, ob__spec_get_int(o, "optimizer", "ranks_per_node", 0,
-                                          OB_OPTIM_MAX_RANKS_PER_NODE, &rpn, ONE));
-    c->ranks_per_node = (int)rpn;
+        ob__spec_note(E, read_ranks_per_node(o, &c->ranks_per_node, ONE));
     if (kind == OB_OPTIM_BINSGDM) {
         ob__spec_note(
             E, ob__spec_get_size(o, "optimizer", "block_size", 1, MAX_BLOCK, &c->block_size, ONE));

@@ -137,7 +137,10 @@ static json_t *optim_tree(builder *b, const ob_optim_config *c, double freeze_ma
         put_size(b, o, "block_size", c->block_size);
         put_int(b, o, "max_denominator_step", c->max_denominator_step);
     }
-    if (c->kind == OB_OPTIM_BINSGDM || c->kind == OB_OPTIM_ONEBIT_ADAM)
+    if ((c->kind == OB_OPTIM_BINSGDM || c->kind == OB_OPTIM_ONEBIT_ADAM) &&
+        c->ranks_per_node == OB_OPTIM_RANKS_PER_NODE_AUTO)
+        put_str(b, o, "ranks_per_node", "auto");
+    else if (c->kind == OB_OPTIM_BINSGDM || c->kind == OB_OPTIM_ONEBIT_ADAM)
         put_int(b, o, "ranks_per_node", c->ranks_per_node);
     if (c->kind != OB_OPTIM_ONEBIT_ADAM) return o;
     put_str(b, o, "compression",

@@ -6,6 +6,7 @@
 #include "onebit/compress_cuda.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,6 +18,24 @@ void ob__optim_key_next_step(ob_optim *o)
 static int auto_freeze(const ob_optim_config *c)
 {
     return c->kind == OB_OPTIM_ONEBIT_ADAM && c->mode != OB_ONEBIT_NAIVE && c->freeze_step == 0;
+}
+
+/* ranks_per_node "auto": the shape where the ranks run, said in o->car_note. */
+static ob_status auto_shape(ob_optim *o, int *m, ob_err *err)
+{
+    char why[200];
+    ob_status st = ob_car_auto_ranks_per_node(o->comm, m, why, sizeof why, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "optimizer.ranks_per_node \"auto\"");
+    if (*m > 1)
+        snprintf(o->car_note, sizeof o->car_note, "%s: hierarchical, ranks_per_node %d", why, *m);
+    else
+        snprintf(o->car_note, sizeof o->car_note, "%s: flat", why);
+    return OB_OK;
+}
+
+const char *ob_optim_exchange_note(const ob_optim *opt)
+{
+    return opt->car_note;
 }
 
 ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *comm, float *params,
@@ -54,8 +73,9 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
         }
     }
     if (ob__optim_uses_car(cfg)) {
-        st = ob_car_create_hier(&o->car, comm, d, cfg->block_size, cfg->scale, cfg->ranks_per_node,
-                                err);
+        int m = cfg->ranks_per_node;
+        if (m == OB_OPTIM_RANKS_PER_NODE_AUTO && (st = auto_shape(o, &m, err)) != OB_OK) goto fail;
+        st = ob_car_create_hier(&o->car, comm, d, cfg->block_size, cfg->scale, m, err);
         if (st != OB_OK) goto fail;
         ob__optim_key_next_step(o);
     }

@@ -150,9 +150,10 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
     if (c->refresh_steps < 0 || c->refresh_steps > OB_OPTIM_MAX_REFRESH_STEPS)
         return BAD("refresh_steps = %ld: must be in [0, %d] (0: never)", c->refresh_steps,
                    OB_OPTIM_MAX_REFRESH_STEPS);
-    if (c->ranks_per_node < 0 || c->ranks_per_node > OB_OPTIM_MAX_RANKS_PER_NODE)
-        return BAD("ranks_per_node = %d: must be in [0, %d] (0: flat)", c->ranks_per_node,
-                   OB_OPTIM_MAX_RANKS_PER_NODE);
+    if ((c->ranks_per_node < 0 && c->ranks_per_node != OB_OPTIM_RANKS_PER_NODE_AUTO) ||
+        c->ranks_per_node > OB_OPTIM_MAX_RANKS_PER_NODE)
+        return BAD("ranks_per_node = %d: must be in [0, %d] (0: flat) or %d (auto)",
+                   c->ranks_per_node, OB_OPTIM_MAX_RANKS_PER_NODE, OB_OPTIM_RANKS_PER_NODE_AUTO);
     if (c->ranks_per_node > 1 && !ob__optim_uses_car(c))
         return BAD("ranks_per_node = %d: only a compressed exchange (onebit_adam with compression "
                    "on or naive, binsgdm) runs hierarchically",

@@ -29,6 +29,8 @@ struct ob_optim {
     ob_car *car;    /* compressed allreduce: onebit_adam compressed and naive modes, binsgdm */
     ob_f16sum *f16; /* the gradients' fp16 exchange (gradient_exchange fp16, 2+ ranks), or NULL */
     ob_f16sum *f8;  /* their fp8 exchange (gradient_exchange or refit_exchange fp8), or NULL */
+    /* ob_optim_exchange_note: what ranks_per_node "auto" chose, "" otherwise */
+    char car_note[256];
 
     ob__buckets plan;        /* the fp32 exchange's buckets */
     ob__buckets cplan;       /* the compression phase's: the car's segments, last first */

@@ -834,6 +834,17 @@ ob_status ob_trainer_run(ob_trainer *t, ob_train_callback cb, void *user, ob_tra
         ev.message = msg;
         cb(&ev, user);
     }
+    const char *shape = ob_optim_exchange_note(t->opt);
+    if (shape[0] && cb) {
+        /* "auto" chose the exchange's shape where the ranks run: say what it found. */
+        char msg[320];
+        snprintf(msg, sizeof msg, "optimizer.ranks_per_node auto: %s", shape);
+        ob_train_event ev = {0};
+        ev.kind = OB_EVENT_NOTICE;
+        fill_optim_fields(t, &ev);
+        ev.message = msg;
+        cb(&ev, user);
+    }
     freeze_plan_notice(t, cb, user);
     t->t_start = ob_mono_s();
     int stopped = 0;

@@ -224,7 +224,7 @@ ob_status ob_hosts_launcher_create(ob_launcher **out, const ob_hosts_launcher_co
     if (n_extra > 20)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "at most 20 extra mpirun arguments, got %zu",
                       n_extra);
-    const char *args[32];
+    const char *args[34];
     size_t a = 0;
     args[a++] = "--hostfile";
     args[a++] = cfg->hostfile_path;
@@ -244,6 +244,13 @@ ob_status ob_hosts_launcher_create(ob_launcher **out, const ob_hosts_launcher_co
         args[a++] = "--mca";
         args[a++] = "oob_tcp_if_include";
         args[a++] = cfg->net;
+    }
+    /* The placement a job spec's ranks_per_node "auto" reads (engine: ob_comm_node_map), given
+     * to onebitd for hosts that MPI cannot tell apart: mpirun hands its own environment to the
+     * ranks on this machine only. */
+    if (getenv("ONEBIT_RANKS_PER_NODE")) {
+        args[a++] = "-x";
+        args[a++] = "ONEBIT_RANKS_PER_NODE";
     }
     for (size_t i = 0; i < n_extra; i++)
         args[a++] = cfg->mpirun_args[i];

@@ -266,6 +266,24 @@ class Checkpoints(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "ranks_per_node 2: must divide the 1 ranks"):
             obt.BinSGDM(Net().named_parameters(), lr=1e-3, ranks_per_node=2)
 
+    def test_ranks_per_node_auto(self):
+        # "auto" finds where the ranks run: one rank here, so the flat exchange, and it says so
+        # (the same bits as ranks_per_node=0); an integer has no note; a bad value the spec's
+        # message.
+        def run(rpn):
+            torch.manual_seed(5)
+            m = Net()
+            opt = obt.BinSGDM(m.named_parameters(), lr=3e-3, block_size=32, ranks_per_node=rpn)
+            train(m, opt, 0, 10)
+            return opt, state(m, opt)
+        auto, want = run("auto")
+        self.assertRegex(auto.exchange_note, r"^a world of one rank \(\S+\): flat$")
+        flat, got = run(0)
+        self.assertEqual(flat.exchange_note, "")
+        self.assertTrue(same_bits(want, got))
+        with self.assertRaisesRegex(ValueError, 'optimizer.ranks_per_node: expected "auto"'):
+            obt.OnebitAdam(Net().named_parameters(), ranks_per_node="some")
+
     def test_softsign_trains(self):
         torch.manual_seed(0)
         m = Net()

@@ -58,6 +58,20 @@ ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_
  * Collective: it splits comm. */
 ob_status ob_car_create_hier(ob_car **out, ob_comm *comm, size_t d, size_t block,
                              ob_scale_kind scale, int ranks_per_node, ob_err *err);
+/* The ranks_per_node that a placement allows ob_car_create_hier: node[r] (n ints, borrowed) is
+ * the node of rank r, as ob_comm_node_map gives it. m > 1 when there is more than one node,
+ * every node holds m ranks and node k holds ranks k m .. k m + m - 1 (the numbering the
+ * hierarchical exchange assumes); else 1, the flat exchange. why (cap bytes, the caller's; may
+ * be NULL) says which, in a phrase: "2 nodes of 2 ranks", or why flat ("all 4 ranks on one
+ * node", "nodes of uneven size: 3 ranks on the node of rank 0, 1 on the node of rank 3", "one
+ * rank a node", "ranks not numbered node by node: rank 1 is not on the node of rank 0"). */
+int ob_car_shape_of(const int *node, int n, char *why, size_t cap);
+/* ob_car_shape_of for where comm's ranks run (ob_comm_node_map; why also names how that was
+ * found). A device communicator gets 1 without asking: the hierarchical exchange runs on host
+ * communicators only. Collective over a host communicator. Errors of ob_comm_node_map;
+ * OB_ERR_NOMEM. */
+ob_status ob_car_auto_ranks_per_node(ob_comm *comm, int *ranks_per_node, char *why, size_t cap,
+                                     ob_err *err);
 /* m of ob_car_create_hier, 1 for a flat car. */
 int ob_car_ranks_per_node(const ob_car *car);
 

@@ -86,6 +86,26 @@ ob_status ob_comm_local_device(int *device, ob_err *err);
  * only (OB_ERR_UNSUPPORTED for nccl). */
 ob_status ob_comm_split(ob_comm *comm, int color, int key, ob_comm **out, ob_err *err);
 
+/* The environment variable through which a launcher may say where the ranks run
+ * (ob_comm_node_map). */
+#define OB_COMM_NODES_ENV "ONEBIT_RANKS_PER_NODE"
+
+/* Which node every rank of comm runs on: node[r] for r = 0 .. ob_comm_size - 1 (a caller's
+ * array of that many ints), the lowest rank of comm on rank r's node, the same on every rank.
+ * Each rank finds its own node and the answers are allgathered (4 (N - 1) bytes counted as an
+ * allgather). Collective over comm.
+ *
+ * A rank finds its node from OB_COMM_NODES_ENV when it is set and comm was not split from
+ * another (it speaks of the world's ranks): "M", M ranks a node in rank order (the last node
+ * may hold fewer), or "M1,M2,...", the ranks of each node in rank order, summing to the
+ * ranks of comm. That is for a launcher that knows better than the machine: the network
+ * namespaces of bench/net are "hosts" in one kernel, where MPI sees one node. Otherwise the
+ * backend says: MPI groups the ranks that share memory (MPI_Comm_split_type with
+ * MPI_COMM_TYPE_SHARED); self is one node. *source (may be NULL) is set to a static string
+ * naming which: OB_COMM_NODES_ENV, "MPI_COMM_TYPE_SHARED" or "self". OB_ERR_INVALID_ARG for a
+ * malformed variable, OB_ERR_UNSUPPORTED for nccl. */
+ob_status ob_comm_node_map(ob_comm *comm, int *node, const char **source, ob_err *err);
+
 /* Frees the communicator (not MPI itself). Accepts NULL. */
 void ob_comm_destroy(ob_comm *comm);
 

@@ -197,12 +197,18 @@ typedef struct ob_optim_config {
 
     /* Every compressed exchange (onebit_adam compressed and naive, binsgdm): m > 1 runs the
      * hierarchical exchange of onebit/car.h (ob_car_create_hier) with m ranks a node: fp32
-     * inside a node, 1 bit between nodes. 0 or 1 (default 0): flat. Host communicators. */
+     * inside a node, 1 bit between nodes. 0 or 1 (default 0): flat. Host communicators.
+     * OB_OPTIM_RANKS_PER_NODE_AUTO: chosen at creation from where the communicator's ranks
+     * run (ob_car_auto_ranks_per_node): hierarchical over several nodes of the same size
+     * numbered node by node, else flat, and flat on a device; ob_optim_exchange_note says
+     * which and why. */
     int ranks_per_node;
 } ob_optim_config;
 
 /* The largest ranks_per_node accepted. */
 #define OB_OPTIM_MAX_RANKS_PER_NODE 4096
+/* ranks_per_node "auto" (a job spec's optimizer.ranks_per_node: "auto"). */
+#define OB_OPTIM_RANKS_PER_NODE_AUTO (-1)
 
 /* The default optimizer.freeze_max_fraction of a job spec under OB_STABILIZER_ADAM_BOUND: the
  * auto freeze comes at the latest after 15 % of the job's steps (the paper froze BERT-Large
@@ -297,6 +303,12 @@ size_t ob_optim_bucket_order(const ob_optim *opt, size_t i);
  * initialised below MPI_THREAD_SERIALIZED the optimizer falls back to exchanging the buckets
  * after the backward pass (the same bits) and this returns 0; the caller says so. */
 int ob_optim_overlap_active(const ob_optim *opt);
+
+/* With cfg.ranks_per_node OB_OPTIM_RANKS_PER_NODE_AUTO and a compressed exchange: the shape
+ * chosen and why, a phrase owned by the optimizer ("2 nodes of 2 ranks (MPI_COMM_TYPE_SHARED):
+ * hierarchical, ranks_per_node 2"; "all 4 ranks on one node (MPI_COMM_TYPE_SHARED): flat").
+ * "" otherwise. */
+const char *ob_optim_exchange_note(const ob_optim *opt);
 
 /* The overlapped exchange. Before the backward pass that computes `grad` (d floats, borrowed
  * until the next ob_optim_step, which must be given the same pointer), call

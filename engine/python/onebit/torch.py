@@ -115,6 +115,8 @@ class _EngineOptimizer(torch.optim.Optimizer):
                   self._total_steps, self._comm, w.ctrl(), flat.data_ptr(), d, offs,
                   _names_blob(names), ndims, dimarr, n)
         self._handle = h.value
+        if self.exchange_note:  # ranks_per_node="auto": what it found, as the worker says it
+            onebit.report("notice", text="optimizer.ranks_per_node auto: " + self.exchange_note)
 
     def _attach(self, plist):
         """Points every parameter and its gradient at its view of the flat buffers, and keeps
@@ -273,6 +275,12 @@ class _EngineOptimizer(torch.optim.Optimizer):
         s = _lib.Stats()
         _lib.lib.obpy_optim_stats(self._handle, _lib.ctypes.byref(s))
         return s
+
+    @property
+    def exchange_note(self):
+        """With ranks_per_node="auto": the exchange's shape it chose and why ("2 nodes of 2
+        ranks (MPI_COMM_TYPE_SHARED): hierarchical, ranks_per_node 2", "...: flat"); else ""."""
+        return _lib.lib.obpy_optim_exchange_note(self._handle).decode()
 
     @property
     def flat_params(self):

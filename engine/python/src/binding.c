@@ -355,6 +355,11 @@ int obpy_optim_step(obpy_optim *o, const float *grad, double lr, void *stream, c
     return 0;
 }
 
+const char *obpy_optim_exchange_note(const obpy_optim *o)
+{
+    return ob_optim_exchange_note(o->opt);
+}
+
 void obpy_optim_stats(const obpy_optim *o, obpy_stats *out)
 {
     ob_optim_stats s;

@@ -94,6 +94,8 @@ typedef struct obpy_stats {
     double freeze_ratio;
 } obpy_stats;
 void obpy_optim_stats(const obpy_optim *o, obpy_stats *out);
+/* What ranks_per_node "auto" chose and why (ob_optim_exchange_note; owned by o), "" otherwise. */
+const char *obpy_optim_exchange_note(const obpy_optim *o);
 
 /* The compression-health ratios over every rank (collective over ctrl): ||e_worker||/||m||,
  * ||e_server||/||m|| and the zero-momentum fraction; NaN without error feedback. */
