@@ -254,7 +254,8 @@ static const char *good_spec = "model: {type: mlp}\n"
 
 static void submit(fx *f, int world, int max_restarts, char id[OB_JOB_ID_LEN])
 {
-    ob_submit_req req = {good_spec, strlen(good_spec), world, max_restarts, NULL, NULL, NULL};
+    ob_submit_req req = {good_spec, strlen(good_spec), world, max_restarts, NULL, NULL, NULL, NULL,
+                         0};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
@@ -304,14 +305,14 @@ static void test_invalid_submit_changes_nothing(void **state)
     start(f);
     const char *bad = "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
                       "optimizer: {type: adam, betta1: 0.9}\nbatch_size: 8\nsteps: 10\n";
-    ob_submit_req req = {bad, strlen(bad), 9, 500, NULL, NULL, NULL};
+    ob_submit_req req = {bad, strlen(bad), 9, 500, NULL, NULL, NULL, NULL, 0};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "spec: optimizer.betta1: unknown field"));
     assert_non_null(strstr(err.msg, "world_size: 9 ranks exceed the service's 4 slots"));
     assert_non_null(strstr(err.msg, "max_restarts: expected 0 to 100"));
-    ob_submit_req empty = {"", 0, 1, -1, NULL, NULL, NULL};
+    ob_submit_req empty = {"", 0, 1, -1, NULL, NULL, NULL, NULL, 0};
     assert_int_equal(ob_service_submit(f->svc, &empty, &j, &err), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "spec: missing"));
     ob_job *jobs;
@@ -950,7 +951,7 @@ static ob_status submit_paths(fx *f, const char *data_path, const char *from, ch
              "optimizer: {type: %s}\nbatch_size: 8\nsteps: 10\n%s%s%s",
              data_path, from ? "onebit_adam" : "adam", from ? "warm_start: {from: '" : "",
              from ? from : "", from ? "'}\n" : "");
-    ob_submit_req req = {spec, strlen(spec), 1, 0, NULL, NULL, NULL};
+    ob_submit_req req = {spec, strlen(spec), 1, 0, NULL, NULL, NULL, NULL, 0};
     ob_job j;
     ob_err err;
     ob_err_clear(&err);
@@ -1023,7 +1024,7 @@ static void test_idempotent_submit(void **state)
 {
     fx *f = *state;
     start(f);
-    ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, "retry-me:1", NULL, NULL};
+    ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, "retry-me:1", NULL, NULL, NULL, 0};
     ob_job a, b;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &a, &err), OB_OK);
@@ -1063,7 +1064,7 @@ static void test_labels(void **state)
     const char *sets[] = {"team=nlp,run=7", "team=vision", "", "run=7,team=nlp,owner=ana"};
     ob_err err;
     for (int i = 0; i < 4; i++) {
-        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, sets[i], NULL};
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, sets[i], NULL, NULL, 0};
         ob_job j;
         assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
         if (i == 0) assert_string_equal(j.labels, "run=7,team=nlp");
@@ -1086,7 +1087,7 @@ static void test_labels(void **state)
     }
     const char *bad[] = {"Team=x", "team", "team=a,team=b", "=x", "team=a b", "a=1,"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, bad[i], NULL};
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, bad[i], NULL, NULL, 0};
         ob_job j;
         if (ob_service_submit(f->svc, &req, &j, &err) != OB_ERR_INVALID_ARG)
             fail_msg("labels '%s' accepted", bad[i]);
@@ -1110,13 +1111,13 @@ static void test_deadline(void **state)
     const char *bad[] = {"0s", "2",   "1.5h", "-1h",  "1m1h",        "30m30m",
                          "h",  "2hh", "1 h",  "367d", "9999999999s", "1h30"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, NULL, bad[i]};
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, NULL, bad[i], NULL, 0};
         ob_job j;
         if (ob_service_submit(f->svc, &req, &j, &err) != OB_ERR_INVALID_ARG)
             fail_msg("deadline '%s' accepted", bad[i]);
         assert_non_null(strstr(err.msg, "deadline: "));
     }
-    ob_submit_req req = {good_spec, strlen(good_spec), 1, 3, NULL, NULL, "1s"};
+    ob_submit_req req = {good_spec, strlen(good_spec), 1, 3, NULL, NULL, "1s", NULL, 0};
     ob_job j;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
     assert_int_equal(j.deadline_ms, 1000);
@@ -1271,7 +1272,7 @@ static void test_default_world_size(void **state)
     fx *f = *state;
     f->cfg.default_world_size = 3;
     start(f);
-    ob_submit_req req = {good_spec, strlen(good_spec), 0, -1, NULL, NULL, NULL};
+    ob_submit_req req = {good_spec, strlen(good_spec), 0, -1, NULL, NULL, NULL, NULL, 0};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);

@@ -96,11 +96,30 @@ static ob_status job_call(obctl_client *c, const char *method, const ProtobufCMe
 
 static ob_status g_submit(obctl_client *c, const char *spec, size_t len, int world_size,
                           int max_restarts, const char *request_id, const char *labels,
-                          const char *deadline, ob_job *out, ob_err *err)
+                          const char *deadline, const obctl_file *files, size_t n_files,
+                          ob_job *out, ob_err *err)
 {
     Onebit__V1__SubmitJobRequest q = ONEBIT__V1__SUBMIT_JOB_REQUEST__INIT;
     char *text = strndup(spec, len);
-    if (!text) return OB_ERR(err, OB_ERR_NOMEM, "spec");
+    /* The files' messages point into the caller's; one block of them and one of pointers. */
+    Onebit__V1__ProgramFile *pf = n_files ? calloc(n_files, sizeof *pf) : NULL;
+    Onebit__V1__ProgramFile **pp = n_files ? calloc(n_files, sizeof *pp) : NULL;
+    if (!text || (n_files && (!pf || !pp))) {
+        free(text);
+        free(pf);
+        free(pp);
+        return OB_ERR(err, OB_ERR_NOMEM, "spec");
+    }
+    for (size_t i = 0; i < n_files; i++) {
+        onebit__v1__program_file__init(&pf[i]);
+        pf[i].path = (char *)files[i].path;
+        pf[i].mode = files[i].mode;
+        pf[i].data.data = (uint8_t *)files[i].data;
+        pf[i].data.len = files[i].len;
+        pp[i] = &pf[i];
+    }
+    q.n_files = n_files;
+    q.files = pp;
     q.spec = text;
     q.world_size = world_size;
     q.max_restarts = max_restarts;
@@ -109,6 +128,8 @@ static ob_status g_submit(obctl_client *c, const char *spec, size_t len, int wor
     q.deadline = (char *)(deadline ? deadline : "");
     ob_status st = job_call(c, "/onebit.v1.JobService/SubmitJob", &q.base, out, err);
     free(text);
+    free(pf);
+    free(pp);
     return st;
 }
 
