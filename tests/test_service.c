@@ -11,8 +11,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -298,6 +300,69 @@ static int wait_launches(fx *f, int n)
 }
 
 /* ---- tests -------------------------------------------------------------------------------- */
+
+/* A program's upload: sizes bounded before anything is read (a length of SIZE_MAX does not wrap
+ * around), the limit named; one at the limit stored under the job; nothing left staged. */
+static void test_upload_limits(void **state)
+{
+    fx *f = *state;
+    f->cfg.max_upload_bytes = 100;
+    start(f);
+    static const char spec[] = "{\"program\": {\"entrypoint\": \"t.py\"}}";
+    static uint8_t bytes[100];
+    ob_upload_file huge[] = {{"t.py", 0644, NULL, SIZE_MAX}};
+    ob_upload_file two[] = {{"t.py", 0644, bytes, 60}, {"u.py", 0644, bytes, 60}};
+    ob_upload_file wraps[] = {{"t.py", 0644, bytes, 60}, {"u.py", 0644, NULL, SIZE_MAX - 30}};
+    ob_upload_file missing[] = {{"u.py", 0644, bytes, 10}};
+    ob_upload_file full[] = {{"t.py", 0755, bytes, 100}, {"lib/e.py", 0, NULL, 0}};
+    struct {
+        ob_upload_file *files;
+        size_t n;
+        const char *why;
+    } bad[] = {
+        {huge, 1, "more than the limit of 100 bytes (0.0 MiB) in all at files[0]"},
+        {two, 2, "more than the limit of 100 bytes (0.0 MiB) in all at files[1] 'u.py'"},
+        {wraps, 2, "more than the limit of 100 bytes"},
+        {missing, 1, "program.entrypoint 't.py' is not one of the uploaded files"},
+    };
+    ob_job j;
+    ob_err err;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ob_submit_req req = {.spec = spec,
+                             .spec_len = sizeof spec - 1,
+                             .world_size = 1,
+                             .max_restarts = -1,
+                             .files = bad[i].files,
+                             .n_files = bad[i].n};
+        assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_ERR_INVALID_ARG);
+        if (!strstr(err.msg, bad[i].why)) fail_msg("case %zu: %s", i, err.msg);
+    }
+    ob_submit_req req = {.spec = spec,
+                         .spec_len = sizeof spec - 1,
+                         .world_size = 1,
+                         .max_restarts = -1,
+                         .files = full,
+                         .n_files = 2};
+    assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
+    char path[600];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/jobs/%s/program/t.py", f->dir, j.id);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 100);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    snprintf(path, sizeof path, "%s/jobs/%s/program/lib/e.py", f->dir, j.id);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    ob_job_clear(&j);
+    snprintf(path, sizeof path, "%s/uploads", f->dir); /* the refused ones left nothing */
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    assert_int_equal(entries, 0);
+}
 
 static void test_invalid_submit_changes_nothing(void **state)
 {
@@ -1526,6 +1591,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_invalid_submit_changes_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upload_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_reason_skips_warnings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_then_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarts_run_out, setup, teardown),

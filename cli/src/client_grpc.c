@@ -69,8 +69,9 @@ static ob_status call(obctl_client *c, const char *method, const ProtobufCMessag
     void *out = NULL;
     size_t out_len = 0;
     ob_rpc_result res;
-    ob_status st =
-        ob_rpc_unary(rpc(c), method, buf, len, &out, &out_len, &res, UNARY_TIMEOUT_MS, err);
+    /* A submit with an upload may be large: it gets as long as 128 KiB/s needs, besides. */
+    int timeout = UNARY_TIMEOUT_MS + (int)(len / 131072 * 1000);
+    ob_status st = ob_rpc_unary(rpc(c), method, buf, len, &out, &out_len, &res, timeout, err);
     free(buf);
     if (st != OB_OK) return obctl__unreachable(err, c, err ? err->msg : "call failed");
     if ((st = from_grpc(c, &res, err)) != OB_OK) {

@@ -118,7 +118,9 @@ static ob_status perform(obctl_client *c, const request *rq, json_t **out, ob_er
         if (c->cert_file[0]) curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert_file);
         if (c->key_file[0]) curl_easy_setopt(h, CURLOPT_SSLKEY, c->key_file);
     }
-    if (!rq->on_data) curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+    if (!rq->on_data) /* and a large body (a submit's upload) as long as 128 KiB/s needs */
+        curl_easy_setopt(h, CURLOPT_TIMEOUT,
+                         60L + (long)((rq->body ? strlen(rq->body) : 0) / 131072));
     if (!strcmp(rq->method, "POST")) {
         curl_easy_setopt(h, CURLOPT_POST, 1L);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body ? rq->body : "");
