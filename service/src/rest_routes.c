@@ -104,8 +104,11 @@ static int read_files(ob_rest_server *s, const json_t *v, ob_upload_file **out, 
             goto fail;
         }
         files[i].path = json_string_value(path);
+        if (m < 0) {
+            snprintf(problem, cap, "files[%zu].mode: %d; permission bits (0 to 0777) only", i, m);
+            goto fail;
+        }
         files[i].mode = (uint32_t)m;
-        if (m < 0) files[i].mode = 01000; /* refused by the service, by name */
         const char *text = data ? json_string_value(data) : "";
         size_t tl = data ? json_string_length(data) : 0;
         /* The decoded size, exactly, from the text's length and padding: compared first. */

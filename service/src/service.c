@@ -538,6 +538,15 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
     }
     char staged[OB_JOB_PATH_LEN] = "";
     if (req->n_files > 0) { /* written before the job exists, moved to it when it does */
+        pthread_mutex_lock(&svc->mu);
+        rc = ob__svc_writable(svc, err);
+        pthread_mutex_unlock(&svc->mu);
+        if (rc == OB_OK) rc = ob__upload_room(svc, req->files, req->n_files, err);
+        if (rc) {
+            free(spec);
+            free(json);
+            return rc;
+        }
         rc = ob__upload_stage(svc, req->files, req->n_files, spec->program.entrypoint, staged,
                               sizeof staged, problems, sizeof problems, err);
         if (rc) {

@@ -94,6 +94,10 @@ int64_t ob__upload_limit(const ob_service *svc);
 ob_status ob__upload_check(const ob_upload_file *f, size_t n, int64_t max_bytes, char *problem,
                            size_t cap);
 
+/* OB_OK when the state directory's file system has room for the n (checked) files besides
+ * cfg.store_min_free_bytes; otherwise OB_ERR_UNAVAILABLE with both sizes. Lock not needed. */
+ob_status ob__upload_room(const ob_service *svc, const ob_upload_file *f, size_t n, ob_err *err);
+
 /* Writes the checked files into a new directory under svc->uploads_dir, its path into
  * staged[scap], and checks that entrypoint (relative) is a regular file among them. A problem of
  * the upload's (a duplicate path, a file where a directory is, a missing entrypoint):
@@ -199,6 +203,9 @@ ob_status ob__svc_store_failed(ob_service *svc, ob_status rc, const ob_err *err)
 /* OB_OK while the store can be written; otherwise OB_ERR_UNAVAILABLE, with the reason, for a
  * request that would change something. */
 ob_status ob__svc_writable(ob_service *svc, ob_err *err);
+
+/* Bytes free to unprivileged writers on the file system of dir; -1 when unknown. */
+int64_t ob__svc_free_bytes(const char *dir);
 
 /* The supervisor's check of the store, every tick: the state directory's free space and, while
  * the store is down, a probe write on its backoff. */

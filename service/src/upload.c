@@ -123,6 +123,23 @@ ob_status ob__upload_check(const ob_upload_file *f, size_t n, int64_t max_bytes,
     return OB_OK;
 }
 
+ob_status ob__upload_room(const ob_service *svc, const ob_upload_file *f, size_t n, ob_err *err)
+{
+    /* Checked files: n <= OB_UPLOAD_MAX_FILES, the sum within OB_UPLOAD_MAX_LIMIT. A block
+     * for each file's tail and its directory entry. */
+    uint64_t need = 0;
+    for (size_t i = 0; i < n; i++)
+        need += f[i].len + 4096;
+    int64_t have = ob__svc_free_bytes(svc->state_dir), keep = svc->cfg.store_min_free_bytes;
+    if (have < 0) return OB_OK; /* unknown: the writes will say */
+    if (keep < 0) keep = 0;
+    if ((uint64_t)have >= need + (uint64_t)keep) return OB_OK;
+    return OB_ERR(err, OB_ERR_UNAVAILABLE,
+                  "the upload needs about %llu bytes and the state directory's file system has "
+                  "%lld free, %lld of them kept for the job store: try again later",
+                  (unsigned long long)need, (long long)have, (long long)keep);
+}
+
 /* Creates the directories above rel (borrowed, checked) inside dir. */
 static ob_status make_parents(const char *dir, const char *rel, char *problem, size_t cap)
 {

@@ -109,6 +109,7 @@ refuse_rest "an entrypoint that is a directory of the upload" '[{"path":"run.py/
 refuse_rest "a path named twice" '[{"path":"run.py","data":""},{"path":"run.py","data":""}]' "named twice"
 refuse_rest "a file where a directory is" '[{"path":"run.py","data":""},{"path":"run.py/x","data":""}]' "is a file of the upload, not a directory"
 refuse_rest "a mode beyond 0777" '[{"path":"run.py","mode":2541,"data":""}]' "files\[0\].mode"
+refuse_rest "a negative mode" '[{"path":"run.py","mode":-1,"data":""}]' "files\[0\].mode: -1"
 refuse_rest "data that is not base64" '[{"path":"run.py","data":"***"}]' "files\[0\].data"
 refuse_rest "an unknown field of a file" '[{"path":"run.py","data":"","owner":"root"}]' "files\[0\].owner: unknown field"
 refuse_rest "files with a program.workdir" '[{"path":"run.py","data":""}]' "program.workdir: not with uploaded files" "{\"program\":{\"entrypoint\":\"run.py\",\"workdir\":\"$TMP/roots\"}}"
@@ -171,6 +172,11 @@ cp "$P/run.py" "$TMP/many/"
 out=$(ctl submit --program "$TMP/many/run.py" --program-dir "$TMP/many" --np 1 2>&1); rc=$?
 check "more than 1000 files in --program-dir: refused by onebitctl" '[ $rc -eq 2 ] && echo "$out" | grep -q "more than 1000 files"' "rc=$rc $out"
 check "nothing is left staged after the refusals" '[ -z "$(ls -A "$TMP/var/uploads" 2>/dev/null)" ]' "$(ls -A "$TMP/var/uploads")"
+
+# --- a repeated request id: the first job, the second upload dropped ----------------------------
+r1=$(ctl submit --program "$TMP/alone.py" --request-id up-1 --np 1 -- --steps 1 2>&1)
+r2=$(rctl submit --program "$TMP/alone.py" --request-id up-1 --np 1 -- --steps 1 2>&1)
+check "a repeated request id with an upload: the same job, nothing left staged" '[[ "$r1" == job-* ]] && [ "$r1" = "$r2" ] && [ -f "$TMP/var/jobs/$r1/program/alone.py" ] && [ -z "$(ls -A "$TMP/var/uploads")" ]' "$r1 / $r2"
 
 # --- --no-upload: the server's path, under the roots --------------------------------------------
 out=$(ctl submit --program "$P/run.py" --no-upload --np 1 2>&1); rc=$?
