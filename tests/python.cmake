@@ -51,3 +51,10 @@ add_test(NAME test_program_jobs
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_program_jobs.sh $<TARGET_FILE:onebitd>
                  $<TARGET_FILE:obrpc> $<TARGET_FILE:onebitctl> ${OB_PY_PATH})
 set_tests_properties(test_program_jobs PROPERTIES TIMEOUT 600 PROCESSORS 2)
+# Uploaded program jobs: onebitctl submit --program / --program-dir sends the files with the
+# job from a directory outside every data root; stored with the job, run and restarted from the
+# stored copy, removed with it; hostile uploads refused at submit over gRPC and REST.
+add_test(NAME test_program_upload
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_program_upload.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> $<TARGET_FILE:onebitctl> ${OB_PY_PATH})
+set_tests_properties(test_program_upload PROPERTIES TIMEOUT 600 PROCESSORS 2)

@@ -11,8 +11,10 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <cmocka.h>
+#include <dirent.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -254,7 +256,8 @@ static const char *good_spec = "model: {type: mlp}\n"
 
 static void submit(fx *f, int world, int max_restarts, char id[OB_JOB_ID_LEN])
 {
-    ob_submit_req req = {good_spec, strlen(good_spec), world, max_restarts, NULL, NULL, NULL};
+    ob_submit_req req = {good_spec, strlen(good_spec), world, max_restarts, NULL, NULL, NULL, NULL,
+                         0};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
@@ -298,20 +301,83 @@ static int wait_launches(fx *f, int n)
 
 /* ---- tests -------------------------------------------------------------------------------- */
 
+/* A program's upload: sizes bounded before anything is read (a length of SIZE_MAX does not wrap
+ * around), the limit named; one at the limit stored under the job; nothing left staged. */
+static void test_upload_limits(void **state)
+{
+    fx *f = *state;
+    f->cfg.max_upload_bytes = 100;
+    start(f);
+    static const char spec[] = "{\"program\": {\"entrypoint\": \"t.py\"}}";
+    static uint8_t bytes[100];
+    ob_upload_file huge[] = {{"t.py", 0644, NULL, SIZE_MAX}};
+    ob_upload_file two[] = {{"t.py", 0644, bytes, 60}, {"u.py", 0644, bytes, 60}};
+    ob_upload_file wraps[] = {{"t.py", 0644, bytes, 60}, {"u.py", 0644, NULL, SIZE_MAX - 30}};
+    ob_upload_file missing[] = {{"u.py", 0644, bytes, 10}};
+    ob_upload_file full[] = {{"t.py", 0755, bytes, 100}, {"lib/e.py", 0, NULL, 0}};
+    struct {
+        ob_upload_file *files;
+        size_t n;
+        const char *why;
+    } bad[] = {
+        {huge, 1, "more than the limit of 100 bytes (0.0 MiB) in all at files[0]"},
+        {two, 2, "more than the limit of 100 bytes (0.0 MiB) in all at files[1] 'u.py'"},
+        {wraps, 2, "more than the limit of 100 bytes"},
+        {missing, 1, "program.entrypoint 't.py' is not one of the uploaded files"},
+    };
+    ob_job j;
+    ob_err err;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ob_submit_req req = {.spec = spec,
+                             .spec_len = sizeof spec - 1,
+                             .world_size = 1,
+                             .max_restarts = -1,
+                             .files = bad[i].files,
+                             .n_files = bad[i].n};
+        assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_ERR_INVALID_ARG);
+        if (!strstr(err.msg, bad[i].why)) fail_msg("case %zu: %s", i, err.msg);
+    }
+    ob_submit_req req = {.spec = spec,
+                         .spec_len = sizeof spec - 1,
+                         .world_size = 1,
+                         .max_restarts = -1,
+                         .files = full,
+                         .n_files = 2};
+    assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
+    char path[600];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/jobs/%s/program/t.py", f->dir, j.id);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_size, 100);
+    assert_int_equal(st.st_mode & 0777, 0700);
+    snprintf(path, sizeof path, "%s/jobs/%s/program/lib/e.py", f->dir, j.id);
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    ob_job_clear(&j);
+    snprintf(path, sizeof path, "%s/uploads", f->dir); /* the refused ones left nothing */
+    DIR *d = opendir(path);
+    assert_non_null(d);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    assert_int_equal(entries, 0);
+}
+
 static void test_invalid_submit_changes_nothing(void **state)
 {
     fx *f = *state;
     start(f);
     const char *bad = "model: {type: mlp}\ndata: {type: synthetic_classification}\n"
                       "optimizer: {type: adam, betta1: 0.9}\nbatch_size: 8\nsteps: 10\n";
-    ob_submit_req req = {bad, strlen(bad), 9, 500, NULL, NULL, NULL};
+    ob_submit_req req = {bad, strlen(bad), 9, 500, NULL, NULL, NULL, NULL, 0};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "spec: optimizer.betta1: unknown field"));
     assert_non_null(strstr(err.msg, "world_size: 9 ranks exceed the service's 4 slots"));
     assert_non_null(strstr(err.msg, "max_restarts: expected 0 to 100"));
-    ob_submit_req empty = {"", 0, 1, -1, NULL, NULL, NULL};
+    ob_submit_req empty = {"", 0, 1, -1, NULL, NULL, NULL, NULL, 0};
     assert_int_equal(ob_service_submit(f->svc, &empty, &j, &err), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "spec: missing"));
     ob_job *jobs;
@@ -950,7 +1016,7 @@ static ob_status submit_paths(fx *f, const char *data_path, const char *from, ch
              "optimizer: {type: %s}\nbatch_size: 8\nsteps: 10\n%s%s%s",
              data_path, from ? "onebit_adam" : "adam", from ? "warm_start: {from: '" : "",
              from ? from : "", from ? "'}\n" : "");
-    ob_submit_req req = {spec, strlen(spec), 1, 0, NULL, NULL, NULL};
+    ob_submit_req req = {spec, strlen(spec), 1, 0, NULL, NULL, NULL, NULL, 0};
     ob_job j;
     ob_err err;
     ob_err_clear(&err);
@@ -1023,7 +1089,7 @@ static void test_idempotent_submit(void **state)
 {
     fx *f = *state;
     start(f);
-    ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, "retry-me:1", NULL, NULL};
+    ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, "retry-me:1", NULL, NULL, NULL, 0};
     ob_job a, b;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &a, &err), OB_OK);
@@ -1063,7 +1129,7 @@ static void test_labels(void **state)
     const char *sets[] = {"team=nlp,run=7", "team=vision", "", "run=7,team=nlp,owner=ana"};
     ob_err err;
     for (int i = 0; i < 4; i++) {
-        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, sets[i], NULL};
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, sets[i], NULL, NULL, 0};
         ob_job j;
         assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
         if (i == 0) assert_string_equal(j.labels, "run=7,team=nlp");
@@ -1086,7 +1152,7 @@ static void test_labels(void **state)
     }
     const char *bad[] = {"Team=x", "team", "team=a,team=b", "=x", "team=a b", "a=1,"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, bad[i], NULL};
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, bad[i], NULL, NULL, 0};
         ob_job j;
         if (ob_service_submit(f->svc, &req, &j, &err) != OB_ERR_INVALID_ARG)
             fail_msg("labels '%s' accepted", bad[i]);
@@ -1110,13 +1176,13 @@ static void test_deadline(void **state)
     const char *bad[] = {"0s", "2",   "1.5h", "-1h",  "1m1h",        "30m30m",
                          "h",  "2hh", "1 h",  "367d", "9999999999s", "1h30"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, NULL, bad[i]};
+        ob_submit_req req = {good_spec, strlen(good_spec), 1, 0, NULL, NULL, bad[i], NULL, 0};
         ob_job j;
         if (ob_service_submit(f->svc, &req, &j, &err) != OB_ERR_INVALID_ARG)
             fail_msg("deadline '%s' accepted", bad[i]);
         assert_non_null(strstr(err.msg, "deadline: "));
     }
-    ob_submit_req req = {good_spec, strlen(good_spec), 1, 3, NULL, NULL, "1s"};
+    ob_submit_req req = {good_spec, strlen(good_spec), 1, 3, NULL, NULL, "1s", NULL, 0};
     ob_job j;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
     assert_int_equal(j.deadline_ms, 1000);
@@ -1271,7 +1337,7 @@ static void test_default_world_size(void **state)
     fx *f = *state;
     f->cfg.default_world_size = 3;
     start(f);
-    ob_submit_req req = {good_spec, strlen(good_spec), 0, -1, NULL, NULL, NULL};
+    ob_submit_req req = {good_spec, strlen(good_spec), 0, -1, NULL, NULL, NULL, NULL, 0};
     ob_job j;
     ob_err err;
     assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_OK);
@@ -1525,6 +1591,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_invalid_submit_changes_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_upload_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_reason_skips_warnings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_then_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarts_run_out, setup, teardown),

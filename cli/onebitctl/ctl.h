@@ -12,6 +12,7 @@
 
 #include <signal.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* logs --tail: the server's limit (OB_LOG_TAIL_MAX in service.h, not linked here). */
@@ -34,12 +35,33 @@ typedef struct opts {
     long rank; /* logs --rank, -1: every rank */
     const char *model, *data, *optimizer, *lr, *freeze_step;
     long steps, batch_size;
-    const char *program;    /* submit --program FILE */
-    char *const *prog_args; /* submit --program FILE ... -- ARGS: the program's arguments */
+    const char *program;     /* submit --program FILE */
+    const char *program_dir; /* submit --program-dir DIR: the tree uploaded with it */
+    int no_upload;           /* submit --no-upload: FILE is a path on onebitd's machine */
+    char *const *prog_args;  /* submit --program FILE ... -- ARGS: the program's arguments */
     int nprog_args;
     const char *positional[4];
     int npos;
 } opts;
+
+/* onebitd's hard limits on an upload (OB_UPLOAD_MAX_FILES, OB_UPLOAD_MAX_LIMIT in service.h,
+ * not linked here); its configured --max-upload-size may be smaller, and it says so. */
+#define OBCTL_UPLOAD_MAX_FILES 1000
+#define OBCTL_UPLOAD_MAX_BYTES ((uint64_t)1 << 30)
+
+/* A program's files read for upload (upload.c); owns its paths and bytes. */
+typedef struct obctl_upload {
+    obctl_file *files;
+    size_t n;
+    uint64_t total;
+} obctl_upload;
+
+/* Reads program (a local script) alone, or with dir the tree of dir (which must hold program),
+ * into *up (obctl_upload_free); entry[cap] gets the script's path in the upload. EXIT_OK, or
+ * the exit status after a message on stderr. */
+int obctl_upload_pack(const char *program, const char *dir, obctl_upload *up, char *entry,
+                      size_t cap);
+void obctl_upload_free(obctl_upload *up);
 
 /* The options the program converts itself (ob_opt.id of their rows). */
 enum { OPT_HELP = 1, OPT_VERSION, OPT_MAN, OPT_OUTPUT, OPT_LABEL };

@@ -76,9 +76,19 @@ static const ob_opt submit_options[] = {
     {"name", 0, OB_OPT_STRING, F(name), 0, 0, "NAME",
      "the job's name, without -f [cli-job; a program job: the spec's]", NULL, 0, 0, 0},
     {"program", 0, OB_OPT_STRING, F(program), 0, 0, "SCRIPT",
-     "a program job: SCRIPT (a path on onebitd's machine, under one of\n"
-     "its data roots) runs on every rank in its directory with ARGS\n"
-     "(engine/python: import onebit); --steps N for the progress bar",
+     "a program job: SCRIPT runs on every rank with ARGS (engine/python:\n"
+     "import onebit); --steps N for the progress bar. SCRIPT is read\n"
+     "here and uploaded with the job (onebitd keeps the copy until the\n"
+     "job is deleted; at most its --max-upload-size, 64 MiB by default)",
+     NULL, 0, 0, 0},
+    {"program-dir", 0, OB_OPT_STRING, F(program_dir), 0, 0, "DIR",
+     "upload the tree of DIR, which holds SCRIPT, and run SCRIPT in it:\n"
+     "its regular files (no symbolic links; .git and __pycache__ left\n"
+     "out), at most 1000",
+     NULL, 0, 0, 0},
+    {"no-upload", 0, OB_OPT_FLAG, F(no_upload), 0, 0, NULL,
+     "SCRIPT is a path on onebitd's machine, under one of its data\n"
+     "roots: run it where it lies, in its directory, uploading nothing",
      NULL, 0, 0, 0},
 };
 
@@ -119,7 +129,8 @@ const verb obctl_verbs[] = {
      "usage: onebitctl submit -f FILE [--np N] [--max-restarts N] [--deadline D] [--watch]\n"
      "       onebitctl submit --model M --data D --optimizer O --steps N --batch-size B\n"
      "                        [--lr X] [--freeze-step N|auto] [--name NAME] [--np N] [--watch]\n"
-     "       onebitctl submit --program SCRIPT [--steps N] [--name NAME] [--np N] -- ARGS...\n",
+     "       onebitctl submit --program SCRIPT [--program-dir DIR | --no-upload] [--steps N]\n"
+     "                        [--name NAME] [--np N] -- ARGS...\n",
      "submits a job from a spec file, from the flags for its common fields, or to run a\n"
      "program; prints the job's id (-o json: the job)\n",
      "onebitctl submit -f examples/fmnist-mlp-onebit.yaml --np 4 --watch\n"
@@ -128,7 +139,9 @@ const verb obctl_verbs[] = {
      "onebitctl submit --model mlp --data synthetic_classification --optimizer binsgdm \\\n"
      "                 --steps 500 --batch-size 32 --np 2\n"
      "onebitctl submit -f job.yaml --request-id nightly-2026-11-27 --label team=nlp\n"
-     "onebitctl submit --program examples/pytorch/gpt.py --np 4 --watch -- --steps 600\n"},
+     "onebitctl submit --program examples/pytorch/gpt.py --np 4 --watch -- --steps 600\n"
+     "onebitctl submit --program train.py --program-dir . --np 4 -- --lr 3e-4\n"
+     "onebitctl submit --program /srv/code/train.py --no-upload --np 4\n"},
     {"status", obctl_v_status, 1, NULL, 0, OBCTL_ARG_JOB, "a job in detail",
      "usage: onebitctl status JOB\n",
      "state, attempts, progress, loss, traffic saved, newest checkpoint\n",

@@ -168,31 +168,42 @@ static int spec_from_flags(const opts *o, char **out, size_t *len)
     return EXIT_OK;
 }
 
-/* A program job's spec for FILE (its absolute path; it runs in its own directory) and the
- * arguments after --, as JSON. The path is the server's: onebitd runs it where it lies, under
- * one of its data roots. */
-static int spec_from_program(const opts *o, char **out, size_t *len)
+/* A program job's spec and the arguments after --, as JSON. Uploaded (the default; up non-NULL):
+ * the files are read into *up and the entrypoint is the script's path among them, with no
+ * workdir (onebitd runs it in its stored copy). With --no-upload: FILE's absolute path, run in
+ * its own directory; the path is the server's, under one of its data roots. */
+static int spec_from_program(const opts *o, obctl_upload *up, char **out, size_t *len)
 {
-    char *abs = realpath(o->program, NULL);
-    if (!abs) {
-        fprintf(stderr, "onebitctl: --program %s: %s\n", o->program, strerror(errno));
-        return EXIT_USAGE;
+    char entry[PATH_MAX], dir[PATH_MAX] = "";
+    if (up) {
+        int rc = obctl_upload_pack(o->program, o->program_dir, up, entry, sizeof entry);
+        if (rc != EXIT_OK) return rc;
+    } else {
+        char *abs = realpath(o->program, NULL);
+        if (!abs) {
+            fprintf(stderr, "onebitctl: --program %s: %s\n", o->program, strerror(errno));
+            return EXIT_USAGE;
+        }
+        snprintf(entry, sizeof entry, "%s", abs);
+        snprintf(dir, sizeof dir, "%s", abs);
+        free(abs);
+        char *slash = strrchr(dir, '/');
+        if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
     }
-    char dir[PATH_MAX];
-    snprintf(dir, sizeof dir, "%s", abs);
-    char *slash = strrchr(dir, '/');
-    if (slash) *(slash == dir ? slash + 1 : slash) = '\0';
     json_t *args = json_array();
     for (int i = 0; args && i < o->nprog_args; i++)
         json_array_append_new(args, json_string(o->prog_args[i]));
-    json_t *spec = json_pack("{s:{s:s, s:s, s:o}}", "program", "entrypoint", abs, "workdir", dir,
-                             "args", args);
+    json_t *spec = json_pack("{s:{s:s, s:o}}", "program", "entrypoint", entry, "args", args);
+    if (spec && dir[0])
+        json_object_set_new(json_object_get(spec, "program"), "workdir", json_string(dir));
     if (spec && o->name) json_object_set_new(spec, "name", json_string(o->name));
     if (spec && o->steps > 0) json_object_set_new(spec, "steps", json_integer(o->steps));
     *out = spec ? json_dumps(spec, JSON_COMPACT) : NULL;
     json_decref(spec);
-    free(abs);
-    if (!*out) return EXIT_FAIL;
+    if (!*out) {
+        if (up) obctl_upload_free(up);
+        return EXIT_FAIL;
+    }
     *len = strlen(*out);
     return EXIT_OK;
 }
@@ -207,15 +218,22 @@ int obctl_v_submit(obctl_client *c, const opts *o)
     if (o->program && (o->file || o->model || o->data || o->optimizer || o->batch_size))
         return obctl_usage_error("submit", "%s",
                                  "--program and -f FILE or the model's flags exclude each other");
-    rc = o->program ? spec_from_program(o, &spec, &len)
+    if ((o->program_dir || o->no_upload) && !o->program)
+        return obctl_usage_error("submit", "%s", "--program-dir and --no-upload go with --program");
+    if (o->program_dir && o->no_upload)
+        return obctl_usage_error("submit", "%s",
+                                 "--program-dir and --no-upload exclude each other");
+    obctl_upload up = {0};
+    rc = o->program ? spec_from_program(o, o->no_upload ? NULL : &up, &spec, &len)
          : o->file  ? read_file(o->file, &spec, &len)
                     : spec_from_flags(o, &spec, &len);
     if (rc != EXIT_OK) return rc;
     ob_job j;
     ob_err err = {0};
     ob_status st = obctl_submit(c, spec, len, o->np, o->max_restarts, o->request_id, o->labels,
-                                o->deadline, &j, &err);
+                                o->deadline, up.files, up.n, &j, &err);
     free(spec);
+    obctl_upload_free(&up);
     if (st != OB_OK) return obctl_fail(&err);
     if (o->json && !o->watch)
         obctl_print_job_json(stdout, &j);

@@ -109,10 +109,11 @@ ob_status obctl__transport_failed(ob_err *err, const obctl_client *c, const char
 
 ob_status obctl_submit(obctl_client *c, const char *spec, size_t len, int world_size,
                        int max_restarts, const char *request_id, const char *labels,
-                       const char *deadline, ob_job *out, ob_err *err)
+                       const char *deadline, const obctl_file *files, size_t n_files, ob_job *out,
+                       ob_err *err)
 {
-    return c->ops->submit(c, spec, len, world_size, max_restarts, request_id, labels, deadline, out,
-                          err);
+    return c->ops->submit(c, spec, len, world_size, max_restarts, request_id, labels, deadline,
+                          files, n_files, out, err);
 }
 
 ob_status obctl_get(obctl_client *c, const char *id, ob_job *out, ob_err *err)

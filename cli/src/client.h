@@ -33,10 +33,20 @@ void obctl_client_destroy(obctl_client *c); /* accepts NULL */
 /* Where the client talks to, for messages ("127.0.0.1:50051", "http://..."). */
 const char *obctl_client_target(const obctl_client *c);
 
-/* *out is caller-owned (ob_job_clear). */
+/* One file of a program's upload (SubmitJobRequest.files); everything borrowed. */
+typedef struct obctl_file {
+    const char *path; /* relative, "/"-separated */
+    uint32_t mode;    /* permission bits */
+    const unsigned char *data;
+    size_t len;
+} obctl_file;
+
+/* Submits spec (len bytes) with n_files files (borrowed; NULL with 0: no upload). *out is
+ * caller-owned (ob_job_clear). */
 ob_status obctl_submit(obctl_client *c, const char *spec, size_t len, int world_size,
                        int max_restarts, const char *request_id, const char *labels,
-                       const char *deadline, ob_job *out, ob_err *err);
+                       const char *deadline, const obctl_file *files, size_t n_files, ob_job *out,
+                       ob_err *err);
 ob_status obctl_get(obctl_client *c, const char *id, ob_job *out, ob_err *err);
 ob_status obctl_cancel(obctl_client *c, const char *id, ob_job *out, ob_err *err);
 /* The server's release and API ("0.1.0", "onebit.v1"). */

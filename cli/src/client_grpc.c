@@ -69,8 +69,9 @@ static ob_status call(obctl_client *c, const char *method, const ProtobufCMessag
     void *out = NULL;
     size_t out_len = 0;
     ob_rpc_result res;
-    ob_status st =
-        ob_rpc_unary(rpc(c), method, buf, len, &out, &out_len, &res, UNARY_TIMEOUT_MS, err);
+    /* A submit with an upload may be large: it gets as long as 128 KiB/s needs, besides. */
+    int timeout = UNARY_TIMEOUT_MS + (int)(len / 131072 * 1000);
+    ob_status st = ob_rpc_unary(rpc(c), method, buf, len, &out, &out_len, &res, timeout, err);
     free(buf);
     if (st != OB_OK) return obctl__unreachable(err, c, err ? err->msg : "call failed");
     if ((st = from_grpc(c, &res, err)) != OB_OK) {
@@ -96,11 +97,30 @@ static ob_status job_call(obctl_client *c, const char *method, const ProtobufCMe
 
 static ob_status g_submit(obctl_client *c, const char *spec, size_t len, int world_size,
                           int max_restarts, const char *request_id, const char *labels,
-                          const char *deadline, ob_job *out, ob_err *err)
+                          const char *deadline, const obctl_file *files, size_t n_files,
+                          ob_job *out, ob_err *err)
 {
     Onebit__V1__SubmitJobRequest q = ONEBIT__V1__SUBMIT_JOB_REQUEST__INIT;
     char *text = strndup(spec, len);
-    if (!text) return OB_ERR(err, OB_ERR_NOMEM, "spec");
+    /* The files' messages point into the caller's; one block of them and one of pointers. */
+    Onebit__V1__ProgramFile *pf = n_files ? calloc(n_files, sizeof *pf) : NULL;
+    Onebit__V1__ProgramFile **pp = n_files ? calloc(n_files, sizeof *pp) : NULL;
+    if (!text || (n_files && (!pf || !pp))) {
+        free(text);
+        free(pf);
+        free(pp);
+        return OB_ERR(err, OB_ERR_NOMEM, "spec");
+    }
+    for (size_t i = 0; i < n_files; i++) {
+        onebit__v1__program_file__init(&pf[i]);
+        pf[i].path = (char *)files[i].path;
+        pf[i].mode = files[i].mode;
+        pf[i].data.data = (uint8_t *)files[i].data;
+        pf[i].data.len = files[i].len;
+        pp[i] = &pf[i];
+    }
+    q.n_files = n_files;
+    q.files = pp;
     q.spec = text;
     q.world_size = world_size;
     q.max_restarts = max_restarts;
@@ -109,6 +129,8 @@ static ob_status g_submit(obctl_client *c, const char *spec, size_t len, int wor
     q.deadline = (char *)(deadline ? deadline : "");
     ob_status st = job_call(c, "/onebit.v1.JobService/SubmitJob", &q.base, out, err);
     free(text);
+    free(pf);
+    free(pp);
     return st;
 }
 

@@ -8,7 +8,8 @@
 typedef struct obctl_ops {
     ob_status (*submit)(obctl_client *c, const char *spec, size_t len, int world_size,
                         int max_restarts, const char *request_id, const char *labels,
-                        const char *deadline, ob_job *out, ob_err *err);
+                        const char *deadline, const obctl_file *files, size_t n_files, ob_job *out,
+                        ob_err *err);
     ob_status (*get)(obctl_client *c, const char *id, ob_job *out, ob_err *err);
     ob_status (*cancel)(obctl_client *c, const char *id, ob_job *out, ob_err *err);
     ob_status (*del)(obctl_client *c, const char *id, int keep_checkpoints, int *deleted,

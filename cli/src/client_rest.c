@@ -118,7 +118,9 @@ static ob_status perform(obctl_client *c, const request *rq, json_t **out, ob_er
         if (c->cert_file[0]) curl_easy_setopt(h, CURLOPT_SSLCERT, c->cert_file);
         if (c->key_file[0]) curl_easy_setopt(h, CURLOPT_SSLKEY, c->key_file);
     }
-    if (!rq->on_data) curl_easy_setopt(h, CURLOPT_TIMEOUT, 60L);
+    if (!rq->on_data) /* and a large body (a submit's upload) as long as 128 KiB/s needs */
+        curl_easy_setopt(h, CURLOPT_TIMEOUT,
+                         60L + (long)((rq->body ? strlen(rq->body) : 0) / 131072));
     if (!strcmp(rq->method, "POST")) {
         curl_easy_setopt(h, CURLOPT_POST, 1L);
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body ? rq->body : "");
@@ -194,9 +196,30 @@ static ob_status id_path(char *out, size_t cap, const char *id, const char *suff
 
 static ob_status r_submit(obctl_client *c, const char *spec, size_t len, int world_size,
                           int max_restarts, const char *request_id, const char *labels,
-                          const char *deadline, ob_job *out, ob_err *err)
+                          const char *deadline, const obctl_file *files, size_t n_files,
+                          ob_job *out, ob_err *err)
 {
     json_t *o = json_object();
+    if (n_files) { /* proto3 JSON of ProgramFile: bytes as base64 */
+        json_t *list = json_array();
+        for (size_t i = 0; list && i < n_files; i++) {
+            char *b64 = ob_base64_encode(files[i].data, files[i].len);
+            json_t *f = b64 ? json_pack("{s:s, s:I, s:s}", "path", files[i].path, "mode",
+                                        (json_int_t)files[i].mode, "data", b64)
+                            : NULL;
+            free(b64);
+            if (!f || json_array_append_new(list, f) != 0) {
+                json_decref(list);
+                list = NULL;
+            }
+        }
+        if (!list) {
+            json_decref(o);
+            return OB_ERR(err, OB_ERR_INVALID_ARG,
+                          "encoding the upload: out of memory, or a path that is not UTF-8");
+        }
+        json_object_set_new(o, "files", list);
+    }
     json_object_set_new(o, "spec", json_stringn(spec, len));
     json_object_set_new(o, "worldSize", json_integer(world_size));
     json_object_set_new(o, "maxRestarts", json_integer(max_restarts));

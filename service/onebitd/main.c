@@ -273,6 +273,7 @@ static void service_config(const opts *o, ob_launcher *launcher, ob_service_conf
                                                           : 0;
     cfg->retention_ms = (int64_t)(o->retention_days * 86400.0 * 1000.0);
     cfg->worker_memory_limit = worker_memory_setting(o);
+    cfg->max_upload_bytes = o->max_upload;
 }
 
 int main(int argc, char **argv)

@@ -36,6 +36,7 @@ typedef struct opts {
         k8s_given;
     int64_t store_min_free;      /* --store-min-free */
     int64_t max_job_memory;      /* --max-job-memory; -1: the default */
+    int64_t max_upload;          /* --max-upload-size; 0: the default (64 MiB) */
     int64_t worker_memory_limit; /* --worker-memory-limit; OB_WORKER_MEMORY_AUTO by default */
     int worker_memory_given;
 } opts;

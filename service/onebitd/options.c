@@ -95,6 +95,11 @@ static const ob_opt table[] = {
      "refuse at submit a job whose ranks would need more than\nSIZE in all (ranks x the spec's "
      "memory estimate)\n[local: half of MemTotal; other launchers: 0, none]",
      NULL, 0, 0, 0},
+    {"max-upload-size", 0, OB_OPT_SIZE, F(max_upload), 1 << 10, 1 << 30, "SIZE",
+     "the most bytes a submit may upload with a program job\n(onebitctl submit --program), its "
+     "files in all; one\nmore is refused at submit, the limit named. The\nfiles are kept with "
+     "the job until it is deleted\n[64M; 1K to 1G]",
+     NULL, 0, 0, 0},
     {"worker-memory-limit", 0, OB_OPT_CUSTOM, F(worker_memory_limit), 0, 0, "SIZE|auto|0",
      "the most private memory (RLIMIT_DATA) mpirun and each\nrank on this machine may map; a job "
      "that runs out of it\nFAILS without restarts ('out of memory'). auto: twice\nthe job's "
@@ -314,6 +319,11 @@ static int set_option(const ob_opt *r, const char *name, const char *v, opts *o)
         break;
     case OB_OPT_SIZE:
         bad = parse_size(name, v, dest);
+        if (!bad && r->hi && (*(int64_t *)dest < r->lo || *(int64_t *)dest > r->hi)) {
+            fprintf(stderr, "onebitd: %s: expected %lld to %lld bytes, got %s\n", name, r->lo,
+                    r->hi, v);
+            bad = -1;
+        }
         break;
     case OB_OPT_LIST: {
         const char **list = dest;

@@ -146,8 +146,23 @@ static ob_status h_submit(ob_service *svc, const ProtobufCMessage *m, const char
                          .request_id = q->request_id,
                          .labels = q->labels,
                          .deadline = q->deadline};
+    if (q->n_files > OB_UPLOAD_MAX_FILES) /* before an array is allocated for them */
+        return OB_ERR(&r->err, OB_ERR_INVALID_ARG,
+                      "files: %zu files, more than the limit of %d in one upload", q->n_files,
+                      OB_UPLOAD_MAX_FILES);
+    ob_upload_file *files = q->n_files ? calloc(q->n_files, sizeof *files) : NULL;
+    if (q->n_files && !files) return OB_ERR(&r->err, OB_ERR_NOMEM, "the upload's files");
+    for (size_t i = 0; i < q->n_files; i++) {
+        const Onebit__V1__ProgramFile *f = q->files[i];
+        files[i] = (ob_upload_file){
+            .path = f->path, .mode = f->mode, .data = f->data.data, .len = f->data.len};
+    }
+    req.files = files;
+    req.n_files = q->n_files;
     ob_job j;
-    return reply_job(r, ob_service_submit(svc, &req, &j, &r->err), &j);
+    ob_status rc = reply_job(r, ob_service_submit(svc, &req, &j, &r->err), &j);
+    free(files);
+    return rc;
 }
 
 static ob_status h_get(ob_service *svc, const ProtobufCMessage *m, const char *bearer,

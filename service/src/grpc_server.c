@@ -35,6 +35,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/slice.h>
 #include <grpc/support/time.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -240,6 +241,13 @@ static void handle_new(ob_grpc_server *s, call_ctx *c)
         ob__grpc_finish_unary(c, OB_ERR_INVALID_ARG, msg, NULL);
         return;
     }
+    /* The channel takes a submit's upload; every other request keeps the small limit. */
+    if (c->method != M_SUBMIT && grpc_byte_buffer_length(c->payload) > OB_API_MAX_REQUEST) {
+        snprintf(msg, sizeof msg, "%s: larger than the limit of %zu bytes", d->name,
+                 OB_API_MAX_REQUEST);
+        ob__grpc_finish_unary(c, OB_ERR_TOO_LARGE, msg, NULL);
+        return;
+    }
     const char *why = NULL;
     ProtobufCMessage *m = ob__grpc_unpack(c->payload, d, &why);
     if (!m) {
@@ -364,7 +372,8 @@ ob_status ob_grpc_server_start(ob_grpc_server **out, ob_service *svc,
     memset(args, 0, sizeof args);
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = (char *)GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-    args[0].value.integer = (int)OB_API_MAX_REQUEST;
+    size_t max_message = ob_service_max_submit_bytes(svc, 0); /* a submit with its upload */
+    args[0].value.integer = max_message > INT_MAX ? INT_MAX : (int)max_message;
     args[1].type = GRPC_ARG_INTEGER;
     args[1].key = (char *)GRPC_ARG_ALLOW_REUSEPORT;
     args[1].value.integer = 0;

@@ -111,9 +111,15 @@ struct ob_rest_server {
 typedef struct ob__rest_body {
     char *body;
     size_t len, cap;
+    size_t limit; /* the most bytes this request's body may have (ob__rest_body_limit) */
     int too_large;
     int answered; /* refused from its headers: the response is queued, the body dropped */
 } ob__rest_body;
+
+/* The most bytes the body of a request for path (without its query) may have: a submit's
+ * (POST /v1/jobs) takes a program's upload (ob_service_max_submit_bytes), every other request
+ * OB_API_MAX_REQUEST. */
+size_t ob__rest_body_limit(const ob_rest_server *s, const char *method, const char *path);
 
 /* ---- exchanges ----------------------------------------------------------------------------- */
 

@@ -8,6 +8,7 @@
 #include "rest_internal.h"
 #include "onebit/base.h"
 #include "onebit/job_codec.h"
+#include "onebit/status_map.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -47,6 +48,112 @@ static void add_problem(char *buf, size_t cap, const char *text)
     ob_strlcpy(buf + len, text, cap - len);
 }
 
+/* A submit's "files": [{"path", "mode", "data": base64}] (proto3 JSON of ProgramFile) into
+ * files[*n] (calloc'd, with each file's bytes from malloc; free_files). A file's bytes are
+ * decoded only while the upload stays within the service's limit, which is checked from the
+ * base64 text's length before anything is allocated for it. What is wrong goes into
+ * problem[cap] (the service checks paths and modes). */
+static void free_files(ob_upload_file *files, size_t n)
+{
+    for (size_t i = 0; files && i < n; i++)
+        free((void *)files[i].data);
+    free(files);
+}
+
+static int read_files(ob_rest_server *s, const json_t *v, ob_upload_file **out, size_t *n,
+                      char *problem, size_t cap)
+{
+    *out = NULL;
+    *n = 0;
+    if (!json_is_array(v)) {
+        snprintf(problem, cap, "files: expected a list of {\"path\", \"mode\", \"data\"}");
+        return -1;
+    }
+    size_t count = json_array_size(v);
+    if (count > OB_UPLOAD_MAX_FILES) {
+        snprintf(problem, cap, "files: %zu files, more than the limit of %d in one upload", count,
+                 OB_UPLOAD_MAX_FILES);
+        return -1;
+    }
+    ob_upload_file *files = count ? calloc(count, sizeof *files) : NULL;
+    if (count && !files) {
+        snprintf(problem, cap, "files: out of memory");
+        return -1;
+    }
+    uint64_t total = 0, max = (uint64_t)ob_service_max_upload_bytes(s->svc);
+    for (size_t i = 0; i < count; i++) {
+        const json_t *f = json_array_get(v, i), *path = json_object_get(f, "path");
+        const json_t *data = json_object_get(f, "data"), *mode = json_object_get(f, "mode");
+        const char *key;
+        json_t *x;
+        if (json_is_object(f)) json_object_foreach((json_t *)f, key, x)
+            {
+                if (strcmp(key, "path") && strcmp(key, "mode") && strcmp(key, "data")) {
+                    snprintf(problem, cap, "files[%zu].%.64s: unknown field", i, key);
+                    goto fail;
+                }
+            }
+        int m = 0;
+        if (!json_is_object(f) || !json_is_string(path) ||
+            strlen(json_string_value(path)) != json_string_length(path) ||
+            (data && !json_is_string(data)) || (mode && json_int32(mode, &m) != 0)) {
+            snprintf(problem, cap,
+                     "files[%zu]: expected {\"path\": a string, \"mode\": an integer, "
+                     "\"data\": base64}",
+                     i);
+            goto fail;
+        }
+        files[i].path = json_string_value(path);
+        if (m < 0) {
+            snprintf(problem, cap, "files[%zu].mode: %d; permission bits (0 to 0777) only", i, m);
+            goto fail;
+        }
+        files[i].mode = (uint32_t)m;
+        const char *text = data ? json_string_value(data) : "";
+        size_t tl = data ? json_string_length(data) : 0;
+        /* The decoded size, exactly, from the text's length and padding: compared first. */
+        size_t bytes =
+            tl / 4 * 3 - (tl >= 4 && text[tl - 1] == '=') - (tl >= 4 && text[tl - 2] == '=');
+        if (tl % 4 == 0 && (bytes > max || total > max - bytes)) {
+            snprintf(problem, cap,
+                     "files: the upload holds more than the limit of %llu bytes (%.1f MiB) in all "
+                     "at files[%zu] '%.200s' of %zu bytes (onebitd --max-upload-size)",
+                     (unsigned long long)max, (double)max / 1048576.0, i, files[i].path, bytes);
+            goto fail;
+        }
+        unsigned char *bytes_out = NULL;
+        ob_err derr;
+        if (tl && ob_base64_decode(text, &bytes_out, &files[i].len, &derr) != OB_OK) {
+            char clean[OB_ERR_MSG_LEN];
+            ob_status_public_message(derr.msg, clean, sizeof clean);
+            snprintf(problem, cap, "files[%zu].data: %.300s", i, clean);
+            goto fail;
+        }
+        files[i].data = bytes_out;
+        total += files[i].len;
+    }
+    *out = files;
+    *n = count;
+    return 0;
+fail:
+    free_files(files, count);
+    return -1;
+}
+
+/* The body's bytes that a submit's "files" (NULL: none) account for, at most len: their paths'
+ * and data's text and each entry's framing. */
+static size_t files_text(const json_t *files, size_t len)
+{
+    size_t n = 0;
+    for (size_t i = 0; json_is_array(files) && i < json_array_size(files); i++) {
+        const json_t *f = json_array_get(files, i), *p = json_object_get(f, "path");
+        const json_t *d = json_object_get(f, "data");
+        n += 64 + (json_is_string(p) ? 2 * json_string_length(p) : 0) +
+             (json_is_string(d) ? json_string_length(d) : 0);
+    }
+    return n < len ? n : len;
+}
+
 /* ---- routes ------------------------------------------------------------------------------- */
 
 static enum MHD_Result do_submit(ob_rest_server *s, ob__rest_exchange *ex, const char *id)
@@ -68,6 +175,8 @@ static enum MHD_Result do_submit(ob_rest_server *s, ob__rest_exchange *ex, const
     char problems[OB_ERR_MSG_LEN - 16] = "";
     ob_submit_req req = {.max_restarts = -1};
     char *spec_text = NULL;
+    ob_upload_file *files = NULL;
+    size_t n_files = 0;
     char labels[OB_LABELS_LEN];
     const char *key;
     json_t *v;
@@ -112,6 +221,14 @@ static enum MHD_Result do_submit(ob_rest_server *s, ob__rest_exchange *ex, const
                 snprintf(text, sizeof text, "%.40s: expected a string", key);
                 add_problem(problems, sizeof problems, text);
             }
+        } else if (!strcmp(key, "files")) {
+            char why[OB_ERR_MSG_LEN - 64];
+            if (read_files(s, v, &files, &n_files, why, sizeof why) == 0) {
+                req.files = files;
+                req.n_files = n_files;
+            } else {
+                add_problem(problems, sizeof problems, why);
+            }
         } else if (!strcmp(key, "maxRestarts") || !strcmp(key, "max_restarts")) {
             if (json_int32(v, &req.max_restarts) != 0) {
                 snprintf(text, sizeof text, "%.40s: expected an integer", key);
@@ -123,7 +240,13 @@ static enum MHD_Result do_submit(ob_rest_server *s, ob__rest_exchange *ex, const
         }
     }
     enum MHD_Result ret;
-    if (problems[0]) {
+    size_t rest_len = ex->rq->len - files_text(json_object_get(o, "files"), ex->rq->len);
+    if (rest_len > OB_API_MAX_REQUEST) {
+        /* The files have their own allowance; the rest of the body has the usual one. */
+        snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes (beside the files)",
+                 (size_t)OB_API_MAX_REQUEST);
+        ret = ob__rest_send_error(ex, OB_ERR_TOO_LARGE, msg);
+    } else if (problems[0]) {
         ret = ob__rest_send_error(ex, OB_ERR_INVALID_ARG, problems);
     } else {
         ob_job j;
@@ -137,6 +260,7 @@ static enum MHD_Result do_submit(ob_rest_server *s, ob__rest_exchange *ex, const
         }
     }
     free(spec_text);
+    free_files(files, n_files);
     json_decref(o);
     return ret;
 }
@@ -366,7 +490,7 @@ enum MHD_Result ob__rest_route_request(ob_rest_server *s, ob__rest_exchange *ex,
 {
     char msg[OB_ERR_MSG_LEN];
     if (ex->rq->too_large) {
-        snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
+        snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", ex->rq->limit);
         return ob__rest_send_error(ex, OB_ERR_TOO_LARGE, msg);
     }
     int path_known = 0;

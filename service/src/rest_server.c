@@ -77,8 +77,16 @@ static int client_cert_verified(struct MHD_Connection *conn)
  * this server never grants). Returns 1 when the request may go on, 0 after queueing the
  * refusal in the exchange. */
 
+size_t ob__rest_body_limit(const ob_rest_server *s, const char *method, const char *path)
+{
+    if (!strcmp(method, "POST") && !strcmp(path, "/v1/jobs"))
+        return ob_service_max_submit_bytes(s->svc, 1);
+    return OB_API_MAX_REQUEST;
+}
+
 static int screen(ob_rest_server *s, ob__rest_exchange *ex, const char *method, const char *url)
 {
+    size_t limit = ex->rq->limit;
     char msg[200];
     const char *host = ob__rest_header(ex, MHD_HTTP_HEADER_HOST);
     const char *len = ob__rest_header(ex, MHD_HTTP_HEADER_CONTENT_LENGTH);
@@ -93,8 +101,8 @@ static int screen(ob_rest_server *s, ob__rest_exchange *ex, const char *method, 
         /* /healthz says only "SERVING", for probes that carry no credentials; /ui/ serves only
          * the dashboard's embedded code, which asks for the token itself. */
         ob__rest_send_error(ex, OB_ERR_UNAUTHENTICATED, "missing or wrong bearer token");
-    } else if (len && strtoull(len, NULL, 10) > OB_API_MAX_REQUEST) {
-        snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", OB_API_MAX_REQUEST);
+    } else if (len && strtoull(len, NULL, 10) > limit) {
+        snprintf(msg, sizeof msg, "body: larger than the limit of %zu bytes", limit);
         ob__rest_send_error(ex, OB_ERR_TOO_LARGE, msg);
     } else if (!strcmp(method, "POST") &&
                (!type || strncasecmp(type, "application/json", 16) != 0 ||
@@ -131,6 +139,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!rq) return MHD_NO;
         *con_cls = rq;
         ex.rq = rq;
+        rq->limit = ob__rest_body_limit(s, method, url);
         /* The headers are in: a body has the budget's body deadline, an answer none. */
         int body = strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "DELETE");
         ob__rest_conns_phase(s->conns, conn,
@@ -148,13 +157,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (*upload_size) {
         size_t n = *upload_size;
         *upload_size = 0;
-        if (rq->too_large || rq->len + n > OB_API_MAX_REQUEST) {
+        if (rq->too_large || n > rq->limit - rq->len) {
             rq->too_large = 1; /* keep reading (and dropping) so that the answer can be sent */
             return MHD_YES;
         }
         if (rq->len + n + 1 > rq->cap) {
             size_t ncap = (rq->len + n + 1) * 2;
-            if (ncap > OB_API_MAX_REQUEST + 1) ncap = OB_API_MAX_REQUEST + 1;
+            if (ncap > rq->limit + 1) ncap = rq->limit + 1;
             char *b = realloc(rq->body, ncap);
             if (!b) return MHD_NO;
             rq->body = b;
@@ -255,7 +264,12 @@ ob_status ob__rest_handle(ob_rest_server *s, const ob__rest_request *req, ob__re
     char *url = malloc(tlen + 1);
     const char **pairs = malloc(2 * (n_amp + 1) * sizeof *pairs);
     ob__rest_body rq = {.len = req->len};
-    if (req->len <= OB_API_MAX_REQUEST) {
+    if (url) { /* the limit of the target's path */
+        memcpy(url, req->target, tlen + 1);
+        url[strcspn(url, "?")] = '\0';
+        rq.limit = ob__rest_body_limit(s, req->method, url);
+    }
+    if (req->len <= rq.limit) {
         rq.body = req->len ? malloc(req->len + 1) : NULL;
         if (rq.body) {
             memcpy(rq.body, req->body, req->len);

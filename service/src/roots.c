@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* Adds root (borrowed) to the list: resolved when it exists, else kept as given (nothing
@@ -161,8 +162,51 @@ static ob_status pin(const ob__roots *r, json_t *obj, const char *key, const cha
     return rc;
 }
 
-ob_status ob__svc_pin_paths(const ob_service *svc, const char *spec_json, char **out, char *problem,
+/* A program's working directory and entrypoint, resolved under roots r; the entrypoint pinned on
+ * its own, relative to the directory it was named from. */
+static ob_status pin_program(const ob__roots *r, json_t *prog, char *problem, size_t cap)
+{
+    json_t *wd = json_object_get(prog, "workdir"), *ep = json_object_get(prog, "entrypoint");
+    if (json_is_string(ep) && json_string_value(ep)[0] != '/' && json_is_string(wd)) {
+        char full[8192];
+        snprintf(full, sizeof full, "%s/%s", json_string_value(wd), json_string_value(ep));
+        json_object_set_new(prog, "entrypoint", json_string(full));
+    }
+    ob_status rc = pin(r, prog, "workdir", "spec: program.workdir", problem, cap);
+    if (rc == OB_OK) rc = pin(r, prog, "entrypoint", "spec: program.entrypoint", problem, cap);
+    return rc;
+}
+
+/* An uploaded program's paths (its spec has a relative entrypoint and no workdir: the submit
+ * carried its files): its working directory is the job's stored copy, and its entrypoint must
+ * resolve inside it. The data roots play no part; the copy is the service's own. */
+static ob_status pin_upload(const ob_service *svc, const char *job_id, json_t *prog, char *problem,
                             size_t cap)
+{
+    char dir[OB_JOB_PATH_LEN];
+    ob__upload_dir(svc, job_id, dir, sizeof dir);
+    struct stat st;
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(problem, cap,
+                 "spec: program: the job's uploaded files are gone (%.200s); submit it again", dir);
+        return OB_ERR_INVALID_ARG;
+    }
+    const char *only[] = {dir, NULL};
+    ob__roots upload;
+    ob_err rerr;
+    if (ob__roots_init(&upload, only, NULL, &rerr) != OB_OK) {
+        snprintf(problem, cap, "spec: program: %.200s", rerr.msg);
+        return rerr.code == OB_ERR_NOMEM ? OB_ERR_NOMEM : OB_ERR_INVALID_ARG;
+    }
+    ob_status rc = OB_OK;
+    if (json_object_set_new(prog, "workdir", json_string(dir)) != 0) rc = OB_ERR_NOMEM;
+    if (rc == OB_OK) rc = pin_program(&upload, prog, problem, cap);
+    ob__roots_free(&upload);
+    return rc;
+}
+
+ob_status ob__svc_pin_paths(const ob_service *svc, const char *job_id, const char *spec_json,
+                            char **out, char *problem, size_t cap)
 {
     *out = NULL;
     problem[0] = '\0';
@@ -179,17 +223,11 @@ ob_status ob__svc_pin_paths(const ob_service *svc, const char *spec_json, char *
                  "spec: warm_start.from", problem, cap);
     json_t *prog = json_object_get(root, "program");
     if (rc == OB_OK && prog) {
-        /* The entrypoint pinned on its own, relative to the directory it was named from. */
         json_t *wd = json_object_get(prog, "workdir"), *ep = json_object_get(prog, "entrypoint");
-        if (json_is_string(ep) && json_string_value(ep)[0] != '/' && json_is_string(wd)) {
-            char full[8192];
-            snprintf(full, sizeof full, "%s/%s", json_string_value(wd), json_string_value(ep));
-            json_object_set_new(prog, "entrypoint", json_string(full));
-        }
-        rc = pin(&svc->data_roots, prog, "workdir", "spec: program.workdir", problem, cap);
-        if (rc == OB_OK)
-            rc =
-                pin(&svc->data_roots, prog, "entrypoint", "spec: program.entrypoint", problem, cap);
+        int uploaded = json_is_string(ep) && json_string_value(ep)[0] != '/' &&
+                       !(json_is_string(wd) && json_string_value(wd)[0]);
+        rc = uploaded ? pin_upload(svc, job_id, prog, problem, cap)
+                      : pin_program(&svc->data_roots, prog, problem, cap);
     }
     if (rc == OB_OK) {
         *out = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);

@@ -156,8 +156,7 @@ ob_status ob__svc_writable(ob_service *svc, ob_err *err)
                   svc->store_why);
 }
 
-/* Bytes free to unprivileged writers on the file system of dir; -1 when unknown. */
-static int64_t free_bytes(const char *dir)
+int64_t ob__svc_free_bytes(const char *dir)
 {
     struct statvfs v;
     if (statvfs(dir, &v) != 0) return -1;
@@ -168,7 +167,7 @@ static int64_t free_bytes(const char *dir)
 void ob__svc_check_store(ob_service *svc, int64_t now)
 {
     int64_t min_free = svc->cfg.store_min_free_bytes;
-    int64_t have = min_free > 0 ? free_bytes(svc->state_dir) : -1;
+    int64_t have = min_free > 0 ? ob__svc_free_bytes(svc->state_dir) : -1;
     if (have >= 0 && have < min_free) {
         char why[OB_ERR_MSG_LEN];
         snprintf(why, sizeof why,

@@ -193,13 +193,19 @@ ob_status ob_service_create(ob_service **out, const ob_service_config *cfg, ob_e
     if ((rc = lock_state_dir(svc, err))) goto fail;
     svc->jobs_dir = path_join(svc->state_dir, "jobs");
     svc->ckpt_dir = path_join(svc->state_dir, "checkpoints");
+    svc->uploads_dir = path_join(svc->state_dir, "uploads");
     char *db = path_join(svc->state_dir, "jobs.db");
-    if (!svc->jobs_dir || !svc->ckpt_dir || !db) {
+    if (!svc->jobs_dir || !svc->ckpt_dir || !svc->uploads_dir || !db) {
         free(db);
         rc = OB_ERR(err, OB_ERR_NOMEM, "allocating the service");
         goto fail;
     }
     if ((rc = ob__svc_mkdirs(svc->jobs_dir, err)) || (rc = ob__svc_mkdirs(svc->ckpt_dir, err))) {
+        free(db);
+        goto fail;
+    }
+    /* Uploads staged by submits a stopped coordinator never finished belong to no job. */
+    if ((rc = ob_remove_tree(svc->uploads_dir, err))) {
         free(db);
         goto fail;
     }
@@ -238,6 +244,7 @@ void ob_service_destroy(ob_service *svc)
     free(svc->state_dir);
     free(svc->jobs_dir);
     free(svc->ckpt_dir);
+    free(svc->uploads_dir);
     free(svc->report_addr);
     ob__metrics_free(svc);
     ob__job_cache_free(&svc->jobs_cache);
@@ -320,17 +327,37 @@ static ob_status check_spec(const ob_submit_req *req, ob_jobspec *spec, char *pr
 /* Whether what a parsed spec names lies under the roots its job may read: a program's entry
  * point and working directory, or a training job's data and warm-start source. What does not
  * goes into problems[cap]. */
-static void check_spec_paths(const ob_service *svc, const ob_jobspec *spec, char *problems,
-                             size_t cap)
+static void check_spec_paths(const ob_service *svc, const ob_submit_req *req,
+                             const ob_jobspec *spec, char *problems, size_t cap)
 {
     char text[OB_ERR_MSG_LEN];
+    if (req->n_files > 0) { /* its program is the upload, stored with the job */
+        const ob_program_spec *pg = &spec->program;
+        if (!ob_jobspec_is_program(spec))
+            append_problem(problems, cap,
+                           "files: only a program job (a spec with program:) takes uploaded "
+                           "files");
+        else if (pg->workdir[0])
+            append_problem(problems, cap,
+                           "spec: program.workdir: not with uploaded files (the program runs "
+                           "in the directory onebitd stores them in)");
+        else if (pg->entrypoint[0] == '/')
+            append_problem(problems, cap,
+                           "spec: program.entrypoint: with uploaded files, a path among them, "
+                           "not an absolute path");
+        if (ob__upload_check(req->files, req->n_files, ob__upload_limit(svc), text, sizeof text) !=
+            OB_OK)
+            append_problem(problems, cap, text);
+        return;
+    }
     if (ob_jobspec_is_program(spec)) { /* its program lies under a data root */
         char entry[2 * OB_JOBSPEC_PATH_LEN];
         const ob_program_spec *pg = &spec->program;
         if (pg->entrypoint[0] != '/' && !pg->workdir[0])
             append_problem(problems, cap,
-                           "spec: program: a job onebitd runs needs program.workdir or an "
-                           "absolute program.entrypoint");
+                           "spec: program: a job onebitd runs needs program.workdir, an "
+                           "absolute program.entrypoint, or the program's files uploaded with "
+                           "the submit");
         else {
             snprintf(entry, sizeof entry, "%s%s%s", pg->entrypoint[0] == '/' ? "" : pg->workdir,
                      pg->entrypoint[0] == '/' ? "" : "/", pg->entrypoint);
@@ -433,8 +460,9 @@ static void check_fields(const ob_submit_req *req, char *labels, int64_t *deadli
 
 /* Stores the new job j (its fields set; lock not held) while the store can be written, once per
  * request id: *out = j (taken) on success, or the job an earlier submit with j's request id made
- * (j cleared); on failure j is cleared. */
-static ob_status store_new_job(ob_service *svc, ob_job *j, ob_job *out, ob_err *err)
+ * (j cleared); on failure j is cleared. A staged upload (staged non-empty) becomes the new job's
+ * before the lock is let go, and staged "" then; otherwise it is left to the caller. */
+static ob_status store_new_job(ob_service *svc, ob_job *j, char *staged, ob_job *out, ob_err *err)
 {
     ob_status rc;
     pthread_mutex_lock(&svc->mu);
@@ -457,6 +485,15 @@ static ob_status store_new_job(ob_service *svc, ob_job *j, ob_job *out, ob_err *
     if (rc == OB_ERR_IO || rc == OB_ERR_UNAVAILABLE) {
         ob__svc_store_failed(svc, rc, err);
         rc = ob__svc_writable(svc, err);
+    }
+    if (rc == OB_OK && staged && staged[0] && (rc = ob__upload_commit(svc, staged, j->id, err))) {
+        /* Under the lock still: no launch has seen the job, which goes without its files. */
+        ob_err derr;
+        ob_err_clear(&derr);
+        (void)ob_store_delete_job(svc->store, j->id, &derr);
+        OB_WRAP(err, rc, "the job was not created");
+    } else if (rc == OB_OK && staged) {
+        staged[0] = '\0'; /* the job's now */
     }
     if (rc == OB_OK) {
         svc->event_counter++;
@@ -483,7 +520,7 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
         free(spec);
         return OB_ERR_NOMEM;
     }
-    if (!problems[0]) check_spec_paths(svc, spec, problems, sizeof problems);
+    if (!problems[0]) check_spec_paths(svc, req, spec, problems, sizeof problems);
     int world = check_world(svc, req, spec, problems, sizeof problems);
     int restarts = req->max_restarts < 0 ? svc->cfg.default_max_restarts : req->max_restarts;
     char labels[OB_LABELS_LEN];
@@ -499,6 +536,27 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
         free(spec);
         return rc;
     }
+    char staged[OB_JOB_PATH_LEN] = "";
+    if (req->n_files > 0) { /* written before the job exists, moved to it when it does */
+        pthread_mutex_lock(&svc->mu);
+        rc = ob__svc_writable(svc, err);
+        pthread_mutex_unlock(&svc->mu);
+        if (rc == OB_OK) rc = ob__upload_room(svc, req->files, req->n_files, err);
+        if (rc) {
+            free(spec);
+            free(json);
+            return rc;
+        }
+        rc = ob__upload_stage(svc, req->files, req->n_files, spec->program.entrypoint, staged,
+                              sizeof staged, problems, sizeof problems, err);
+        if (rc) {
+            free(spec);
+            free(json);
+            return rc == OB_ERR_INVALID_ARG && problems[0]
+                       ? OB_ERR(err, OB_ERR_INVALID_ARG, "%s", problems)
+                       : rc;
+        }
+    }
     ob_job j;
     memset(&j, 0, sizeof j);
     ob_strlcpy(j.name, spec->name, sizeof j.name);
@@ -512,7 +570,10 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
     j.deadline_ms = deadline_ms;
     j.created_ms = j.updated_ms = ob_wall_ms();
     ob_strlcpy(j.message, "waiting for worker slots", sizeof j.message);
-    return store_new_job(svc, &j, out, err);
+    rc = store_new_job(svc, &j, staged, out, err);
+    /* Still staged: refused, or a repeated request id that answered its first job. */
+    ob__upload_discard(staged);
+    return rc;
 }
 
 ob_status ob_service_get(ob_service *svc, const char *id, ob_job *out, ob_err *err)

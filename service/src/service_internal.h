@@ -80,8 +80,41 @@ ob_status ob__roots_resolve(const ob__roots *r, const char *field, const char *p
  * now (realpath) and checked against the roots again, so that a symbolic link swapped while the
  * job waited leads nowhere else; the worker opens the resolved paths. *out (malloc'd) on
  * success; OB_ERR_INVALID_ARG with the reason in problem otherwise. */
-ob_status ob__svc_pin_paths(const ob_service *svc, const char *spec_json, char **out, char *problem,
-                            size_t cap);
+ob_status ob__svc_pin_paths(const ob_service *svc, const char *job_id, const char *spec_json,
+                            char **out, char *problem, size_t cap);
+
+/* ---- upload.c: a program job's uploaded files ------------------------------------------------ */
+
+/* The service's limit on an upload's bytes (cfg.max_upload_bytes or its default). */
+int64_t ob__upload_limit(const ob_service *svc);
+
+/* OB_OK when the n files (borrowed) may be stored: paths, modes, count and sizes (at most
+ * max_bytes in all) checked, without the lock, before anything is written; otherwise
+ * OB_ERR_INVALID_ARG with "files...: why" (the limit named) in problem[cap]. */
+ob_status ob__upload_check(const ob_upload_file *f, size_t n, int64_t max_bytes, char *problem,
+                           size_t cap);
+
+/* OB_OK when the state directory's file system has room for the n (checked) files besides
+ * cfg.store_min_free_bytes; otherwise OB_ERR_UNAVAILABLE with both sizes. Lock not needed. */
+ob_status ob__upload_room(const ob_service *svc, const ob_upload_file *f, size_t n, ob_err *err);
+
+/* Writes the checked files into a new directory under svc->uploads_dir, its path into
+ * staged[scap], and checks that entrypoint (relative) is a regular file among them. A problem of
+ * the upload's (a duplicate path, a file where a directory is, a missing entrypoint):
+ * OB_ERR_INVALID_ARG with problem[cap] set; a failed write: OB_ERR_IO in err. On failure
+ * nothing is left and staged is "". Lock not needed. */
+ob_status ob__upload_stage(const ob_service *svc, const ob_upload_file *f, size_t n,
+                           const char *entrypoint, char *staged, size_t scap, char *problem,
+                           size_t cap, ob_err *err);
+
+/* Moves a staged upload to the job's directory (ob__upload_dir); lock held. */
+ob_status ob__upload_commit(const ob_service *svc, const char *staged, const char *id, ob_err *err);
+
+/* Removes a staged upload ("" or NULL: nothing). */
+void ob__upload_discard(const char *staged);
+
+/* STATE/jobs/<id>/program into out[cap]. */
+void ob__upload_dir(const ob_service *svc, const char *id, char *out, size_t cap);
 
 /* ---- job_cache.c: single-job reads served from memory while the store is unchanged ------- */
 
@@ -109,6 +142,7 @@ void ob__job_cache_put(ob__job_cache *c, uint64_t gen, const ob_job *j);
 struct ob_service {
     ob_service_config cfg;
     char *state_dir, *jobs_dir, *ckpt_dir, *report_addr;
+    char *uploads_dir; /* STATE/uploads: submits' files before their job exists (upload.c) */
     ob_store *store;
     pthread_mutex_t mu;
     pthread_cond_t cv;
@@ -169,6 +203,9 @@ ob_status ob__svc_store_failed(ob_service *svc, ob_status rc, const ob_err *err)
 /* OB_OK while the store can be written; otherwise OB_ERR_UNAVAILABLE, with the reason, for a
  * request that would change something. */
 ob_status ob__svc_writable(ob_service *svc, ob_err *err);
+
+/* Bytes free to unprivileged writers on the file system of dir; -1 when unknown. */
+int64_t ob__svc_free_bytes(const char *dir);
 
 /* The supervisor's check of the store, every tick: the state directory's free space and, while
  * the store is down, a probe write on its backoff. */

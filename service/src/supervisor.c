@@ -308,7 +308,7 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
      * waited must not lead its workers elsewhere. A path that no longer passes fails the job. */
     char problem[OB_JOB_MSG_LEN - 64], why[OB_JOB_MSG_LEN];
     char *pinned = NULL;
-    if (ob__svc_pin_paths(svc, j->spec_json, &pinned, problem, sizeof problem) != OB_OK) {
+    if (ob__svc_pin_paths(svc, j->id, j->spec_json, &pinned, problem, sizeof problem) != OB_OK) {
         if (!problem[0]) return OB_ERR(err, OB_ERR_NOMEM, "pinning the spec's paths");
         snprintf(why, sizeof why, "not launched: %s", problem);
         return ob__svc_transition(svc, j, OB_JOB_FAILED, why, err);

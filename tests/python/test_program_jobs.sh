@@ -6,7 +6,8 @@
 #     as the uninterrupted run;
 #   - a program that raises before its first step: FAILED, not retried, its exception the reason;
 #   - the same exception at the same step on two attempts: FAILED after one restart;
-#   - an entrypoint outside the data roots: refused at submit.
+#   - an entrypoint outside the data roots (--no-upload: a path on onebitd's machine): refused at
+#     submit. (Uploaded programs: test_program_upload.sh.)
 # usage: test_program_jobs.sh ONEBITD OBRPC ONEBITCTL PYTHONPATH
 set -u
 ONEBITD=$1 OBRPC=$2 CTL=$3 PYPATH=$4
@@ -54,8 +55,8 @@ check "the same exception at the same step twice: FAILED after one restart" '[ "
 
 # --- refused at submit ---------------------------------------------------------------------
 cp "$HERE/train_small.py" "$TMP/outside.py"
-out=$(ctl submit --program "$TMP/outside.py" --np 1 2>&1); rc=$?
-check "an entrypoint outside the data roots: refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "program.entrypoint.*outside the roots"' "rc=$rc $out"
+out=$(ctl submit --program "$TMP/outside.py" --no-upload --np 1 2>&1); rc=$?
+check "an entrypoint outside the data roots (--no-upload: the server's path): refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "program.entrypoint.*outside the roots"' "rc=$rc $out"
 out=$(ctl submit --program "$HERE/no-such.py" --np 1 2>&1); rc=$?
 check "a missing entrypoint: refused" '[ $rc -ne 0 ] && echo "$out" | grep -q "no-such.py"' "rc=$rc $out"
 printf '{"program":{"entrypoint":"x.py","workdir":"%s","env":{"LD_PRELOAD":"/x.so"}}}\n' "$HERE" > "$TMP/env.json"

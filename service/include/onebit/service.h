@@ -58,6 +58,9 @@ typedef struct ob_service_config {
      * (ob_worker_memory_limit_for). An attempt that runs out of it is not retried. Only for
      * launchers that apply it (local, hosts); 0 for the others. */
     int64_t worker_memory_limit;
+    /* The most bytes a submit may upload with a program job (ob_submit_req.files, in all);
+     * 0: OB_UPLOAD_DEFAULT_MAX. At most OB_UPLOAD_MAX_LIMIT. */
+    int64_t max_upload_bytes;
 } ob_service_config;
 
 /* Defaults: state "./var", 4 slots, 3 restarts, no progress timeout, 1 s backoff up to 60 s,
@@ -83,6 +86,20 @@ void ob_service_stop(ob_service *svc);
 /* Stops (if started) and frees. Accepts NULL. */
 void ob_service_destroy(ob_service *svc);
 
+/* A program's upload: files of a submit (ob_submit_req.files), stored with the job. */
+#define OB_UPLOAD_DEFAULT_MAX ((int64_t)64 << 20) /* bytes in all, unless configured */
+#define OB_UPLOAD_MAX_LIMIT ((int64_t)1 << 30)    /* the largest max_upload_bytes */
+#define OB_UPLOAD_MAX_FILES 1000                  /* files of one upload */
+#define OB_UPLOAD_PATH_MAX 1024                   /* bytes of one file's path */
+
+/* One file of an upload; everything borrowed. */
+typedef struct ob_upload_file {
+    const char *path;    /* relative, "/"-separated, no ".", ".." or empty part */
+    uint32_t mode;       /* permission bits (at most 0777); 0100 makes the stored copy 0700 */
+    const uint8_t *data; /* len bytes (NULL with len 0) */
+    size_t len;
+} ob_upload_file;
+
 typedef struct ob_submit_req {
     const char *spec; /* JSON or YAML text, borrowed */
     size_t spec_len;
@@ -97,7 +114,22 @@ typedef struct ob_submit_req {
      * past it the supervisor stops the job like a cancel and it ends FAILED, "deadline
      * exceeded: ...", without a restart. */
     const char *deadline;
+    /* A program job's files (n_files of them, borrowed; NULL with 0: none). The spec's
+     * program.entrypoint names one of them (a relative path) and it has no program.workdir:
+     * the service stores them under the job's directory and runs the program there, whatever
+     * its data roots. Each path, mode and size is checked (ob__upload_check in upload.c) and
+     * the job refused with the limit named; a repeated request id does not compare them. */
+    const ob_upload_file *files;
+    size_t n_files;
 } ob_submit_req;
+
+/* The largest request body (REST) or message (gRPC) a submit to svc may have: a spec and
+ * envelope of OB_API_MAX_REQUEST-like size plus the largest upload, base64-encoded when base64
+ * is 1 (REST's JSON) and the files' paths and framing. */
+size_t ob_service_max_submit_bytes(const ob_service *svc, int base64);
+
+/* The most bytes one submit may upload (cfg.max_upload_bytes, or its default). */
+int64_t ob_service_max_upload_bytes(const ob_service *svc);
 
 /* Validates the spec and the request (every invalid field named, "; "-separated) and stores a
  * PENDING job; *out (caller-owned, ob_job_clear) receives it. OB_ERR_INVALID_ARG changes
