@@ -13,8 +13,9 @@
  * pieces, into one new file, then fsync: the disk's sequential write speed as this machine
  * gives it at that moment. The two alternate (ABBA) over R repetitions, so that a disk whose
  * speed drifts during the run weighs on both. Each repetition's checkpoint is removed after it
- * is timed, except with --keep K, where the retention pass (ob_ckpt_prune, keeping K) runs after
- * each commit, as in a job, and is timed apart.
+ * is timed, except with --keep K, where the retention pass runs after each commit as in a job
+ * (ob_ckpt_prune_written, keeping K, with the record of the checkpoints this run committed), and
+ * is timed apart.
  *
  * It prints every repetition, the medians and the checkpoint's speed as a share of the plain
  * write's (plain seconds / checkpoint seconds; 1.0 is the disk's speed). */
@@ -195,6 +196,8 @@ int main(int argc, char **argv)
                "rep", "checkpoint s", "plain write s", "share", "slowest",
                o.keep ? "   prune s" : "");
 
+    ob_ckpt_written *written = NULL;
+    if (rank == 0 && ob_ckpt_written_create(&written, NULL) != OB_OK) MPI_Abort(MPI_COMM_WORLD, 1);
     double ck[MAX_REPS], pl[MAX_REPS], share[MAX_REPS], pr[MAX_REPS], slow[MAX_REPS];
     int failed = 0;
     for (int r = 0; r < o.reps && !failed; r++) {
@@ -228,6 +231,8 @@ int main(int argc, char **argv)
             MPI_Reduce(rank == 0 ? MPI_IN_PLACE : &mine, &mine, 1, MPI_DOUBLE, MPI_MAX, 0,
                        MPI_COMM_WORLD);
             if (rank == 0 && !bad && ob_ckpt_commit(o.dir, step, &err) != OB_OK) bad = 1;
+            if (rank == 0 && !bad && ob_ckpt_written_add(written, o.dir, step, &err) != OB_OK)
+                bad = 1;
             MPI_Bcast(&bad, 1, MPI_INT, 0, MPI_COMM_WORLD);
             ck[r] = bench_now() - t0;
             slow[r] = mine;
@@ -242,7 +247,7 @@ int main(int argc, char **argv)
                 ob_ckpt_step_dir(done, o.dir, step, 0, NULL);
                 if (o.keep) {
                     double tp = bench_now();
-                    if (ob_ckpt_prune(o.dir, o.keep, NULL, &err) != OB_OK)
+                    if (ob_ckpt_prune_written(o.dir, o.keep, written, NULL, &err) != OB_OK)
                         fprintf(stderr, "prune: %s\n", err.msg);
                     pr[r] = bench_now() - tp;
                 } else {
@@ -277,6 +282,7 @@ int main(int argc, char **argv)
             char done[OB_CKPT_PATH_LEN];
             if (ob_ckpt_step_dir(done, o.dir, 1000 + r, 0, NULL) == OB_OK) remove_dir(done);
         }
+    ob_ckpt_written_destroy(written);
     free(params);
     free(m);
     free(v);

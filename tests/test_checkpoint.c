@@ -367,6 +367,77 @@ static void test_prune_counts_only_verified(void **state)
     assert_int_equal(m.step, 40);
 }
 
+/* The steps of job_dir's checkpoints, newest first, into steps (at most 8); returns how many. */
+static size_t list_steps(const char *jd, long *steps)
+{
+    ob_ckpt_entry *list;
+    size_t n;
+    ob_err err = {0};
+    assert_int_equal(ob_ckpt_list(jd, &list, &n, &err), OB_OK);
+    assert_true(n <= 8);
+    for (size_t i = 0; i < n; i++)
+        steps[i] = list[i].step;
+    free(list);
+    return n;
+}
+
+/* Retention with the writer's own record (ob_ckpt_prune_written): a recorded checkpoint whose
+ * files are unchanged counts without being read, but one whose file was written to, replaced
+ * or joined by another is verified in full like any other, so its damage still keeps it from
+ * counting; removed checkpoints are forgotten. */
+static void test_prune_written(void **state)
+{
+    (void)state;
+    char jd[OB_CKPT_PATH_LEN], p[OB_CKPT_PATH_LEN], q[OB_CKPT_PATH_LEN];
+    job_path(jd, "prune-written");
+    ob_ckpt_written *w = NULL;
+    ob_err err = {0};
+    assert_int_equal(ob_ckpt_written_create(&w, &err), OB_OK);
+    for (long s = 10; s <= 50; s += 10) {
+        fixture *f = make_fixture(2, s);
+        write_fixture(jd, f);
+        free_fixture(f);
+        assert_int_equal(ob_ckpt_written_add(w, jd, s, &err), OB_OK);
+    }
+    /* Step 50: damaged in place after it was recorded. */
+    step_path(p, "prune-written", 50, "state.h5");
+    flip_byte(p, chunk_offset(p, "/model/params") + 10);
+    int removed = -1;
+    long steps[8];
+    assert_int_equal(ob_ckpt_prune_written(jd, 2, w, &removed, &err), OB_OK);
+    assert_int_equal(removed, 2); /* 50 stays above, unverified; 40 and 30 kept; 20, 10 go */
+    assert_int_equal(list_steps(jd, steps), 3);
+    assert_true(steps[0] == 50 && steps[1] == 40 && steps[2] == 30);
+
+    /* Step 40: a rank file replaced by a copy of the same bytes (a new inode); step 30: a file
+     * added. Both verify in full and still count. */
+    step_path(p, "prune-written", 40, "rank-00001.h5");
+    snprintf(q, sizeof q, "%s.copy", p);
+    copy_file(p, q);
+    assert_int_equal(rename(q, p), 0);
+    step_path(p, "prune-written", 30, "notes.txt");
+    FILE *fp = fopen(p, "w");
+    fputs("x", fp);
+    fclose(fp);
+    assert_int_equal(ob_ckpt_prune_written(jd, 2, w, &removed, &err), OB_OK);
+    assert_int_equal(list_steps(jd, steps), 3);
+    assert_true(steps[0] == 50 && steps[1] == 40 && steps[2] == 30);
+
+    /* Now damage 40 in place too: it no longer counts, and 30 is the only other one kept. */
+    step_path(p, "prune-written", 40, "rank-00000.h5");
+    flip_byte(p, chunk_offset(p, "/optim/worker_error") + 3);
+    fixture *f = make_fixture(2, 60);
+    write_fixture(jd, f);
+    free_fixture(f);
+    assert_int_equal(ob_ckpt_written_add(w, jd, 60, &err), OB_OK);
+    assert_int_equal(ob_ckpt_prune_written(jd, 2, w, &removed, &err), OB_OK);
+    assert_int_equal(removed, 0);
+    assert_int_equal(list_steps(jd, steps), 4); /* 60, 50 (bad), 40 (bad), 30 */
+    assert_true(steps[0] == 60 && steps[3] == 30);
+    ob_ckpt_written_destroy(w);
+    ob_ckpt_written_destroy(NULL);
+}
+
 static void test_list_and_prune(void **state)
 {
     (void)state;
@@ -1711,6 +1782,7 @@ int main(void)
         cmocka_unit_test(test_fallback_flipped_data),
         cmocka_unit_test(test_checksums),
         cmocka_unit_test(test_checksum_pieces),
+        cmocka_unit_test(test_prune_written),
         cmocka_unit_test(test_fallback_truncated_missing_foreign),
         cmocka_unit_test(test_bad_metadata),
         cmocka_unit_test(test_hostile_attributes),

@@ -176,7 +176,161 @@ ob_status ob_ckpt_list(const char *job_dir, ob_ckpt_entry **out, size_t *n, ob_e
     return OB_OK;
 }
 
+/* --- checkpoints written by this writer ---------------------------------------------------- */
+
+/* What stat says of a file that changes when the file is replaced or written to. */
+typedef struct file_id {
+    char name[32]; /* state.h5, rank-NNNNN.h5: longer names are never recorded */
+    dev_t dev;
+    ino_t ino;
+    off_t size;
+    struct timespec mtime, ctime;
+} file_id;
+
+typedef struct written_ckpt {
+    long step;
+    size_t n;
+    file_id *files;
+} written_ckpt;
+
+struct ob_ckpt_written {
+    written_ckpt ck[OB_CKPT_WRITTEN_MAX];
+    size_t n;
+};
+
+static int file_id_cmp(const void *a, const void *b)
+{
+    return strcmp(((const file_id *)a)->name, ((const file_id *)b)->name);
+}
+
+/* The identities of every entry of dir, sorted by name; *files malloc'd. A name too long to
+ * record or an entry that is not a regular file makes the set unusable (OB_ERR_CORRUPT). */
+static ob_status dir_ids(const char *dir, file_id **files, size_t *n, ob_err *err)
+{
+    *files = NULL;
+    *n = 0;
+    DIR *d = opendir(dir);
+    if (!d) return OB_ERR(err, OB_ERR_IO, "opendir %s: %s", dir, strerror(errno));
+    file_id *list = NULL;
+    size_t count = 0, cap = 0;
+    ob_status st = OB_OK;
+    struct dirent *e;
+    while (st == OB_OK && (e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        struct stat sb;
+        char path[OB_CKPT_PATH_LEN];
+        if (strlen(e->d_name) >= sizeof list->name || ob__ckpt_join(path, dir, e->d_name, NULL) ||
+            lstat(path, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+            st = OB_ERR(err, OB_ERR_CORRUPT, "%s: unexpected entry %.64s", dir, e->d_name);
+            break;
+        }
+        if (count == cap) {
+            size_t ncap = cap ? 2 * cap : 8;
+            file_id *nl = ncap <= ((size_t)1 << 20) ? realloc(list, ncap * sizeof *nl) : NULL;
+            if (!nl) {
+                st = OB_ERR(err, OB_ERR_NOMEM, "listing %s", dir);
+                break;
+            }
+            list = nl;
+            cap = ncap;
+        }
+        file_id *f = &list[count++];
+        memset(f, 0, sizeof *f);
+        snprintf(f->name, sizeof f->name, "%s", e->d_name);
+        f->dev = sb.st_dev;
+        f->ino = sb.st_ino;
+        f->size = sb.st_size;
+        f->mtime = sb.st_mtim;
+        f->ctime = sb.st_ctim;
+    }
+    closedir(d);
+    if (st != OB_OK) {
+        free(list);
+        return st;
+    }
+    if (count) qsort(list, count, sizeof *list, file_id_cmp);
+    *files = list;
+    *n = count;
+    return OB_OK;
+}
+
+static int same_ids(const file_id *a, const file_id *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(a[i].name, b[i].name) || a[i].dev != b[i].dev || a[i].ino != b[i].ino ||
+            a[i].size != b[i].size || a[i].mtime.tv_sec != b[i].mtime.tv_sec ||
+            a[i].mtime.tv_nsec != b[i].mtime.tv_nsec || a[i].ctime.tv_sec != b[i].ctime.tv_sec ||
+            a[i].ctime.tv_nsec != b[i].ctime.tv_nsec)
+            return 0;
+    return 1;
+}
+
+ob_status ob_ckpt_written_create(ob_ckpt_written **out, ob_err *err)
+{
+    *out = calloc(1, sizeof **out);
+    return *out ? OB_OK : OB_ERR(err, OB_ERR_NOMEM, "checkpoint record");
+}
+
+static void forget(ob_ckpt_written *w, size_t i)
+{
+    free(w->ck[i].files);
+    memmove(&w->ck[i], &w->ck[i + 1], (w->n - i - 1) * sizeof w->ck[0]);
+    w->n--;
+}
+
+void ob_ckpt_written_destroy(ob_ckpt_written *w)
+{
+    if (!w) return;
+    while (w->n)
+        forget(w, w->n - 1);
+    free(w);
+}
+
+static written_ckpt *find_written(ob_ckpt_written *w, long step)
+{
+    for (size_t i = 0; w && i < w->n; i++)
+        if (w->ck[i].step == step) return &w->ck[i];
+    return NULL;
+}
+
+ob_status ob_ckpt_written_add(ob_ckpt_written *w, const char *job_dir, long step, ob_err *err)
+{
+    char dir[OB_CKPT_PATH_LEN];
+    ob_status st = ob_ckpt_step_dir(dir, job_dir, step, 0, err);
+    file_id *files = NULL;
+    size_t n = 0;
+    if (st == OB_OK) st = dir_ids(dir, &files, &n, err);
+    if (st != OB_OK) return st;
+    written_ckpt *old = find_written(w, step); /* the same step written again: replaced */
+    if (old) forget(w, (size_t)(old - w->ck));
+    if (w->n == OB_CKPT_WRITTEN_MAX) forget(w, 0);
+    w->ck[w->n++] = (written_ckpt){step, n, files};
+    return OB_OK;
+}
+
+/* Whether the checkpoint at path counts as verified: its files as w recorded them, or else
+ * ob_ckpt_verify. */
+static int counts(ob_ckpt_written *w, const ob_ckpt_entry *e)
+{
+    written_ckpt *c = find_written(w, e->step);
+    if (c) {
+        file_id *now = NULL;
+        size_t n = 0;
+        int same =
+            dir_ids(e->path, &now, &n, NULL) == OB_OK && n == c->n && same_ids(now, c->files, n);
+        free(now);
+        if (same) return 1;
+    }
+    return ob_ckpt_verify(e->path, NULL, NULL) == OB_OK;
+}
+
 ob_status ob_ckpt_prune(const char *job_dir, int keep, int *removed, ob_err *err)
+{
+    return ob_ckpt_prune_written(job_dir, keep, NULL, removed, err);
+}
+
+ob_status ob_ckpt_prune_written(const char *job_dir, int keep, ob_ckpt_written *w, int *removed,
+                                ob_err *err)
 {
     if (removed) *removed = 0;
     if (keep < 1) return OB_ERR(err, OB_ERR_INVALID_ARG, "checkpoint keep %d: must be >= 1", keep);
@@ -196,7 +350,7 @@ ob_status ob_ckpt_prune(const char *job_dir, int keep, int *removed, ob_err *err
         int below = kept >= keep;
         if (list[i].committed) {
             if (!below) {
-                if (ob_ckpt_verify(list[i].path, NULL, NULL) == OB_OK) {
+                if (counts(w, &list[i])) {
                     if (newest < 0) newest = list[i].step;
                     kept++;
                 }
@@ -204,6 +358,8 @@ ob_status ob_ckpt_prune(const char *job_dir, int keep, int *removed, ob_err *err
             }
             st = ob_remove_tree(list[i].path, err);
             if (st == OB_OK && removed) (*removed)++;
+            written_ckpt *c = st == OB_OK ? find_written(w, list[i].step) : NULL;
+            if (c) forget(w, (size_t)(c - w->ck));
         } else if (newest >= 0 && list[i].step < newest) {
             st = ob_remove_tree(list[i].path, err); /* a write that never finished */
         }

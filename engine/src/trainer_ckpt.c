@@ -151,6 +151,8 @@ void ob__trainer_ckpt_destroy(ob_trainer *t)
 {
     writer_destroy(t->writer);
     t->writer = NULL;
+    ob_ckpt_written_destroy(t->written);
+    t->written = NULL;
     free(t->tensors);
     t->tensors = NULL;
     t->num_tensors = 0;
@@ -278,7 +280,12 @@ static ob_status finish(ob_trainer *t, long step, int nfail, const ob_err *local
             ob_status st = ob_ckpt_commit(t->job_dir, step, &cerr);
             if (st == OB_OK) {
                 committed = 1;
-                st = ob_ckpt_prune(t->job_dir, t->spec.checkpoint_keep, NULL, &cerr);
+                /* Remembered so that retention does not read back what was just written; a
+                 * failure to remember only makes it read. */
+                if (t->written || ob_ckpt_written_create(&t->written, NULL) == OB_OK)
+                    (void)ob_ckpt_written_add(t->written, t->job_dir, step, NULL);
+                st = ob_ckpt_prune_written(t->job_dir, t->spec.checkpoint_keep, t->written, NULL,
+                                           &cerr);
                 if (st != OB_OK) snprintf(msg, msg_cap, "committed, but pruning: %s", cerr.msg);
             } else {
                 snprintf(msg, msg_cap, "%s", cerr.msg);
@@ -425,13 +432,16 @@ ob_status ob__trainer_ckpt_poll(ob_trainer *t, float done_ok, float done_failed,
     ob_err werr = w->err;
     ob_train_event ev = {0};
     char msg[OB_ERR_MSG_LEN + 64];
+    double t0 = ob_mono_s();
     ob_status st = finish(t, step, (int)done_failed, &werr, &ev, msg, sizeof msg, err);
     if (st != OB_OK) return st;
+    /* The commit and the retention pass run here, on the training thread: part of the stall. */
+    double commit_s = ob_mono_s() - t0;
     char path[OB_CKPT_PATH_LEN];
     ob_ckpt_step_dir(path, t->job_dir, step, 0, NULL);
     ev.path = path;
     ev.ckpt_async = 1;
-    ev.stall_seconds = t->pending_stall;
+    ev.stall_seconds = t->pending_stall + commit_s;
     ev.write_seconds = w->seconds;
     ev.ckpt_bytes = ckpt_bytes(&w->meta, w->H);
     ob__trainer_emit(t, &ev, cb, user);

@@ -50,8 +50,9 @@ struct ob_trainer {
 
     /* Checkpoints: job_dir[0] == 0 when disabled. */
     char job_dir[OB_CKPT_PATH_LEN];
-    ob__ckpt_writer *writer; /* background writer, created on the first async checkpoint */
-    ob_ckpt_tensor *tensors; /* the model's tensor table as checkpoints index it (owned) */
+    ob__ckpt_writer *writer;  /* background writer, created on the first async checkpoint */
+    ob_ckpt_written *written; /* rank 0: the checkpoints it committed (retention reads none) */
+    ob_ckpt_tensor *tensors;  /* the model's tensor table as checkpoints index it (owned) */
     size_t num_tensors;
     long pending_step;    /* step of an async checkpoint still being written, or -1 */
     double pending_stall; /* seconds the loop stood still for it */

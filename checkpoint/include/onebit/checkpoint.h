@@ -154,6 +154,28 @@ ob_status ob_ckpt_discard(const char *job_dir, long step, ob_err *err);
  * `keep` checkpoints plus the damaged ones above them. */
 ob_status ob_ckpt_prune(const char *job_dir, int keep, int *removed, ob_err *err);
 
+/* The checkpoints a writer committed itself, so that its retention pass need not read them
+ * back: re-reading a checkpoint just written mostly reads the page cache, which proves nothing
+ * about the disk and stalls the training for as long as it takes (1.5 s for a 3.2 GB state).
+ * For each checkpoint it records the identity (device, inode, size, modification and change
+ * times) of every file in its directory. Owned by one writer; not thread-safe. */
+typedef struct ob_ckpt_written ob_ckpt_written;
+
+ob_status ob_ckpt_written_create(ob_ckpt_written **out, ob_err *err);
+/* Accepts NULL. */
+void ob_ckpt_written_destroy(ob_ckpt_written *w);
+/* Records committed checkpoint `step` of job_dir (call right after ob_ckpt_commit). At most
+ * OB_CKPT_WRITTEN_MAX checkpoints are remembered; the oldest is forgotten first. */
+ob_status ob_ckpt_written_add(ob_ckpt_written *w, const char *job_dir, long step, ob_err *err);
+#define OB_CKPT_WRITTEN_MAX 64
+
+/* ob_ckpt_prune, except that a committed checkpoint recorded in w (may be NULL: ob_ckpt_prune)
+ * whose files are exactly the ones recorded, unchanged, counts as verified without being read.
+ * Any difference (a file added, removed, replaced or written to) and it is verified in full
+ * like any other. Checkpoints removed are forgotten by w. */
+ob_status ob_ckpt_prune_written(const char *job_dir, int keep, ob_ckpt_written *w, int *removed,
+                                ob_err *err);
+
 /* One entry of a job directory. */
 typedef struct ob_ckpt_entry {
     long step;
@@ -284,9 +306,8 @@ ob_status ob_ckpt_read_local_moments(const char *dir, const ob_ckpt_meta *meta, 
  * ranks a node. */
 ob_status ob_ckpt_read_errors_for(const char *dir, const ob_ckpt_meta *meta, int rank,
                                   int world_size, size_t padded_size, size_t chunk_size,
-                                  const size_t *seg_bounds, size_t num_segments,
-                                  int ranks_per_node, float *worker_error, float *server_error,
-                                  ob_err *err);
+                                  const size_t *seg_bounds, size_t num_segments, int ranks_per_node,
+                                  float *worker_error, float *server_error, ob_err *err);
 
 /* --- Export --------------------------------------------------------------------------------- */
 

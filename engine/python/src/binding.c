@@ -33,6 +33,7 @@ struct obpy_optim {
     uint64_t bytes_warmup, bytes_compression;
     /* Host mirrors of the state for checkpoints of a device optimizer (NULL on the host). */
     float *h_params, *h_m, *h_v, *h_we, *h_se;
+    ob_ckpt_written *written; /* rank 0: the checkpoints it committed (retention reads none) */
 };
 
 static int g_initialised_mpi; /* obpy_init called MPI_Init_thread: obpy_finalize may end it */
@@ -305,6 +306,7 @@ void obpy_optim_destroy(obpy_optim *o)
     free(o->h_v);
     free(o->h_we);
     free(o->h_se);
+    ob_ckpt_written_destroy(o->written);
     free(o);
 }
 
@@ -574,7 +576,9 @@ int obpy_ckpt_save(obpy_optim *o, const char *job_dir, int keep, const obpy_ckpt
     if (ob_comm_rank(o->ctrl) == 0) {
         if (nfail == 0 && (lst = ob_ckpt_commit(job_dir, meta.step, &lerr)) == OB_OK) {
             committed = 1;
-            ob_ckpt_prune(job_dir, keep, NULL, NULL);
+            if (o->written || ob_ckpt_written_create(&o->written, NULL) == OB_OK)
+                (void)ob_ckpt_written_add(o->written, job_dir, meta.step, NULL);
+            ob_ckpt_prune_written(job_dir, keep, o->written, NULL, NULL);
         } else if (nfail > 0) {
             ob_ckpt_discard(job_dir, meta.step, NULL);
         }
