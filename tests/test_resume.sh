@@ -106,6 +106,23 @@ for s in 00000050 00000100 00000120; do
 done
 kill_and_resume kill-async "$TMP/async.yaml" 93 0
 
+# --- async retention (keep 2): pruned in the writer's thread while training goes on ----------
+# Killed at step 75: the checkpoints of 10..60 (and maybe 70) were committed in the background;
+# keep 2 leaves 2, or 3 where the last commit's pass had not run yet; then resume to the end.
+spec "$TMP/async-keep.yaml" 'checkpoint: {interval: 10, keep: 2, async: true}'
+ONEBIT_FAULT_INJECT=KILL:75:1 run $NP "$TMP/akeep-1.jsonl" --spec "$TMP/async-keep.yaml" \
+  --checkpoint-dir "$TMP/akeep"; rc=$?
+n_dirs=$(find "$TMP/akeep/job" -maxdepth 1 -name 'step-????????' | wc -l)
+if [ $rc -ne 0 ] && [ "$n_dirs" -ge 2 ] && [ "$n_dirs" -le 3 ]; then
+  ok "async keep 2: $n_dirs checkpoints left when killed at step 75"
+else bad "async keep 2 before the kill" "rc=$rc dirs=$n_dirs: $(ls "$TMP/akeep/job")"; fi
+run $NP "$TMP/akeep-2.jsonl" --spec "$TMP/async-keep.yaml" --checkpoint-dir "$TMP/akeep" --resume; rc=$?
+left=$(cd "$TMP/akeep/job" && ls -d step-* | tr '\n' ' ')
+if [ $rc -eq 0 ] && [ "$left" = "step-00000110 step-00000120 " ]; then
+  ok "async keep 2: resumed to the end, the two newest remain"
+else bad "async keep 2 resume" "rc=$rc left=$left $(tail -2 "$TMP/akeep-2.jsonl.err")"; fi
+same "$BASE" "$TMP/akeep/job/step-00000120" "async keep 2: final state identical"
+
 # --- optimizer.overlap: the gradient's buckets leave during the backward pass ------------------
 # 0.0005 MiB buckets split the MLP (24-48-4) into {output.*} and {layer0.*}. On and off give the
 # same bits; with it on, a killed rank resumes bit-exactly (warmup and compression phase); a run

@@ -7,8 +7,10 @@
  *      (synchronous) or from a snapshot in a background thread (async: the loop goes on);
  *   3. once every rank reports its files written (synchronous: right away; async: through the
  *      per-step control reduction), rank 0 fsyncs, renames to step-s/, fsyncs the job
- *      directory and prunes old checkpoints. A failed write is discarded and reported; the
- *      previous checkpoint stays the newest.
+ *      directory and prunes old checkpoints (async: in the writer's thread, which the next
+ *      flush waits for; retention reads back none of the checkpoints this trainer committed,
+ *      ob_ckpt_prune_written). A failed write is discarded and reported; the previous
+ *      checkpoint stays the newest.
  * The files are shared: every rank's files land in one directory (a shared file system when
  * ranks run on several hosts). */
 #include "trainer_internal.h"
@@ -42,15 +44,43 @@ struct ob__ckpt_writer {
     size_t d, D, C, H;
     const size_t *seg; /* the server layout (the optimizer's, fixed for its life) */
     size_t nseg;
+    /* Rank 0: the retention pass after an async commit, run here off the training thread. */
+    int have_prune, pruning;
+    long prune_step;
+    const char *job_dir; /* borrowed from the trainer */
+    int keep;
+    ob_ckpt_written *written;       /* borrowed from the trainer; touched here only while pruning */
+    char prune_msg[OB_ERR_MSG_LEN]; /* a failed pass, for the next flush to tell */
 };
+
+/* Records checkpoint `step` as this writer's and runs retention (ob_ckpt_prune_written). */
+static ob_status retain(const char *job_dir, int keep, ob_ckpt_written *written, long step,
+                        ob_err *err)
+{
+    /* A failure to remember only makes retention read the checkpoint back. */
+    if (written) (void)ob_ckpt_written_add(written, job_dir, step, NULL);
+    return ob_ckpt_prune_written(job_dir, keep, written, NULL, err);
+}
 
 static void *writer_main(void *arg)
 {
     ob__ckpt_writer *w = arg;
     pthread_mutex_lock(&w->mu);
     for (;;) {
-        while (!w->have_job && !w->quit)
+        while (!w->have_job && !w->have_prune && !w->quit)
             pthread_cond_wait(&w->cv, &w->mu);
+        if (w->have_prune) { /* before quitting too: a commit is never left unpruned */
+            w->have_prune = 0;
+            w->pruning = 1;
+            pthread_mutex_unlock(&w->mu);
+            ob_err e = {0};
+            ob_status st = retain(w->job_dir, w->keep, w->written, w->prune_step, &e);
+            pthread_mutex_lock(&w->mu);
+            if (st != OB_OK) snprintf(w->prune_msg, sizeof w->prune_msg, "%s", e.msg);
+            w->pruning = 0;
+            pthread_cond_broadcast(&w->cv);
+            continue;
+        }
         if (w->quit) break;
         w->have_job = 0;
         pthread_mutex_unlock(&w->mu);
@@ -268,7 +298,7 @@ void ob__trainer_notice(ob_trainer *t, const char *msg, ob_train_callback cb, vo
 
 /* Step 3 of the protocol, once every rank is done: rank 0 commits (nfail == 0) or discards,
  * and every rank learns whether the checkpoint exists. Fills the event's outcome. */
-static ob_status finish(ob_trainer *t, long step, int nfail, const ob_err *local,
+static ob_status finish(ob_trainer *t, long step, int nfail, const ob_err *local, int background,
                         ob_train_event *ev, char *msg, size_t msg_cap, ob_err *err)
 {
     int rank = ob_comm_rank(t->comm);
@@ -280,13 +310,22 @@ static ob_status finish(ob_trainer *t, long step, int nfail, const ob_err *local
             ob_status st = ob_ckpt_commit(t->job_dir, step, &cerr);
             if (st == OB_OK) {
                 committed = 1;
-                /* Remembered so that retention does not read back what was just written; a
-                 * failure to remember only makes it read. */
-                if (t->written || ob_ckpt_written_create(&t->written, NULL) == OB_OK)
-                    (void)ob_ckpt_written_add(t->written, t->job_dir, step, NULL);
-                st = ob_ckpt_prune_written(t->job_dir, t->spec.checkpoint_keep, t->written, NULL,
-                                           &cerr);
-                if (st != OB_OK) snprintf(msg, msg_cap, "committed, but pruning: %s", cerr.msg);
+                /* Remembered so that retention does not read back what was just written. */
+                if (!t->written) (void)ob_ckpt_written_create(&t->written, NULL);
+                if (background && t->writer) {
+                    ob__ckpt_writer *w = t->writer;
+                    pthread_mutex_lock(&w->mu);
+                    w->prune_step = step;
+                    w->job_dir = t->job_dir;
+                    w->keep = t->spec.checkpoint_keep;
+                    w->written = t->written;
+                    w->have_prune = 1;
+                    pthread_cond_broadcast(&w->cv);
+                    pthread_mutex_unlock(&w->mu);
+                } else if ((st = retain(t->job_dir, t->spec.checkpoint_keep, t->written, step,
+                                        &cerr)) != OB_OK) {
+                    snprintf(msg, msg_cap, "committed, but pruning: %s", cerr.msg);
+                }
             } else {
                 snprintf(msg, msg_cap, "%s", cerr.msg);
             }
@@ -395,7 +434,7 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
     if ((st = ob__trainer_agree(t, wst != OB_OK, &nfail, err)) != OB_OK) return st;
     ob_train_event ev = {0};
     char msg[OB_ERR_MSG_LEN + 64];
-    if ((st = finish(t, meta.step, nfail, &werr, &ev, msg, sizeof msg, err)) != OB_OK) return st;
+    if ((st = finish(t, meta.step, nfail, &werr, 0, &ev, msg, sizeof msg, err)) != OB_OK) return st;
     char path[OB_CKPT_PATH_LEN];
     ob_ckpt_step_dir(path, t->job_dir, meta.step, 0, NULL);
     ev.path = path;
@@ -433,9 +472,10 @@ ob_status ob__trainer_ckpt_poll(ob_trainer *t, float done_ok, float done_failed,
     ob_train_event ev = {0};
     char msg[OB_ERR_MSG_LEN + 64];
     double t0 = ob_mono_s();
-    ob_status st = finish(t, step, (int)done_failed, &werr, &ev, msg, sizeof msg, err);
+    ob_status st = finish(t, step, (int)done_failed, &werr, 1, &ev, msg, sizeof msg, err);
     if (st != OB_OK) return st;
-    /* The commit and the retention pass run here, on the training thread: part of the stall. */
+    /* The commit runs here, on the training thread (part of the stall); the retention pass
+     * goes on in the writer's thread until the next flush. */
     double commit_s = ob_mono_s() - t0;
     char path[OB_CKPT_PATH_LEN];
     ob_ckpt_step_dir(path, t->job_dir, step, 0, NULL);
@@ -448,17 +488,38 @@ ob_status ob__trainer_ckpt_poll(ob_trainer *t, float done_ok, float done_failed,
     return OB_OK;
 }
 
+/* Waits for the writer's retention pass, if one is running, and tells its failure. */
+static void wait_prune(ob_trainer *t, ob_train_callback cb, void *user)
+{
+    ob__ckpt_writer *w = t->writer;
+    if (!w) return;
+    char msg[OB_ERR_MSG_LEN + 64] = "";
+    pthread_mutex_lock(&w->mu);
+    while (w->have_prune || w->pruning)
+        pthread_cond_wait(&w->cv, &w->mu);
+    if (w->prune_msg[0]) {
+        snprintf(msg, sizeof msg, "checkpoint retention: %s", w->prune_msg);
+        w->prune_msg[0] = '\0';
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (msg[0]) ob__trainer_notice(t, msg, cb, user);
+}
+
 ob_status ob__trainer_ckpt_flush(ob_trainer *t, ob_train_callback cb, void *user, ob_err *err)
 {
-    if (t->pending_step < 0) return OB_OK;
-    ob__ckpt_writer *w = t->writer;
-    pthread_mutex_lock(&w->mu);
-    while (!w->finished)
-        pthread_cond_wait(&w->cv, &w->mu);
-    pthread_mutex_unlock(&w->mu);
-    float done[2];
-    ob__trainer_ckpt_local_done(t, &done[0], &done[1]);
-    ob_status st = ob_comm_allreduce_sum_f32(t->comm, done, 2, err);
-    if (st != OB_OK) return OB_WRAP(err, st, "checkpoint flush");
-    return ob__trainer_ckpt_poll(t, done[0], done[1], cb, user, err);
+    if (t->pending_step >= 0) {
+        ob__ckpt_writer *w = t->writer;
+        pthread_mutex_lock(&w->mu);
+        while (!w->finished)
+            pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+        float done[2];
+        ob__trainer_ckpt_local_done(t, &done[0], &done[1]);
+        ob_status st = ob_comm_allreduce_sum_f32(t->comm, done, 2, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "checkpoint flush");
+        if ((st = ob__trainer_ckpt_poll(t, done[0], done[1], cb, user, err)) != OB_OK) return st;
+    }
+    /* Nothing reads or writes the job directory while retention may be removing from it. */
+    wait_prune(t, cb, user);
+    return OB_OK;
 }
