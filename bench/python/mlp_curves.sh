@@ -16,6 +16,10 @@ root=$(cd "$here/../.." && pwd)
 build=$(cd "${1:-$root/build}" && pwd)
 spec=${2:-$here/mlp_curves.json} nps=${3:-1 4} seeds=${4:-1 2 3 4 5} logs=${5:-$(mktemp -d)}
 py=${PYTHON:-/usr/bin/python3}
+for bin in onebit-worker py_engine_export; do
+  [ -x "$build/bin/$bin" ] || { echo "mlp_curves.sh: no $build/bin/$bin: build the targets" \
+    "onebit-worker onebit_py py_engine_export" >&2; exit 2; }
+done
 export PYTHONPATH=$build/python ONEBIT_PROGRESS=off OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1
 mpi=(mpirun --oversubscribe -x PYTHONPATH -x ONEBIT_PROGRESS -x OPENBLAS_NUM_THREADS
      -x OMP_NUM_THREADS)
