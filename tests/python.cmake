@@ -1,7 +1,8 @@
 # The Python front end (engine/python): the package from the build tree under Debian's system
 # python3 with its python3-torch. test_py_parity_*: onebit.torch's optimizers against the engine's
 # own on the same gradients, bit for bit, on 1, 2 and 4 ranks; test_py_frontend: validation,
-# bad input, checkpoints; test_py_resume: a rank killed mid-run, resumed, the same bits as an
+# bad input, checkpoints; test_py_mlp_curves_*: torch's MLP against the engine's, end to end;
+# test_py_resume: a rank killed mid-run, resumed, the same bits as an
 # uninterrupted run; test_py_install: `import onebit` in a clean python3 after
 # scripts/install-python.sh.
 if(NOT TARGET onebit_py)
@@ -14,6 +15,10 @@ set(OB_PY_TEST_ENV ${OB_MPI_TEST_ENV} "PYTHONPATH=${OB_PY_PATH}" "ONEBIT_PROGRES
 add_executable(test_py_replay test_py_replay.c)
 target_link_libraries(test_py_replay PRIVATE onebit m)
 target_include_directories(test_py_replay PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+# The engine's initial parameters and every rank's batches of a classification job, for a torch
+# model to train from the same place (tests/python/mlp_curves.py, bench/python/mlp_curves.sh).
+add_executable(py_engine_export py_engine_export.c)
+target_link_libraries(py_engine_export PRIVATE onebit)
 
 foreach(kind onebit_adam adam)
   foreach(np 1 2 4)
@@ -26,6 +31,19 @@ foreach(kind onebit_adam adam)
     set_tests_properties(test_py_parity_${kind}_np${np} PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV}"
                          TIMEOUT 600 PROCESSORS 2)
   endforeach()
+endforeach()
+
+# End to end: torch's MLP (nn.Linear layers) from the engine's initial parameters on the
+# engine's batches, stepped by onebit.torch.OnebitAdam, against onebit-worker's built-in MLP on
+# the same spec: the loss curves agree to rounding before the 1-bit freeze and closely after it
+# (bench/python/mlp_curves.sh measures how closely, against the engine's own two GEMM kernels).
+foreach(np 1 2)
+  add_test(NAME test_py_mlp_curves_np${np}
+           COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/run_mlp_curves.sh ${OB_TORCH_PYTHON}
+                   $<TARGET_FILE:py_engine_export> $<TARGET_FILE:onebit-worker> ${OB_PY_PATH}
+                   ${np})
+  set_tests_properties(test_py_mlp_curves_np${np} PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV}"
+                       TIMEOUT 120 PROCESSORS 2)
 endforeach()
 
 add_test(NAME test_py_frontend
