@@ -22,7 +22,7 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none OMPI_MCA_btl=self,vader
 NP=4 STEPS=600 INTERVAL=20
 # A pause of 25 ms a step keeps the job running long enough for six kills on a loaded machine;
 # it changes no number.
-ARGS=(--steps $STEPS --interval $INTERVAL --step-seconds 0.025)
+ARGS=(--steps "$STEPS" --interval "$INTERVAL" --step-seconds 0.025)
 ctl() { "$CTL" --server "$GRPC" "$@"; }
 field() { get "$1" | jq -r "$2"; }
 state_of() { field "$1" .state; }
