@@ -69,6 +69,15 @@ add_test(NAME test_program_jobs
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_program_jobs.sh $<TARGET_FILE:onebitd>
                  $<TARGET_FILE:obrpc> $<TARGET_FILE:onebitctl> ${OB_PY_PATH})
 set_tests_properties(test_program_jobs PROPERTIES TIMEOUT 600 PROCESSORS 2)
+# Chaos for program jobs: train_small.py on 4 ranks, once uninterrupted, then with five ranks
+# (their python processes) and onebitd SIGKILLed at random moments (ONEBIT_CHAOS_SEED repeats
+# a run's choices): SUCCEEDED, a restart per killed rank, the lost attempt's ranks stopped by
+# the restarted onebitd, and a final checkpoint byte-identical to the uninterrupted run's.
+add_test(NAME test_program_chaos
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_program_chaos.sh $<TARGET_FILE:onebitd>
+                 $<TARGET_FILE:obrpc> $<TARGET_FILE:onebitctl> $<TARGET_FILE:onebit-ckpt>
+                 ${OB_PY_PATH})
+set_tests_properties(test_program_chaos PROPERTIES TIMEOUT 600 PROCESSORS 2)
 # Uploaded program jobs: onebitctl submit --program / --program-dir sends the files with the
 # job from a directory outside every data root; stored with the job, run and restarted from the
 # stored copy, removed with it; hostile uploads refused at submit over gRPC and REST.

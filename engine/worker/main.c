@@ -285,7 +285,8 @@ static int run_program(int argc, char **argv)
         program_launch l = {
             job_dir,       o.job_id ? o.job_id : (spec->name[0] ? spec->name : "job"),
             o.resume,      o.format == FORMAT_TEXT,
-            o.report_addr, rank};
+            o.report_addr, rank,
+            o.spec_path};
         rc = worker_exec_program(spec, &l);
     }
     free(spec);

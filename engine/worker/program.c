@@ -47,6 +47,10 @@ static int set_env(const ob_jobspec *spec, const program_launch *l)
     rc |= setenv("ONEBIT_SEED", num, 1);
     rc |= setenv("ONEBIT_PROGRESS", l->text_format ? "text" : "json", 1);
     if (l->report_addr) rc |= setenv("ONEBIT_REPORT_ADDR", l->report_addr, 1);
+    /* The launcher's mark of the attempt's processes: a worker names its spec among its
+     * arguments, and so the launcher finds it; the program that replaces it does not, and is
+     * found by this instead (launcher_local.c). */
+    if (l->spec_path) rc |= setenv("ONEBIT_JOB_SPEC", l->spec_path, 1);
     /* Progress lines reach the log as they are printed, not when a buffer fills. */
     rc |= setenv("PYTHONUNBUFFERED", "1", 0);
     return rc;

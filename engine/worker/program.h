@@ -12,6 +12,7 @@ typedef struct program_launch {
     int text_format;         /* $ONEBIT_PROGRESS=text instead of json */
     const char *report_addr; /* $ONEBIT_REPORT_ADDR, NULL for none */
     int rank;                /* this process's rank (messages come from rank 0) */
+    const char *spec_path;   /* the spec as the launcher named it: $ONEBIT_JOB_SPEC */
 } program_launch;
 
 /* Execs the program of spec in place of this process (before MPI starts, so that it joins the

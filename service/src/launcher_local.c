@@ -3,7 +3,9 @@
  * threads need), its output appended to the job's log.
  *
  * The processes of an attempt are mpirun's process group plus every process with the attempt's
- * spec path among its arguments: Open MPI starts each rank in a process group of its own.
+ * spec path among its arguments (onebit-worker --spec PATH), or, for a program job, in its
+ * environment as ONEBIT_JOB_SPEC (the program the worker exec'd in its place): Open MPI starts
+ * each rank in a process group of its own, and a rank outlives a coordinator that was killed.
  * SIGTERM goes to the ranks themselves, not to mpirun, so that they can finish their step, write
  * a checkpoint and exit 0 without mpirun cutting them short; SIGKILL goes to all of them. */
 #include "onebit/launcher.h"
@@ -16,6 +18,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -42,9 +45,38 @@ static int has_arg(const char *buf, size_t n, const char *arg)
     return 0;
 }
 
+/* Whether process pid's environment holds ONEBIT_JOB_SPEC=spec (engine/worker/program.c sets it
+ * before it execs a program job's interpreter). Environments another user's process keeps from
+ * us do not. */
+static int has_spec_env(long pid, const char *spec)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%ld/environ", pid);
+    static const char key[] = "ONEBIT_JOB_SPEC=";
+    char entry[sizeof key + sizeof((ob_launch_handle *)0)->spec_path];
+    size_t want = strlen(spec);
+    if (sizeof key - 1 + want > sizeof entry) return 0;
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    size_t n = 0; /* bytes of the current entry kept in entry (longer ones cannot match) */
+    int c, found = 0;
+    while (!found && (c = getc(f)) != EOF) {
+        if (c != '\0') {
+            if (n < sizeof entry) entry[n] = (char)c;
+            n++;
+            continue;
+        }
+        found = n == sizeof key - 1 + want && !memcmp(entry, key, sizeof key - 1) &&
+                !memcmp(entry + sizeof key - 1, spec, want);
+        n = 0;
+    }
+    fclose(f);
+    return found;
+}
+
 /* Calls fn(pid, user) for every live process of the attempt: those in mpirun's process group
  * and those with the attempt's spec path among their arguments (the ranks, in groups of their
- * own, and whatever they started with it). */
+ * own, and whatever they started with it) or in their environment (a program job's ranks). */
 static void for_each_member(const ob_launch_handle *h, void (*fn)(int pid, void *user), void *user)
 {
     DIR *d = opendir("/proc");
@@ -74,7 +106,7 @@ static void for_each_member(const ob_launch_handle *h, void (*fn)(int pid, void 
             n = fread(buf, 1, sizeof buf - 1, f);
             fclose(f);
             buf[n] = '\0';
-            member = has_arg(buf, n, h->spec_path);
+            member = has_arg(buf, n, h->spec_path) || has_spec_env(pid, h->spec_path);
         }
         if (member) fn((int)pid, user);
     }

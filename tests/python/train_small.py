@@ -3,12 +3,14 @@ synthetic data with onebit.torch.OnebitAdam, batches drawn from (seed, rank, ste
 every --interval steps under --dir (default $ONEBIT_CHECKPOINT_DIR, which onebitd sets),
 resuming from the newest one there. With TRAIN_SMALL_KILL="STEP RANK" that rank SIGKILLs itself
 after STEP (a crash, no checkpoint; once: a marker in --dir remembers); --raise-at STEP raises ValueError before that step (every
-rank). Writes the final parameters to --out when given.
+rank). Writes the final parameters to --out when given. --step-seconds S: a pause after each
+step (pacing for tests that act while it runs; it changes no number).
 """
 import argparse
 import ctypes
 import os
 import signal
+import time
 
 import torch
 
@@ -21,6 +23,7 @@ ap.add_argument("--out")
 ap.add_argument("--raise-at", type=int, default=-1)
 ap.add_argument("--steps", type=int, default=120)
 ap.add_argument("--interval", type=int, default=25)
+ap.add_argument("--step-seconds", type=float, default=0.0)
 a = ap.parse_args()
 kill = [int(v) for v in os.environ.get("TRAIN_SMALL_KILL", "0 -1").split()]
 torch.set_num_threads(1)
@@ -49,6 +52,8 @@ for step in range(first, a.steps):
         if not os.path.exists(marker):
             open(marker, "w").close()
             os.kill(os.getpid(), signal.SIGKILL)
+    if a.step_seconds > 0:
+        time.sleep(a.step_seconds)
 s = opt.stats()
 opt.finish()
 if w.rank == 0 and a.out:
