@@ -176,10 +176,12 @@ ob_add_script_test(test_hosts_netns TIMEOUT 300 MPI PROCESSORS 2 SKIPPABLE ARGS
 # onebitd --launcher kubernetes against a stand-in API server (tests/k8s_standin.py: HTTPS with a
 # CA made by the test, a bearer token, MPIJob v2beta1 and Pod JSON, chunked watches, 404/409/410):
 # the MPIJob it creates, success, a failed worker, OOMKilled, unschedulable pods, cancel, a
-# restarted coordinator re-attaching, the API server going away, 410 Gone, hostile events.
+# restarted coordinator re-attaching, the API server going away, 410 Gone, hostile events; program
+# jobs: the MPIJob of one on the checkpoint volume, uploads (and, with --k8s-image-python no,
+# Python programs) refused at submit over REST, gRPC and onebitctl.
 ob_add_script_test(test_kubernetes_standin TIMEOUT 300 ARGS $<TARGET_FILE:onebitd>
                    $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples
-                   ${CMAKE_CURRENT_SOURCE_DIR}/k8s_standin.py)
+                   ${CMAKE_CURRENT_SOURCE_DIR}/k8s_standin.py $<TARGET_FILE:onebitctl>)
 
 # What each Dockerfile copies into its build stage is enough to build its targets (a configure
 # and a ninja dry run of that view of the tree: seconds, no image built).
