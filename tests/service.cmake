@@ -199,6 +199,16 @@ ob_add_script_test(test_containers_cuda SCRIPT test_containers.sh TIMEOUT 3600 S
                    ENVIRONMENT ONEBIT_CONTAINER_WORKER=cuda ARGS ${PROJECT_SOURCE_DIR}
                    $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
 
+# The CPU worker image's runtime without a container engine: a Debian root made by mmdebstrap
+# with the packages docker/Dockerfile's worker stage installs, this build's onebit-worker and
+# onebit package where the stage puts them; python3 imports onebit.torch as the onebit user and
+# mpirun -np 2 onebit-worker runs a program job in it. Opt-in (root, mmdebstrap, a Debian mirror):
+#   ONEBIT_ROOTFS_TEST=1 ctest --test-dir build -R test_worker_rootfs --output-on-failure
+if(TARGET onebit_py)
+  ob_add_script_test(test_worker_rootfs TIMEOUT 1200 SKIPPABLE ARGS ${PROJECT_SOURCE_DIR}
+                     $<TARGET_FILE:onebit-worker> ${CMAKE_BINARY_DIR}/python)
+endif()
+
 # docker/kubernetes/: YAML syntax, kustomization references, the Role, onebitd's probes, claims
 # and flags (python3-yaml).
 ob_add_script_test(test_manifests SCRIPT test_manifests.py TIMEOUT 60 ARGS ${PROJECT_SOURCE_DIR}
