@@ -19,6 +19,14 @@
 #
 # Both bases must be the same distribution and CUDA release. tests/test_containers.sh builds this
 # file the second way (ONEBIT_CONTAINER_CUDA=1) and runs a job in it.
+#
+# No Python front end (label org.onebit.python=no): unlike the CPU worker of docker/Dockerfile,
+# which takes Debian's python3-torch, a CUDA torch is not in the distributions these bases come
+# from. It would be PyTorch's own wheel for the base's CUDA release (pip, from download.pytorch.org
+# or a mirror, with the wheel's Python: 3.12 and torch 2.x with CUDA on our GPU machine) plus the
+# onebit package built with -DONEBIT_CUDA=ON (target onebit_py); until that is built and tested,
+# an onebitd that launches this image runs with --k8s-image-python no
+# (docker/kubernetes/overlays/gpu), which refuses program jobs at submit with the reason.
 ARG CUDA_DEVEL_BASE=nvidia/cuda:12.4.1-devel-ubuntu22.04
 ARG CUDA_RUNTIME_BASE=nvidia/cuda:12.4.1-runtime-ubuntu22.04
 
@@ -27,12 +35,13 @@ ARG CUDA_ARCHS="80;90"
 # NCCL's packages; empty when the base has NCCL already.
 ARG NCCL_DEV_PACKAGES="libnccl-dev libnccl2"
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-      build-essential cmake pkg-config ca-certificates \
+      build-essential cmake pkg-config ca-certificates python3 \
       libopenmpi-dev openmpi-bin libopenblas-dev libhdf5-dev \
       libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler \
       libmicrohttpd-dev libjansson-dev libsqlite3-dev libcurl4-openssl-dev libyaml-dev \
       libcmocka-dev zlib1g-dev ${NCCL_DEV_PACKAGES} \
     && rm -rf /var/lib/apt/lists/*
+# (python3: the configure step finds it for the Python tests; nothing of it is compiled.)
 # Only what the build reads: documentation and manifests do not invalidate the compile layer.
 COPY CMakeLists.txt .clang-format /src/
 COPY cmake /src/cmake
@@ -57,7 +66,8 @@ ARG NCCL_RUNTIME_PACKAGES="libnccl2"
 LABEL org.opencontainers.image.title="onebit-worker-cuda" \
       org.opencontainers.image.description="onebit training worker (CUDA, NCCL, Open MPI) for MPIJobs" \
       org.opencontainers.image.source="https://example.invalid/onebit" \
-      org.opencontainers.image.licenses="Apache-2.0"
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.onebit.python="no"
 COPY --from=build /out/runtime-packages.txt /tmp/runtime-packages.txt
 RUN apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
       $(cat /tmp/runtime-packages.txt) ${NCCL_RUNTIME_PACKAGES} openmpi-bin openssh-server openssh-client ca-certificates \

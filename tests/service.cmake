@@ -176,10 +176,12 @@ ob_add_script_test(test_hosts_netns TIMEOUT 300 MPI PROCESSORS 2 SKIPPABLE ARGS
 # onebitd --launcher kubernetes against a stand-in API server (tests/k8s_standin.py: HTTPS with a
 # CA made by the test, a bearer token, MPIJob v2beta1 and Pod JSON, chunked watches, 404/409/410):
 # the MPIJob it creates, success, a failed worker, OOMKilled, unschedulable pods, cancel, a
-# restarted coordinator re-attaching, the API server going away, 410 Gone, hostile events.
+# restarted coordinator re-attaching, the API server going away, 410 Gone, hostile events; program
+# jobs: the MPIJob of one on the checkpoint volume, uploads (and, with --k8s-image-python no,
+# Python programs) refused at submit over REST, gRPC and onebitctl.
 ob_add_script_test(test_kubernetes_standin TIMEOUT 300 ARGS $<TARGET_FILE:onebitd>
                    $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples
-                   ${CMAKE_CURRENT_SOURCE_DIR}/k8s_standin.py)
+                   ${CMAKE_CURRENT_SOURCE_DIR}/k8s_standin.py $<TARGET_FILE:onebitctl>)
 
 # What each Dockerfile copies into its build stage is enough to build its targets (a configure
 # and a ninja dry run of that view of the tree: seconds, no image built).
@@ -196,6 +198,16 @@ ob_add_script_test(test_containers TIMEOUT 1800 SKIPPABLE ARGS ${PROJECT_SOURCE_
 ob_add_script_test(test_containers_cuda SCRIPT test_containers.sh TIMEOUT 3600 SKIPPABLE
                    ENVIRONMENT ONEBIT_CONTAINER_WORKER=cuda ARGS ${PROJECT_SOURCE_DIR}
                    $<TARGET_FILE:obrpc> ${PROJECT_SOURCE_DIR}/examples)
+
+# The CPU worker image's runtime without a container engine: a Debian root made by mmdebstrap
+# with the packages docker/Dockerfile's worker stage installs, this build's onebit-worker and
+# onebit package where the stage puts them; python3 imports onebit.torch as the onebit user and
+# mpirun -np 2 onebit-worker runs a program job in it. Opt-in (root, mmdebstrap, a Debian mirror):
+#   ONEBIT_ROOTFS_TEST=1 ctest --test-dir build -R test_worker_rootfs --output-on-failure
+if(TARGET onebit_py)
+  ob_add_script_test(test_worker_rootfs TIMEOUT 1200 SKIPPABLE ARGS ${PROJECT_SOURCE_DIR}
+                     $<TARGET_FILE:onebit-worker> ${CMAKE_BINARY_DIR}/python)
+endif()
 
 # docker/kubernetes/: YAML syntax, kustomization references, the Role, onebitd's probes, claims
 # and flags (python3-yaml).

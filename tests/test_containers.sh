@@ -2,7 +2,8 @@
 # The images, built and run for real with podman: onebitd in one container, two workers in two
 # more (sshd as the unprivileged onebit user, as in an MPIJob), and a 2-rank job that the
 # coordinator launches into them (--launcher hosts: mpirun over ssh, as the MPI Operator's
-# launcher does) to SUCCEEDED, its checkpoints on the volume they share.
+# launcher does) to SUCCEEDED, its checkpoints on the volume they share. The CPU worker carries
+# the Python front end for program jobs: labelled org.onebit.python=yes, onebit.torch imports.
 #
 # Opt-in (it builds images: minutes): ONEBIT_CONTAINER_TEST=1, else skipped (exit 77).
 #   ONEBIT_CONTAINER_TEST=1 ctest --test-dir build -R test_containers --output-on-failure
@@ -130,6 +131,13 @@ out=$(pm run --rm --network host "localhost/onebit/onebitd:$TAG" --version 2>&1)
 check "onebitd runs in its image" 'echo "$out" | grep -q "^onebitd "' "$out"
 out=$(pm run --rm --network host "$WIMG" onebit-worker --help 2>&1)
 check "onebit-worker runs in its image" 'echo "$out" | grep -qi "usage"' "$out"
+if [ "$KIND" = cpu ]; then
+  # The Python front end for program jobs: the label onebitd's --k8s-image-python follows, and the
+  # package importing with torch as the image's user from its working directory.
+  py=$(pm image inspect "$WIMG" | jq -r '.[0].Config.Labels["org.onebit.python"]')
+  out=$(pm run --rm --network host "$WIMG" python3 -c 'import onebit, onebit.torch, torch; print("onebit", onebit.version(), onebit.__file__, "torch", torch.__version__)' 2>&1)
+  check "the CPU worker carries the Python front end: org.onebit.python=yes, onebit.torch imports as its user" '[ "$py" = yes ] && echo "$out" | grep -q "^onebit .* /usr/lib/python3/dist-packages/onebit/__init__.py torch "' "label=$py $out"
+fi
 if [ "$KIND" = cuda ]; then
   out=$(pm run --rm --network host "$WIMG" ldd /usr/local/bin/onebit-worker 2>&1)
   check "the CUDA worker's libraries all resolve: cudart, cuBLAS, NCCL, MPI" '! echo "$out" | grep -q "not found" && echo "$out" | grep -q "libcudart\.so" && echo "$out" | grep -q "libcublas\.so" && echo "$out" | grep -q "libnccl\.so" && echo "$out" | grep -q "libmpi\.so"' "$out"

@@ -19,13 +19,17 @@
 #   - the API server going away and coming back (watch reconnect), and 410 Gone (relist);
 #   - hostile lines on the watch streams; a name taken by another job's MPIJob (409);
 #   - device: cuda (GPU limits per worker pod), the Restarting condition, a cancel whose pods
-#     outlast the grace (then deleted at once); a kubeconfig with an exec plugin refused.
-# usage: test_kubernetes_standin.sh ONEBITD OBRPC EXAMPLES_DIR STANDIN
+#     outlast the grace (then deleted at once); a kubeconfig with an exec plugin refused;
+#   - program jobs: one whose program is on the checkpoint volume becomes an MPIJob like any
+#     other (onebit-worker execs it); uploaded programs are refused at submit over REST, gRPC and
+#     onebitctl, and with --k8s-image-python no so are Python programs (not a /bin/sh one).
+# usage: test_kubernetes_standin.sh ONEBITD OBRPC EXAMPLES_DIR STANDIN ONEBITCTL
 set -u
 ONEBITD=$1
 OBRPC=$2
 EXAMPLES=$3
 STANDIN=$4
+ONEBITCTL=$5
 for p in python3 openssl curl jq; do
   command -v "$p" > /dev/null || { echo "FAILED: $p is needed"; exit 1; }
 done
@@ -310,6 +314,79 @@ dels=$(state | jq -r '.deletes[]' | grep "onebit-$g4-1")
 check "pods that outlast the grace: a graceful delete, then the MPIJob and its pods deleted at once; CANCELLED" '[ "$(jstate "$g4")" = CANCELLED ] && echo "$dels" | grep -q "mpijobs/onebit-$g4-1?propagationPolicy=Foreground$" && echo "$dels" | grep -q "mpijobs/onebit-$g4-1?propagationPolicy=Background&gracePeriodSeconds=0" && echo "$dels" | grep -q "pods/onebit-$g4-1-launcher-[a-z0-9]*?gracePeriodSeconds=0" && [ "$(mpijob "onebit-$g4-1")" = null ]' "$(jstate "$g4") $dels"
 ctl mode '{"on_create":"run"}' > /dev/null
 kill -TERM "$PID"; wait "$PID" 2>/dev/null; PID=""
+
+# --- 12. program jobs ----------------------------------------------------------------------------
+# The program lies where onebitd (its --data-root check) and the pods (the checkpoint claim,
+# mounted at the same path) both see it.
+PD=$TMP/var/checkpoints/programs
+mkdir -p "$PD"
+printf 'import onebit\nprint("hello")\n' > "$PD/train.py"
+start_k8s_daemon --data-root "$PD"
+post() { curl -s -o "$TMP/resp" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary "@$1" "http://$REST/v1/jobs"; }
+pb_hex() { # SPEC [PATH...]: a SubmitJobRequest, hex: spec (1), files (7) of path (1), mode (2), data (3)
+  python3 - "$@" << 'PY'
+import sys
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7f
+        n >>= 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+def field(num, wire, payload):
+    return varint(num << 3 | wire) + (varint(len(payload)) + payload if wire == 2 else payload)
+msg = field(1, 2, sys.argv[1].encode())
+for p in sys.argv[2:]:
+    msg += field(7, 2, field(1, 2, p.encode()) + field(2, 0, varint(0o644)) + field(3, 2, b"print(1)\n"))
+print(msg.hex())
+PY
+}
+printf '{"spec":{"program":{"entrypoint":"train.py","workdir":"%s","args":["--steps","3"]},"steps":3},"worldSize":2}' "$PD" > "$TMP/prog.json"
+code=$(post "$TMP/prog.json")
+pj=$(jq -r .id "$TMP/resp" 2>/dev/null)
+check "a program job on the checkpoint volume (REST): accepted" '[ "$code" = 200 ] && [[ "$pj" == job-* ]]' "$code $(head -c 400 "$TMP/resp")"
+wait_for 10 '[ "$(mpijob "onebit-$pj-1")" != null ]'
+m=$(mpijob "onebit-$pj-1")
+L=$(echo "$m" | jq -c '.spec.mpiReplicaSpecs.Launcher.template.spec.containers[0]')
+pcopy=$(echo "$L" | jq -r '.args | index("--spec") as $i | .[$i+1]')
+check "its MPIJob runs onebit-worker on the job's spec, with the job id, checkpoint dir and report address" 'echo "$L" | jq -e --arg id "$pj" --arg ck "$TMP/var/checkpoints" "(.args | index(\"onebit-worker\")) and (.args | index(\"--job-id\") as \$i | .[\$i+1] == \$id) and (.args | index(\"--checkpoint-dir\") as \$i | .[\$i+1] == \$ck) and (.args | index(\"--report\"))" > /dev/null' "$L"
+check "the spec copy on the volume names the program where the pods see it (pinned workdir and entrypoint)" '[ "$(jq -c "[.program.workdir, .program.entrypoint, .program.args, .program.interpreter]" "$pcopy")" = "[\"$PD\",\"$PD/train.py\",[\"--steps\",\"3\"],\"python3\"]" ] && [[ "$pcopy" == "$TMP/var/checkpoints/"* ]] && [ "$(echo "$m" | jq -r .spec.mpiReplicaSpecs.Worker.template.spec.containers[0].volumeMounts[0].mountPath)" = "$TMP/var/checkpoints" ]' "$(cat "$pcopy" 2>&1)"
+check "the launcher forwards the report credential's file to the program's ranks (-x ONEBIT_REPORT_TOKEN_FILE)" 'echo "$L" | jq -e "(.args | index(\"ONEBIT_REPORT_TOKEN_FILE\")) and ([.env[] | select(.name == \"ONEBIT_REPORT_TOKEN_FILE\")] | length == 1)" > /dev/null' "$L"
+ctl succeed "{\"name\":\"onebit-$pj-1\"}" > /dev/null
+check "the program job succeeds with its MPIJob" 'wait_for 15 "[ \"\$(jstate $pj)\" = SUCCEEDED ]"' "$(get "$pj" | jq -c "[.state, .message]")"
+UPMSG="program jobs with uploaded files cannot run on the kubernetes launcher: its pods mount only the checkpoint volume"
+njobs=$(curl -s "http://$REST/v1/jobs" | jq '.jobs | length')
+printf '{"spec":{"program":{"entrypoint":"run.py"}},"files":[{"path":"run.py","data":""}]}' > "$TMP/up.json"
+code=$(post "$TMP/up.json")
+check "an uploaded program (REST): 400, naming the launcher and what to do" '[ "$code" = 400 ] && grep -q "$UPMSG" "$TMP/resp" && grep -q "name it with program.workdir" "$TMP/resp"' "$code $(head -c 600 "$TMP/resp")"
+rpc raw /onebit.v1.JobService/SubmitJob "$(pb_hex '{"program":{"entrypoint":"run.py"}}' run.py)" > /dev/null 2> "$TMP/err"; rc=$?
+check "an uploaded program (gRPC): INVALID_ARGUMENT with the reason" '[ $rc -eq 3 ] && grep -q "$UPMSG" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
+out=$("$ONEBITCTL" --server "$GRPC" submit --program "$PD/train.py" --np 1 2>&1); rc=$?
+check "onebitctl submit --program (an upload): refused, the reason shown" '[ $rc -ne 0 ] && echo "$out" | grep -q "$UPMSG"' "rc=$rc $out"
+check "nothing is left staged, no job made of the refusals" '[ -z "$(ls -A "$TMP/var/uploads" 2>/dev/null)" ] && [ "$(curl -s "http://$REST/v1/jobs" | jq ".jobs | length")" = "$njobs" ]' "$(ls -A "$TMP/var/uploads") $njobs"
+kill -TERM "$PID"; wait "$PID" 2>/dev/null; PID=""
+
+start_k8s_daemon --data-root "$PD" --k8s-image-python no
+NOPY="the kubernetes launcher's worker image registry.example/onebit/worker:1.0 has no Python (onebitd --k8s-image-python no), so it cannot run program.interpreter 'python3'"
+code=$(post "$TMP/prog.json")
+check "--k8s-image-python no: a Python program job (REST): 400, naming the image and the flag" '[ "$code" = 400 ] && grep -qF "$NOPY" "$TMP/resp"' "$code $(head -c 600 "$TMP/resp")"
+rpc raw /onebit.v1.JobService/SubmitJob "$(pb_hex "{\"program\":{\"entrypoint\":\"train.py\",\"workdir\":\"$PD\"}}")" > /dev/null 2> "$TMP/err"; rc=$?
+check "--k8s-image-python no: a Python program job (gRPC): INVALID_ARGUMENT with the reason" '[ $rc -eq 3 ] && grep -qF "$NOPY" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
+out=$("$ONEBITCTL" --server "$GRPC" submit --program "$PD/train.py" --no-upload --np 1 2>&1); rc=$?
+check "--k8s-image-python no: onebitctl submit --no-upload refused, the reason shown" '[ $rc -ne 0 ] && echo "$out" | grep -qF "$NOPY"' "rc=$rc $out"
+printf 'echo hi\n' > "$PD/run.sh"
+printf '{"spec":{"program":{"entrypoint":"run.sh","workdir":"%s","interpreter":"/bin/sh"}},"worldSize":1}' "$PD" > "$TMP/sh.json"
+code=$(post "$TMP/sh.json")
+sj=$(jq -r .id "$TMP/resp" 2>/dev/null)
+check "--k8s-image-python no: a program run by /bin/sh is accepted and becomes an MPIJob" '[ "$code" = 200 ] && wait_for 10 "[ \"\$(mpijob onebit-$sj-1)\" != null ]"' "$code $(head -c 400 "$TMP/resp")"
+b=$(submit 1)
+check "--k8s-image-python no: a built-in job is accepted and becomes an MPIJob" 'wait_for 10 "[ \"\$(mpijob onebit-$b-1)\" != null ]"' "$b"
+kill -TERM "$PID"; wait "$PID" 2>/dev/null; PID=""
+out=$("$ONEBITD" --launcher kubernetes --kubeconfig "$K/kubeconfig" --k8s-image x --k8s-image-python maybe --state-dir "$TMP/var2" 2>&1); rc=$?
+check "--k8s-image-python maybe: a usage error" '[ $rc -eq 2 ] && echo "$out" | grep -q "k8s-image-python: expected yes or no"' "rc=$rc $out"
+out=$("$ONEBITD" --k8s-image-python no --state-dir "$TMP/var2" 2>&1); rc=$?
+check "--k8s-image-python without --launcher kubernetes: a usage error" '[ $rc -eq 2 ] && echo "$out" | grep -q "k8s-\* options are for --launcher kubernetes"' "rc=$rc $out"
 
 sed 's/    token: .*/    exec: {command: get-token, apiVersion: client.authentication.k8s.io\/v1}/' "$K/kubeconfig" > "$K/exec.kubeconfig"
 out=$("$ONEBITD" --launcher kubernetes --kubeconfig "$K/exec.kubeconfig" --k8s-image x --state-dir "$TMP/var2" --insecure-no-auth --grpc 127.0.0.1:0 --rest 127.0.0.1:0 2>&1); rc=$?

@@ -53,7 +53,10 @@ typedef struct mock {
     int can_attach; /* attach succeeds (a launcher whose attempts outlive the coordinator) */
     int attach_calls;
     char attach_ext[OB_ATTEMPT_EXT_ID_LEN]; /* the ext_id attach was given */
-    char db[256]; /* the service's store, read (by a connection of our own) at every start */
+    char db[256];       /* the service's store, read (by a connection of our own) at every start */
+    int refuse_uploads; /* check_job refuses a submit with files */
+    int check_calls;    /* check_job's calls */
+    size_t checked_files; /* the n_files check_job was last given */
 } mock;
 
 static ob_status m_start(ob_launcher *lb, const ob_launch_req *req, ob_launch_handle *h,
@@ -166,6 +169,19 @@ static void m_stop_stale(ob_launcher *lb, const ob_launch_handle *h, const ob_la
     snprintf(m->stale_job, sizeof m->stale_job, "%s", req->job_id);
 }
 
+/* As a launcher whose workers cannot see the state directory (Kubernetes) refuses uploads. */
+static ob_status m_check_job(const ob_launcher *lb, const ob_jobspec *spec, size_t n_files,
+                             ob_err *err)
+{
+    (void)spec;
+    mock *m = (mock *)lb;
+    m->check_calls++;
+    m->checked_files = n_files;
+    if (m->refuse_uploads && n_files > 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "files: the mock launcher runs no uploads");
+    return OB_OK;
+}
+
 static void m_destroy(ob_launcher *lb)
 {
     (void)lb;
@@ -179,6 +195,7 @@ static const ob_launcher_ops mock_ops = {
     .alive = m_alive,
     .stop_stale = m_stop_stale,
     .attach = m_attach,
+    .check_job = m_check_job,
     .destroy = m_destroy,
 };
 
@@ -362,6 +379,56 @@ static void test_upload_limits(void **state)
         entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
     closedir(d);
     assert_int_equal(entries, 0);
+}
+
+/* The launcher's check_job at submit: its refusal is the submit's INVALID_ARG, with its message
+ * as people see it (no source location), before anything is staged; a spec that does not parse
+ * never reaches it; what it lets through is submitted as usual. */
+static void test_launcher_refuses_at_submit(void **state)
+{
+    fx *f = *state;
+    f->m.refuse_uploads = 1;
+    start(f);
+    static const char spec[] = "{\"program\": {\"entrypoint\": \"t.py\"}}";
+    static uint8_t bytes[10];
+    ob_upload_file files[] = {{"t.py", 0644, bytes, 10}};
+    ob_submit_req req = {.spec = spec,
+                         .spec_len = sizeof spec - 1,
+                         .world_size = 1,
+                         .max_restarts = -1,
+                         .files = files,
+                         .n_files = 1};
+    ob_job j;
+    ob_err err;
+    assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_ERR_INVALID_ARG);
+    if (!strstr(err.msg, "files: the mock launcher runs no uploads") ||
+        strstr(err.msg, "test_service.c"))
+        fail_msg("%s", err.msg);
+    assert_int_equal(f->m.check_calls, 1);
+    assert_int_equal(f->m.checked_files, 1);
+    req.spec = "{\"program\": 1}";
+    req.spec_len = strlen(req.spec);
+    assert_int_equal(ob_service_submit(f->svc, &req, &j, &err), OB_ERR_INVALID_ARG);
+    assert_int_equal(f->m.check_calls, 1);
+    char path[600];
+    snprintf(path, sizeof path, "%s/uploads", f->dir);
+    DIR *d = opendir(path); /* absent, or empty */
+    int entries = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d) closedir(d);
+    assert_int_equal(entries, 0);
+    ob_job *jobs;
+    size_t n;
+    char next[OB_PAGE_TOKEN_LEN];
+    assert_int_equal(
+        ob_service_list(f->svc, OB_JOB_UNSPECIFIED, NULL, 0, NULL, &jobs, &n, next, &err), OB_OK);
+    assert_int_equal(n, 0);
+    ob_job_array_free(jobs, n);
+    char id[OB_JOB_ID_LEN];
+    submit(f, 1, 0, id); /* a built-in job, no files: let through */
+    assert_int_equal(f->m.check_calls, 2);
+    assert_int_equal(f->m.checked_files, 0);
 }
 
 static void test_invalid_submit_changes_nothing(void **state)
@@ -1591,6 +1658,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_invalid_submit_changes_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_launcher_refuses_at_submit, setup, teardown),
         cmocka_unit_test_setup_teardown(test_upload_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_reason_skips_warnings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_then_succeed, setup, teardown),

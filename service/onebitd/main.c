@@ -204,6 +204,7 @@ static ob_status make_launcher(const opts *o, const char *worker, const ob_host_
             .ttl_s = o->k8s_ttl_s,
             .watch_idle_s = o->k8s_watch_idle_s,
             .worker_log_max = o->k8s_worker_log_max,
+            .image_without_python = o->k8s_image_python && !strcmp(o->k8s_image_python, "no"),
         };
         return ob_kubernetes_launcher_create(out, &kc, err);
     }

@@ -31,7 +31,7 @@ typedef struct opts {
     double slurm_poll_s;
     /* --launcher kubernetes */
     const char *kubeconfig, *k8s_namespace, *k8s_image, *k8s_pull, *k8s_claim, *k8s_sa, *k8s_cpu,
-        *k8s_memory;
+        *k8s_memory, *k8s_image_python;
     int k8s_slots_per_worker, k8s_pending_s, k8s_ttl_s, k8s_watch_idle_s, k8s_worker_log_max,
         k8s_given;
     int64_t store_min_free;      /* --store-min-free */

@@ -152,6 +152,10 @@ static const ob_opt table[] = {
      NULL, 0, F(k8s_given), 0},
     {"k8s-image", 0, OB_OPT_STRING, F(k8s_image), 0, 0, "IMAGE", "kubernetes: the worker image",
      "ONEBIT_K8S_IMAGE", 0, 0, 0},
+    {"k8s-image-python", 0, OB_OPT_STRING, F(k8s_image_python), 0, 0, "yes|no",
+     "kubernetes: whether the worker image has python3 for\nprogram jobs (docker/Dockerfile's "
+     "has) [yes]",
+     NULL, 0, F(k8s_given), 0},
     {"k8s-pull-policy", 0, OB_OPT_STRING, F(k8s_pull), 0, 0, "P",
      "kubernetes: IfNotPresent, Always or Never [IfNotPresent]", NULL, 0, F(k8s_given), 0},
     {"k8s-checkpoint-claim", 0, OB_OPT_STRING, F(k8s_claim), 0, 0, "C",
@@ -443,6 +447,12 @@ static int check_args(opts *o)
     }
     if (k8s && (!o->k8s_image || !o->k8s_image[0])) {
         fprintf(stderr, "onebitd: --launcher kubernetes needs --k8s-image (the worker image)\n");
+        return 2;
+    }
+    if (o->k8s_image_python && strcmp(o->k8s_image_python, "yes") &&
+        strcmp(o->k8s_image_python, "no")) {
+        fprintf(stderr, "onebitd: --k8s-image-python: expected yes or no, got '%s'\n",
+                o->k8s_image_python);
         return 2;
     }
     if (!k8s && o->k8s_given) {

@@ -139,6 +139,7 @@ typedef struct kube_launcher {
     char ns[254], image[512], pull[32], claim[254], sa[254], cpu[32], mem[32];
     int slots, grace_s, pending_s, ttl_s, timeout_ms, idle_s;
     long long worker_log_max;
+    int no_python; /* the image has no python3 (--k8s-image-python no) */
     pthread_mutex_t mu;
     pthread_t thread;
     int started, stop;
@@ -219,6 +220,10 @@ ob_status ob__k8s_share_spec(const ob_launch_req *req, const char *name, char *o
  * memory runs out. */
 json_t *ob__k8s_build_mpijob(const kube_launcher *kl, const ob_launch_req *req, const char *name,
                              const char *shared_spec, int cuda);
+
+/* ob_launcher_ops.check_job: what the pods cannot run, refused at submit (onebit/kubernetes.h). */
+ob_status ob__k8s_check_job(const ob_launcher *l, const ob_jobspec *spec, size_t n_files,
+                            ob_err *err);
 
 /* ---- watches and log streams (k8s_watch.c) --------------------------------------------------- */
 

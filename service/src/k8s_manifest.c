@@ -2,6 +2,7 @@
  * checkpoint volume, and the kubeflow.org/v2beta1 MPIJob object of an attempt, its launcher
  * running mpirun and its workers mounting the attempt's report-credential Secret. */
 #include "k8s_internal.h"
+#include "onebit/jobspec.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,6 +10,39 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* ---- what the pods can run ----------------------------------------------------------------- */
+
+/* 1 when a program's interpreter is a Python ("python3", "/usr/bin/python3.11"). */
+static int python_interpreter(const char *interp)
+{
+    const char *base = strrchr(interp, '/');
+    return !strncmp(base ? base + 1 : interp, "python", 6);
+}
+
+ob_status ob__k8s_check_job(const ob_launcher *l, const ob_jobspec *spec, size_t n_files,
+                            ob_err *err)
+{
+    const kube_launcher *kl = (const kube_launcher *)l;
+    if (!ob_jobspec_is_program(spec)) return OB_OK;
+    /* The upload is kept under onebitd's state directory, which no pod mounts. */
+    if (n_files > 0)
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "files: program jobs with uploaded files cannot run on the kubernetes "
+                      "launcher: its pods mount only the checkpoint volume, not onebitd's state "
+                      "directory where uploads are kept; put the program in the worker image or "
+                      "on the checkpoint volume and name it with program.workdir (onebitctl "
+                      "submit --no-upload)");
+    if (kl->no_python && python_interpreter(spec->program.interpreter))
+        return OB_ERR(err, OB_ERR_INVALID_ARG,
+                      "spec: program: the kubernetes launcher's worker image %.200s has no "
+                      "Python (onebitd --k8s-image-python no), so it cannot run "
+                      "program.interpreter '%.100s'; use a worker image built from "
+                      "docker/Dockerfile (python3, torch and the onebit package) and "
+                      "--k8s-image-python yes, or another launcher",
+                      kl->image, spec->program.interpreter);
+    return OB_OK;
+}
 
 /* ---- building the MPIJob ------------------------------------------------------------------ */
 

@@ -377,6 +377,7 @@ static const ob_launcher_ops kube_ops = {
     .stop_stale = kube_stop_stale,
     .attach = kube_attach,
     .forget = kube_forget,
+    .check_job = ob__k8s_check_job,
     .destroy = kube_destroy,
 };
 
@@ -444,6 +445,7 @@ ob_status ob_kubernetes_launcher_create(ob_launcher **out, const ob_kubernetes_l
     kl->timeout_ms = cfg->request_timeout_ms > 0 ? cfg->request_timeout_ms : 10000;
     kl->idle_s = cfg->watch_idle_s > 0 ? cfg->watch_idle_s : 90;
     kl->worker_log_max = cfg->worker_log_max > 0 ? cfg->worker_log_max : 8LL << 20;
+    kl->no_python = cfg->image_without_python != 0;
     kl->w[0].what = "mpijobs";
     kl->w[1].what = "pods";
     for (int i = 0; i < 2; i++) {

@@ -331,3 +331,10 @@ void ob_launcher_destroy(ob_launcher *l)
 {
     if (l) l->ops->destroy(l);
 }
+
+ob_status ob_launcher_check_job(const ob_launcher *l, const ob_jobspec *spec, size_t n_files,
+                                ob_err *err)
+{
+    if (!l || !l->ops->check_job) return OB_OK;
+    return l->ops->check_job(l, spec, n_files, err);
+}

@@ -324,6 +324,20 @@ static ob_status check_spec(const ob_submit_req *req, ob_jobspec *spec, char *pr
     return OB_OK;
 }
 
+/* Whether the launcher can run the parsed spec with the submit's uploaded files (a Kubernetes
+ * launcher cannot run uploaded programs, nor Python programs on an image without Python); its
+ * reason goes into problems[cap]. */
+static void check_launcher(const ob_service *svc, const ob_submit_req *req, const ob_jobspec *spec,
+                           char *problems, size_t cap)
+{
+    ob_err lerr;
+    ob_err_clear(&lerr);
+    if (ob_launcher_check_job(svc->cfg.launcher, spec, req->n_files, &lerr) == OB_OK) return;
+    char clean[OB_ERR_MSG_LEN];
+    ob_status_public_message(lerr.msg, clean, sizeof clean);
+    append_problem(problems, cap, clean);
+}
+
 /* Whether what a parsed spec names lies under the roots its job may read: a program's entry
  * point and working directory, or a training job's data and warm-start source. What does not
  * goes into problems[cap]. */
@@ -520,6 +534,7 @@ ob_status ob_service_submit(ob_service *svc, const ob_submit_req *req, ob_job *o
         free(spec);
         return OB_ERR_NOMEM;
     }
+    if (!problems[0]) check_launcher(svc, req, spec, problems, sizeof problems);
     if (!problems[0]) check_spec_paths(svc, req, spec, problems, sizeof problems);
     int world = check_world(svc, req, spec, problems, sizeof problems);
     int restarts = req->max_restarts < 0 ? svc->cfg.default_max_restarts : req->max_restarts;

@@ -92,7 +92,17 @@ typedef struct ob_kubernetes_launcher_config {
                                       (timeoutSeconds) and take bookmarks, so a live one talks */
     long long worker_log_max;      /* bytes copied from each worker pod's log per attempt
                                       [8 MiB]; the launcher pod's log is copied whole */
+    int image_without_python;      /* 1: the image has no python3 (--k8s-image-python no), so
+                                      program jobs run by a Python interpreter are refused at
+                                      submit; 0: it has, as docker/Dockerfile's worker does [0] */
 } ob_kubernetes_launcher_config;
+
+/* What the launcher refuses at submit (ob_launcher_ops.check_job): a program job with uploaded
+ * files (the pods mount only the checkpoint volume, not onebitd's state directory where the files
+ * are kept), and, with image_without_python, a program job whose program.interpreter is a Python
+ * (its base name starts with "python"). Other program jobs run like built-in ones: the launcher
+ * pod's mpirun starts onebit-worker, which execs the program on every rank; its entrypoint and
+ * workdir must exist in the worker image or on the checkpoint volume. */
 
 /* Creates the Kubernetes launcher and starts its thread. *out is owned by the caller
  * (ob_launcher_destroy, which stops the thread and leaves the MPIJobs running). */

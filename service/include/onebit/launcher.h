@@ -74,6 +74,7 @@ typedef struct ob_launch_exit {
 } ob_launch_exit;
 
 typedef struct ob_launcher ob_launcher;
+typedef struct ob_jobspec ob_jobspec; /* onebit/jobspec.h (the engine's) */
 
 typedef struct ob_launcher_ops {
     /* What the launcher's external ids are, for messages ("Slurm job"); NULL when it has none. */
@@ -103,6 +104,15 @@ typedef struct ob_launcher_ops {
      * it elsewhere (the Kubernetes launcher: the spec copies on the checkpoint volume, and its
      * MPIJobs and Secrets, whose deletion is queued). Never blocks for long; best effort. */
     void (*forget)(ob_launcher *l, const ob_launch_req *req);
+    /* Optional (NULL: the launcher runs every valid spec, uploaded programs included, as the
+     * local, hosts and Slurm launchers do: their workers run where the state directory is).
+     * Whether the launcher can run the job spec asks for (parsed and valid), submitted with
+     * n_files uploaded files (a program's upload, stored under the state directory): OB_OK, or
+     * OB_ERR_INVALID_ARG with a message for the person submitting that names the launcher, why
+     * not, and what to do instead. Called at submit, before the job exists, without the service
+     * lock and from any thread: it reads only the launcher's configuration. */
+    ob_status (*check_job)(const ob_launcher *l, const ob_jobspec *spec, size_t n_files,
+                           ob_err *err);
     void (*destroy)(ob_launcher *l);
 } ob_launcher_ops;
 
@@ -267,6 +277,10 @@ ob_status ob_slurm_launcher_create(ob_launcher **out, const ob_slurm_launcher_co
  * "-1" and "NoDevFiles" mean none), else the /dev/nvidiaN devices. GPU jobs get one rank per
  * visible GPU by default. */
 int ob_visible_gpus(void);
+
+/* The launcher's check_job when it has one (see ob_launcher_ops), else OB_OK. */
+ob_status ob_launcher_check_job(const ob_launcher *l, const ob_jobspec *spec, size_t n_files,
+                                ob_err *err);
 
 /* Destroys any launcher. Accepts NULL. Running attempts are not touched. */
 void ob_launcher_destroy(ob_launcher *l);
