@@ -154,8 +154,7 @@ struct ob_grpc_server {
     int outstanding;     /* call_ctx objects alive */
     int shutting_down, server_shutdown_done, cq_shut, watch_stop;
     pthread_cond_t watch_cv; /* signalled when a stream is ready or the watcher must stop */
-    int n_ready;             /* streams with ready set, on the ready list */
-    struct call_ctx *ready_head, *ready_tail;
+    struct call_ctx *ready_head, *ready_tail; /* streams with ready set, oldest first */
     call_ctx *watches;
     call_ctx **pinned;          /* the watchers': max_streams each (pump_watches) */
     int n_watches, max_streams; /* n_watches counts the reflection streams too */

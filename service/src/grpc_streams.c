@@ -36,7 +36,6 @@ static int stream_maybe_free(ob_grpc_server *s, call_ctx *c)
         }
         c->ready = 0;
         c->rnext = NULL;
-        s->n_ready--;
     }
     for (call_ctx **p = &s->watches; *p; p = &(*p)->wnext) {
         if (*p == c) {
@@ -51,15 +50,21 @@ static int stream_maybe_free(ob_grpc_server *s, call_ctx *c)
     return 1;
 }
 
+/* Zeroes ops[2] and puts the initial metadata first where the stream has not sent it yet;
+ * returns the ops used. */
+static size_t stream_ops(call_ctx *c, grpc_op ops[2])
+{
+    memset(ops, 0, 2 * sizeof *ops);
+    if (c->sent_initial) return 0;
+    ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->sent_initial = 1;
+    return 1;
+}
+
 static void stream_send(call_ctx *c, grpc_byte_buffer *bb)
 {
     grpc_op ops[2];
-    memset(ops, 0, sizeof ops);
-    size_t n = 0;
-    if (!c->sent_initial) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        c->sent_initial = 1;
-    }
+    size_t n = stream_ops(c, ops);
     if (c->send_bb) grpc_byte_buffer_destroy(c->send_bb);
     c->send_bb = bb;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
@@ -73,12 +78,7 @@ static void stream_send(call_ctx *c, grpc_byte_buffer *bb)
 static void stream_status(call_ctx *c, ob_status st, const char *msg)
 {
     grpc_op ops[2];
-    memset(ops, 0, sizeof ops);
-    size_t n = 0;
-    if (!c->sent_initial) {
-        ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-        c->sent_initial = 1;
-    }
+    size_t n = stream_ops(c, ops);
     if (c->has_status_msg) grpc_slice_unref(c->status_msg);
     char text[OB_ERR_MSG_LEN];
     ob_status_public_message(msg, text, sizeof text);
@@ -303,7 +303,6 @@ static void stream_ready(ob_grpc_server *s, call_ctx *c)
         else
             s->ready_head = c;
         s->ready_tail = c;
-        s->n_ready++;
         pthread_cond_signal(&s->watch_cv);
     }
 }
@@ -351,7 +350,6 @@ static void pump_watches(ob_grpc_server *s, call_ctx **pinned, int cap, int all)
         if (!s->ready_head) s->ready_tail = NULL;
         c->rnext = NULL;
         c->ready = 0;
-        s->n_ready--;
         /* One that cannot send is freed by its own completions (stream_maybe_free). */
         if (c->closed || c->broken || c->in_flight || c->status_started || c->pins) continue;
         c->pins++;
@@ -392,7 +390,7 @@ void *ob__grpc_watcher_main(void *arg)
             }
         }
         pump_watches(s, pinned, s->max_streams, all);
-        if (s->n_ready > 0 || s->watch_stop) continue;
+        if (s->ready_head || s->watch_stop) continue;
         if (s->n_watches == 0 || me->index > 0) {
             /* Nothing open (or not the first watcher): sleep until a stream is ready. */
             struct timespec ts;
