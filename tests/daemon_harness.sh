@@ -65,3 +65,25 @@ procs_of() { # ID NAME
     tr '\0' ' ' < /proc/$p/cmdline 2>/dev/null | grep -qF "$TMP/var/jobs/$1/spec.json" && echo "$p"
   done
 }
+# submit_pb SPEC [PATH...]: a SubmitJobRequest in hex for `rpc raw`, built by hand so that a test
+# can send what onebitctl never would: spec (1), files (7) of path (1), mode 0644 (2) and the
+# data "print(1)\n" (3), one for each PATH.
+submit_pb() {
+  python3 - "$@" << 'PY'
+import sys
+def varint(n):
+    out = b""
+    while True:
+        b = n & 0x7f
+        n >>= 7
+        out += bytes([b | (0x80 if n else 0)])
+        if not n:
+            return out
+def field(num, wire, payload):
+    return varint(num << 3 | wire) + (varint(len(payload)) + payload if wire == 2 else payload)
+msg = field(1, 2, sys.argv[1].encode())
+for p in sys.argv[2:]:
+    msg += field(7, 2, field(1, 2, p.encode()) + field(2, 0, varint(0o644)) + field(3, 2, b"print(1)\n"))
+print(msg.hex())
+PY
+}

@@ -323,25 +323,6 @@ mkdir -p "$PD"
 printf 'import onebit\nprint("hello")\n' > "$PD/train.py"
 start_k8s_daemon --data-root "$PD"
 post() { curl -s -o "$TMP/resp" -w '%{http_code}' -H 'Content-Type: application/json' --data-binary "@$1" "http://$REST/v1/jobs"; }
-pb_hex() { # SPEC [PATH...]: a SubmitJobRequest, hex: spec (1), files (7) of path (1), mode (2), data (3)
-  python3 - "$@" << 'PY'
-import sys
-def varint(n):
-    out = b""
-    while True:
-        b = n & 0x7f
-        n >>= 7
-        out += bytes([b | (0x80 if n else 0)])
-        if not n:
-            return out
-def field(num, wire, payload):
-    return varint(num << 3 | wire) + (varint(len(payload)) + payload if wire == 2 else payload)
-msg = field(1, 2, sys.argv[1].encode())
-for p in sys.argv[2:]:
-    msg += field(7, 2, field(1, 2, p.encode()) + field(2, 0, varint(0o644)) + field(3, 2, b"print(1)\n"))
-print(msg.hex())
-PY
-}
 printf '{"spec":{"program":{"entrypoint":"train.py","workdir":"%s","args":["--steps","3"]},"steps":3},"worldSize":2}' "$PD" > "$TMP/prog.json"
 code=$(post "$TMP/prog.json")
 pj=$(jq -r .id "$TMP/resp" 2>/dev/null)
@@ -360,7 +341,7 @@ njobs=$(curl -s "http://$REST/v1/jobs" | jq '.jobs | length')
 printf '{"spec":{"program":{"entrypoint":"run.py"}},"files":[{"path":"run.py","data":""}]}' > "$TMP/up.json"
 code=$(post "$TMP/up.json")
 check "an uploaded program (REST): 400, naming the launcher and what to do" '[ "$code" = 400 ] && grep -q "$UPMSG" "$TMP/resp" && grep -q "name it with program.workdir" "$TMP/resp"' "$code $(head -c 600 "$TMP/resp")"
-rpc raw /onebit.v1.JobService/SubmitJob "$(pb_hex '{"program":{"entrypoint":"run.py"}}' run.py)" > /dev/null 2> "$TMP/err"; rc=$?
+rpc raw /onebit.v1.JobService/SubmitJob "$(submit_pb '{"program":{"entrypoint":"run.py"}}' run.py)" > /dev/null 2> "$TMP/err"; rc=$?
 check "an uploaded program (gRPC): INVALID_ARGUMENT with the reason" '[ $rc -eq 3 ] && grep -q "$UPMSG" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
 out=$("$ONEBITCTL" --server "$GRPC" submit --program "$PD/train.py" --np 1 2>&1); rc=$?
 check "onebitctl submit --program (an upload): refused, the reason shown" '[ $rc -ne 0 ] && echo "$out" | grep -q "$UPMSG"' "rc=$rc $out"
@@ -371,7 +352,7 @@ start_k8s_daemon --data-root "$PD" --k8s-image-python no
 NOPY="the kubernetes launcher's worker image registry.example/onebit/worker:1.0 has no Python (onebitd --k8s-image-python no), so it cannot run program.interpreter 'python3'"
 code=$(post "$TMP/prog.json")
 check "--k8s-image-python no: a Python program job (REST): 400, naming the image and the flag" '[ "$code" = 400 ] && grep -qF "$NOPY" "$TMP/resp"' "$code $(head -c 600 "$TMP/resp")"
-rpc raw /onebit.v1.JobService/SubmitJob "$(pb_hex "{\"program\":{\"entrypoint\":\"train.py\",\"workdir\":\"$PD\"}}")" > /dev/null 2> "$TMP/err"; rc=$?
+rpc raw /onebit.v1.JobService/SubmitJob "$(submit_pb "{\"program\":{\"entrypoint\":\"train.py\",\"workdir\":\"$PD\"}}")" > /dev/null 2> "$TMP/err"; rc=$?
 check "--k8s-image-python no: a Python program job (gRPC): INVALID_ARGUMENT with the reason" '[ $rc -eq 3 ] && grep -qF "$NOPY" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
 out=$("$ONEBITCTL" --server "$GRPC" submit --program "$PD/train.py" --no-upload --np 1 2>&1); rc=$?
 check "--k8s-image-python no: onebitctl submit --no-upload refused, the reason shown" '[ $rc -ne 0 ] && echo "$out" | grep -qF "$NOPY"' "rc=$rc $out"

@@ -230,7 +230,9 @@ ob_status ob__upload_stage(const ob_service *svc, const ob_upload_file *f, size_
     staged[0] = '\0';
     ob_status rc = ob__svc_mkdirs(svc->uploads_dir, err);
     if (rc) return rc;
-    if (snprintf(staged, scap, "%s/submit-XXXXXX", svc->uploads_dir) >= (int)scap) {
+    /* mkdtemp's template: it replaces the six X's with a unique name. */
+    static const char template_name[] = "submit-XXXXXX";
+    if (snprintf(staged, scap, "%s/%s", svc->uploads_dir, template_name) >= (int)scap) {
         staged[0] = '\0';
         return OB_ERR(err, OB_ERR_INVALID_ARG, "the state directory's path is too long");
     }

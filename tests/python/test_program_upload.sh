@@ -119,31 +119,11 @@ refuse_rest "1001 files" "$many" "1001 files, more than the limit of 1000"
 big=$(python3 -c 'import base64, json; print(json.dumps([{"path": "run.py", "data": base64.b64encode(bytes(300000)).decode()}]))')
 refuse_rest "300,000 bytes over a limit of 256 KiB" "$big" "more than the limit of 262144 bytes"
 
-# The same over gRPC, the request built by hand: spec (1), files (7) of path (1), mode (2), data (3).
-pb_hex() { # SPEC PATH... : a SubmitJobRequest, hex
-  python3 - "$@" <<'EOF'
-import sys
-def varint(n):
-    out = b""
-    while True:
-        b = n & 0x7f
-        n >>= 7
-        out += bytes([b | (0x80 if n else 0)])
-        if not n:
-            return out
-def field(num, wire, payload):
-    return varint(num << 3 | wire) + (varint(len(payload)) + payload if wire == 2 else payload)
-msg = field(1, 2, sys.argv[1].encode())
-for p in sys.argv[2:]:
-    f = field(1, 2, p.encode()) + field(2, 0, varint(0o644)) + field(3, 2, b"print(1)\n")
-    msg += field(7, 2, f)
-print(msg.hex())
-EOF
-}
+# The same over gRPC, the request built by hand (submit_pb, tests/daemon_harness.sh).
 refuse_grpc() { # NAME PATTERN SPEC PATH...
   local name=$1 pattern=$2
   shift 2
-  rpc raw /onebit.v1.JobService/SubmitJob "$(pb_hex "$@")" > /dev/null 2> "$TMP/err"
+  rpc raw /onebit.v1.JobService/SubmitJob "$(submit_pb "$@")" > /dev/null 2> "$TMP/err"
   local rc=$?
   check "$name (gRPC): INVALID_ARGUMENT" '[ $rc -eq 3 ] && grep -q -- "$pattern" "$TMP/err"' "rc=$rc $(cat "$TMP/err")"
 }
@@ -153,7 +133,7 @@ refuse_grpc "an absolute path" "files\[1\].path '/etc/x': an absolute path" "$PS
 refuse_grpc "an entrypoint not among the files" "program.entrypoint 'run.py' is not one of the uploaded files" "$PSPEC" other.py
 mapfile -t names < <(seq -f 'f%g' 1001)
 refuse_grpc "1001 files" "1001 files, more than the limit of 1000" "$PSPEC" "${names[@]}"
-rpc raw /onebit.v1.JobService/SubmitJob "$(pb_hex "$PSPEC" run.py lib/x.py)" > "$TMP/ok.json" 2> "$TMP/err"; rc=$?
+rpc raw /onebit.v1.JobService/SubmitJob "$(submit_pb "$PSPEC" run.py lib/x.py)" > "$TMP/ok.json" 2> "$TMP/err"; rc=$?
 id4=$(curl -s "http://$REST/v1/jobs" | jq -r '.jobs[-1].id')
 check "a good upload by hand (gRPC): accepted, stored" '[ $rc -eq 0 ] && [ -f "$TMP/var/jobs/$id4/program/lib/x.py" ]' "rc=$rc $(cat "$TMP/err")"
 
