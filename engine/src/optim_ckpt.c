@@ -74,3 +74,17 @@ ob_status ob_optim_ckpt_restore_progress(ob_optim *o, const ob_ckpt_meta *meta, 
     ob_status st = ob_optim_set_progress(o, &p, err);
     return st == OB_OK ? OB_OK : OB_WRAP(err, st, "%s", path);
 }
+
+ob_status ob_optim_ckpt_rolled_back(ob_optim *o, const ob_optim_config *cfg, uint64_t bytes_sent,
+                                    long bad_step, int *rewarmed, ob_err *err)
+{
+    int freezes = cfg->kind == OB_OPTIM_ONEBIT_ADAM && cfg->mode != OB_ONEBIT_NAIVE;
+    if (rewarmed) *rewarmed = freezes;
+    ob_optim_progress p;
+    ob_optim_get_progress(o, &p);
+    p.bytes_sent = bytes_sent;
+    ob_status st = ob_optim_set_progress(o, &p, err);
+    if (st != OB_OK || !freezes) return st;
+    return ob_optim_rewarm(o, ob_optim_auto_refit_steps(cfg->beta2, OB_WARM_SOURCE_OTHER), bad_step,
+                           err);
+}

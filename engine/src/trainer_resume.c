@@ -295,19 +295,12 @@ ob_status ob__trainer_roll_back(ob_trainer *t, long bad_step, const char *why, l
     ob_ckpt_meta meta;
     st = agree_outcome(t, restore(t, c.path, &meta, err), "rollback", err);
     if (st != OB_OK) return st;
-    ob_optim_progress p;
-    ob_optim_get_progress(t->opt, &p);
-    p.bytes_sent = before.bytes_sent;
     t->bytes_warmup = bw;
     t->bytes_compression = bc;
     t->rollbacks++;
-    long rewarm = ob_optim_auto_refit_steps(t->spec.optim.beta2, OB_WARM_SOURCE_OTHER);
-    /* Only 1-bit Adam has a frozen variance to re-estimate; the others go on from the
-     * checkpoint as they were. */
-    const ob_optim_config *oc = &t->spec.optim;
-    int freezes = oc->kind == OB_OPTIM_ONEBIT_ADAM && oc->mode != OB_ONEBIT_NAIVE;
-    if ((st = ob_optim_set_progress(t->opt, &p, err)) != OB_OK ||
-        (freezes && (st = ob_optim_rewarm(t->opt, rewarm, bad_step, err)) != OB_OK))
+    int freezes = 0;
+    if ((st = ob_optim_ckpt_rolled_back(t->opt, &t->spec.optim, before.bytes_sent, bad_step,
+                                        &freezes, err)) != OB_OK)
         return OB_WRAP(err, st, "rollback to %s", c.path);
     ob_optim_stats os;
     ob_optim_get_stats(t->opt, &os);

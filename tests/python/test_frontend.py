@@ -368,6 +368,120 @@ class Checkpoints(unittest.TestCase):
             obt.warm_start(os.path.join(self.dir, "none"), opt3)
 
 
+
+def diverge(model, opt, step):
+    """Steps whose reported loss is NaN until the next logged step raises onebit.Diverged."""
+    for k in range(20):
+        x, y = batch(step + k)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        try:
+            opt.step(loss=float("nan"))
+        finally:
+            opt.zero_grad()
+    raise AssertionError("no onebit.Diverged in 20 steps")
+
+
+class Rollback(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.mkdtemp()
+
+    def tearDown(self):
+        shutil.rmtree(self.dir)
+
+    def test_after_the_freeze_v_is_re_estimated(self):
+        m, opt = fresh(log_interval=5)  # beta2 0.99: Delta 100, a refit of 50 steps
+        train(m, opt, 0, 20)
+        obt.save(self.dir, m, opt)
+        saved = state(m, opt)
+        train(m, opt, 20, 24)
+        with self.assertRaises(onebit.Diverged):
+            diverge(m, opt, 24)
+        sent = opt.stats().bytes_sent
+        info = obt.roll_back(self.dir, m, opt)
+        self.assertEqual(info["step"], 20)
+        now = state(m, opt)
+        # parameters, m and v are the checkpoint's; both error buffers start again from zero
+        k = len(list(m.parameters())) + 2
+        self.assertTrue(same_bits(saved[:k], now[:k]))
+        self.assertGreater(float(saved[k].abs().max()), 0.0)
+        for e in now[k:k + 2]:
+            self.assertEqual(float(e.abs().max()), 0.0)
+        s = opt.stats()
+        self.assertEqual((s.step, s.phase, s.warm_start, s.refit_end), (20, 0, 4, 70))
+        self.assertEqual(s.bytes_sent, sent)  # what crossed the network stays counted
+        train(m, opt, 20, 69)
+        self.assertEqual(opt.stats().phase, 0)  # Adam steps until the refit's end
+        train(m, opt, 69, 75)
+        s = opt.stats()
+        self.assertEqual((s.phase, s.freeze_step), (1, 70))
+
+    def test_into_the_warmup_the_freeze_moves(self):
+        m, opt = fresh(log_interval=5, freeze_step=30)
+        train(m, opt, 0, 10)
+        obt.save(self.dir, m, opt)
+        train(m, opt, 10, 14)
+        with self.assertRaises(onebit.Diverged):
+            diverge(m, opt, 14)
+        self.assertEqual(obt.roll_back(self.dir, m, opt)["step"], 10)
+        s = opt.stats()
+        # past the step that diverged (15) by the refit's length, not at 30 again
+        self.assertEqual((s.phase, s.warm_start, s.refit_end), (0, 5, 65))
+        train(m, opt, 10, 60)
+        self.assertEqual(opt.stats().freeze_step, -1)
+
+    def test_the_count_survives_checkpoints(self):
+        m, opt = fresh(log_interval=5)
+        train(m, opt, 0, 20)
+        obt.save(self.dir, m, opt)
+        with self.assertRaises(onebit.Diverged):
+            diverge(m, opt, 20)
+        obt.roll_back(self.dir, m, opt, max_rollbacks=2)
+        train(m, opt, 20, 30)
+        obt.save(self.dir, m, opt)
+        # a new process resumes from step 30: one rollback taken, one left of 2
+        m2, opt2 = fresh(seed=5, log_interval=5)
+        obt.load(self.dir, m2, opt2)
+        with self.assertRaises(onebit.Diverged):
+            diverge(m2, opt2, 30)
+        self.assertEqual(obt.roll_back(self.dir, m2, opt2, max_rollbacks=2)["step"], 30)
+        with self.assertRaises(onebit.Diverged):
+            diverge(m2, opt2, 30)
+        with self.assertRaisesRegex(onebit.Diverged, "no rollback is left .2 taken"):
+            obt.roll_back(self.dir, m2, opt2, max_rollbacks=2)
+
+    def test_nothing_to_roll_back_to(self):
+        m, opt = fresh(log_interval=5)
+        train(m, opt, 0, 4)
+        with self.assertRaises(onebit.Diverged):
+            diverge(m, opt, 4)
+        before = state(m, opt)
+        with self.assertRaisesRegex(onebit.Diverged, "no checkpoint to roll back to"):
+            obt.roll_back(self.dir, m, opt)
+        self.assertTrue(same_bits(before, state(m, opt)))
+        with self.assertRaises(ValueError):
+            obt.roll_back(self.dir, m, opt, max_rollbacks=-1)
+
+    def test_adam_goes_on_from_the_checkpoint(self):
+        torch.manual_seed(0)
+        m = Net()
+        opt = obt.Adam(m.named_parameters(), lr=1e-2, log_interval=5)
+        train(m, opt, 0, 10)
+        obt.save(self.dir, m, opt)
+        saved = state(m, opt)
+        train(m, opt, 10, 14)
+        with self.assertRaises(onebit.Diverged):
+            diverge(m, opt, 14)
+        self.assertEqual(obt.roll_back(self.dir, m, opt)["step"], 10)
+        self.assertTrue(same_bits(saved, state(m, opt)))
+
+    def test_the_rewarm_report(self):
+        line = json.loads(onebit.report_line("rewarm", step=24, to_step=20, text="rolled back",
+                                             text2="/ck/step-00000020"))
+        self.assertEqual((line["event"], line["step"], line["to_step"], line["path"],
+                          line["message"]), ("rewarm", 24, 20, "/ck/step-00000020",
+                                             "rolled back"))
+
+
 if __name__ == "__main__":
     onebit.init(device="cpu")
     os.environ.setdefault("ONEBIT_PROGRESS", "off")

@@ -4,6 +4,9 @@
 #   - onebitctl submit --program: SUCCEEDED, progress, freeze and checkpoints in the status;
 #   - a rank SIGKILLed mid-run: restarted from the newest checkpoint, the same final parameters
 #     as the uninterrupted run;
+#   - onebitd shut down during a program job (SIGTERM): the ranks stop together, save where they
+#     stopped and exit 0; the next onebitd resumes there, not from an older checkpoint, to the
+#     same final parameters;
 #   - a program that raises before its first step: FAILED, not retried, its exception the reason;
 #   - the same exception at the same step on two attempts: FAILED after one restart;
 #   - an entrypoint outside the data roots (--no-upload: a path on onebitd's machine): refused at
@@ -42,6 +45,29 @@ wait_state "$id2" SUCCEEDED 180
 j=$(get "$id2")
 check "killed rank: SUCCEEDED after one restart, resumed from step 50" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && [ "$(echo "$j" | jq .restarts)" = 1 ] && [ "$(echo "$j" | jq .attempts[1].start_step)" = 50 ]' "$j"
 check "killed rank: final parameters identical to the uninterrupted run's" 'cmp -s "$TMP/a.f32" "$TMP/b.f32"' "$(ls -l "$TMP"/*.f32)"
+
+# --- onebitd shut down mid-run: the ranks save where they stop, the next onebitd goes on there --
+# No interval checkpoints (every 1000 steps of 120): only the stop's checkpoint can be resumed.
+id5=$(ctl submit --program "$HERE/train_small.py" --np 2 --steps 120 -- --interval 1000 \
+  --step-seconds 0.05 --out "$TMP/e.f32" 2>"$TMP/err")
+for _ in $(seq 600); do
+  [ "$(field "$id5" '.progress.step // 0')" -ge 30 ] 2>/dev/null && break
+  sleep 0.1
+done
+stop_daemon
+ck=$(ls -d "$TMP/var/checkpoints/$id5"/step-* 2>/dev/null)
+stop_step=$((10#$(basename "${ck:-step-0}" | sed 's/^step-//')))
+check "onebitd's shutdown: the ranks saved one checkpoint where they stopped (a logged step >= 30)" \
+  '[ "$(echo "$ck" | wc -w)" = 1 ] && [ "$stop_step" -ge 30 ] && [ $((stop_step % 10)) = 0 ] && grep -q "stopped after step $stop_step (SIGTERM): saved" "$TMP/var/jobs/$id5/worker.log"' \
+  "$ck $(tail -5 "$TMP/var/jobs/$id5/worker.log")"
+start_daemon --data-root "$HERE" --data-root "$TMP/progs" --max-restarts 2
+wait_state "$id5" SUCCEEDED 180
+j=$(get "$id5")
+check "the next onebitd resumed from the stop's step and the job SUCCEEDED" \
+  '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && [ "$(echo "$j" | jq .attempts[-1].start_step)" = "$stop_step" ]' \
+  "$(echo "$j" | jq -c '{state, message, attempts: [.attempts[] | {start_step, exit_reason}]}')"
+check "stopped and resumed: final parameters identical to the uninterrupted run's" \
+  'cmp -s "$TMP/a.f32" "$TMP/e.f32"' "$(ls -l "$TMP"/*.f32)"
 
 # --- deterministic failures are not retried -----------------------------------------------------
 id3=$(ctl submit --program "$HERE/train_small.py" --np 2 -- --raise-at 0 2>"$TMP/err")

@@ -2,8 +2,10 @@
 synthetic data with onebit.torch.OnebitAdam, batches drawn from (seed, rank, step), a checkpoint
 every --interval steps under --dir (default $ONEBIT_CHECKPOINT_DIR, which onebitd sets),
 resuming from the newest one there. With TRAIN_SMALL_KILL="STEP RANK" that rank SIGKILLs itself
-after STEP (a crash, no checkpoint; once: a marker in --dir remembers); --raise-at STEP raises ValueError before that step (every
-rank). Writes the final parameters to --out when given. --step-seconds S: a pause after each
+after STEP (a crash, no checkpoint; once: a marker in --dir remembers); TRAIN_SMALL_TERM="STEP
+RANK": that rank sends itself SIGTERM after STEP (once, as KILL): the ranks stop together at a
+logged step, save a checkpoint there and exit 0 (onebit.Stopped); --raise-at STEP raises
+ValueError before that step (every rank). Writes the final parameters to --out when given. --step-seconds S: a pause after each
 step (pacing for tests that act while it runs; it changes no number).
 """
 import argparse
@@ -26,6 +28,7 @@ ap.add_argument("--interval", type=int, default=25)
 ap.add_argument("--step-seconds", type=float, default=0.0)
 a = ap.parse_args()
 kill = [int(v) for v in os.environ.get("TRAIN_SMALL_KILL", "0 -1").split()]
+term = [int(v) for v in os.environ.get("TRAIN_SMALL_TERM", "0 -1").split()]
 torch.set_num_threads(1)
 w = onebit.init(device="cpu")
 torch.manual_seed(7)
@@ -43,15 +46,22 @@ for step in range(first, a.steps):
     y = (x[:, :4].argmax(dim=1) + (x[:, 4] > 1).long()) % 4
     loss = torch.nn.functional.cross_entropy(model(x), y)
     loss.backward()
-    opt.step(loss=loss, batch_size=32)
+    try:
+        opt.step(loss=loss, batch_size=32)
+    except onebit.Stopped as stop:
+        obt.save(a.dir, model, opt)  # the step is done: nothing after the last checkpoint lost
+        if w.rank == 0:
+            print("%s: saved" % stop, flush=True)
+        raise
     opt.zero_grad()
     if (step + 1) % a.interval == 0:
         obt.save(a.dir, model, opt)
-    if step + 1 == kill[0] and w.rank == kill[1]:
-        marker = os.path.join(a.dir, ".killed")  # once per job, as a crash would be
-        if not os.path.exists(marker):
-            open(marker, "w").close()
-            os.kill(os.getpid(), signal.SIGKILL)
+    for what, sig in ((kill, signal.SIGKILL), (term, signal.SIGTERM)):
+        if step + 1 == what[0] and w.rank == what[1]:
+            marker = os.path.join(a.dir, ".killed")  # once per job, as a crash would be
+            if not os.path.exists(marker):
+                open(marker, "w").close()
+                os.kill(os.getpid(), sig)
     if a.step_seconds > 0:
         time.sleep(a.step_seconds)
 s = opt.stats()

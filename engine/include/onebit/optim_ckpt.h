@@ -49,6 +49,16 @@ ob_status ob_optim_ckpt_read(ob_optim *o, const char *path, const ob_ckpt_meta *
 ob_status ob_optim_ckpt_restore_progress(ob_optim *o, const ob_ckpt_meta *meta, const char *path,
                                          ob_err *err);
 
+/* After a rollback: the state of a checkpoint restored (ob_optim_ckpt_read, then _restore_progress)
+ * because the run diverged at step bad_step. The traffic counter goes back to bytes_sent, what
+ * had crossed the network before the rollback; 1-bit Adam (cfg: the optimizer's configuration,
+ * compressed or uncompressed mode) re-estimates its variance over
+ * ob_optim_auto_refit_steps(cfg->beta2, OB_WARM_SOURCE_OTHER) steps (ob_optim_rewarm), so as not
+ * to take the same path to the same divergence; other optimizers go on from the checkpoint as
+ * they were. *rewarmed (may be NULL): whether it re-estimates. */
+ob_status ob_optim_ckpt_rolled_back(ob_optim *o, const ob_optim_config *cfg, uint64_t bytes_sent,
+                                    long bad_step, int *rewarmed, ob_err *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -17,18 +17,36 @@ import atexit
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import traceback
 import weakref
 
 from . import _lib
 from ._lib import OnebitError
 
-__all__ = ["init", "World", "OnebitError", "Diverged", "report", "version", "cuda_built"]
+__all__ = ["init", "World", "OnebitError", "Diverged", "Stopped", "stop_requested", "report",
+           "version", "cuda_built"]
 
 
 class Diverged(OnebitError):
     """The training loss stopped being finite (onebit-worker exits 3 for this)."""
+
+
+class Stopped(SystemExit):
+    """Raised by an optimizer's step() on every rank at the same step after a stop was asked:
+    SIGTERM or SIGUSR1 to any rank, what onebitd sends on a cancel, at a deadline, on its own
+    shutdown and before a pod is deleted. The step is done: save a checkpoint and leave, as
+    onebit-worker does (`except onebit.Stopped: onebit.torch.save(...); raise`). Uncaught, the
+    process exits 0 (it is a SystemExit) with what was saved before. `step`: the step done."""
+
+    def __init__(self, step, signal_name):
+        super().__init__(0)
+        self.step, self.signal_name = step, signal_name
+
+    def __str__(self):
+        return "stopped after step %d (%s)" % (self.step, self.signal_name)
 
 
 def version():
@@ -102,6 +120,8 @@ _handles = weakref.WeakSet()
 # what a failure is judged by.
 _steps_in_process = 0
 _run_step = 0
+# The stop signal this rank received (0: none): the optimizers agree on it over the ranks.
+_stop_signal = 0
 
 # The exit statuses of a program that fails (onebit-worker's, which onebitd judges): 1 a restart
 # may mend it; 3 the training diverged; 6 it fails the same way on every attempt.
@@ -153,6 +173,33 @@ def _classify(exc_type, last):
     return EXIT_RETRY, where
 
 
+def _on_stop_signal(signum, frame):
+    """The first SIGTERM/SIGUSR1 asks for a stop at the next step every rank agrees on; a
+    second one ends the process at once, as the signal's default would have."""
+    global _stop_signal
+    if _stop_signal:
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    _stop_signal = signum
+
+
+def _install_stop_signals():
+    """Takes SIGTERM and SIGUSR1 where the program left them at their default (a handler of
+    its own stays), from the main thread only (Python's rule)."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig in (signal.SIGTERM, signal.SIGUSR1):
+        if signal.getsignal(sig) == signal.SIG_DFL:
+            signal.signal(sig, _on_stop_signal)
+
+
+def stop_requested():
+    """The signal (signal.Signals) this rank was asked to stop by, or None. The optimizers
+    raise Stopped once the ranks agree; a loop without an engine optimizer can poll this."""
+    return signal.Signals(_stop_signal) if _stop_signal else None
+
+
 def _excepthook(exc_type, exc, tb):
     """An uncaught exception ends every rank with a status the coordinator can judge (the other
     ranks would wait in a collective forever), its last line the reason."""
@@ -193,6 +240,7 @@ def init(device=None):
     _world = World(r.value, n.value, lr.value, ln.value, dev)
     atexit.register(_shutdown)
     sys.excepthook = _excepthook
+    _install_stop_signals()
     return _world
 
 

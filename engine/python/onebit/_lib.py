@@ -8,7 +8,7 @@ import ctypes
 import os
 import re
 
-ABI_VERSION = 1
+ABI_VERSION = 2
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -105,6 +105,8 @@ _sig("obpy_ckpt_save", [c_void_p, c_char_p, c_int, ctypes.POINTER(CkptInfo), c_c
                         c_char_p, *ERR])
 _sig("obpy_ckpt_load", [c_void_p, c_char_p, c_int_p, ctypes.POINTER(CkptInfo),
                         ctypes.POINTER(c_void_p), c_char_p, c_int_p, c_char_p, c_size_t, *ERR])
+_sig("obpy_optim_rolled_back", [c_void_p, c_long, ctypes.POINTER(Stats), *ERR])
+_sig("obpy_optim_rollbacks", [c_void_p], c_int)
 _sig("obpy_ckpt_warm_start", [c_void_p, c_char_p, c_long, c_int, c_char_p, *ERR])
 _sig("obpy_report_json", [c_char_p, c_char_p, ctypes.POINTER(c_double), c_int, c_char_p,
                           c_char_p, c_char_p, c_size_t, *ERR])
@@ -115,7 +117,7 @@ REPORT_FIELDS = ("step", "loss", "lr", "samples_per_s", "bytes_sent", "bytes_ste
                  "zero_momentum_fraction", "world_size", "num_params", "eval_loss",
                  "eval_accuracy", "eval_count", "ckpt_failed", "freeze_step", "bytes_warmup",
                  "bytes_compression", "wall_seconds", "first_step", "last_checkpoint",
-                 "stopped", "from_world_size")
+                 "stopped", "from_world_size", "to_step")
 
 
 def call(fn, *args, error=OnebitError):

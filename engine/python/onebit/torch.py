@@ -13,6 +13,7 @@ work of the caller's current stream.
 import json
 import math
 import os
+import signal
 import time
 
 import torch
@@ -20,7 +21,18 @@ import torch
 import onebit
 from onebit import _lib
 
-__all__ = ["OnebitAdam", "Adam", "save", "load", "warm_start"]
+__all__ = ["OnebitAdam", "Adam", "BinSGDM", "SoftSign", "save", "load", "warm_start",
+           "roll_back"]
+
+# ob_optim_stats.warm_start after a rollback (onebit/optim.h, ob_warm_state).
+_WARM_REWARM, _WARM_DELAYED = 4, 5
+
+
+def _signal_name(signum):
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return "signal %d" % signum
 
 # Keyword arguments that map one to one onto the job spec's optimizer fields.
 _ONEBIT_FIELDS = ("compression", "freeze_threshold", "freeze_min_steps", "freeze_max_fraction",
@@ -224,9 +236,10 @@ class _EngineOptimizer(torch.optim.Optimizer):
         loss = float("nan")
         n = self._loss_n
         local = float(self._loss_sum) if self._loss_sum is not None else 0.0
+        # With the loss: the stop signals the ranks received, so that all stop at this step.
         sums = self._world.sum([local / n if n else 0.0, 1.0 if n else 0.0,
                                 0.0 if (not n or math.isfinite(local)) else 1.0,
-                                float(self._samples)])
+                                float(self._samples), float(onebit._stop_signal)])
         if sums[1] > 0:
             loss = sums[0] / sums[1]
         now = time.monotonic()
@@ -246,6 +259,13 @@ class _EngineOptimizer(torch.optim.Optimizer):
                           worker_error_ratio=health[0], server_error_ratio=health[1],
                           zero_momentum_fraction=health[2])
         self._t_window = time.monotonic()
+        if sums[4] > 0:
+            # Every rank takes the same sum: every rank raises here, after the same step.
+            name = _signal_name(onebit._stop_signal) if onebit._stop_signal else \
+                "a stop signal to another rank"
+            onebit.report("notice", step=s.step,
+                          text="stop requested (%s): stopping after step %d" % (name, s.step))
+            raise onebit.Stopped(s.step, name)
 
     def report_eval(self, eval_loss, eval_accuracy=float("nan"), eval_count=0):
         """Reports an evaluation at the current step (values over every rank: the caller's)."""
@@ -585,6 +605,52 @@ def load(dir=None, model=None, optimizer=None):
     return {"step": s.step, "path": path.value.decode(), "extra": payload.get("user", {}),
             "from_world_size": fws.value,
             "data_position": (info.loader_epoch, info.loader_index)}
+
+
+def roll_back(dir=None, model=None, optimizer=None, max_rollbacks=2):
+    """What onebit-worker does when a run diverges (a job spec's checkpoint.rollbacks), for a
+    loop that caught onebit.Diverged: restores the newest checkpoint of dir that verifies, as
+    load() does, and then keeps the run off the path that diverged. OnebitAdam re-estimates its
+    frozen variance by Adam steps (ceil(Delta / 2) of them) before freezing again; one rolled
+    back into its warmup freezes only after the step that diverged. Other optimizers go on from
+    the checkpoint as they were. The traffic counters keep what was sent. Returns load()'s
+    dict: continue after its "step" (the data position is the caller's, as for a resume).
+    Raises onebit.Diverged when max_rollbacks were taken already (by this run and the runs
+    its checkpoints come from) or when there is no checkpoint. Collective: every rank calls it
+    (a Diverged from step() is raised on every rank at the same step)."""
+    if not isinstance(optimizer, _EngineOptimizer):
+        raise TypeError("optimizer: an onebit.torch optimizer")
+    if not isinstance(max_rollbacks, int) or isinstance(max_rollbacks, bool) or \
+            not 0 <= max_rollbacks <= 100:
+        raise ValueError("max_rollbacks: an integer in 0..100, got %r" % (max_rollbacks,))
+    before = optimizer.stats()
+    bad = before.step
+    taken = _lib.lib.obpy_optim_rollbacks(optimizer._handle)
+    if taken >= max_rollbacks:
+        raise onebit.Diverged("step %d: the run diverged and no rollback is left (%d taken, "
+                              "max_rollbacks %d)" % (bad, taken, max_rollbacks), 3)
+    info = load(dir, model, optimizer)
+    if info is None:
+        raise onebit.Diverged("step %d: the run diverged and there is no checkpoint to roll "
+                              "back to in %s" % (bad, _job_dir(dir)), 3)
+    _lib.call(_lib.lib.obpy_optim_rolled_back, optimizer._handle, bad,
+              _lib.ctypes.byref(before))
+    s = optimizer.stats()
+    optimizer._loss_sum, optimizer._loss_n, optimizer._samples = None, 0, 0
+    optimizer._t_window = time.monotonic()
+    # Back in the warmup: the next freeze is reported again.
+    optimizer._frozen_reported = s.freeze_step >= 0
+    n = _lib.lib.obpy_optim_rollbacks(optimizer._handle)
+    if s.warm_start == _WARM_REWARM:
+        how = "v is re-estimated by Adam until step %d, then frozen again" % s.refit_end
+    elif s.warm_start == _WARM_DELAYED:
+        how = "still in the warmup; v is frozen again at step %d" % s.refit_end
+    else:
+        how = "going on from it"
+    onebit.report("rewarm", step=bad, to_step=info["step"], text2=info["path"],
+                  text="diverged at step %d: rolled back to %s (rollback %d of at most %d); %s"
+                  % (bad, info["path"], n, max_rollbacks, how))
+    return info
 
 
 def warm_start(source, optimizer, refit_steps="auto", params=False, model=None):

@@ -31,6 +31,7 @@ struct obpy_optim {
     ob_ckpt_tensor *tensors;
     size_t num_tensors;
     uint64_t bytes_warmup, bytes_compression;
+    int rollbacks; /* taken by this run, its checkpoints' included (obpy_optim_rolled_back) */
     /* Host mirrors of the state for checkpoints of a device optimizer (NULL on the host). */
     float *h_params, *h_m, *h_v, *h_we, *h_se;
     ob_ckpt_written *written; /* rank 0: the checkpoints it committed (retention reads none) */
@@ -529,6 +530,7 @@ static void fill_meta(const obpy_optim *o, const obpy_ckpt_info *info, ob_ckpt_m
     m->loader_epoch = info->loader_epoch;
     m->loader_index = info->loader_index;
     m->wall_seconds = info->wall_seconds;
+    m->rollbacks = o->rollbacks;
     m->loss_ema = m->loss_at_freeze = m->loss_best = NAN;
 }
 
@@ -724,6 +726,8 @@ static ob_status restore(obpy_optim *o, const char *path, ob_ckpt_meta *meta, ch
         return st;
     o->bytes_warmup = meta->bytes_warmup;
     o->bytes_compression = meta->bytes_compression;
+    /* A rollback to a checkpoint older than the last rollback keeps its count. */
+    if (meta->rollbacks > o->rollbacks) o->rollbacks = meta->rollbacks;
     return OB_OK;
 }
 
@@ -763,6 +767,25 @@ int obpy_ckpt_load(obpy_optim *o, const char *job_dir, int *found, obpy_ckpt_inf
     if (path) snprintf(path, OB_CKPT_PATH_LEN, "%s", c.path);
     if (from_world_size) *from_world_size = meta.world_size;
     return 0;
+}
+
+int obpy_optim_rollbacks(const obpy_optim *o)
+{
+    return o->rollbacks;
+}
+
+int obpy_optim_rolled_back(obpy_optim *o, long bad_step, const obpy_stats *before, char *err,
+                           size_t cap)
+{
+    ob_err e = {0};
+    if (bad_step < 0 || !before)
+        RET(OB_ERR(&e, OB_ERR_INVALID_ARG, "rollback: bad_step >= 0 and the stats before"));
+    /* What crossed the network before the rollback stays counted. */
+    o->bytes_warmup = (uint64_t)before->bytes_warmup;
+    o->bytes_compression = (uint64_t)before->bytes_compression;
+    o->rollbacks++;
+    RET(ob_optim_ckpt_rolled_back(o->opt, &o->cfg, (uint64_t)before->bytes_sent, bad_step, NULL,
+                                  &e));
 }
 
 int obpy_ckpt_warm_start(obpy_optim *o, const char *from, long refit_steps, int with_params,
@@ -862,6 +885,10 @@ int obpy_report_json(const char *kind, const char *phase, const double *v, int n
         ob_strlcpy(r->message, text, sizeof r->message);
     if (r->kind == OB_REPORT_WARM_START)
         ob_strlcpy(p->warm_start, text2 ? text2 : "", sizeof p->warm_start);
+    if (r->kind == OB_REPORT_REWARM) {
+        r->ckpt_step = (int64_t)num(v, n, OBPY_R_TO_STEP);
+        ob_strlcpy(r->ckpt_path, text2 ? text2 : "", sizeof r->ckpt_path);
+    }
     ob_report_summary *s = &r->summary;
     s->steps = p->step;
     s->freeze_step = (int64_t)num(v, n, OBPY_R_FREEZE_STEP);

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OBPY_ABI_VERSION 1
+#define OBPY_ABI_VERSION 2
 
 int obpy_abi_version(void);
 /* 1 in a build with the CUDA kernels and the NCCL communicator. */
@@ -140,6 +140,17 @@ int obpy_ckpt_load(obpy_optim *o, const char *job_dir, int *found, obpy_ckpt_inf
                    char **extra_json, char *path, int *from_world_size, char *notices,
                    size_t cap_notices, char *err, size_t cap);
 
+/* After a rollback: obpy_ckpt_load of the newest good checkpoint once the run diverged at step
+ * bad_step, with `before` the stats taken before that load. The traffic counters keep what
+ * crossed the network, the rollback is counted (checkpoints carry the count), and 1-bit Adam
+ * re-estimates its variance (ob_optim_rewarm, over ob_optim_auto_refit_steps): a frozen
+ * optimizer runs Adam steps until refit_end, then freezes again; one still in the warmup moves
+ * its freeze past bad_step. Other optimizers go on from the checkpoint as they were. */
+int obpy_optim_rolled_back(obpy_optim *o, long bad_step, const obpy_stats *before, char *err,
+                           size_t cap);
+/* Rollbacks taken, those of the checkpoints it resumed from included. */
+int obpy_optim_rollbacks(const obpy_optim *o);
+
 /* A warm start of a fresh optimizer (no step taken) from the frozen variance of the checkpoint
  * `from` (a checkpoint or a job directory: its newest valid one), as a job spec's warm_start:
  * refit_steps < 0 for "auto" (ob_optim_auto_refit_steps), 0: taken as is. The source must hold
@@ -181,6 +192,7 @@ enum {
     OBPY_R_LAST_CHECKPOINT,
     OBPY_R_STOPPED,
     OBPY_R_FROM_WORLD_SIZE,
+    OBPY_R_TO_STEP, /* rewarm: the checkpoint's step (text: the message, text2: its path) */
     OBPY_R_COUNT
 };
 /* phase: "warmup" or "compression"; text: the spec JSON (start), the checkpoint path
