@@ -56,6 +56,15 @@ add_test(NAME test_py_resume_np2
 set_tests_properties(test_py_resume_np2 PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV}" TIMEOUT 600
                      PROCESSORS 2)
 
+# examples/pytorch/gpt.py's comparison modes (bench/peers/program.sh): DDP over gloo (fp32, the
+# fp16 hook) and OnebitAdam with --option, stopped by --target-loss; the closing lines the
+# benchmark reads; bad --option values refused.
+add_test(NAME test_py_gpt_example
+         COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_gpt_example.sh ${OB_TORCH_PYTHON}
+                 ${OB_PY_PATH})
+set_tests_properties(test_py_gpt_example PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV}" TIMEOUT 300
+                     PROCESSORS 2)
+
 # The README's install step (scripts/install-python.sh) made the system's python3 import this
 # build's package from any directory, without PYTHONPATH.
 add_test(NAME test_py_install

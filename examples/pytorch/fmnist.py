@@ -259,8 +259,11 @@ def main():
     start = 0
     if args.checkpoint_dir:
         start = load_checkpoint(args.checkpoint_dir, model, opt)
+    def schedule(first):  # the LR schedule of a run that continues after step `first`
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(first + s))
+
     # Built after the resume so that it starts at the step the run continues from.
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(start + s))
+    sched = schedule(start)
 
     # This rank's share of the test set (the first eval_batches * batch_size images, or all).
     n_eval = args.eval_batches * args.batch_size if args.eval_batches else len(test_x)
@@ -283,17 +286,36 @@ def main():
 
     eval_loss, eval_acc = float("nan"), float("nan")
     last_saved = -1
-    for step in range(start, args.steps):
+    step = start
+    while step < args.steps:
         x, y = (t.to(device) for t in train_batch(train_x, train_y, args, world.rank, step))
         with autocast:
             logits = model(x)
         loss = F.cross_entropy(logits.float(), y)
         loss.backward()
-        opt.step(loss=loss, batch_size=args.batch_size)
+        try:
+            opt.step(loss=loss, batch_size=args.batch_size)
+        except onebit.Stopped:
+            # SIGTERM (a cancel, a deadline, onebitd's shutdown): every rank stops after this
+            # step; saved, a restart loses nothing.
+            if args.checkpoint_dir:
+                save_checkpoint(args.checkpoint_dir, model, opt, step + 1)
+            raise
+        except onebit.Diverged:
+            # The loss stopped being finite: back to the newest checkpoint, 1-bit Adam
+            # re-estimating its variance, as onebit-worker does (no checkpoint or no rollback
+            # left: the run ends, exit 3).
+            if not args.checkpoint_dir:
+                raise
+            step = onebit.torch.roll_back(args.checkpoint_dir, model, opt)["step"]
+            opt.zero_grad()
+            sched = schedule(step)
+            continue
         opt.zero_grad()
         sched.step()
 
-        done = step + 1
+        step += 1
+        done = step
         if done % args.eval_interval == 0 or done == args.steps:
             eval_loss, eval_acc, n = evaluate()
             opt.report_eval(eval_loss, eval_accuracy=eval_acc, eval_count=n)

@@ -2,11 +2,19 @@
 
     mpirun -np 4 python3 examples/pytorch/gpt.py --steps 200
     python3 examples/pytorch/gpt.py --optimizer torch-adam        # single-process reference
+    mpirun -np 4 python3 examples/pytorch/gpt.py --optimizer ddp-fp16   # PyTorch DDP, to compare
 
 The model is a small decoder-only transformer (token and position embeddings, pre-LayerNorm
 blocks with causal self-attention and a GELU MLP, an output head tied to the token embedding).
-The optimizer is the engine's (onebit.torch.OnebitAdam or onebit.torch.Adam): it averages the
-gradients over the ranks itself, so there is no DistributedDataParallel wrapper.
+The optimizer is the engine's (onebit.torch.OnebitAdam, BinSGDM or Adam): it averages the
+gradients over the ranks itself, so there is no DistributedDataParallel wrapper. The ddp-*
+optimizers are what a user would run instead: torch.optim.AdamW under DistributedDataParallel
+over gloo (plain fp32, the fp16 compression hook, or the PowerSGD hook), the same program and
+schedule otherwise; gloo meets at MASTER_ADDR:MASTER_PORT (default 127.0.0.1:29500).
+
+--target-loss stops the run at its first evaluation at or below that loss and prints the step
+and the seconds of training it took (evaluations and checkpoints left out): the time to target
+that bench/peers/program.sh compares.
 
 Every rank draws its own batches from (seed, rank, step), so a resumed run sees exactly the
 batches it would have seen: a checkpoint stores nothing about the data but the step.
@@ -17,6 +25,7 @@ reads), as text for people (ONEBIT_PROGRESS=text) or not at all (off); the last 
 """
 
 import argparse
+import json
 import math
 import os
 import time
@@ -29,6 +38,9 @@ import onebit
 import onebit.torch
 
 FORTUNES = "/usr/share/games/fortunes"
+ENGINE_OPTIMIZERS = ("onebit", "binsgdm", "adam")
+DDP_OPTIMIZERS = ("ddp-fp32", "ddp-fp16", "ddp-powersgd")
+OPTIMIZERS = ENGINE_OPTIMIZERS + ("torch-adam",) + DDP_OPTIMIZERS
 
 
 def parse_args():
@@ -42,9 +54,21 @@ def parse_args():
     p.add_argument("--lr", type=float, default=3e-3, help="peak learning rate (cosine decay)")
     p.add_argument("--beta2", type=float, default=0.999)
     p.add_argument("--weight-decay", type=float, default=0.0)
-    p.add_argument("--optimizer", choices=("onebit", "adam", "torch-adam"), default="onebit",
-                   help="onebit: onebit.torch.OnebitAdam; adam: onebit.torch.Adam (the engine's "
-                        "Adam, fp32 allreduce); torch-adam: torch.optim.AdamW, one process only")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="onebit",
+                   help="onebit: onebit.torch.OnebitAdam; binsgdm: onebit.torch.BinSGDM; adam: "
+                        "onebit.torch.Adam (the engine's Adam, fp32 allreduce); torch-adam: "
+                        "torch.optim.AdamW, one process only; ddp-fp32, ddp-fp16, "
+                        "ddp-powersgd: torch.optim.AdamW under DistributedDataParallel (gloo)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="onebit/binsgdm/adam: another optimizer setting of the job spec, its "
+                        "value in JSON (e.g. refresh_steps=16, gradient_exchange=\"fp8\"); "
+                        "repeatable")
+    p.add_argument("--powersgd-rank", type=int, default=1,
+                   help="ddp-powersgd: the rank of its low-rank approximation")
+    p.add_argument("--powersgd-start", type=int, default=10,
+                   help="ddp-powersgd: the first step it compresses (fp32 allreduce before)")
+    p.add_argument("--target-loss", type=float, default=None,
+                   help="stop at the first evaluation at or below this eval loss")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--eval-interval", type=int, default=200)
     p.add_argument("--eval-batches", type=int, default=16,
@@ -64,6 +88,18 @@ def parse_args():
     args = p.parse_args()
     if args.freeze_step != "auto":
         args.freeze_step = int(args.freeze_step)
+    options = {}
+    for kv in args.option:
+        key, eq, value = kv.partition("=")
+        if not eq or not key:
+            p.error("--option %r: expected KEY=VALUE" % kv)
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            p.error("--option %s: the value is not JSON: %r" % (key, value))
+    if options and args.optimizer not in ENGINE_OPTIMIZERS:
+        p.error("--option: only for the engine's optimizers (%s)" % ", ".join(ENGINE_OPTIMIZERS))
+    args.option = options
     if args.d_model % args.heads:
         p.error("--d-model must be a multiple of --heads")
     return args
@@ -176,13 +212,16 @@ class GPT(nn.Module):
 # --- optimizer -------------------------------------------------------------------------------
 
 class TorchAdam(torch.optim.AdamW):
-    """torch's own AdamW, the single-process reference, with the engine optimizers' step(loss=,
-    batch_size=), report_eval and finish so that the training loop and its reports are the
-    same. The engine's Adam has the same update (decoupled weight decay, bias correction)."""
+    """torch's own AdamW (the single-process reference, and the optimizer of the ddp-* runs),
+    with the engine optimizers' step(loss=, batch_size=), report_eval and finish so that the
+    training loop and its reports are the same. The engine's Adam has the same update
+    (decoupled weight decay, bias correction). bytes_per_step: what each rank sends a step
+    (DDP's allreduce), for the summary's bytes_sent."""
 
-    def __init__(self, params, log_interval=10, **kw):
+    def __init__(self, params, log_interval=10, bytes_per_step=0, **kw):
         super().__init__(params, **kw)
         self.steps_done, self.log_interval = 0, log_interval
+        self.bytes_per_step = bytes_per_step
         self.t0, self.last_loss = time.monotonic(), float("nan")
 
     def step(self, loss=None, batch_size=None):
@@ -192,7 +231,9 @@ class TorchAdam(torch.optim.AdamW):
             self.last_loss = loss.item() if torch.is_tensor(loss) else float(loss)
             if self.steps_done % self.log_interval == 0:
                 onebit.report("step", phase="warmup", step=self.steps_done, loss=self.last_loss,
-                              lr=self.param_groups[0]["lr"])
+                              lr=self.param_groups[0]["lr"],
+                              bytes_sent=self.steps_done * self.bytes_per_step,
+                              bytes_step=self.bytes_per_step)
 
     def report_eval(self, eval_loss, eval_accuracy=float("nan"), eval_count=0):
         onebit.report("eval", step=self.steps_done, eval_loss=eval_loss,
@@ -203,26 +244,62 @@ class TorchAdam(torch.optim.AdamW):
         onebit.report("summary", step=self.steps_done, loss=self.last_loss, eval_loss=eval_loss,
                       eval_accuracy=eval_accuracy, freeze_step=-1, first_step=first_step,
                       last_checkpoint=last_checkpoint, wall_seconds=time.monotonic() - self.t0,
+                      bytes_sent=self.steps_done * self.bytes_per_step,
                       num_params=sum(p.numel() for p in self.param_groups[0]["params"]))
 
 
 def make_optimizer(args, model, world, warmup):
-    common = dict(lr=args.lr, betas=(0.9, args.beta2), weight_decay=args.weight_decay)
+    common = dict(lr=args.lr, weight_decay=args.weight_decay)
     if args.optimizer == "onebit":
         # bias_correction=True: the warmup steps are Adam's (the engine's default for 1-bit
         # Adam is the paper's uncorrected warmup, whose first steps are up to 1/sqrt(1-beta2^t)
         # times larger; on this model it ended ~8% behind Adam even without a freeze).
+        kw = dict(dict(freeze_step=args.freeze_step, gradient_exchange=args.gradient_exchange,
+                       bias_correction=True), **args.option)
         return onebit.torch.OnebitAdam(model.named_parameters(), total_steps=args.steps,
-                                       lr_warmup_steps=warmup, freeze_step=args.freeze_step,
-                                       gradient_exchange=args.gradient_exchange,
-                                       bias_correction=True, **common)
+                                       lr_warmup_steps=warmup, betas=(0.9, args.beta2),
+                                       **common, **kw)
+    if args.optimizer == "binsgdm":
+        return onebit.torch.BinSGDM(model.named_parameters(), total_steps=args.steps,
+                                    beta=0.9, seed=args.seed, **common, **args.option)
     if args.optimizer == "adam":
+        kw = dict(dict(gradient_exchange=args.gradient_exchange), **args.option)
         return onebit.torch.Adam(model.named_parameters(), total_steps=args.steps,
-                                 gradient_exchange=args.gradient_exchange, **common)
-    if world.size > 1:
+                                 betas=(0.9, args.beta2), **common, **kw)
+    if args.optimizer == "torch-adam" and world.size > 1:
         raise SystemExit("--optimizer torch-adam is the single-process reference: run it "
-                         "without mpirun (or with -np 1)")
-    return TorchAdam(model.parameters(), **common)
+                         "without mpirun (or with -np 1), or use ddp-fp32")
+    # torch-adam and the ddp-* runs. DDP's ring allreduce sends 2 (n-1)/n of the gradient's
+    # bytes from each rank: 4 a parameter in fp32, 2 with the fp16 hook.
+    per_param = {"ddp-fp32": 4, "ddp-fp16": 2}.get(args.optimizer, 0)
+    nparams = sum(p.numel() for p in model.parameters())
+    sent = 2 * (world.size - 1) * per_param * nparams // max(1, world.size)
+    return TorchAdam(model.parameters(), betas=(0.9, args.beta2), bytes_per_step=sent, **common)
+
+
+def wrap_ddp(args, model, world, device):
+    """The model under DistributedDataParallel over gloo, with the variant's comm hook; the
+    process group's rank and size are the MPI world's."""
+    import datetime
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29500")
+    dist.init_process_group("gloo", rank=world.rank, world_size=world.size,
+                            timeout=datetime.timedelta(seconds=600))
+    net = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
+    if args.optimizer == "ddp-fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        net.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif args.optimizer == "ddp-powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=args.powersgd_rank,
+            start_powerSGD_iter=max(2, args.powersgd_start), use_error_feedback=True,
+            warm_start=True, random_seed=args.seed)
+        net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    return net
 
 
 def load_checkpoint(directory, model, opt):
@@ -240,11 +317,15 @@ def load_checkpoint(directory, model, opt):
     return info["step"] if info else 0
 
 
-def save_checkpoint(directory, model, opt, step):
+def save_checkpoint(directory, model, opt, step, world):
     if isinstance(opt, TorchAdam):
+        if world.rank != 0:  # one copy: DDP keeps every rank's model and AdamW state equal
+            return
         os.makedirs(directory, exist_ok=True)
+        path = os.path.join(directory, "torch-adam.pt")
         torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step},
-                   os.path.join(directory, "torch-adam.pt"))
+                   path + ".tmp")
+        os.replace(path + ".tmp", path)  # a kill while saving leaves the previous one
     else:
         onebit.torch.save(directory, model, opt)
 
@@ -274,11 +355,15 @@ def main():
         return 0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress)))
 
     opt = make_optimizer(args, model, world, warmup)
+    net = wrap_ddp(args, model, world, device) if args.optimizer in DDP_OPTIMIZERS else model
     start = 0
     if args.checkpoint_dir:
         start = load_checkpoint(args.checkpoint_dir, model, opt)
+    def schedule(first):  # the LR schedule of a run that continues after step `first`
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(first + s))
+
     # Built after the resume so that it starts at the step the run continues from.
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(start + s))
+    sched = schedule(start)
 
     @torch.no_grad()
     def evaluate():
@@ -297,29 +382,69 @@ def main():
 
     eval_loss = float("nan")
     last_saved = -1
-    for step in range(start, args.steps):
+    train_s, reached = 0.0, None  # seconds in training steps; (step, seconds) at the target
+    compress_s, compress_n = 0.0, 0  # of which in 1-bit steps (the engine's compression phase)
+    step = start
+    while step < args.steps:
+        t0 = time.perf_counter()
         x, y = (t.to(device) for t in train_batch(train_text, args, world.rank, step))
         with autocast:
-            logits = model(x)
+            logits = net(x)
         loss = F.cross_entropy(logits.float().flatten(0, 1), y.flatten())
         loss.backward()
-        opt.step(loss=loss, batch_size=args.batch_size)
+        compressed = hasattr(opt, "stats") and opt.stats().phase == 1
+        try:
+            opt.step(loss=loss, batch_size=args.batch_size)
+        except onebit.Stopped:
+            # SIGTERM (a cancel, a deadline, onebitd's shutdown): every rank stops after this
+            # step; saved, a restart loses nothing.
+            if args.checkpoint_dir:
+                save_checkpoint(args.checkpoint_dir, model, opt, step + 1, world)
+            raise
+        except onebit.Diverged:
+            # The loss stopped being finite (on some rank: every rank raises at the same step).
+            # Back to the newest checkpoint, 1-bit Adam re-estimating its variance, as
+            # onebit-worker does; with no checkpoint or no rollback left, the run ends (exit 3).
+            if not args.checkpoint_dir:
+                raise
+            step = onebit.torch.roll_back(args.checkpoint_dir, model, opt)["step"]
+            opt.zero_grad()
+            sched = schedule(step)
+            continue
         opt.zero_grad()
         sched.step()
+        dt = time.perf_counter() - t0
+        train_s += dt
+        if compressed:
+            compress_s, compress_n = compress_s + dt, compress_n + 1
 
-        done = step + 1
+        step += 1
+        done = step
         if done % args.eval_interval == 0 or done == args.steps:
             eval_loss, eval_count = evaluate()
             opt.report_eval(eval_loss, eval_count=eval_count)
-        if args.checkpoint_dir and (done == args.steps or (
+            # The eval loss is summed over every rank: all of them stop at the same step.
+            if args.target_loss is not None and eval_loss <= args.target_loss:
+                reached = (done, train_s)
+        if args.checkpoint_dir and (done == args.steps or reached or (
                 args.checkpoint_interval and done % args.checkpoint_interval == 0)):
-            save_checkpoint(args.checkpoint_dir, model, opt, done)
+            save_checkpoint(args.checkpoint_dir, model, opt, done, world)
             last_saved = done
+        if reached:
+            break
 
     if start >= args.steps:  # resumed at or past the end: evaluate what was restored
         eval_loss, _ = evaluate()
     opt.finish(eval_loss=eval_loss, first_step=start + 1, last_checkpoint=last_saved)
     if world.rank == 0:
+        steps_run = (reached[0] if reached else args.steps) - start
+        print("training time %.3f s over %d steps (evaluations and checkpoints left out); "
+              "%.3f s in %d 1-bit steps" % (train_s, steps_run, compress_s, compress_n),
+              flush=True)
+        if args.target_loss is not None:
+            print("target eval loss %.6f " % args.target_loss + (
+                "reached at step %d after %.3f s of training" % reached if reached
+                else "not reached in %d steps" % args.steps), flush=True)
         print("final eval loss %.6f" % eval_loss, flush=True)
 
 
