@@ -259,6 +259,7 @@ def main():
     start = 0
     if args.checkpoint_dir:
         start = load_checkpoint(args.checkpoint_dir, model, opt)
+
     def schedule(first):  # the LR schedule of a run that continues after step `first`
         return torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(first + s))
 
