@@ -233,7 +233,9 @@ def save_checkpoint(directory, model, opt, step):
 
 def main():
     args = parse_args()
-    world = onebit.init(device=args.device)
+    # SIGTERM stops the engine's optimizers at a step every rank agrees on (onebit.Stopped);
+    # torch's own run leaves it as it is: it ends at once, as any PyTorch program.
+    world = onebit.init(device=args.device, stop_signals=args.optimizer != "torch-adam")
     if world.size > 1 and world.device == "cpu":
         torch.set_num_threads(1)  # several ranks share the machine's cores
     device = torch.device(world.device)

@@ -334,7 +334,10 @@ def save_checkpoint(directory, model, opt, step, world):
 
 def main():
     args = parse_args()
-    world = onebit.init(device=args.device)
+    # SIGTERM stops the engine's optimizers at a step every rank agrees on (onebit.Stopped);
+    # torch's own runs leave it as it is: they end at once, as any PyTorch program.
+    world = onebit.init(device=args.device,
+                        stop_signals=args.optimizer not in ("torch-adam",) + DDP_OPTIMIZERS)
     if world.size > 1 and world.device == "cpu":
         torch.set_num_threads(1)  # several ranks share the machine's cores
     device = torch.device(world.device)

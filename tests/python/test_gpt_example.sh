@@ -3,7 +3,7 @@
 # a small model: PyTorch DDP over gloo (fp32 and the fp16 hook) and OnebitAdam with --option,
 # each stopped by --target-loss at its first evaluation at or below the target; the closing
 # lines the benchmark reads (training time, target reached) and DDP's counted bytes; bad
-# --option values refused before any step.
+# --option values refused before any step; a DDP run ended by SIGTERM at once.
 #   test_gpt_example.sh PYTHON PYTHONPATH
 set -u
 py=$1 pypath=$2
@@ -55,6 +55,22 @@ check "an --option value that is not JSON is refused" \
 run ddpopt --optimizer ddp-fp32 --option refresh_steps=8
 check "--option with a ddp optimizer is refused" \
   "grep -q 'only for the engine' $work/ddpopt.err && [ ! -s $work/ddpopt.log ]"
+# torch's own runs keep SIGTERM's default (onebit.init(stop_signals=False)): they end at once, as
+# any PyTorch program, instead of waiting for an engine optimizer that would never stop them.
+MASTER_PORT=$((29600 + RANDOM % 300)) mpirun -np 2 --oversubscribe -x PYTHONPATH="$pypath" \
+  -x ONEBIT_PROGRESS=json -x MASTER_PORT "$py" "$gpt" --layers 1 --d-model 32 --heads 2 \
+  --context 16 --batch-size 4 --steps 1000000 --eval-interval 1000000 --optimizer ddp-fp32 \
+  > "$work/term.log" 2> "$work/term.err" &
+mp=$!
+started=0
+for _ in $(seq 600); do grep -q '"event":"step"' "$work/term.log" && { started=1; break; }; sleep 0.1; done
+pkill -TERM -f "^$py $gpt"
+for _ in $(seq 100); do kill -0 "$mp" 2>/dev/null || break; sleep 0.1; done
+check "ddp-fp32: SIGTERM to its running ranks ends the run within 10 s" \
+  "[ $started = 1 ] && ! kill -0 $mp 2>/dev/null"
+kill -KILL "$mp" 2>/dev/null
+pkill -KILL -f "^$py $gpt"
+wait "$mp" 2>/dev/null
 [ "$failed" -eq 0 ] || tail -n 30 "$work"/*.err
 echo "$passed passed, $failed failed"
 [ "$failed" -eq 0 ]

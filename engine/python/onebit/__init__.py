@@ -217,10 +217,12 @@ def _excepthook(exc_type, exc, tb):
     os._exit(code)
 
 
-def init(device=None):
+def init(device=None, stop_signals=True):
     """Initialises the job's process: MPI (as mpirun or onebitd started it; a lone process is a
     world of one) and the device. device: None (CUDA when torch has it, else CPU), "cpu" or
-    "cuda". Returns the World; calling it again returns the same one."""
+    "cuda". stop_signals: take SIGTERM and SIGUSR1 so that the engine's optimizers stop every
+    rank at one step (onebit.Stopped); False leaves them alone (a loop that steps no engine
+    optimizer would not see them). Returns the World; calling it again returns the same one."""
     global _world
     if _world is not None:
         return _world
@@ -240,7 +242,8 @@ def init(device=None):
     _world = World(r.value, n.value, lr.value, ln.value, dev)
     atexit.register(_shutdown)
     sys.excepthook = _excepthook
-    _install_stop_signals()
+    if stop_signals:
+        _install_stop_signals()
     return _world
 
 
