@@ -212,13 +212,17 @@ class Stepping(unittest.TestCase):
                 opt.zero_grad()
 
 
-class Checkpoints(unittest.TestCase):
+class InTempDir(unittest.TestCase):
+    """Each test with a checkpoint directory of its own, self.dir, removed after it."""
+
     def setUp(self):
         self.dir = tempfile.mkdtemp()
 
     def tearDown(self):
         shutil.rmtree(self.dir)
 
+
+class Checkpoints(InTempDir):
     def test_continuation_is_bit_exact(self):
         m, opt = fresh(norm=True)
         train(m, opt, 0, 20)
@@ -381,13 +385,7 @@ def diverge(model, opt, step):
     raise AssertionError("no onebit.Diverged in 20 steps")
 
 
-class Rollback(unittest.TestCase):
-    def setUp(self):
-        self.dir = tempfile.mkdtemp()
-
-    def tearDown(self):
-        shutil.rmtree(self.dir)
-
+class Rollback(InTempDir):
     def test_after_the_freeze_v_is_re_estimated(self):
         m, opt = fresh(log_interval=5)  # beta2 0.99: Delta 100, a refit of 50 steps
         train(m, opt, 0, 20)
