@@ -52,11 +52,8 @@ export OMPI_MCA_btl_vader_single_copy_mechanism=none OBNET_PREFIX OBNET_SUBNET
 # Ranks 0, 1 on host 0 and 2, 3 on host 1 (by slot): shared memory inside a host, TCP between.
 netrun() {
   local rc=0
-  mpirun --hostfile "$HOSTFILE" -np 4 --map-by slot \
-    --mca plm_rsh_agent "$ROOT/bench/net/rsh-agent.sh" \
-    --mca btl vader,tcp,self \
-    --mca btl_tcp_if_include "$OBNET_SUBNET.0/24" --mca oob_tcp_if_include "$OBNET_SUBNET.0/24" \
-    "$@" &
+  obnet_mpirun_args "$HOSTFILE"
+  mpirun "${OBNET_MPIRUN_ARGS[@]}" -np 4 --map-by slot --mca btl vader,tcp,self "$@" &
   MPIRUN_PID=$!
   wait "$MPIRUN_PID" || rc=$?
   MPIRUN_PID=""

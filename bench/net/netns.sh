@@ -83,6 +83,15 @@ obnet_bps() {
   esac
 }
 
+# obnet_mpirun_args HOSTFILE: sets the array OBNET_MPIRUN_ARGS, the mpirun options that put ranks
+# on the hosts of HOSTFILE: the launch agent that enters their namespaces (rsh-agent.sh) and MPI's
+# TCP traffic and out-of-band channel kept on their subnet. The caller adds its btl list.
+obnet_mpirun_args() {
+  OBNET_MPIRUN_ARGS=(--hostfile "$1"
+    --mca plm_rsh_agent "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/rsh-agent.sh"
+    --mca btl_tcp_if_include "$OBNET_SUBNET.0/24" --mca oob_tcp_if_include "$OBNET_SUBNET.0/24")
+}
+
 # Bytes sent by every host's eth0 so far, one number per host.
 obnet_tx_bytes() {
   local i

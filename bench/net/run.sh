@@ -129,11 +129,8 @@ export OPENBLAS_NUM_THREADS=1 OBNET_PREFIX OBNET_SUBNET
 # One rank per namespace, TCP only (no shared memory between "hosts").
 netrun() {
   local rc=0
-  mpirun --hostfile "$HOSTFILE" -np 4 \
-    --mca plm_rsh_agent "$ROOT/bench/net/rsh-agent.sh" \
-    --mca btl tcp,self \
-    --mca btl_tcp_if_include "$OBNET_SUBNET.0/24" --mca oob_tcp_if_include "$OBNET_SUBNET.0/24" \
-    -x OPENBLAS_NUM_THREADS "$@" &
+  obnet_mpirun_args "$HOSTFILE"
+  mpirun "${OBNET_MPIRUN_ARGS[@]}" -np 4 --mca btl tcp,self -x OPENBLAS_NUM_THREADS "$@" &
   MPIRUN_PID=$!
   wait "$MPIRUN_PID" || rc=$?
   MPIRUN_PID=""

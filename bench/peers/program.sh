@@ -99,10 +99,8 @@ gpt() {
   shift
   echo "   $*" > "$LOGS/$name.args"
   # shellcheck disable=SC2086
-  mpirun --hostfile "$HOSTFILE" -np 4 --mca plm_rsh_agent "$ROOT/bench/net/rsh-agent.sh" \
-    --mca btl tcp,self --mca btl_tcp_if_include "$OBNET_SUBNET.0/24" \
-    --mca oob_tcp_if_include "$OBNET_SUBNET.0/24" \
-    -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x ONEBIT_PROGRESS -x PYTHONPATH \
+  obnet_mpirun_args "$HOSTFILE"
+  mpirun "${OBNET_MPIRUN_ARGS[@]}" -np 4 --mca btl tcp,self -x OPENBLAS_NUM_THREADS -x OMP_NUM_THREADS -x ONEBIT_PROGRESS -x PYTHONPATH \
     -x MASTER_ADDR -x MASTER_PORT -x GLOO_SOCKET_IFNAME \
     "$PY" "$ROOT/examples/pytorch/gpt.py" $GPT_FLAGS --steps "$CAP" --eval-interval "$EVAL" "$@" \
     > "$LOGS/$name.log" 2> "$LOGS/$name.err" < /dev/null &

@@ -146,9 +146,8 @@ onebit_run() {
   local name=$1 target=${6:-} pid rc=0 evalmax=EVALMAX_$2
   spec "$name" "$2" "$3" "$4" "$5" "${!evalmax}"
   : > "$LOGS/$name.jsonl"
-  mpirun --hostfile "$HOSTFILE" -np 4 --mca plm_rsh_agent "$ROOT/bench/net/rsh-agent.sh" \
-    --mca btl tcp,self --mca btl_tcp_if_include "$OBNET_SUBNET.0/24" \
-    --mca oob_tcp_if_include "$OBNET_SUBNET.0/24" -x OPENBLAS_NUM_THREADS \
+  obnet_mpirun_args "$HOSTFILE"
+  mpirun "${OBNET_MPIRUN_ARGS[@]}" -np 4 --mca btl tcp,self -x OPENBLAS_NUM_THREADS \
     "$WORKER" --spec "$LOGS/$name.yaml" > "$LOGS/$name.jsonl" 2> "$LOGS/$name.err" < /dev/null &
   pid=$!
   PIDS=$pid
