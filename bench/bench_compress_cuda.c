@@ -16,6 +16,9 @@
  *   f16-encode   ob_cuda_f16_encode, blocks of 256: read x, write the fp16 message (4n + ~2n)
  *   f16-dec-add  ob_cuda_f16_decode_add (a ring hop): read the message and x, write n floats
  *   l1-norm      ob_cuda_l1_norm, with its copy of the result to the host (4n)
+ *   avg-compress ob_cuda_average_compress_ef, the server's step: the average of S messages
+ *                plus e recompressed (S * msg + 8n + msg; blocks over 2048: decomp-avg into a
+ *                buffer, then compress, as the compressed allreduce runs them)
  * and prints elements/s, GB/s of bytes moved, each kernel's time relative to the copy, and its
  * GB/s as a fraction of the copy's (1.0: as fast as memory allows).
  *
@@ -101,7 +104,7 @@ typedef struct kbufs {
     unsigned char *packed;
 } kbufs;
 
-#define NUM_KERNELS 13
+#define NUM_KERNELS 14
 
 /* Times kernel `which` (see the top of the file, in that order) once with events on s. */
 static double time_kernel(int which, const opts *o, const kbufs *k, cudaStream_t s, cudaEvent_t a,
@@ -153,8 +156,18 @@ static double time_kernel(int which, const opts *o, const kbufs *k, cudaStream_t
     case 11:
         st = ob_cuda_f16_decode_add(e, n, OB_F16SUM_BLOCK, x, n, out, s, &err);
         break;
-    default:
+    case 12:
         st = ob_cuda_l1_norm(k->v, n, &l1, s, &err);
+        break;
+    default: /* the message into dst, which only this kernel writes as bytes */
+        if (o->block <= OB_CUDA_AVERAGE_COMPRESS_MAX_BLOCK) {
+            st = ob_cuda_average_compress_ef(packed, o->nsrc, e, n, o->block, o->scale, dst, s,
+                                             &err);
+        } else {
+            st = ob_cuda_decompress_average(packed, o->nsrc, n, o->block, out, s, &err);
+            if (st == OB_OK)
+                st = ob_cuda_compress_ef(out, n, e, n, o->block, o->scale, dst, s, &err);
+        }
         break;
     }
     if (st != OB_OK) die("kernel", err.msg);
@@ -183,10 +196,10 @@ static void bench_kernels(const opts *o)
     OB_OK_OR_DIE(ob_cuda_frozen_den(k.den, k.x, n, 1.0f, s, &err_)); /* sqrt(x) + 1: no zeros */
     OB_OK_OR_DIE(ob_cuda_sync(s, &err_));
 
-    const char *names[NUM_KERNELS] = {"d2d copy",      "compress", "decompress", "decomp-avg",
-                                      "adam",          "momentum", "frozen",     "mom-precond",
-                                      "precond-apply", "refresh",  "f16-encode", "f16-dec-add",
-                                      "l1-norm"};
+    const char *names[NUM_KERNELS] = {"d2d copy",      "compress",    "decompress", "decomp-avg",
+                                      "adam",          "momentum",    "frozen",     "mom-precond",
+                                      "precond-apply", "refresh",     "f16-encode", "f16-dec-add",
+                                      "l1-norm",       "avg-compress"};
     double dn = (double)n, f16 = (double)ob_f16_bytes(n, OB_F16SUM_BLOCK);
     double bytes[NUM_KERNELS] = {8.0 * dn,
                                  12.0 * dn + (double)msg,
@@ -200,7 +213,8 @@ static void bench_kernels(const opts *o)
                                  36.0 * dn,
                                  4.0 * dn + f16,
                                  f16 + 8.0 * dn,
-                                 4.0 * dn};
+                                 4.0 * dn,
+                                 (double)o->nsrc * (double)msg + 8.0 * dn + (double)msg};
     double t[NUM_KERNELS];
     double *samples = malloc((size_t)o->reps * sizeof(double));
     for (int j = 0; j < NUM_KERNELS; j++) {

@@ -355,6 +355,7 @@ static void check_optim_case(mpi_harness *h, optim_case oc)
     cfg.block_size = 64;
     cfg.beta2 = 0.9; /* Delta = 10: the auto freeze happens within the run */
     cfg.weight_decay = 0.01;
+    if (oc.kind == OB_OPTIM_BINSGDM) cfg.max_denominator_step = 5; /* b a running max after 5 */
     size_t d = oc.d, fb = d * sizeof(float);
     float *params = malloc(fb), *g = malloc(fb), *got = malloc(fb);
     make_input(params, d, 0, 99, 7); /* identical on every rank */
@@ -423,6 +424,8 @@ static void test_optim_matches_cpu(mpi_harness *h)
         {"onebit precondition", OB_OPTIM_ONEBIT_ADAM, OB_ONEBIT_COMPRESSED, 3, 1, 0, 4099, 10},
         {"onebit uncompressed", OB_OPTIM_ONEBIT_ADAM, OB_ONEBIT_UNCOMPRESSED, 3, 0, 0, 999, 8},
         {"onebit naive", OB_OPTIM_ONEBIT_ADAM, OB_ONEBIT_NAIVE, 0, 0, 0, 2048, 6},
+        {"binsgdm", OB_OPTIM_BINSGDM, OB_ONEBIT_COMPRESSED, 0, 0, 0, 3001, 12},
+        {"softsign", OB_OPTIM_SOFTSIGN, OB_ONEBIT_COMPRESSED, 0, 0, 0, 1001, 6},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++)
         check_optim_case(h, cases[i]);

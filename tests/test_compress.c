@@ -222,6 +222,33 @@ static void test_decompress_and_average(void **state)
     free(ref);
 }
 
+/* A prefix of a message decodes to the same values as the whole, and writes nothing past
+ * out_len (the piece of the compressed allreduce that straddles the end of the vector). */
+static void test_decompress_prefix(void **state)
+{
+    size_t n = 640, B = 128, msg = ob_packed_bytes(n, B);
+    unsigned char *packed = malloc(msg);
+    float *x = random_vec(n, 77, 2.0f), *e = calloc(n, sizeof(float));
+    float *whole = malloc(n * sizeof(float)), *part = malloc((n + 1) * sizeof(float));
+    ob_compress_ef(x, n, e, n, B, OB_SCALE_L2, packed);
+    ob_decompress(packed, n, B, whole);
+    size_t lens[] = {0, 1, 31, 32, 33, 127, 128, 129, 300, 639, 640};
+    for (size_t t = 0; t < sizeof lens / sizeof *lens; t++) {
+        const float sentinel = 12345.0f;
+        for (size_t k = 0; k <= n; k++)
+            part[k] = sentinel;
+        ob_decompress_prefix(packed, n, B, part, lens[t]);
+        assert_memory_equal(part, whole, lens[t] * sizeof(float));
+        for (size_t k = lens[t]; k <= n; k++)
+            assert_true(part[k] == sentinel);
+    }
+    free(packed);
+    free(x);
+    free(e);
+    free(whole);
+    free(part);
+}
+
 static void test_packed_bytes(void **state)
 {
     assert_int_equal(ob_packed_bytes(2048, 2048), 2048 / 8 + 4);
@@ -240,6 +267,7 @@ int main(void)
         cmocka_unit_test(test_pack_unpack_ragged),
         cmocka_unit_test(test_padding_tail),
         cmocka_unit_test(test_decompress_and_average),
+        cmocka_unit_test(test_decompress_prefix),
         cmocka_unit_test(test_packed_bytes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -457,6 +457,24 @@ static void compare_decode(size_t n, size_t B, size_t nsrc, uint64_t seed)
         snprintf(what, sizeof what, "decompress n=%zu B=%zu misaligned=%d", n, B, misaligned);
         expect_floats_equal(want, got, n, what);
 
+        /* prefixes (the piece that straddles the vector's end): nothing written past them */
+        size_t lens[] = {n - 1, n / 2 + 3, 5 < n ? 5 : n};
+        for (size_t li = 0; li < 3; li++) {
+            float *sent = malloc(n * sizeof(float));
+            assert_non_null(sent);
+            for (size_t k = 0; k < n; k++)
+                sent[k] = 4321.0f;
+            if (ob_cuda_memcpy(o, sent, n * sizeof(float), NULL, &err) != OB_OK ||
+                ob_cuda_decompress_prefix(dmsgs, n, B, o, lens[li], NULL, &err) != OB_OK)
+                fail_msg("ob_cuda_decompress_prefix: %s", err.msg);
+            dev_download(got, o, n * sizeof(float));
+            snprintf(what, sizeof what, "decompress_prefix n=%zu B=%zu len=%zu misaligned=%d", n, B,
+                     lens[li], misaligned);
+            expect_floats_equal(want, got, lens[li], what);
+            expect_floats_equal(sent + lens[li], got + lens[li], n - lens[li], what);
+            free(sent);
+        }
+
         ob_decompress_average(msgs, nsrc, n, B, want);
         if (ob_cuda_decompress_average(dmsgs, nsrc, n, B, o, NULL, &err) != OB_OK)
             fail_msg("ob_cuda_decompress_average: %s", err.msg);
@@ -517,6 +535,79 @@ static void test_decompress_average_order(void **state)
     free(got);
 }
 
+/* The server's fused step (ob_cuda_average_compress_ef) against the CPU's two calls: the
+ * average of nsrc messages into a buffer, then compress_ef of it with the server error; the
+ * packed result and the error bit for bit over two rounds (the error carried). Messages from
+ * make_x inputs (random when NULL), half of them l2-scaled. */
+static void compare_average_compress(size_t n, size_t B, size_t nsrc, ob_scale_kind kind,
+                                     filler make_x, uint64_t seed)
+{
+    char what[160];
+    size_t pb = ob_packed_bytes(n, B);
+    unsigned char *msgs = malloc(nsrc * pb), *want = malloc(pb), *got = malloc(pb);
+    float *x = malloc(n * sizeof(float)), *ew = malloc(n * sizeof(float));
+    float *avg = malloc(n * sizeof(float)), *e = malloc(n * sizeof(float));
+    float *e_gpu = malloc(n * sizeof(float));
+    assert_true(msgs && want && got && x && ew && avg && e && e_gpu);
+    fill(e, n, seed + 7, 0.2f);
+    float *de = dev_upload(e, n * sizeof(float));
+    void *dmsgs = dev_alloc(nsrc * pb), *dout = dev_alloc(pb);
+    ob_err err = {0};
+    for (int t = 0; t < 2; t++) {
+        for (size_t i = 0; i < nsrc; i++) {
+            if (make_x)
+                make_x(x, n, B, seed + 31 * (uint64_t)t + i);
+            else
+                fill(x, n, seed + 31 * (uint64_t)t + i, 1.0f + (float)i);
+            fill(ew, n, seed + 500 + i, 0.1f);
+            ob_compress_ef(x, n, ew, n, B, (i % 2) ? OB_SCALE_L2 : OB_SCALE_L1, msgs + i * pb);
+        }
+        if (ob_cuda_memcpy(dmsgs, msgs, nsrc * pb, NULL, &err) != OB_OK) fail_msg("%s", err.msg);
+        ob_decompress_average(msgs, nsrc, n, B, avg);
+        ob_compress_ef(avg, n, e, n, B, kind, want);
+        if (ob_cuda_average_compress_ef(dmsgs, nsrc, de, n, B, kind, dout, NULL, &err) != OB_OK ||
+            ob_cuda_sync(NULL, &err) != OB_OK)
+            fail_msg("ob_cuda_average_compress_ef(n=%zu B=%zu nsrc=%zu): %s", n, B, nsrc, err.msg);
+        dev_download(got, dout, pb);
+        dev_download(e_gpu, de, n * sizeof(float));
+        snprintf(what, sizeof what, "average_compress n=%zu B=%zu nsrc=%zu %s round %d: packed", n,
+                 B, nsrc, kind == OB_SCALE_L1 ? "l1" : "l2", t);
+        expect_packed_equal(want, got, n, B, what);
+        snprintf(what, sizeof what, "average_compress n=%zu B=%zu nsrc=%zu %s round %d: error", n,
+                 B, nsrc, kind == OB_SCALE_L1 ? "l1" : "l2", t);
+        expect_floats_equal(e, e_gpu, n, what);
+    }
+    ob_cuda_free(de);
+    ob_cuda_free(dmsgs);
+    ob_cuda_free(dout);
+    free(msgs);
+    free(want);
+    free(got);
+    free(x);
+    free(ew);
+    free(avg);
+    free(e);
+    free(e_gpu);
+}
+
+static void test_average_compress(void **state)
+{
+    size_t Bs[] = {32, 64, 96, 256, 1056, 2048};
+    size_t nsrcs[] = {1, 2, 3, 8};
+    for (size_t i = 0; i < sizeof Bs / sizeof *Bs; i++)
+        for (size_t k = 0; k < sizeof nsrcs / sizeof *nsrcs; k++) {
+            compare_average_compress(Bs[i] * 13, Bs[i], nsrcs[k], OB_SCALE_L1, NULL, 10 * i + k);
+            compare_average_compress(Bs[i] * 13, Bs[i], nsrcs[k], OB_SCALE_L2, NULL, 50 + i + k);
+        }
+    size_t big = (size_t)1 << 21;
+    if (big > max_n) big = max_n / 2048 * 2048;
+    if (big < 2048) big = 2048;
+    compare_average_compress(big, 2048, 4, OB_SCALE_L1, NULL, 91);
+    /* zero blocks, and infinities (a NaN or infinite average: the CPU-order fallback) */
+    compare_average_compress(256 * 12, 256, 3, OB_SCALE_L1, special_values, 92);
+    compare_average_compress(2048 * 6, 2048, 2, OB_SCALE_L2, special_values, 93);
+}
+
 /* The unit-sign message: error-feedback quantisation (values in and beyond [-1, 1], a NaN,
  * the padding beyond x_len), decoding and averaging, bit for bit as the CPU. */
 static void compare_usign(size_t n, size_t x_len, size_t nsrc, uint64_t key, uint64_t pos0)
@@ -533,9 +624,9 @@ static void compare_usign(size_t n, size_t x_len, size_t nsrc, uint64_t key, uin
     unsigned char *dbits = dev_alloc(nsrc * nb);
     for (size_t s = 0; s < nsrc; s++) {
         ob_usign_compress_ef(x, x_len, e, n, key + s, pos0, bits + s * nb);
-        assert_int_equal(ob_cuda_usign_compress_ef(dx, x_len, de, n, key + s, pos0, dbits + s * nb,
-                                                   NULL, &err),
-                         OB_OK);
+        assert_int_equal(
+            ob_cuda_usign_compress_ef(dx, x_len, de, n, key + s, pos0, dbits + s * nb, NULL, &err),
+            OB_OK);
     }
     dev_download(gbits, dbits, nsrc * nb);
     assert_memory_equal(bits, gbits, nsrc * nb);
@@ -628,7 +719,14 @@ static int argument_errors(void)
     ARG_CHECK(ob_cuda_compress_ef(NULL, 3, (float *)dummy, 64, 32, OB_SCALE_L1, dummy, NULL, &err),
               "NULL");
     ARG_CHECK(ob_cuda_decompress(dummy, 64, 0, (float *)dummy, NULL, &err), "block 0");
+    ARG_CHECK(ob_cuda_decompress_prefix(dummy, 64, 32, (float *)dummy, 65, NULL, &err), "out_len");
     ARG_CHECK(ob_cuda_decompress_average(dummy, 2, 64, 20, (float *)dummy, NULL, &err), "block 20");
+    ARG_CHECK(ob_cuda_average_compress_ef(dummy, 2, (float *)dummy, 8192, 4096, OB_SCALE_L1, dummy,
+                                          NULL, &err),
+              "then compress_ef");
+    ARG_CHECK(ob_cuda_average_compress_ef(dummy, 0, (float *)dummy, 64, 32, OB_SCALE_L1, dummy,
+                                          NULL, &err),
+              "no source messages");
 #undef ARG_CHECK
     return failed;
 }
@@ -765,6 +863,7 @@ int main(void)
         cmocka_unit_test(test_compress_b8192),
         cmocka_unit_test(test_compress_odd_blocks),
         cmocka_unit_test(test_compress_order_sensitive),
+        cmocka_unit_test(test_average_compress),
         cmocka_unit_test(test_compress_special_values),
         cmocka_unit_test(test_decompress),
         cmocka_unit_test(test_decompress_average_order),

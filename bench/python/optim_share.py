@@ -30,6 +30,9 @@ ap.add_argument("--context", type=int, default=256)
 ap.add_argument("--batch", type=int, default=16)
 ap.add_argument("--steps", type=int, default=80)
 ap.add_argument("--skip", type=int, default=10, help="first steps of each phase not timed")
+ap.add_argument("--profile", action="store_true",
+                help="also list the device kernels of 5 optimizer steps at the end of each run "
+                     "(torch.profiler; a GPU only)")
 a = ap.parse_args()
 
 world = onebit.init(device=a.device)
@@ -64,12 +67,38 @@ def run(name, make_opt, freeze=None):
         if step >= first + a.skip:
             fb[phase].append(t1 - t0)
             st[phase].append(t2 - t1)
+    if a.profile and cuda:
+        profile_steps(name, model, opt, x)
     out = []
     for phase in (0, 1):
         if st[phase]:
             f, o = statistics.median(fb[phase]) * 1e3, statistics.median(st[phase]) * 1e3
             out.append((name + (" (compression)" if phase else ""), f, o, o / (f + o)))
     return out, sum(p.numel() for p in model.parameters())
+
+
+def profile_steps(name, model, opt, x):
+    """Five optimizer steps on one gradient under torch.profiler: the device time of each kernel
+    (the engine's own among them), for rank 0."""
+    with torch.autocast(device_type="cuda", dtype=torch.bfloat16):
+        loss = torch.nn.functional.cross_entropy(model(x[:, :-1]).float().reshape(-1, 256),
+                                                 x[:, 1:].reshape(-1))
+    loss.backward()
+    sync()
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(5):
+            opt.step()
+        sync()
+    if world.rank != 0:
+        return
+    print("# %s: device kernels of 5 optimizer steps" % name)
+    for key in ("device_time_total", "cuda_time_total"):  # the name in torch 2.x, then 1.x
+        try:
+            print(prof.key_averages().table(sort_by=key, row_limit=14))
+            return
+        except (KeyError, AttributeError, ValueError):
+            continue
 
 
 def torch_adam(m):

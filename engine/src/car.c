@@ -16,7 +16,7 @@ struct ob_car {
     int nranks, rank;
     size_t d, D, C, B;
     ob_scale_kind scale;
-    size_t msg; /* packed bytes of one chunk */
+    size_t msg;                      /* packed bytes of one chunk */
     uint64_t key_worker, key_server; /* OB_SCALE_UNIT: this round's draws (ob_car_set_key) */
     size_t nseg;   /* segments of the server layout (1: chunk j of the whole vector) */
     size_t *bound; /* (nseg + 1) segment bounds: 0 = bound[0] < ... < bound[nseg] = D; every
@@ -25,8 +25,8 @@ struct ob_car {
 
     float *worker_err;     /* (D) */
     float *server_err;     /* (C) */
-    float *avg;            /* (C) server average of the received chunks */
-    float *tail;           /* (C) decode target for the chunk that straddles d */
+    float *avg;            /* (C) server average of the received chunks (not fused_server) */
+    float *tail;           /* (C, unit signs only) decode target for the chunk that straddles d */
     unsigned char *send;   /* (N, msg) this rank's compressed chunks, chunk j for rank j */
     unsigned char *recv;   /* (N, msg) chunk `rank` of every rank's message */
     unsigned char *gather; /* (N, msg) every server's recompressed chunk */
@@ -93,23 +93,50 @@ static ob_status k_average(ob_car *car, const void *packed, size_t n, float *out
     return OB_OK;
 }
 
-static ob_status k_decode(ob_car *car, const void *packed, size_t n, float *out, ob_err *err)
+/* The server's step runs in one pass on a device (the average never written, so car->avg is
+ * not allocated) where the block allows. */
+static int fused_server(const ob_car *car)
 {
-    if (car->scale == OB_SCALE_UNIT) {
-        if (car->device)
-            return ob_cuda_usign_decode(packed, n, out, ob_comm_stream(car->comm), err);
-        ob_usign_decode(packed, n, out);
-        return OB_OK;
-    }
-    if (car->device)
-        return ob_cuda_decompress(packed, n, car->B, out, ob_comm_stream(car->comm), err);
-    ob_decompress(packed, n, car->B, out);
-    return OB_OK;
+    return car->device && car->scale != OB_SCALE_UNIT &&
+           car->B <= OB_CUDA_AVERAGE_COMPRESS_MAX_BLOCK;
+}
+
+/* The server's step: the average of the n ranks' messages of its piece of L elements, plus the
+ * server error, recompressed; fused, or the two kernels through car->avg. */
+static ob_status k_server(ob_car *car, const void *recv, size_t L, float *e, size_t pos,
+                          void *packed, ob_err *err)
+{
+    if (fused_server(car))
+        return ob_cuda_average_compress_ef(recv, (size_t)car->nranks, e, L, car->B, car->scale,
+                                           packed, ob_comm_stream(car->comm), err);
+    ob_status st = k_average(car, recv, L, car->avg, err);
+    return st == OB_OK ? k_compress(car, car->avg, L, e, L, pos, 1, packed, err) : st;
 }
 
 static ob_status k_copy(ob_car *car, void *dst, const void *src, size_t bytes, ob_err *err)
 {
     return ob__mem_copy(car->device, dst, src, bytes, ob_comm_stream(car->comm), err);
+}
+
+/* Decodes the first `valid` of the n elements of a message into out (the part of a piece
+ * inside the unpadded vector). The unit-sign message decodes whole, through car->tail. */
+static ob_status k_decode(ob_car *car, const void *packed, size_t n, float *out, size_t valid,
+                          ob_err *err)
+{
+    if (car->scale == OB_SCALE_UNIT) {
+        float *dst = valid == n ? out : car->tail;
+        ob_status st = OB_OK;
+        if (car->device)
+            st = ob_cuda_usign_decode(packed, n, dst, ob_comm_stream(car->comm), err);
+        else
+            ob_usign_decode(packed, n, dst);
+        return st == OB_OK && dst != out ? k_copy(car, out, dst, valid * sizeof(float), err) : st;
+    }
+    if (car->device)
+        return ob_cuda_decompress_prefix(packed, n, car->B, out, valid, ob_comm_stream(car->comm),
+                                         err);
+    ob_decompress_prefix(packed, n, car->B, out, valid);
+    return OB_OK;
 }
 
 static ob_status k_zero(ob_car *car, void *dst, size_t bytes, ob_err *err)
@@ -129,8 +156,7 @@ ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_
         return OB_ERR(err, OB_ERR_INVALID_ARG, "block_size %zu: must be a positive multiple of 32",
                       block);
     if (scale != OB_SCALE_L1 && scale != OB_SCALE_L2 && scale != OB_SCALE_UNIT)
-        return OB_ERR(err, OB_ERR_INVALID_ARG, "scale kind %d: must be l1, l2 or unit",
-                      (int)scale);
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "scale kind %d: must be l1, l2 or unit", (int)scale);
 
     ob_car *car = calloc(1, sizeof *car);
     if (!car) return OB_ERR(err, OB_ERR_NOMEM, "compressed allreduce");
@@ -150,8 +176,10 @@ ob_status ob_car_create(ob_car **out, ob_comm *comm, size_t d, size_t block, ob_
     ob_status st;
     if ((st = buf_alloc(car, (void **)&car->worker_err, car->D * sizeof(float), err)) ||
         (st = buf_alloc(car, (void **)&car->server_err, car->C * sizeof(float), err)) ||
-        (st = buf_alloc(car, (void **)&car->avg, car->C * sizeof(float), err)) ||
-        (st = buf_alloc(car, (void **)&car->tail, car->C * sizeof(float), err)) ||
+        (!fused_server(car) &&
+         (st = buf_alloc(car, (void **)&car->avg, car->C * sizeof(float), err))) ||
+        (scale == OB_SCALE_UNIT &&
+         (st = buf_alloc(car, (void **)&car->tail, car->C * sizeof(float), err))) ||
         (st = buf_alloc(car, (void **)&car->send, n * car->msg, err)) ||
         (st = buf_alloc(car, (void **)&car->recv, n * car->msg, err)) ||
         (st = buf_alloc(car, (void **)&car->gather, n * car->msg, err)))
@@ -205,8 +233,8 @@ ob_status ob_car_create_hier(ob_car **out, ob_comm *comm, size_t d, size_t block
     size_t floats = (size_t)m * piece * sizeof(float);
     if ((st = buf_alloc(car, (void **)&car->isend, floats, err)) ||
         (st = buf_alloc(car, (void **)&car->irecv, floats, err)) ||
-        (st = buf_alloc(car, (void **)&car->igather,
-                        (size_t)m * (size_t)car->n * car->inner->msg, err)))
+        (st = buf_alloc(car, (void **)&car->igather, (size_t)m * (size_t)car->n * car->inner->msg,
+                        err)))
         goto fail;
     ob_car_set_key(car, 0, 0);
     *out = car;
@@ -381,8 +409,8 @@ void ob_car_set_key(ob_car *car, uint64_t seed, uint64_t round)
      * index (every piece its own stream of server draws). */
     if (car->inner) {
         car->inner->key_worker = ob_usign_key(seed, round, 1u + (uint64_t)(car->rank / car->m));
-        car->inner->key_server = ob_usign_key(seed, round, 1u + (uint64_t)car->nranks +
-                                                               (uint64_t)(car->rank % car->m));
+        car->inner->key_server =
+            ob_usign_key(seed, round, 1u + (uint64_t)car->nranks + (uint64_t)(car->rank % car->m));
     }
 }
 
@@ -482,32 +510,33 @@ ob_status ob_car_allreduce_segment(ob_car *car, size_t s, const float *in, float
     }
     if ((st = phase_end(car, &t0, &tm->compress_s, err))) return st;
 
-    /* 2. Alltoall: this rank receives its piece from every rank. */
-    st = ob_comm_alltoall(car->comm, car->send, car->recv, msg, err);
-    if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: alltoall");
+    /* 2. Alltoall: this rank receives its piece from every rank (a world of one: its own
+     * message, where it is). */
+    const unsigned char *recv = car->send;
+    if (n > 1) {
+        st = ob_comm_alltoall(car->comm, car->send, car->recv, msg, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: alltoall");
+        recv = car->recv;
+    }
     if ((st = phase_end(car, &t0, &tm->alltoall_s, err))) return st;
 
     /* 3. Server: average in rank order, add the server error, recompress. */
     unsigned char *mine = car->gather + (size_t)car->rank * msg;
-    if ((st = k_average(car, car->recv, L, car->avg, err)) ||
-        (st = k_compress(car, car->avg, L, car->server_err + car->bound[s] / n, L,
-                         a + (size_t)car->rank * L, 1, mine, err)))
-        return OB_WRAP(err, st, "compressed allreduce: server compression");
+    st = k_server(car, recv, L, car->server_err + car->bound[s] / n, a + (size_t)car->rank * L,
+                  mine, err);
+    if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: server compression");
     if ((st = phase_end(car, &t0, &tm->server_s, err))) return st;
 
     /* 4. Allgather the recompressed pieces; every rank decodes the same average. */
-    st = ob_comm_allgather(car->comm, mine, car->gather, msg, err);
-    if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: allgather");
+    if (n > 1) {
+        st = ob_comm_allgather(car->comm, mine, car->gather, msg, err);
+        if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: allgather");
+    }
     if ((st = phase_end(car, &t0, &tm->allgather_s, err))) return st;
     for (size_t j = 0; j < n; j++) {
         size_t lo = a + j * L, valid = piece_valid(car, lo, L);
         if (valid == 0) break;
-        if (valid == L) {
-            st = k_decode(car, car->gather + j * msg, L, out + lo, err);
-        } else { /* the piece that straddles d: decode whole, keep the part inside d */
-            st = k_decode(car, car->gather + j * msg, L, car->tail, err);
-            if (st == OB_OK) st = k_copy(car, out + lo, car->tail, valid * sizeof(float), err);
-        }
+        st = k_decode(car, car->gather + j * msg, L, out + lo, valid, err);
         if (st != OB_OK) return OB_WRAP(err, st, "compressed allreduce: decode");
     }
     if (car->device) {
@@ -567,12 +596,7 @@ static ob_status hier_allreduce(ob_car *car, const float *in, float *out, ob_err
             size_t lo = (k * m + l2) * C, valid = piece_valid(car, lo, C);
             const unsigned char *p = car->igather + (l2 * n + k) * msg;
             if (valid == 0) continue;
-            if (valid == C) {
-                st = k_decode(car, p, C, out + lo, err);
-            } else {
-                st = k_decode(car, p, C, car->tail, err);
-                if (st == OB_OK) memcpy(out + lo, car->tail, valid * sizeof(float));
-            }
+            st = k_decode(car, p, C, out + lo, valid, err);
             if (st != OB_OK) return OB_WRAP(err, st, "hierarchical exchange: decode");
         }
     return phase_end(car, &t0, &tm->decode_s, err);

@@ -112,10 +112,19 @@ static void accumulate_decoded_block(const uint32_t *bits, float s, size_t B, fl
 
 void ob_decompress(const void *packed, size_t n, size_t block, float *out)
 {
+    ob_decompress_prefix(packed, n, block, out, n);
+}
+
+void ob_decompress_prefix(const void *packed, size_t n, size_t block, float *out, size_t out_len)
+{
     const uint32_t *bits = packed_bits((void *)packed);
     const float *scales = packed_scales((void *)packed, n);
-    for (size_t b = 0; b < n / block; b++)
+    if (out_len > n) out_len = n;
+    size_t full = out_len / block, lo = full * block;
+    for (size_t b = 0; b < full; b++)
         decode_block(bits + b * block / 32, scales[b], block, out + b * block);
+    for (size_t i = lo; i < out_len; i++) /* the block that straddles out_len */
+        out[i] = ((bits[i / 32] >> (i % 32)) & 1u) ? scales[full] : -scales[full];
 }
 
 OB__CLONES("avx2", "default")

@@ -25,15 +25,27 @@ ob_status ob_cuda_decompress(const void *packed, size_t n, size_t block, float *
     return NO_CUDA(err);
 }
 
+ob_status ob_cuda_decompress_prefix(const void *packed, size_t n, size_t block, float *out,
+                                    size_t out_len, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
 ob_status ob_cuda_decompress_average(const void *packed, size_t nsrc, size_t n, size_t block,
                                      float *out, void *stream, ob_err *err)
 {
     return NO_CUDA(err);
 }
 
-ob_status ob_cuda_usign_compress_ef(const float *x, size_t x_len, float *e, size_t n,
-                                    uint64_t key, uint64_t pos0, void *bits, void *stream,
-                                    ob_err *err)
+ob_status ob_cuda_average_compress_ef(const void *packed, size_t nsrc, float *e, size_t n,
+                                      size_t block, ob_scale_kind kind, void *out, void *stream,
+                                      ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_usign_compress_ef(const float *x, size_t x_len, float *e, size_t n, uint64_t key,
+                                    uint64_t pos0, void *bits, void *stream, ob_err *err)
 {
     return NO_CUDA(err);
 }
@@ -134,9 +146,8 @@ ob_status ob_cuda_momentum_precondition(float *m, float *p, const float *g, cons
     return NO_CUDA(err);
 }
 
-ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den,
-                                     size_t d, float lr, float wd, float c, void *stream,
-                                     ob_err *err)
+ob_status ob_cuda_precondition_apply(float *x, float *m, const float *p, const float *den, size_t d,
+                                     float lr, float wd, float c, void *stream, ob_err *err)
 {
     return NO_CUDA(err);
 }

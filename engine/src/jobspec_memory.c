@@ -107,13 +107,14 @@ ob_status ob_jobspec_memory_estimate(const ob_jobspec *spec, int world_size,
     uint64_t fl = sizeof(float);
     out->params = sat_mul(2 * fl, d);
     out->optimizer = sat_mul(4 * fl, d);
-    /* car.c: the worker error (D), the server error and its average (C each), and bits. */
+    /* car.c: the worker error (D), the server error and its average (C each; a device forms
+     * the average in registers), unit signs' decode buffer (C), and bits. */
     if (spec->optim.kind == OB_OPTIM_BINSGDM) {
         uint64_t extra = sat_add(sat_mul(fl, d), sat_mul(3 * fl, d / (uint64_t)world_size + 1));
         out->optimizer = sat_add(out->optimizer, sat_add(extra, d / 2));
     }
     if (spec->optim.kind == OB_OPTIM_ONEBIT_ADAM && spec->optim.mode == OB_ONEBIT_COMPRESSED) {
-        uint64_t extra = sat_add(sat_mul(fl, d), sat_mul(fl, d / (uint64_t)world_size + 1));
+        uint64_t extra = sat_add(sat_mul(fl, d), sat_mul(2 * fl, d / (uint64_t)world_size + 1));
         out->optimizer = sat_add(out->optimizer, sat_add(extra, d / 4));
     }
     /* f16sum.c, per exchange the job uses (the gradients' or a warm start's refit's): three

@@ -21,8 +21,8 @@ extern "C" {
 
 /* How a block's scale is computed from the values u being compressed. */
 typedef enum ob_scale_kind {
-    OB_SCALE_L1 = 0, /* mean |u|: the paper's ||u||_1 / ||sign(u)||_1, keeps the L1 magnitude */
-    OB_SCALE_L2 = 1, /* ||u||_2 / sqrt(B), as DeepSpeed's implementation does */
+    OB_SCALE_L1 = 0,   /* mean |u|: the paper's ||u||_1 / ||sign(u)||_1, keeps the L1 magnitude */
+    OB_SCALE_L2 = 1,   /* ||u||_2 / sqrt(B), as DeepSpeed's implementation does */
     OB_SCALE_UNIT = 2, /* no scale: u is quantised to +-1 stochastically and without bias on
                           [-1, 1] (the unit-sign message below; BinSGDM's exchange) */
 } ob_scale_kind;
@@ -41,6 +41,10 @@ void ob_compress_ef(const float *x, size_t x_len, float *e, size_t n, size_t blo
 
 /* Decodes a packed message of n elements into out (n floats). */
 void ob_decompress(const void *packed, size_t n, size_t block, float *out);
+
+/* Decodes the first out_len (<= n) elements of a packed message of n elements into out
+ * (out_len floats): the part of a message that lies inside the unpadded vector. */
+void ob_decompress_prefix(const void *packed, size_t n, size_t block, float *out, size_t out_len);
 
 /* out = (sum over i = 0..nsrc-1 of decode(packed[i])) / nsrc, summed in index order so that
  * every caller that averages the same messages gets bitwise the same result. The packed

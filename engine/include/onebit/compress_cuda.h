@@ -19,14 +19,25 @@ ob_status ob_cuda_compress_ef(const float *x, size_t x_len, float *e, size_t n, 
                               ob_scale_kind kind, void *packed, void *stream, ob_err *err);
 ob_status ob_cuda_decompress(const void *packed, size_t n, size_t block, float *out, void *stream,
                              ob_err *err);
+/* ob_decompress_prefix: the first out_len (<= n) elements of a message of n. */
+ob_status ob_cuda_decompress_prefix(const void *packed, size_t n, size_t block, float *out,
+                                    size_t out_len, void *stream, ob_err *err);
 ob_status ob_cuda_decompress_average(const void *packed, size_t nsrc, size_t n, size_t block,
                                      float *out, void *stream, ob_err *err);
 
+/* decompress_average of nsrc messages, then compress_ef of that average (x_len = n) with the
+ * error e into out, in one pass that never writes the average: the server's step of the
+ * compressed allreduce. Bitwise the two calls; nsrc >= 1, block at most
+ * OB_CUDA_AVERAGE_COMPRESS_MAX_BLOCK (larger blocks: the two calls). */
+#define OB_CUDA_AVERAGE_COMPRESS_MAX_BLOCK 2048
+ob_status ob_cuda_average_compress_ef(const void *packed, size_t nsrc, float *e, size_t n,
+                                      size_t block, ob_scale_kind kind, void *out, void *stream,
+                                      ob_err *err);
+
 /* The stochastic unit-sign message (onebit/compress.h), bitwise as the CPU kernels; nsrc of
  * the average at least 1. */
-ob_status ob_cuda_usign_compress_ef(const float *x, size_t x_len, float *e, size_t n,
-                                    uint64_t key, uint64_t pos0, void *bits, void *stream,
-                                    ob_err *err);
+ob_status ob_cuda_usign_compress_ef(const float *x, size_t x_len, float *e, size_t n, uint64_t key,
+                                    uint64_t pos0, void *bits, void *stream, ob_err *err);
 ob_status ob_cuda_usign_decode(const void *bits, size_t n, float *out, void *stream, ob_err *err);
 ob_status ob_cuda_usign_average(const void *bits, size_t nsrc, size_t n, float *out, void *stream,
                                 ob_err *err);
