@@ -51,6 +51,16 @@ add_test(NAME test_py_frontend
                  ${CMAKE_BINARY_DIR})
 set_tests_properties(test_py_frontend PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV}" TIMEOUT 300)
 
+# optimizer.overlap from the front end: hooks on the gradients' accumulation start the exchange
+# during the backward pass; OnebitAdam, Adam and BinSGDM end with the same bits as exchanging the
+# same buckets in step(), with no_sync() accumulation and gradients torch allocated itself.
+add_test(NAME test_py_overlap_np2
+         COMMAND ${MPIEXEC_EXECUTABLE} -np 2 --oversubscribe -x PYTHONPATH -x ONEBIT_PROGRESS
+                 ${OB_TORCH_PYTHON}
+                 ${CMAKE_CURRENT_SOURCE_DIR}/python/overlap_check.py)
+set_tests_properties(test_py_overlap_np2 PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV}" TIMEOUT 300
+                     PROCESSORS 2)
+
 add_test(NAME test_py_resume_np2
          COMMAND ${CMAKE_CURRENT_SOURCE_DIR}/python/test_resume.sh ${OB_TORCH_PYTHON} ${OB_PY_PATH} 2)
 set_tests_properties(test_py_resume_np2 PROPERTIES ENVIRONMENT "${OB_PY_TEST_ENV}" TIMEOUT 600

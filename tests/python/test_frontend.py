@@ -6,6 +6,7 @@ refused without touching the optimizer, onebit-ckpt reading them) and warm start
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -478,6 +479,44 @@ class Rollback(InTempDir):
         self.assertEqual((line["event"], line["step"], line["to_step"], line["path"],
                           line["message"]), ("rewarm", 24, 20, "/ck/step-00000020",
                                              "rolled back"))
+
+
+class Overlap(InTempDir):
+    """overlap=True: the exchange starts in the backward pass, so the gradients and the state
+    belong to it until step(). (tests/python/overlap_check.py: the same bits on 2 ranks.)"""
+
+    def backward(self, model, step=0):
+        x, y = batch(step)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+
+    def test_a_second_backward_pass_needs_no_sync(self):
+        model, opt = fresh(overlap=True)
+        self.backward(model)
+        with self.assertRaisesRegex(RuntimeError, r"second gradient before step\(\).*no_sync"):
+            self.backward(model, 1)
+
+    def test_nothing_touches_the_exchange_before_step(self):
+        model, opt = fresh(overlap=True)
+        self.backward(model)
+        calls = {"zero_grad()": opt.zero_grad,
+                 "engine_state()": lambda: opt.engine_state("exp_avg"),
+                 "onebit.torch.save()": lambda: obt.save(self.dir, model, opt),
+                 "finish()": opt.finish}
+        for name, call in calls.items():
+            with self.assertRaisesRegex(RuntimeError,
+                                        re.escape(name + " between backward() and step()")):
+                call()
+        with self.assertRaisesRegex(RuntimeError, re.escape("enter no_sync() before it")):
+            with opt.no_sync():
+                pass
+        opt.step()
+        opt.zero_grad()
+        self.assertEqual(opt.overlapped_steps, 1)
+        with opt.no_sync():  # accumulating: no exchange armed
+            self.backward(model, 1)
+        self.backward(model, 2)
+        opt.step()
+        self.assertEqual(opt.overlapped_steps, 2)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ import ctypes
 import os
 import re
 
-ABI_VERSION = 2
+ABI_VERSION = 3
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -99,6 +99,9 @@ _sig("obpy_optim_set_names", [c_void_p, c_char_p, c_size_t, *ERR])
 _sig("obpy_optim_step", [c_void_p, c_void_p, c_double, c_void_p, *ERR])
 _sig("obpy_optim_stats", [c_void_p, ctypes.POINTER(Stats)], None)
 _sig("obpy_optim_exchange_note", [c_void_p], c_char_p)
+_sig("obpy_optim_overlap_active", [c_void_p])
+_sig("obpy_optim_backward_begin", [c_void_p, c_void_p], None)
+_sig("obpy_optim_grad_ready", [c_void_p, c_size_t], None)
 _sig("obpy_optim_health", [c_void_p, ctypes.POINTER(c_double), *ERR])
 _sig("obpy_optim_read", [c_void_p, c_char_p, c_void_p, ctypes.POINTER(c_size_t), *ERR])
 _sig("obpy_ckpt_save", [c_void_p, c_char_p, c_int, ctypes.POINTER(CkptInfo), c_char_p,

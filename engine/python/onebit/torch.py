@@ -10,11 +10,13 @@ time). CPU tensors cross MPI, CUDA tensors NCCL, with the engine's CUDA kernels 
 work of the caller's current stream.
 """
 
+import contextlib
 import json
 import math
 import os
 import signal
 import time
+import weakref
 
 import torch
 
@@ -38,7 +40,8 @@ def _signal_name(signum):
 _ONEBIT_FIELDS = ("compression", "freeze_threshold", "freeze_min_steps", "freeze_max_fraction",
                   "block_size", "scale", "precondition", "stabilizer", "stability_bound",
                   "frozen_step_ratio", "refresh_steps")
-_COMMON_FIELDS = ("eps", "weight_decay", "bias_correction", "gradient_exchange", "bucket_mb")
+_COMMON_FIELDS = ("eps", "weight_decay", "bias_correction", "gradient_exchange", "bucket_mb",
+                  "overlap")
 # A run whose length is not given: the validator needs some steps, and any large count will do
 # (the binding lifts the latest freeze for such a run).
 _UNKNOWN_STEPS = 1 << 40
@@ -79,7 +82,11 @@ class _EngineOptimizer(torch.optim.Optimizer):
         self._total_steps = total_steps or 0
         self._log_interval = log_interval
         self._handle = None
+        self._hooks, self._armed, self._sync = [], False, True
+        self.overlapped_steps = 0  # steps whose exchange began during the backward pass
         self._build(plist, names)
+        if options.get("overlap"):
+            self._hook_backward(plist)
         self._loss_sum, self._loss_n = None, 0
         self._t_window, self._samples = time.monotonic(), 0
         self._t_start = time.monotonic()
@@ -130,6 +137,81 @@ class _EngineOptimizer(torch.optim.Optimizer):
         if self.exchange_note:  # ranks_per_node="auto": what it found, as the worker says it
             onebit.report("notice", text="optimizer.ranks_per_node auto: " + self.exchange_note)
 
+    def _hook_backward(self, plist):
+        """optimizer.overlap: a hook on every parameter's gradient accumulation reports the
+        tensor final to the engine, whose thread exchanges each bucket once its tensors are.
+        torch >= 2.1 has post-accumulate hooks; before it, the parameter's AccumulateGrad node
+        takes a hook that runs after it. Where MPI allows no second thread the engine
+        exchanges after the backward pass, and a notice says so."""
+        if not _lib.lib.obpy_optim_overlap_active(self._handle):
+            onebit.report("notice", text="optimizer.overlap: MPI gives no second thread "
+                          "(MPI_THREAD_SERIALIZED): the buckets are exchanged after the "
+                          "backward pass")
+            return
+        me = weakref.ref(self)  # the hooks must not keep the optimizer alive
+
+        def ready(i):
+            o = me()
+            if o is not None:
+                o._grad_ready(i)
+        self._reported = bytearray(len(plist))
+        for i, p in enumerate(plist):
+            if not p.requires_grad:
+                continue
+            if hasattr(p, "register_post_accumulate_grad_hook"):
+                self._hooks.append(p.register_post_accumulate_grad_hook(
+                    lambda _p, i=i: ready(i)))
+            else:
+                with torch.enable_grad():
+                    node = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append((node, node.register_hook(lambda *_, i=i: ready(i))))
+
+    def _grad_ready(self, i):
+        """Parameter i's gradient is final for this backward pass: into its view of the flat
+        buffer if torch put it elsewhere, then reported (the first report arms the
+        exchange)."""
+        if not self._sync:
+            return
+        if self._reported[i]:
+            raise RuntimeError(
+                "%s(overlap=True): parameter '%s' got a second gradient before step(): its "
+                "first was already being exchanged. Accumulate over several backward passes "
+                "inside `with optimizer.no_sync():`, all but the last" %
+                (type(self).__name__, self._names[i]))
+        p, _, gp, o, n, shape, _ = self._ptrs[i]
+        g = p.grad
+        if g is not None and g.data_ptr() != gp:
+            view = self._grad[o:o + n]
+            view.copy_(g.reshape(-1))
+            p.grad = view.view(shape)
+        if not self._armed:
+            _lib.lib.obpy_optim_backward_begin(self._handle, self._gptr)
+            self._armed = True
+        self._reported[i] = 1
+        _lib.lib.obpy_optim_grad_ready(self._handle, i)
+
+    @contextlib.contextmanager
+    def no_sync(self):
+        """With overlap=True: backward passes inside accumulate gradients without exchanging
+        them; the next one outside starts the exchange (as DistributedDataParallel.no_sync).
+        Without the overlap the exchange runs in step() and this changes nothing."""
+        if self._armed:
+            raise RuntimeError("%s.no_sync(): a backward pass since the last step() is being "
+                               "exchanged; enter no_sync() before it" % type(self).__name__)
+        self._sync = False
+        try:
+            yield
+        finally:
+            self._sync = True
+
+    def _idle(self, what):
+        """Refuses `what` between a backward pass that armed the overlapped exchange and the
+        step: the engine's thread reads the gradients and writes the optimizer's state."""
+        if self._armed:
+            raise RuntimeError("%s(overlap=True): %s between backward() and step(): the "
+                               "gradients are being exchanged; call step() first" %
+                               (type(self).__name__, what))
+
     def _attach(self, plist):
         """Points every parameter and its gradient at its view of the flat buffers, and keeps
         where each view starts, for the checks of every step."""
@@ -169,6 +251,7 @@ class _EngineOptimizer(torch.optim.Optimizer):
     def zero_grad(self, set_to_none=None):
         """Zeroes the flat gradient buffer in place; the gradients stay views into it (so
         set_to_none does not apply)."""
+        self._idle("zero_grad()")
         self._grad.zero_()
         for p, _, gp, o, n, shape, _ in self._ptrs:
             g = p.grad
@@ -213,7 +296,13 @@ class _EngineOptimizer(torch.optim.Optimizer):
         stream = None
         if self._device.type == "cuda":
             stream = torch.cuda.current_stream(self._device).cuda_stream
-        _lib.call(_lib.lib.obpy_optim_step, self._handle, self._gptr, lr, stream)
+        try:
+            _lib.call(_lib.lib.obpy_optim_step, self._handle, self._gptr, lr, stream)
+        finally:
+            if self._armed:
+                self._armed = False
+                self._reported[:] = bytes(len(self._reported))
+                self.overlapped_steps += 1
         after = self.stats()
         onebit._note_step(after.step)
         if loss is not None:
@@ -276,6 +365,7 @@ class _EngineOptimizer(torch.optim.Optimizer):
                last_checkpoint=-1):
         """Reports the run's summary line, as onebit-worker's last: samples/s over the whole
         run (every rank, as the step reports counted them). Collective."""
+        self._idle("finish()")
         s = self.stats()
         wall = time.monotonic() - self._t_start
         samples = self._samples_total + self._world.sum([float(self._samples)])[0]
@@ -310,6 +400,7 @@ class _EngineOptimizer(torch.optim.Optimizer):
     def engine_state(self, which):
         """A copy (CPU tensor) of the engine's "exp_avg", "exp_avg_sq", "worker_error" or
         "server_error"."""
+        self._idle("engine_state()")
         n = _lib.c_size_t()
         _lib.call(_lib.lib.obpy_optim_read, self._handle, _lib.enc(which), None,
                   _lib.ctypes.byref(n))
@@ -320,6 +411,9 @@ class _EngineOptimizer(torch.optim.Optimizer):
         return out
 
     def _close(self):
+        for h in self._hooks:
+            (h[1] if isinstance(h, tuple) else h).remove()
+        self._hooks = []
         if self._handle is not None:
             _lib.lib.obpy_optim_destroy(self._handle)
             self._handle = None
@@ -344,9 +438,9 @@ class OnebitAdam(_EngineOptimizer):
                  log_interval=10, names=None, freeze_threshold=None, freeze_min_steps=None,
                  freeze_max_fraction=None, block_size=None, scale=None, precondition=None,
                  stability_bound=None, frozen_step_ratio=None, refresh_steps=None,
-                 bucket_mb=None, ranks_per_node=None):
+                 bucket_mb=None, ranks_per_node=None, overlap=None):
         opts = dict(eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
-                    ranks_per_node=ranks_per_node,
+                    ranks_per_node=ranks_per_node, overlap=overlap,
                     gradient_exchange=gradient_exchange, bucket_mb=bucket_mb,
                     compression=compression, freeze_threshold=freeze_threshold,
                     freeze_min_steps=freeze_min_steps, freeze_max_fraction=freeze_max_fraction,
@@ -364,9 +458,9 @@ class Adam(_EngineOptimizer):
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=None, weight_decay=None,
                  bias_correction=None, gradient_exchange=None, total_steps=None,
-                 log_interval=10, names=None, bucket_mb=None):
+                 log_interval=10, names=None, bucket_mb=None, overlap=None):
         opts = dict(eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
-                    gradient_exchange=gradient_exchange, bucket_mb=bucket_mb)
+                    gradient_exchange=gradient_exchange, bucket_mb=bucket_mb, overlap=overlap)
         super().__init__("adam", params, lr, betas, total_steps, 0, log_interval, names, opts)
 
 
@@ -381,12 +475,12 @@ class BinSGDM(_EngineOptimizer):
 
     def __init__(self, params, lr=1e-3, beta=0.9, eps=None, weight_decay=None,
                  max_denominator_step=None, block_size=None, total_steps=None, log_interval=10,
-                 names=None, bucket_mb=None, seed=1, ranks_per_node=None):
+                 names=None, bucket_mb=None, seed=1, ranks_per_node=None, overlap=None):
         if not isinstance(seed, int) or seed < 0:
             raise ValueError("seed: expected an integer >= 0, got %r" % (seed,))
         opts = dict(eps=eps, weight_decay=weight_decay, bucket_mb=bucket_mb,
                     block_size=block_size, max_denominator_step=max_denominator_step,
-                    ranks_per_node=ranks_per_node)
+                    ranks_per_node=ranks_per_node, overlap=overlap)
         super().__init__("binsgdm", params, lr, (beta, None), total_steps, 0, log_interval,
                          names, opts, seed=seed)
 
@@ -397,9 +491,9 @@ class SoftSign(_EngineOptimizer):
 
     def __init__(self, params, lr=1e-3, beta=0.9, eps=None, weight_decay=None,
                  gradient_exchange=None, total_steps=None, log_interval=10, names=None,
-                 bucket_mb=None):
+                 bucket_mb=None, overlap=None):
         opts = dict(eps=eps, weight_decay=weight_decay, gradient_exchange=gradient_exchange,
-                    bucket_mb=bucket_mb)
+                    bucket_mb=bucket_mb, overlap=overlap)
         super().__init__("softsign", params, lr, (beta, None), total_steps, 0, log_interval,
                          names, opts)
 
@@ -535,6 +629,7 @@ def save(dir=None, model=None, optimizer=None, step=None, extra=None, keep=3, se
     position). Collective: every rank calls it. Returns the checkpoint's directory."""
     if not isinstance(optimizer, _EngineOptimizer):
         raise TypeError("optimizer: an onebit.torch optimizer")
+    optimizer._idle("onebit.torch.save()")
     s = optimizer.stats()
     if step is not None and step != s.step:
         raise ValueError("step %d: the optimizer has taken %d steps (the checkpoint is of "
@@ -570,6 +665,7 @@ def load(dir=None, model=None, optimizer=None):
     re-sharded. Collective."""
     if not isinstance(optimizer, _EngineOptimizer):
         raise TypeError("optimizer: an onebit.torch optimizer")
+    optimizer._idle("onebit.torch.load()")
     if model is not None:
         _adopt_names(model, optimizer)
     found = _lib.c_int()
@@ -620,6 +716,7 @@ def roll_back(dir=None, model=None, optimizer=None, max_rollbacks=2):
     (a Diverged from step() is raised on every rank at the same step)."""
     if not isinstance(optimizer, _EngineOptimizer):
         raise TypeError("optimizer: an onebit.torch optimizer")
+    optimizer._idle("onebit.torch.roll_back()")
     if not isinstance(max_rollbacks, int) or isinstance(max_rollbacks, bool) or \
             not 0 <= max_rollbacks <= 100:
         raise ValueError("max_rollbacks: an integer in 0..100, got %r" % (max_rollbacks,))
@@ -660,6 +757,7 @@ def warm_start(source, optimizer, refit_steps="auto", params=False, model=None):
     warm_start does; params=True also takes its parameters. Returns what was done."""
     if not isinstance(optimizer, OnebitAdam):
         raise TypeError("optimizer: an onebit.torch.OnebitAdam")
+    optimizer._idle("onebit.torch.warm_start()")
     if refit_steps == "auto":
         refit = -1
     elif isinstance(refit_steps, int) and 0 <= refit_steps <= 1000000:

@@ -358,6 +358,21 @@ int obpy_optim_step(obpy_optim *o, const float *grad, double lr, void *stream, c
     return 0;
 }
 
+int obpy_optim_overlap_active(const obpy_optim *o)
+{
+    return ob_optim_overlap_active(o->opt);
+}
+
+void obpy_optim_backward_begin(obpy_optim *o, const float *grad)
+{
+    ob_optim_backward_begin(o->opt, grad);
+}
+
+void obpy_optim_grad_ready(obpy_optim *o, size_t tensor)
+{
+    ob_optim_grad_hook(o->opt, tensor);
+}
+
 const char *obpy_optim_exchange_note(const obpy_optim *o)
 {
     return ob_optim_exchange_note(o->opt);

@@ -18,7 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define OBPY_ABI_VERSION 2
+#define OBPY_ABI_VERSION 3
 
 int obpy_abi_version(void);
 /* 1 in a build with the CUDA kernels and the NCCL communicator. */
@@ -85,6 +85,16 @@ int obpy_optim_set_names(obpy_optim *o, const char *names, size_t n, char *err, 
  * starts after the work enqueued there and work enqueued there afterwards sees its updates. */
 int obpy_optim_step(obpy_optim *o, const float *grad, double lr, void *stream, char *err,
                     size_t cap);
+
+/* The overlapped exchange (optimizer.overlap; onebit/optim.h, ob_optim_backward_begin):
+ * overlap_active is 1 where it is in effect (a host communicator whose MPI allows a second
+ * thread). backward_begin arms it for a backward pass that writes `grad` (the pointer the step
+ * will be given); grad_ready reports tensor i of the layout final in it, and the exchange of a
+ * bucket starts on the optimizer's thread once its tensors are final. Between the two and the
+ * step, no call on the communicators and no write to a reported tensor. */
+int obpy_optim_overlap_active(const obpy_optim *o);
+void obpy_optim_backward_begin(obpy_optim *o, const float *grad);
+void obpy_optim_grad_ready(obpy_optim *o, size_t tensor);
 
 /* Where the optimizer stands. */
 typedef struct obpy_stats {
