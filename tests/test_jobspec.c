@@ -134,6 +134,36 @@ static void test_bucket_defaults(void **state)
     }
 }
 
+/* The warmup's gradients: fp8 unless the spec says otherwise for onebit_adam (every mode), fp32
+ * for adam and softsign; an explicit value wins. */
+static void test_gradient_exchange_defaults(void **state)
+{
+    (void)state;
+    const char *base = "model: {type: softmax}\ndata: {type: idx, path: /data/mnist}\n"
+                       "batch_size: 8\nsteps: 5\noptimizer: {type: %s}\n";
+    const struct {
+        const char *optimizer;
+        ob_gradient_exchange want;
+    } cases[] = {
+        {"onebit_adam", OB_EXCHANGE_FP8},
+        {"onebit_adam, compression: off", OB_EXCHANGE_FP8},
+        {"onebit_adam, gradient_exchange: fp32", OB_EXCHANGE_FP32},
+        {"onebit_adam, gradient_exchange: fp16", OB_EXCHANGE_FP16},
+        {"adam", OB_EXCHANGE_FP32},
+        {"softsign", OB_EXCHANGE_FP32},
+        {"adam, gradient_exchange: fp8", OB_EXCHANGE_FP8},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[512];
+        snprintf(text, sizeof text, base, cases[i].optimizer);
+        ob_jobspec *j = new_spec();
+        parse_ok(j, text, OB_SPEC_YAML);
+        assert_int_equal(j->optim.gradient_exchange, cases[i].want);
+        check_round_trip(j);
+        free(j);
+    }
+}
+
 /* binsgdm and softsign: their defaults, their own fields, and the canonical text round trip
  * (which names only the fields of the kind, or it would not parse back). */
 static void test_binsgdm_softsign(void **state)
@@ -692,6 +722,7 @@ int main(void)
         cmocka_unit_test(test_memory_estimate),
         cmocka_unit_test(test_minimal_onebit_defaults),
         cmocka_unit_test(test_bucket_defaults),
+        cmocka_unit_test(test_gradient_exchange_defaults),
         cmocka_unit_test(test_binsgdm_softsign),
         cmocka_unit_test(test_full_softmax_fmnist_adam),
         cmocka_unit_test(test_full_mlp_idx_onebit_naive),

@@ -36,6 +36,7 @@ static void config(ob_optim_config *c, const char *kind, long steps)
     c->eps = 1e-7;
     c->weight_decay = 0.01;
     if (c->kind != OB_OPTIM_ONEBIT_ADAM) return;
+    c->gradient_exchange = OB_EXCHANGE_FP8; /* a job spec's default for onebit_adam */
     c->block_size = 64;
     /* A job spec's freeze_max_fraction (0.15 of the steps, not before two lags). */
     long lag = ob_optim_freeze_lag(c->beta2), at = (long)ceil(0.15 * (double)steps);

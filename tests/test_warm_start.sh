@@ -34,11 +34,13 @@ if [ ! -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] &&
   exit 77
 fi
 
+# Source and targets warm up in fp32 (the default is fp8), so that the refit's own exchange
+# (refit_exchange, fp8) shows in the bytes against the job's.
 cat > "$TMP/source.yaml" <<YAML
 name: source
 model: {type: mlp, hidden: [256, 128], activation: gelu}
 data: {type: fashion_mnist, normalize: standardize}
-optimizer: {type: onebit_adam, beta2: 0.99, freeze_step: 150}
+optimizer: {type: onebit_adam, gradient_exchange: fp32, beta2: 0.99, freeze_step: 150}
 batch_size: 512
 steps: 160
 lr: {schedule: warmup_step_decay, peak: 1e-3, warmup_steps: 100}
@@ -51,7 +53,7 @@ target() { # target FILE OPTIMIZER_EXTRA WARM_EXTRA
 name: target
 model: {type: mlp, hidden: [256, 128], activation: gelu}
 data: {type: fashion_mnist, normalize: standardize}
-optimizer: {type: onebit_adam, beta2: 0.99, freeze_step: auto$2}
+optimizer: {type: onebit_adam, gradient_exchange: fp32, beta2: 0.99, freeze_step: auto$2}
 batch_size: 16
 steps: 400
 lr: {schedule: warmup_step_decay, peak: 3e-3, warmup_steps: 100, decay_rate: 0.99, decay_every: 50}

@@ -74,7 +74,8 @@ else
   if [ "$fs" = 50 ] && [ "$fe" = 50 ]; then ok "freeze at the fixed step"; else bad "freeze at the fixed step" "$fs/$fe"; fi
   warm=$(jq -r 'select(.event=="step" and .phase=="warmup") | .bytes_step' "$TMP/a.jsonl" | head -1)
   comp=$(jq -r 'select(.event=="step" and .phase=="compression") | .bytes_step' "$TMP/a.jsonl" | tail -1)
-  if [ -n "$warm" ] && [ -n "$comp" ] && [ "$comp" -gt 0 ] && [ $((comp * 8)) -lt "$warm" ]; then
+  # the warmup's gradients cross in fp8 (the default), one byte an element: 1 bit is under a fifth
+  if [ -n "$warm" ] && [ -n "$comp" ] && [ "$comp" -gt 0 ] && [ $((comp * 5)) -lt "$warm" ]; then
     ok "compression steps send far fewer bytes ($warm -> $comp)"
   else bad "compression steps send far fewer bytes" "$warm -> $comp"; fi
   first=$(jq -r 'select(.event=="step") | .loss' "$TMP/a.jsonl" | head -1)

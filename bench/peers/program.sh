@@ -4,12 +4,15 @@
 # hosts and tc-shaped links as bench/peers/run.sh (bench/net/netns.sh). Every system is the same
 # script, model, data, batches, schedule and evaluation:
 #
-#   onebit          onebit.torch.OnebitAdam with the example's settings (freeze_step auto, fp32
-#                   warmup): what a user gets without tuning
-#   onebit-fp16     the example's settings with the warmup's gradients in fp16 (opt-in)
-#   onebit-fp8      the same in fp8 (opt-in)
+#   onebit          onebit.torch.OnebitAdam with the example's settings and the fp32 warmup (the
+#                   default until 2026-11-27)
+#   onebit-fp16     the example's settings with the warmup's gradients in fp16
+#   onebit-fp8      the same in fp8: what a user gets without tuning since 2026-11-27
 #   onebit-short8   the same with the opt-in settings of docs/peers: freeze_step 16, gradients of
 #                   the warmup in fp8, refresh_steps 16
+#   onebit-overlap, onebit-fp8-overlap
+#                   onebit and onebit-fp8 with overlap=True: the exchange starts in the backward
+#                   pass (hooks on the gradients' accumulation), in buckets of 4 MiB
 #   binsgdm         onebit.torch.BinSGDM (1 bit from the first step), Adam's learning rate
 #   adam            onebit.torch.Adam (the engine's fp32 ring allreduce)
 #   ddp-fp32        torch.optim.AdamW under DistributedDataParallel over gloo
@@ -146,11 +149,15 @@ for rate in $RATES; do
     name=$rate-$sys
     echo "== $rate, $sys"
     case "$sys" in
-      onebit) gpt "$name" --optimizer onebit --target-loss "$TARGET"
+      onebit) gpt "$name" --optimizer onebit --gradient-exchange fp32 --target-loss "$TARGET"
               freeze=$(jq -Rs '[split("\n")[] | fromjson? | select(.event=="summary")
                                | .freeze_step] | last // empty' "$LOGS/$name.log") ;;
       onebit-fp16|onebit-fp8) gpt "$name" --optimizer onebit --gradient-exchange "${sys#onebit-}" \
                                 --target-loss "$TARGET" ;;
+      onebit-overlap) gpt "$name" --optimizer onebit --gradient-exchange fp32 --option overlap=true \
+                        --target-loss "$TARGET" ;;
+      onebit-fp8-overlap) gpt "$name" --optimizer onebit --gradient-exchange fp8 \
+                            --option overlap=true --target-loss "$TARGET" ;;
       onebit-short8) gpt "$name" --optimizer onebit --freeze-step 16 --gradient-exchange fp8 \
                        --option refresh_steps=16 --target-loss "$TARGET" ;;
       binsgdm) gpt "$name" --optimizer binsgdm --target-loss "$TARGET" ;;

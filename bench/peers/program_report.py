@@ -21,10 +21,12 @@ COLUMNS = ("rate", "system", "reached", "target_step", "target_s", "steps", "tra
 RATES = ("unshaped", "1g", "200m", "50m")
 DDP = ("ddp-fp32", "ddp-fp16", "ddp-powersgd")
 NAMES = {
-    "onebit": "OnebitAdam, the example's settings (freeze auto, fp32 warmup)",
-    "onebit-fp16": "OnebitAdam, opt-in: the warmup's gradients in fp16",
-    "onebit-fp8": "OnebitAdam, opt-in: the warmup's gradients in fp8",
+    "onebit": "OnebitAdam, freeze auto, fp32 warmup (the default until 2026-11-27)",
+    "onebit-fp16": "OnebitAdam, the warmup's gradients in fp16",
+    "onebit-fp8": "OnebitAdam, the warmup's gradients in fp8: **the defaults**",
     "onebit-short8": "OnebitAdam, opt-in: freeze_step 16, fp8 warmup, refresh_steps 16",
+    "onebit-overlap": "OnebitAdam, fp32 warmup + overlap",
+    "onebit-fp8-overlap": "OnebitAdam, fp8 warmup + overlap",
     "binsgdm": "BinSGDM (1 bit from step 1)",
     "adam": "onebit.torch.Adam (fp32 ring)",
     "ddp-fp32": "DDP fp32",

@@ -66,7 +66,8 @@ def transformer(seed, steps=1500, batch=16, lr=3e-4, freeze=400, corpus=None):
 
 def variant(spec, name):
     """adam | onebit (the default) | onebit-none (the paper's step, stabilizer none) |
-    onebit-fp16 (the default with the gradients of the warmup exchanged in fp16) |
+    onebit-fp32, onebit-fp16, onebit-fp8 (the default with the gradients of the warmup exchanged
+    in fp32 (the default until 2026-11-27), fp16, fp8 (the default since)) |
     binsgdm | softsign (optimizer.type binsgdm / softsign with the spec's beta1, eps and
     weight_decay)."""
     s = json.loads(json.dumps(spec))
@@ -83,8 +84,8 @@ def variant(spec, name):
         s["optimizer"]["type"] = name
     elif name == "onebit-none":
         s["optimizer"]["stabilizer"] = "none"
-    elif name == "onebit-fp16":
-        s["optimizer"]["gradient_exchange"] = "fp16"
+    elif name in ("onebit-fp32", "onebit-fp16", "onebit-fp8"):
+        s["optimizer"]["gradient_exchange"] = name[len("onebit-"):]
     elif name == "onebit-bc":
         s["optimizer"]["bias_correction"] = True
     elif name.startswith("onebit-r"):  # onebit-rX: frozen_step_ratio X (inf: 1e6, the paper's v)
@@ -396,7 +397,8 @@ def ensure_source(name):
 
 
 def case_spec(case, var):
-    if var in ("adam", "onebit", "onebit-none", "onebit-fp16", "onebit-bc", "binsgdm", "softsign") \
+    if var in ("adam", "onebit", "onebit-none", "onebit-fp32", "onebit-fp16", "onebit-fp8",
+               "onebit-bc", "binsgdm", "softsign") \
             or var.startswith("onebit-r"):
         return variant(case["spec"], var)
     if var == "scratch":
@@ -437,8 +439,10 @@ def cmd_run(args):
                  "or set WORKER" % WORKER)
     have = {(r["case"], r["variant"]) for r in done_rows()}
     def variants(c):  # extra variants named on the command line: warm-refit-N, warm-fp16 of the
-        # warm cases, the short group's in fp8 (fixed-16-fp8, refresh-16-fp8)
+        # warm cases, the short group's in fp8 (fixed-16-fp8, refresh-16-fp8), the fp16 group's
+        # fp32 and fp8 warmups and Adam (in one build)
         extra = (c["group"] == "warm" and (args.variant.startswith("warm-refit-") or args.variant == "warm-fp16")) or \
+                (c["group"] == "fp16" and args.variant in ("onebit-fp32", "onebit-fp8", "adam")) or \
                 (c["group"] == "short" and args.variant.endswith("-fp8")) or \
                 (c["group"] == "binsgdm" and args.variant == "softsign")
         return c["variants"] + ([args.variant] if extra else [])

@@ -84,7 +84,8 @@ def parse_args():
     p.add_argument("--freeze-step", default="auto",
                    help="onebit: 'auto' or the step after which the variance is frozen")
     p.add_argument("--gradient-exchange", choices=("fp32", "fp16", "fp8"), default=None,
-                   help="onebit/adam: how the gradients of the Adam steps cross the network")
+                   help="onebit/adam: how the gradients of the Adam steps cross the network "
+                        "(default: the optimizer's, fp8 for onebit, fp32 for adam)")
     args = p.parse_args()
     if args.freeze_step != "auto":
         args.freeze_step = int(args.freeze_step)

@@ -40,7 +40,7 @@
  *     type         adam | onebit_adam | binsgdm | softsign                         (required)
  *     beta1? eps? weight_decay?  [ob_optim_config_default]
  *     beta2? bias_correction? (bool)  adam and onebit_adam only
- *     gradient_exchange? fp32 | fp16 | fp8 [fp32]  every type but binsgdm
+ *     gradient_exchange? fp32 | fp16 | fp8 [fp8 for onebit_adam, else fp32]  every type but binsgdm
  *     bucket_mb?   MiB in [0, 1024] [4 with overlap, else 0]: the fp32 gradient exchange (adam,
  *                  the warmup) runs in
  *                  buckets of whole tensors of at least this size, last layers first; 0: one
