@@ -98,13 +98,22 @@ static void test_minimal_onebit_defaults(void **state)
     free(y);
 }
 
+/* Parses into j a small valid spec whose optimizer section is {type: OPTIMIZER}. */
+static void parse_optimizer(ob_jobspec *j, const char *optimizer)
+{
+    char text[512];
+    snprintf(text, sizeof text,
+             "model: {type: softmax}\ndata: {type: idx, path: /data/mnist}\nbatch_size: 8\n"
+             "steps: 5\noptimizer: {type: %s}\n",
+             optimizer);
+    parse_ok(j, text, OB_SPEC_YAML);
+}
+
 /* Buckets default to one (the whole vector) without overlap, to OB_OPTIM_BUCKET_BYTES with it;
  * an explicit bucket_mb wins either way. */
 static void test_bucket_defaults(void **state)
 {
     (void)state;
-    const char *base = "model: {type: softmax}\ndata: {type: idx, path: /data/mnist}\n"
-                       "batch_size: 8\nsteps: 5\noptimizer: {type: adam%s}\n";
     const struct {
         const char *extra;
         size_t bytes;
@@ -119,10 +128,10 @@ static void test_bucket_defaults(void **state)
         {", gradient_exchange: fp8", 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char text[512];
-        snprintf(text, sizeof text, base, cases[i].extra);
+        char optimizer[128];
+        snprintf(optimizer, sizeof optimizer, "adam%s", cases[i].extra);
         ob_jobspec *j = new_spec();
-        parse_ok(j, text, OB_SPEC_YAML);
+        parse_optimizer(j, optimizer);
         assert_int_equal(j->optim.bucket_bytes, cases[i].bytes);
         assert_int_equal(j->optim.overlap, cases[i].overlap);
         assert_int_equal(j->optim.gradient_exchange,
@@ -139,14 +148,12 @@ static void test_bucket_defaults(void **state)
 static void test_gradient_exchange_defaults(void **state)
 {
     (void)state;
-    const char *base = "model: {type: softmax}\ndata: {type: idx, path: /data/mnist}\n"
-                       "batch_size: 8\nsteps: 5\noptimizer: {type: %s}\n";
     const struct {
         const char *optimizer;
         ob_gradient_exchange want;
     } cases[] = {
         {"onebit_adam", OB_EXCHANGE_FP8},
-        {"onebit_adam, compression: off", OB_EXCHANGE_FP8},
+        {"onebit_adam, compression: \"off\"", OB_EXCHANGE_FP8},
         {"onebit_adam, gradient_exchange: fp32", OB_EXCHANGE_FP32},
         {"onebit_adam, gradient_exchange: fp16", OB_EXCHANGE_FP16},
         {"adam", OB_EXCHANGE_FP32},
@@ -154,10 +161,8 @@ static void test_gradient_exchange_defaults(void **state)
         {"adam, gradient_exchange: fp8", OB_EXCHANGE_FP8},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char text[512];
-        snprintf(text, sizeof text, base, cases[i].optimizer);
         ob_jobspec *j = new_spec();
-        parse_ok(j, text, OB_SPEC_YAML);
+        parse_optimizer(j, cases[i].optimizer);
         assert_int_equal(j->optim.gradient_exchange, cases[i].want);
         check_round_trip(j);
         free(j);
@@ -169,12 +174,8 @@ static void test_gradient_exchange_defaults(void **state)
 static void test_binsgdm_softsign(void **state)
 {
     (void)state;
-    const char *base = "model: {type: softmax}\ndata: {type: idx, path: /data/mnist}\n"
-                       "batch_size: 8\nsteps: 5\noptimizer: {type: %s}\n";
-    char text[512];
-    snprintf(text, sizeof text, base, "binsgdm");
     ob_jobspec *j = new_spec();
-    parse_ok(j, text, OB_SPEC_YAML);
+    parse_optimizer(j, "binsgdm");
     assert_int_equal(j->optim.kind, OB_OPTIM_BINSGDM);
     assert_int_equal(j->optim.scale, OB_SCALE_UNIT);
     assert_int_equal(j->optim.block_size, 256);
@@ -188,10 +189,9 @@ static void test_binsgdm_softsign(void **state)
     assert_null(strstr(json, "gradient_exchange"));
     assert_non_null(strstr(json, "\"max_denominator_step\":0"));
     free(json);
-    snprintf(text, sizeof text, base,
-             "binsgdm, beta1: 0.95, block_size: 64, max_denominator_step: 300, overlap: true, "
-             "ranks_per_node: 8");
-    parse_ok(j, text, OB_SPEC_YAML);
+    parse_optimizer(
+        j, "binsgdm, beta1: 0.95, block_size: 64, max_denominator_step: 300, overlap: true, "
+           "ranks_per_node: 8");
     assert_true(j->optim.beta1 == 0.95);
     assert_int_equal(j->optim.block_size, 64);
     assert_int_equal(j->optim.max_denominator_step, 300);
@@ -200,23 +200,19 @@ static void test_binsgdm_softsign(void **state)
     check_round_trip(j);
     /* ranks_per_node "auto": the shape found where the ranks run; kept as "auto" in the
      * canonical text. Flat stays the default. */
-    snprintf(text, sizeof text, base, "binsgdm, ranks_per_node: auto");
-    parse_ok(j, text, OB_SPEC_YAML);
+    parse_optimizer(j, "binsgdm, ranks_per_node: auto");
     assert_int_equal(j->optim.ranks_per_node, OB_OPTIM_RANKS_PER_NODE_AUTO);
     check_round_trip(j);
     assert_int_equal(ob_jobspec_to_json(j, &json, &err), OB_OK);
     assert_non_null(strstr(json, "\"ranks_per_node\":\"auto\""));
     free(json);
-    snprintf(text, sizeof text, base, "binsgdm");
-    parse_ok(j, text, OB_SPEC_YAML);
+    parse_optimizer(j, "binsgdm");
     assert_int_equal(j->optim.ranks_per_node, 0);
     /* Nothing to shape without a compressed exchange: "auto" is then flat, not an error. */
-    snprintf(text, sizeof text, base, "onebit_adam, compression: \"off\", ranks_per_node: auto");
-    parse_ok(j, text, OB_SPEC_YAML);
+    parse_optimizer(j, "onebit_adam, compression: \"off\", ranks_per_node: auto");
     assert_int_equal(j->optim.ranks_per_node, OB_OPTIM_RANKS_PER_NODE_AUTO);
     check_round_trip(j);
-    snprintf(text, sizeof text, base, "softsign, gradient_exchange: fp16, weight_decay: 0.01");
-    parse_ok(j, text, OB_SPEC_YAML);
+    parse_optimizer(j, "softsign, gradient_exchange: fp16, weight_decay: 0.01");
     assert_int_equal(j->optim.kind, OB_OPTIM_SOFTSIGN);
     assert_int_equal(j->optim.gradient_exchange, OB_EXCHANGE_FP16);
     check_round_trip(j);
