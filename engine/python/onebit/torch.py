@@ -178,12 +178,7 @@ class _EngineOptimizer(torch.optim.Optimizer):
                 "first was already being exchanged. Accumulate over several backward passes "
                 "inside `with optimizer.no_sync():`, all but the last" %
                 (type(self).__name__, self._names[i]))
-        p, _, gp, o, n, shape, _ = self._ptrs[i]
-        g = p.grad
-        if g is not None and g.data_ptr() != gp:
-            view = self._grad[o:o + n]
-            view.copy_(g.reshape(-1))
-            p.grad = view.view(shape)
+        self._gather_grad(self._ptrs[i])
         if not self._armed:
             _lib.lib.obpy_optim_backward_begin(self._handle, self._gptr)
             self._armed = True
@@ -263,24 +258,33 @@ class _EngineOptimizer(torch.optim.Optimizer):
         tensor of its own (after model.zero_grad() set it to None) is copied in and the view put
         back, a missing one counts as zero. A parameter whose data is no longer its view of the
         flat buffer is refused. A few attribute reads per tensor when nothing moved."""
-        for p, xp, gp, o, n, shape, i in self._ptrs:
+        for ptr in self._ptrs:
+            p, xp, gp, i = ptr[0], ptr[1], ptr[2], ptr[6]
             if p.data_ptr() != xp:
                 raise RuntimeError("parameter '%s' was replaced after %s was built (its data "
                                    "must stay the engine's view); copy values in with "
                                    "p.data.copy_(...) instead" % (self._names[i],
                                                                   type(self).__name__))
             g = p.grad
-            if g is not None and g.data_ptr() == gp:
-                continue
-            view = self._grad[o:o + n]
-            if g is None:
-                view.zero_()
-            else:
-                if g.is_sparse:
-                    raise RuntimeError("parameter '%s' has a sparse gradient: not supported" %
-                                       self._names[i])
-                view.copy_(g.reshape(-1))
-            p.grad = view.view(shape)
+            if g is None or g.data_ptr() != gp:
+                self._gather_grad(ptr)
+
+    def _gather_grad(self, ptr):
+        """One parameter's gradient into its view of the flat buffer (zero when it has none),
+        and the view put back as its .grad; nothing when it is the view already."""
+        p, _, gp, o, n, shape, i = ptr
+        g = p.grad
+        if g is not None and g.data_ptr() == gp:
+            return
+        view = self._grad[o:o + n]
+        if g is None:
+            view.zero_()
+        else:
+            if g.is_sparse:
+                raise RuntimeError("parameter '%s' has a sparse gradient: not supported" %
+                                   self._names[i])
+            view.copy_(g.reshape(-1))
+        p.grad = view.view(shape)
 
     @torch.no_grad()
     def step(self, closure=None, loss=None, batch_size=None):
