@@ -2,11 +2,14 @@
 """Table and plot of bench/peers/run.sh: OUT/results.md and OUT/time-to-target.svg and .png
 (gnuplot), built from the summaries in OUT (models.tsv, runs.tsv, sweeps.tsv; committed).
 
-usage: report.py [--logs LOGS] OUT
+usage: report.py [--logs LOGS [--keep-targets]] OUT
   --logs LOGS  first take the summaries from the raw logs of a sweep (bench/peers/run.sh keeps
                them under var/peers/logs/ or var/peers/long/logs/, git-ignored): a run's row
                replaces the row of the same run, the rows of runs LOGS lacks stay, LOGS/params'
                lines are added to sweeps.tsv
+  --keep-targets  time LOGS' runs to the targets of OUT/models.tsv, those the rows kept from
+               earlier sweeps were timed to, not to the target of LOGS' own reference (a rerun
+               of some systems stays comparable with the rest of the table)
 
   models.tsv  per model: its parameters and batch, the target eval loss (the highest of the
               reference's last 3 evaluations, steps ref_from-ref_step), the compute check's
@@ -25,10 +28,11 @@ import shutil
 import subprocess
 import tempfile
 
-SYSTEMS = ["onebit", "onebit-fp16", "onebit-short", "onebit-refresh", "onebit-short-fp8", "onebit-refresh-fp8",
+SYSTEMS = ["onebit", "onebit-fp32", "onebit-fp16", "onebit-short", "onebit-refresh", "onebit-short-fp8", "onebit-refresh-fp8",
            "onebit-refresh-fp8-overlap", "onebit-warm", "onebit-overlap", "adam", "adam-fp16", "adam-overlap",
            "ddp-fp32", "ddp-fp16", "ddp-powersgd1", "ddp-powersgd4"]
-LABEL = {"onebit": "onebit 1-bit Adam", "onebit-overlap": "onebit 1-bit Adam, overlap",
+LABEL = {"onebit": "onebit 1-bit Adam (defaults)", "onebit-fp32": "onebit 1-bit Adam, fp32 warmup",
+         "onebit-overlap": "onebit 1-bit Adam, overlap",
          "onebit-fp16": "onebit 1-bit Adam, fp16 warmup",
          "onebit-short": "onebit 1-bit Adam, short fp16 warmup",
          "onebit-refresh": "onebit 1-bit Adam, short fp16 warmup + refresh",
@@ -39,13 +43,18 @@ LABEL = {"onebit": "onebit 1-bit Adam", "onebit-overlap": "onebit 1-bit Adam, ov
          "adam": "onebit Adam (fp32)", "adam-overlap": "onebit Adam, overlap", "ddp-fp32": "DDP fp32",
          "ddp-fp16": "DDP + fp16 hook", "ddp-powersgd1": "DDP + PowerSGD r1",
          "ddp-powersgd4": "DDP + PowerSGD r4"}
-COLOR = {"onebit": "#7b2cbf", "onebit-overlap": "#c77dff", "onebit-fp16": "#3c096c",
+COLOR = {"onebit": "#7b2cbf", "onebit-fp32": "#a05fd6", "onebit-overlap": "#c77dff", "onebit-fp16": "#3c096c",
          "onebit-warm": "#e0aaff", "onebit-short": "#10002b", "onebit-refresh": "#5a189a",
          "onebit-short-fp8": "#240046", "onebit-refresh-fp8": "#9d4edd",
          "onebit-refresh-fp8-overlap": "#b5179e",
          "adam-fp16": "#1d6b62", "adam": "#2a9d8f",
          "adam-overlap": "#8ad1c8", "ddp-fp32": "#e76f51", "ddp-fp16": "#f4a261",
          "ddp-powersgd1": "#264653", "ddp-powersgd4": "#6c757d"}
+# The onebit systems whose time to target the table sets against DDP's, and their short names.
+RATIO = {"onebit": "1-bit", "onebit-fp32": "1-bit fp32 warmup", "onebit-fp16": "1-bit fp16",
+         "onebit-short": "short", "onebit-refresh": "refresh", "onebit-short-fp8": "short fp8",
+         "onebit-refresh-fp8": "refresh fp8", "onebit-refresh-fp8-overlap": "refresh fp8 overlap",
+         "onebit-warm": "warm"}
 RATES = ["50m", "200m", "1g", "unshaped"]
 RATE_LABEL = {"50m": "50 Mbit/s", "200m": "200 Mbit/s", "1g": "1 Gbit/s", "unshaped": "unshaped"}
 RATE_X = {"50m": 50, "200m": 200, "1g": 1000, "unshaped": 10000}
@@ -153,32 +162,45 @@ def merge(path, cols, new, key):
     write_tsv(path, cols, sorted(rows, key=key))
 
 
-def summarize(logs, out):
-    """The rows of models.tsv, runs.tsv and sweeps.tsv from the raw logs in logs/."""
+def reference(logs, model, models):
+    """The target of model from its reference run in logs/, its row appended to models."""
+    ref = events(os.path.join(logs, f"ref-{model}.jsonl"))
+    ref_eval = [e for e in ref if e.get("event") == "eval"]
+    # The eval loss is noisy (+-0.02 from one evaluation to the next on the MLP): the target
+    # is the highest of the reference's last 3 evaluations, a level Adam is at or below
+    # from the first of them on, rather than the luck of one evaluation.
+    last3 = ref_eval[-3:]
+    target = max(e["eval_loss"] for e in last3)
+    start = next((e for e in ref if e.get("event") == "start"), {})
+    m = {"model": model, "num_params": start.get("num_params", "?"),
+         "batch": start.get("spec", {}).get("batch_size", 1), "target": float(target),
+         "ref_from": last3[0]["step"], "ref_step": ref_eval[-1]["step"]}
+    # Compute check.
+    c1 = step_times(events(os.path.join(logs, f"compute-{model}-onebit.jsonl")))
+    torch_ev = events(os.path.join(logs, f"compute-{model}-torch.jsonl"))
+    c2 = step_times(torch_ev)
+    if c1 and c2:
+        m["compute_onebit_s"] = float(statistics.median([v for k, v in c1.items() if k > 3]))
+        m["compute_torch_s"] = float(statistics.median([v for k, v in c2.items() if k > 3]))
+        m["torch"] = torch_ev[0].get("torch", "")
+    models.append(m)
+    return target
+
+
+def summarize(logs, out, keep_targets=False):
+    """The rows of models.tsv, runs.tsv and sweeps.tsv from the raw logs in logs/; with
+    keep_targets the runs are timed to the targets of out/models.tsv, which stays as it is."""
     models, runs = [], []
+    kept = {r["model"]: r for r in read_tsv(os.path.join(out, "models.tsv"))}
     for model in ("mlp", "transformer"):
-        if not os.path.exists(os.path.join(logs, f"ref-{model}.jsonl")):
+        if keep_targets:
+            if model not in kept:
+                continue
+            target = kept[model]["target"]
+        elif not os.path.exists(os.path.join(logs, f"ref-{model}.jsonl")):
             continue
-        ref = events(os.path.join(logs, f"ref-{model}.jsonl"))
-        ref_eval = [e for e in ref if e.get("event") == "eval"]
-        # The eval loss is noisy (+-0.02 from one evaluation to the next on the MLP): the target
-        # is the highest of the reference's last 3 evaluations, a level Adam is at or below
-        # from the first of them on, rather than the luck of one evaluation.
-        last3 = ref_eval[-3:]
-        target = max(e["eval_loss"] for e in last3)
-        start = next((e for e in ref if e.get("event") == "start"), {})
-        m = {"model": model, "num_params": start.get("num_params", "?"),
-             "batch": start.get("spec", {}).get("batch_size", 1), "target": float(target),
-             "ref_from": last3[0]["step"], "ref_step": ref_eval[-1]["step"]}
-        # Compute check.
-        c1 = step_times(events(os.path.join(logs, f"compute-{model}-onebit.jsonl")))
-        torch_ev = events(os.path.join(logs, f"compute-{model}-torch.jsonl"))
-        c2 = step_times(torch_ev)
-        if c1 and c2:
-            m["compute_onebit_s"] = float(statistics.median([v for k, v in c1.items() if k > 3]))
-            m["compute_torch_s"] = float(statistics.median([v for k, v in c2.items() if k > 3]))
-            m["torch"] = torch_ev[0].get("torch", "")
-        models.append(m)
+        else:
+            target = reference(logs, model, models)
         for rate in RATES:
             for s in SYSTEMS:
                 path = os.path.join(logs, f"{rate}-{model}-{s}")
@@ -203,10 +225,9 @@ def summarize(logs, out):
             sweeps.append({"rates": kv.get("RATES"), "models": kv.get("MODELS"),
                            "systems": kv.get("SYSTEMS"), "seconds": int(kv.get("SWEEP_SECONDS", 0))})
     # A sweep run with --no-compute has no compute check: the model keeps the earlier one's.
-    old = {r["model"]: r for r in read_tsv(os.path.join(out, "models.tsv"))}
     for m in models:
-        if "compute_onebit_s" not in m and m["model"] in old:
-            m.update({k: old[m["model"]][k] for k in ("compute_onebit_s", "compute_torch_s", "torch")})
+        if "compute_onebit_s" not in m and m["model"] in kept:
+            m.update({k: kept[m["model"]][k] for k in ("compute_onebit_s", "compute_torch_s", "torch")})
     merge(os.path.join(out, "models.tsv"), MODEL_COLS, models, lambda r: r["model"])
     merge(os.path.join(out, "runs.tsv"), RUN_COLS, runs, lambda r: (r["model"], r["rate"], r["system"]))
     old = read_tsv(os.path.join(out, "sweeps.tsv"))
@@ -242,12 +263,8 @@ def report(out):
         md += [f"Target eval loss **{target:.4f}**: the highest eval loss of onebit's Adam over steps "
                f"{ref_from}-{ref_step} of its reference run.", "",
                "| bandwidth | " + " | ".join(LABEL[s] for s in SYSTEMS) +
-               " | 1-bit vs DDP fp32 | 1-bit vs best DDP | 1-bit fp16 vs DDP fp32 | 1-bit fp16 vs best DDP"
-               " | short vs DDP fp32 | short vs best DDP | refresh vs DDP fp32 | refresh vs best DDP"
-               " | short fp8 vs DDP fp32 | short fp8 vs best DDP | refresh fp8 vs DDP fp32"
-               " | refresh fp8 vs best DDP | refresh fp8 overlap vs DDP fp32 | refresh fp8 overlap vs best DDP"
-               " | warm vs DDP fp32 | warm vs best DDP |",
-               "|---|" + "---|" * (len(SYSTEMS) + 16)]
+               "".join(f" | {RATIO[s]} vs DDP fp32 | {RATIO[s]} vs best DDP" for s in RATIO) + " |",
+               "|---|" + "---|" * (len(SYSTEMS) + 2 * len(RATIO))]
         detail = ["", "Step times per phase [ms] (median; for onebit 1-bit Adam: warmup / compression; "
                   "PowerSGD: before / after its start iteration) and the run's freeze step:", "",
                   "| bandwidth | " + " | ".join(LABEL[s] for s in SYSTEMS) + " |", "|---|" + "---|" * len(SYSTEMS)]
@@ -278,8 +295,7 @@ def report(out):
             ddp = [res[s]["ttt"] for s in SYSTEMS if s.startswith("ddp") and res[s] and res[s].get("ttt")]
             fp32 = res["ddp-fp32"] and res["ddp-fp32"].get("ttt")
             ratios = []
-            for mine in ("onebit", "onebit-fp16", "onebit-short", "onebit-refresh", "onebit-short-fp8",
-                         "onebit-refresh-fp8", "onebit-refresh-fp8-overlap", "onebit-warm"):
+            for mine in RATIO:
                 one = res[mine] and res[mine].get("ttt")
                 ratios.append(f"**{fp32 / one:.2f}x**" if one and fp32 else "-")
                 ratios.append(f"**{min(ddp) / one:.2f}x**" if one and ddp else "-")
@@ -296,10 +312,14 @@ def report(out):
 def main():
     ap = argparse.ArgumentParser(description="table and plot of bench/peers/run.sh from its TSVs")
     ap.add_argument("--logs", help="first take the TSVs from the raw logs in this directory")
+    ap.add_argument("--keep-targets", action="store_true",
+                    help="time the runs to the targets of OUT/models.tsv, not to LOGS' reference")
     ap.add_argument("out", nargs="?", default="docs/peers")
     a = ap.parse_args()
+    if a.keep_targets and not a.logs:
+        ap.error("--keep-targets goes with --logs")
     if a.logs:
-        summarize(a.logs, a.out)
+        summarize(a.logs, a.out, a.keep_targets)
     report(a.out)
 
 

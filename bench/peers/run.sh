@@ -22,7 +22,8 @@
 #                                     (also: adam-overlap, onebit-overlap: optimizer.overlap: true
 #                                     with bucket_mb: 1, so that the MLP's two large layers are two
 #                                     buckets: the default 4 MiB holds both in one;
-#                                     adam-fp16, onebit-fp16: optimizer.gradient_exchange: fp16;
+#                                     adam-fp16, onebit-fp16: optimizer.gradient_exchange: fp16
+#                                     (onebit-fp32: fp32, the warmup of the defaults before fp8);
 #                                     onebit-warm: 1-bit Adam warm-started from an earlier run
 #                                     of the model with another seed, see below;
 #                                     onebit-short: a short warmup, freeze_step SHORT_FREEZE
@@ -31,13 +32,15 @@
 #                                     the same with refresh_steps REFRESH_STEPS (default 16);
 #                                     onebit-refresh-fp8-overlap: onebit-refresh-fp8 with
 #                                     overlap: true and bucket_mb: 1)
-#                                     [--quick] [--no-compute] [--no-ref] [--skip-runs] [--cleanup]
+#                                     [--quick] [--no-compute] [--no-ref] [--keep-targets] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
 #   --long       a later target: the MLP's from step 1200 of the reference (cap 1800 steps, eval
 #                every 50), where the compression stage is most of the run; into docs/peers/long/
 #                (default rates "200m", systems "onebit onebit-fp16 ddp-fp32 ddp-fp16")
 #   --no-compute / --no-ref  keep the compute-check / reference logs of an earlier run (in the
 #                raw logs' directory: a run on this machine)
+#   --keep-targets  no reference run: every run goes to the target of OUT/models.tsv, the one the
+#                table's other rows were timed to (a rerun of some systems stays comparable)
 #   --skip-runs  only rebuild the table and the plot from the TSVs in docs/peers/
 #   --cleanup    remove namespaces left by a killed run
 # Needs root (ip netns, tc), Open MPI, jq, gnuplot, Debian's python3-torch (installed here if
@@ -50,7 +53,7 @@ export OBNET_PREFIX=${OBNET_PREFIX:-obpeer} OBNET_SUBNET=${OBNET_SUBNET:-10.231.
 RATES="unshaped 1g 200m 50m"
 MODELS="mlp transformer"
 SYSTEMS="onebit adam ddp-fp32 ddp-fp16 ddp-powersgd1 ddp-powersgd4"
-QUICK=0 LONG=0 SKIP_RUNS=0 NO_COMPUTE=0 NO_REF=0 SET_RATES=0 SET_SYSTEMS=0
+QUICK=0 LONG=0 SKIP_RUNS=0 NO_COMPUTE=0 NO_REF=0 KEEP_TARGETS=0 SET_RATES=0 SET_SYSTEMS=0
 usage() {
   sed -n 's/^# usage: //p; s/^#        //p' "$0" >&2
   exit 2
@@ -64,6 +67,7 @@ while [ $# -gt 0 ]; do
     --long) LONG=1; shift ;;
     --no-compute) NO_COMPUTE=1; shift ;;
     --no-ref) NO_REF=1; shift ;;
+    --keep-targets) KEEP_TARGETS=1 NO_REF=1; shift ;;
     --skip-runs) SKIP_RUNS=1; shift ;;
     --cleanup)
       # shellcheck source=bench/net/netns.sh
@@ -241,9 +245,15 @@ for rate in $RATES; do
   obnet_shape "$rate"
   for model in $MODELS; do
     ref=REF_$model eval=EVAL_$model cap=CAP_$model
-    # The highest of the reference's last 3 eval losses (report.py says why).
-    target=$(jq -s 'map(select(.event=="eval")) | .[-3:] | map(.eval_loss) | max' "$LOGS/ref-$model.jsonl")
-    [ "$target" != null ] || { echo "bench/peers: no eval in ref-$model.jsonl" >&2; exit 1; }
+    if [ "$KEEP_TARGETS" -eq 1 ]; then
+      target=$(awk -F'\t' -v m="$model" 'NR == 1 { for (i = 1; i <= NF; i++) if ($i == "target") c = i }
+                                          NR > 1 && $1 == m { print $c }' "$OUT/models.tsv")
+      [ -n "$target" ] || { echo "bench/peers: no target for $model in $OUT/models.tsv" >&2; exit 1; }
+    else
+      # The highest of the reference's last 3 eval losses (report.py says why).
+      target=$(jq -s 'map(select(.event=="eval")) | .[-3:] | map(.eval_loss) | max' "$LOGS/ref-$model.jsonl")
+      [ "$target" != null ] || { echo "bench/peers: no eval in ref-$model.jsonl" >&2; exit 1; }
+    fi
     freeze=$(jq -s 'map(select(.event=="freeze")) | first | .step // empty' \
       "$LOGS/$rate-$model-onebit.jsonl" 2>/dev/null || true)
     for sys in $SYSTEMS; do
@@ -257,6 +267,7 @@ for rate in $RATES; do
         onebit-overlap) onebit_run "$name" "$model" "${ONEBIT%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true
                 freeze=$(jq -s 'map(select(.event=="freeze")) | first | .step // empty' "$LOGS/$name.jsonl") ;;
         adam-fp16) onebit_run "$name" "$model" "${ADAM%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-fp32) onebit_run "$name" "$model" "${ONEBIT%\}}, gradient_exchange: fp32}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-fp16) onebit_run "$name" "$model" "${ONEBIT%\}}, gradient_exchange: fp16}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-short) onebit_run "$name" "$model" "$ONEBIT_SHORT" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-refresh) onebit_run "$name" "$model" "$ONEBIT_REFRESH" "${!cap}" "${!eval}" "$target" || true ;;
@@ -276,4 +287,5 @@ for rate in $RATES; do
 done
 echo "RATES=\"$RATES\" MODELS=\"$MODELS\" SYSTEMS=\"$SYSTEMS\" SWEEP_SECONDS=$(($(date +%s) - T0))" >> "$LOGS/params"
 echo "== runs took $(($(date +%s) - T0)) s"
-"$PY" bench/peers/report.py --logs "$LOGS" "$OUT"
+if [ "$KEEP_TARGETS" -eq 1 ]; then "$PY" bench/peers/report.py --logs "$LOGS" --keep-targets "$OUT"
+else "$PY" bench/peers/report.py --logs "$LOGS" "$OUT"; fi

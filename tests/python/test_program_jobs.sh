@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # Program jobs: onebitd runs a PyTorch program (tests/python/train_small.py, on onebit.torch)
 # under mpirun through the real onebit-worker, with the same supervision as built-in jobs.
-#   - onebitctl submit --program: SUCCEEDED, progress, freeze and checkpoints in the status;
+#   - onebitctl submit --program: SUCCEEDED, progress, freeze and checkpoints in the status, the
+#     progress sent over WorkerService;
 #   - a rank SIGKILLed mid-run: restarted from the newest checkpoint, the same final parameters
 #     as the uninterrupted run;
 #   - onebitd shut down during a program job (SIGTERM): the ranks stop together, save where they
 #     stopped and exit 0; the next onebitd resumes there, not from an older checkpoint, to the
 #     same final parameters;
+#   - a cancel: the ranks take it from onebitd's answer to their progress reports (they ignore
+#     SIGTERM here), stop together and save;
 #   - a program that raises before its first step: FAILED, not retried, its exception the reason;
 #   - the same exception at the same step on two attempts: FAILED after one restart;
 #   - an entrypoint outside the data roots (--no-upload: a path on onebitd's machine): refused at
@@ -37,6 +40,10 @@ out=$(ctl status "$id" 2>&1)
 check "onebitctl status shows it" 'echo "$out" | grep -q SUCCEEDED' "$out"
 metrics=$(curl -s "http://$REST/metrics")
 check "/metrics counts its steps" 'echo "$metrics" | grep -q "^onebit_steps_total 120$"' "$(echo "$metrics" | grep steps_total)"
+# Rank 0 reports over WorkerService as onebit-worker does: start, 12 logged steps, the freeze,
+# evaluations, checkpoints and the summary; none of it only from the log.
+reports=$(echo "$metrics" | sed -n 's/^onebit_worker_reports_total //p')
+check "its progress came over WorkerService (onebit_worker_reports_total >= 15)" '[ "${reports:-0}" -ge 15 ] && ! grep -q "ONEBIT_REPORT_ADDR" "$TMP/var/jobs/$id/worker.log"' "reports=$reports $(grep ONEBIT_REPORT_ADDR "$TMP/var/jobs/$id/worker.log")"
 
 # --- a rank killed mid-run: restarted from its checkpoint, the same parameters ---------------
 printf '{"name":"killed","program":{"entrypoint":"train_small.py","workdir":"%s","args":["--out","%s"],"env":{"TRAIN_SMALL_KILL":"70 1"}},"steps":120}\n' "$HERE" "$TMP/b.f32" > "$TMP/killed.json"
@@ -68,6 +75,25 @@ check "the next onebitd resumed from the stop's step and the job SUCCEEDED" \
   "$(echo "$j" | jq -c '{state, message, attempts: [.attempts[] | {start_step, exit_reason}]}')"
 check "stopped and resumed: final parameters identical to the uninterrupted run's" \
   'cmp -s "$TMP/a.f32" "$TMP/e.f32"' "$(ls -l "$TMP"/*.f32)"
+
+# --- cancelled: the cancel reaches the ranks in onebitd's answer to rank 0's reports ----------
+# The ranks ignore SIGTERM here (TRAIN_SMALL_IGNORE_TERM), so the answer is the only way the
+# cancel reaches them before the grace period's SIGKILL (10 s): they stop together at a logged
+# step and save there.
+printf '{"name":"cancelled","program":{"entrypoint":"train_small.py","workdir":"%s","args":["--interval","1000","--step-seconds","0.05"],"env":{"TRAIN_SMALL_IGNORE_TERM":"1"}},"steps":600}\n' "$HERE" > "$TMP/cancel.json"
+id6=$(ctl submit -f "$TMP/cancel.json" --np 2 2>"$TMP/err")
+for _ in $(seq 600); do
+  [ "$(field "$id6" '.progress.step // 0')" -ge 20 ] 2>/dev/null && break
+  sleep 0.1
+done
+t0=$(date +%s)
+ctl cancel "$id6" > /dev/null 2>&1
+wait_state "$id6" CANCELLED 60
+j=$(get "$id6")
+ck=$(ls -d "$TMP/var/checkpoints/$id6"/step-* 2>/dev/null)
+check "cancelled through the reports' answers: CANCELLED within the grace period, a checkpoint where the ranks stopped" \
+  '[ "$(echo "$j" | jq -r .state)" = CANCELLED ] && [ $(($(date +%s) - t0)) -lt 10 ] && [ "$(echo "$ck" | wc -w)" = 1 ] && grep -q "stopped after step [0-9]* (SIGTERM): saved" "$TMP/var/jobs/$id6/worker.log"' \
+  "$(echo "$j" | jq -c '{state, message}') after $(($(date +%s) - t0)) s; $ck; $(tail -3 "$TMP/var/jobs/$id6/worker.log")"
 
 # --- deterministic failures are not retried -----------------------------------------------------
 id3=$(ctl submit --program "$HERE/train_small.py" --np 2 -- --raise-at 0 2>"$TMP/err")

@@ -6,7 +6,9 @@ after STEP (a crash, no checkpoint; once: a marker in --dir remembers); TRAIN_SM
 RANK": that rank sends itself SIGTERM after STEP (once, as KILL): the ranks stop together at a
 logged step, save a checkpoint there and exit 0 (onebit.Stopped); --raise-at STEP raises
 ValueError before that step (every rank). Writes the final parameters to --out when given. --step-seconds S: a pause after each
-step (pacing for tests that act while it runs; it changes no number).
+step (pacing for tests that act while it runs; it changes no number). TRAIN_SMALL_IGNORE_TERM=1:
+the ranks ignore SIGTERM (set before onebit.init, which then leaves it alone), so that only the
+cancel in onebitd's answer to a progress report can stop them.
 """
 import argparse
 import ctypes
@@ -30,6 +32,8 @@ a = ap.parse_args()
 kill = [int(v) for v in os.environ.get("TRAIN_SMALL_KILL", "0 -1").split()]
 term = [int(v) for v in os.environ.get("TRAIN_SMALL_TERM", "0 -1").split()]
 torch.set_num_threads(1)
+if os.environ.get("TRAIN_SMALL_IGNORE_TERM") == "1":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 w = onebit.init(device="cpu")
 torch.manual_seed(7)
 model = torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.GELU(), torch.nn.Linear(64, 64),

@@ -253,8 +253,12 @@ def world():
 
 
 def _shutdown():
+    global _reporter
     for h in list(_handles):
         h._close()
+    if _reporter:
+        _lib.lib.obpy_reporter_destroy(_reporter)
+    _reporter = False
     sys.stdout.flush()
     _lib.lib.obpy_finalize()
 
@@ -268,9 +272,9 @@ def _format():
     return f
 
 
-def report_line(kind, phase="", text=None, text2=None, **fields):
-    """The JSON line onebit-worker prints for this event (onebit/report.h), built by the same
-    C writer. Unknown field names raise TypeError."""
+def _report(reporter, kind, phase, text, text2, fields, line):
+    """One report through the engine's writer: its JSON line (when `line`) and, with a
+    reporter, its ReportProgress call. Returns the line (or None) and obpy_report's flags."""
     nums = [0.0] * len(_lib.REPORT_FIELDS)
     for k, v in fields.items():
         try:
@@ -278,11 +282,53 @@ def report_line(kind, phase="", text=None, text2=None, **fields):
         except ValueError:
             raise TypeError("report: unknown field %r" % k) from None
     arr = (_lib.c_double * len(nums))(*nums)
-    out = _lib.ctypes.create_string_buffer(1 << 16 if kind != "start" else 1 << 21)
-    _lib.call(_lib.lib.obpy_report_json, _lib.enc(kind), _lib.enc(phase), arr, len(nums),
-              _lib.enc(text) if text is not None else None,
-              _lib.enc(text2) if text2 is not None else None, out, len(out))
-    return out.value.decode()
+    out = _lib.ctypes.create_string_buffer(1 << 16 if kind != "start" else 1 << 21) \
+        if line else None
+    flags = _lib.ctypes.c_int(0)
+    err = _lib.ctypes.create_string_buffer(1024)
+    rc = _lib.lib.obpy_report(reporter, _lib.enc(kind), _lib.enc(phase), arr, len(nums),
+                              _lib.enc(text) if text is not None else None,
+                              _lib.enc(text2) if text2 is not None else None, out,
+                              len(out) if out is not None else 0, _lib.ctypes.byref(flags),
+                              err, len(err))
+    if rc != 0:
+        raise ValueError(err.value.decode(errors="replace"))
+    if flags.value & _lib.REPORT_FIRST_FAILURE:
+        sys.stderr.write("onebit: warning: ONEBIT_REPORT_ADDR: %s (continuing; progress stays "
+                         "in the log)\n" % err.value.decode(errors="replace"))
+    return (out.value.decode() if out is not None else None), flags.value
+
+
+def report_line(kind, phase="", text=None, text2=None, **fields):
+    """The JSON line onebit-worker prints for this event (onebit/report.h), built by the same
+    C writer. Unknown field names raise TypeError."""
+    return _report(None, kind, phase, text, text2, fields, True)[0]
+
+
+# Rank 0's reporter to onebitd's WorkerService: None until the first report, False where there
+# is none (no ONEBIT_REPORT_ADDR, or it could not be created).
+_reporter = None
+
+
+def _get_reporter():
+    """A program run by onebitd sends its reports to the coordinator as onebit-worker does
+    (ONEBIT_REPORT_ADDR and ONEBIT_JOB_ID from the launcher, the attempt's credential in
+    ONEBIT_REPORT_TOKEN or ONEBIT_REPORT_TOKEN_FILE): they reach onebitd where it cannot read
+    the ranks' output (Kubernetes, Slurm), and its answer carries a cancel."""
+    global _reporter
+    if _reporter is None:
+        _reporter = False
+        addr, job = os.environ.get("ONEBIT_REPORT_ADDR"), os.environ.get("ONEBIT_JOB_ID")
+        if addr and job:
+            h = _lib.c_void_p()
+            try:
+                _lib.call(_lib.lib.obpy_reporter_create, _lib.enc(addr), _lib.enc(job),
+                          _lib.ctypes.byref(h))
+                _reporter = h
+            except (OnebitError, ValueError) as e:
+                sys.stderr.write("onebit: warning: ONEBIT_REPORT_ADDR: %s (continuing; progress "
+                                 "stays in the log)\n" % e)
+    return _reporter or None
 
 
 def _text_line(kind, phase, text, f):
@@ -315,16 +361,20 @@ def _text_line(kind, phase, text, f):
 def report(kind, phase="", text=None, text2=None, **fields):
     """Prints a progress report on rank 0 as onebit-worker does (ONEBIT_PROGRESS=json, the
     default and what onebitd reads; text for people; off), so that a program run by onebitd
-    shows in onebitctl, the dashboard and /metrics. Only rank 0 prints; call it on every rank."""
+    shows in onebitctl, the dashboard and /metrics; under onebitd it also sends it over
+    WorkerService, and a cancel in the answer asks for a stop as SIGTERM does. Only rank 0
+    reports; call it on every rank."""
+    global _stop_signal
     w = world()
     fmt = _format()
-    if w.rank != 0 or fmt == "off":
+    if w.rank != 0:
         return
-    if fmt == "json":
-        line = report_line(kind, phase, text, text2, **fields)
-    else:
-        line = _text_line(kind, phase, text, fields)
-    sys.stdout.write(line + "\n")
+    line, flags = _report(_get_reporter(), kind, phase, text, text2, fields, fmt == "json")
+    if flags & _lib.REPORT_CANCEL and not _stop_signal:
+        _stop_signal = signal.SIGTERM
+    if fmt == "off":
+        return
+    sys.stdout.write((line if fmt == "json" else _text_line(kind, phase, text, fields)) + "\n")
     sys.stdout.flush()
 
 

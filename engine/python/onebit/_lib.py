@@ -8,7 +8,7 @@ import ctypes
 import os
 import re
 
-ABI_VERSION = 3
+ABI_VERSION = 4
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -111,8 +111,12 @@ _sig("obpy_ckpt_load", [c_void_p, c_char_p, c_int_p, ctypes.POINTER(CkptInfo),
 _sig("obpy_optim_rolled_back", [c_void_p, c_long, ctypes.POINTER(Stats), *ERR])
 _sig("obpy_optim_rollbacks", [c_void_p], c_int)
 _sig("obpy_ckpt_warm_start", [c_void_p, c_char_p, c_long, c_int, c_char_p, *ERR])
-_sig("obpy_report_json", [c_char_p, c_char_p, ctypes.POINTER(c_double), c_int, c_char_p,
-                          c_char_p, c_char_p, c_size_t, *ERR])
+_sig("obpy_reporter_create", [c_char_p, c_char_p, ctypes.POINTER(c_void_p), *ERR])
+_sig("obpy_reporter_destroy", [c_void_p], None)
+_sig("obpy_report", [c_void_p, c_char_p, c_char_p, ctypes.POINTER(c_double), c_int, c_char_p,
+                     c_char_p, c_char_p, c_size_t, c_int_p, *ERR])
+# obpy_report's flags (binding.h).
+REPORT_SENT, REPORT_CANCEL, REPORT_FIRST_FAILURE = 1, 2, 4
 
 PATH_LEN = 4096
 REPORT_FIELDS = ("step", "loss", "lr", "samples_per_s", "bytes_sent", "bytes_step",

@@ -11,6 +11,7 @@
 #include "onebit/optim.h"
 #include "onebit/optim_ckpt.h"
 #include "onebit/report.h"
+#include "onebit/rpc_client.h"
 
 #include <jansson.h>
 #include <math.h>
@@ -866,11 +867,13 @@ static double num(const double *v, int n, int i)
     return i < n ? v[i] : 0.0;
 }
 
-int obpy_report_json(const char *kind, const char *phase, const double *v, int n, const char *text,
-                     const char *text2, char *out, size_t cap, char *err, size_t ecap)
+/* The report of one event from its kind, phase, numbers (OBPY_R_*) and texts; NULL when out of
+ * memory. */
+static ob_report *build_report(const char *kind, const char *phase, const double *v, int n,
+                               const char *text, const char *text2)
 {
     ob_report *r = calloc(1, sizeof *r);
-    if (!r) return OB_ERR_NOMEM;
+    if (!r) return NULL;
     r->kind = ob_report_kind_parse(kind);
     ob_progress *p = &r->progress;
     p->step = (int64_t)num(v, n, OBPY_R_STEP);
@@ -919,19 +922,58 @@ int obpy_report_json(const char *kind, const char *phase, const double *v, int n
     s->first_step = (int64_t)num(v, n, OBPY_R_FIRST_STEP);
     s->stopped = num(v, n, OBPY_R_STOPPED) != 0.0;
     s->last_checkpoint = (int64_t)num(v, n, OBPY_R_LAST_CHECKPOINT);
-    char *line = r->kind != OB_REPORT_NONE ? ob_report_to_json(r) : NULL;
-    free(r);
-    int rc = 0;
-    if (!line) {
+    return r;
+}
+
+int obpy_reporter_create(const char *target, const char *job_id, ob_reporter **out, char *err,
+                         size_t cap)
+{
+    ob_err e;
+    ob_err_clear(&e);
+    RET(ob_reporter_create(out, target, job_id, NULL, &e));
+}
+
+void obpy_reporter_destroy(ob_reporter *r)
+{
+    ob_reporter_destroy(r);
+}
+
+int obpy_report(ob_reporter *reporter, const char *kind, const char *phase, const double *v,
+                int n, const char *text, const char *text2, char *out, size_t cap, int *flags,
+                char *err, size_t ecap)
+{
+    if (flags) *flags = 0;
+    ob_report *r = build_report(kind, phase, v, n, text, text2);
+    if (!r) return OB_ERR_NOMEM;
+    if (r->kind == OB_REPORT_NONE) {
+        free(r);
         if (err && ecap) snprintf(err, ecap, "report '%s': not a report kind", kind);
         return OB_ERR_INVALID_ARG;
     }
-    if (strlen(line) >= cap) {
-        if (err && ecap) snprintf(err, ecap, "report of %zu bytes: no room", strlen(line));
-        rc = OB_ERR_INVALID_ARG;
-    } else {
-        memcpy(out, line, strlen(line) + 1);
+    int rc = 0;
+    if (out) {
+        char *line = ob_report_to_json(r);
+        if (!line) {
+            rc = OB_ERR_NOMEM;
+        } else if (strlen(line) >= cap) {
+            if (err && ecap) snprintf(err, ecap, "report of %zu bytes: no room", strlen(line));
+            rc = OB_ERR_INVALID_ARG;
+        } else {
+            memcpy(out, line, strlen(line) + 1);
+        }
+        free(line);
     }
-    free(line);
+    if (rc == 0 && reporter) {
+        int cancel = 0;
+        ob_err e;
+        ob_err_clear(&e);
+        if (ob_reporter_send(reporter, r, &cancel, &e) == OB_OK) {
+            if (flags) *flags = OBPY_REPORT_SENT | (cancel ? OBPY_REPORT_CANCEL : 0);
+        } else if (ob_reporter_failures(reporter) == 1) {
+            if (flags) *flags = OBPY_REPORT_FIRST_FAILURE;
+            if (err && ecap) snprintf(err, ecap, "%s", e.msg);
+        }
+    }
+    free(r);
     return rc;
 }

@@ -14,11 +14,12 @@
 #define ONEBIT_PY_BINDING_H
 
 #include "onebit/comm.h"
+#include "onebit/rpc_client.h"
 
 #include <stddef.h>
 #include <stdint.h>
 
-#define OBPY_ABI_VERSION 3
+#define OBPY_ABI_VERSION 4
 
 int obpy_abi_version(void);
 /* 1 in a build with the CUDA kernels and the NCCL communicator. */
@@ -205,10 +206,25 @@ enum {
     OBPY_R_TO_STEP, /* rewarm: the checkpoint's step (text: the message, text2: its path) */
     OBPY_R_COUNT
 };
-/* phase: "warmup" or "compression"; text: the spec JSON (start), the checkpoint path
- * (checkpoint, resume) or the message (notice, a failed checkpoint). */
-int obpy_report_json(const char *kind, const char *phase, const double *nums, int n,
-                     const char *text, const char *text2, char *out, size_t cap, char *err,
-                     size_t ecap);
+/* A reporter to onebitd's WorkerService at target (host:port) for job_id, with the attempt's
+ * credential from the environment (ob_reporter_create). */
+int obpy_reporter_create(const char *target, const char *job_id, ob_reporter **out, char *err,
+                         size_t cap);
+/* Accepts NULL. */
+void obpy_reporter_destroy(ob_reporter *r);
+
+/* obpy_report's *flags. */
+#define OBPY_REPORT_SENT 1          /* the coordinator took it */
+#define OBPY_REPORT_CANCEL 2        /* ... and is cancelling the job: stop as on SIGTERM */
+#define OBPY_REPORT_FIRST_FAILURE 4 /* the reporter's first failed send: err says why */
+
+/* One progress report, built once: its JSON line into out (cap bytes; out NULL: none) and, with
+ * a reporter (may be NULL), sent to onebitd as onebit-worker's are. A failed send is not an
+ * error (training goes on, the coordinator reads the log): *flags tells it. phase: "warmup" or
+ * "compression"; text: the spec JSON (start), the checkpoint path (checkpoint, resume) or the
+ * message (notice, a failed checkpoint). */
+int obpy_report(ob_reporter *reporter, const char *kind, const char *phase, const double *nums,
+                int n, const char *text, const char *text2, char *out, size_t cap, int *flags,
+                char *err, size_t ecap);
 
 #endif /* ONEBIT_PY_BINDING_H */
