@@ -69,19 +69,22 @@ def variant(spec, name):
     onebit-fp32, onebit-fp16, onebit-fp8 (the default with the gradients of the warmup exchanged
     in fp32 (the default until 2026-11-27), fp16, fp8 (the default since)) |
     binsgdm | softsign (optimizer.type binsgdm / softsign with the spec's beta1, eps and
-    weight_decay)."""
+    weight_decay) | binsgdm-t0 (binsgdm with b a running maximum after the LR warmup:
+    max_denominator_step = lr.warmup_steps)."""
     s = json.loads(json.dumps(spec))
     if name == "adam":
         s["optimizer"] = {k: v for k, v in s["optimizer"].items()
                           if k in ("beta1", "beta2", "eps", "weight_decay")}
         s["optimizer"]["type"] = "adam"
         s["optimizer"]["bias_correction"] = False
-    elif name in ("binsgdm", "softsign"):
+    elif name in ("binsgdm", "softsign", "binsgdm-t0"):
         # BinSGDM (1-bit: m / (b + eps) quantised to +-1) and its unquantised form: beta1, eps
         # and weight_decay from the spec, every other field at its default; the LR schedule as is.
         s["optimizer"] = {k: v for k, v in s["optimizer"].items()
                           if k in ("beta1", "eps", "weight_decay")}
-        s["optimizer"]["type"] = name
+        s["optimizer"]["type"] = name[:7] if name == "binsgdm-t0" else name
+        if name == "binsgdm-t0":
+            s["optimizer"]["max_denominator_step"] = max(1, s["lr"].get("warmup_steps", 0))
     elif name == "onebit-none":
         s["optimizer"]["stabilizer"] = "none"
     elif name in ("onebit-fp32", "onebit-fp16", "onebit-fp8"):
@@ -398,7 +401,7 @@ def ensure_source(name):
 
 def case_spec(case, var):
     if var in ("adam", "onebit", "onebit-none", "onebit-fp32", "onebit-fp16", "onebit-fp8",
-               "onebit-bc", "binsgdm", "softsign") \
+               "onebit-bc", "binsgdm", "softsign", "binsgdm-t0") \
             or var.startswith("onebit-r"):
         return variant(case["spec"], var)
     if var == "scratch":
@@ -444,7 +447,7 @@ def cmd_run(args):
         extra = (c["group"] == "warm" and (args.variant.startswith("warm-refit-") or args.variant == "warm-fp16")) or \
                 (c["group"] == "fp16" and args.variant in ("onebit-fp32", "onebit-fp8", "adam")) or \
                 (c["group"] == "short" and args.variant.endswith("-fp8")) or \
-                (c["group"] == "binsgdm" and args.variant == "softsign")
+                (c["group"] == "binsgdm" and args.variant in ("softsign", "binsgdm-t0"))
         return c["variants"] + ([args.variant] if extra else [])
     pending = [(c, v) for c in all_cases(args.group) for v in variants(c)
             if (not args.only or args.only in c["case"]) and (not args.variant or v == args.variant)
@@ -582,7 +585,8 @@ def short_table(by):
 def binsgdm_table(by):
     """Per configuration of the binsgdm group: Adam's median eval loss over the seeds,
     BinSGDM's median and worst, their differences to Adam's median, divergences (a failed run
-    or a non-finite loss), rollbacks, bytes Adam/BinSGDM, and SoftSignSGD where it ran."""
+    or a non-finite loss), rollbacks, bytes Adam/BinSGDM, and SoftSignSGD and BinSGDM with T0
+    where they ran."""
     cfgs = {}
     for c in binsgdm_cases():
         cfgs.setdefault(re.sub(r"-s[0-9]+$", "", c["case"]), []).append(c["case"])
@@ -601,7 +605,8 @@ def binsgdm_table(by):
              "| configuration | seeds | Adam median | BinSGDM median | diff | BinSGDM worst | diff | "
              "divergences | rollbacks | bytes Adam/BinSGDM | paired per seed | goal |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    soft = []
+    # The group's other variants, each beside Adam and BinSGDM: variant -> rows.
+    others = {"softsign": [], "binsgdm-t0": []}
     tot = {"div": 0, "n": 0, "met": 0, "cfg": 0}
     for cfg, cases in cfgs.items():
         ran = [c for c in cases if (c, "binsgdm") in by]
@@ -635,21 +640,29 @@ def binsgdm_table(by):
         lines.append("| %s | %d | %s | %s | %s | %s | %s | %d | %d | %s | %s | %s |" % (
             cfg, len(ran), fmt4(am), fmt4(bm), pct(d(bm)), fmt4(bw), pct(d(bw)), div, rew, rr,
             ", ".join(paired), "met" if met else "**not met**"))
-        sv = [by[(c, "softsign")] for c in cases if (c, "softsign") in by]
-        if sv:
-            sg = [fnum(r["eval_loss"]) for r in sv if ok(r)]
-            soft.append((cfg, len(sv), am, median(sg) if sg else None, max(sg) if sg else None,
-                         sum(1 for r in sv if not ok(r)), bm, d))
+        for v, rows in others.items():
+            sv = [by[(c, v)] for c in cases if (c, v) in by]
+            if sv:
+                sg = [fnum(r["eval_loss"]) for r in sv if ok(r)]
+                rows.append((cfg, len(sv), am, median(sg) if sg else None, max(sg) if sg else None,
+                             sum(1 for r in sv if not ok(r)), bm, d))
     lines.append("")
     lines.append("%d configurations, %d BinSGDM runs: %d divergences; the goal met on %d of %d "
                  "configurations." % (tot["cfg"], tot["n"], tot["div"], tot["met"], tot["cfg"]))
     lines.append("")
-    if soft:
-        lines += ["SoftSignSGD (`softsign`, the same update unquantised, gradients exchanged in fp32):", "",
-                  "| configuration | seeds | Adam median | SoftSign median | diff | SoftSign worst | diff | "
-                  "divergences | BinSGDM median | diff |",
+    titles = {"softsign": ("SoftSignSGD (`softsign`, the same update unquantised, gradients "
+                           "exchanged in fp32):", "SoftSign"),
+              "binsgdm-t0": ("BinSGDM with b a running maximum from the end of the LR warmup "
+                             "(`binsgdm-t0`: `max_denominator_step` = `lr.warmup_steps`):", "T0")}
+    for v, rows in others.items():
+        if not rows:
+            continue
+        title, short = titles[v]
+        lines += [title, "",
+                  "| configuration | seeds | Adam median | %s median | diff | %s worst | diff | "
+                  "divergences | BinSGDM median | diff |" % (short, short),
                   "|---|---|---|---|---|---|---|---|---|---|"]
-        for cfg, n, am, sm, sw, div, bm, d in soft:
+        for cfg, n, am, sm, sw, div, bm, d in rows:
             lines.append("| %s | %d | %s | %s | %s | %s | %s | %d | %s | %s |" % (
                 cfg, n, fmt4(am), fmt4(sm), pct(d(sm)), fmt4(sw), pct(d(sw)), div, fmt4(bm), pct(d(bm))))
         lines.append("")
