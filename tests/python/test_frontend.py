@@ -481,6 +481,25 @@ class Rollback(InTempDir):
                                              "rolled back"))
 
 
+class Reports(unittest.TestCase):
+    """rank 0's reports under onebitd (ONEBIT_REPORT_ADDR): test_program_jobs.sh checks that a
+    running coordinator receives them and that a cancel in its answer stops the ranks; here, a
+    coordinator that cannot be reached."""
+
+    def test_an_unreachable_coordinator_warns_once_and_the_lines_go_on(self):
+        code = ("import onebit\n"
+                "for i in range(3): onebit.report('step', 'warmup', step=i, loss=1.0)\n"
+                "assert onebit.stop_requested() is None\n")
+        env = dict(os.environ, ONEBIT_REPORT_ADDR="127.0.0.1:1", ONEBIT_JOB_ID="job-000001",
+                   ONEBIT_REPORT_TOKEN="x" * 64, ONEBIT_PROGRESS="json")
+        r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                           timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual([json.loads(x)["step"] for x in r.stdout.splitlines()], [0, 1, 2])
+        self.assertEqual(r.stderr.count("onebit: warning: ONEBIT_REPORT_ADDR:"), 1, r.stderr)
+        self.assertIn("progress stays in the log", r.stderr)
+
+
 class Overlap(InTempDir):
     """overlap=True: the exchange starts in the backward pass, so the gradients and the state
     belong to it until step(). (tests/python/overlap_check.py: the same bits on 2 ranks.)"""

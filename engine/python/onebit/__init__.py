@@ -286,13 +286,10 @@ def _report(reporter, kind, phase, text, text2, fields, line):
         if line else None
     flags = _lib.ctypes.c_int(0)
     err = _lib.ctypes.create_string_buffer(1024)
-    rc = _lib.lib.obpy_report(reporter, _lib.enc(kind), _lib.enc(phase), arr, len(nums),
-                              _lib.enc(text) if text is not None else None,
-                              _lib.enc(text2) if text2 is not None else None, out,
-                              len(out) if out is not None else 0, _lib.ctypes.byref(flags),
-                              err, len(err))
-    if rc != 0:
-        raise ValueError(err.value.decode(errors="replace"))
+    _lib.call(_lib.lib.obpy_report, reporter, _lib.enc(kind), _lib.enc(phase), arr, len(nums),
+              _lib.enc(text) if text is not None else None,
+              _lib.enc(text2) if text2 is not None else None, out,
+              len(out) if out is not None else 0, _lib.ctypes.byref(flags), buf=err)
     if flags.value & _lib.REPORT_FIRST_FAILURE:
         sys.stderr.write("onebit: warning: ONEBIT_REPORT_ADDR: %s (continuing; progress stays "
                          "in the log)\n" % err.value.decode(errors="replace"))

@@ -127,10 +127,11 @@ REPORT_FIELDS = ("step", "loss", "lr", "samples_per_s", "bytes_sent", "bytes_ste
                  "stopped", "from_world_size", "to_step")
 
 
-def call(fn, *args, error=OnebitError):
+def call(fn, *args, error=OnebitError, buf=None):
     """Calls fn(*args, err, cap); raises `error` with the engine's message on failure. An
-    invalid argument raises ValueError, a missing file FileNotFoundError."""
-    buf = ctypes.create_string_buffer(1024)
+    invalid argument raises ValueError, a missing file FileNotFoundError. buf: the err buffer,
+    for a caller that reads what a call that succeeded wrote there."""
+    buf = buf if buf is not None else ctypes.create_string_buffer(1024)
     rc = fn(*args, buf, len(buf))
     if rc != 0:
         msg = clean(buf.value.decode("utf-8", "replace"))
