@@ -68,6 +68,7 @@ def variant(spec, name):
     """adam | onebit (the default) | onebit-none (the paper's step, stabilizer none) |
     onebit-fp32, onebit-fp16, onebit-fp8 (the default with the gradients of the warmup exchanged
     in fp32 (the default until 2026-11-27), fp16, fp8 (the default since)) |
+    onebit-tX (the default with the auto freeze's threshold X) |
     binsgdm | softsign (optimizer.type binsgdm / softsign with the spec's beta1, eps and
     weight_decay) | binsgdm-t0 (binsgdm with b a running maximum after the LR warmup:
     max_denominator_step = lr.warmup_steps)."""
@@ -91,6 +92,8 @@ def variant(spec, name):
         s["optimizer"]["gradient_exchange"] = name[len("onebit-"):]
     elif name == "onebit-bc":
         s["optimizer"]["bias_correction"] = True
+    elif name.startswith("onebit-t"):  # onebit-tX: the auto freeze's threshold X (default 0.96)
+        s["optimizer"]["freeze_threshold"] = float(name[len("onebit-t"):])
     elif name.startswith("onebit-r"):  # onebit-rX: frozen_step_ratio X (inf: 1e6, the paper's v)
         x = name[len("onebit-r"):]
         s["optimizer"]["frozen_step_ratio"] = 1e6 if x == "inf" else float(x)
@@ -402,7 +405,7 @@ def ensure_source(name):
 def case_spec(case, var):
     if var in ("adam", "onebit", "onebit-none", "onebit-fp32", "onebit-fp16", "onebit-fp8",
                "onebit-bc", "binsgdm", "softsign", "binsgdm-t0") \
-            or var.startswith("onebit-r"):
+            or var.startswith("onebit-r") or var.startswith("onebit-t"):
         return variant(case["spec"], var)
     if var == "scratch":
         return variant(case["spec"], "onebit")
@@ -445,7 +448,8 @@ def cmd_run(args):
         # warm cases, the short group's in fp8 (fixed-16-fp8, refresh-16-fp8), the fp16 group's
         # fp32 and fp8 warmups and Adam (in one build)
         extra = (c["group"] == "warm" and (args.variant.startswith("warm-refit-") or args.variant == "warm-fp16")) or \
-                (c["group"] == "fp16" and args.variant in ("onebit-fp32", "onebit-fp8", "adam")) or \
+                (c["group"] == "fp16" and (args.variant in ("onebit-fp32", "onebit-fp8", "adam")
+                                           or args.variant.startswith("onebit-t"))) or \
                 (c["group"] == "short" and args.variant.endswith("-fp8")) or \
                 (c["group"] == "binsgdm" and args.variant in ("softsign", "binsgdm-t0"))
         return c["variants"] + ([args.variant] if extra else [])
