@@ -287,5 +287,6 @@ for rate in $RATES; do
 done
 echo "RATES=\"$RATES\" MODELS=\"$MODELS\" SYSTEMS=\"$SYSTEMS\" SWEEP_SECONDS=$(($(date +%s) - T0))" >> "$LOGS/params"
 echo "== runs took $(($(date +%s) - T0)) s"
-if [ "$KEEP_TARGETS" -eq 1 ]; then "$PY" bench/peers/report.py --logs "$LOGS" --keep-targets "$OUT"
-else "$PY" bench/peers/report.py --logs "$LOGS" "$OUT"; fi
+KEEP=()
+[ "$KEEP_TARGETS" -eq 0 ] || KEEP=(--keep-targets)
+"$PY" bench/peers/report.py --logs "$LOGS" "${KEEP[@]}" "$OUT"

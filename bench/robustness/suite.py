@@ -83,7 +83,7 @@ def variant(spec, name):
         # and weight_decay from the spec, every other field at its default; the LR schedule as is.
         s["optimizer"] = {k: v for k, v in s["optimizer"].items()
                           if k in ("beta1", "eps", "weight_decay")}
-        s["optimizer"]["type"] = name[:7] if name == "binsgdm-t0" else name
+        s["optimizer"]["type"] = "binsgdm" if name == "binsgdm-t0" else name
         if name == "binsgdm-t0":
             s["optimizer"]["max_denominator_step"] = max(1, s["lr"].get("warmup_steps", 0))
     elif name == "onebit-none":

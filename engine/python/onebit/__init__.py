@@ -291,8 +291,7 @@ def _report(reporter, kind, phase, text, text2, fields, line):
               _lib.enc(text2) if text2 is not None else None, out,
               len(out) if out is not None else 0, _lib.ctypes.byref(flags), buf=err)
     if flags.value & _lib.REPORT_FIRST_FAILURE:
-        sys.stderr.write("onebit: warning: ONEBIT_REPORT_ADDR: %s (continuing; progress stays "
-                         "in the log)\n" % err.value.decode(errors="replace"))
+        _warn_unreported(err.value.decode(errors="replace"))
     return (out.value.decode() if out is not None else None), flags.value
 
 
@@ -305,6 +304,12 @@ def report_line(kind, phase="", text=None, text2=None, **fields):
 # Rank 0's reporter to onebitd's WorkerService: None until the first report, False where there
 # is none (no ONEBIT_REPORT_ADDR, or it could not be created).
 _reporter = None
+
+
+def _warn_unreported(why):
+    """Said once: the reports cannot reach onebitd, which then reads the printed lines."""
+    sys.stderr.write("onebit: warning: ONEBIT_REPORT_ADDR: %s (continuing; progress stays in "
+                     "the log)\n" % why)
 
 
 def _get_reporter():
@@ -323,8 +328,7 @@ def _get_reporter():
                           _lib.ctypes.byref(h))
                 _reporter = h
             except (OnebitError, ValueError) as e:
-                sys.stderr.write("onebit: warning: ONEBIT_REPORT_ADDR: %s (continuing; progress "
-                                 "stays in the log)\n" % e)
+                _warn_unreported(e)
     return _reporter or None
 
 
