@@ -5,8 +5,10 @@
  *
  * For a vector of d floats (random normal values, a new draw on every call) it times:
  *   fp32    ob_comm_allreduce_sum_f32: the ring allreduce that Adam's warmup uses
- *   fp16    ob_f16sum_run: the warmup's fp16 exchange (gradient_exchange: fp16), alltoall of
- *           halves, sum, allgather of halves
+ *   fp16    ob_f16sum_run: the warmup's fp16 exchange (gradient_exchange: fp16), a ring of
+ *           fp16 partial sums, then an allgather of halves
+ *   fp8     the same exchange with one byte an element (gradient_exchange: fp8, the default
+ *           warmup of onebit_adam)
  *   1-bit   ob_car_allreduce, with ob_car_set_timing on: compress, alltoall, server
  *           (decompress-average + recompress), allgather, decode
  * Every timed call starts after a barrier; its time is the slowest rank's. Figures are the
@@ -16,7 +18,7 @@
  * rate each rank's link carried.
  *
  * usage: bench_car [--d ELEMENTS] [--block B] [--iters K] [--warmup W] [--format text|json]
- *                  [--skip-fp32]   (only the compressed allreduce; fp32 and fp16 print as 0)
+ *                  [--skip-fp32]   (only the compressed allreduce; fp32, fp16 and fp8 print as 0)
  *                  [--ranks-per-node M]  the hierarchical exchange, M ranks a node (0: flat;
  *                                        auto: found where the ranks run, said on stderr)
  *                  [--scale l1|unit]     1-bit Adam's signs and scales, or BinSGDM's unit signs
@@ -89,8 +91,8 @@ static void fill(float *x, size_t d, ob_rng *rng, int unit)
         x[k] = unit ? 2.0f * ob_rng_uniform(rng) - 1.0f : ob_rng_normal(rng);
 }
 
-/* Times warmup + iters calls of one collective: the compressed allreduce (car), the fp16
- * exchange (f16), else the fp32 ring allreduce. */
+/* Times warmup + iters calls of one collective: the compressed allreduce (car), the fp16 or
+ * fp8 exchange (f16), else the fp32 ring allreduce. */
 static int time_op(ob_comm *c, ob_car *car, ob_f16sum *f16, const bench_opts *o, float *x,
                    ob_rng *rng, op_result *res)
 {
@@ -140,15 +142,20 @@ static void mean_phases(ob_car *car, int nranks, double ph[5])
         ph[k] /= nranks;
 }
 
-static void report(const bench_opts *o, int n, size_t D, const op_result *f, const op_result *h,
-                   const op_result *q, const double ph[5], uint64_t f_theory, uint64_t h_theory,
-                   uint64_t q_theory)
+static double link_mbit(const op_result *r)
 {
-    double h_link = h->median > 0 ? 8.0 * (double)h->bytes / h->median * 1e-6 : 0.0;
+    return r->median > 0 ? 8.0 * (double)r->bytes / r->median * 1e-6 : 0.0;
+}
+
+static void report(const bench_opts *o, int n, size_t D, const op_result *f, const op_result *h,
+                   const op_result *e, const op_result *q, const double ph[5], uint64_t f_theory,
+                   uint64_t h_theory, uint64_t e_theory, uint64_t q_theory)
+{
+    double h_link = link_mbit(h), e_link = link_mbit(e);
     static const char *names[5] = {"compress", "alltoall", "server", "allgather", "decode"};
-    double f_link = f->median > 0 ? 8.0 * (double)f->bytes / f->median * 1e-6 : 0.0;
+    double f_link = link_mbit(f);
     double speedup = f->median > 0 ? f->median / q->median : 0.0; /* 0: fp32 skipped */
-    double q_link = 8.0 * (double)q->bytes / q->median * 1e-6;
+    double q_link = link_mbit(q);
     if (o->json) {
         printf("{\"bench\":\"car\",\"ranks_per_node\":%d,\"scale\":\"%s\",",
                o->ranks_per_node > 1 ? o->ranks_per_node : 1, o->unit ? "unit" : "l1");
@@ -165,6 +172,10 @@ static void report(const bench_opts *o, int n, size_t D, const op_result *f, con
                "\"fp16_bytes_theory\":%llu,\"fp16_link_mbit\":%.4g",
                h->median, h->min, h->max, (unsigned long long)h->bytes,
                (unsigned long long)h_theory, h_link);
+        printf(",\"fp8_s\":%.6g,\"fp8_min_s\":%.6g,\"fp8_max_s\":%.6g,\"fp8_bytes\":%llu,"
+               "\"fp8_bytes_theory\":%llu,\"fp8_link_mbit\":%.4g",
+               e->median, e->min, e->max, (unsigned long long)e->bytes,
+               (unsigned long long)e_theory, e_link);
         for (int k = 0; k < 5; k++)
             printf(",\"%s_s\":%.6g", names[k], ph[k]);
         printf("}\n");
@@ -180,6 +191,9 @@ static void report(const bench_opts *o, int n, size_t D, const op_result *f, con
     printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "fp16", h->median * 1e3,
            h->min * 1e3, h->max * 1e3, (unsigned long long)h->bytes, (unsigned long long)h_theory,
            h_link);
+    printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "fp8", e->median * 1e3,
+           e->min * 1e3, e->max * 1e3, (unsigned long long)e->bytes, (unsigned long long)e_theory,
+           e_link);
     printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "1-bit", q->median * 1e3,
            q->min * 1e3, q->max * 1e3, (unsigned long long)q->bytes, (unsigned long long)q_theory,
            q_link);
@@ -208,12 +222,12 @@ int main(int argc, char **argv)
     }
     ob_comm *c = NULL;
     ob_car *car = NULL;
-    ob_f16sum *f16 = NULL;
+    ob_f16sum *f16 = NULL, *f8 = NULL;
     ob_err err = {0};
     float *x = malloc(o.d * sizeof(float));
     ob_rng rng;
     ob_rng_seed(&rng, 17, (uint64_t)rank);
-    op_result f, h, q;
+    op_result f, h, e, q;
     double ph[5];
     char why[200] = "";
     if (!x || ob_comm_create_mpi(&c, &err) != OB_OK ||
@@ -221,15 +235,18 @@ int main(int argc, char **argv)
          ob_car_auto_ranks_per_node(c, &o.ranks_per_node, why, sizeof why, &err) != OB_OK) ||
         ob_car_create_hier(&car, c, o.d, o.block, o.unit ? OB_SCALE_UNIT : OB_SCALE_L1,
                            o.ranks_per_node, &err) != OB_OK ||
-        ob_f16sum_create(&f16, c, o.d, &err) != OB_OK) {
+        ob_f16sum_create(&f16, c, o.d, &err) != OB_OK ||
+        ob_f16sum_create_code(&f8, c, o.d, OB_CODE_FP8, &err) != OB_OK) {
         fprintf(stderr, "bench_car: setup failed: %s\n", err.msg[0] ? err.msg : "out of memory");
         goto done;
     }
     if (why[0] && rank == 0) fprintf(stderr, "bench_car: --ranks-per-node auto: %s\n", why);
     memset(&f, 0, sizeof f);
     memset(&h, 0, sizeof h);
+    memset(&e, 0, sizeof e);
     if ((!o.skip_fp32 && (time_op(c, NULL, NULL, &o, x, &rng, &f) != 0 ||
-                          time_op(c, NULL, f16, &o, x, &rng, &h) != 0)) ||
+                          time_op(c, NULL, f16, &o, x, &rng, &h) != 0 ||
+                          time_op(c, NULL, f8, &o, x, &rng, &e) != 0)) ||
         time_op(c, car, NULL, &o, x, &rng, &q) != 0)
         goto done;
     mean_phases(car, n, ph);
@@ -237,12 +254,15 @@ int main(int argc, char **argv)
      * mean over ranks otherwise); the car 2(N-1) packed chunks. */
     uint64_t f_theory = (uint64_t)(2.0 * (n - 1) / n * 4.0 * (double)o.d + 0.5);
     uint64_t h_theory = ob_f16sum_bytes_per_call(f16, o.d);
+    uint64_t e_theory = ob_f16sum_bytes_per_call(f8, o.d);
     uint64_t q_theory = ob_car_bytes_per_call(car);
     if (rank == 0)
-        report(&o, n, ob_car_padded_size(car), &f, &h, &q, ph, f_theory, h_theory, q_theory);
+        report(&o, n, ob_car_padded_size(car), &f, &h, &e, &q, ph, f_theory, h_theory, e_theory,
+               q_theory);
     rc = 0;
 done:
     ob_f16sum_destroy(f16);
+    ob_f16sum_destroy(f8);
     ob_car_destroy(car);
     ob_comm_destroy(c);
     free(x);

@@ -429,6 +429,20 @@ static const ob__comm_ops mpi_ops = {
     .destroy = mpi_destroy,
 };
 
+/* Open MPI's TCP transport sends a message of up to btl_tcp_eager_limit bytes without the
+ * rendezvous handshake. The fp32 ring allreduce moves chunks of d/N floats (1.86 MB for the
+ * 1.86 M-parameter MLP on 4 hosts); at 2 MiB they go eagerly, and that allreduce took 482-488 ms
+ * instead of 502-509 ms at 200 Mbit/s, 95-98 instead of 102-107 ms at 1 Gbit/s
+ * (docs/peers/README.md). The fp8 exchange of a 433,664-parameter GPT (ring steps of 109 KB)
+ * took 114 ms instead of 151 ms at 50 Mbit/s, 29 instead of 37 ms at 200 Mbit/s (bench_car on
+ * the bench/net hosts). It costs each rank's TCP transport buffers of that size for messages
+ * that arrive before their receive is posted. */
+void ob_comm_mpi_env_defaults(void)
+{
+    setenv("OMPI_MCA_btl_tcp_eager_limit", "2097152", 0);
+    setenv("OMPI_MCA_btl_tcp_rndv_eager_limit", "2097152", 0);
+}
+
 ob_status ob_comm_create_mpi(ob_comm **out, ob_err *err)
 {
     *out = NULL;

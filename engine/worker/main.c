@@ -301,14 +301,8 @@ int main(int argc, char **argv)
     /* SERIALIZED: optimizer.overlap exchanges gradient buckets on a communication thread while
      * the main thread makes no MPI call. Below it the trainer falls back and says so. */
     int provided = MPI_THREAD_SINGLE;
-    /* Open MPI's TCP transport sends a message of up to btl_tcp_eager_limit bytes (64 KiB by
-     * default) without the rendezvous handshake. The fp32 ring allreduce moves chunks of d/N
-     * floats (1.86 MB for the 1.86 M-parameter MLP on 4 hosts); at 2 MiB they go eagerly, and
-     * that allreduce took 482-488 ms instead of 502-509 ms at 200 Mbit/s, 95-98 instead of
-     * 102-107 ms at 1 Gbit/s (docs/peers/README.md). A value in the environment (or an mpirun
-     * --mca) wins; other MPI libraries ignore these variables. */
-    setenv("OMPI_MCA_btl_tcp_eager_limit", "2097152", 0);
-    setenv("OMPI_MCA_btl_tcp_rndv_eager_limit", "2097152", 0);
+    /* Open MPI's TCP eager limit at 2 MiB unless the environment or mpirun says otherwise. */
+    ob_comm_mpi_env_defaults();
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     int rank = 0, world = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);

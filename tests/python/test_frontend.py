@@ -500,6 +500,32 @@ class Reports(unittest.TestCase):
         self.assertIn("progress stays in the log", r.stderr)
 
 
+class MpiSettings(unittest.TestCase):
+    """onebit.init() starts MPI with onebit-worker's transport settings (onebit/comm.h,
+    ob_comm_mpi_env_defaults): Open MPI's TCP eager limit at 2 MiB, where nothing set one."""
+
+    CODE = ("import ctypes, onebit\n"
+            "onebit.init()\n"
+            "getenv = ctypes.CDLL(None).getenv\n"
+            "getenv.restype = ctypes.c_char_p\n"
+            "print(getenv(b'OMPI_MCA_btl_tcp_eager_limit').decode(),"
+            " getenv(b'OMPI_MCA_btl_tcp_rndv_eager_limit').decode())\n")
+
+    def run_init(self, **env):
+        base = {k: v for k, v in os.environ.items() if "eager_limit" not in k}
+        r = subprocess.run([sys.executable, "-c", self.CODE], env=dict(base, **env),
+                           capture_output=True, text=True, timeout=60)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        return r.stdout.split()
+
+    def test_the_eager_limit_is_raised(self):
+        self.assertEqual(self.run_init(), ["2097152", "2097152"])
+
+    def test_a_limit_the_user_set_is_kept(self):
+        self.assertEqual(self.run_init(OMPI_MCA_btl_tcp_eager_limit="131072"),
+                         ["131072", "2097152"])
+
+
 class Overlap(InTempDir):
     """overlap=True: the exchange starts in the backward pass, so the gradients and the state
     belong to it until step(). (tests/python/overlap_check.py: the same bits on 2 ranks.)"""

@@ -65,6 +65,14 @@ typedef struct ob_comm_counters {
  * not fatal. */
 ob_status ob_comm_create_mpi(ob_comm **out, ob_err *err);
 
+/* The MPI transport settings onebit's exchanges want, put into the environment before the
+ * caller's MPI_Init (each only where the environment, or an mpirun --mca, sets none): Open
+ * MPI's TCP eager limit at 2 MiB (btl_tcp_eager_limit, btl_tcp_rndv_eager_limit; 64 KiB by
+ * default), so that the rings' chunks go without the rendezvous handshake. Other MPI libraries
+ * ignore these variables. Not thread-safe (setenv): call it first thing in main or before
+ * starting MPI. */
+void ob_comm_mpi_env_defaults(void);
+
 /* Creates a world of one: rank 0 of size 1, host memory, no MPI calls. */
 ob_status ob_comm_create_self(ob_comm **out, ob_err *err);
 

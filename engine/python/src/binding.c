@@ -89,6 +89,8 @@ int obpy_init(int *rank, int *size, int *local_rank, int *local_size, char *err,
     if (finalized) RET(OB_ERR(&e, OB_ERR_STATE, "MPI was finalised: onebit.init() comes first"));
     if (!inited) {
         int provided = 0;
+        /* The transport settings onebit-worker starts MPI with (onebit/comm.h). */
+        ob_comm_mpi_env_defaults();
         if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS)
             RET(OB_ERR(&e, OB_ERR_COMM, "MPI_Init_thread failed"));
         g_initialised_mpi = 1;
