@@ -1,0 +1,257 @@
+#!/usr/bin/env python3
+"""Research harness: can 1-bit Adam keep Adam's variance after an early freeze without sending
+gradients? (docs/research/variance-tracking.md)
+
+Not the engine and not the front end: a numerical experiment in one process, on the models of
+examples/pytorch/ (gpt.py's byte-level GPT, fmnist.py's MLP of bench/net) with N simulated
+ranks, each on its own batches (the examples' batch streams), so that a run is cheap to repeat
+for many seeds and settings before anything is built into the engine.
+
+Adam's v is the EMA of the squared *averaged* gradient. Each rank can keep, from its own
+gradient g_i alone, A_i = EMA_b2(g_i^2) and B_i = EMA_b2(u_i^2), u_i = the bias-corrected
+EMA_b1(g_i). For gradients with mean mu and per-rank noise s^2 (stationary),
+E[A_i] = mu^2 + s^2, E[B_i] = mu^2 + k s^2 with k = (1 - b1) / (1 + b1), and Adam's
+E[v] = mu^2 + s^2 / N, so
+
+    v_est = alpha mean_i A_i + beta mean_i B_i,  beta = (1 - 1/N) / (1 - k), alpha = 1 - beta
+
+(clamped to at least mean_i A_i / N), one average over the ranks of two vectors: the cost of
+one or two gradient exchanges every K steps instead of one every step.
+
+  study   along an exact Adam trajectory (the N ranks' averaged gradients), how far v_est, the
+          mean of the local A_i, and v frozen at steps 16, 100, 275 and 475 are from Adam's own
+          v at a few steps: median |ln(estimate / v)|, share within 2x, median ratio.
+  train   one whole run: adam (exact), frozen (1-bit Adam: Adam until --freeze, then error-
+          compensated 1-bit momentum with worker and server errors, sign times the block's mean
+          magnitude, blocks of 2048, and the adam_bound stabiliser, v frozen at the freeze) or
+          track (the same, v re-estimated as v_est every --every compressed steps). Prints one
+          TSV line: model, seed, mode, freeze, every, then step:eval_loss pairs, seconds.
+
+  python3 bench/research/variance_tracking.py study --model gpt --seed 1
+  python3 bench/research/variance_tracking.py train --model gpt --seed 1 --mode track --freeze 75
+"""
+import argparse
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "examples", "pytorch"))
+
+
+class Job:
+    """The model, its data, batches, schedule and evaluation, as the examples define them."""
+
+    def __init__(self, kind, seed, steps, hidden=(1024, 1024), activation="relu", batch=64):
+        self.kind, self.seed, self.steps = kind, seed, steps
+        torch.manual_seed(seed)
+        a = argparse.Namespace(seed=seed)
+        if kind == "gpt":  # bench/peers/program.sh's GPT_FLAGS, gpt.py's schedule
+            import gpt as G
+            a.batch_size, a.context, a.eval_batches = 4, 32, 128
+            self.train_text, self.held = G.load_corpus()
+            self.model = G.GPT(32, 2, 128, 4)
+            self.lr0, self.warm, self.beta2 = 3e-3, 75, 0.999
+            self.G = G
+        else:  # bench/net/specs/mlp.yaml: 784-1024-1024-10, 64 a rank, 1e-3 x0.99 every 50
+            import fmnist as M
+            a.batch_size = batch
+            self.X, self.Y, self.XT, self.YT = M.load_fashion_mnist(M.FASHION_MNIST)
+            torch.manual_seed(seed)
+            self.model = M.make_model("mlp", hidden, activation)
+            self.lr0, self.warm, self.beta2 = 1e-3, 100, 0.99
+            self.M = M
+        self.args = a
+        self.params = list(self.model.parameters())
+        self.name = kind if kind == "gpt" else "mlp%s-%s-b%d" % (
+            "x".join(map(str, hidden)) or "0", activation, batch)
+
+    def lr(self, t):
+        if t < self.warm:
+            return self.lr0 * (t + 1) / self.warm
+        if self.kind != "gpt":
+            return self.lr0 * 0.99 ** ((t - self.warm) // 50)
+        p = (t - self.warm) / max(1, self.steps - self.warm)
+        return self.lr0 * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * p)))
+
+    def grads(self, n, t):
+        """(n, D): every rank's gradient at step t (the current parameters)."""
+        out = []
+        for r in range(n):
+            self.model.zero_grad()
+            if self.kind == "gpt":
+                xb, yb = self.G.train_batch(self.train_text, self.args, r, t)
+                loss = F.cross_entropy(self.model(xb).reshape(-1, 256), yb.reshape(-1))
+            else:
+                xb, yb = self.M.train_batch(self.X, self.Y, self.args, r, t)
+                loss = F.cross_entropy(self.model(xb), yb)
+            loss.backward()
+            out.append(torch.cat([p.grad.reshape(-1) for p in self.params]))
+        return torch.stack(out)
+
+    def flat(self):
+        return torch.cat([p.detach().reshape(-1) for p in self.params])
+
+    def load(self, x):
+        off = 0
+        for p in self.params:
+            p.data.copy_(x[off:off + p.numel()].view_as(p))
+            off += p.numel()
+
+    def evaluate(self):
+        with torch.no_grad():
+            if self.kind != "gpt":
+                return F.cross_entropy(self.model(self.XT), self.YT).item()
+            world = argparse.Namespace(rank=0, size=1)
+            tot, cnt = 0.0, 0
+            for xb, yb in self.G.eval_batches(self.held, self.args, world):
+                tot += F.cross_entropy(self.model(xb).reshape(-1, 256), yb.reshape(-1),
+                                       reduction="sum").item()
+                cnt += yb.numel()
+            return tot / cnt
+
+
+class LocalMoments:
+    """Every rank's A_i, u_i, B_i and the estimate of Adam's v from their means."""
+
+    def __init__(self, n, d, b1, b2):
+        self.n, self.b1, self.b2 = n, b1, b2
+        k = (1 - b1) / (1 + b1)
+        self.beta = (1 - 1 / n) / (1 - k)
+        self.alpha = 1 - self.beta
+        self.u, self.A, self.B = (torch.zeros(n, d) for _ in range(3))
+
+    def update(self, g, s):
+        self.u.mul_(self.b1).add_((1 - self.b1) * g)
+        self.A.mul_(self.b2).add_((1 - self.b2) * g * g)
+        uh = self.u / (1 - self.b1 ** s)
+        self.B.mul_(self.b2).add_((1 - self.b2) * uh * uh)
+
+    def mean_a(self, s):
+        return self.A.mean(0) / (1 - self.b2 ** s)
+
+    def estimate(self, s):
+        c2 = 1 - self.b2 ** s
+        a, b = self.A.mean(0) / c2, self.B.mean(0) / c2
+        return (self.alpha * a + self.beta * b).clamp_min(a / self.n)
+
+
+def sign_code(c, block):
+    """sign(c) times the mean |c| of each block (c: (..., multiple of block))."""
+    cb = c.reshape(*c.shape[:-1], -1, block)
+    s = cb.abs().mean(-1, keepdim=True)
+    return (torch.where(cb >= 0, 1.0, -1.0) * s).reshape(c.shape)
+
+
+def closeness(est, ref):
+    ok = ref > 1e-30
+    r = torch.log(est[ok].clamp_min(1e-38) / ref[ok])
+    return (r.abs().median().item(), (r.abs() < math.log(2)).float().mean().item(),
+            r.median().exp().item())
+
+
+def study(job, n, b1):
+    d = sum(p.numel() for p in job.params)
+    b2 = job.beta2
+    opt = torch.optim.AdamW(job.params, lr=job.lr0, betas=(b1, b2), eps=1e-8, weight_decay=0.0)
+    lm = LocalMoments(n, d, b1, b2)
+    v = torch.zeros(d)
+    frozen = {}
+    print("step\testimate\tmedian_abs_ln\twithin_2x\tmedian_ratio")
+    for t in range(job.steps):
+        s = t + 1
+        g = job.grads(n, t)
+        gbar = g.mean(0)
+        off = 0
+        for p in job.params:
+            p.grad.copy_(gbar[off:off + p.numel()].view_as(p))
+            off += p.numel()
+        for grp in opt.param_groups:
+            grp["lr"] = job.lr(t)
+        opt.step()
+        lm.update(g, s)
+        v.mul_(b2).add_((1 - b2) * gbar * gbar)
+        vh = v / (1 - b2 ** s)
+        if s in (16, 100, 275, 475):
+            frozen[s] = vh.clone()
+        if s in (50, 100, 200, 300, 475, 700, 1000, 1400):
+            rows = [("local_mean_A", lm.mean_a(s)), ("v_est", lm.estimate(s))]
+            rows += [("frozen_%d" % f, vf) for f, vf in sorted(frozen.items())]
+            for name, est in rows:
+                print("%d\t%s\t%.3f\t%.2f\t%.2f" % ((s, name) + closeness(est, vh)), flush=True)
+
+
+def train(job, n, b1, mode, T, K, block, eval_every):
+    d = sum(p.numel() for p in job.params)
+    dp = (d + block - 1) // block * block
+    b2, eps = job.beta2, 1e-8
+    bound = (1 - b1) / math.sqrt(1 - b2)  # adam_bound: the largest |m| / sqrt(v) Adam reaches
+    x = job.flat()
+    m, v, vf = torch.zeros(d), torch.zeros(d), None
+    lm = LocalMoments(n, d, b1, b2) if mode == "track" else None
+    ew, es = torch.zeros(n, dp), torch.zeros(dp)
+    evals, t0 = [], time.time()
+    for t in range(job.steps):
+        s = t + 1
+        g = job.grads(n, t)
+        lr = job.lr(t)
+        if lm:
+            lm.update(g, s)
+        if mode == "adam" or s <= T:
+            gbar = g.mean(0)
+            m.mul_(b1).add_((1 - b1) * gbar)
+            v.mul_(b2).add_((1 - b2) * gbar * gbar)
+            mh, vh = m / (1 - b1 ** s), v / (1 - b2 ** s)
+            x -= lr * mh / (vh.sqrt() + eps)
+            if s == T and mode != "adam":
+                vf, m = vh.clone(), mh.clone()
+        else:
+            if lm and (s - T) % K == 0:
+                vf = lm.estimate(s)
+            local = b1 * m + (1 - b1) * g  # every rank's momentum
+            c = F.pad(local, (0, dp - d)) + ew
+            q = sign_code(c, block)
+            ew = c - q
+            cs = q.mean(0) + es  # the servers' average, in one piece
+            qs = sign_code(cs, block)
+            es = cs - qs
+            m = qs[:d].clone()
+            x -= lr * m / torch.maximum(vf.sqrt() + eps, m.abs() / bound)
+        job.load(x)
+        if s % eval_every == 0 or s == job.steps:
+            evals.append("%d:%.6f" % (s, job.evaluate()))
+    print("%s\t%d\t%s\t%d\t%d\t%s\t%.0f" % (job.name, job.seed, mode, T, K, " ".join(evals),
+                                            time.time() - t0), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("what", choices=("study", "train"))
+    p.add_argument("--model", choices=("gpt", "mlp"), default="gpt")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--ranks", type=int, default=4)
+    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--mode", choices=("adam", "frozen", "track"), default="track")
+    p.add_argument("--freeze", type=int, default=75, help="the freeze step (frozen, track)")
+    p.add_argument("--every", type=int, default=25, help="track: steps between estimates")
+    p.add_argument("--eval-every", type=int, default=500)
+    p.add_argument("--block", type=int, default=2048)
+    p.add_argument("--hidden", default="1024,1024", help="mlp: hidden widths ('' for none)")
+    p.add_argument("--activation", choices=("relu", "gelu", "tanh"), default="relu")
+    p.add_argument("--batch-size", type=int, default=64, help="mlp: examples a rank and step")
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    hidden = tuple(int(w) for w in a.hidden.split(",") if w)
+    job = Job(a.model, a.seed, a.steps, hidden, a.activation, a.batch_size)
+    if a.what == "study":
+        study(job, a.ranks, 0.9)
+    else:
+        train(job, a.ranks, 0.9, a.mode, a.freeze, a.every, a.block, a.eval_every)
+
+
+if __name__ == "__main__":
+    main()
