@@ -185,7 +185,7 @@ def study(job, n, b1):
                 print("%d\t%s\t%.3f\t%.2f\t%.2f" % ((s, name) + closeness(est, vh)), flush=True)
 
 
-def train(job, n, b1, mode, T, K, block, eval_every):
+def train(job, n, b1, mode, T, K, block, eval_every, inflate=1.0):
     d = sum(p.numel() for p in job.params)
     dp = (d + block - 1) // block * block
     b2, eps = job.beta2, 1e-8
@@ -211,7 +211,7 @@ def train(job, n, b1, mode, T, K, block, eval_every):
                 vf, m = vh.clone(), mh.clone()
         else:
             if lm and (s - T) % K == 0:
-                vf = lm.estimate(s)
+                vf = lm.estimate(s) * inflate
             local = b1 * m + (1 - b1) * g  # every rank's momentum
             c = F.pad(local, (0, dp - d)) + ew
             q = sign_code(c, block)
@@ -224,7 +224,8 @@ def train(job, n, b1, mode, T, K, block, eval_every):
         job.load(x)
         if s % eval_every == 0 or s == job.steps:
             evals.append("%d:%.6f" % (s, job.evaluate()))
-    print("%s\t%d\t%s\t%d\t%d\t%s\t%.0f" % (job.name, job.seed, mode, T, K, " ".join(evals),
+    name = mode if inflate == 1.0 else "%s-x%g" % (mode, inflate)
+    print("%s\t%d\t%s\t%d\t%d\t%s\t%.0f" % (job.name, job.seed, name, T, K, " ".join(evals),
                                             time.time() - t0), flush=True)
 
 
@@ -238,6 +239,7 @@ def main():
     p.add_argument("--mode", choices=("adam", "frozen", "track"), default="track")
     p.add_argument("--freeze", type=int, default=75, help="the freeze step (frozen, track)")
     p.add_argument("--every", type=int, default=25, help="track: steps between estimates")
+    p.add_argument("--inflate", type=float, default=1.0, help="track: v_est times this")
     p.add_argument("--eval-every", type=int, default=500)
     p.add_argument("--block", type=int, default=2048)
     p.add_argument("--hidden", default="1024,1024", help="mlp: hidden widths ('' for none)")
@@ -250,7 +252,7 @@ def main():
     if a.what == "study":
         study(job, a.ranks, 0.9)
     else:
-        train(job, a.ranks, 0.9, a.mode, a.freeze, a.every, a.block, a.eval_every)
+        train(job, a.ranks, 0.9, a.mode, a.freeze, a.every, a.block, a.eval_every, a.inflate)
 
 
 if __name__ == "__main__":
