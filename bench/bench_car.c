@@ -44,6 +44,7 @@ typedef struct bench_opts {
 typedef struct op_result {
     double median, min, max; /* seconds per call, slowest rank */
     uint64_t bytes;          /* bytes this rank sent per call (counters) */
+    uint64_t theory;         /* the same by the formulas of onebit/comm.h and onebit/car.h */
 } op_result;
 
 static int parse_args(int argc, char **argv, bench_opts *o)
@@ -147,35 +148,38 @@ static double link_mbit(const op_result *r)
     return r->median > 0 ? 8.0 * (double)r->bytes / r->median * 1e-6 : 0.0;
 }
 
-static void report(const bench_opts *o, int n, size_t D, const op_result *f, const op_result *h,
-                   const op_result *e, const op_result *q, const double ph[5], uint64_t f_theory,
-                   uint64_t h_theory, uint64_t e_theory, uint64_t q_theory)
+/* One collective's fields of the JSON line, each named KEY_...; a leading comma. */
+static void json_op(const char *key, const op_result *r)
 {
-    double h_link = link_mbit(h), e_link = link_mbit(e);
+    printf(",\"%s_s\":%.6g,\"%s_min_s\":%.6g,\"%s_max_s\":%.6g,\"%s_bytes\":%llu,"
+           "\"%s_bytes_theory\":%llu,\"%s_link_mbit\":%.4g",
+           key, r->median, key, r->min, key, r->max, key, (unsigned long long)r->bytes, key,
+           (unsigned long long)r->theory, key, link_mbit(r));
+}
+
+/* One collective's row of the text table. */
+static void text_row(const char *name, const op_result *r)
+{
+    printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", name, r->median * 1e3,
+           r->min * 1e3, r->max * 1e3, (unsigned long long)r->bytes,
+           (unsigned long long)r->theory, link_mbit(r));
+}
+
+static void report(const bench_opts *o, int n, size_t D, const op_result *f, const op_result *h,
+                   const op_result *e, const op_result *q, const double ph[5])
+{
     static const char *names[5] = {"compress", "alltoall", "server", "allgather", "decode"};
-    double f_link = link_mbit(f);
     double speedup = f->median > 0 ? f->median / q->median : 0.0; /* 0: fp32 skipped */
-    double q_link = link_mbit(q);
     if (o->json) {
         printf("{\"bench\":\"car\",\"ranks_per_node\":%d,\"scale\":\"%s\",",
                o->ranks_per_node > 1 ? o->ranks_per_node : 1, o->unit ? "unit" : "l1");
-        printf("\"ranks\":%d,\"d\":%zu,\"padded\":%zu,\"block\":%zu,"
-               "\"iters\":%d,\"fp32_s\":%.6g,\"fp32_min_s\":%.6g,\"fp32_max_s\":%.6g,"
-               "\"fp32_bytes\":%llu,\"fp32_bytes_theory\":%llu,\"fp32_link_mbit\":%.4g,"
-               "\"car_s\":%.6g,\"car_min_s\":%.6g,\"car_max_s\":%.6g,\"car_bytes\":%llu,"
-               "\"car_bytes_theory\":%llu,\"car_link_mbit\":%.4g,\"speedup\":%.4g",
-               n, o->d, D, o->block, o->iters, f->median, f->min, f->max,
-               (unsigned long long)f->bytes, (unsigned long long)f_theory, f_link, q->median,
-               q->min, q->max, (unsigned long long)q->bytes, (unsigned long long)q_theory, q_link,
-               speedup);
-        printf(",\"fp16_s\":%.6g,\"fp16_min_s\":%.6g,\"fp16_max_s\":%.6g,\"fp16_bytes\":%llu,"
-               "\"fp16_bytes_theory\":%llu,\"fp16_link_mbit\":%.4g",
-               h->median, h->min, h->max, (unsigned long long)h->bytes,
-               (unsigned long long)h_theory, h_link);
-        printf(",\"fp8_s\":%.6g,\"fp8_min_s\":%.6g,\"fp8_max_s\":%.6g,\"fp8_bytes\":%llu,"
-               "\"fp8_bytes_theory\":%llu,\"fp8_link_mbit\":%.4g",
-               e->median, e->min, e->max, (unsigned long long)e->bytes,
-               (unsigned long long)e_theory, e_link);
+        printf("\"ranks\":%d,\"d\":%zu,\"padded\":%zu,\"block\":%zu,\"iters\":%d", n, o->d, D,
+               o->block, o->iters);
+        json_op("fp32", f);
+        json_op("car", q);
+        printf(",\"speedup\":%.4g", speedup);
+        json_op("fp16", h);
+        json_op("fp8", e);
         for (int k = 0; k < 5; k++)
             printf(",\"%s_s\":%.6g", names[k], ph[k]);
         printf("}\n");
@@ -185,18 +189,10 @@ static void report(const bench_opts *o, int n, size_t D, const op_result *f, con
            o->d, D, o->block, o->iters, o->warmup);
     printf("%-10s %12s %12s %12s %14s %14s %12s\n", "op", "median [ms]", "min [ms]", "max [ms]",
            "bytes/rank", "theory", "link Mbit/s");
-    printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "fp32", f->median * 1e3,
-           f->min * 1e3, f->max * 1e3, (unsigned long long)f->bytes, (unsigned long long)f_theory,
-           f_link);
-    printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "fp16", h->median * 1e3,
-           h->min * 1e3, h->max * 1e3, (unsigned long long)h->bytes, (unsigned long long)h_theory,
-           h_link);
-    printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "fp8", e->median * 1e3,
-           e->min * 1e3, e->max * 1e3, (unsigned long long)e->bytes, (unsigned long long)e_theory,
-           e_link);
-    printf("%-10s %12.3f %12.3f %12.3f %14llu %14llu %12.1f\n", "1-bit", q->median * 1e3,
-           q->min * 1e3, q->max * 1e3, (unsigned long long)q->bytes, (unsigned long long)q_theory,
-           q_link);
+    text_row("fp32", f);
+    text_row("fp16", h);
+    text_row("fp8", e);
+    text_row("1-bit", q);
     if (speedup > 0) printf("speedup of the collective (fp32 / 1-bit): %.2fx\n", speedup);
     double sum = ph[0] + ph[1] + ph[2] + ph[3] + ph[4];
     printf("1-bit phases (mean per call over ranks):");
@@ -252,13 +248,11 @@ int main(int argc, char **argv)
     mean_phases(car, n, ph);
     /* The formulas: the ring sends 2(N-1)/N * 4d bytes per rank (exact when N divides d, the
      * mean over ranks otherwise); the car 2(N-1) packed chunks. */
-    uint64_t f_theory = (uint64_t)(2.0 * (n - 1) / n * 4.0 * (double)o.d + 0.5);
-    uint64_t h_theory = ob_f16sum_bytes_per_call(f16, o.d);
-    uint64_t e_theory = ob_f16sum_bytes_per_call(f8, o.d);
-    uint64_t q_theory = ob_car_bytes_per_call(car);
-    if (rank == 0)
-        report(&o, n, ob_car_padded_size(car), &f, &h, &e, &q, ph, f_theory, h_theory, e_theory,
-               q_theory);
+    f.theory = (uint64_t)(2.0 * (n - 1) / n * 4.0 * (double)o.d + 0.5);
+    h.theory = ob_f16sum_bytes_per_call(f16, o.d);
+    e.theory = ob_f16sum_bytes_per_call(f8, o.d);
+    q.theory = ob_car_bytes_per_call(car);
+    if (rank == 0) report(&o, n, ob_car_padded_size(car), &f, &h, &e, &q, ph);
     rc = 0;
 done:
     ob_f16sum_destroy(f16);

@@ -135,8 +135,7 @@ class LocalMoments:
         return self.A.mean(0) / (1 - self.b2 ** s)
 
     def estimate(self, s):
-        c2 = 1 - self.b2 ** s
-        a, b = self.A.mean(0) / c2, self.B.mean(0) / c2
+        a, b = self.mean_a(s), self.B.mean(0) / (1 - self.b2 ** s)
         return (self.alpha * a + self.beta * b).clamp_min(a / self.n)
 
 
