@@ -224,7 +224,7 @@ int main(int argc, char **argv)
             MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
             double tw = bench_now();
             if (!bad)
-                bad = ob_optim_ckpt_write_files(dir, &meta, &a, spec, rank, we, se, NULL, 0,
+                bad = ob_optim_ckpt_write_files(dir, &meta, &a, spec, rank, we, se, NULL, 0, NULL,
                                                 &err) != OB_OK;
             double mine = bench_now() - tw;
             MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);

@@ -10,6 +10,7 @@ ob_add_mpi_test(test_car_mpi test_car_mpi.c NP 1 2 3 4 5)
 ob_add_mpi_test(test_f16sum_mpi test_f16sum_mpi.c NP 1 2 3 4)
 # BinSGDM against the paper's Algorithm 1, and its stochastic unit-sign quantiser.
 ob_add_mpi_test(test_binsgdm_mpi test_binsgdm_mpi.c NP 1 2 3 4)
+ob_add_mpi_test(test_track_mpi test_track_mpi.c NP 2 4)
 # The hierarchical compressed allreduce against its algorithm, every ranks_per_node.
 ob_add_mpi_test(test_car_hier_mpi test_car_hier_mpi.c NP 2 4 6)
 ob_add_mpi_test(test_adam_overlap test_adam_overlap.c NP 1 2 4)

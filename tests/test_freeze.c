@@ -7,6 +7,7 @@
 #include <cmocka.h>
 
 #include "onebit/optim.h"
+#include "onebit/optim_kernels.h"
 
 #include <limits.h>
 #include <math.h>
@@ -58,6 +59,9 @@ static void copy_state(run *b, run *a, const ob_optim_config *cfg, ob_optim_prog
         memcpy(sb.worker_error, sa.worker_error, sa.padded_size * sizeof(float));
         memcpy(sb.server_error, sa.server_error, sa.chunk_size * sizeof(float));
     }
+    assert_int_equal(sa.track_stats_len, sb.track_stats_len);
+    if (sa.track_stats_len)
+        memcpy(sb.track_stats, sa.track_stats, sa.track_stats_len * sizeof(float));
     ob_optim_get_progress(a->opt, p);
 }
 
@@ -1059,6 +1063,212 @@ static void test_refresh_config(void **state)
     assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_OK);
 }
 
+/* --- tracked variance (track_variance) --------------------------------------------------- */
+
+static void track_config(ob_optim_config *cfg, long K, double factor)
+{
+    ob_optim_config_default(cfg, OB_OPTIM_ONEBIT_ADAM);
+    cfg->track_variance = K;
+    cfg->track_factor = factor;
+    cfg->block_size = 32;
+}
+
+/* One rank: alpha = 1, beta = 0, so the estimate is Adam's bias-corrected v_hat of the rank's
+ * gradients (the EMA of g^2 over 1 - b2^t) times the factor, at every K-th step after the
+ * freeze, which comes at step K (no LR warmup); v is untouched in between, and den follows. */
+static void test_track_one_rank_is_adam_v(void **state)
+{
+    const long K = 4;
+    for (int f = 0; f < 2; f++) {
+        double factor = f ? 1.25 : 1.0;
+        ob_optim_config cfg;
+        track_config(&cfg, K, f ? 0.0 : 1.0); /* 0: the default factor, 1.25 */
+        run r;
+        run_start(&r, &cfg);
+        ob_optim_state st;
+        ob_optim_get_state(r.opt, &st);
+        assert_int_equal(st.track_stats_len, 3 * D);
+        double A[D] = {0};
+        float v_before[D];
+        for (long t = 1; t <= 13; t++) {
+            refresh_grad(r.g, t);
+            for (int i = 0; i < D; i++)
+                A[i] = cfg.beta2 * A[i] + (1.0 - cfg.beta2) * (double)r.g[i] * r.g[i];
+            memcpy(v_before, st.exp_avg_sq, sizeof v_before);
+            assert_int_equal(ob_optim_step(r.opt, r.g, 1e-3f, NULL), OB_OK);
+            ob_optim_stats s = stats(&r);
+            assert_int_equal(s.freeze_step, t < K ? -1 : K);
+            if (t <= K) continue;
+            if ((t - K) % K != 0) {
+                assert_memory_equal(st.exp_avg_sq, v_before, sizeof v_before);
+                continue;
+            }
+            double c2 = 1.0 - pow(cfg.beta2, (double)t);
+            for (int i = 0; i < D; i++) {
+                double want = factor * A[i] / c2;
+                assert_true(fabs(st.exp_avg_sq[i] - want) <= 2e-6 * want);
+            }
+        }
+        run_end(&r);
+    }
+}
+
+/* The three statistics per element against their definitions (u, A, B as EMAs of g, g^2 and
+ * the bias-corrected u^2), the share's clamp, and a zero sum keeping v. */
+static void test_track_kernels(void **state)
+{
+    float u[D] = {0}, a[D] = {0}, b[D] = {0}, g[D], e[D], v[D], den[D], s[D];
+    double U[D] = {0}, A[D] = {0}, B[D] = {0};
+    const double b1 = 0.9, b2 = 0.99;
+    for (long t = 1; t <= 5; t++) {
+        refresh_grad(g, t);
+        double cu = 1.0 / (1.0 - pow(b1, (double)t));
+        ob_track_update(u, a, b, g, D, (float)b1, (float)(1.0 - b1), (float)b2, (float)(1.0 - b2),
+                        (float)cu);
+        for (int i = 0; i < D; i++) {
+            U[i] = b1 * U[i] + (1.0 - b1) * g[i];
+            A[i] = b2 * A[i] + (1.0 - b2) * (double)g[i] * g[i];
+            B[i] = b2 * B[i] + (1.0 - b2) * (U[i] * cu) * (U[i] * cu);
+        }
+    }
+    for (int i = 0; i < D; i++) {
+        assert_true(fabs(u[i] - U[i]) <= 1e-6 * fabs(U[i]) + 1e-9);
+        assert_true(fabs(a[i] - A[i]) <= 1e-5 * A[i]);
+        assert_true(fabs(b[i] - B[i]) <= 1e-5 * B[i] + 1e-12);
+    }
+    /* N = 4: beta = (3/4) / (1 - k), k = 0.1 / 1.9; the clamp at A_hat / 4. */
+    double k = (1.0 - b1) / (1.0 + b1), beta = 0.75 / (1.0 - k), alpha = 1.0 - beta, c2 = 2.0;
+    ob_track_share(e, a, b, D, (float)c2, (float)alpha, (float)beta, 0.25f);
+    for (int i = 0; i < D; i++) {
+        double want = alpha * A[i] * c2 + beta * B[i] * c2;
+        if (want < A[i] * c2 / 4.0) want = A[i] * c2 / 4.0;
+        assert_true(fabs(e[i] - want) <= 1e-5 * want);
+    }
+    a[0] = 1.0f, b[0] = 0.0f; /* B far below A: the clamp */
+    ob_track_share(e, a, b, 1, 1.0f, (float)alpha, (float)beta, 0.25f);
+    assert_true(e[0] == 0.25f);
+    for (int i = 0; i < D; i++)
+        v[i] = 7.0f, s[i] = i == 3 ? 0.0f : (float)(i + 1);
+    ob_track_set(v, den, s, D, 0.5f, 1e-8f);
+    for (int i = 0; i < D; i++) {
+        float want = i == 3 ? 7.0f : 0.5f * (float)(i + 1);
+        assert_true(v[i] == want);
+        assert_true(den[i] == sqrtf(want) + 1e-8f);
+    }
+}
+
+/* A checkpoint between two estimates resumes bit for bit when it holds the statistics; the
+ * same resume without them (zeros) ends elsewhere: the statistics are state. */
+static void test_track_resume(void **state)
+{
+    ob_optim_config cfg;
+    track_config(&cfg, 5, 0.0);
+    run a, b, c;
+    run_start(&a, &cfg);
+    ob_err err = {0};
+    for (long t = 1; t <= 40; t++) {
+        refresh_grad(a.g, t);
+        assert_int_equal(ob_optim_step(a.opt, a.g, 1e-2f, NULL), OB_OK);
+        if (t != 12) continue; /* frozen at 5, estimates at 10, 15, ... */
+        ob_optim_progress p;
+        copy_state(&b, &a, &cfg, &p);
+        assert_int_equal(ob_optim_set_progress(b.opt, &p, &err), OB_OK);
+        copy_state(&c, &a, &cfg, &p);
+        ob_optim_state sc;
+        ob_optim_get_state(c.opt, &sc);
+        memset(sc.track_stats, 0, sc.track_stats_len * sizeof(float));
+        assert_int_equal(ob_optim_set_progress(c.opt, &p, &err), OB_OK);
+    }
+    for (long t = 13; t <= 40; t++) {
+        refresh_grad(b.g, t);
+        refresh_grad(c.g, t);
+        assert_int_equal(ob_optim_step(b.opt, b.g, 1e-2f, NULL), OB_OK);
+        assert_int_equal(ob_optim_step(c.opt, c.g, 1e-2f, NULL), OB_OK);
+    }
+    assert_memory_equal(a.x, b.x, sizeof a.x);
+    ob_optim_state sa, sb;
+    ob_optim_get_state(a.opt, &sa);
+    ob_optim_get_state(b.opt, &sb);
+    assert_memory_equal(sa.exp_avg_sq, sb.exp_avg_sq, D * sizeof(float));
+    assert_memory_equal(sa.track_stats, sb.track_stats, 3 * D * sizeof(float));
+    assert_true(memcmp(a.x, c.x, sizeof a.x) != 0);
+    run_end(&a);
+    run_end(&b);
+    run_end(&c);
+}
+
+/* The freeze of a tracked job: at max(lr_warmup_steps, freeze_min_steps, K), not by the
+ * ratio rule; a fixed freeze_step stays the user's. */
+static void test_track_freeze_step(void **state)
+{
+    ob_optim_config cfg;
+    track_config(&cfg, 25, 0.0);
+    assert_int_equal(ob_optim_track_freeze_step(&cfg), 25);
+    cfg.lr_warmup_steps = 75;
+    assert_int_equal(ob_optim_track_freeze_step(&cfg), 75);
+    cfg.freeze_min_steps = 90;
+    assert_int_equal(ob_optim_track_freeze_step(&cfg), 90);
+    track_config(&cfg, 3, 0.0);
+    cfg.lr_warmup_steps = 7;
+    run r;
+    run_start(&r, &cfg);
+    for (int i = 0; i < D; i++)
+        r.g[i] = (i % 2) ? 0.5f : -0.5f;
+    assert_int_equal(step_until_freeze(&r, 100), 7);
+    run_end(&r);
+    track_config(&cfg, 3, 0.0);
+    cfg.freeze_step = 11;
+    run_start(&r, &cfg);
+    assert_int_equal(step_until_freeze(&r, 100), 11);
+    run_end(&r);
+}
+
+/* track_variance is the compressed onebit_adam's, in range, not with refreshes or
+ * precondition; the factor in range. */
+static void test_track_config(void **state)
+{
+    ob_optim_config cfg;
+    ob_err err = {0};
+    ob_optim_config_default(&cfg, OB_OPTIM_ADAM);
+    cfg.track_variance = 4;
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "track_variance"));
+    ob_optim_config_default(&cfg, OB_OPTIM_BINSGDM);
+    cfg.track_variance = 4;
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    for (int mode = OB_ONEBIT_UNCOMPRESSED; mode <= OB_ONEBIT_NAIVE; mode++) {
+        track_config(&cfg, 4, 0.0);
+        cfg.mode = (ob_onebit_mode)mode;
+        assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "compression on"));
+    }
+    track_config(&cfg, 4, 0.0);
+    cfg.refresh_steps = 2;
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "refresh_steps"));
+    track_config(&cfg, 4, 0.0);
+    cfg.precondition = 1;
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "precondition"));
+    track_config(&cfg, -1, 0.0);
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    track_config(&cfg, OB_OPTIM_MAX_TRACK_INTERVAL + 1, 0.0);
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+    track_config(&cfg, OB_OPTIM_MAX_TRACK_INTERVAL, 0.0);
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_OK);
+    double bad[] = {-1.0, 100.5, NAN, INFINITY};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        track_config(&cfg, 4, bad[i]);
+        assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
+        assert_non_null(strstr(err.msg, "track_factor"));
+    }
+    track_config(&cfg, 4, 0.5);
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_OK);
+    assert_true(ob_optim_track_factor(&cfg) == 0.5);
+    cfg.track_factor = 0.0;
+    assert_true(ob_optim_track_factor(&cfg) == OB_TRACK_FACTOR);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1085,6 +1295,11 @@ int main(void)
         cmocka_unit_test(test_refresh_resume),
         cmocka_unit_test(test_refresh_scaled_at),
         cmocka_unit_test(test_refresh_config),
+        cmocka_unit_test(test_track_one_rank_is_adam_v),
+        cmocka_unit_test(test_track_kernels),
+        cmocka_unit_test(test_track_resume),
+        cmocka_unit_test(test_track_freeze_step),
+        cmocka_unit_test(test_track_config),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

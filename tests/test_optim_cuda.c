@@ -406,6 +406,31 @@ static void compare_all(size_t n)
         download(got, dv, n), expect_equal(v, got, n, "softsign: b");
         download(got, dx, n), expect_equal(x, got, n, "softsign: x");
     }
+    /* The tracked variance: the statistics (m, v, p standing for u, A, B), a rank's share of
+     * the estimate (into x) and the estimate set from it, where a zero keeps v. */
+    for (int t = 12; t <= 13; t++) {
+        fill(g, n, 100 * (uint64_t)t + n, 1.0f, 0);
+        expect_ok(ob_cuda_memcpy(dg, g, n * 4, NULL, &err), &err, "upload g");
+        float cu = 1.0f / (1.0f - powf(0.9f, (float)t));
+        ob_track_update(m, v, p, g, n, 0.9f, 0.1f, 0.999f, 0.001f, cu);
+        expect_ok(ob_cuda_track_update(dm, dv, dp, dg, n, 0.9f, 0.1f, 0.999f, 0.001f, cu, NULL,
+                                       &err),
+                  &err, "track_update");
+        download(got, dm, n), expect_equal(m, got, n, "track: u");
+        download(got, dv, n), expect_equal(v, got, n, "track: A");
+        download(got, dp, n), expect_equal(p, got, n, "track: B");
+    }
+    ob_track_share(x, v, p, n, 40.0f, 0.2f, 0.8f, 0.25f);
+    expect_ok(ob_cuda_track_share(dx, dv, dp, n, 40.0f, 0.2f, 0.8f, 0.25f, NULL, &err), &err,
+              "track_share");
+    download(got, dx, n), expect_equal(x, got, n, "track: share");
+    for (size_t k = 0; k < n; k += 9)
+        x[k] = 0.0f; /* nothing arrived: v kept */
+    expect_ok(ob_cuda_memcpy(dx, x, n * 4, NULL, &err), &err, "upload the sums");
+    ob_track_set(m, den, x, n, 0.3125f, 1e-8f);
+    expect_ok(ob_cuda_track_set(dm, dden, dx, n, 0.3125f, 1e-8f, NULL, &err), &err, "track_set");
+    download(got, dm, n), expect_equal(m, got, n, "track: v");
+    download(got, dden, n), expect_equal(den, got, n, "track: den");
     float *all[] = {dx, dm, dv, dg, dden, dp};
     for (size_t i = 0; i < 6; i++)
         ob_cuda_free(all[i]);

@@ -87,6 +87,17 @@ if [ $rc -eq 0 ] && [ "$refreshed" = 2 ] && [ "$(field "$TMP/refresh-base.jsonl"
 else bad "refresh_steps run" "rc=$rc refreshed=$refreshed $(tail -3 "$TMP/refresh-base.jsonl.err")"; fi
 kill_and_resume kill-refresh "$TMP/refresh.yaml" 57 1 "$TMP/rbase/job/step-00000120"
 
+# --- a tracked variance: every rank's statistics in its rank file, killed between estimates --
+# Frozen at 10 (track_variance 10, no LR warmup), v estimated at 20, 30, ...; killed at 47 the
+# run resumes from 40 and must re-estimate at 50 from the saved statistics.
+sed 's/freeze_step: 60/track_variance: 10/' "$TMP/job.yaml" > "$TMP/track.yaml"
+run $NP "$TMP/track-base.jsonl" --spec "$TMP/track.yaml" --checkpoint-dir "$TMP/tbase"; rc=$?
+if [ $rc -eq 0 ] && [ "$(field "$TMP/track-base.jsonl" summary .freeze_step)" = 10 ] &&
+  "$CKPT" info "$TMP/tbase/job/step-00000120" | grep -q 'u, A, B'; then
+  ok "track_variance: frozen at 10, the statistics in the checkpoint"
+else bad "track_variance run" "rc=$rc $(tail -3 "$TMP/track-base.jsonl.err")"; fi
+kill_and_resume kill-track "$TMP/track.yaml" 47 2 "$TMP/tbase/job/step-00000120"
+
 # --- SIGTERM: finish the step, checkpoint it, exit 0; resume bit-exact ------------------------
 ONEBIT_FAULT_INJECT=TERM:47:1 run $NP "$TMP/term-1.jsonl" --spec "$TMP/job.yaml" --checkpoint-dir "$TMP/term"; rc=$?
 if [ $rc -eq 0 ] && [ "$(field "$TMP/term-1.jsonl" summary .stopped)" = true ] &&

@@ -10,6 +10,8 @@
 #   onebit-fp8      the same in fp8: what a user gets without tuning since 2026-11-27
 #   onebit-short8   the same with the opt-in settings of docs/peers: freeze_step 16, gradients of
 #                   the warmup in fp8, refresh_steps 16
+#   onebit-track8   the defaults with track_variance=25: frozen at the LR warmup's end (75), v
+#                   re-estimated every 25 steps from every rank's own statistics
 #   onebit-overlap, onebit-fp8-overlap
 #                   onebit and onebit-fp8 with overlap=True: the exchange starts in the backward
 #                   pass (hooks on the gradients' accumulation), in buckets of 4 MiB
@@ -31,9 +33,10 @@
 # docs/peers/gpt/runs.tsv, sweeps.txt (committed) and results.md, the table.
 #
 # usage: sudo bash bench/peers/program.sh [--rates "unshaped 200m 50m"] [--systems "..."]
-#                                         [--quick] [--no-ref] [--cleanup]
+#                                         [--quick] [--no-ref] [--target LOSS] [--cleanup]
 #   --quick   smoke run: unshaped, 150 steps, into build-net/peers-gpt-quick/
 #   --no-ref  keep the reference of an earlier run (its log in the logs' directory)
+#   --target LOSS  no reference: this target eval loss (an earlier sweep's, from its params)
 # Model flags: GPT_FLAGS (default "--layers 2 --d-model 128 --heads 4 --context 32
 # --batch-size 4 --eval-batches 128"); REF, CAP, EVAL (default 1000, 1500, 50); STALL (default
 # 180): seconds without a line in a run's log after which it is stopped as hung.
@@ -43,7 +46,7 @@ ROOT=$PWD
 export OBNET_PREFIX=${OBNET_PREFIX:-obpeer} OBNET_SUBNET=${OBNET_SUBNET:-10.231.78}
 RATES="unshaped 200m 50m"
 SYSTEMS="onebit onebit-fp16 onebit-fp8 onebit-short8 binsgdm ddp-fp32 ddp-fp16 ddp-powersgd"
-QUICK=0 NO_REF=0
+QUICK=0 NO_REF=0 TARGET=""
 usage() {
   sed -n 's/^# usage: //p; s/^#   //p' "$0" >&2
   exit 2
@@ -54,6 +57,7 @@ while [ $# -gt 0 ]; do
     --systems) SYSTEMS=$2; shift 2 ;;
     --quick) QUICK=1; shift ;;
     --no-ref) NO_REF=1; shift ;;
+    --target) TARGET=$2; NO_REF=1; shift 2 ;;
     --cleanup)
       # shellcheck source=bench/net/netns.sh
       source bench/net/netns.sh
@@ -131,12 +135,12 @@ gpt() {
 
 T0=$(date +%s)
 obnet_shape unshaped
-if [ "$NO_REF" -eq 0 ]; then
+if [ "$NO_REF" -eq 0 ] && [ -z "$TARGET" ]; then
   echo "== reference: adam, unshaped, $CAP steps"
   gpt ref --optimizer adam
 fi
 # The highest of the reference's evaluations at REF-2*EVAL .. REF (one evaluation is noisy).
-TARGET=$(jq -Rs --argjson lo $((REF - 2 * EVAL)) --argjson hi "$REF" \
+[ -n "$TARGET" ] || TARGET=$(jq -Rs --argjson lo $((REF - 2 * EVAL)) --argjson hi "$REF" \
   '[split("\n")[] | fromjson? | select(.event=="eval" and .step >= $lo and .step <= $hi)
     | .eval_loss] | max' "$LOGS/ref.log")
 [ "$TARGET" != null ] || { echo "bench/peers: no evaluation at steps $((REF - 2 * EVAL))..$REF in $LOGS/ref.log" >&2; exit 1; }
@@ -158,6 +162,8 @@ for rate in $RATES; do
                         --target-loss "$TARGET" ;;
       onebit-fp8-overlap) gpt "$name" --optimizer onebit --gradient-exchange fp8 \
                             --option overlap=true --target-loss "$TARGET" ;;
+      onebit-track8) gpt "$name" --optimizer onebit --gradient-exchange fp8 \
+                       --option track_variance=25 --target-loss "$TARGET" ;;
       onebit-short8) gpt "$name" --optimizer onebit --freeze-step 16 --gradient-exchange fp8 \
                        --option refresh_steps=16 --target-loss "$TARGET" ;;
       binsgdm) gpt "$name" --optimizer binsgdm --target-loss "$TARGET" ;;

@@ -25,6 +25,7 @@ NAMES = {
     "onebit-fp16": "OnebitAdam, the warmup's gradients in fp16",
     "onebit-fp8": "OnebitAdam, the warmup's gradients in fp8: **the defaults**",
     "onebit-short8": "OnebitAdam, opt-in: freeze_step 16, fp8 warmup, refresh_steps 16",
+    "onebit-track8": "OnebitAdam, opt-in: track_variance 25 (frozen at 75), fp8 warmup",
     "onebit-overlap": "OnebitAdam, fp32 warmup + overlap",
     "onebit-fp8-overlap": "OnebitAdam, fp8 warmup + overlap",
     "binsgdm": "BinSGDM (1 bit from step 1)",

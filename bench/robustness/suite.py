@@ -2,7 +2,7 @@
 """The robustness suite: whole training runs of onebit-worker on several models, seeds and
 settings, 1-bit Adam beside its baselines (Adam, and for warm starts the same job from scratch).
 
-    bench/robustness/suite.py run [--group warm|stability|freeze|wide|fp16|ratio|cap|short|binsgdm|all] [--only SUBSTR] [--rerun]
+    bench/robustness/suite.py run [--group warm|stability|freeze|wide|fp16|ratio|cap|short|track|binsgdm|all] [--only SUBSTR] [--rerun]
     bench/robustness/suite.py report [--docs]  # tables + SVG plot (--docs: into docs/robustness/)
 
 Runs go one at a time (4 MPI ranks each, `mpirun --oversubscribe`); every finished run appends
@@ -269,6 +269,17 @@ def short_cases():
     return out
 
 
+TRACK = ("track-25",)
+
+
+def track_cases():
+    """A tracked variance (optimizer.track_variance 25, the default factor, the warmup's
+    gradients in fp8): the freeze at the LR warmup's end, v re-estimated every 25 steps from
+    every rank's own statistics, on the jobs of the stability and wide groups (their Adam and
+    default runs are those groups')."""
+    return [dict(c, group="track", variants=list(TRACK)) for c in wide_cases() + stability_cases()]
+
+
 def binsgdm_cases():
     """BinSGDM (no warmup, its defaults) beside Adam on every configuration of the stability and
     wide groups, three seeds each (the groups' case names where they have the seed). The MLPs
@@ -308,6 +319,8 @@ def all_cases(group):
         return binsgdm_cases()
     if group == "short":
         return short_cases()
+    if group == "track":
+        return track_cases()
     if group == "cap":
         return cap_cases()
     if group == "fp16":
@@ -415,6 +428,11 @@ def case_spec(case, var):
         if var.endswith("-fp16") or var.endswith("-fp8"):
             s["optimizer"]["gradient_exchange"] = var.split("-")[-1]
         return s
+    if var.startswith("track-"):  # track-K: track_variance K, the freeze by its rule
+        s = variant(case["spec"], "onebit")
+        s["optimizer"]["freeze_step"] = "auto"
+        s["optimizer"]["track_variance"] = int(var.split("-")[1])
+        return s
     if var.startswith("refresh-"):  # refresh-N-fp16 (-fp8): freeze at 16, refreshes of N steps
         s = variant(case["spec"], "onebit")
         s["optimizer"]["gradient_exchange"] = var.split("-")[-1]
@@ -460,8 +478,8 @@ def cmd_run(args):
     for i, (c, v) in enumerate(pending, 1):
         spec = case_spec(c, v)
         ck = None
-        if c["group"] in ("stability", "wide", "freeze", "fp16", "ratio", "cap", "short", "binsgdm") \
-                and v != "adam":
+        if c["group"] in ("stability", "wide", "freeze", "fp16", "ratio", "cap", "short", "track",
+                          "binsgdm") and v != "adam":
             # Checkpoints, so that the divergence guard can roll back (its rollbacks counted).
             spec["checkpoint"] = {"interval": 100, "keep": 1}
             ck = os.path.join(OUT, "ck-run")
@@ -539,13 +557,24 @@ def short_table(by):
     names = {"fixed-16-fp16": "`freeze_step: 16` with the warmup's gradients in fp16",
              "refresh-16-fp16": "the same with `refresh_steps: 16`",
              "refresh-8-fp16": "the same with `refresh_steps: 8`"}
+    return variants_table(by, "A short warmup", SHORT, names, short_cases())
+
+
+def track_table(by):
+    """The tracked variance (TRACK) beside Adam and the default, as short_table."""
+    names = {"track-25": "`track_variance: 25` (frozen at the LR warmup's end)"}
+    return variants_table(by, "A tracked variance", TRACK, names, track_cases())
+
+
+def variants_table(by, title, variants, names, all_cases_of):
+    """Each of `variants` beside Adam and the default: eval loss, gaps, bytes."""
     lines = []
-    for var in SHORT:
-        cases = [c["case"] for c in short_cases() if (c["case"], var) in by]
+    for var in variants:
+        cases = [c["case"] for c in all_cases_of if (c["case"], var) in by]
         if not cases:
             continue
         if not lines:
-            lines = ["## A short warmup", "",
+            lines = ["## " + title, "",
                      "Each variant beside Adam and the default (auto freeze, fp32 warmup): eval loss, "
                      "gap to Adam and to the default, and the default's bytes over the variant's.", ""]
         lines += ["### `%s`: %s" % (var, names.get(var, var)), "",
@@ -951,6 +980,7 @@ def cmd_report(args):
                 lines.append("%s (>= 2000 steps): %.1fx fewer bytes than Adam by default, %.1fx with fp16." % (c, x, y))
             lines.append("")
     lines += short_table(by)
+    lines += track_table(by)
     lines += binsgdm_table(by)
     text = "\n".join(lines) + "\n"
     with open(os.path.join(OUT, "tables.md"), "w") as f:
@@ -983,7 +1013,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "ratio", "cap", "short",
-                                                       "binsgdm", "all"])
+                                                       "track", "binsgdm", "all"])
     r.add_argument("--only", default="")
     r.add_argument("--variant", default="", help="only this variant (adam, scratch, warm, ...)")
     r.add_argument("--rerun", action="store_true")

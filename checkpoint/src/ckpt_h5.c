@@ -199,6 +199,7 @@ ob_status ob_ckpt_write_state(const char *dir, const ob_ckpt_meta *m, const ob_c
         (st = ob__ck_attr_f64(f, "refit_scale", m->refit_scale, path, err)) ||
         (st = ob__ck_attr_i64(f, "rollbacks", m->rollbacks, path, err)) ||
         (m->local_moments && (st = ob__ck_attr_i64(f, "local_moments", 1, path, err))) ||
+        (m->track_stats && (st = ob__ck_attr_i64(f, "track_stats", 1, path, err))) ||
         (m->ranks_per_node > 1 &&
          (st = ob__ck_attr_i64(f, "ranks_per_node", m->ranks_per_node, path, err))) ||
         (st = ob__ck_attr_f64(f, "loss_ema", m->loss_ema, path, err)) ||
@@ -257,8 +258,10 @@ static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, cons
         (st = ob__ck_read_attr(f, "loader_rng", H5T_NATIVE_UINT64, m->loader_rng, 4, path, err)))
         return st;
     /* Optional (checkpoints written before warm starts were re-estimated have neither). */
-    int64_t warm = 0, refit_end = 0, rollbacks = 0, local = 0, rpn = 1;
-    if ((H5Aexists(f, "ranks_per_node") > 0 &&
+    int64_t warm = 0, refit_end = 0, rollbacks = 0, local = 0, rpn = 1, track = 0;
+    if ((H5Aexists(f, "track_stats") > 0 &&
+         (st = ob__ck_read_i64(f, "track_stats", &track, path, err))) ||
+        (H5Aexists(f, "ranks_per_node") > 0 &&
          (st = ob__ck_read_i64(f, "ranks_per_node", &rpn, path, err))) ||
         (H5Aexists(f, "local_moments") > 0 &&
          (st = ob__ck_read_i64(f, "local_moments", &local, path, err))) ||
@@ -270,14 +273,16 @@ static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, cons
          (st = ob__ck_read_i64(f, "rollbacks", &rollbacks, path, err))))
         return st;
     if (warm < 0 || warm > 5 || refit_end < 0 || refit_end > INT32_MAX || rollbacks < 0 ||
-        rollbacks > 1000 || local < 0 || local > 1 || rpn < 1 || rpn > 4096 ||
+        rollbacks > 1000 || local < 0 || local > 1 || track < 0 || track > 1 || rpn < 1 ||
+        rpn > 4096 ||
         m->world_size % rpn != 0)
         return OB_ERR(err, OB_ERR_CORRUPT,
                       "%s: warm start state %" PRId64 " / refit end %" PRId64
                       " / rollbacks %" PRId64 " / local moments %" PRId64
-                      " / ranks a node %" PRId64,
-                      path, warm, refit_end, rollbacks, local, rpn);
+                      " / ranks a node %" PRId64 " / variance statistics %" PRId64,
+                      path, warm, refit_end, rollbacks, local, rpn, track);
     m->local_moments = (int)local;
+    m->track_stats = (int)track;
     m->ranks_per_node = (int)rpn;
     m->rollbacks = (int)rollbacks;
     m->warm_start = (int)warm;

@@ -17,6 +17,8 @@
 /* A rank's own moments, for optimizers that keep them per rank (ob_ckpt_meta.local_moments). */
 #define LOCAL_M_DATASET "/optim/local_exp_avg"
 #define LOCAL_V_DATASET "/optim/local_exp_avg_sq"
+/* A rank's tracked-variance statistics u, A, B (ob_ckpt_meta.track_stats), 3 d floats. */
+#define TRACK_DATASET "/optim/variance_stats"
 
 /* n segments between bounds b[0] = 0 < b[1] < ... < b[n] = D. */
 typedef struct layout {
@@ -160,6 +162,18 @@ ob_status ob_ckpt_write_rank_moments(const char *dir, const ob_ckpt_meta *m, int
                                      const size_t *seg_bounds, size_t num_segments,
                                      const float *local_m, const float *local_v, ob_err *err)
 {
+    ob_ckpt_rank_arrays a = {worker_error, server_error, seg_bounds, num_segments,
+                             local_m,      local_v,      NULL};
+    return ob_ckpt_write_rank_arrays(dir, m, rank, &a, err);
+}
+
+ob_status ob_ckpt_write_rank_arrays(const char *dir, const ob_ckpt_meta *m, int rank,
+                                    const ob_ckpt_rank_arrays *a, ob_err *err)
+{
+    const float *worker_error = a->worker_error, *server_error = a->server_error;
+    const float *local_m = a->local_m, *local_v = a->local_v;
+    const size_t *seg_bounds = a->seg_bounds;
+    size_t num_segments = a->num_segments;
     ob__ck_h5_quiet();
     char path[OB_CKPT_PATH_LEN];
     ob_status st = rank_path(path, dir, rank, err);
@@ -171,6 +185,9 @@ ob_status ob_ckpt_write_rank_moments(const char *dir, const ob_ckpt_meta *m, int
     if (m->local_moments ? !local_m || !local_v : local_m || local_v)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: per-rank moments %s", path,
                       m->local_moments ? "missing" : "given for a checkpoint without them");
+    if (m->track_stats ? !a->track_stats : a->track_stats != NULL)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "%s: variance statistics %s", path,
+                      m->track_stats ? "missing" : "given for a checkpoint without them");
     layout lay = {NULL, 0};
     if (seg_bounds || num_segments) {
         char what[OB_CKPT_PATH_LEN + 32];
@@ -203,6 +220,10 @@ ob_status ob_ckpt_write_rank_moments(const char *dir, const ob_ckpt_meta *m, int
                                   (size_t)m->num_params, path, err)) ||
          (st = ob__ck_write_array(f, LOCAL_V_DATASET, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, local_v,
                                   (size_t)m->num_params, path, err))))
+        goto fail;
+    if (m->track_stats &&
+        (st = ob__ck_write_array(f, TRACK_DATASET, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, a->track_stats,
+                                 3 * (size_t)m->num_params, path, err)))
         goto fail;
     /* One segment is the plain layout: stored as files have always been. */
     if (lay.n > 1 && (st = ob__ck_write_dataset(f, SEGMENTS_DATASET, H5T_STD_U64LE,
@@ -314,6 +335,12 @@ static ob_status read_rank_arrays(const char *dir, const ob_ckpt_meta *m, int ra
         H5Fclose(f);
         return st;
     }
+    if (!we && m->track_stats &&
+        (st = ob__ck_read_dataset(f, TRACK_DATASET, H5T_NATIVE_FLOAT, NULL,
+                                  3 * (size_t)m->num_params, path, err))) {
+        H5Fclose(f);
+        return st;
+    }
     if (m->padded_size > 0) {
         st = ob__ck_read_dataset(f, "/optim/worker_error", H5T_NATIVE_FLOAT, we,
                                  (size_t)m->padded_size, path, err);
@@ -421,6 +448,46 @@ ob_status ob_ckpt_read_errors(const char *dir, const ob_ckpt_meta *m, int rank, 
     return st;
 }
 
+/* Per-rank vectors (n datasets, names[k] of lens[k] floats into outs[k]) that rank `rank` of
+ * `world_size` resumes from: at the checkpoint's world size this rank's own bit for bit, at
+ * another the element-wise mean of every old rank's (in rank order). */
+static ob_status read_rank_vectors(const char *dir, const ob_ckpt_meta *m, int rank,
+                                   int world_size, const char *const *names, const size_t *lens,
+                                   float *const *outs, int n, ob_err *err)
+{
+    char path[OB_CKPT_PATH_LEN];
+    hid_t f;
+    ob_status st = OB_OK;
+    if (world_size == m->world_size) {
+        if ((st = open_rank(dir, m, rank, path, &f, err)) != OB_OK) return st;
+        for (int k = 0; st == OB_OK && k < n; k++)
+            st = ob__ck_read_dataset(f, names[k], H5T_NATIVE_FLOAT, outs[k], lens[k], path, err);
+        H5Fclose(f);
+        return st;
+    }
+    size_t most = 0;
+    for (int k = 0; k < n; k++)
+        most = lens[k] > most ? lens[k] : most;
+    double *sum = calloc(most, sizeof *sum);
+    float *buf = malloc(most * sizeof *buf);
+    st = sum && buf ? OB_OK : OB_ERR(err, OB_ERR_NOMEM, "per-rank vectors of %zu", most);
+    for (int k = 0; st == OB_OK && k < n; k++) {
+        memset(sum, 0, most * sizeof *sum);
+        for (int r = 0; st == OB_OK && r < m->world_size; r++) {
+            if ((st = open_rank(dir, m, r, path, &f, err)) != OB_OK) break;
+            st = ob__ck_read_dataset(f, names[k], H5T_NATIVE_FLOAT, buf, lens[k], path, err);
+            H5Fclose(f);
+            for (size_t i = 0; st == OB_OK && i < lens[k]; i++)
+                sum[i] += (double)buf[i];
+        }
+        for (size_t i = 0; st == OB_OK && i < lens[k]; i++)
+            outs[k][i] = (float)(sum[i] / (double)m->world_size);
+    }
+    free(sum);
+    free(buf);
+    return st;
+}
+
 ob_status ob_ckpt_read_local_moments(const char *dir, const ob_ckpt_meta *m, int rank,
                                      int world_size, float *local_m, float *local_v, ob_err *err)
 {
@@ -429,40 +496,27 @@ ob_status ob_ckpt_read_local_moments(const char *dir, const ob_ckpt_meta *m, int
         return OB_ERR(err, OB_ERR_CORRUPT, "%s: the checkpoint holds no per-rank moments", dir);
     if (world_size < 1 || rank < 0 || rank >= world_size)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "per-rank moments: rank %d of %d", rank, world_size);
-    size_t d = (size_t)m->num_params;
-    char path[OB_CKPT_PATH_LEN];
-    hid_t f;
-    ob_status st;
-    if (world_size == m->world_size) { /* this rank's own, bit for bit */
-        if ((st = open_rank(dir, m, rank, path, &f, err)) != OB_OK) return st;
-        st = ob__ck_read_dataset(f, LOCAL_M_DATASET, H5T_NATIVE_FLOAT, local_m, d, path, err);
-        if (st == OB_OK)
-            st = ob__ck_read_dataset(f, LOCAL_V_DATASET, H5T_NATIVE_FLOAT, local_v, d, path, err);
-        H5Fclose(f);
-        return st;
-    }
-    /* Another world: the mean of the old ranks' (in rank order), which keeps |m| <= v where
-     * every rank's did. */
-    double *sum = calloc(2 * d, sizeof *sum);
-    float *bm = malloc(d * sizeof *bm), *bv = malloc(d * sizeof *bv);
-    st = sum && bm && bv ? OB_OK : OB_ERR(err, OB_ERR_NOMEM, "per-rank moments of %zu", d);
-    for (int r = 0; st == OB_OK && r < m->world_size; r++) {
-        if ((st = open_rank(dir, m, r, path, &f, err)) != OB_OK) break;
-        st = ob__ck_read_dataset(f, LOCAL_M_DATASET, H5T_NATIVE_FLOAT, bm, d, path, err);
-        if (st == OB_OK)
-            st = ob__ck_read_dataset(f, LOCAL_V_DATASET, H5T_NATIVE_FLOAT, bv, d, path, err);
-        H5Fclose(f);
-        for (size_t i = 0; st == OB_OK && i < d; i++) {
-            sum[i] += (double)bm[i];
-            sum[d + i] += (double)bv[i];
-        }
-    }
-    for (size_t i = 0; st == OB_OK && i < d; i++) {
-        local_m[i] = (float)(sum[i] / (double)m->world_size);
-        local_v[i] = (float)(sum[d + i] / (double)m->world_size);
-    }
-    free(sum);
-    free(bm);
-    free(bv);
-    return st;
+    /* Another world: the mean keeps |m| <= v where every rank's did. */
+    const char *const names[2] = {LOCAL_M_DATASET, LOCAL_V_DATASET};
+    size_t d = (size_t)m->num_params, lens[2] = {d, d};
+    float *const outs[2] = {local_m, local_v};
+    return read_rank_vectors(dir, m, rank, world_size, names, lens, outs, 2, err);
+}
+
+ob_status ob_ckpt_read_track_stats(const char *dir, const ob_ckpt_meta *m, int rank,
+                                   int world_size, float *stats, ob_err *err)
+{
+    ob__ck_h5_quiet();
+    if (!m->track_stats)
+        return OB_ERR(err, OB_ERR_CORRUPT,
+                      "%s: the checkpoint holds no variance statistics (written without "
+                      "optimizer.track_variance)",
+                      dir);
+    if (world_size < 1 || rank < 0 || rank >= world_size)
+        return OB_ERR(err, OB_ERR_INVALID_ARG, "variance statistics: rank %d of %d", rank,
+                      world_size);
+    const char *const names[1] = {TRACK_DATASET};
+    size_t lens[1] = {3 * (size_t)m->num_params};
+    float *const outs[1] = {stats};
+    return read_rank_vectors(dir, m, rank, world_size, names, lens, outs, 1, err);
 }

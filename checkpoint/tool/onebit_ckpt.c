@@ -101,6 +101,7 @@ static int cmd_info(const char *dir)
         printf("freeze step     - (not frozen)\n");
     printf("world size      %d\n", m.world_size);
     if (m.local_moments) printf("per-rank m, b   every rank file (binsgdm)\n");
+    if (m.track_stats) printf("per-rank u, A, B every rank file (track_variance)\n");
     if (m.ranks_per_node > 1)
         printf("ranks a node    %d (hierarchical exchange)\n", m.ranks_per_node);
     printf("parameters      %llu\n", (unsigned long long)m.num_params);
@@ -285,6 +286,35 @@ static int diff_local_moments(const char *a, const loaded *la, const char *b, co
     return diff;
 }
 
+/* Every rank's variance statistics (checkpoints of a job with track_variance). */
+static int diff_track_stats(const char *a, const loaded *la, const char *b, const loaded *lb)
+{
+    if (la->m.track_stats != lb->m.track_stats) {
+        printf("variance statistics: %s vs %s\n", la->m.track_stats ? "present" : "absent",
+               lb->m.track_stats ? "present" : "absent");
+        return 1;
+    }
+    if (!la->m.track_stats) return 0;
+    size_t n = 3 * (size_t)la->m.num_params;
+    float *sa = malloc(n * sizeof(float)), *sb = malloc(n * sizeof(float));
+    int diff = 0;
+    for (int r = 0; r < la->m.world_size && !diff; r++) {
+        ob_err err = {0};
+        if (!sa || !sb || ob_ckpt_read_track_stats(a, &la->m, r, la->m.world_size, sa, &err) ||
+            ob_ckpt_read_track_stats(b, &lb->m, r, lb->m.world_size, sb, &err)) {
+            fprintf(stderr, "onebit-ckpt: %s\n", err.msg[0] ? err.msg : "out of memory");
+            diff = 1;
+            break;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "variance_stats of rank %d", r);
+        diff |= differ(what, sa, sb, n, sizeof(float));
+    }
+    free(sa);
+    free(sb);
+    return diff;
+}
+
 static int cmd_diff(const char *a, const char *b, const char *only)
 {
     loaded la, lb;
@@ -314,6 +344,8 @@ static int cmd_diff(const char *a, const char *b, const char *only)
         if (wanted(only, "errors")) diff |= diff_errors(a, &la, b, &lb);
         if (wanted(only, "errors") && la.m.world_size == lb.m.world_size)
             diff |= diff_local_moments(a, &la, b, &lb);
+        if (wanted(only, "errors") && la.m.world_size == lb.m.world_size)
+            diff |= diff_track_stats(a, &la, b, &lb);
         if (!only && (la.m.step != lb.m.step || la.m.freeze_step != lb.m.freeze_step)) {
             printf("step %ld vs %ld, freeze step %ld vs %ld\n", la.m.step, lb.m.step,
                    la.m.freeze_step, lb.m.freeze_step);

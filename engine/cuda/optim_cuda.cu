@@ -76,6 +76,39 @@ __global__ void refresh_kernel(float *__restrict__ x, float *__restrict__ m, flo
     }
 }
 
+__global__ void track_kernel(float *__restrict__ u, float *__restrict__ a, float *__restrict__ b,
+                             const float *__restrict__ g, size_t d, float b1, float a1, float b2,
+                             float a2, float cu)
+{
+    GRID_STRIDE(i, d)
+    {
+        float ui = u[i], ai = a[i], bi = b[i];
+        ob__track_elem(&ui, &ai, &bi, g[i], b1, a1, b2, a2, cu);
+        u[i] = ui;
+        a[i] = ai;
+        b[i] = bi;
+    }
+}
+
+__global__ void track_share_kernel(float *__restrict__ e, const float *__restrict__ a,
+                                   const float *__restrict__ b, size_t d, float c2, float alpha,
+                                   float beta, float inv_n)
+{
+    GRID_STRIDE(i, d) e[i] = ob__track_share_elem(a[i], b[i], c2, alpha, beta, inv_n);
+}
+
+__global__ void track_set_kernel(float *__restrict__ v, float *__restrict__ den,
+                                 const float *__restrict__ s, size_t d, float f, float eps)
+{
+    GRID_STRIDE(i, d)
+    {
+        float vi = v[i], di;
+        ob__track_set_elem(&vi, &di, s[i], f, eps);
+        v[i] = vi;
+        den[i] = di;
+    }
+}
+
 __global__ void momentum_precondition_kernel(float *__restrict__ m, float *__restrict__ p,
                                              const float *__restrict__ g,
                                              const float *__restrict__ den, size_t d, float b1,
@@ -337,6 +370,38 @@ extern "C" ob_status ob_cuda_refresh_update(float *x, float *m, float *v, float 
     ob_status st = need(err, "ob_cuda_refresh_update", x && m && v && den && g && k);
     if (st != OB_OK) return st;
     LAUNCH(refresh_kernel, d, stream, x, m, v, den, g, d, *k, keep, take, inv_c);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_track_update(float *u, float *a, float *b, const float *g, size_t d,
+                                          float b1, float a1, float b2, float a2, float cu,
+                                          void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_track_update", u && a && b && g);
+    if (st != OB_OK) return st;
+    LAUNCH(track_kernel, d, stream, u, a, b, g, d, b1, a1, b2, a2, cu);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_track_share(float *e, const float *a, const float *b, size_t d,
+                                         float c2, float alpha, float beta, float inv_n,
+                                         void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_track_share", e && a && b);
+    if (st != OB_OK) return st;
+    LAUNCH(track_share_kernel, d, stream, e, a, b, d, c2, alpha, beta, inv_n);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_track_set(float *v, float *den, const float *s, size_t d, float f,
+                                       float eps, void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_track_set", v && den && s);
+    if (st != OB_OK) return st;
+    LAUNCH(track_set_kernel, d, stream, v, den, s, d, f, eps);
     return launched(err);
 }
 

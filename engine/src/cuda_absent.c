@@ -165,6 +165,24 @@ ob_status ob_cuda_refresh_update(float *x, float *m, float *v, float *den, const
     return NO_CUDA(err);
 }
 
+ob_status ob_cuda_track_update(float *u, float *a, float *b, const float *g, size_t d, float b1,
+                               float a1, float b2, float a2, float cu, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_track_share(float *e, const float *a, const float *b, size_t d, float c2,
+                              float alpha, float beta, float inv_n, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_track_set(float *v, float *den, const float *s, size_t d, float f, float eps,
+                            void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
 ob_status ob_cuda_binsgdm_local(float *m, float *b, float *u, const float *g, size_t d, float b1,
                                 float a1, float eps, int keep_max, void *stream, ob_err *err)
 {

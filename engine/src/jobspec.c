@@ -156,6 +156,8 @@ static const field optim_fields[] = {
     {"stability_bound", OB1},
     {"frozen_step_ratio", OB1},
     {"refresh_steps", OB1},
+    {"track_variance", OB1},
+    {"track_factor", OB1},
     {"bucket_mb", ALL},
     {"overlap", ALL},
     {"gradient_exchange", ~BIN},
@@ -545,6 +547,9 @@ static void read_onebit_fields(const json_t *o, ob_optim_config *c, spec_errs *E
         E, ob__spec_get_number(o, "optimizer", "frozen_step_ratio", &c->frozen_step_ratio, ONE));
     ob__spec_note(E, ob__spec_get_long(o, "optimizer", "refresh_steps", 0,
                                        OB_OPTIM_MAX_REFRESH_STEPS, &c->refresh_steps, ONE));
+    ob__spec_note(E, ob__spec_get_long(o, "optimizer", "track_variance", 0,
+                                       OB_OPTIM_MAX_TRACK_INTERVAL, &c->track_variance, ONE));
+    ob__spec_note(E, ob__spec_get_number(o, "optimizer", "track_factor", &c->track_factor, ONE));
     c->stabilizer = (ob_stabilizer)stab;
     c->mode = (ob_onebit_mode)mode;
     c->scale = (ob_scale_kind)scale;

@@ -160,6 +160,8 @@ static json_t *optim_tree(builder *b, const ob_optim_config *c, double freeze_ma
     put_real(b, o, "stability_bound", c->stability_bound);
     put_real(b, o, "frozen_step_ratio", c->frozen_step_ratio);
     put_int(b, o, "refresh_steps", c->refresh_steps);
+    put_int(b, o, "track_variance", c->track_variance);
+    put_real(b, o, "track_factor", c->track_factor);
     return o;
 }
 

@@ -6,6 +6,7 @@
 #include "onebit/compress_cuda.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,11 +59,19 @@ ob_status ob_optim_create(ob_optim **out, const ob_optim_config *cfg, ob_comm *c
     o->last_ratio = NAN;
     o->warm_frac = NAN;
     o->refit_scale = 1.0;
+    if (d > SIZE_MAX / (3 * sizeof(float))) { /* the largest buffer: track_variance's 3 d */
+        st = OB_ERR(err, OB_ERR_NOMEM, "optimizer: %zu parameters", d);
+        goto fail;
+    }
     size_t bytes = d * sizeof(float);
     if ((st = ob__mem_alloc(o->dev, (void **)&o->m, bytes, "optimizer momentum", err)) ||
         (st = ob__mem_alloc(o->dev, (void **)&o->v, bytes, "optimizer variance", err)) ||
         (st = ob__mem_alloc(o->dev, (void **)&o->g, bytes, "optimizer exchange buffer", err)) ||
         (st = ob__mem_alloc(o->dev, (void **)&o->den, bytes, "optimizer denominator", err)))
+        goto fail;
+    if (cfg->track_variance > 0 &&
+        (st = ob__mem_alloc(o->dev, (void **)&o->ts, 3 * bytes, "optimizer variance statistics",
+                            err)) != OB_OK)
         goto fail;
     if (auto_freeze(cfg)) {
         o->delta = ob_optim_freeze_delta(cfg->beta2);
@@ -143,6 +152,7 @@ void ob_optim_destroy(ob_optim *o)
     ob__mem_free(o->dev, o->v);
     ob__mem_free(o->dev, o->g);
     ob__mem_free(o->dev, o->den);
+    ob__mem_free(o->dev, o->ts);
     free(o->norms);
     ob_car_destroy(o->car);
     ob_f16sum_destroy(o->f16);
@@ -307,6 +317,8 @@ void ob_optim_get_state(ob_optim *o, ob_optim_state *s)
     s->v_norm_history = o->norms;
     s->v_norm_history_len = o->norms ? (size_t)o->delta : 0;
     s->local_moments = o->cfg.kind == OB_OPTIM_BINSGDM;
+    s->track_stats = o->ts;
+    s->track_stats_len = o->ts ? 3 * o->d : 0;
     s->ranks_per_node = o->car ? ob_car_ranks_per_node(o->car) : 1;
 }
 

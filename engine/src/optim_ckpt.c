@@ -30,27 +30,33 @@ void ob_optim_ckpt_meta(ob_optim *o, int world_size, ob_ckpt_meta *m)
     m->refit_end = p.refit_end;
     m->refit_scale = p.refit_scale;
     m->local_moments = s.local_moments;
+    m->track_stats = s.track_stats != NULL;
     m->ranks_per_node = s.ranks_per_node > 1 ? s.ranks_per_node : 1;
 }
 
 ob_status ob_optim_ckpt_write_files(const char *dir, const ob_ckpt_meta *meta,
                                     const ob_ckpt_arrays *a, const char *spec_json, int rank,
                                     const float *we, const float *se, const size_t *seg,
-                                    size_t nseg, ob_err *err)
+                                    size_t nseg, const float *ts, ob_err *err)
 {
     ob_status st = OB_OK;
     if (rank == 0) st = ob_ckpt_write_state(dir, meta, a, spec_json, err);
-    /* Every rank's own m and b where the optimizer keeps them per rank (binsgdm). */
-    const float *lm = meta->local_moments ? a->exp_avg : NULL;
-    const float *lv = meta->local_moments ? a->exp_avg_sq : NULL;
-    if (st == OB_OK)
-        st = ob_ckpt_write_rank_moments(dir, meta, rank, we, se, seg, nseg, lm, lv, err);
+    /* Every rank's own m and b where the optimizer keeps them per rank (binsgdm), and its
+     * variance statistics (track_variance). */
+    ob_ckpt_rank_arrays ra = {we,
+                              se,
+                              seg,
+                              nseg,
+                              meta->local_moments ? a->exp_avg : NULL,
+                              meta->local_moments ? a->exp_avg_sq : NULL,
+                              meta->track_stats ? ts : NULL};
+    if (st == OB_OK) st = ob_ckpt_write_rank_arrays(dir, meta, rank, &ra, err);
     return st;
 }
 
 ob_status ob_optim_ckpt_read(ob_optim *o, const char *path, const ob_ckpt_meta *meta, int rank,
                              int size, float *params, float *m, float *v, float *we, float *se,
-                             ob_err *err)
+                             float *ts, ob_err *err)
 {
     ob_optim_state s;
     ob_optim_get_state(o, &s);
@@ -62,6 +68,10 @@ ob_status ob_optim_ckpt_read(ob_optim *o, const char *path, const ob_ckpt_meta *
                                      se, err);
     if (st == OB_OK && s.local_moments)
         st = ob_ckpt_read_local_moments(path, meta, rank, size, m, v, err);
+    /* A tracked variance needs every rank's statistics: a checkpoint without them (a job
+     * that did not track) is refused rather than resumed from zeros. */
+    if (st == OB_OK && s.track_stats)
+        st = ob_ckpt_read_track_stats(path, meta, rank, size, ts, err);
     return st;
 }
 

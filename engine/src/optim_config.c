@@ -32,6 +32,8 @@ void ob_optim_config_default(ob_optim_config *cfg, ob_optim_kind kind)
     cfg->refresh_steps = 0;
     cfg->seed = 1;
     cfg->max_denominator_step = 0;
+    cfg->track_variance = 0;
+    cfg->track_factor = 0.0;
     if (kind == OB_OPTIM_BINSGDM) {
         /* Unit signs carry no scale: the block only rounds the padding up (to N B). */
         cfg->block_size = 256;
@@ -68,6 +70,19 @@ double ob_optim_stability_bound(const ob_optim_config *cfg)
     if (cfg->stabilizer != OB_STABILIZER_ADAM_BOUND) return INFINITY;
     if (cfg->stability_bound > 0.0) return cfg->stability_bound;
     return (1.0 - cfg->beta1) / sqrt(1.0 - cfg->beta2);
+}
+
+double ob_optim_track_factor(const ob_optim_config *cfg)
+{
+    return cfg->track_factor > 0.0 ? cfg->track_factor : OB_TRACK_FACTOR;
+}
+
+long ob_optim_track_freeze_step(const ob_optim_config *cfg)
+{
+    long at = cfg->track_variance;
+    if (cfg->lr_warmup_steps > at) at = cfg->lr_warmup_steps;
+    if (cfg->freeze_min_steps > at) at = cfg->freeze_min_steps;
+    return at;
 }
 
 double ob_optim_frozen_step_ratio(const ob_optim_config *cfg)
@@ -166,6 +181,22 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
     if (c->kind != OB_OPTIM_ONEBIT_ADAM && c->refresh_steps > 0)
         return BAD("refresh_steps = %ld: %s never freezes v; only onebit_adam refreshes it",
                    c->refresh_steps, ob_optim_kind_name(c->kind));
+    if (c->track_variance < 0 || c->track_variance > OB_OPTIM_MAX_TRACK_INTERVAL)
+        return BAD("track_variance = %ld: must be in [0, %d] (0: off)", c->track_variance,
+                   OB_OPTIM_MAX_TRACK_INTERVAL);
+    if (!(c->track_factor == 0.0 || (c->track_factor > 0.0 && c->track_factor <= 100.0)))
+        return BAD("track_factor = %g: must be 0 (the default) or in (0, 100]", c->track_factor);
+    if (c->track_variance > 0 &&
+        (c->kind != OB_OPTIM_ONEBIT_ADAM || c->mode != OB_ONEBIT_COMPRESSED))
+        return BAD("track_variance = %ld: only onebit_adam with compression on tracks its "
+                   "variance",
+                   c->track_variance);
+    if (c->track_variance > 0 && c->refresh_steps > 0)
+        return BAD("track_variance and refresh_steps: both re-estimate v after the freeze; "
+                   "choose one");
+    if (c->track_variance > 0 && c->precondition)
+        return BAD("track_variance with precondition: the preconditioned momentum is kept in "
+                   "units of the frozen denominator, which the estimate would change");
     if (c->kind == OB_OPTIM_ADAM || c->kind == OB_OPTIM_SOFTSIGN) return OB_OK;
     if (c->kind == OB_OPTIM_BINSGDM) {
         if (c->block_size == 0 || c->block_size % 32 != 0)

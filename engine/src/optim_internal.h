@@ -26,6 +26,7 @@ struct ob_optim {
     float *v;       /* (d) exp_avg_sq, v_Tw after the freeze */
     float *g;       /* (d) scratch: averaged gradient or momentum to exchange */
     float *den;     /* (d) sqrt(v_Tw) + eps, computed when v is frozen; NULL before */
+    float *ts;      /* (3 d) track_variance's u, A, B of this rank; NULL without it */
     ob_car *car;    /* compressed allreduce: onebit_adam compressed and naive modes, binsgdm */
     ob_f16sum *f16; /* the gradients' fp16 exchange (gradient_exchange fp16, 2+ ranks), or NULL */
     ob_f16sum *f8;  /* their fp8 exchange (gradient_exchange or refit_exchange fp8), or NULL */

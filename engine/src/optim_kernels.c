@@ -119,6 +119,31 @@ void ob_softsign_update(float *restrict x, float *restrict m, float *restrict b,
 }
 
 OB__CLONES("avx512f", "avx2", "default")
+void ob_track_update(float *restrict u, float *restrict a, float *restrict b,
+                     const float *restrict g, size_t d, float b1, float a1, float b2, float a2,
+                     float cu)
+{
+    for (size_t i = 0; i < d; i++)
+        ob__track_elem(&u[i], &a[i], &b[i], g[i], b1, a1, b2, a2, cu);
+}
+
+OB__CLONES("avx512f", "avx2", "default")
+void ob_track_share(float *restrict e, const float *restrict a, const float *restrict b, size_t d,
+                    float c2, float alpha, float beta, float inv_n)
+{
+    for (size_t i = 0; i < d; i++)
+        e[i] = ob__track_share_elem(a[i], b[i], c2, alpha, beta, inv_n);
+}
+
+OB__CLONES("avx512f", "avx2", "default")
+void ob_track_set(float *restrict v, float *restrict den, const float *restrict s, size_t d,
+                  float f, float eps)
+{
+    for (size_t i = 0; i < d; i++)
+        ob__track_set_elem(&v[i], &den[i], s[i], f, eps);
+}
+
+OB__CLONES("avx512f", "avx2", "default")
 void ob_scale(float *x, size_t d, float s)
 {
     for (size_t i = 0; i < d; i++)

@@ -123,4 +123,37 @@ OB__HD void ob__softsign_elem(float *x, float *m, float *b, float g, const ob_ad
     *x = ob__direct_elem(*x, mi / (bi + k->eps), k->lr, k->wd);
 }
 
+/* The tracked variance's statistics of one element (ob_optim_config.track_variance) from this
+ * rank's own gradient g: u = b1 u + a1 g, A = b2 A + a2 g^2, and B = b2 B + a2 (u cu)^2 with
+ * cu = 1 / (1 - b1^t), the bias-corrected momentum's square. */
+OB__HD void ob__track_elem(float *u, float *a, float *b, float g, float b1, float a1, float b2,
+                           float a2, float cu)
+{
+    float ui = b1 * *u + a1 * g;
+    float uh = ui * cu;
+    *u = ui;
+    *a = b2 * *a + a2 * (g * g);
+    *b = b2 * *b + a2 * (uh * uh);
+}
+
+/* This rank's share of the estimate of one element: max(alpha A_hat + beta B_hat, A_hat / N)
+ * with A_hat = A c2, B_hat = B c2 (c2 = 1 / (1 - b2^t)) and inv_n = 1 / N. */
+OB__HD float ob__track_share_elem(float a, float b, float c2, float alpha, float beta, float inv_n)
+{
+    float ah = a * c2;
+    float e = alpha * ah + beta * (b * c2);
+    float lo = ah * inv_n;
+    return e > lo ? e : lo;
+}
+
+/* The estimate applied to one element: from the sum s of the ranks' shares, v = f s (f = the
+ * factor over N) and den = sqrt(v) + eps; a sum of 0 (below what the
+ * exchange could carry) keeps v. */
+OB__HD void ob__track_set_elem(float *v, float *den, float s, float f, float eps)
+{
+    float vi = s > 0.0f ? f * s : *v;
+    *v = vi;
+    *den = ob__den_elem(vi, eps);
+}
+
 #endif /* ONEBIT_OPTIM_MATH_H */

@@ -108,6 +108,52 @@ static ob_status k_softsign(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
     return OB_OK;
 }
 
+static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int grads, ob_err *err);
+
+/* --- tracked variance (ob_optim_config.track_variance) ----------------------------------- */
+
+/* Step t's statistics from this rank's own gradient. */
+static ob_status track_update(ob_optim *o, const float *g, long t, ob_err *err)
+{
+    const ob_optim_config *c = &o->cfg;
+    float *u = o->ts, *a = o->ts + o->d, *b = o->ts + 2 * o->d;
+    float b1 = (float)c->beta1, a1 = (float)(1.0 - c->beta1);
+    float b2 = (float)c->beta2, a2 = (float)(1.0 - c->beta2);
+    float cu = (float)(1.0 / (1.0 - pow(c->beta1, (double)t)));
+    if (o->dev)
+        return ob_cuda_track_update(u, a, b, g, o->d, b1, a1, b2, a2, cu, o->stream, err);
+    ob_track_update(u, a, b, g, o->d, b1, a1, b2, a2, cu);
+    return OB_OK;
+}
+
+/* At step t (t - T_w a multiple of K): every rank's share of the estimate summed through the
+ * gradients' exchange into the scratch buffer, then v = factor sum / N and its denominator,
+ * the same bits on every rank. */
+static ob_status track_estimate(ob_optim *o, long t, ob_err *err)
+{
+    const ob_optim_config *c = &o->cfg;
+    int n = ob_comm_size(o->comm);
+    double k = (1.0 - c->beta1) / (1.0 + c->beta1);
+    double beta = (1.0 - 1.0 / (double)n) / (1.0 - k), alpha = 1.0 - beta;
+    float c2 = (float)(1.0 / (1.0 - pow(c->beta2, (double)t)));
+    float inv_n = (float)(1.0 / (double)n), f = (float)(ob_optim_track_factor(c) / (double)n);
+    const float *a = o->ts + o->d, *b = o->ts + 2 * o->d;
+    ob_status st;
+    if (o->dev)
+        st = ob_cuda_track_share(o->g, a, b, o->d, c2, (float)alpha, (float)beta, inv_n,
+                                 o->stream, err);
+    else {
+        ob_track_share(o->g, a, b, o->d, c2, (float)alpha, (float)beta, inv_n);
+        st = OB_OK;
+    }
+    if (st == OB_OK) st = sum_ranks(o, o->g, o->g, 1, err);
+    if (st != OB_OK) return st;
+    float eps = (float)c->eps;
+    if (o->dev) return ob_cuda_track_set(o->v, o->den, o->g, o->d, f, eps, o->stream, err);
+    ob_track_set(o->v, o->den, o->g, o->d, f, eps);
+    return OB_OK;
+}
+
 ob_status ob__optim_scale(ob_optim *o, float *x, float s, ob_err *err)
 {
     if (o->dev) return ob_cuda_scale(x, o->d, s, o->stream, err);
@@ -356,6 +402,9 @@ static ob_status maybe_freeze(ob_optim *o, long t, ob_err *err)
     o->last_norm = norm;
     o->last_ratio = lag < delta ? ratio_hat : ratio;
     if (delayed) return t >= o->refit_end ? freeze(o, t, err) : OB_OK;
+    /* A tracked variance: the estimate describes the later gradients, not the warmup. */
+    if (c->track_variance > 0)
+        return t >= ob_optim_track_freeze_step(c) ? freeze(o, t, err) : OB_OK;
 
     double lo = c->freeze_threshold, hi = 1.0 / c->freeze_threshold;
     long floor =
@@ -477,13 +526,20 @@ static ob_status refresh_step(ob_optim *o, const float *grad, long t, long j,
 }
 
 /* Compression phase: local momentum, exchanged compressed (or fp32), frozen v. */
-static ob_status compression_step(ob_optim *o, const float *grad, const ob_adam_coeffs *k,
-                                  ob_err *err)
+static ob_status compression_step(ob_optim *o, const float *grad, long t,
+                                  const ob_adam_coeffs *k, ob_err *err)
 {
     const ob_optim_config *c = &o->cfg;
     ob_status st;
     if (c->mode == OB_ONEBIT_COMPRESSED) {
         if ((st = exchange_compressed(o, grad, k, err)) != OB_OK) return st;
+        if (o->ts) {
+            /* After the exchange (the communication thread is done with the communicator). */
+            if ((st = track_update(o, grad, t, err)) != OB_OK) return st;
+            if ((t - o->freeze_step) % c->track_variance == 0 &&
+                (st = track_estimate(o, t, err)) != OB_OK)
+                return OB_WRAP(err, st, "variance estimate");
+        }
         return c->precondition ? k_apply(o, k, err) : k_frozen(o, k, err);
     }
     if ((st = k_momentum(o, grad, 0, o->d, k, err)) != OB_OK) return st;
@@ -544,12 +600,13 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
     } else if (o->freeze_step < 0) {
         /* Warmup (and plain Adam): fp32 average of the gradients. */
         st = warmup_step(o, grad, t, &k, err);
+        if (st == OB_OK && o->ts) st = track_update(o, grad, t, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld (warmup)", t);
     } else if ((j = refresh_index(o, t)) > 0) {
         st = refresh_step(o, grad, t, j, &k, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld (variance refresh)", t);
     } else {
-        st = compression_step(o, grad, &k, err);
+        st = compression_step(o, grad, t, &k, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld (momentum exchange)", t);
     }
     o->step = t;

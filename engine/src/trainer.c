@@ -179,7 +179,9 @@ ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs
     hs->nseg = os.num_server_segments;
     hs->local = os.local_moments;
     hs->ranks_per_node = os.ranks_per_node;
+    hs->TS = os.track_stats_len;
     if (!t->dev) {
+        hs->ts = os.track_stats;
         hs->params = t->params;
         hs->m = os.exp_avg;
         hs->v = os.exp_avg_sq;
@@ -192,8 +194,10 @@ ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs
         (st = mirror(&t->h_m, t->opt ? t->d : 0, "host copy of m", err)) ||
         (st = mirror(&t->h_v, t->opt ? t->d : 0, "host copy of v", err)) ||
         (st = mirror(&t->h_we, hs->D, "host copy of the worker error", err)) ||
-        (st = mirror(&t->h_se, hs->C, "host copy of the server error", err)))
+        (st = mirror(&t->h_se, hs->C, "host copy of the server error", err)) ||
+        (st = mirror(&t->h_ts, hs->TS, "host copy of the variance statistics", err)))
         return st;
+    hs->ts = hs->TS ? t->h_ts : NULL;
     hs->params = t->h_params;
     hs->m = t->h_m;
     hs->v = t->h_v;
@@ -210,6 +214,7 @@ ob_status ob__trainer_host_state(ob_trainer *t, int download, ob__host_state *hs
                      (st = ob__mem_copy(1, hs->v, os.exp_avg_sq, t->d * fb, stream, err)))) ||
         (st = ob__mem_copy(1, hs->we, os.worker_error, hs->D * fb, stream, err)) ||
         (st = ob__mem_copy(1, hs->se, os.server_error, hs->C * fb, stream, err)) ||
+        (st = ob__mem_copy(1, hs->ts, os.track_stats, hs->TS * fb, stream, err)) ||
         (st = ob_cuda_sync(stream, err)))
         return OB_WRAP(err, st, "state from the device");
     return OB_OK;
@@ -228,6 +233,7 @@ ob_status ob__trainer_upload_state(ob_trainer *t, const ob__host_state *hs, ob_e
         (st = ob__mem_copy(1, os.exp_avg_sq, hs->v, t->d * fb, stream, err)) ||
         (st = ob__mem_copy(1, os.worker_error, hs->we, hs->D * fb, stream, err)) ||
         (st = ob__mem_copy(1, os.server_error, hs->se, hs->C * fb, stream, err)) ||
+        (st = ob__mem_copy(1, os.track_stats, hs->ts, hs->TS * fb, stream, err)) ||
         (st = ob_cuda_sync(stream, err)))
         return OB_WRAP(err, st, "state to the device");
     return OB_OK;
@@ -279,7 +285,7 @@ void ob_trainer_destroy(ob_trainer *t)
     ob_dataset_destroy(t->ds);
     ob__mem_free(t->dev, t->params);
     ob__mem_free(t->dev, t->grad);
-    float *mirrors[] = {t->h_params, t->h_m, t->h_v, t->h_we, t->h_se};
+    float *mirrors[] = {t->h_params, t->h_m, t->h_v, t->h_we, t->h_se, t->h_ts};
     for (size_t i = 0; i < sizeof mirrors / sizeof *mirrors; i++)
         ob_aligned_free(mirrors[i]);
     ob_comm_destroy(t->dcomm);

@@ -38,10 +38,10 @@ struct ob__ckpt_writer {
     const char *spec_json;         /* borrowed from the trainer */
     const ob_ckpt_tensor *tensors; /* borrowed from the trainer */
     size_t num_tensors;
-    float *params, *m, *v, *we, *se;
+    float *params, *m, *v, *we, *se, *ts;
     int local; /* m and v are this rank's own: every rank snapshots and writes them */
     double *hist;
-    size_t d, D, C, H;
+    size_t d, D, C, H, TS;
     const size_t *seg; /* the server layout (the optimizer's, fixed for its life) */
     size_t nseg;
     /* Rank 0: the retention pass after an async commit, run here off the training thread. */
@@ -89,7 +89,7 @@ static void *writer_main(void *arg)
         ob_ckpt_arrays a = {w->params, w->m, w->v, w->hist, w->H, w->tensors, w->num_tensors};
         ob_err e = {0};
         ob_status st = ob_optim_ckpt_write_files(w->dir, &w->meta, &a, w->spec_json, w->rank, w->we,
-                                                 w->se, w->seg, w->nseg, &e);
+                                                 w->se, w->seg, w->nseg, w->ts, &e);
 
         pthread_mutex_lock(&w->mu);
         w->result = st;
@@ -110,6 +110,7 @@ static void free_snapshot(ob__ckpt_writer *w)
     ob_aligned_free(w->v);
     ob_aligned_free(w->we);
     ob_aligned_free(w->se);
+    ob_aligned_free(w->ts);
     free(w->hist);
     free(w);
 }
@@ -142,7 +143,12 @@ static ob_status writer_create(ob_trainer *t, ob__ckpt_writer **out, ob_err *err
     w->nseg = os.num_server_segments;
     w->H = os.v_norm_history_len;
     w->local = os.local_moments;
+    w->TS = os.track_stats_len;
     int ok = 1;
+    if (w->TS) {
+        w->ts = ob_calloc_aligned(w->TS * sizeof(float));
+        ok = w->ts != NULL;
+    }
     if (w->rank == 0 || w->local) {
         w->m = ob_calloc_aligned(w->d * sizeof(float));
         w->v = ob_calloc_aligned(w->d * sizeof(float));
@@ -245,7 +251,8 @@ static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
 
 static uint64_t ckpt_bytes(const ob_ckpt_meta *m, size_t hist)
 {
-    uint64_t local = m->local_moments ? 2u * m->num_params : 0;
+    uint64_t local = (m->local_moments ? 2u : 0u) * m->num_params +
+                     (m->track_stats ? 3u : 0u) * m->num_params;
     return 3u * m->num_params * sizeof(float) + hist * sizeof(double) +
            (uint64_t)m->world_size * (m->padded_size + m->chunk_size + local) * sizeof(float);
 }
@@ -410,6 +417,7 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
             memcpy(w->we, hs.we, w->D * sizeof(float));
             memcpy(w->se, hs.se, w->C * sizeof(float));
         }
+        if (w->TS) memcpy(w->ts, hs.ts, w->TS * sizeof(float));
         memcpy(w->dir, dir, sizeof dir);
         w->meta = meta;
         w->spec_json = t->spec_json;
@@ -428,7 +436,7 @@ ob_status ob__trainer_checkpoint(ob_trainer *t, int async, ob_train_callback cb,
     ob_ckpt_arrays a = {hs.params, hs.m, hs.v, hs.hist, hs.H, t->tensors, t->num_tensors};
     ob_err werr = {0};
     ob_status wst = ob_optim_ckpt_write_files(dir, &meta, &a, t->spec_json, rank, hs.we, hs.se,
-                                              hs.seg, hs.nseg, &werr);
+                                              hs.seg, hs.nseg, hs.ts, &werr);
     double write_s = ob_mono_s() - tw;
     int nfail = 0;
     if ((st = ob__trainer_agree(t, wst != OB_OK, &nfail, err)) != OB_OK) return st;

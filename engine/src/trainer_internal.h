@@ -36,7 +36,7 @@ struct ob_trainer {
     float *params; /* (d) in the optimizer communicator's memory */
     float *grad;   /* (d) likewise */
     /* device: host copies of what a checkpoint holds, allocated on first use (ob__host_state) */
-    float *h_params, *h_m, *h_v, *h_we, *h_se;
+    float *h_params, *h_m, *h_v, *h_we, *h_se, *h_ts;
     size_t d;
     ob_optim *opt;
     int is_text;
@@ -77,6 +77,8 @@ typedef struct ob__host_state {
     const size_t *seg; /* the server layout: nseg segments, bounds seg[0 .. nseg] (the car's) */
     size_t nseg;
     int local;          /* m and v are this rank's own (ob_optim_state.local_moments) */
+    float *ts;          /* (TS) this rank's variance statistics (track_variance), or NULL */
+    size_t TS;
     int ranks_per_node; /* the compressed exchange's (ob_optim_state.ranks_per_node) */
 } ob__host_state;
 

@@ -113,7 +113,7 @@ static ob_status restore(ob_trainer *t, const char *path, ob_ckpt_meta *meta, ob
     ob__host_state hs;
     if ((st = ob__trainer_host_state(t, 0, &hs, err)) != OB_OK) return st;
     st = ob_optim_ckpt_read(t->opt, path, meta, ob_comm_rank(t->comm), ob_comm_size(t->comm),
-                            hs.params, hs.m, hs.v, hs.we, hs.se, err);
+                            hs.params, hs.m, hs.v, hs.we, hs.se, hs.ts, err);
     if (st == OB_OK) st = ob__trainer_upload_state(t, &hs, err);
     if (st == OB_OK) st = ob_optim_ckpt_restore_progress(t->opt, meta, path, err);
     if (st != OB_OK) return st;

@@ -98,6 +98,10 @@ class Validation(unittest.TestCase):
          "optimizer.gradient_exchange"),
         (dict(eps=-1.0), "{type: onebit_adam, eps: -1.0}", "optimizer.eps"),
         (dict(freeze_step=0), "{type: onebit_adam, freeze_step: 0}", "optimizer.freeze_step"),
+        (dict(track_variance=-2), "{type: onebit_adam, track_variance: -2}",
+         "optimizer.track_variance"),
+        (dict(track_variance=5, refresh_steps=3),
+         "{type: onebit_adam, track_variance: 5, refresh_steps: 3}", "optimizer.track_variance"),
     ]
 
     def test_same_messages_as_a_job_spec(self):
@@ -237,6 +241,21 @@ class Checkpoints(InTempDir):
         self.assertEqual(got["extra"], {"note": "x", "epoch": 3})
         self.assertEqual(opt2.stats().freeze_step, 10)
         train(m2, opt2, 20, 40)
+        self.assertTrue(same_bits(want, state(m2, opt2)))
+
+    def test_tracked_variance_continuation_is_bit_exact(self):
+        # Frozen at 10, v estimated at 15, 20, 25, ...: saved at 22, between two estimates, the
+        # continuation needs every rank's statistics from the checkpoint.
+        m, opt = fresh(track_variance=5)
+        train(m, opt, 0, 22)
+        obt.save(self.dir, m, opt)
+        v_saved = opt.engine_state("exp_avg_sq")
+        train(m, opt, 22, 40)
+        want = state(m, opt)
+        self.assertFalse(torch.equal(v_saved, opt.engine_state("exp_avg_sq")))  # re-estimated
+        m2, opt2 = fresh(seed=99, track_variance=5)
+        self.assertEqual(obt.load(self.dir, m2, opt2)["step"], 22)
+        train(m2, opt2, 22, 40)
         self.assertTrue(same_bits(want, state(m2, opt2)))
 
     def test_binsgdm_continuation_is_bit_exact(self):

@@ -90,6 +90,10 @@ typedef struct ob_ckpt_meta {
      * /optim/local_exp_avg_sq, d floats each; state.h5's exp_avg and exp_avg_sq are then rank
      * 0's. Optional attribute, 0 when absent. */
     int local_moments;
+    /* 1: every rank file also holds that rank's tracked-variance statistics u, A and B
+     * (ob_optim_config.track_variance) as /optim/variance_stats, 3 d floats. Optional
+     * attribute, 0 when absent. */
+    int track_stats;
     /* The compressed exchange's ranks a node (onebit/car.h, ob_car_create_hier): > 1, every
      * rank file's worker error is its node's error on the rank's piece (zero elsewhere); 1:
      * flat. Optional attribute, 1 when absent; divides world_size. */
@@ -215,6 +219,20 @@ ob_status ob_ckpt_write_rank_moments(const char *dir, const ob_ckpt_meta *meta, 
                                      const size_t *seg_bounds, size_t num_segments,
                                      const float *local_m, const float *local_v, ob_err *err);
 
+/* Everything a rank file holds, for ob_ckpt_write_rank_arrays: the error buffers and their
+ * server layout (as ob_ckpt_write_rank), the per-rank moments (meta->local_moments, else
+ * NULL) and the variance statistics (meta->track_stats: 3 d floats, else NULL). Borrowed. */
+typedef struct ob_ckpt_rank_arrays {
+    const float *worker_error, *server_error;
+    const size_t *seg_bounds;
+    size_t num_segments;
+    const float *local_m, *local_v;
+    const float *track_stats;
+} ob_ckpt_rank_arrays;
+
+ob_status ob_ckpt_write_rank_arrays(const char *dir, const ob_ckpt_meta *meta, int rank,
+                                    const ob_ckpt_rank_arrays *arrays, ob_err *err);
+
 /* --- Reading -------------------------------------------------------------------------------- */
 
 /* Reads the metadata of <dir>/state.h5 into *meta and, if spec_json is non-NULL, the spec (a
@@ -295,6 +313,13 @@ ob_status ob_ckpt_read_errors(const char *dir, const ob_ckpt_meta *meta, int ran
  * element-wise mean of every old rank's. */
 ob_status ob_ckpt_read_local_moments(const char *dir, const ob_ckpt_meta *meta, int rank,
                                      int world_size, float *local_m, float *local_v, ob_err *err);
+
+/* Reads the variance statistics (meta->track_stats; OB_ERR_CORRUPT, saying so, when the
+ * checkpoint has none) that rank `rank` of `world_size` resumes from into stats (3 d floats,
+ * caller-owned): at the checkpoint's world size this rank's own bit for bit, at another the
+ * element-wise mean of every old rank's. */
+ob_status ob_ckpt_read_track_stats(const char *dir, const ob_ckpt_meta *meta, int rank,
+                                   int world_size, float *stats, ob_err *err);
 
 /* ob_ckpt_read_errors for a run whose compressed exchange has ranks_per_node m (1 or 0: flat;
  * onebit/car.h), from a checkpoint written with any (meta->ranks_per_node). The same shape:

@@ -65,6 +65,11 @@
  *       stability_bound?  c > 0, or 0 [0]: (1 - beta1) / sqrt(1 - beta2)
  *       frozen_step_ratio? r in [1, 1e6], or 0 [0]: OB_FROZEN_STEP_RATIO (none with stabilizer
  *                         none): the frozen steps at most r times those of v_hat at the freeze
+ *       refresh_steps?    [0]: re-estimates of v after the freeze (ob_optim_config)
+ *       track_variance?   K in [0, OB_OPTIM_MAX_TRACK_INTERVAL] [0: off]: v re-estimated every
+ *                         K compression steps from every rank's own statistics, the auto
+ *                         freeze at max(lr.warmup_steps, freeze_min_steps, K) (ob_optim_config)
+ *       track_factor?     (0, 100], or 0 [0]: OB_TRACK_FACTOR, the estimate's factor
  *     optim.lr_warmup_steps is set from lr.warmup_steps (the auto-freeze guard).
  *   batch_size     per-rank examples per step, 1 .. 2^24                           (required)
  *   steps          optimizer steps, > 0                                            (required)

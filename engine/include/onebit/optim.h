@@ -203,7 +203,33 @@ typedef struct ob_optim_config {
      * numbered node by node, else flat, and flat on a device; ob_optim_exchange_note says
      * which and why. */
     int ranks_per_node;
+
+    /* onebit_adam, compressed mode: a variance that follows the gradients after the freeze
+     * without exchanging them (docs/research/variance-tracking.md). Every rank keeps, from its
+     * own gradient g_i at every step, u_i = EMA_b1(g_i), A_i = EMA_b2(g_i^2) and
+     * B_i = EMA_b2(u_hat_i^2) (u_hat_i, A_hat_i, B_hat_i bias-corrected with the job's step).
+     * For gradients of mean mu and per-rank noise s^2, E[A] = mu^2 + s^2 and
+     * E[B] ~ mu^2 + k s^2 with k = (1 - b1) / (1 + b1), while Adam's v is mu^2 + s^2 / N: so
+     * at every K-th compression step (t - T_w a multiple of K) each rank forms
+     * e_i = max(alpha A_hat_i + beta B_hat_i, A_hat_i / N), beta = (1 - 1/N) / (1 - k),
+     * alpha = 1 - beta, the ranks sum e through the gradients' exchange (gradient_exchange), and
+     * v = track_factor * sum / N, the same on every rank; where the sum is 0 (an exchange's
+     * rounding) v keeps its value. With one rank v is track_factor times Adam's v_hat. The
+     * stabiliser bounds the steps as with a frozen v. The auto freeze then comes at the end of
+     * step max(lr_warmup_steps, freeze_min_steps, K) instead of the ratio rule (the estimate,
+     * not the warmup, describes the later gradients). The three vectors are per-rank state
+     * (ob_optim_state.track_stats, in every rank's checkpoint file). Not with refresh_steps or
+     * precondition. 0 (default): off. */
+    long track_variance;  /* K, the compression steps between estimates; 0: off */
+    double track_factor;  /* > 0; 0 (default): OB_TRACK_FACTOR */
 } ob_optim_config;
+
+/* The largest track_variance accepted. */
+#define OB_OPTIM_MAX_TRACK_INTERVAL 100000
+/* The default track_factor: the estimate is a few per cent below Adam's v on the simulated
+ * jobs (docs/research/variance-tracking.md); raised by 1.25 every tracked job there ended within
+ * 1 % of Adam's final loss or below it. */
+#define OB_TRACK_FACTOR 1.25
 
 /* The largest ranks_per_node accepted. */
 #define OB_OPTIM_MAX_RANKS_PER_NODE 4096
@@ -251,6 +277,13 @@ const char *ob_gradient_exchange_name(ob_gradient_exchange x); /* "fp32", "fp16"
 /* The bound c in force for cfg: stability_bound, or (1 - beta1) / sqrt(1 - beta2) when that is
  * 0; INFINITY with OB_STABILIZER_NONE. */
 double ob_optim_stability_bound(const ob_optim_config *cfg);
+
+/* The track_factor in force for cfg. */
+double ob_optim_track_factor(const ob_optim_config *cfg);
+
+/* With track_variance and an auto freeze: the step at whose end v is frozen,
+ * max(lr_warmup_steps, freeze_min_steps, track_variance). */
+long ob_optim_track_freeze_step(const ob_optim_config *cfg);
 
 /* The ratio r in force for cfg (frozen_step_ratio): INFINITY where v is frozen as it is. */
 double ob_optim_frozen_step_ratio(const ob_optim_config *cfg);
@@ -451,6 +484,10 @@ typedef struct ob_optim_state {
     /* The compressed exchange's ranks a node (1: flat): the worker error then holds this
      * rank's node's error on its piece only (onebit/car.h). */
     int ranks_per_node;
+    /* With track_variance: this rank's u, A and B (3 d floats in that order, in `mem`), per
+     * rank like local_moments; NULL and 0 otherwise. */
+    float *track_stats;
+    size_t track_stats_len;
     double *v_norm_history; /* (Delta) ring of ||v_t||_1, slot t % Delta; NULL unless auto freeze */
     size_t v_norm_history_len;
 } ob_optim_state;

@@ -25,23 +25,27 @@ void ob_optim_ckpt_meta(ob_optim *o, int world_size, ob_ckpt_meta *m);
  * state.h5 from a (parameters, m, v, the freeze detector's history, the tensor index) with the
  * spec attribute spec_json, then every rank its rank file: the error buffers we
  * (meta->padded_size floats) and se (meta->chunk_size) over the server layout seg[0 .. nseg],
- * and, where meta->local_moments, its own m and v (a's). Everything is borrowed host memory.
+ * and, where meta->local_moments, its own m and v (a's), and where meta->track_stats its
+ * variance statistics ts (ob_optim_state.track_stats_len floats). Everything is borrowed host
+ * memory.
  * Takes no optimizer, so a background writer can work from a snapshot. */
 ob_status ob_optim_ckpt_write_files(const char *dir, const ob_ckpt_meta *meta,
                                     const ob_ckpt_arrays *a, const char *spec_json, int rank,
                                     const float *we, const float *se, const size_t *seg,
-                                    size_t nseg, ob_err *err);
+                                    size_t nseg, const float *ts, ob_err *err);
 
 /* Reads the optimizer's state of the checkpoint at path (meta: its metadata, read and checked
  * by the caller) into host buffers (borrowed): params, m and v (d floats each; m and v this
  * rank's own where the optimizer keeps them per rank) and the freeze detector's history (the
  * optimizer's own), and this rank's error buffers we and se (ob_optim_state's padded_size and
  * chunk_size floats; unused without a compressed exchange) re-sharded for this optimizer's
- * server layout, rank `rank` of `size`. The optimizer's memory is not touched: a device
+ * server layout, rank `rank` of `size`, and with track_variance its statistics ts
+ * (track_stats_len floats: this rank's own, or the old ranks' mean at another world size;
+ * OB_ERR_CORRUPT from a checkpoint without them). The optimizer's memory is not touched: a device
  * optimizer's caller copies the buffers there, then calls ob_optim_ckpt_restore_progress. */
 ob_status ob_optim_ckpt_read(ob_optim *o, const char *path, const ob_ckpt_meta *meta, int rank,
                              int size, float *params, float *m, float *v, float *we, float *se,
-                             ob_err *err);
+                             float *ts, ob_err *err);
 
 /* Restores the optimizer's step, freeze, freeze detector, traffic and warm start from meta
  * (ob_optim_set_progress; after the state is in place: a frozen v gives the denominator).

@@ -68,6 +68,17 @@ void ob_direct_update(float *x, const float *s, size_t d, float lr, float wd);
  * a1, eps, lr, wd, gscale). */
 void ob_softsign_update(float *x, float *m, float *b, const float *g, size_t d,
                         const ob_adam_coeffs *k);
+/* The tracked variance (ob_optim_config.track_variance). Statistics from this rank's gradient:
+ * u = b1 u + a1 g, A = b2 A + a2 g^2, B = b2 B + a2 (cu u)^2 with the new u. */
+void ob_track_update(float *u, float *a, float *b, const float *g, size_t d, float b1, float a1,
+                     float b2, float a2, float cu);
+/* This rank's share of the estimate: e = max(alpha c2 A + beta c2 B, c2 A inv_n) (e may not
+ * alias). */
+void ob_track_share(float *e, const float *a, const float *b, size_t d, float c2, float alpha,
+                    float beta, float inv_n);
+/* The estimate from the ranks' summed shares s: v = f s where s > 0 (v kept where s is 0),
+ * den = sqrt(v) + eps. */
+void ob_track_set(float *v, float *den, const float *s, size_t d, float f, float eps);
 /* ||v||_1 in double: four lanes in a fixed order (the freeze detector's norm). */
 double ob_l1_norm(const float *v, size_t d);
 /* How many i have (gscale g[i])^2 > k2 v[i]: the warm-start check (an exact count). */
@@ -101,6 +112,12 @@ ob_status ob_cuda_direct_update(float *x, const float *s, size_t d, float lr, fl
                                 void *stream, ob_err *err);
 ob_status ob_cuda_softsign_update(float *x, float *m, float *b, const float *g, size_t d,
                                   const ob_adam_coeffs *k, void *stream, ob_err *err);
+ob_status ob_cuda_track_update(float *u, float *a, float *b, const float *g, size_t d, float b1,
+                               float a1, float b2, float a2, float cu, void *stream, ob_err *err);
+ob_status ob_cuda_track_share(float *e, const float *a, const float *b, size_t d, float c2,
+                              float alpha, float beta, float inv_n, void *stream, ob_err *err);
+ob_status ob_cuda_track_set(float *v, float *den, const float *s, size_t d, float f, float eps,
+                            void *stream, ob_err *err);
 ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err);
 /* ||v||_1 in double, summed in a tree (so it may differ from ob_l1_norm in the last bits: at
  * most about d * 2^-53 relative). Waits for the stream and writes *out on the host. */

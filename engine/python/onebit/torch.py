@@ -39,7 +39,7 @@ def _signal_name(signum):
 # Keyword arguments that map one to one onto the job spec's optimizer fields.
 _ONEBIT_FIELDS = ("compression", "freeze_threshold", "freeze_min_steps", "freeze_max_fraction",
                   "block_size", "scale", "precondition", "stabilizer", "stability_bound",
-                  "frozen_step_ratio", "refresh_steps")
+                  "frozen_step_ratio", "refresh_steps", "track_variance", "track_factor")
 _COMMON_FIELDS = ("eps", "weight_decay", "bias_correction", "gradient_exchange", "bucket_mb",
                   "overlap")
 # A run whose length is not given: the validator needs some steps, and any large count will do
@@ -442,9 +442,11 @@ class OnebitAdam(_EngineOptimizer):
                  log_interval=10, names=None, freeze_threshold=None, freeze_min_steps=None,
                  freeze_max_fraction=None, block_size=None, scale=None, precondition=None,
                  stability_bound=None, frozen_step_ratio=None, refresh_steps=None,
-                 bucket_mb=None, ranks_per_node=None, overlap=None):
+                 bucket_mb=None, ranks_per_node=None, overlap=None, track_variance=None,
+                 track_factor=None):
         opts = dict(eps=eps, weight_decay=weight_decay, bias_correction=bias_correction,
                     ranks_per_node=ranks_per_node, overlap=overlap,
+                    track_variance=track_variance, track_factor=track_factor,
                     gradient_exchange=gradient_exchange, bucket_mb=bucket_mb,
                     compression=compression, freeze_threshold=freeze_threshold,
                     freeze_min_steps=freeze_min_steps, freeze_max_fraction=freeze_max_fraction,

@@ -34,7 +34,7 @@ struct obpy_optim {
     uint64_t bytes_warmup, bytes_compression;
     int rollbacks; /* taken by this run, its checkpoints' included (obpy_optim_rolled_back) */
     /* Host mirrors of the state for checkpoints of a device optimizer (NULL on the host). */
-    float *h_params, *h_m, *h_v, *h_we, *h_se;
+    float *h_params, *h_m, *h_v, *h_we, *h_se, *h_ts;
     ob_ckpt_written *written; /* rank 0: the checkpoints it committed (retention reads none) */
 };
 
@@ -258,7 +258,8 @@ static ob_status make_mirrors(obpy_optim *o, ob_err *err)
     o->h_v = malloc(o->d * sizeof(float));
     o->h_we = malloc((s.padded_size ? s.padded_size : 1) * sizeof(float));
     o->h_se = malloc((s.chunk_size ? s.chunk_size : 1) * sizeof(float));
-    if (!o->h_params || !o->h_m || !o->h_v || !o->h_we || !o->h_se)
+    o->h_ts = malloc((s.track_stats_len ? s.track_stats_len : 1) * sizeof(float));
+    if (!o->h_params || !o->h_m || !o->h_v || !o->h_we || !o->h_se || !o->h_ts)
         return OB_ERR(err, OB_ERR_NOMEM, "host copies of the optimizer's state (%zu floats)", o->d);
     return OB_OK;
 }
@@ -310,6 +311,7 @@ void obpy_optim_destroy(obpy_optim *o)
     free(o->h_v);
     free(o->h_we);
     free(o->h_se);
+    free(o->h_ts);
     ob_ckpt_written_destroy(o->written);
     free(o);
 }
@@ -477,7 +479,7 @@ static ob_status agree(obpy_optim *o, int failed, int *nfail, ob_err *err)
 
 /* The host view of the state: the optimizer's own arrays, or their mirrors filled (download). */
 typedef struct host_state {
-    float *params, *m, *v, *we, *se;
+    float *params, *m, *v, *we, *se, *ts;
     ob_optim_state s;
 } host_state;
 
@@ -490,16 +492,19 @@ static ob_status host_state_get(obpy_optim *o, int download, host_state *h, ob_e
         h->v = h->s.exp_avg_sq;
         h->we = h->s.worker_error;
         h->se = h->s.server_error;
+        h->ts = h->s.track_stats;
         return OB_OK;
     }
     h->params = o->h_params, h->m = o->h_m, h->v = o->h_v, h->we = o->h_we, h->se = o->h_se;
+    h->ts = o->h_ts;
     if (!download) return OB_OK;
     ob_status st;
     if ((st = copy_floats(o, h->params, o->params, o->d, err)) ||
         (st = copy_floats(o, h->m, h->s.exp_avg, o->d, err)) ||
         (st = copy_floats(o, h->v, h->s.exp_avg_sq, o->d, err)) ||
         (st = copy_floats(o, h->we, h->s.worker_error, h->s.padded_size, err)) ||
-        (st = copy_floats(o, h->se, h->s.server_error, h->s.chunk_size, err)))
+        (st = copy_floats(o, h->se, h->s.server_error, h->s.chunk_size, err)) ||
+        (st = copy_floats(o, h->ts, h->s.track_stats, h->s.track_stats_len, err)))
         return st;
     return OB_OK;
 }
@@ -513,7 +518,8 @@ static ob_status host_state_put(obpy_optim *o, const host_state *h, ob_err *err)
         (st = copy_floats(o, h->s.exp_avg, h->m, o->d, err)) ||
         (st = copy_floats(o, h->s.exp_avg_sq, h->v, o->d, err)) ||
         (st = copy_floats(o, h->s.worker_error, h->we, h->s.padded_size, err)) ||
-        (st = copy_floats(o, h->s.server_error, h->se, h->s.chunk_size, err)))
+        (st = copy_floats(o, h->s.server_error, h->se, h->s.chunk_size, err)) ||
+        (st = copy_floats(o, h->s.track_stats, h->ts, h->s.track_stats_len, err)))
         return st;
     return OB_OK;
 }
@@ -562,7 +568,7 @@ static ob_status write_files(obpy_optim *o, const char *dir, const ob_ckpt_meta 
     ob_ckpt_arrays a = {h.params,   h.m,           h.v, h.s.v_norm_history, h.s.v_norm_history_len,
                         o->tensors, o->num_tensors};
     return ob_optim_ckpt_write_files(dir, meta, &a, spec, ob_comm_rank(o->ctrl), h.we, h.se,
-                                     h.s.server_segments, h.s.num_server_segments, err);
+                                     h.s.server_segments, h.s.num_server_segments, h.ts, err);
 }
 
 int obpy_ckpt_save(obpy_optim *o, const char *job_dir, int keep, const obpy_ckpt_info *info,
@@ -738,7 +744,7 @@ static ob_status restore(obpy_optim *o, const char *path, ob_ckpt_meta *meta, ch
     host_state h;
     if ((st = host_state_get(o, 0, &h, err)) != OB_OK) return st;
     if ((st = ob_optim_ckpt_read(o->opt, path, meta, ob_comm_rank(o->ctrl), ob_comm_size(o->ctrl),
-                                 h.params, h.m, h.v, h.we, h.se, err)) != OB_OK ||
+                                 h.params, h.m, h.v, h.we, h.se, h.ts, err)) != OB_OK ||
         (st = host_state_put(o, &h, err)) != OB_OK ||
         (st = ob_optim_ckpt_restore_progress(o->opt, meta, path, err)) != OB_OK)
         return st;
