@@ -413,9 +413,9 @@ static void compare_all(size_t n)
         expect_ok(ob_cuda_memcpy(dg, g, n * 4, NULL, &err), &err, "upload g");
         float cu = 1.0f / (1.0f - powf(0.9f, (float)t));
         ob_track_update(m, v, p, g, n, 0.9f, 0.1f, 0.999f, 0.001f, cu);
-        expect_ok(ob_cuda_track_update(dm, dv, dp, dg, n, 0.9f, 0.1f, 0.999f, 0.001f, cu, NULL,
-                                       &err),
-                  &err, "track_update");
+        expect_ok(
+            ob_cuda_track_update(dm, dv, dp, dg, n, 0.9f, 0.1f, 0.999f, 0.001f, cu, NULL, &err),
+            &err, "track_update");
         download(got, dm, n), expect_equal(m, got, n, "track: u");
         download(got, dv, n), expect_equal(v, got, n, "track: A");
         download(got, dp, n), expect_equal(p, got, n, "track: B");

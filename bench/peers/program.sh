@@ -11,7 +11,8 @@
 #   onebit-short8   the same with the opt-in settings of docs/peers: freeze_step 16, gradients of
 #                   the warmup in fp8, refresh_steps 16
 #   onebit-track8   the defaults with track_variance=25: frozen at the LR warmup's end (75), v
-#                   re-estimated every 25 steps from every rank's own statistics
+#                   re-estimated every 25 steps from every rank's own statistics;
+#                   onebit-track8-kK[-fF] with track_variance K and track_factor F
 #   onebit-overlap, onebit-fp8-overlap
 #                   onebit and onebit-fp8 with overlap=True: the exchange starts in the backward
 #                   pass (hooks on the gradients' accumulation), in buckets of 4 MiB
@@ -39,7 +40,9 @@
 #   --target LOSS  no reference: this target eval loss (an earlier sweep's, from its params)
 # Model flags: GPT_FLAGS (default "--layers 2 --d-model 128 --heads 4 --context 32
 # --batch-size 4 --eval-batches 128"); REF, CAP, EVAL (default 1000, 1500, 50); STALL (default
-# 180): seconds without a line in a run's log after which it is stopped as hung.
+# 180): seconds without a line in a run's log after which it is stopped as hung. OUT_DIR
+# (default docs/peers/gpt) and LOGS_DIR (default var/peers/gpt/logs): where the tables and the
+# raw logs go (a sweep of a few systems beside the full one: both elsewhere).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -70,7 +73,7 @@ PY=/usr/bin/python3
 BUILD=${BUILD_DIR:-build-net}
 GPT_FLAGS=${GPT_FLAGS:---layers 2 --d-model 128 --heads 4 --context 32 --batch-size 4 --eval-batches 128}
 REF=${REF:-1000} CAP=${CAP:-1500} EVAL=${EVAL:-50} STALL=${STALL:-180}
-OUT=docs/peers/gpt LOGS=${LOGS_DIR:-var/peers/gpt/logs}
+OUT=${OUT_DIR:-docs/peers/gpt} LOGS=${LOGS_DIR:-var/peers/gpt/logs}
 if [ "$QUICK" -eq 1 ]; then
   RATES=unshaped REF=100 CAP=150 EVAL=25 STALL=60 OUT=$BUILD/peers-gpt-quick LOGS=$BUILD/peers-gpt-quick/logs
 fi
@@ -162,8 +165,15 @@ for rate in $RATES; do
                         --target-loss "$TARGET" ;;
       onebit-fp8-overlap) gpt "$name" --optimizer onebit --gradient-exchange fp8 \
                             --option overlap=true --target-loss "$TARGET" ;;
-      onebit-track8) gpt "$name" --optimizer onebit --gradient-exchange fp8 \
-                       --option track_variance=25 --target-loss "$TARGET" ;;
+      onebit-track8|onebit-track8-*|onebit-track16*|onebit-track32*)
+        # onebit-trackX-kK[-fF]: the warmup's gradients and the estimates in fpX,
+        # track_variance K, track_factor F (default 25 and the default)
+        k=25 f="" x=${sys#onebit-track}
+        x=${x%%-*}
+        case "$sys" in *-k[0-9]*) k=${sys#*-k}; k=${k%%-*} ;; esac
+        case "$sys" in *-f[0-9]*) f=${sys#*-f} ;; esac
+        gpt "$name" --optimizer onebit --gradient-exchange "fp$x" --option "track_variance=$k" \
+          ${f:+--option "track_factor=$f"} --target-loss "$TARGET" ;;
       onebit-short8) gpt "$name" --optimizer onebit --freeze-step 16 --gradient-exchange fp8 \
                        --option refresh_steps=16 --target-loss "$TARGET" ;;
       binsgdm) gpt "$name" --optimizer binsgdm --target-loss "$TARGET" ;;

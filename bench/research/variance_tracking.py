@@ -26,6 +26,10 @@ one or two gradient exchanges every K steps instead of one every step.
           magnitude, blocks of 2048, and the adam_bound stabiliser, v frozen at the freeze) or
           track (the same, v re-estimated as v_est every --every compressed steps). Prints one
           TSV line: model, seed, mode, freeze, every, then step:eval_loss pairs, seconds.
+          --exchange fp16/fp8 sums the Adam steps' gradients as the engine's exchange does
+          (ring_sum: the engine's codes, its ring order, its rounding per hop); the environment
+          variable RING_SHIFT (study only) starts chunk j's sum at rank j + RING_SHIFT (-1: at
+          rank 0 for every chunk).
 
   python3 bench/research/variance_tracking.py study --model gpt --seed 1
   python3 bench/research/variance_tracking.py train --model gpt --seed 1 --mode track --freeze 75
@@ -134,9 +138,59 @@ class LocalMoments:
     def mean_a(self, s):
         return self.A.mean(0) / (1 - self.b2 ** s)
 
-    def estimate(self, s):
-        a, b = self.mean_a(s), self.B.mean(0) / (1 - self.b2 ** s)
+    def estimate(self, s, clamp="mean"):
+        """clamp "mean": on the means (this study's estimate); "rank": every rank's share
+        clamped before the mean (what the engine's one exchange sums)."""
+        c2 = 1 / (1 - self.b2 ** s)
+        if clamp == "rank":
+            a = self.A * c2
+            return (self.alpha * a + self.beta * self.B * c2).maximum(a / self.n).mean(0)
+        a, b = self.mean_a(s), self.B.mean(0) * c2
         return (self.alpha * a + self.beta * b).clamp_min(a / self.n)
+
+
+# The gradients' exchange of onebit/f16sum.h: per block of 256 a shift bringing the block's
+# largest |x| into [2^7, 2^8) (fp8, E4M3: 3 mantissa bits, subnormals from 2^-9) or [2^14, 2^15)
+# (fp16: 10 bits, subnormals from 2^-24), each element rounded to nearest even.
+CODES = {"fp8": (7, 3, -6), "fp16": (14, 10, -14), "fp8x": (7, 3, -126)}
+
+
+def code_round(x, code, block=256):
+    top, mant, emin = CODES[code]
+    d = x.shape[-1]
+    pad = (-d) % block
+    xb = F.pad(x, (0, pad)).reshape(-1, block)
+    mx = xb.abs().amax(1, keepdim=True)
+    shift = torch.where(mx > 0, top - torch.floor(torch.log2(mx.clamp_min(1e-38))),
+                        torch.zeros_like(mx))
+    y = xb * torch.pow(2.0, shift)
+    e = torch.floor(torch.log2(y.abs().clamp_min(1e-38))).clamp_min(emin)
+    q = torch.pow(2.0, e - mant)
+    y = torch.round(y / q) * q
+    return (y * torch.pow(2.0, -shift)).reshape(-1)[:d]
+
+
+RING_SHIFT = int(os.environ.get("RING_SHIFT", "0"))  # -1: every chunk from rank 0 (study only)
+
+
+def ring_sum(g, code, block=256):
+    """The sum over the ranks (rows of g) as the exchange forms it: the vector cut into N
+    chunks (of whole blocks), chunk j summed in the ring's order j, j+1, ..., j-1, its first
+    rank's values rounded, then each partial sum rounded after the next rank's are added."""
+    if code == "fp32":
+        return g.sum(0)
+    n, d = g.shape
+    C = -(-d // (n * block)) * block
+    gp = F.pad(g, (0, n * C - d))
+    out = torch.empty(n * C)
+    for j in range(n):
+        first = (j + RING_SHIFT) % n if RING_SHIFT >= 0 else 0
+        s = code_round(gp[first, j * C:(j + 1) * C], code, block)
+        for k in range(1, n):
+            r = (first + k) % n
+            s = code_round(s + gp[r, j * C:(j + 1) * C], code, block)
+        out[j * C:(j + 1) * C] = s
+    return out[:d]
 
 
 def sign_code(c, block):
@@ -184,7 +238,7 @@ def study(job, n, b1):
                 print("%d\t%s\t%.3f\t%.2f\t%.2f" % ((s, name) + closeness(est, vh)), flush=True)
 
 
-def train(job, n, b1, mode, T, K, block, eval_every, inflate=1.0):
+def train(job, n, b1, mode, T, K, block, eval_every, inflate=1.0, clamp="mean", code="fp32"):
     d = sum(p.numel() for p in job.params)
     dp = (d + block - 1) // block * block
     b2, eps = job.beta2, 1e-8
@@ -201,7 +255,7 @@ def train(job, n, b1, mode, T, K, block, eval_every, inflate=1.0):
         if lm:
             lm.update(g, s)
         if mode == "adam" or s <= T:
-            gbar = g.mean(0)
+            gbar = ring_sum(g, code) / n
             m.mul_(b1).add_((1 - b1) * gbar)
             v.mul_(b2).add_((1 - b2) * gbar * gbar)
             mh, vh = m / (1 - b1 ** s), v / (1 - b2 ** s)
@@ -210,7 +264,7 @@ def train(job, n, b1, mode, T, K, block, eval_every, inflate=1.0):
                 vf, m = vh.clone(), mh.clone()
         else:
             if lm and (s - T) % K == 0:
-                vf = lm.estimate(s) * inflate
+                vf = lm.estimate(s, clamp) * inflate
             local = b1 * m + (1 - b1) * g  # every rank's momentum
             c = F.pad(local, (0, dp - d)) + ew
             q = sign_code(c, block)
@@ -224,6 +278,8 @@ def train(job, n, b1, mode, T, K, block, eval_every, inflate=1.0):
         if s % eval_every == 0 or s == job.steps:
             evals.append("%d:%.6f" % (s, job.evaluate()))
     name = mode if inflate == 1.0 else "%s-x%g" % (mode, inflate)
+    name += "" if clamp == "mean" or mode != "track" else "-rankclamp"
+    name += "" if code == "fp32" else "-" + code
     print("%s\t%d\t%s\t%d\t%d\t%s\t%.0f" % (job.name, job.seed, name, T, K, " ".join(evals),
                                             time.time() - t0), flush=True)
 
@@ -239,6 +295,10 @@ def main():
     p.add_argument("--freeze", type=int, default=75, help="the freeze step (frozen, track)")
     p.add_argument("--every", type=int, default=25, help="track: steps between estimates")
     p.add_argument("--inflate", type=float, default=1.0, help="track: v_est times this")
+    p.add_argument("--clamp", choices=("mean", "rank"), default="mean",
+                   help="track: clamp the means (this study) or every rank's share (the engine)")
+    p.add_argument("--exchange", choices=("fp32", "fp16", "fp8", "fp8x"), default="fp32",
+                   help="the gradients' exchange of the Adam steps (the warmup), emulated")
     p.add_argument("--eval-every", type=int, default=500)
     p.add_argument("--block", type=int, default=2048)
     p.add_argument("--hidden", default="1024,1024", help="mlp: hidden widths ('' for none)")
@@ -251,7 +311,8 @@ def main():
     if a.what == "study":
         study(job, a.ranks, 0.9)
     else:
-        train(job, a.ranks, 0.9, a.mode, a.freeze, a.every, a.block, a.eval_every, a.inflate)
+        train(job, a.ranks, 0.9, a.mode, a.freeze, a.every, a.block, a.eval_every, a.inflate,
+              a.clamp, a.exchange)
 
 
 if __name__ == "__main__":

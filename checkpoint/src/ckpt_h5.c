@@ -274,12 +274,11 @@ static ob_status read_meta_file(hid_t f, ob_ckpt_meta *m, char **spec_json, cons
         return st;
     if (warm < 0 || warm > 5 || refit_end < 0 || refit_end > INT32_MAX || rollbacks < 0 ||
         rollbacks > 1000 || local < 0 || local > 1 || track < 0 || track > 1 || rpn < 1 ||
-        rpn > 4096 ||
-        m->world_size % rpn != 0)
+        rpn > 4096 || m->world_size % rpn != 0)
         return OB_ERR(err, OB_ERR_CORRUPT,
                       "%s: warm start state %" PRId64 " / refit end %" PRId64
-                      " / rollbacks %" PRId64 " / local moments %" PRId64
-                      " / ranks a node %" PRId64 " / variance statistics %" PRId64,
+                      " / rollbacks %" PRId64 " / local moments %" PRId64 " / ranks a node %" PRId64
+                      " / variance statistics %" PRId64,
                       path, warm, refit_end, rollbacks, local, rpn, track);
     m->local_moments = (int)local;
     m->track_stats = (int)track;

@@ -451,9 +451,9 @@ ob_status ob_ckpt_read_errors(const char *dir, const ob_ckpt_meta *m, int rank, 
 /* Per-rank vectors (n datasets, names[k] of lens[k] floats into outs[k]) that rank `rank` of
  * `world_size` resumes from: at the checkpoint's world size this rank's own bit for bit, at
  * another the element-wise mean of every old rank's (in rank order). */
-static ob_status read_rank_vectors(const char *dir, const ob_ckpt_meta *m, int rank,
-                                   int world_size, const char *const *names, const size_t *lens,
-                                   float *const *outs, int n, ob_err *err)
+static ob_status read_rank_vectors(const char *dir, const ob_ckpt_meta *m, int rank, int world_size,
+                                   const char *const *names, const size_t *lens, float *const *outs,
+                                   int n, ob_err *err)
 {
     char path[OB_CKPT_PATH_LEN];
     hid_t f;
@@ -503,8 +503,8 @@ ob_status ob_ckpt_read_local_moments(const char *dir, const ob_ckpt_meta *m, int
     return read_rank_vectors(dir, m, rank, world_size, names, lens, outs, 2, err);
 }
 
-ob_status ob_ckpt_read_track_stats(const char *dir, const ob_ckpt_meta *m, int rank,
-                                   int world_size, float *stats, ob_err *err)
+ob_status ob_ckpt_read_track_stats(const char *dir, const ob_ckpt_meta *m, int rank, int world_size,
+                                   float *stats, ob_err *err)
 {
     ob__ck_h5_quiet();
     if (!m->track_stats)

@@ -108,7 +108,9 @@ static ob_status k_softsign(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
     return OB_OK;
 }
 
-static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int grads, ob_err *err);
+/* What sum_ranks sends: fp32, or through the gradients' exchange (gradient_exchange). */
+enum { SUM_FP32 = 0, SUM_GRADS = 1 };
+static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int what, ob_err *err);
 
 /* --- tracked variance (ob_optim_config.track_variance) ----------------------------------- */
 
@@ -120,15 +122,15 @@ static ob_status track_update(ob_optim *o, const float *g, long t, ob_err *err)
     float b1 = (float)c->beta1, a1 = (float)(1.0 - c->beta1);
     float b2 = (float)c->beta2, a2 = (float)(1.0 - c->beta2);
     float cu = (float)(1.0 / (1.0 - pow(c->beta1, (double)t)));
-    if (o->dev)
-        return ob_cuda_track_update(u, a, b, g, o->d, b1, a1, b2, a2, cu, o->stream, err);
+    if (o->dev) return ob_cuda_track_update(u, a, b, g, o->d, b1, a1, b2, a2, cu, o->stream, err);
     ob_track_update(u, a, b, g, o->d, b1, a1, b2, a2, cu);
     return OB_OK;
 }
 
 /* At step t (t - T_w a multiple of K): every rank's share of the estimate summed through the
- * gradients' exchange into the scratch buffer, then v = factor sum / N and its denominator,
- * the same bits on every rank. */
+ * gradients' exchange into the scratch buffer (fp8 by default: on the GPT of docs/peers/gpt
+ * fp16 reached the target at the same step, 5 s later at 50 Mbit/s), then v = factor sum / N
+ * and its denominator, the same bits on every rank. */
 static ob_status track_estimate(ob_optim *o, long t, ob_err *err)
 {
     const ob_optim_config *c = &o->cfg;
@@ -140,13 +142,13 @@ static ob_status track_estimate(ob_optim *o, long t, ob_err *err)
     const float *a = o->ts + o->d, *b = o->ts + 2 * o->d;
     ob_status st;
     if (o->dev)
-        st = ob_cuda_track_share(o->g, a, b, o->d, c2, (float)alpha, (float)beta, inv_n,
-                                 o->stream, err);
+        st = ob_cuda_track_share(o->g, a, b, o->d, c2, (float)alpha, (float)beta, inv_n, o->stream,
+                                 err);
     else {
         ob_track_share(o->g, a, b, o->d, c2, (float)alpha, (float)beta, inv_n);
         st = OB_OK;
     }
-    if (st == OB_OK) st = sum_ranks(o, o->g, o->g, 1, err);
+    if (st == OB_OK) st = sum_ranks(o, o->g, o->g, SUM_GRADS, err);
     if (st != OB_OK) return st;
     float eps = (float)c->eps;
     if (o->dev) return ob_cuda_track_set(o->v, o->den, o->g, o->d, f, eps, o->stream, err);
@@ -199,11 +201,13 @@ static ob_status timed_now(ob_optim *o, double *t, ob_err *err)
 }
 
 /* Sum of src over the ranks into dst (bucket by bucket; src == dst allowed); the caller scales.
- * Gradients (grads) cross as cfg.gradient_exchange says, anything else in fp32. When the
+ * Gradients and the tracked variance's estimate (SUM_GRADS) cross as cfg.gradient_exchange
+ * says, anything else (SUM_FP32) in fp32. When the
  * gradient's exchange is armed (ob_optim_backward_begin), src is that gradient and the
  * communication thread has run or is running the same exchanges: wait for them. */
-static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int grads, ob_err *err)
+static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int what, ob_err *err)
 {
+    ob_f16sum *code = what == SUM_GRADS ? grad_f16(o) : NULL;
     double t0 = 0.0, t1 = 0.0;
     ob_status st = timed_now(o, &t0, err);
     if (st != OB_OK) return st;
@@ -213,8 +217,7 @@ static ob_status sum_ranks(ob_optim *o, const float *src, float *dst, int grads,
         st = ob__overlap_finish(o->ov, &early, err);
         o->buckets_early += early;
     } else {
-        st = ob__buckets_exchange_all(o->comm, grads ? grad_f16(o) : NULL, o->dev, o->stream,
-                                      &o->plan, src, dst, err);
+        st = ob__buckets_exchange_all(o->comm, code, o->dev, o->stream, &o->plan, src, dst, err);
     }
     if (st == OB_OK) st = timed_now(o, &t1, err);
     if (st != OB_OK) return st;
@@ -443,7 +446,7 @@ static ob_status warm_check(ob_optim *o, const ob_adam_coeffs *k, ob_err *err)
  * warm start's refit, or freeze_step). */
 static ob_status warmup_step(ob_optim *o, const float *grad, long t, ob_adam_coeffs *k, ob_err *err)
 {
-    ob_status st = sum_ranks(o, grad, o->g, 1, err);
+    ob_status st = sum_ranks(o, grad, o->g, SUM_GRADS, err);
     if (st == OB_OK && o->warm == OB_WARM_REFIT && t == 1) st = warm_check(o, k, err);
     if (st != OB_OK) return st;
     if (o->warm != OB_WARM_REFIT && o->warm != OB_WARM_REWARM) {
@@ -503,7 +506,7 @@ static ob_status refresh_step(ob_optim *o, const float *grad, long t, long j,
     /* The residuals were errors against the old denominator's scale (with precondition) and
      * these steps exchange everything: none is left owing. */
     if (j == 1 && o->car && (st = ob_car_reset_errors(o->car, err)) != OB_OK) return st;
-    if ((st = sum_ranks(o, grad, o->g, 1, err)) != OB_OK) return st;
+    if ((st = sum_ranks(o, grad, o->g, SUM_GRADS, err)) != OB_OK) return st;
     double w = pow(c->beta2, (double)(refresh_gap(T, R) + R));
     double share = (1.0 - w) / (double)R;
     double l = share / (1.0 - (double)(R - j) * share);
@@ -526,8 +529,8 @@ static ob_status refresh_step(ob_optim *o, const float *grad, long t, long j,
 }
 
 /* Compression phase: local momentum, exchanged compressed (or fp32), frozen v. */
-static ob_status compression_step(ob_optim *o, const float *grad, long t,
-                                  const ob_adam_coeffs *k, ob_err *err)
+static ob_status compression_step(ob_optim *o, const float *grad, long t, const ob_adam_coeffs *k,
+                                  ob_err *err)
 {
     const ob_optim_config *c = &o->cfg;
     ob_status st;
@@ -544,7 +547,7 @@ static ob_status compression_step(ob_optim *o, const float *grad, long t,
     }
     if ((st = k_momentum(o, grad, 0, o->d, k, err)) != OB_OK) return st;
     int n = ob_comm_size(o->comm);
-    st = sum_ranks(o, o->m, o->m, 0, err);
+    st = sum_ranks(o, o->m, o->m, SUM_FP32, err);
     if (st == OB_OK && n > 1) st = ob__optim_scale(o, o->m, 1.0f / (float)n, err);
     if (st != OB_OK) return st;
     return k_frozen(o, k, err);
@@ -589,7 +592,7 @@ ob_status ob_optim_step(ob_optim *o, const float *grad, float lr, ob_err *err)
         if (st == OB_OK) st = k_direct(o, &k, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld (1-bit exchange)", t);
     } else if (c->kind == OB_OPTIM_SOFTSIGN) {
-        st = sum_ranks(o, grad, o->g, 1, err);
+        st = sum_ranks(o, grad, o->g, SUM_GRADS, err);
         if (st == OB_OK) st = k_softsign(o, &k, err);
         if (st != OB_OK) return OB_WRAP(err, st, "step %ld", t);
     } else if (naive) {

@@ -251,8 +251,8 @@ static void fill_meta(ob_trainer *t, ob_ckpt_meta *m)
 
 static uint64_t ckpt_bytes(const ob_ckpt_meta *m, size_t hist)
 {
-    uint64_t local = (m->local_moments ? 2u : 0u) * m->num_params +
-                     (m->track_stats ? 3u : 0u) * m->num_params;
+    uint64_t local =
+        (m->local_moments ? 2u : 0u) * m->num_params + (m->track_stats ? 3u : 0u) * m->num_params;
     return 3u * m->num_params * sizeof(float) + hist * sizeof(double) +
            (uint64_t)m->world_size * (m->padded_size + m->chunk_size + local) * sizeof(float);
 }

@@ -76,8 +76,8 @@ typedef struct ob__host_state {
     size_t d, D, C, H;
     const size_t *seg; /* the server layout: nseg segments, bounds seg[0 .. nseg] (the car's) */
     size_t nseg;
-    int local;          /* m and v are this rank's own (ob_optim_state.local_moments) */
-    float *ts;          /* (TS) this rank's variance statistics (track_variance), or NULL */
+    int local; /* m and v are this rank's own (ob_optim_state.local_moments) */
+    float *ts; /* (TS) this rank's variance statistics (track_variance), or NULL */
     size_t TS;
     int ranks_per_node; /* the compressed exchange's (ob_optim_state.ranks_per_node) */
 } ob__host_state;

@@ -220,8 +220,8 @@ typedef struct ob_optim_config {
      * not the warmup, describes the later gradients). The three vectors are per-rank state
      * (ob_optim_state.track_stats, in every rank's checkpoint file). Not with refresh_steps or
      * precondition. 0 (default): off. */
-    long track_variance;  /* K, the compression steps between estimates; 0: off */
-    double track_factor;  /* > 0; 0 (default): OB_TRACK_FACTOR */
+    long track_variance; /* K, the compression steps between estimates; 0: off */
+    double track_factor; /* > 0; 0 (default): OB_TRACK_FACTOR */
 } ob_optim_config;
 
 /* The largest track_variance accepted. */
