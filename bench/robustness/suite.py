@@ -428,10 +428,12 @@ def case_spec(case, var):
         if var.endswith("-fp16") or var.endswith("-fp8"):
             s["optimizer"]["gradient_exchange"] = var.split("-")[-1]
         return s
-    if var.startswith("track-"):  # track-K: track_variance K, the freeze by its rule
+    if var.startswith("track-"):  # track-K[-fpX]: track_variance K (the gradients in fpX)
         s = variant(case["spec"], "onebit")
         s["optimizer"]["freeze_step"] = "auto"
         s["optimizer"]["track_variance"] = int(var.split("-")[1])
+        if var.count("-") == 2:
+            s["optimizer"]["gradient_exchange"] = var.split("-")[2]
         return s
     if var.startswith("refresh-"):  # refresh-N-fp16 (-fp8): freeze at 16, refreshes of N steps
         s = variant(case["spec"], "onebit")
@@ -469,6 +471,8 @@ def cmd_run(args):
                 (c["group"] == "fp16" and (args.variant in ("onebit-fp32", "onebit-fp8", "adam")
                                            or args.variant.startswith("onebit-t"))) or \
                 (c["group"] == "short" and args.variant.endswith("-fp8")) or \
+                (c["group"] == "track" and (args.variant.startswith("track-") or
+                                            args.variant.startswith("fixed-"))) or \
                 (c["group"] == "binsgdm" and args.variant in ("softsign", "binsgdm-t0"))
         return c["variants"] + ([args.variant] if extra else [])
     pending = [(c, v) for c in all_cases(args.group) for v in variants(c)
