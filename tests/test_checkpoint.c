@@ -1772,6 +1772,71 @@ static void test_local_moments(void **state)
     free_fixture(g);
 }
 
+/* Variance statistics (track_variance): every rank's 3 d floats written, verified, read back
+ * per rank, averaged at another world size; a rank file without them does not verify, a
+ * checkpoint without them is refused saying why. */
+static void test_track_stats(void **state)
+{
+    (void)state;
+    ob_err err = {0};
+    fixture *f = make_fixture(3, 60);
+    f->meta.track_stats = 1;
+    char jd[OB_CKPT_PATH_LEN], dir[OB_CKPT_PATH_LEN];
+    job_path(jd, "track");
+    size_t d = D_PARAMS, n = 3 * d, D = (size_t)f->meta.padded_size, C = (size_t)f->meta.chunk_size;
+    float *ts = malloc(3 * n * sizeof *ts), *got = malloc(n * sizeof *got);
+    for (size_t i = 0; i < 3 * n; i++)
+        ts[i] = frand();
+    ob_ckpt_arrays a = {f->params, f->m, f->v, f->hist, HIST, TABLE, NTAB};
+    assert_int_equal(ob_ckpt_prepare(jd, 60, dir, &err), OB_OK);
+    assert_int_equal(ob_ckpt_write_state(dir, &f->meta, &a, "{}", &err), OB_OK);
+    /* Without the statistics a rank file of such a checkpoint is refused. */
+    assert_int_equal(ob_ckpt_write_rank(dir, &f->meta, 0, f->we, f->se, NULL, 0, &err),
+                     OB_ERR_INVALID_ARG);
+    assert_non_null(strstr(err.msg, "variance statistics"));
+    for (int r = 0; r < 3; r++) {
+        ob_ckpt_rank_arrays ra = {f->we + (size_t)r * D, f->se + (size_t)r * C, NULL, 0, NULL, NULL,
+                                  ts + (size_t)r * n};
+        assert_int_equal(ob_ckpt_write_rank_arrays(dir, &f->meta, r, &ra, &err), OB_OK);
+    }
+    assert_int_equal(ob_ckpt_commit(jd, 60, &err), OB_OK);
+    step_path(dir, "track", 60, NULL);
+    ob_ckpt_meta m;
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_OK);
+    assert_int_equal(m.track_stats, 1);
+    for (int r = 0; r < 3; r++) {
+        assert_int_equal(ob_ckpt_read_track_stats(dir, &m, r, 3, got, &err), OB_OK);
+        assert_memory_equal(got, ts + (size_t)r * n, n * sizeof *got);
+    }
+    assert_int_equal(ob_ckpt_read_track_stats(dir, &m, 3, 4, got, &err), OB_OK);
+    for (size_t i = 0; i < n; i++) {
+        float want = (float)(((double)ts[i] + (double)ts[n + i] + (double)ts[2 * n + i]) / 3.0);
+        assert_true(got[i] == want);
+    }
+    assert_int_equal(ob_ckpt_read_track_stats(dir, &m, 4, 4, got, &err), OB_ERR_INVALID_ARG);
+    /* A rank file without its statistics does not verify. */
+    char rank2[OB_CKPT_PATH_LEN];
+    step_path(rank2, "track", 60, "rank-00002.h5");
+    ob_ckpt_meta plain = f->meta;
+    plain.track_stats = 0;
+    assert_int_equal(unlink(rank2), 0);
+    assert_int_equal(
+        ob_ckpt_write_rank(dir, &plain, 2, f->we + 2 * D, f->se + 2 * C, NULL, 0, &err), OB_OK);
+    assert_int_equal(ob_ckpt_verify(dir, &m, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "variance_stats"));
+    /* A checkpoint written without tracking: refused, saying why. */
+    fixture *g = make_fixture(2, 70);
+    write_fixture(jd, g);
+    step_path(dir, "track", 70, NULL);
+    assert_int_equal(ob_ckpt_read_meta(dir, &m, NULL, &err), OB_OK);
+    assert_int_equal(m.track_stats, 0);
+    assert_int_equal(ob_ckpt_read_track_stats(dir, &m, 0, 2, got, &err), OB_ERR_CORRUPT);
+    assert_non_null(strstr(err.msg, "track_variance"));
+    free(ts), free(got);
+    free_fixture(f);
+    free_fixture(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1798,6 +1863,7 @@ int main(void)
         cmocka_unit_test(test_segments_invalid_args),
         cmocka_unit_test(test_exchange_shape_carried),
         cmocka_unit_test(test_local_moments),
+        cmocka_unit_test(test_track_stats),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
