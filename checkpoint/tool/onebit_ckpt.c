@@ -251,68 +251,74 @@ static int diff_errors(const char *a, const loaded *la, const char *b, const loa
     return diff;
 }
 
-/* Every rank's own moments (checkpoints of an optimizer that keeps them per rank). */
-static int diff_local_moments(const char *a, const loaded *la, const char *b, const loaded *lb)
+/* Reads rank r's per-rank vectors of a checkpoint into out[0 ..]. */
+typedef ob_status (*rank_reader)(const char *dir, const ob_ckpt_meta *m, int r, float *const *out,
+                                 ob_err *err);
+
+static ob_status read_moments(const char *dir, const ob_ckpt_meta *m, int r, float *const *out,
+                              ob_err *err)
 {
-    if (la->m.local_moments != lb->m.local_moments) {
-        printf("per-rank moments: %s vs %s\n", la->m.local_moments ? "present" : "absent",
-               lb->m.local_moments ? "present" : "absent");
+    return ob_ckpt_read_local_moments(dir, m, r, m->world_size, out[0], out[1], err);
+}
+
+static ob_status read_stats(const char *dir, const ob_ckpt_meta *m, int r, float *const *out,
+                            ob_err *err)
+{
+    return ob_ckpt_read_track_stats(dir, m, r, m->world_size, out[0], err);
+}
+
+/* Every rank's own vectors (names[0 .. nvec), n floats each) of two checkpoints of the same
+ * world size, where `has_a` and `has_b` say whether each holds them at all. */
+static int diff_rank_vectors(const char *label, int has_a, int has_b, const char *const *names,
+                             int nvec, size_t n, rank_reader read, const char *a, const loaded *la,
+                             const char *b, const loaded *lb)
+{
+    if (has_a != has_b) {
+        printf("%s: %s vs %s\n", label, has_a ? "present" : "absent", has_b ? "present" : "absent");
         return 1;
     }
-    if (!la->m.local_moments) return 0;
-    size_t d = (size_t)la->m.num_params;
-    float *ma = malloc(d * sizeof(float)), *va = malloc(d * sizeof(float));
-    float *mb = malloc(d * sizeof(float)), *vb = malloc(d * sizeof(float));
-    int diff = 0;
+    if (!has_a) return 0;
+    float *va[2] = {NULL, NULL}, *vb[2] = {NULL, NULL};
+    int ok = 1, diff = 0;
+    for (int k = 0; k < nvec; k++) {
+        va[k] = malloc(n * sizeof(float));
+        vb[k] = malloc(n * sizeof(float));
+        ok = ok && va[k] && vb[k];
+    }
     for (int r = 0; r < la->m.world_size && !diff; r++) {
         ob_err err = {0};
-        if (!ma || !va || !mb || !vb ||
-            ob_ckpt_read_local_moments(a, &la->m, r, la->m.world_size, ma, va, &err) != OB_OK ||
-            ob_ckpt_read_local_moments(b, &lb->m, r, lb->m.world_size, mb, vb, &err) != OB_OK) {
+        if (!ok || read(a, &la->m, r, va, &err) != OB_OK || read(b, &lb->m, r, vb, &err) != OB_OK) {
             fprintf(stderr, "onebit-ckpt: %s\n", err.msg[0] ? err.msg : "out of memory");
             diff = 1;
             break;
         }
-        char what[64];
-        snprintf(what, sizeof what, "local_exp_avg of rank %d", r);
-        diff |= differ(what, ma, mb, d, sizeof(float));
-        snprintf(what, sizeof what, "local_exp_avg_sq of rank %d", r);
-        diff |= differ(what, va, vb, d, sizeof(float));
+        for (int k = 0; k < nvec; k++) {
+            char what[64];
+            snprintf(what, sizeof what, "%s of rank %d", names[k], r);
+            diff |= differ(what, va[k], vb[k], n, sizeof(float));
+        }
     }
-    free(ma);
-    free(va);
-    free(mb);
-    free(vb);
+    for (int k = 0; k < nvec; k++) {
+        free(va[k]);
+        free(vb[k]);
+    }
     return diff;
+}
+
+/* Every rank's own moments (checkpoints of an optimizer that keeps them per rank). */
+static int diff_local_moments(const char *a, const loaded *la, const char *b, const loaded *lb)
+{
+    static const char *const names[2] = {"local_exp_avg", "local_exp_avg_sq"};
+    return diff_rank_vectors("per-rank moments", la->m.local_moments, lb->m.local_moments, names, 2,
+                             (size_t)la->m.num_params, read_moments, a, la, b, lb);
 }
 
 /* Every rank's variance statistics (checkpoints of a job with track_variance). */
 static int diff_track_stats(const char *a, const loaded *la, const char *b, const loaded *lb)
 {
-    if (la->m.track_stats != lb->m.track_stats) {
-        printf("variance statistics: %s vs %s\n", la->m.track_stats ? "present" : "absent",
-               lb->m.track_stats ? "present" : "absent");
-        return 1;
-    }
-    if (!la->m.track_stats) return 0;
-    size_t n = 3 * (size_t)la->m.num_params;
-    float *sa = malloc(n * sizeof(float)), *sb = malloc(n * sizeof(float));
-    int diff = 0;
-    for (int r = 0; r < la->m.world_size && !diff; r++) {
-        ob_err err = {0};
-        if (!sa || !sb || ob_ckpt_read_track_stats(a, &la->m, r, la->m.world_size, sa, &err) ||
-            ob_ckpt_read_track_stats(b, &lb->m, r, lb->m.world_size, sb, &err)) {
-            fprintf(stderr, "onebit-ckpt: %s\n", err.msg[0] ? err.msg : "out of memory");
-            diff = 1;
-            break;
-        }
-        char what[64];
-        snprintf(what, sizeof what, "variance_stats of rank %d", r);
-        diff |= differ(what, sa, sb, n, sizeof(float));
-    }
-    free(sa);
-    free(sb);
-    return diff;
+    static const char *const names[1] = {"variance_stats"};
+    return diff_rank_vectors("variance statistics", la->m.track_stats, lb->m.track_stats, names, 1,
+                             3 * (size_t)la->m.num_params, read_stats, a, la, b, lb);
 }
 
 static int cmd_diff(const char *a, const char *b, const char *only)
