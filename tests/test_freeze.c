@@ -1075,14 +1075,17 @@ static void track_config(ob_optim_config *cfg, long K, double factor)
 
 /* One rank: alpha = 1, beta = 0, so the estimate is Adam's bias-corrected v_hat of the rank's
  * gradients (the EMA of g^2 over 1 - b2^t) times the factor, at every K-th step after the
- * freeze, which comes at step K (no LR warmup); v is untouched in between, and den follows. */
+ * freeze, which comes at step K (no LR warmup); v is untouched in between, and den follows.
+ * With bias correction v is v_hat itself; without it (the default) v_hat is put in the
+ * warmup's scale, times 1 - b2^t: the EMA of g^2 itself. */
 static void test_track_one_rank_is_adam_v(void **state)
 {
     const long K = 4;
-    for (int f = 0; f < 2; f++) {
-        double factor = f ? 1.25 : 1.0;
+    for (int f = 0; f < 4; f++) {
+        double factor = f & 1 ? OB_TRACK_FACTOR : 1.25;
         ob_optim_config cfg;
-        track_config(&cfg, K, f ? 0.0 : 1.0); /* 0: the default factor, 1.25 */
+        track_config(&cfg, K, f & 1 ? 0.0 : 1.25); /* 0: the default factor */
+        cfg.bias_correction = f >> 1;
         run r;
         run_start(&r, &cfg);
         ob_optim_state st;
@@ -1104,8 +1107,9 @@ static void test_track_one_rank_is_adam_v(void **state)
                 continue;
             }
             double c2 = 1.0 - pow(cfg.beta2, (double)t);
+            double scale = cfg.bias_correction ? 1.0 : c2;
             for (int i = 0; i < D; i++) {
-                double want = factor * A[i] / c2;
+                double want = factor * scale * A[i] / c2;
                 assert_true(fabs(st.exp_avg_sq[i] - want) <= 2e-6 * want);
             }
         }

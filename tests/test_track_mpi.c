@@ -2,7 +2,8 @@
  *
  * Every rank simulates every rank's statistics in double from the documented gradients (no
  * communication is trusted): u_i, A_i = EMA(g_i^2), B_i = EMA(u_hat_i^2), and at every K-th
- * compression step v = factor / N * sum_i max(alpha A_hat_i + beta B_hat_i, A_hat_i / N).
+ * compression step v = factor (1 - b2^t) / N * sum_i max(alpha A_hat_i + beta B_hat_i, A_hat_i / N)
+ * (1 - b2^t: the warmup's scale, without bias correction).
  * With the fp32 exchange the optimizer's v must match it to float rounding; with fp8 (the
  * job spec's default) to the exchange's precision; either way v is the same bits on every
  * rank, which is what keeps the ranks' parameters identical. */
@@ -98,7 +99,8 @@ static void run_tracked(mpi_harness *h, ob_gradient_exchange x, double rel)
                 double e = alpha * ah + beta * bh;
                 sum += e > ah / n ? e : ah / n;
             }
-            double want = OB_TRACK_FACTOR * sum / n;
+            /* In the warmup's scale (no bias correction): times 1 - b2^t. */
+            double want = OB_TRACK_FACTOR * (1.0 - pow(b2, (double)t)) * sum / n;
             if (!mh_close(st.exp_avg_sq[k], want, rel, 0.0)) bad = k;
         }
         MH_CHECK(h, bad == d, "step %ld: v[%zu] = %.9g off the reference", t, bad,

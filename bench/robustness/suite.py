@@ -122,12 +122,16 @@ def case_spec(case, var):
         if var.endswith("-fp16") or var.endswith("-fp8"):
             s["optimizer"]["gradient_exchange"] = var.split("-")[-1]
         return s
-    if var.startswith("track-"):  # track-K[-fpX]: track_variance K (the gradients in fpX)
+    if var.startswith("track-"):  # track-K[-fF][-fpX]: track_variance K (track_factor F, the
+        # gradients in fpX)
         s = variant(case["spec"], "onebit")
         s["optimizer"]["freeze_step"] = "auto"
         s["optimizer"]["track_variance"] = int(var.split("-")[1])
-        if var.count("-") == 2:
-            s["optimizer"]["gradient_exchange"] = var.split("-")[2]
+        for part in var.split("-")[2:]:
+            if part.startswith("fp"):
+                s["optimizer"]["gradient_exchange"] = part
+            elif part.startswith("f"):
+                s["optimizer"]["track_factor"] = float(part[1:])
         return s
     if var.startswith("refresh-"):  # refresh-N-fp16 (-fp8): freeze at 16, refreshes of N steps
         s = variant(case["spec"], "onebit")
@@ -260,7 +264,8 @@ def short_table(by):
 
 def track_table(by):
     """The tracked variance (TRACK) beside Adam and the default, as short_table."""
-    names = {"track-25": "`track_variance: 25` (frozen at the LR warmup's end)"}
+    names = {"track-25": "`track_variance: 25` (frozen at the LR warmup's end)",
+             "track-25-f1.25": "`track_variance: 25`, `track_factor: 1.25`"}
     return variants_table(by, "A tracked variance", TRACK, names, track_cases())
 
 

@@ -247,11 +247,14 @@ def short_cases():
     return out
 
 
-TRACK = ("track-25",)
+# track-25: the default factor (1 since 2026-11-28); track-25-f1.25: the factor before. The rows
+# of the first engine build (the estimate in v_hat's scale, factor 1.25) are track-25-v1 in
+# docs/robustness/results.tsv (docs/research/variance-tracking.md, "The warmup's scale").
+TRACK = ("track-25", "track-25-f1.25")
 
 
 def track_cases():
-    """A tracked variance (optimizer.track_variance 25, the default factor, the warmup's
+    """A tracked variance (optimizer.track_variance 25, the default factor and 1.25, the warmup's
     gradients in fp8): the freeze at the LR warmup's end, v re-estimated every 25 steps from
     every rank's own statistics, on the jobs of the stability and wide groups (their Adam and
     default runs are those groups')."""

@@ -129,8 +129,13 @@ static ob_status track_update(ob_optim *o, const float *g, long t, ob_err *err)
 
 /* At step t (t - T_w a multiple of K): every rank's share of the estimate summed through the
  * gradients' exchange into the scratch buffer (fp8 by default: on the GPT of docs/peers/gpt
- * fp16 reached the target at the same step, 5 s later at 50 Mbit/s), then v = factor sum / N
- * and its denominator, the same bits on every rank. */
+ * fp16 reached the target at the same step, 5 s later at 50 Mbit/s), then
+ * v = factor * scale * sum / N and its denominator, the same bits on every rank. The sum
+ * estimates the bias-corrected v_hat; scale puts it in the scale of the warmup's own v: 1 with
+ * bias_correction, else 1 - beta2^t, the v Adam without bias correction has at step t. (In
+ * v_hat's scale, with beta2 0.999 and a freeze at 200, the tracked steps were 2.6x (step 200)
+ * to 1.3x (step 1500) smaller than Adam's, and the suite's transformers ended 8-12 % behind the
+ * default: docs/research/variance-tracking.md, "The warmup's scale".) */
 static ob_status track_estimate(ob_optim *o, long t, ob_err *err)
 {
     const ob_optim_config *c = &o->cfg;
@@ -138,7 +143,9 @@ static ob_status track_estimate(ob_optim *o, long t, ob_err *err)
     double k = (1.0 - c->beta1) / (1.0 + c->beta1);
     double beta = (1.0 - 1.0 / (double)n) / (1.0 - k), alpha = 1.0 - beta;
     float c2 = (float)(1.0 / (1.0 - pow(c->beta2, (double)t)));
-    float inv_n = (float)(1.0 / (double)n), f = (float)(ob_optim_track_factor(c) / (double)n);
+    float inv_n = (float)(1.0 / (double)n);
+    double sc = c->bias_correction ? 1.0 : 1.0 - pow(c->beta2, (double)t);
+    float f = (float)(ob_optim_track_factor(c) * sc / (double)n);
     const float *a = o->ts + o->d, *b = o->ts + 2 * o->d;
     ob_status st;
     if (o->dev)
