@@ -454,6 +454,66 @@ static void test_car_segments_change_no_bit(mpi_harness *h)
     ob_comm_destroy(c);
 }
 
+/* ob_car_scale_errors multiplies every error by r at the position it belongs to: the worker
+ * error at its index, every rank's server error at the position it serves (flat in one
+ * segment and in several; hierarchical, 2 ranks a node, where the servers' errors are the
+ * exchange between nodes'); the padding beyond d keeps its errors. */
+static void test_car_scale_errors(mpi_harness *h)
+{
+    ob_comm *c = NULL;
+    ob_err err = {0};
+    MH_CHECK(h, ob_comm_create_mpi(&c, &err) == OB_OK, "%s", err.msg);
+    if (!c) return;
+    const size_t B = 32, grid = (size_t)h->size * B, d = 7 * grid + 13;
+    size_t cuts[] = {grid, 4 * grid + 3};
+    for (int shape = 0; shape < 3; shape++) {
+        ob_car *car = NULL;
+        if (shape == 2) {
+            if (h->size % 2 != 0) break;
+            MH_CHECK(h, ob_car_create_hier(&car, c, d, B, OB_SCALE_L1, 2, &err) == OB_OK, "%s",
+                     err.msg);
+        } else {
+            MH_CHECK(h, ob_car_create(&car, c, d, B, OB_SCALE_L1, &err) == OB_OK, "%s", err.msg);
+            if (car && shape == 1)
+                MH_CHECK(h, ob_car_set_segments(car, cuts, 2, &err) == OB_OK, "%s", err.msg);
+        }
+        if (!car) break;
+        size_t D = ob_car_padded_size(car);
+        float *x = malloc(d * sizeof *x), *r = malloc(d * sizeof *r);
+        float *w0 = malloc(D * sizeof *w0), *g0 = malloc(D * sizeof *g0);
+        float *g1 = malloc(D * sizeof *g1);
+        for (int t = 0; t < 3; t++) {
+            make_input(x, d, h->rank, t, 91);
+            MH_CHECK(h, ob_car_allreduce(car, x, x, &err) == OB_OK, "%s", err.msg);
+        }
+        for (size_t i = 0; i < d; i++)
+            r[i] = 0.5f + 0.125f * (float)(i % 11);
+        memcpy(w0, ob_car_worker_error(car), D * sizeof *w0);
+        server_by_position(c, car, g0);
+        MH_CHECK(h, ob_car_scale_errors(car, r, &err) == OB_OK, "%s", err.msg);
+        server_by_position(c, car, g1);
+        const float *w1 = ob_car_worker_error(car);
+        size_t bad = 0, nw = 0, ng = 0;
+        for (size_t i = 0; i < D; i++) {
+            float f = i < d ? r[i] : 1.0f;
+            bad += w1[i] != w0[i] * f || g1[i] != g0[i] * f;
+            nw += i < d && w0[i] != 0.0f;
+            ng += i < d && g0[i] != 0.0f;
+        }
+        MH_CHECK(h, bad == 0, "shape %d: %zu errors not scaled by their position's factor", shape,
+                 bad);
+        /* Something to scale: the worker errors of this rank's positions (hierarchical: of its
+         * piece, half of them), the servers' wherever more than one server recompresses (one
+         * server's recompression of one message is exact). */
+        int servers = shape == 2 ? h->size / 2 : h->size;
+        MH_CHECK(h, nw > d / 3, "shape %d: %zu nonzero worker errors", shape, nw);
+        MH_CHECK(h, servers == 1 || ng > d / 3, "shape %d: %zu nonzero server errors", shape, ng);
+        free(x), free(r), free(w0), free(g0), free(g1);
+        ob_car_destroy(car);
+    }
+    ob_comm_destroy(c);
+}
+
 /* The background control reduction: sums right, overlapping other collectives, state errors. */
 static void test_comm_control(mpi_harness *h)
 {
@@ -808,6 +868,7 @@ int main(int argc, char **argv)
     MH_RUN(&h, test_comm_control);
     MH_RUN(&h, test_car_matches_simulation);
     MH_RUN(&h, test_car_segments_change_no_bit);
+    MH_RUN(&h, test_car_scale_errors);
     MH_RUN(&h, test_car_rejects_bad_block);
     MH_RUN(&h, test_error_feedback_telescopes);
     MH_RUN(&h, test_bytes_compression_vs_warmup);

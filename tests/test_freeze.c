@@ -1159,14 +1159,28 @@ static void test_track_kernels(void **state)
         assert_true(v[i] == want);
         assert_true(den[i] == sqrtf(want) + 1e-8f);
     }
+    /* The same with the ratio den_old / den_new left in s (1 where v was kept). */
+    float den_old[D];
+    for (int i = 0; i < D; i++)
+        s[i] = i == 5 ? 0.0f : 2.0f * (float)(i + 1), den_old[i] = den[i];
+    ob_track_set_ratio(v, den, s, D, 0.5f, 1e-8f);
+    for (int i = 0; i < D; i++) {
+        float want = i == 5 ? (i == 3 ? 7.0f : 0.5f * (float)(i + 1)) : (float)(i + 1);
+        assert_true(v[i] == want);
+        assert_true(den[i] == sqrtf(want) + 1e-8f);
+        assert_true(s[i] == den_old[i] / den[i]);
+        if (i == 5) assert_true(s[i] == 1.0f);
+    }
 }
 
 /* A checkpoint between two estimates resumes bit for bit when it holds the statistics; the
- * same resume without them (zeros) ends elsewhere: the statistics are state. */
-static void test_track_resume(void **state)
+ * same resume without them (zeros) ends elsewhere: the statistics are state. With and without
+ * precondition (whose error buffers each estimate moves to the new denominator). */
+static void track_resume(int precondition)
 {
     ob_optim_config cfg;
     track_config(&cfg, 5, 0.0);
+    cfg.precondition = precondition;
     run a, b, c;
     run_start(&a, &cfg);
     ob_err err = {0};
@@ -1201,6 +1215,12 @@ static void test_track_resume(void **state)
     run_end(&c);
 }
 
+static void test_track_resume(void **state)
+{
+    for (int pre = 0; pre < 2; pre++)
+        track_resume(pre);
+}
+
 /* The freeze of a tracked job: at max(lr_warmup_steps, freeze_min_steps, K), not by the
  * ratio rule; a fixed freeze_step stays the user's. */
 static void test_track_freeze_step(void **state)
@@ -1227,7 +1247,7 @@ static void test_track_freeze_step(void **state)
     run_end(&r);
 }
 
-/* track_variance is the compressed onebit_adam's, in range, not with refreshes or
+/* track_variance is the compressed onebit_adam's, in range, not with refreshes; with
  * precondition; the factor in range. */
 static void test_track_config(void **state)
 {
@@ -1251,9 +1271,8 @@ static void test_track_config(void **state)
     assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
     assert_non_null(strstr(err.msg, "refresh_steps"));
     track_config(&cfg, 4, 0.0);
-    cfg.precondition = 1;
-    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
-    assert_non_null(strstr(err.msg, "precondition"));
+    cfg.precondition = 1; /* the error buffers follow each new denominator */
+    assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_OK);
     track_config(&cfg, -1, 0.0);
     assert_int_equal(ob_optim_config_validate(&cfg, &err), OB_ERR_INVALID_ARG);
     track_config(&cfg, OB_OPTIM_MAX_TRACK_INTERVAL + 1, 0.0);

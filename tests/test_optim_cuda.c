@@ -431,6 +431,20 @@ static void compare_all(size_t n)
     expect_ok(ob_cuda_track_set(dm, dden, dx, n, 0.3125f, 1e-8f, NULL, &err), &err, "track_set");
     download(got, dm, n), expect_equal(m, got, n, "track: v");
     download(got, dden, n), expect_equal(den, got, n, "track: den");
+    /* With precondition: the estimate leaves den_old / den_new in the sums' buffer, and the
+     * error buffers are scaled by it. */
+    for (size_t k = 0; k < n; k++)
+        x[k] = k % 9 == 4 ? 0.0f : 1.5f * x[k] + 1e-6f;
+    expect_ok(ob_cuda_memcpy(dx, x, n * 4, NULL, &err), &err, "upload the sums");
+    ob_track_set_ratio(m, den, x, n, 0.3125f, 1e-8f);
+    expect_ok(ob_cuda_track_set_ratio(dm, dden, dx, n, 0.3125f, 1e-8f, NULL, &err), &err,
+              "track_set_ratio");
+    download(got, dm, n), expect_equal(m, got, n, "track ratio: v");
+    download(got, dden, n), expect_equal(den, got, n, "track ratio: den");
+    download(got, dx, n), expect_equal(x, got, n, "track ratio: den_old / den_new");
+    ob_scale_by(v, x, n);
+    expect_ok(ob_cuda_scale_by(dv, dx, n, NULL, &err), &err, "scale_by");
+    download(got, dv, n), expect_equal(v, got, n, "scale_by");
     float *all[] = {dx, dm, dv, dg, dden, dp};
     for (size_t i = 0; i < 6; i++)
         ob_cuda_free(all[i]);

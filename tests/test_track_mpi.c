@@ -41,7 +41,7 @@ static int same_everywhere(const float *v, size_t d)
     return same;
 }
 
-static void run_tracked(mpi_harness *h, ob_gradient_exchange x, double rel)
+static void run_tracked(mpi_harness *h, ob_gradient_exchange x, double rel, int precondition)
 {
     const size_t d = 700;
     const long K = 5, steps = 26;
@@ -54,6 +54,7 @@ static void run_tracked(mpi_harness *h, ob_gradient_exchange x, double rel)
     cfg.track_variance = K;
     cfg.block_size = 32;
     cfg.gradient_exchange = x;
+    cfg.precondition = precondition;
     float *xs = malloc(d * sizeof(float)), *g = malloc(d * sizeof(float));
     float *v_before = malloc(d * sizeof(float));
     double *U = calloc((size_t)n * d, sizeof(double)), *A = calloc((size_t)n * d, sizeof(double));
@@ -121,14 +122,21 @@ static void run_tracked(mpi_harness *h, ob_gradient_exchange x, double rel)
 
 static void test_track_fp32_matches_reference(mpi_harness *h)
 {
-    run_tracked(h, OB_EXCHANGE_FP32, 2e-5);
+    run_tracked(h, OB_EXCHANGE_FP32, 2e-5, 0);
 }
 
 /* fp8 rounds each partial sum to 4 significant bits per hop: within N 2^-4 and the same bits
  * on every rank. */
 static void test_track_fp8_close_and_identical(mpi_harness *h)
 {
-    run_tracked(h, OB_EXCHANGE_FP8, 0.0625 * h->size);
+    run_tracked(h, OB_EXCHANGE_FP8, 0.0625 * h->size, 0);
+}
+
+/* With precondition (the estimate after the step, the error buffers moved to each new
+ * denominator): the same v, the same bits on every rank, identical replicas. */
+static void test_track_precondition(mpi_harness *h)
+{
+    run_tracked(h, OB_EXCHANGE_FP32, 2e-5, 1);
 }
 
 int main(int argc, char **argv)
@@ -137,5 +145,6 @@ int main(int argc, char **argv)
     mpi_harness_init(&h, &argc, &argv);
     MH_RUN(&h, test_track_fp32_matches_reference);
     MH_RUN(&h, test_track_fp8_close_and_identical);
+    MH_RUN(&h, test_track_precondition);
     return mpi_harness_finish(&h);
 }

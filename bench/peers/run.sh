@@ -34,7 +34,9 @@
 #                                     overlap: true and bucket_mb: 1;
 #                                     onebit-track: the engine's defaults (no precondition)
 #                                     with track_variance: 25, frozen at the LR warmup's end;
-#                                     onebit-plain: the engine's defaults, no precondition)
+#                                     onebit-plain: the engine's defaults, no precondition;
+#                                     onebit-track-pre: onebit (with precondition) and
+#                                     track_variance: 25)
 #                                     [--quick] [--no-compute] [--no-ref] [--keep-targets] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
 #   --long       a later target: the MLP's from step 1200 of the reference (cap 1800 steps, eval
@@ -204,6 +206,7 @@ ONEBIT_SHORT8="${ONEBIT_SHORT/gradient_exchange: fp16/gradient_exchange: fp8}"
 ONEBIT_REFRESH8="${ONEBIT_REFRESH/gradient_exchange: fp16/gradient_exchange: fp8}"
 ONEBIT_PLAIN="${ONEBIT/precondition: true, /}"
 ONEBIT_TRACK="${ONEBIT_PLAIN%\}}, track_variance: 25}"
+ONEBIT_TRACK_PRE="${ONEBIT%\}}, track_variance: 25}"
 T0=$(date +%s)
 
 if [ "$NO_COMPUTE" -eq 0 ]; then
@@ -280,6 +283,7 @@ for rate in $RATES; do
         onebit-refresh-fp8) onebit_run "$name" "$model" "$ONEBIT_REFRESH8" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-plain) onebit_run "$name" "$model" "$ONEBIT_PLAIN" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-track) onebit_run "$name" "$model" "$ONEBIT_TRACK" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-track-pre) onebit_run "$name" "$model" "$ONEBIT_TRACK_PRE" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-refresh-fp8-overlap) onebit_run "$name" "$model" "${ONEBIT_REFRESH8%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-warm)
           SPEC_EXTRA="warm_start: {from: $ROOT/$BUILD/peers-src-$model/$(sed -n 's/^name: //p' "bench/net/specs/$model.yaml"), params: false}" \

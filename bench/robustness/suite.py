@@ -116,19 +116,25 @@ def case_spec(case, var):
         return variant(case["spec"], var)
     if var == "scratch":
         return variant(case["spec"], "onebit")
+    if var == "onebit-pre":  # the default with precondition: what track-K-pre is set against
+        s = variant(case["spec"], "onebit")
+        s["optimizer"]["precondition"] = True
+        return s
     if var.startswith("fixed-"):  # a fixed freeze step with the default frozen_step_ratio
         s = variant(case["spec"], "onebit")
         s["optimizer"]["freeze_step"] = int(var.split("-")[1])
         if var.endswith("-fp16") or var.endswith("-fp8"):
             s["optimizer"]["gradient_exchange"] = var.split("-")[-1]
         return s
-    if var.startswith("track-"):  # track-K[-fF][-fpX]: track_variance K (track_factor F, the
-        # gradients in fpX)
+    if var.startswith("track-"):  # track-K[-fF][-fpX][-pre]: track_variance K (track_factor F,
+        # the gradients in fpX, precondition)
         s = variant(case["spec"], "onebit")
         s["optimizer"]["freeze_step"] = "auto"
         s["optimizer"]["track_variance"] = int(var.split("-")[1])
         for part in var.split("-")[2:]:
-            if part.startswith("fp"):
+            if part == "pre":
+                s["optimizer"]["precondition"] = True
+            elif part.startswith("fp"):
                 s["optimizer"]["gradient_exchange"] = part
             elif part.startswith("f"):
                 s["optimizer"]["track_factor"] = float(part[1:])
@@ -170,7 +176,8 @@ def cmd_run(args):
                                            or args.variant.startswith("onebit-t"))) or \
                 (c["group"] == "short" and args.variant.endswith("-fp8")) or \
                 (c["group"] == "track" and (args.variant.startswith("track-") or
-                                            args.variant.startswith("fixed-"))) or \
+                                            args.variant.startswith("fixed-") or
+                                            args.variant == "onebit-pre")) or \
                 (c["group"] == "binsgdm" and args.variant in ("softsign", "binsgdm-t0"))
         return c["variants"] + ([args.variant] if extra else [])
     pending = [(c, v) for c in all_cases(args.group) for v in variants(c)

@@ -97,6 +97,24 @@ __global__ void track_share_kernel(float *__restrict__ e, const float *__restric
     GRID_STRIDE(i, d) e[i] = ob__track_share_elem(a[i], b[i], c2, alpha, beta, inv_n);
 }
 
+__global__ void track_set_ratio_kernel(float *__restrict__ v, float *__restrict__ den,
+                                       float *__restrict__ s, size_t d, float f, float eps)
+{
+    GRID_STRIDE(i, d)
+    {
+        float vi = v[i], di = den[i];
+        float r = ob__track_set_ratio_elem(&vi, &di, s[i], f, eps);
+        v[i] = vi;
+        den[i] = di;
+        s[i] = r;
+    }
+}
+
+__global__ void scale_by_kernel(float *__restrict__ x, const float *__restrict__ r, size_t d)
+{
+    GRID_STRIDE(i, d) x[i] *= r[i];
+}
+
 __global__ void track_set_kernel(float *__restrict__ v, float *__restrict__ den,
                                  const float *__restrict__ s, size_t d, float f, float eps)
 {
@@ -392,6 +410,26 @@ extern "C" ob_status ob_cuda_track_share(float *e, const float *a, const float *
     ob_status st = need(err, "ob_cuda_track_share", e && a && b);
     if (st != OB_OK) return st;
     LAUNCH(track_share_kernel, d, stream, e, a, b, d, c2, alpha, beta, inv_n);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_track_set_ratio(float *v, float *den, float *s, size_t d, float f,
+                                             float eps, void *stream, ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_track_set_ratio", v && den && s);
+    if (st != OB_OK) return st;
+    LAUNCH(track_set_ratio_kernel, d, stream, v, den, s, d, f, eps);
+    return launched(err);
+}
+
+extern "C" ob_status ob_cuda_scale_by(float *x, const float *r, size_t d, void *stream,
+                                      ob_err *err)
+{
+    if (d == 0) return OB_OK;
+    ob_status st = need(err, "ob_cuda_scale_by", x && r);
+    if (st != OB_OK) return st;
+    LAUNCH(scale_by_kernel, d, stream, x, r, d);
     return launched(err);
 }
 

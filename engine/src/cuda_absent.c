@@ -183,6 +183,17 @@ ob_status ob_cuda_track_set(float *v, float *den, const float *s, size_t d, floa
     return NO_CUDA(err);
 }
 
+ob_status ob_cuda_track_set_ratio(float *v, float *den, float *s, size_t d, float f, float eps,
+                                  void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
+ob_status ob_cuda_scale_by(float *x, const float *r, size_t d, void *stream, ob_err *err)
+{
+    return NO_CUDA(err);
+}
+
 ob_status ob_cuda_binsgdm_local(float *m, float *b, float *u, const float *g, size_t d, float b1,
                                 float a1, float eps, int keep_max, void *stream, ob_err *err)
 {

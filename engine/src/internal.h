@@ -20,6 +20,9 @@ void ob__mem_free(int device, void *p); /* accepts NULL */
 ob_status ob__mem_copy(int device, void *dst, const void *src, size_t bytes, void *stream,
                        ob_err *err);
 ob_status ob__mem_zero(int device, void *dst, size_t bytes, void *stream, ob_err *err);
+/* x *= r elementwise over n floats, both in memory of the kind `device` says. */
+ob_status ob__mem_scale_by(int device, float *x, const float *r, size_t n, void *stream,
+                           ob_err *err);
 
 /* Hot loops compiled for several instruction sets and picked at load time (function
  * multiversioning): OB__CLONES("avx512f", "avx2", "default"). The C11 mode does not contract into

@@ -1,6 +1,7 @@
 /* Memory of either kind for the engine's state buffers (see internal.h): host memory is
  * cache-line aligned and zero-filled; device memory comes from ob_cuda_alloc, zero-filled too. */
 #include "onebit/compress_cuda.h"
+#include "onebit/optim_kernels.h"
 #include "internal.h"
 
 #include <string.h>
@@ -41,5 +42,14 @@ ob_status ob__mem_zero(int device, void *dst, size_t bytes, void *stream, ob_err
     if (bytes == 0) return OB_OK;
     if (device) return ob_cuda_memset0(dst, bytes, stream, err);
     memset(dst, 0, bytes);
+    return OB_OK;
+}
+
+ob_status ob__mem_scale_by(int device, float *x, const float *r, size_t n, void *stream,
+                           ob_err *err)
+{
+    if (n == 0) return OB_OK;
+    if (device) return ob_cuda_scale_by(x, r, n, stream, err);
+    ob_scale_by(x, r, n);
     return OB_OK;
 }

@@ -194,9 +194,6 @@ ob_status ob_optim_config_validate(const ob_optim_config *c, ob_err *err)
     if (c->track_variance > 0 && c->refresh_steps > 0)
         return BAD("track_variance and refresh_steps: both re-estimate v after the freeze; "
                    "choose one");
-    if (c->track_variance > 0 && c->precondition)
-        return BAD("track_variance with precondition: the preconditioned momentum is kept in "
-                   "units of the frozen denominator, which the estimate would change");
     if (c->kind == OB_OPTIM_ADAM || c->kind == OB_OPTIM_SOFTSIGN) return OB_OK;
     if (c->kind == OB_OPTIM_BINSGDM) {
         if (c->block_size == 0 || c->block_size % 32 != 0)

@@ -144,6 +144,21 @@ void ob_track_set(float *restrict v, float *restrict den, const float *restrict 
 }
 
 OB__CLONES("avx512f", "avx2", "default")
+void ob_track_set_ratio(float *restrict v, float *restrict den, float *restrict s, size_t d,
+                        float f, float eps)
+{
+    for (size_t i = 0; i < d; i++)
+        s[i] = ob__track_set_ratio_elem(&v[i], &den[i], s[i], f, eps);
+}
+
+OB__CLONES("avx512f", "avx2", "default")
+void ob_scale_by(float *restrict x, const float *restrict r, size_t d)
+{
+    for (size_t i = 0; i < d; i++)
+        x[i] *= r[i];
+}
+
+OB__CLONES("avx512f", "avx2", "default")
 void ob_scale(float *x, size_t d, float s)
 {
     for (size_t i = 0; i < d; i++)

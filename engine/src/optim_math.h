@@ -156,4 +156,13 @@ OB__HD void ob__track_set_elem(float *v, float *den, float s, float f, float eps
     *den = ob__den_elem(vi, eps);
 }
 
+/* The same, returning den_old / den_new: with precondition the error buffers hold residuals of
+ * m / den, which this factor carries into the new denominator's units. */
+OB__HD float ob__track_set_ratio_elem(float *v, float *den, float s, float f, float eps)
+{
+    float d0 = *den;
+    ob__track_set_elem(v, den, s, f, eps);
+    return d0 / *den;
+}
+
 #endif /* ONEBIT_OPTIM_MATH_H */

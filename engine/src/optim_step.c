@@ -158,9 +158,29 @@ static ob_status track_estimate(ob_optim *o, long t, ob_err *err)
     if (st == OB_OK) st = sum_ranks(o, o->g, o->g, SUM_GRADS, err);
     if (st != OB_OK) return st;
     float eps = (float)c->eps;
-    if (o->dev) return ob_cuda_track_set(o->v, o->den, o->g, o->d, f, eps, o->stream, err);
-    ob_track_set(o->v, o->den, o->g, o->d, f, eps);
-    return OB_OK;
+    if (!c->precondition) {
+        if (o->dev) return ob_cuda_track_set(o->v, o->den, o->g, o->d, f, eps, o->stream, err);
+        ob_track_set(o->v, o->den, o->g, o->d, f, eps);
+        return OB_OK;
+    }
+    /* With precondition the error buffers hold residuals of m / den: den_old / den_new (left
+     * in the scratch buffer) carries them into the new denominator's units. */
+    if (o->dev)
+        st = ob_cuda_track_set_ratio(o->v, o->den, o->g, o->d, f, eps, o->stream, err);
+    else
+        ob_track_set_ratio(o->v, o->den, o->g, o->d, f, eps);
+    return st == OB_OK ? ob_car_scale_errors(o->car, o->g, err) : st;
+}
+
+/* The tracked variance's work of compressed step t: this rank's statistics, and at every K-th
+ * step the estimate. */
+static ob_status track_step(ob_optim *o, const float *grad, long t, ob_err *err)
+{
+    ob_status st = track_update(o, grad, t, err);
+    if (st == OB_OK && (t - o->freeze_step) % o->cfg.track_variance == 0 &&
+        (st = track_estimate(o, t, err)) != OB_OK)
+        return OB_WRAP(err, st, "variance estimate");
+    return st;
 }
 
 ob_status ob__optim_scale(ob_optim *o, float *x, float s, ob_err *err)
@@ -543,14 +563,16 @@ static ob_status compression_step(ob_optim *o, const float *grad, long t, const 
     ob_status st;
     if (c->mode == OB_ONEBIT_COMPRESSED) {
         if ((st = exchange_compressed(o, grad, k, err)) != OB_OK) return st;
-        if (o->ts) {
-            /* After the exchange (the communication thread is done with the communicator). */
-            if ((st = track_update(o, grad, t, err)) != OB_OK) return st;
-            if ((t - o->freeze_step) % c->track_variance == 0 &&
-                (st = track_estimate(o, t, err)) != OB_OK)
-                return OB_WRAP(err, st, "variance estimate");
+        /* The tracked variance after the exchange (the communication thread is done with the
+         * communicator): before the step without precondition, so that an estimate's v
+         * applies at once; with it after the step, which needs the average of m / den that
+         * the estimate's scratch buffer holds, so that the next step uses the new den. */
+        if (c->precondition) {
+            if ((st = k_apply(o, k, err)) != OB_OK) return st;
+            return o->ts ? track_step(o, grad, t, err) : OB_OK;
         }
-        return c->precondition ? k_apply(o, k, err) : k_frozen(o, k, err);
+        if (o->ts && (st = track_step(o, grad, t, err)) != OB_OK) return st;
+        return k_frozen(o, k, err);
     }
     if ((st = k_momentum(o, grad, 0, o->d, k, err)) != OB_OK) return st;
     int n = ob_comm_size(o->comm);

@@ -121,6 +121,13 @@ float *ob_car_server_error(ob_car *car);
 /* Sets both error buffers to zero. */
 ob_status ob_car_reset_errors(ob_car *car, ob_err *err);
 
+/* Multiplies every error by r at its position in the vector: the worker error's element i by
+ * r[i] and each server error element by r at the position it serves, for i < d (r: d floats in
+ * the car's kind of memory; the padding keeps its errors). The tracked variance with
+ * precondition moves the residuals of m / den to a new denominator this way (r = den_old /
+ * den_new). Local: no communication. */
+ob_status ob_car_scale_errors(ob_car *car, const float *r, ob_err *err);
+
 /* Seconds spent in each phase of ob_car_allreduce, summed over the calls made while timing was
  * on (wall clock, CLOCK_MONOTONIC, this rank only). The communication phases include the time
  * spent waiting for slower ranks. */

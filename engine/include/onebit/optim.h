@@ -219,8 +219,10 @@ typedef struct ob_optim_config {
      * stabiliser bounds the steps as with a frozen v. The auto freeze then comes at the end of
      * step max(lr_warmup_steps, freeze_min_steps, K) instead of the ratio rule (the estimate,
      * not the warmup, describes the later gradients). The three vectors are per-rank state
-     * (ob_optim_state.track_stats, in every rank's checkpoint file). Not with refresh_steps or
-     * precondition. 0 (default): off. */
+     * (ob_optim_state.track_stats, in every rank's checkpoint file). Not with refresh_steps.
+     * With precondition the estimate comes after the step (which needs the average of m / den)
+     * and moves the error buffers, residuals of m / den, to the new denominator
+     * (ob_car_scale_errors with den_old / den_new). 0 (default): off. */
     long track_variance; /* K, the compression steps between estimates; 0: off */
     double track_factor; /* > 0; 0 (default): OB_TRACK_FACTOR */
 } ob_optim_config;

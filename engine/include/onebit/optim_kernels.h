@@ -79,6 +79,11 @@ void ob_track_share(float *e, const float *a, const float *b, size_t d, float c2
 /* The estimate from the ranks' summed shares s: v = f s where s > 0 (v kept where s is 0),
  * den = sqrt(v) + eps. */
 void ob_track_set(float *v, float *den, const float *s, size_t d, float f, float eps);
+/* ob_track_set that leaves den_old / den_new in s (the precondition's error buffers are moved
+ * to the new denominator by it: ob_car_scale_errors). */
+void ob_track_set_ratio(float *v, float *den, float *s, size_t d, float f, float eps);
+/* x *= r elementwise (may not alias). */
+void ob_scale_by(float *x, const float *r, size_t d);
 /* ||v||_1 in double: four lanes in a fixed order (the freeze detector's norm). */
 double ob_l1_norm(const float *v, size_t d);
 /* How many i have (gscale g[i])^2 > k2 v[i]: the warm-start check (an exact count). */
@@ -116,6 +121,9 @@ ob_status ob_cuda_track_update(float *u, float *a, float *b, const float *g, siz
                                float a1, float b2, float a2, float cu, void *stream, ob_err *err);
 ob_status ob_cuda_track_share(float *e, const float *a, const float *b, size_t d, float c2,
                               float alpha, float beta, float inv_n, void *stream, ob_err *err);
+ob_status ob_cuda_track_set_ratio(float *v, float *den, float *s, size_t d, float f, float eps,
+                                  void *stream, ob_err *err);
+ob_status ob_cuda_scale_by(float *x, const float *r, size_t d, void *stream, ob_err *err);
 ob_status ob_cuda_track_set(float *v, float *den, const float *s, size_t d, float f, float eps,
                             void *stream, ob_err *err);
 ob_status ob_cuda_scale(float *x, size_t d, float s, void *stream, ob_err *err);
