@@ -442,30 +442,6 @@ ob_status ob_car_reset_errors(ob_car *car, ob_err *err)
     return st;
 }
 
-/* Elements of [lo, lo + n) that lie inside the unpadded vector. */
-static size_t piece_valid(const ob_car *car, size_t lo, size_t n);
-
-ob_status ob_car_scale_errors(ob_car *car, const float *r, ob_err *err)
-{
-    void *stream = ob_comm_stream(car->comm);
-    ob_status st = ob__mem_scale_by(car->device, car->worker_err, r, car->d, stream, err);
-    if (st != OB_OK || car->m) {
-        /* Hierarchical: the servers' errors are the inner exchange's, whose chunk k of piece l
-         * is chunk k m + l = rank of the whole vector. */
-        size_t lo = (size_t)car->rank * car->C, valid = piece_valid(car, lo, car->C);
-        if (st == OB_OK)
-            st = ob__mem_scale_by(car->device, car->inner->server_err, r + lo, valid, stream, err);
-        return st;
-    }
-    size_t n = (size_t)car->nranks;
-    for (size_t s = 0; s < car->nseg && st == OB_OK; s++) {
-        size_t a = car->bound[s], L = (car->bound[s + 1] - a) / n;
-        size_t lo = a + (size_t)car->rank * L, valid = piece_valid(car, lo, L);
-        st = ob__mem_scale_by(car->device, car->server_err + a / n, r + lo, valid, stream, err);
-    }
-    return st;
-}
-
 void ob_car_set_timing(ob_car *car, int on)
 {
     car->timing = on != 0;
@@ -511,6 +487,26 @@ static size_t piece_valid(const ob_car *car, size_t lo, size_t n)
 {
     if (lo >= car->d) return 0;
     return car->d - lo < n ? car->d - lo : n;
+}
+
+ob_status ob_car_scale_errors(ob_car *car, const float *r, ob_err *err)
+{
+    void *stream = ob_comm_stream(car->comm);
+    ob_status st = ob__mem_scale_by(car->device, car->worker_err, r, car->d, stream, err);
+    if (st != OB_OK) return st;
+    if (car->m) {
+        /* Hierarchical: the servers' errors are the inner exchange's, whose chunk k of piece l
+         * is chunk k m + l = rank of the whole vector. */
+        size_t lo = (size_t)car->rank * car->C, valid = piece_valid(car, lo, car->C);
+        return ob__mem_scale_by(car->device, car->inner->server_err, r + lo, valid, stream, err);
+    }
+    size_t n = (size_t)car->nranks;
+    for (size_t s = 0; s < car->nseg && st == OB_OK; s++) {
+        size_t a = car->bound[s], L = (car->bound[s + 1] - a) / n;
+        size_t lo = a + (size_t)car->rank * L, valid = piece_valid(car, lo, L);
+        st = ob__mem_scale_by(car->device, car->server_err + a / n, r + lo, valid, stream, err);
+    }
+    return st;
 }
 
 ob_status ob_car_allreduce_segment(ob_car *car, size_t s, const float *in, float *out, ob_err *err)
