@@ -174,8 +174,8 @@ def cmd_run(args):
         extra = (c["group"] == "warm" and (args.variant.startswith("warm-refit-") or args.variant == "warm-fp16")) or \
                 (c["group"] == "fp16" and (args.variant in ("onebit-fp32", "onebit-fp8", "adam")
                                            or args.variant.startswith("onebit-t"))) or \
-                (c["group"] == "short" and (args.variant.endswith("-fp8") or
-                                            args.variant.startswith("track-"))) or \
+                (c["group"] in ("short", "freeze") and (args.variant.endswith("-fp8") or
+                                                        args.variant.startswith("track-"))) or \
                 (c["group"] == "track" and (args.variant.startswith("track-") or
                                             args.variant.startswith("fixed-") or
                                             args.variant == "onebit-pre")) or \
