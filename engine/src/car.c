@@ -493,18 +493,14 @@ ob_status ob_car_scale_errors(ob_car *car, const float *r, ob_err *err)
 {
     void *stream = ob_comm_stream(car->comm);
     ob_status st = ob__mem_scale_by(car->device, car->worker_err, r, car->d, stream, err);
-    if (st != OB_OK) return st;
-    if (car->m) {
-        /* Hierarchical: the servers' errors are the inner exchange's, whose chunk k of piece l
-         * is chunk k m + l = rank of the whole vector. */
-        size_t lo = (size_t)car->rank * car->C, valid = piece_valid(car, lo, car->C);
-        return ob__mem_scale_by(car->device, car->inner->server_err, r + lo, valid, stream, err);
-    }
+    /* Segment s's server error is the piece this rank serves; hierarchical (one segment), the
+     * exchange between nodes' chunk, which is chunk `rank` of the whole vector too. */
+    float *server = ob_car_server_error(car);
     size_t n = (size_t)car->nranks;
     for (size_t s = 0; s < car->nseg && st == OB_OK; s++) {
         size_t a = car->bound[s], L = (car->bound[s + 1] - a) / n;
         size_t lo = a + (size_t)car->rank * L, valid = piece_valid(car, lo, L);
-        st = ob__mem_scale_by(car->device, car->server_err + a / n, r + lo, valid, stream, err);
+        st = ob__mem_scale_by(car->device, server + a / n, r + lo, valid, stream, err);
     }
     return st;
 }
