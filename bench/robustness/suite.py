@@ -170,7 +170,8 @@ def cmd_run(args):
     have = {(r["case"], r["variant"]) for r in done_rows()}
     def variants(c):  # extra variants named on the command line: warm-refit-N, warm-fp16 of the
         # warm cases, the short group's in fp8 (fixed-16-fp8, refresh-16-fp8), the fp16 group's
-        # fp32 and fp8 warmups and Adam (in one build)
+        # fp32 and fp8 warmups and Adam (in one build), track-K[...] on the short and freeze
+        # groups' jobs, and on the track group's fixed-N and onebit-pre
         extra = (c["group"] == "warm" and (args.variant.startswith("warm-refit-") or args.variant == "warm-fp16")) or \
                 (c["group"] == "fp16" and (args.variant in ("onebit-fp32", "onebit-fp8", "adam")
                                            or args.variant.startswith("onebit-t"))) or \

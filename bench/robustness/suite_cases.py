@@ -294,26 +294,14 @@ def binsgdm_cases():
             for c, sp in out]
 
 
+# Groups that are their own cases, and groups that "all" runs together (in this order).
+SEPARATE = {"binsgdm": binsgdm_cases, "short": short_cases, "track": track_cases,
+            "cap": cap_cases, "fp16": fp16_cases, "ratio": ratio_cases}
+TOGETHER = (("wide", wide_cases), ("freeze", freeze_cases), ("warm", warm_cases),
+            ("stability", stability_cases))
+
+
 def all_cases(group):
-    cases = []
-    if group == "binsgdm":
-        return binsgdm_cases()
-    if group == "short":
-        return short_cases()
-    if group == "track":
-        return track_cases()
-    if group == "cap":
-        return cap_cases()
-    if group == "fp16":
-        return fp16_cases()
-    if group == "ratio":
-        return ratio_cases()
-    if group in ("wide", "all"):
-        cases += wide_cases()
-    if group in ("freeze", "all"):
-        cases += freeze_cases()
-    if group in ("warm", "all"):
-        cases += warm_cases()
-    if group in ("stability", "all"):
-        cases += stability_cases()
-    return cases
+    if group in SEPARATE:
+        return SEPARATE[group]()
+    return [c for name, cases in TOGETHER if group in (name, "all") for c in cases()]
