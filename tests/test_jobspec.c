@@ -169,6 +169,65 @@ static void test_gradient_exchange_defaults(void **state)
     }
 }
 
+/* track_variance when the spec names none: OB_TRACK_DEFAULT_INTERVAL for onebit_adam compressed
+ * with the auto freeze and an LR warmup of at least OB_TRACK_DEFAULT_MIN_WARMUP steps; 0 with
+ * anything the rule
+ * leaves out (ob_optim_default_track_variance); an explicit value wins, and the canonical JSON
+ * names the value, so a stored job keeps it whatever the default becomes. */
+static void test_track_variance_default(void **state)
+{
+    (void)state;
+    const long K = OB_TRACK_DEFAULT_INTERVAL, W = OB_TRACK_DEFAULT_MIN_WARMUP;
+    const struct {
+        const char *optimizer;
+        long lr_warmup, want;
+        int warm_start;
+    } cases[] = {
+        {"onebit_adam", 100, K, 0},
+        {"onebit_adam", W, K, 0},
+        {"onebit_adam", W - 1, 0, 0},
+        {"onebit_adam", K, 0, 0},
+        {"onebit_adam", 0, 0, 0},
+        {"onebit_adam, freeze_min_steps: 300", 100, K, 0},
+        {"onebit_adam, track_variance: 0", 100, 0, 0},
+        {"onebit_adam, track_variance: 7", 0, 7, 0},
+        {"onebit_adam, precondition: true", 100, 0, 0},
+        {"onebit_adam, refresh_steps: 16", 100, 0, 0},
+        {"onebit_adam, freeze_step: 120", 100, 0, 0},
+        {"onebit_adam, stabilizer: none", 100, 0, 0},
+        {"onebit_adam, compression: \"off\"", 100, 0, 0},
+        {"onebit_adam, compression: naive", 100, 0, 0},
+        {"onebit_adam", 100, 0, 1},
+        {"adam", 100, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[640];
+        snprintf(text, sizeof text,
+                 "model: {type: softmax}\ndata: {type: idx, path: /data/mnist}\nbatch_size: 8\n"
+                 "steps: 500\nlr: {warmup_steps: %ld}\noptimizer: {type: %s}\n%s",
+                 cases[i].lr_warmup, cases[i].optimizer,
+                 cases[i].warm_start ? "warm_start: {from: /data/ckpt}\n" : "");
+        ob_jobspec *j = new_spec();
+        parse_ok(j, text, OB_SPEC_YAML);
+        if (j->optim.track_variance != cases[i].want)
+            fail_msg("%s, lr warmup %ld%s: track_variance %ld, want %ld", cases[i].optimizer,
+                     cases[i].lr_warmup, cases[i].warm_start ? ", warm start" : "",
+                     j->optim.track_variance, cases[i].want);
+        if (j->optim.kind == OB_OPTIM_ONEBIT_ADAM) {
+            char *json = NULL;
+            ob_err err = {0};
+            assert_int_equal(ob_jobspec_to_json(j, &json, &err), OB_OK);
+            char want[64];
+            snprintf(want, sizeof want, "\"track_variance\":%ld", cases[i].want);
+            if (!strstr(json, want)) fail_msg("%s: canonical JSON without %s: %s",
+                                              cases[i].optimizer, want, json);
+            free(json);
+        }
+        check_round_trip(j);
+        free(j);
+    }
+}
+
 /* binsgdm and softsign: their defaults, their own fields, and the canonical text round trip
  * (which names only the fields of the kind, or it would not parse back). */
 static void test_binsgdm_softsign(void **state)
@@ -719,6 +778,7 @@ int main(void)
         cmocka_unit_test(test_minimal_onebit_defaults),
         cmocka_unit_test(test_bucket_defaults),
         cmocka_unit_test(test_gradient_exchange_defaults),
+        cmocka_unit_test(test_track_variance_default),
         cmocka_unit_test(test_binsgdm_softsign),
         cmocka_unit_test(test_full_softmax_fmnist_adam),
         cmocka_unit_test(test_full_mlp_idx_onebit_naive),

@@ -24,13 +24,14 @@ if [ ! -s /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ] &&
   exit 77
 fi
 
-# The reproducer with its warmup in fp32, the default when it was found (now fp8).
+# The reproducer with its warmup in fp32 and the auto freeze, the defaults when it was found
+# (now fp8, and a tracked variance frozen at the LR warmup's end).
 spec() { # spec FILE [extra optimizer fields]
   cat > "$1" <<YAML
 name: relu-wakeup
 model: {type: mlp, hidden: [1024, 512], activation: relu}
 data: {type: fashion_mnist, normalize: standardize}
-optimizer: {type: onebit_adam, gradient_exchange: fp32, beta2: 0.99, freeze_step: auto, bias_correction: false$2}
+optimizer: {type: onebit_adam, gradient_exchange: fp32, beta2: 0.99, freeze_step: auto, track_variance: 0, bias_correction: false$2}
 batch_size: 32
 steps: 200
 lr: {schedule: warmup_step_decay, peak: 1e-3, warmup_steps: 100}

@@ -4,17 +4,18 @@
 # hosts and tc-shaped links as bench/peers/run.sh (bench/net/netns.sh). Every system is the same
 # script, model, data, batches, schedule and evaluation:
 #
-#   onebit          onebit.torch.OnebitAdam with the example's settings and the fp32 warmup (the
-#                   default until 2026-11-27)
-#   onebit-fp16     the example's settings with the warmup's gradients in fp16
-#   onebit-fp8      the same in fp8: what a user gets without tuning since 2026-11-27
+#   onebit          onebit.torch.OnebitAdam with the example's settings, the auto freeze
+#                   (track_variance=0) and the fp32 warmup (the defaults until 2026-11-27)
+#   onebit-fp16     the same with the warmup's gradients in fp16
+#   onebit-fp8      the same in fp8 (the defaults from 2026-11-27 until the tracked variance)
 #   onebit-short8   the same with the opt-in settings of docs/peers: freeze_step 16, gradients of
 #                   the warmup in fp8, refresh_steps 16
-#   onebit-track8   the defaults with track_variance=25: frozen at the LR warmup's end (75), v
-#                   re-estimated every 25 steps from every rank's own statistics;
+#   onebit-track8   track_variance=25 and the fp8 warmup, what a user gets without tuning since
+#                   2026-11-28: frozen at the LR warmup's end (75), v re-estimated every 25
+#                   steps from every rank's own statistics;
 #                   onebit-track8-kK[-fF] with track_variance K and track_factor F
 #   onebit-overlap, onebit-fp8-overlap
-#                   onebit and onebit-fp8 with overlap=True: the exchange starts in the backward
+#                   onebit and onebit-fp8 (auto freeze) with overlap=True: the exchange starts in the backward
 #                   pass (hooks on the gradients' accumulation), in buckets of 4 MiB
 #   binsgdm         onebit.torch.BinSGDM (1 bit from the first step), Adam's learning rate
 #   adam            onebit.torch.Adam (the engine's fp32 ring allreduce)
@@ -149,6 +150,8 @@ fi
 [ "$TARGET" != null ] || { echo "bench/peers: no evaluation at steps $((REF - 2 * EVAL))..$REF in $LOGS/ref.log" >&2; exit 1; }
 echo "== target eval loss $TARGET"
 
+# The systems named after the auto freeze keep it now that the defaults track the variance.
+AUTO="--option track_variance=0"
 for rate in $RATES; do
   obnet_shape "$rate"
   freeze=""
@@ -156,15 +159,15 @@ for rate in $RATES; do
     name=$rate-$sys
     echo "== $rate, $sys"
     case "$sys" in
-      onebit) gpt "$name" --optimizer onebit --gradient-exchange fp32 --target-loss "$TARGET"
+      onebit) gpt "$name" --optimizer onebit --gradient-exchange fp32 $AUTO --target-loss "$TARGET"
               freeze=$(jq -Rs '[split("\n")[] | fromjson? | select(.event=="summary")
                                | .freeze_step] | last // empty' "$LOGS/$name.log") ;;
       onebit-fp16|onebit-fp8) gpt "$name" --optimizer onebit --gradient-exchange "${sys#onebit-}" \
-                                --target-loss "$TARGET" ;;
+                                $AUTO --target-loss "$TARGET" ;;
       onebit-overlap) gpt "$name" --optimizer onebit --gradient-exchange fp32 --option overlap=true \
-                        --target-loss "$TARGET" ;;
+                        $AUTO --target-loss "$TARGET" ;;
       onebit-fp8-overlap) gpt "$name" --optimizer onebit --gradient-exchange fp8 \
-                            --option overlap=true --target-loss "$TARGET" ;;
+                            --option overlap=true $AUTO --target-loss "$TARGET" ;;
       onebit-track8|onebit-track8-*|onebit-track16*|onebit-track32*)
         # onebit-trackX-kK[-fF]: the warmup's gradients and the estimates in fpX,
         # track_variance K, track_factor F (default 25 and the default)

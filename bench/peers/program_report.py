@@ -21,13 +21,13 @@ COLUMNS = ("rate", "system", "reached", "target_step", "target_s", "steps", "tra
 RATES = ("unshaped", "1g", "200m", "50m")
 DDP = ("ddp-fp32", "ddp-fp16", "ddp-powersgd")
 NAMES = {
-    "onebit": "OnebitAdam, freeze auto, fp32 warmup (the default until 2026-11-27)",
-    "onebit-fp16": "OnebitAdam, the warmup's gradients in fp16",
-    "onebit-fp8": "OnebitAdam, the warmup's gradients in fp8: **the defaults**",
+    "onebit": "OnebitAdam, freeze auto, fp32 warmup (the defaults until 2026-11-27)",
+    "onebit-fp16": "OnebitAdam, freeze auto, the warmup's gradients in fp16",
+    "onebit-fp8": "OnebitAdam, freeze auto, the warmup's gradients in fp8 (the defaults until 2026-11-28)",
     "onebit-short8": "OnebitAdam, opt-in: freeze_step 16, fp8 warmup, refresh_steps 16",
-    "onebit-track8": "OnebitAdam, opt-in: track_variance 25 (frozen at 75), fp8 warmup",
-    "onebit-overlap": "OnebitAdam, fp32 warmup + overlap",
-    "onebit-fp8-overlap": "OnebitAdam, fp8 warmup + overlap",
+    "onebit-track8": "OnebitAdam, track_variance 25 (frozen at 75), fp8 warmup: **the defaults** since 2026-11-28",
+    "onebit-overlap": "OnebitAdam, freeze auto, fp32 warmup + overlap",
+    "onebit-fp8-overlap": "OnebitAdam, freeze auto, fp8 warmup + overlap",
     "binsgdm": "BinSGDM (1 bit from step 1)",
     "adam": "onebit.torch.Adam (fp32 ring)",
     "ddp-fp32": "DDP fp32",

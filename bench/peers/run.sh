@@ -32,9 +32,11 @@
 #                                     the same with refresh_steps REFRESH_STEPS (default 16);
 #                                     onebit-refresh-fp8-overlap: onebit-refresh-fp8 with
 #                                     overlap: true and bucket_mb: 1;
-#                                     onebit-track: the engine's defaults (no precondition)
-#                                     with track_variance: 25, frozen at the LR warmup's end;
-#                                     onebit-plain: the engine's defaults, no precondition;
+#                                     onebit-track: no precondition, track_variance: 25,
+#                                     frozen at the LR warmup's end (the engine's defaults
+#                                     since 2026-11-28);
+#                                     onebit-plain: no precondition, the auto freeze
+#                                     (track_variance: 0);
 #                                     onebit-track-pre: onebit (with precondition) and
 #                                     track_variance: 25)
 #                                     [--quick] [--no-compute] [--no-ref] [--keep-targets] [--skip-runs] [--cleanup]
@@ -204,8 +206,9 @@ ONEBIT_SHORT="${ONEBIT/freeze_step: auto/freeze_step: ${SHORT_FREEZE:-16}, gradi
 ONEBIT_REFRESH="${ONEBIT_SHORT%\}}, refresh_steps: ${REFRESH_STEPS:-16}}"
 ONEBIT_SHORT8="${ONEBIT_SHORT/gradient_exchange: fp16/gradient_exchange: fp8}"
 ONEBIT_REFRESH8="${ONEBIT_REFRESH/gradient_exchange: fp16/gradient_exchange: fp8}"
-ONEBIT_PLAIN="${ONEBIT/precondition: true, /}"
-ONEBIT_TRACK="${ONEBIT_PLAIN%\}}, track_variance: 25}"
+ONEBIT_TRACK="${ONEBIT/precondition: true, /}"   # the defaults since 2026-11-28
+ONEBIT_TRACK="${ONEBIT_TRACK%\}}, track_variance: 25}"
+ONEBIT_PLAIN="${ONEBIT_TRACK/track_variance: 25/track_variance: 0}"
 ONEBIT_TRACK_PRE="${ONEBIT%\}}, track_variance: 25}"
 T0=$(date +%s)
 

@@ -27,7 +27,8 @@ one or two gradient exchanges every K steps instead of one every step.
           track (the same, v re-estimated as v_est every --every compressed steps). Prints one
           TSV line: model, seed, mode, freeze, every, then step:eval_loss pairs, seconds.
           --exchange fp16/fp8 sums the Adam steps' gradients as the engine's exchange does
-          (ring_sum: the engine's codes, its ring order, its rounding per hop); the environment
+          (ring_sum: the engine's codes, its ring order, its rounding per hop); fp8m / fp8v
+          take fp8's sum for m only / v only and the exact sum for the other; the environment
           variable RING_SHIFT (study only) starts chunk j's sum at rank j + RING_SHIFT (-1: at
           rank 0 for every chunk).
 
@@ -255,9 +256,13 @@ def train(job, n, b1, mode, T, K, block, eval_every, inflate=1.0, clamp="mean", 
         if lm:
             lm.update(g, s)
         if mode == "adam" or s <= T:
-            gbar = ring_sum(g, code) / n
-            m.mul_(b1).add_((1 - b1) * gbar)
-            v.mul_(b2).add_((1 - b2) * gbar * gbar)
+            # fp8m / fp8v: fp8's sum for m only / v only, the exact one for the other (where
+            # the rounding noise of the warmup's exchange does its damage)
+            gbar = ring_sum(g, code.rstrip("mv")) / n
+            gm = gbar if code != "fp8v" else g.sum(0) / n
+            gv = gbar if code != "fp8m" else g.sum(0) / n
+            m.mul_(b1).add_((1 - b1) * gm)
+            v.mul_(b2).add_((1 - b2) * gv * gv)
             mh, vh = m / (1 - b1 ** s), v / (1 - b2 ** s)
             x -= lr * mh / (vh.sqrt() + eps)
             if s == T and mode != "adam":
@@ -297,7 +302,8 @@ def main():
     p.add_argument("--inflate", type=float, default=1.0, help="track: v_est times this")
     p.add_argument("--clamp", choices=("mean", "rank"), default="mean",
                    help="track: clamp the means (this study) or every rank's share (the engine)")
-    p.add_argument("--exchange", choices=("fp32", "fp16", "fp8", "fp8x"), default="fp32",
+    p.add_argument("--exchange", choices=("fp32", "fp16", "fp8", "fp8x", "fp8m", "fp8v"),
+                   default="fp32",
                    help="the gradients' exchange of the Adam steps (the warmup), emulated")
     p.add_argument("--eval-every", type=int, default=500)
     p.add_argument("--block", type=int, default=2048)

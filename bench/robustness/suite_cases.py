@@ -43,7 +43,7 @@ def transformer(seed, steps=1500, batch=16, lr=3e-4, freeze=400, corpus=None):
 
 
 def variant(spec, name):
-    """adam | onebit (the default) | onebit-none (the paper's step, stabilizer none) |
+    """adam | onebit (the defaults but the auto freeze: track_variance 0) | onebit-none (the paper's step, stabilizer none) |
     onebit-fp32, onebit-fp16, onebit-fp8 (the default with the gradients of the warmup exchanged
     in fp32 (the default until 2026-11-27), fp16, fp8 (the default since)) |
     onebit-tX (the default with the auto freeze's threshold X) |
@@ -51,6 +51,10 @@ def variant(spec, name):
     weight_decay) | binsgdm-t0 (binsgdm with b a running maximum after the LR warmup:
     max_denominator_step = lr.warmup_steps)."""
     s = json.loads(json.dumps(spec))
+    if s["optimizer"].get("type") == "onebit_adam" and name.startswith("onebit"):
+        # The auto freeze, as every onebit row of the suite's results ran it: the defaults track
+        # the variance since 2026-11-28 (the variants track-K).
+        s["optimizer"].setdefault("track_variance", 0)
     if name == "adam":
         s["optimizer"] = {k: v for k, v in s["optimizer"].items()
                           if k in ("beta1", "beta2", "eps", "weight_decay")}

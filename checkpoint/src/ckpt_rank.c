@@ -510,7 +510,8 @@ ob_status ob_ckpt_read_track_stats(const char *dir, const ob_ckpt_meta *m, int r
     if (!m->track_stats)
         return OB_ERR(err, OB_ERR_CORRUPT,
                       "%s: the checkpoint holds no variance statistics (written without "
-                      "optimizer.track_variance)",
+                      "optimizer.track_variance; to resume it as it was written, set "
+                      "track_variance: 0, OnebitAdam(track_variance=0))",
                       dir);
     if (world_size < 1 || rank < 0 || rank >= world_size)
         return OB_ERR(err, OB_ERR_INVALID_ARG, "variance statistics: rank %d of %d", rank,

@@ -579,7 +579,9 @@ static ob_status read_ranks_per_node(const json_t *o, int *out, ob_err *err)
                               "\"auto\" or an integer in [0, 4096] (0: flat)", v);
 }
 
-static ob_status read_optim(const json_t *o, ob_jobspec *s, spec_errs *E)
+/* optimizer is the section, warm_start whether the job has one (for the default of
+ * track_variance). */
+static ob_status read_optim(const json_t *o, ob_jobspec *s, int warm_start, spec_errs *E)
 {
     int kind = 0;
     if (ob__spec_note(E, ob__spec_get_kind(o, "optimizer", "type", ob__spec_optim_kinds,
@@ -608,6 +610,8 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, spec_errs *E)
     }
     if (kind == OB_OPTIM_ONEBIT_ADAM) read_onebit_fields(o, c, E);
     if (since(E, before)) return OB_ERR_INVALID_ARG;
+    if (kind == OB_OPTIM_ONEBIT_ADAM && !json_object_get(o, "track_variance"))
+        c->track_variance = ob_optim_default_track_variance(c, warm_start);
     ob_status st = ob_optim_config_validate(c, ONE);
     if (st) {
         /* Its messages start with the field's name ("beta1 = 1.5: must be in [0, 1)"); put
@@ -766,7 +770,7 @@ static void validate(const json_t *root, ob_jobspec *s, spec_errs *E)
     int model_ok = model && read_model(model, s, E) == OB_OK;
     if (data) read_data(data, s, model_ok, E);
     read_lr(lr, s, top_ok, E);
-    int optim_ok = optim && read_optim(optim, s, E) == OB_OK;
+    int optim_ok = optim && read_optim(optim, s, ws != NULL, E) == OB_OK;
     read_eval_ckpt(ev, ck, s, E);
     read_warm_start(ws, s, optim_ok, E);
     read_device(root, s, model_ok, optim_ok, E);

@@ -77,6 +77,15 @@ double ob_optim_track_factor(const ob_optim_config *cfg)
     return cfg->track_factor > 0.0 ? cfg->track_factor : OB_TRACK_FACTOR;
 }
 
+long ob_optim_default_track_variance(const ob_optim_config *cfg, int warm_start)
+{
+    if (cfg->kind != OB_OPTIM_ONEBIT_ADAM || cfg->mode != OB_ONEBIT_COMPRESSED) return 0;
+    if (cfg->freeze_step != 0 || cfg->precondition || cfg->refresh_steps > 0 || warm_start)
+        return 0;
+    if (cfg->stabilizer != OB_STABILIZER_ADAM_BOUND) return 0;
+    return cfg->lr_warmup_steps >= OB_TRACK_DEFAULT_MIN_WARMUP ? OB_TRACK_DEFAULT_INTERVAL : 0;
+}
+
 long ob_optim_track_freeze_step(const ob_optim_config *cfg)
 {
     long at = cfg->track_variance;

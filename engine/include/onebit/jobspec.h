@@ -66,7 +66,10 @@
  *       frozen_step_ratio? r in [1, 1e6], or 0 [0]: OB_FROZEN_STEP_RATIO (none with stabilizer
  *                         none): the frozen steps at most r times those of v_hat at the freeze
  *       refresh_steps?    [0]: re-estimates of v after the freeze (ob_optim_config)
- *       track_variance?   K in [0, OB_OPTIM_MAX_TRACK_INTERVAL] [0: off]: v re-estimated every
+ *       track_variance?   K in [0, OB_OPTIM_MAX_TRACK_INTERVAL] [ob_optim_default_track_variance:
+ *                         OB_TRACK_DEFAULT_INTERVAL with an LR warmup of at least
+ *                         OB_TRACK_DEFAULT_MIN_WARMUP steps and neither precondition, refresh_steps, a fixed freeze_step,
+ *                         stabilizer none nor a warm_start; else 0, off]: v re-estimated every
  *                         K compression steps from every rank's own statistics, the auto
  *                         freeze at max(lr.warmup_steps, freeze_min_steps, K) (ob_optim_config)
  *       track_factor?     (0, 100], or 0 [0]: OB_TRACK_FACTOR, the estimate's factor

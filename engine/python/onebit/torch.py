@@ -433,8 +433,10 @@ class OnebitAdam(_EngineOptimizer):
     """1-bit Adam (Tang et al., 2021) as the engine runs it: Adam steps with an fp32 (or
     gradient_exchange fp16/fp8) allreduce of the gradients until the variance is frozen
     (freeze_step "auto" or a step), then only the error-compensated 1-bit momentum crosses
-    the network. Defaults and validation are the job spec's (docs: README "Job spec");
-    total_steps (optional) bounds the auto freeze as a spec's steps do."""
+    the network. Defaults and validation are the job spec's (docs: README "Job spec"): with
+    lr_warmup_steps >= 75 the variance is tracked (track_variance 25, frozen at the warmup's
+    end) unless track_variance=0; total_steps (optional) bounds the auto freeze as a spec's
+    steps do."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=None, weight_decay=None,
                  bias_correction=None, freeze_step="auto", stabilizer=None,
