@@ -68,8 +68,9 @@
  *       refresh_steps?    [0]: re-estimates of v after the freeze (ob_optim_config)
  *       track_variance?   K in [0, OB_OPTIM_MAX_TRACK_INTERVAL] [ob_optim_default_track_variance:
  *                         OB_TRACK_DEFAULT_INTERVAL with an LR warmup of at least
- *                         OB_TRACK_DEFAULT_MIN_WARMUP steps and neither precondition, refresh_steps, a fixed freeze_step,
- *                         stabilizer none nor a warm_start; else 0, off]: v re-estimated every
+ *                         OB_TRACK_DEFAULT_MIN_WARMUP steps and neither precondition,
+ *                         refresh_steps, a fixed freeze_step, stabilizer none nor a
+ *                         warm_start; else 0, off]: v re-estimated every
  *                         K compression steps from every rank's own statistics, the auto
  *                         freeze at max(lr.warmup_steps, freeze_min_steps, K) (ob_optim_config)
  *       track_factor?     (0, 100], or 0 [0]: OB_TRACK_FACTOR, the estimate's factor

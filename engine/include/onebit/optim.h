@@ -297,9 +297,9 @@ double ob_optim_stability_bound(const ob_optim_config *cfg);
  * suite's 26 stability and wide jobs (LR warmups of 100 and 200 steps; median -0.40 %, -2.21 %
  * to +2.90 %), its long beta2 0.999 runs (Adam's median +0.05 %), gpt.py's 1500-step runs (a
  * 75-step LR warmup; five seeds from -2.34 % to +2.27 %, median -1.45 %), and 1.3-1.6x sooner
- * to the targets of bench/peers. Where it is 0 the job freezes as the paper does: gpt.py's 1000-step
- * runs, whose LR warmup is 50 steps, ended behind the auto freeze on all three seeds tracked
- * (+1.2 %, +9.8 %, +1.3 %); without an LR warmup the freeze would come at step K; with
+ * to the targets of bench/peers. Where it is 0 the job freezes as the paper does: gpt.py's
+ * 1000-step runs, whose LR warmup is 50 steps, ended behind the auto freeze on all three seeds
+ * tracked (+1.2 %, +9.8 %, +1.3 %); without an LR warmup the freeze would come at step K; with
  * precondition tracking measured behind on some MLPs. */
 long ob_optim_default_track_variance(const ob_optim_config *cfg, int warm_start);
 
