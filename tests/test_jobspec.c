@@ -202,8 +202,10 @@ static void test_track_variance_default(void **state)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char text[640];
+        /* The transformer's spec: the MLP family's early freeze (test_mlp_tracking_default)
+         * leaves it alone. */
         snprintf(text, sizeof text,
-                 "model: {type: softmax}\ndata: {type: idx, path: /data/mnist}\nbatch_size: 8\n"
+                 "model: {type: transformer}\ndata: {type: synthetic_text}\nbatch_size: 8\n"
                  "steps: 500\nlr: {warmup_steps: %ld}\noptimizer: {type: %s}\n%s",
                  cases[i].lr_warmup, cases[i].optimizer,
                  cases[i].warm_start ? "warm_start: {from: /data/ckpt}\n" : "");
@@ -221,6 +223,63 @@ static void test_track_variance_default(void **state)
             snprintf(want, sizeof want, "\"track_variance\":%ld", cases[i].want);
             if (!strstr(json, want)) fail_msg("%s: canonical JSON without %s: %s",
                                               cases[i].optimizer, want, json);
+            free(json);
+        }
+        check_round_trip(j);
+        free(j);
+    }
+}
+
+/* A model without attention (softmax, mlp) whose optimizer names none of freeze_step,
+ * track_variance and track_factor: where the tracked default applies, frozen at
+ * OB_TRACK_MLP_FREEZE with the factor OB_TRACK_MLP_FACTOR; named in the canonical JSON. */
+static void test_mlp_tracking_default(void **state)
+{
+    (void)state;
+    const long K = OB_TRACK_DEFAULT_INTERVAL, F = OB_TRACK_MLP_FREEZE;
+    const double R = OB_TRACK_MLP_FACTOR;
+    const struct {
+        const char *model, *optimizer;
+        long lr_warmup, track, freeze;
+        double factor;
+        int warm_start;
+    } cases[] = {
+        {"softmax", "onebit_adam", 100, K, F, R, 0},
+        {"mlp, hidden: [16]", "onebit_adam", 100, K, F, R, 0},
+        {"mlp, hidden: [16]", "onebit_adam", OB_TRACK_DEFAULT_MIN_WARMUP - 1, 0, 0, 0.0, 0},
+        {"mlp, hidden: [16]", "onebit_adam, freeze_step: auto", 100, K, 0, 0.0, 0},
+        {"mlp, hidden: [16]", "onebit_adam, freeze_step: 40", 100, 0, 40, 0.0, 0},
+        {"mlp, hidden: [16]", "onebit_adam, track_variance: 25", 100, K, 0, 0.0, 0},
+        {"mlp, hidden: [16]", "onebit_adam, track_factor: 1", 100, K, 0, 1.0, 0},
+        {"mlp, hidden: [16]", "onebit_adam, precondition: true", 100, 0, 0, 0.0, 0},
+        {"mlp, hidden: [16]", "onebit_adam, compression: naive", 100, 0, 0, 0.0, 0},
+        {"mlp, hidden: [16]", "onebit_adam", 100, 0, 0, 0.0, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[640];
+        snprintf(text, sizeof text,
+                 "model: {type: %s}\ndata: {type: idx, path: /data/mnist}\nbatch_size: 8\n"
+                 "steps: 500\nlr: {warmup_steps: %ld}\noptimizer: {type: %s}\n%s",
+                 cases[i].model, cases[i].lr_warmup, cases[i].optimizer,
+                 cases[i].warm_start ? "warm_start: {from: /data/ckpt}\n" : "");
+        ob_jobspec *j = new_spec();
+        parse_ok(j, text, OB_SPEC_YAML);
+        const ob_optim_config *c = &j->optim;
+        if (c->track_variance != cases[i].track || c->freeze_step != cases[i].freeze ||
+            c->track_factor != cases[i].factor)
+            fail_msg("%s, %s: track_variance %ld, freeze_step %ld, track_factor %g; want %ld, "
+                     "%ld, %g",
+                     cases[i].model, cases[i].optimizer, c->track_variance, c->freeze_step,
+                     c->track_factor, cases[i].track, cases[i].freeze, cases[i].factor);
+        /* A fixed freeze has no latest one. */
+        if (c->freeze_step > 0) assert_int_equal(c->freeze_max_step, 0);
+        if (cases[i].freeze == F) {
+            char *json = NULL;
+            ob_err err = {0};
+            assert_int_equal(ob_jobspec_to_json(j, &json, &err), OB_OK);
+            if (!strstr(json, "\"freeze_step\":16") || !strstr(json, "\"track_factor\":1.25"))
+                fail_msg("%s: the canonical JSON does not name the early freeze: %s",
+                         cases[i].model, json);
             free(json);
         }
         check_round_trip(j);
@@ -779,6 +838,7 @@ int main(void)
         cmocka_unit_test(test_bucket_defaults),
         cmocka_unit_test(test_gradient_exchange_defaults),
         cmocka_unit_test(test_track_variance_default),
+        cmocka_unit_test(test_mlp_tracking_default),
         cmocka_unit_test(test_binsgdm_softsign),
         cmocka_unit_test(test_full_softmax_fmnist_adam),
         cmocka_unit_test(test_full_mlp_idx_onebit_naive),

@@ -583,13 +583,17 @@ static void test_freeze_max_fraction(void **state)
         double fraction;
         long want;
     } cases[] = {
-        {"{type: onebit_adam, beta2: 0.999}", 3000, OB_FREEZE_MAX_FRACTION, 500},
-        {"{type: onebit_adam, beta2: 0.999}", 10000, OB_FREEZE_MAX_FRACTION, 1500},
-        {"{type: onebit_adam, beta2: 0.99}", 1500, OB_FREEZE_MAX_FRACTION, 300},
-        {"{type: onebit_adam, beta2: 0.99, freeze_max_fraction: 0.5}", 1501, 0.5, 751},
-        {"{type: onebit_adam, freeze_max_fraction: 0}", 5000, 0.0, 0},
+        {"{type: onebit_adam, freeze_step: auto, beta2: 0.999}", 3000, OB_FREEZE_MAX_FRACTION, 500},
+        {"{type: onebit_adam, freeze_step: auto, beta2: 0.999}", 10000, OB_FREEZE_MAX_FRACTION,
+         1500},
+        {"{type: onebit_adam, freeze_step: auto, beta2: 0.99}", 1500, OB_FREEZE_MAX_FRACTION, 300},
+        {"{type: onebit_adam, freeze_step: auto, beta2: 0.99, freeze_max_fraction: 0.5}", 1501, 0.5,
+         751},
+        {"{type: onebit_adam, freeze_step: auto, freeze_max_fraction: 0}", 5000, 0.0, 0},
         {"{type: onebit_adam, stabilizer: none}", 5000, 0.0, 0},
         {"{type: onebit_adam, freeze_step: 300}", 5000, OB_FREEZE_MAX_FRACTION, 0},
+        /* An MLP's default freeze (ob_optim_default_mlp_tracking) is fixed: no latest one. */
+        {"{type: onebit_adam, beta2: 0.99}", 1500, OB_FREEZE_MAX_FRACTION, 0},
         {"{type: adam}", 5000, 0.0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -34,11 +34,15 @@
 #                                     overlap: true and bucket_mb: 1;
 #                                     onebit-track: no precondition, track_variance: 25,
 #                                     frozen at the LR warmup's end (the engine's defaults
-#                                     since 2026-11-28);
+#                                     since 2026-11-28 for a transformer);
 #                                     onebit-plain: no precondition, the auto freeze
 #                                     (track_variance: 0);
 #                                     onebit-track-pre: onebit (with precondition) and
-#                                     track_variance: 25)
+#                                     track_variance: 25;
+#                                     onebit-track16: onebit-track frozen at SHORT_FREEZE
+#                                     (default 16) instead of the LR warmup's end, with
+#                                     track_factor: 1.25 (the defaults of an MLP since
+#                                     2026-11-28))
 #                                     [--quick] [--no-compute] [--no-ref] [--keep-targets] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
 #   --long       a later target: the MLP's from step 1200 of the reference (cap 1800 steps, eval
@@ -210,6 +214,8 @@ ONEBIT_TRACK="${ONEBIT/precondition: true, /}"   # the defaults since 2026-11-28
 ONEBIT_TRACK="${ONEBIT_TRACK%\}}, track_variance: 25}"
 ONEBIT_PLAIN="${ONEBIT_TRACK/track_variance: 25/track_variance: 0}"
 ONEBIT_TRACK_PRE="${ONEBIT%\}}, track_variance: 25}"
+ONEBIT_TRACK16="${ONEBIT_TRACK/freeze_step: auto/freeze_step: ${SHORT_FREEZE:-16}}"
+ONEBIT_TRACK16="${ONEBIT_TRACK16%\}}, track_factor: 1.25}"   # the MLPs' defaults since 2026-11-28
 T0=$(date +%s)
 
 if [ "$NO_COMPUTE" -eq 0 ]; then
@@ -287,6 +293,7 @@ for rate in $RATES; do
         onebit-plain) onebit_run "$name" "$model" "$ONEBIT_PLAIN" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-track) onebit_run "$name" "$model" "$ONEBIT_TRACK" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-track-pre) onebit_run "$name" "$model" "$ONEBIT_TRACK_PRE" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-track16) onebit_run "$name" "$model" "$ONEBIT_TRACK16" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-refresh-fp8-overlap) onebit_run "$name" "$model" "${ONEBIT_REFRESH8%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-warm)
           SPEC_EXTRA="warm_start: {from: $ROOT/$BUILD/peers-src-$model/$(sed -n 's/^name: //p' "bench/net/specs/$model.yaml"), params: false}" \

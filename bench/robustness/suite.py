@@ -126,14 +126,16 @@ def case_spec(case, var):
         if var.endswith("-fp16") or var.endswith("-fp8"):
             s["optimizer"]["gradient_exchange"] = var.split("-")[-1]
         return s
-    if var.startswith("track-"):  # track-K[-fF][-fpX][-pre]: track_variance K (track_factor F,
-        # the gradients in fpX, precondition)
+    if var.startswith("track-"):  # track-K[-fF][-fpX][-pre][-atN]: track_variance K (track_factor
+        # F, the gradients in fpX, precondition, a fixed freeze at step N instead of auto)
         s = variant(case["spec"], "onebit")
         s["optimizer"]["freeze_step"] = "auto"
         s["optimizer"]["track_variance"] = int(var.split("-")[1])
         for part in var.split("-")[2:]:
             if part == "pre":
                 s["optimizer"]["precondition"] = True
+            elif part.startswith("at"):
+                s["optimizer"]["freeze_step"] = int(part[2:])
             elif part.startswith("fp"):
                 s["optimizer"]["gradient_exchange"] = part
             elif part.startswith("f"):
@@ -274,7 +276,10 @@ def short_table(by):
 def track_table(by):
     """The tracked variance (TRACK) beside Adam and the default, as short_table."""
     names = {"track-25": "`track_variance: 25` (frozen at the LR warmup's end)",
-             "track-25-f1.25": "`track_variance: 25`, `track_factor: 1.25`"}
+             "track-25-f1.25": "`track_variance: 25`, `track_factor: 1.25`",
+             "track-25-at16": "`track_variance: 25`, `freeze_step: 16`",
+             "track-25-f1.25-at16": "`track_variance: 25`, `track_factor: 1.25`, `freeze_step: "
+                                    "16` (the default of the MLPs since 2026-11-28)"}
     return variants_table(by, "A tracked variance", TRACK, names, track_cases())
 
 

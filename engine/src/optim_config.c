@@ -86,6 +86,14 @@ long ob_optim_default_track_variance(const ob_optim_config *cfg, int warm_start)
     return cfg->lr_warmup_steps >= OB_TRACK_DEFAULT_MIN_WARMUP ? OB_TRACK_DEFAULT_INTERVAL : 0;
 }
 
+void ob_optim_default_mlp_tracking(ob_optim_config *cfg)
+{
+    if (cfg->track_variance <= 0 || cfg->freeze_step != 0) return;
+    cfg->freeze_step = OB_TRACK_MLP_FREEZE;
+    cfg->track_factor = OB_TRACK_MLP_FACTOR;
+    cfg->freeze_max_step = 0;
+}
+
 long ob_optim_track_freeze_step(const ob_optim_config *cfg)
 {
     long at = cfg->track_variance;

@@ -131,6 +131,17 @@ class Validation(unittest.TestCase):
                   "freeze_threshold", "gradient_exchange", "scale", "frozen_step_ratio"):
             self.assertEqual(mine[k], worker[k], k)
 
+    def test_no_mlp_default_for_a_pytorch_model(self):
+        # The binding's spec names a softmax model as a placeholder: the early freeze a job
+        # spec's MLP gets by default (ob_optim_default_mlp_tracking) must not reach a model the
+        # binding cannot see, whether freeze_step is left alone or given as None.
+        for fs in ("auto", None):
+            with self.subTest(freeze_step=fs):
+                opt = obt.OnebitAdam(Net().parameters(), lr_warmup_steps=100, freeze_step=fs)
+                o = json.loads(opt._start_spec())["optimizer"]
+                self.assertEqual((o["freeze_step"], o["track_variance"], o["track_factor"]),
+                                 ("auto", 25, 0))
+
     def test_python_level_arguments(self):
         with self.assertRaisesRegex(ValueError, "betas"):
             obt.OnebitAdam(Net().parameters(), betas=0.9)

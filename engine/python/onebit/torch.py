@@ -435,8 +435,9 @@ class OnebitAdam(_EngineOptimizer):
     (freeze_step "auto" or a step), then only the error-compensated 1-bit momentum crosses
     the network. Defaults and validation are the job spec's (docs: README "Job spec"): with
     lr_warmup_steps >= 75 the variance is tracked (track_variance 25, frozen at the warmup's
-    end) unless track_variance=0; total_steps (optional) bounds the auto freeze as a spec's
-    steps do."""
+    end) unless track_variance=0, whatever the model (a job spec's MLP is frozen at step 16 by
+    default; here that takes freeze_step=16, track_factor=1.25); total_steps (optional) bounds
+    the auto freeze as a spec's steps do."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=None, weight_decay=None,
                  bias_correction=None, freeze_step="auto", stabilizer=None,
@@ -455,7 +456,9 @@ class OnebitAdam(_EngineOptimizer):
                     block_size=block_size, scale=scale, precondition=precondition,
                     stabilizer=stabilizer, stability_bound=stability_bound,
                     frozen_step_ratio=frozen_step_ratio, refresh_steps=refresh_steps,
-                    freeze_step=freeze_step)
+                    # Always named: the spec's model is a placeholder, and the early freeze a
+                    # job spec's MLP gets by default is not for a model the binding cannot see.
+                    freeze_step="auto" if freeze_step is None else freeze_step)
         super().__init__("onebit_adam", params, lr, betas, total_steps, lr_warmup_steps,
                          log_interval, names, opts)
 
