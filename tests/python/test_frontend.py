@@ -132,9 +132,9 @@ class Validation(unittest.TestCase):
             self.assertEqual(mine[k], worker[k], k)
 
     def test_no_mlp_default_for_a_pytorch_model(self):
-        # The binding's spec names a softmax model as a placeholder: the early freeze a job
-        # spec's MLP gets by default (ob_optim_default_mlp_tracking) must not reach a model the
-        # binding cannot see, whether freeze_step is left alone or given as None.
+        # The binding's spec names a softmax model only as a placeholder. A job spec's MLP
+        # default (ob_optim_default_mlp_tracking, frozen at step 16) must not reach a model
+        # the binding cannot see, whether freeze_step is left alone or given as None.
         for fs in ("auto", None):
             with self.subTest(freeze_step=fs):
                 opt = obt.OnebitAdam(Net().parameters(), lr_warmup_steps=100, freeze_step=fs)

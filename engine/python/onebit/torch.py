@@ -456,8 +456,8 @@ class OnebitAdam(_EngineOptimizer):
                     block_size=block_size, scale=scale, precondition=precondition,
                     stabilizer=stabilizer, stability_bound=stability_bound,
                     frozen_step_ratio=frozen_step_ratio, refresh_steps=refresh_steps,
-                    # Always named: the spec's model is a placeholder, and the early freeze a
-                    # job spec's MLP gets by default is not for a model the binding cannot see.
+                    # Always named. The spec's model is only a placeholder, and a job spec's
+                    # MLP default (frozen at step 16) is not for a model the binding cannot see.
                     freeze_step="auto" if freeze_step is None else freeze_step)
         super().__init__("onebit_adam", params, lr, betas, total_steps, lr_warmup_steps,
                          log_interval, names, opts)
