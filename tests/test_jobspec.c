@@ -287,6 +287,73 @@ static void test_mlp_tracking_default(void **state)
     }
 }
 
+/* A transformer's onebit_adam whose optimizer names neither overlap nor bucket_mb: the overlap
+ * in buckets of OB_OVERLAP_TRANSFORMER_BUCKET_BYTES where the model fills at least two of them
+ * (its parameters counted by a model built from the spec, so that a wrong count at parse time
+ * shows at the edge: 2 x 1 MiB is 524,288 floats); named in the canonical JSON. */
+static void test_transformer_overlap_default(void **state)
+{
+    (void)state;
+    const size_t ONE_MIB = (size_t)1 << 20, TF = OB_OVERLAP_TRANSFORMER_BUCKET_BYTES;
+    const struct {
+        const char *model, *optimizer;
+        int overlap;
+        size_t bucket;
+    } cases[] = {
+        /* 636,032 parameters */
+        {"transformer, layers: 3, d_model: 128, heads: 4, context: 64", "onebit_adam", 1, TF},
+        /* 437,760 */
+        {"transformer, layers: 2, d_model: 128, heads: 4, context: 64", "onebit_adam", 0, 0},
+        /* 495,104 tied, 527,872 with the output layer of its own */
+        {"transformer, layers: 2, d_model: 128, heads: 4, context: 512", "onebit_adam", 0, 0},
+        {"transformer, layers: 2, d_model: 128, heads: 4, context: 512, tied_output: false",
+         "onebit_adam", 1, TF},
+        /* Named: kept as named */
+        {"transformer, layers: 3, d_model: 128, heads: 4, context: 64",
+         "onebit_adam, overlap: false", 0, 0},
+        {"transformer, layers: 3, d_model: 128, heads: 4, context: 64", "onebit_adam, bucket_mb: 2",
+         0, 2 * ONE_MIB},
+        {"transformer, layers: 3, d_model: 128, heads: 4, context: 64",
+         "onebit_adam, overlap: true", 1, OB_OPTIM_BUCKET_BYTES},
+        /* Other optimizers and families */
+        {"transformer, layers: 3, d_model: 128, heads: 4, context: 64", "adam", 0, 0},
+        {"transformer, layers: 3, d_model: 128, heads: 4, context: 64", "binsgdm", 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char text[640];
+        snprintf(text, sizeof text,
+                 "model: {type: %s}\ndata: {type: synthetic_text}\nbatch_size: 8\n"
+                 "steps: 500\nlr: {warmup_steps: 100}\noptimizer: {type: %s}\n",
+                 cases[i].model, cases[i].optimizer);
+        ob_jobspec *j = new_spec();
+        parse_ok(j, text, OB_SPEC_YAML);
+        if (j->optim.overlap != cases[i].overlap || j->optim.bucket_bytes != cases[i].bucket)
+            fail_msg("%s, %s: overlap %d, bucket_bytes %zu; want %d, %zu", cases[i].model,
+                     cases[i].optimizer, j->optim.overlap, j->optim.bucket_bytes, cases[i].overlap,
+                     cases[i].bucket);
+        if (strcmp(cases[i].optimizer, "onebit_adam") == 0) {
+            /* The rule's edge, against the parameters of the model itself. */
+            ob_model_config cfg = j->model;
+            cfg.input_dim = cfg.num_classes = OB_MODEL_VOCAB;
+            cfg.max_batch = 1;
+            ob_model *m = NULL;
+            ob_err err = {0};
+            assert_int_equal(ob_model_create(&m, &cfg, &err), OB_OK);
+            size_t d = ob_model_num_params(m);
+            ob_model_destroy(m);
+            if ((d >= 2 * TF / sizeof(float)) != cases[i].overlap)
+                fail_msg("%s: %zu parameters, overlap %d", cases[i].model, d, cases[i].overlap);
+            char *json = NULL;
+            assert_int_equal(ob_jobspec_to_json(j, &json, &err), OB_OK);
+            const char *want = cases[i].overlap ? "\"overlap\":true" : "\"overlap\":false";
+            if (!strstr(json, want)) fail_msg("%s: the canonical JSON: %s", cases[i].model, json);
+            free(json);
+        }
+        check_round_trip(j);
+        free(j);
+    }
+}
+
 /* binsgdm and softsign: their defaults, their own fields, and the canonical text round trip
  * (which names only the fields of the kind, or it would not parse back). */
 static void test_binsgdm_softsign(void **state)
@@ -839,6 +906,7 @@ int main(void)
         cmocka_unit_test(test_gradient_exchange_defaults),
         cmocka_unit_test(test_track_variance_default),
         cmocka_unit_test(test_mlp_tracking_default),
+        cmocka_unit_test(test_transformer_overlap_default),
         cmocka_unit_test(test_binsgdm_softsign),
         cmocka_unit_test(test_full_softmax_fmnist_adam),
         cmocka_unit_test(test_full_mlp_idx_onebit_naive),

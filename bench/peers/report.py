@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 
 SYSTEMS = ["onebit", "onebit-fp32", "onebit-fp16", "onebit-short", "onebit-refresh", "onebit-short-fp8", "onebit-refresh-fp8",
-           "onebit-refresh-fp8-overlap", "onebit-warm", "onebit-overlap", "onebit-plain", "onebit-track", "onebit-track-pre", "onebit-track16", "adam", "adam-fp16", "adam-overlap",
+           "onebit-refresh-fp8-overlap", "onebit-warm", "onebit-overlap", "onebit-plain", "onebit-track", "onebit-track-pre", "onebit-track16", "onebit-track-overlap", "onebit-track16-overlap", "onebit-track-flat", "adam", "adam-fp16", "adam-overlap",
            "ddp-fp32", "ddp-fp16", "ddp-powersgd1", "ddp-powersgd4"]
 LABEL = {"onebit": "onebit 1-bit Adam (defaults)", "onebit-fp32": "onebit 1-bit Adam, fp32 warmup",
          "onebit-overlap": "onebit 1-bit Adam, overlap",
@@ -41,9 +41,12 @@ LABEL = {"onebit": "onebit 1-bit Adam (defaults)", "onebit-fp32": "onebit 1-bit 
          "onebit-refresh-fp8-overlap": "onebit 1-bit Adam, short fp8 warmup + refresh, overlap",
          "onebit-warm": "onebit 1-bit Adam, warm start", "adam-fp16": "onebit Adam, fp16",
          "onebit-plain": "onebit 1-bit Adam, no precondition, auto freeze",
-         "onebit-track": "onebit 1-bit Adam, no precondition, track_variance 25 (the transformer defaults since 2026-11-28)",
+         "onebit-track": "onebit 1-bit Adam, no precondition, track_variance 25 (the transformer defaults since 2026-11-28, with the overlap since 2026-12-02)",
          "onebit-track-pre": "onebit 1-bit Adam, track_variance 25",
          "onebit-track16": "onebit 1-bit Adam, no precondition, track_variance 25, frozen at 16, track_factor 1.25 (the MLP defaults since 2026-11-28)",
+         "onebit-track-overlap": "onebit 1-bit Adam, the transformer defaults, overlap",
+         "onebit-track16-overlap": "onebit 1-bit Adam, the MLP defaults, overlap",
+         "onebit-track-flat": "onebit 1-bit Adam, no precondition, track_variance 25, overlap false (the transformer defaults until 2026-12-02)",
          "adam": "onebit Adam (fp32)", "adam-overlap": "onebit Adam, overlap", "ddp-fp32": "DDP fp32",
          "ddp-fp16": "DDP + fp16 hook", "ddp-powersgd1": "DDP + PowerSGD r1",
          "ddp-powersgd4": "DDP + PowerSGD r4"}
@@ -51,7 +54,8 @@ COLOR = {"onebit": "#7b2cbf", "onebit-fp32": "#a05fd6", "onebit-overlap": "#c77d
          "onebit-warm": "#e0aaff", "onebit-short": "#10002b", "onebit-refresh": "#5a189a",
          "onebit-short-fp8": "#240046", "onebit-refresh-fp8": "#9d4edd",
          "onebit-refresh-fp8-overlap": "#b5179e", "onebit-plain": "#6a4c93", "onebit-track": "#ff006e", "onebit-track-pre": "#fb5607",
-         "onebit-track16": "#3a86ff",
+         "onebit-track16": "#3a86ff", "onebit-track-overlap": "#c9184a", "onebit-track16-overlap": "#023e8a",
+         "onebit-track-flat": "#ff8fab",
          "adam-fp16": "#1d6b62", "adam": "#2a9d8f",
          "adam-overlap": "#8ad1c8", "ddp-fp32": "#e76f51", "ddp-fp16": "#f4a261",
          "ddp-powersgd1": "#264653", "ddp-powersgd4": "#6c757d"}
@@ -60,7 +64,8 @@ RATIO = {"onebit": "1-bit", "onebit-fp32": "1-bit fp32 warmup", "onebit-fp16": "
          "onebit-short": "short", "onebit-refresh": "refresh", "onebit-short-fp8": "short fp8",
          "onebit-refresh-fp8": "refresh fp8", "onebit-refresh-fp8-overlap": "refresh fp8 overlap",
          "onebit-warm": "warm", "onebit-plain": "no precondition", "onebit-track": "tracked", "onebit-track-pre": "tracked + precondition",
-         "onebit-track16": "tracked from 16"}
+         "onebit-track16": "tracked from 16", "onebit-track-overlap": "tracked, overlap",
+         "onebit-track16-overlap": "tracked from 16, overlap", "onebit-track-flat": "tracked, no overlap"}
 RATES = ["50m", "200m", "1g", "unshaped"]
 RATE_LABEL = {"50m": "50 Mbit/s", "200m": "200 Mbit/s", "1g": "1 Gbit/s", "unshaped": "unshaped"}
 RATE_X = {"50m": 50, "200m": 200, "1g": 1000, "unshaped": 10000}

@@ -42,7 +42,11 @@
 #                                     onebit-track16: onebit-track frozen at SHORT_FREEZE
 #                                     (default 16) instead of the LR warmup's end, with
 #                                     track_factor: 1.25 (the defaults of an MLP since
-#                                     2026-11-28))
+#                                     2026-11-28); onebit-track-overlap,
+#                                     onebit-track16-overlap: the same with overlap: true,
+#                                     bucket_mb: 1 (a transformer's default since
+#                                     2026-12-02); onebit-track-flat: onebit-track with
+#                                     overlap: false (a transformer's default before))
 #                                     [--quick] [--no-compute] [--no-ref] [--keep-targets] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
 #   --long       a later target: the MLP's from step 1200 of the reference (cap 1800 steps, eval
@@ -294,6 +298,9 @@ for rate in $RATES; do
         onebit-track) onebit_run "$name" "$model" "$ONEBIT_TRACK" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-track-pre) onebit_run "$name" "$model" "$ONEBIT_TRACK_PRE" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-track16) onebit_run "$name" "$model" "$ONEBIT_TRACK16" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-track-overlap) onebit_run "$name" "$model" "${ONEBIT_TRACK%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-track-flat) onebit_run "$name" "$model" "${ONEBIT_TRACK%\}}, overlap: false}" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-track16-overlap) onebit_run "$name" "$model" "${ONEBIT_TRACK16%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-refresh-fp8-overlap) onebit_run "$name" "$model" "${ONEBIT_REFRESH8%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-warm)
           SPEC_EXTRA="warm_start: {from: $ROOT/$BUILD/peers-src-$model/$(sed -n 's/^name: //p' "bench/net/specs/$model.yaml"), params: false}" \

@@ -110,6 +110,11 @@ def ensure_source(name):
 
 
 def case_spec(case, var):
+    lw = re.match(r"^(.+)-lw([0-9]+)$", var)
+    if lw:  # VARIANT-lwN: that variant with an LR warmup of N steps instead of the job's
+        s = case_spec(case, lw.group(1))
+        s["lr"]["warmup_steps"] = int(lw.group(2))
+        return s
     if var in ("adam", "onebit", "onebit-none", "onebit-fp32", "onebit-fp16", "onebit-fp8",
                "onebit-bc", "binsgdm", "softsign", "binsgdm-t0") \
             or var.startswith("onebit-r") or var.startswith("onebit-t"):
@@ -173,7 +178,8 @@ def cmd_run(args):
     def variants(c):  # extra variants named on the command line: warm-refit-N, warm-fp16 of the
         # warm cases, the short group's in fp8 (fixed-16-fp8, refresh-16-fp8), the fp16 group's
         # fp32 and fp8 warmups and Adam (in one build), track-K[...] on the short and freeze
-        # groups' jobs, and on the track group's fixed-N and onebit-pre
+        # groups' jobs, and on the track group's fixed-N, onebit-pre and any VARIANT-lwN (that
+        # variant with an LR warmup of N steps)
         extra = (c["group"] == "warm" and (args.variant.startswith("warm-refit-") or args.variant == "warm-fp16")) or \
                 (c["group"] == "fp16" and (args.variant in ("onebit-fp32", "onebit-fp8", "adam")
                                            or args.variant.startswith("onebit-t"))) or \
@@ -181,7 +187,8 @@ def cmd_run(args):
                                                         args.variant.startswith("track-"))) or \
                 (c["group"] == "track" and (args.variant.startswith("track-") or
                                             args.variant.startswith("fixed-") or
-                                            args.variant == "onebit-pre")) or \
+                                            args.variant == "onebit-pre" or
+                                            re.search(r"-lw[0-9]+$", args.variant))) or \
                 (c["group"] == "binsgdm" and args.variant in ("softsign", "binsgdm-t0"))
         return c["variants"] + ([args.variant] if extra else [])
     pending = [(c, v) for c in all_cases(args.group) for v in variants(c)

@@ -8,6 +8,7 @@
  * This file: defaults, the validator and parse/load; the field reader, the YAML converter and
  * the JSON writer are files of their own (jobspec_internal.h). */
 #include "jobspec_internal.h"
+#include "model_internal.h"
 
 #include <jansson.h>
 #include <errno.h>
@@ -778,6 +779,11 @@ static void validate(const json_t *root, ob_jobspec *s, spec_errs *E)
     read_eval_ckpt(ev, ck, s, E);
     read_warm_start(ws, s, optim_ok, E);
     read_device(root, s, model_ok, optim_ok, E);
+    /* A transformer (on the CPU) whose optimizer names neither overlap nor bucket_mb. */
+    if (model_ok && optim_ok && s->model.kind == OB_MODEL_TRANSFORMER &&
+        s->device == OB_DEVICE_CPU && !json_object_get(optim, "overlap") &&
+        !json_object_get(optim, "bucket_mb"))
+        ob_optim_default_transformer_overlap(&s->optim, ob__tf_num_params(&s->model));
 }
 
 ob_status ob__spec_validate(const json_t *root, ob_jobspec *s, ob_err *err)

@@ -177,6 +177,9 @@ ob_status ob__cls_build(ob_model *m, ob_err *err);
 void ob__cls_forward_backward(ob_model *m, const float *params, const ob_batch *batch, float *grad,
                               ob_model_result *res);
 ob_status ob__tf_build(ob_model *m, ob_err *err);
+/* The parameters a transformer of cfg has (SIZE_MAX where the count overflows), from the same
+ * table ob__tf_build lays out. */
+size_t ob__tf_num_params(const ob_model_config *cfg);
 void ob__tf_forward_backward(ob_model *m, const float *params, const ob_batch *batch, float *grad,
                              ob_model_result *res);
 

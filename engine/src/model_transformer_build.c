@@ -6,6 +6,8 @@
 #include "model_internal.h"
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #define V OB_MODEL_VOCAB
 
@@ -41,21 +43,23 @@ static ob_status tf_parts(ob_model *m, ob_err *err)
     return OB_OK;
 }
 
-ob_status ob__tf_build(ob_model *m, ob_err *err)
+/* One tensor of the parameter table: its name, GPT-2 initialisation and shape (0: no such
+ * dimension). */
+typedef struct tf_tensor {
+    const char *name;
+    float std, value;
+    size_t d0, d1, d2;
+} tf_tensor;
+
+/* The parameter table of cfg, in the order of the OB__TF_* indices; returns its length (the
+ * lm_head only when the output is untied). */
+static size_t tf_table(const ob_model_config *cfg, tf_tensor table[OB__TF_LM_HEAD + 1])
 {
-    const ob_model_config *cfg = &m->cfg;
-    size_t L = cfg->n_layer, C = cfg->d_model, T = cfg->context, NH = cfg->n_head;
-    size_t B = cfg->max_batch;
+    size_t L = cfg->n_layer, C = cfg->d_model, T = cfg->context;
     /* GPT-2 initialisation: 0.02 everywhere, and the projections that write into the residual
      * stream scaled by 1/sqrt(2 L) so its variance does not grow with depth. */
     float std = 0.02f, res_std = (float)(0.02 / sqrt(2.0 * (double)L));
-
-    /* The parameter table, in the order of the OB__TF_* indices. */
-    struct {
-        const char *name;
-        float std, value;
-        size_t d0, d1, d2;
-    } table[] = {
+    const tf_tensor all[] = {
         {"wte", std, 0, V, C, 0},             // (V, C)
         {"wpe", std, 0, T, C, 0},             // (T, C)
         {"ln1w", 0, 1, L, C, 0},              // (L, C)
@@ -74,9 +78,33 @@ ob_status ob__tf_build(ob_model *m, ob_err *err)
         {"lnfb", 0, 0, C, 0, 0},              // (C)
         {"lm_head", std, 0, V, C, 0},         // (V, C), untied only
     };
-    _Static_assert(sizeof table / sizeof table[0] == OB__TF_LM_HEAD + 1,
+    _Static_assert(sizeof all / sizeof all[0] == OB__TF_LM_HEAD + 1,
                    "the table and the OB__TF_* indices must list the same tensors");
-    size_t num = sizeof table / sizeof table[0] - (cfg->tied_output ? 1 : 0);
+    memcpy(table, all, sizeof all);
+    return sizeof all / sizeof all[0] - (cfg->tied_output ? 1 : 0);
+}
+
+size_t ob__tf_num_params(const ob_model_config *cfg)
+{
+    tf_tensor table[OB__TF_LM_HEAD + 1];
+    size_t num = tf_table(cfg, table), sum = 0;
+    int ovf = 0;
+    for (size_t i = 0; i < num && !ovf; i++) {
+        const tf_tensor *x = &table[i];
+        size_t n = ob__model_prod(&ovf, x->d0, x->d1 ? x->d1 : 1, x->d2 ? x->d2 : 1, 1);
+        if (n > SIZE_MAX - sum) ovf = 1;
+        sum += n;
+    }
+    return ovf ? SIZE_MAX : sum;
+}
+
+ob_status ob__tf_build(ob_model *m, ob_err *err)
+{
+    const ob_model_config *cfg = &m->cfg;
+    size_t L = cfg->n_layer, C = cfg->d_model, T = cfg->context, NH = cfg->n_head;
+    size_t B = cfg->max_batch;
+    tf_tensor table[OB__TF_LM_HEAD + 1];
+    size_t num = tf_table(cfg, table);
     for (size_t i = 0; i < num; i++) {
         ob_status st = ob__model_add_tensor(m, table[i].name, table[i].std, table[i].value,
                                             table[i].d0, table[i].d1, table[i].d2, err);

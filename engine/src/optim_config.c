@@ -94,6 +94,14 @@ void ob_optim_default_mlp_tracking(ob_optim_config *cfg)
     cfg->freeze_max_step = 0;
 }
 
+void ob_optim_default_transformer_overlap(ob_optim_config *cfg, size_t num_params)
+{
+    size_t bucket = OB_OVERLAP_TRANSFORMER_BUCKET_BYTES / sizeof(float);
+    if (cfg->kind != OB_OPTIM_ONEBIT_ADAM || num_params / 2 < bucket) return;
+    cfg->overlap = 1;
+    cfg->bucket_bytes = OB_OVERLAP_TRANSFORMER_BUCKET_BYTES;
+}
+
 long ob_optim_track_freeze_step(const ob_optim_config *cfg)
 {
     long at = cfg->track_variance;

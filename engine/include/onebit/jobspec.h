@@ -41,12 +41,16 @@
  *     beta1? eps? weight_decay?  [ob_optim_config_default]
  *     beta2? bias_correction? (bool)  adam and onebit_adam only
  *     gradient_exchange? fp32 | fp16 | fp8 [fp8 for onebit_adam, else fp32]  every type but binsgdm
- *     bucket_mb?   MiB in [0, 1024] [4 with overlap, else 0]: the fp32 gradient exchange (adam,
- *                  the warmup) runs in
+ *     bucket_mb?   MiB in [0, 1024] [4 with overlap, else 0; a transformer's onebit_adam
+ *                  naming neither: ob_optim_default_transformer_overlap]: the gradient
+ *                  exchange (adam, the warmup) runs in
  *                  buckets of whole tensors of at least this size, last layers first; 0: one
  *                  bucket (optim.bucket_bytes); device: cuda keeps one NCCL allreduce
- *     overlap?     bool [false]: exchange each bucket on a communication thread as soon as the
- *                  backward pass has finished it (same bits as false); device: cpu only
+ *     overlap?     bool [false; true, in buckets of OB_OVERLAP_TRANSFORMER_BUCKET_BYTES, for a
+ *                  transformer's onebit_adam naming neither overlap nor bucket_mb whose
+ *                  parameters fill two: ob_optim_default_transformer_overlap]: exchange each
+ *                  bucket on a communication thread as soon as the backward pass has finished
+ *                  it (same bits as false); device: cpu only
  *     binsgdm only (1 bit from the first step: onebit/optim.h):
  *       block_size?       multiple of 32 [256]: rounds the padding up to ranks x block_size
  *       max_denominator_step? integer >= 0 [0: never]: b a running maximum after this step

@@ -246,6 +246,9 @@ typedef struct ob_optim_config {
 #define OB_TRACK_MLP_FREEZE 16
 #define OB_TRACK_MLP_FACTOR 1.25
 
+/* The buckets of the transformer family's overlap (ob_optim_default_transformer_overlap). */
+#define OB_OVERLAP_TRANSFORMER_BUCKET_BYTES ((size_t)1 << 20)
+
 /* The largest ranks_per_node accepted. */
 #define OB_OPTIM_MAX_RANKS_PER_NODE 4096
 /* ranks_per_node "auto" (a job spec's optimizer.ranks_per_node: "auto"). */
@@ -319,6 +322,18 @@ long ob_optim_default_track_variance(const ob_optim_config *cfg, int warm_start)
  * transformer ended 4-6 % behind the auto freeze, and gpt.py goes wrong with a freeze inside
  * its LR warmup (docs/research/variance-tracking.md, "An early freeze for MLPs"). */
 void ob_optim_default_mlp_tracking(ob_optim_config *cfg);
+
+/* The default of a transformer job's onebit_adam whose optimizer names neither overlap nor
+ * bucket_mb (a transformer runs on the CPU), for a model of num_params parameters that fill at
+ * least two buckets: overlap on, in buckets of OB_OVERLAP_TRANSFORMER_BUCKET_BYTES, so that
+ * the last layers' tensors leave while the backward pass goes on (a smaller model would send
+ * one bucket after the backward pass, overlapping nothing). No step's arithmetic changes but
+ * where the ring exchanges (the warmup's gradients, the tracked variance's estimates) cut
+ * their chunks, and so round their sums; the compressed exchange gives the same bits in any
+ * buckets, with or without the overlap. Measured on bench/peers' transformer
+ * (docs/peers/README.md, "The transformer's overlap by default"). Any other kind is left as it
+ * is. */
+void ob_optim_default_transformer_overlap(ob_optim_config *cfg, size_t num_params);
 
 /* The track_factor in force for cfg. */
 double ob_optim_track_factor(const ob_optim_config *cfg);
