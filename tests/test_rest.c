@@ -1,7 +1,8 @@
 /* The REST server's routes in process, through ob__rest_handle (no socket), against a real
  * service (SQLite store in a temporary directory, supervisor not started): regressions found by
  * fuzz_rest, the seam's reading of targets and headers (unescaping, '+', the screening), query
- * parameters checked against their route, the log as text/plain, labels as a JSON object. */
+ * parameters checked against their route, the log as text/plain, labels as a JSON object; the
+ * connection budget's choice of the waiting connection to close (on socket pairs). */
 #include "rest_internal.h"
 #include "onebit/job_codec.h"
 #include "onebit/launcher.h"
@@ -15,7 +16,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define TOKEN "t0ken"
 
@@ -393,6 +399,116 @@ static void test_labels_object(void **state)
     }
 }
 
+/* ---- the connection budget's choice ------------------------------------------------------ */
+
+typedef struct budget_conn {
+    int ours, theirs; /* a socket pair: the budget holds `ours`, the client reads `theirs` */
+    void *slot;
+} budget_conn;
+
+static void budget_open(ob__rest_conns *c, budget_conn *bc, const char *ip)
+{
+    int sv[2];
+    assert_int_equal(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    bc->ours = sv[0];
+    bc->theirs = sv[1];
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof ss);
+    if (strchr(ip, ':')) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        assert_int_equal(inet_pton(AF_INET6, ip, &a->sin6_addr), 1);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        assert_int_equal(inet_pton(AF_INET, ip, &a->sin_addr), 1);
+    }
+    bc->slot = ob__rest_conns_open(c, (const struct sockaddr *)&ss, bc->ours);
+    assert_non_null(bc->slot);
+}
+
+/* Whether the budget shut the connection down: its client reads the end of the stream. */
+static int budget_cut(const budget_conn *bc)
+{
+    char b;
+    ssize_t n = recv(bc->theirs, &b, 1, MSG_DONTWAIT);
+    return n == 0 ? 1 : (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) ? 0 : -1;
+}
+
+static void budget_close_all(ob__rest_conns *c, budget_conn *bc, int n)
+{
+    for (int i = 0; i < n; i++) {
+        ob__rest_conns_close(c, bc[i].slot);
+        close(bc[i].ours);
+        close(bc[i].theirs);
+    }
+}
+
+/* Over the waiting budget, the connection closed is the longest-waiting one of the client
+ * holding the most waiting connections, not a newcomer from another address that came first
+ * (the health probe among trickling clients: tests/test_slow_clients.sh). */
+static void test_budget_cuts_the_busiest_client(void **state)
+{
+    (void)state;
+    ob__rest_conns *c;
+    ob_err err;
+    assert_int_equal(ob__rest_conns_create(&c, 16, 4, 60.0, 60.0, &err), OB_OK);
+    budget_conn bc[6];
+    budget_open(c, &bc[0], "127.0.0.1"); /* the probe, the longest waiting of all */
+    budget_open(c, &bc[1], "127.0.0.10");
+    budget_open(c, &bc[2], "127.0.0.10");
+    budget_open(c, &bc[3], "127.0.0.11");
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(budget_cut(&bc[i]), 0);
+    assert_int_equal(ob__rest_conns_closed(c), 0);
+    budget_open(c, &bc[4], "127.0.0.11"); /* 4 waiting: one goes, .10's oldest */
+    assert_int_equal(budget_cut(&bc[0]), 0);
+    assert_int_equal(budget_cut(&bc[1]), 1);
+    assert_int_equal(budget_cut(&bc[2]), 0);
+    assert_int_equal(ob__rest_conns_closed(c), 1);
+    /* .10 and .11 hold 1 and 2 now, the probe 1: .11's oldest goes. */
+    budget_open(c, &bc[5], "127.0.0.12");
+    assert_int_equal(budget_cut(&bc[0]), 0);
+    assert_int_equal(budget_cut(&bc[3]), 1);
+    assert_int_equal(budget_cut(&bc[4]), 0);
+    assert_int_equal(ob__rest_conns_closed(c), 2);
+    budget_close_all(c, bc, 6);
+    ob__rest_conns_destroy(c);
+}
+
+/* Clients of one waiting connection each: the longest waiting goes, as with one client; an
+ * IPv6 client counts as its /64. */
+static void test_budget_oldest_of_equals(void **state)
+{
+    (void)state;
+    ob__rest_conns *c;
+    ob_err err;
+    assert_int_equal(ob__rest_conns_create(&c, 16, 3, 60.0, 60.0, &err), OB_OK);
+    budget_conn bc[9];
+    budget_open(c, &bc[0], "10.0.0.1");
+    budget_open(c, &bc[1], "10.0.0.2");
+    budget_open(c, &bc[2], "10.0.0.3");
+    budget_open(c, &bc[3], "10.0.0.4"); /* 1 each: the oldest goes */
+    assert_int_equal(budget_cut(&bc[0]), 1);
+    assert_int_equal(budget_cut(&bc[1]), 0);
+    assert_int_equal(ob__rest_conns_closed(c), 1);
+    budget_close_all(c, bc, 4);
+    budget_open(c, &bc[4], "10.0.0.9");
+    budget_open(c, &bc[5], "2001:db8:0:1::5");
+    budget_open(c, &bc[6], "2001:db8:0:1::6");
+    budget_open(c, &bc[7], "10.0.0.8"); /* the /64 holds 2, 10.0.0.9 1: the /64's oldest */
+    assert_int_equal(budget_cut(&bc[4]), 0);
+    assert_int_equal(budget_cut(&bc[5]), 1);
+    assert_int_equal(budget_cut(&bc[6]), 0);
+    budget_open(c, &bc[8], "2001:db8:0:2::7"); /* another /64: 1 each, the oldest */
+    assert_int_equal(budget_cut(&bc[4]), 1);
+    assert_int_equal(budget_cut(&bc[6]), 0);
+    assert_int_equal(budget_cut(&bc[7]), 0);
+    assert_int_equal(ob__rest_conns_closed(c), 3);
+    budget_close_all(c, bc + 4, 5);
+    ob__rest_conns_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -402,6 +518,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unknown_query_parameters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_logs_as_text, setup, teardown),
         cmocka_unit_test_setup_teardown(test_labels_object, setup, teardown),
+        cmocka_unit_test(test_budget_cuts_the_busiest_client),
+        cmocka_unit_test(test_budget_oldest_of_equals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

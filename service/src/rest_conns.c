@@ -7,8 +7,11 @@
  * - a connection has header_s from its start (or from the end of its previous request) to send
  *   its request's headers, and body_s more for its body, however it spreads the bytes;
  * - at most max_waiting connections may be waiting for their request at once; one more, and the
- *   one that has waited longest is closed, so a connection that sends its request at once (a
- *   health probe, a unary call) always gets a thread, whatever the slow ones do;
+ *   one that has waited longest among those of the client address holding the most waiting
+ *   connections is closed (an IPv6 client's address: its /64), so a connection that sends its
+ *   request at once (a health probe, a unary call) always gets a thread, whatever the slow ones
+ *   do: however fast slow clients from a few addresses open connections again, they push out
+ *   their own, not a newcomer from elsewhere that has not been read yet;
  * - a request being answered is never cut: the event streams have limits of their own.
  *
  * A reaper thread looks every quarter second; "closed" is shutdown(2) of the socket, which makes
@@ -17,6 +20,7 @@
 #include "onebit/base.h"
 
 #include <microhttpd.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,7 +32,9 @@ typedef enum { SLOT_FREE, SLOT_WAITING, SLOT_UPLOADING, SLOT_ANSWERING } slot_st
 typedef struct slot {
     slot_state state;
     int fd;
-    double since; /* when the current state began (ob_mono_s) */
+    double since;             /* when the current state began (ob_mono_s) */
+    unsigned long order;      /* the budget's count of state changes then: which came first */
+    unsigned char client[16]; /* the client's address (client_key) */
 } slot;
 
 struct ob__rest_conns {
@@ -37,17 +43,26 @@ struct ob__rest_conns {
     pthread_t reaper;
     int running, stop;
     slot *slots;
+    slot **scratch; /* n_slots: the waiting connections, sorted to choose one to close */
+    unsigned long clock;
     int n_slots, max_waiting;
     double header_s, body_s;
     long closed; /* connections closed for a deadline or the waiting budget */
 };
 
+/* With the mutex held: the slot's state and when it began. */
+static void set_state(ob__rest_conns *c, slot *sl, slot_state st)
+{
+    sl->state = st;
+    sl->since = ob_mono_s();
+    sl->order = ++c->clock;
+}
+
 /* With the mutex held: shuts the connection's socket down (its thread closes it). */
 static void cut(ob__rest_conns *c, slot *sl)
 {
     if (sl->fd >= 0) shutdown(sl->fd, SHUT_RDWR);
-    sl->state = SLOT_ANSWERING; /* cut once; the close notification frees the slot */
-    sl->since = ob_mono_s();
+    set_state(c, sl, SLOT_ANSWERING); /* cut once; the close notification frees the slot */
     c->closed++;
 }
 
@@ -81,7 +96,9 @@ ob_status ob__rest_conns_create(ob__rest_conns **out, int slots, int max_waiting
         return OB_ERR(err, OB_ERR_INVALID_ARG, "REST connection budget: %d slots, %d waiting",
                       slots, max_waiting);
     ob__rest_conns *c = calloc(1, sizeof *c);
-    if (!c || !(c->slots = calloc((size_t)slots, sizeof *c->slots))) {
+    if (!c || !(c->slots = calloc((size_t)slots, sizeof *c->slots)) ||
+        !(c->scratch = calloc((size_t)slots, sizeof *c->scratch))) {
+        if (c) free(c->slots);
         free(c);
         return OB_ERR(err, OB_ERR_NOMEM, "REST connection budget");
     }
@@ -115,61 +132,107 @@ void ob__rest_conns_destroy(ob__rest_conns *c)
     pthread_cond_destroy(&c->cv);
     pthread_mutex_destroy(&c->mu);
     free(c->slots);
+    free(c->scratch);
     free(c);
 }
 
-/* With the mutex held: a free slot for a new connection, making room under the waiting budget
- * by cutting the connection that has waited longest. NULL when every slot is taken. */
-static slot *take_slot(ob__rest_conns *c, double now)
+/* The key a client's connections are counted under: an IPv4 address as IPv4-mapped IPv6, an
+ * IPv6 address's /64 (one host's share of a network, which it may fill with addresses), all
+ * zeros for anything else. */
+static void client_key(const struct sockaddr *sa, unsigned char key[16])
 {
-    slot *free_slot = NULL, *oldest = NULL;
+    memset(key, 0, 16);
+    if (sa && sa->sa_family == AF_INET) {
+        key[10] = key[11] = 0xff;
+        memcpy(key + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+    } else if (sa && sa->sa_family == AF_INET6) {
+        const unsigned char *a = ((const struct sockaddr_in6 *)sa)->sin6_addr.s6_addr;
+        static const unsigned char v4mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+        memcpy(key, a, memcmp(a, v4mapped, 12) == 0 ? 16 : 8);
+    }
+}
+
+/* Waiting connections by client, then oldest first. */
+static int by_client_then_age(const void *pa, const void *pb)
+{
+    const slot *a = *(slot *const *)pa, *b = *(slot *const *)pb;
+    int k = memcmp(a->client, b->client, sizeof a->client);
+    if (k) return k;
+    return a->order < b->order ? -1 : a->order > b->order;
+}
+
+/* With the mutex held and n waiting connections in c->scratch: the one to close, the
+ * longest-waiting of the client with the most (of two such clients, the one whose connection
+ * has waited longer). */
+static slot *choose_cut(ob__rest_conns *c, int n)
+{
+    qsort(c->scratch, (size_t)n, sizeof *c->scratch, by_client_then_age);
+    slot *best = NULL;
+    int best_n = 0;
+    for (int i = 0; i < n;) {
+        int j = i + 1;
+        while (j < n && memcmp(c->scratch[j]->client, c->scratch[i]->client, 16) == 0)
+            j++;
+        if (j - i > best_n || (j - i == best_n && c->scratch[i]->order < best->order)) {
+            best = c->scratch[i];
+            best_n = j - i;
+        }
+        i = j;
+    }
+    return best;
+}
+
+void *ob__rest_conns_open(ob__rest_conns *c, const struct sockaddr *client, int fd)
+{
+    pthread_mutex_lock(&c->mu);
+    slot *free_slot = NULL;
     int waiting = 0;
     for (int i = 0; i < c->n_slots; i++) {
         slot *sl = &c->slots[i];
         if (sl->state == SLOT_FREE && !free_slot) free_slot = sl;
-        if (sl->state == SLOT_WAITING || sl->state == SLOT_UPLOADING) {
-            waiting++;
-            if (!oldest || sl->since < oldest->since) oldest = sl;
-        }
+        if (sl->state == SLOT_WAITING || sl->state == SLOT_UPLOADING) c->scratch[waiting++] = sl;
     }
-    if (waiting >= c->max_waiting && oldest) cut(c, oldest);
+    if (waiting >= c->max_waiting && waiting > 0) cut(c, choose_cut(c, waiting));
     if (free_slot) {
-        free_slot->state = SLOT_WAITING;
-        free_slot->since = now;
-        free_slot->fd = -1;
+        set_state(c, free_slot, SLOT_WAITING);
+        free_slot->fd = fd;
+        client_key(client, free_slot->client);
+    } else if (fd >= 0) {
+        /* More connections than slots cannot happen under libmicrohttpd's own limit; if it
+         * does, the newcomer is the one that goes. */
+        shutdown(fd, SHUT_RDWR);
+        c->closed++;
     }
+    pthread_mutex_unlock(&c->mu);
     return free_slot;
+}
+
+void ob__rest_conns_close(ob__rest_conns *c, void *handle)
+{
+    slot *sl = handle;
+    if (!sl) return;
+    pthread_mutex_lock(&c->mu);
+    sl->state = SLOT_FREE;
+    sl->fd = -1;
+    pthread_mutex_unlock(&c->mu);
 }
 
 void ob__rest_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                            enum MHD_ConnectionNotificationCode code)
 {
-    (void)conn;
     ob__rest_conns *c = cls;
     if (!c) return;
-    pthread_mutex_lock(&c->mu);
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        slot *sl = take_slot(c, ob_mono_s());
         const union MHD_ConnectionInfo *fd =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (sl) {
-            sl->fd = fd ? fd->connect_fd : -1;
-        } else if (fd) {
-            /* More connections than slots cannot happen under libmicrohttpd's own limit; if it
-             * does, the newcomer is the one that goes. */
-            shutdown(fd->connect_fd, SHUT_RDWR);
-            c->closed++;
-        }
-        *socket_context = sl;
+        const union MHD_ConnectionInfo *addr =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        *socket_context =
+            ob__rest_conns_open(c, addr ? addr->client_addr : NULL, fd ? fd->connect_fd : -1);
     } else if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
-        slot *sl = *socket_context;
-        if (sl) {
-            sl->state = SLOT_FREE;
-            sl->fd = -1;
-        }
+        ob__rest_conns_close(c, *socket_context);
         *socket_context = NULL;
     }
-    pthread_mutex_unlock(&c->mu);
 }
 
 void ob__rest_conns_phase(ob__rest_conns *c, struct MHD_Connection *conn, int phase)
@@ -180,12 +243,11 @@ void ob__rest_conns_phase(ob__rest_conns *c, struct MHD_Connection *conn, int ph
     slot *sl = info ? info->socket_context : NULL;
     if (!sl) return;
     pthread_mutex_lock(&c->mu);
-    if (sl->state != SLOT_FREE) {
-        sl->state = phase == OB__REST_CONN_UPLOADING   ? SLOT_UPLOADING
-                    : phase == OB__REST_CONN_ANSWERING ? SLOT_ANSWERING
-                                                       : SLOT_WAITING;
-        sl->since = ob_mono_s();
-    }
+    if (sl->state != SLOT_FREE)
+        set_state(c, sl,
+                  phase == OB__REST_CONN_UPLOADING   ? SLOT_UPLOADING
+                  : phase == OB__REST_CONN_ANSWERING ? SLOT_ANSWERING
+                                                     : SLOT_WAITING);
     pthread_mutex_unlock(&c->mu);
 }
 

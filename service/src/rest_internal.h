@@ -21,6 +21,7 @@
 #include <microhttpd.h>
 #include <stdatomic.h>
 #include <stddef.h>
+#include <sys/socket.h>
 
 /* ---- the seam ------------------------------------------------------------------------------ */
 
@@ -75,7 +76,7 @@ void ob__rest_answer_clear(ob__rest_answer *a);
 
 /* Slots for every connection, deadlines for a request's headers and body that trickling bytes
  * do not extend, and a cap on the connections waiting for their request (the longest waiting
- * one is closed to make room): see rest_conns.c. */
+ * one of the client holding the most is closed to make room): see rest_conns.c. */
 typedef struct ob__rest_conns ob__rest_conns;
 
 enum { OB__REST_CONN_WAITING, OB__REST_CONN_UPLOADING, OB__REST_CONN_ANSWERING };
@@ -84,7 +85,15 @@ ob_status ob__rest_conns_create(ob__rest_conns **out, int slots, int max_waiting
                                 double body_s, ob_err *err);
 void ob__rest_conns_destroy(ob__rest_conns *c);
 
-/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback; cls is the budget. */
+/* A connection from `client` (NULL: unknown) on socket fd (-1: none) starts waiting for its
+ * request: its slot (the handle of ob__rest_conns_close), or NULL when every slot is taken
+ * (then fd is shut down). Over the waiting budget, another connection is cut first. */
+void *ob__rest_conns_open(ob__rest_conns *c, const struct sockaddr *client, int fd);
+
+/* The connection of a slot from ob__rest_conns_open (NULL: none) is closed: the slot is free. */
+void ob__rest_conns_close(ob__rest_conns *c, void *slot);
+
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (the two above); cls is the budget. */
 void ob__rest_conns_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                            enum MHD_ConnectionNotificationCode code);
 
