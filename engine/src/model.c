@@ -144,11 +144,16 @@ size_t ob__model_prod(int *overflow, size_t a, size_t b, size_t c, size_t d)
     return p;
 }
 
+size_t ob__model_numel(int *overflow, size_t d0, size_t d1, size_t d2)
+{
+    return ob__model_prod(overflow, d0, d1 ? d1 : 1, d2 ? d2 : 1, 1);
+}
+
 ob_status ob__model_add_tensor(ob_model *m, const char *name, float init_std, float init_value,
                                size_t d0, size_t d1, size_t d2, ob_err *err)
 {
     int overflow = 0;
-    size_t numel = ob__model_prod(&overflow, d0, d1 ? d1 : 1, d2 ? d2 : 1, 1);
+    size_t numel = ob__model_numel(&overflow, d0, d1, d2);
     /* The caller's buffer is indexed in floats and its byte size must fit a size_t too. */
     if (overflow || numel > SIZE_MAX / sizeof(float) - m->num_params)
         return OB_ERR(err, OB_ERR_INVALID_ARG,

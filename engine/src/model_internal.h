@@ -153,6 +153,10 @@ void ob__model_grad_final(const ob_model *m, size_t first, size_t count);
  * returns 0 when the product does not fit a size_t. */
 size_t ob__model_prod(int *overflow, size_t a, size_t b, size_t c, size_t d);
 
+/* The elements of a tensor of shape d0 x d1 x d2 (a 0 in d1 or d2: that dimension absent), as
+ * ob__model_add_tensor counts them; *overflow set as by ob__model_prod. */
+size_t ob__model_numel(int *overflow, size_t d0, size_t d1, size_t d2);
+
 /* Appends a tensor to m's table right after the previous one and grows num_params; ndim is the
  * number of leading non-zero entries in d0, d1, d2. name must be a static string. Returns
  * OB_ERR_INVALID_ARG when the model would not fit in memory indices. */

@@ -91,7 +91,7 @@ size_t ob__tf_num_params(const ob_model_config *cfg)
     int ovf = 0;
     for (size_t i = 0; i < num && !ovf; i++) {
         const tf_tensor *x = &table[i];
-        size_t n = ob__model_prod(&ovf, x->d0, x->d1 ? x->d1 : 1, x->d2 ? x->d2 : 1, 1);
+        size_t n = ob__model_numel(&ovf, x->d0, x->d1, x->d2);
         if (n > SIZE_MAX - sum) ovf = 1;
         sum += n;
     }
