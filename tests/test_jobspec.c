@@ -87,7 +87,10 @@ static void test_minimal_onebit_defaults(void **state)
     assert_int_equal(j->optim.kind, OB_OPTIM_ONEBIT_ADAM);
     assert_int_equal(j->optim.bias_correction, 0);
     assert_int_equal(j->optim.mode, OB_ONEBIT_COMPRESSED);
-    assert_int_equal(j->optim.freeze_step, 0);
+    /* A softmax model, whatever its LR warmup: the MLP family's tracked freeze. */
+    assert_int_equal(j->optim.freeze_step, OB_TRACK_MLP_FREEZE);
+    assert_int_equal(j->optim.track_variance, OB_TRACK_DEFAULT_INTERVAL);
+    assert_true(j->optim.track_factor == OB_TRACK_MLP_FACTOR);
     assert_true(j->optim.freeze_threshold == 0.96);
     assert_int_equal(j->optim.freeze_min_steps, 0);
     assert_int_equal(j->optim.block_size, 2048);
@@ -231,8 +234,9 @@ static void test_track_variance_default(void **state)
 }
 
 /* A model without attention (softmax, mlp) whose optimizer names none of freeze_step,
- * track_variance and track_factor: where the tracked default applies, frozen at
- * OB_TRACK_MLP_FREEZE with the factor OB_TRACK_MLP_FACTOR; named in the canonical JSON. */
+ * track_variance and track_factor: where the tracked default's conditions but the LR warmup's
+ * hold, tracked and frozen at OB_TRACK_MLP_FREEZE with the factor OB_TRACK_MLP_FACTOR, with
+ * any LR warmup; named in the canonical JSON. */
 static void test_mlp_tracking_default(void **state)
 {
     (void)state;
@@ -246,7 +250,15 @@ static void test_mlp_tracking_default(void **state)
     } cases[] = {
         {"softmax", "onebit_adam", 100, K, F, R, 0},
         {"mlp, hidden: [16]", "onebit_adam", 100, K, F, R, 0},
-        {"mlp, hidden: [16]", "onebit_adam", OB_TRACK_DEFAULT_MIN_WARMUP - 1, 0, 0, 0.0, 0},
+        /* Whatever the LR warmup (a transformer's needs OB_TRACK_DEFAULT_MIN_WARMUP). */
+        {"mlp, hidden: [16]", "onebit_adam", OB_TRACK_DEFAULT_MIN_WARMUP - 1, K, F, R, 0},
+        {"mlp, hidden: [16]", "onebit_adam", 0, K, F, R, 0},
+        {"softmax", "onebit_adam", 1, K, F, R, 0},
+        {"mlp, hidden: [16]", "onebit_adam, freeze_step: auto", 0, 0, 0, 0.0, 0},
+        {"mlp, hidden: [16]", "onebit_adam, stabilizer: none", 0, 0, 0, 0.0, 0},
+        {"mlp, hidden: [16]", "onebit_adam, refresh_steps: 16", 0, 0, 0, 0.0, 0},
+        {"mlp, hidden: [16]", "onebit_adam", 0, 0, 0, 0.0, 1},
+        {"mlp, hidden: [16]", "adam", 0, 0, 0, 0.0, 0},
         {"mlp, hidden: [16]", "onebit_adam, freeze_step: auto", 100, K, 0, 0.0, 0},
         {"mlp, hidden: [16]", "onebit_adam, freeze_step: 40", 100, 0, 40, 0.0, 0},
         {"mlp, hidden: [16]", "onebit_adam, track_variance: 25", 100, K, 0, 0.0, 0},

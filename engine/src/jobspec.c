@@ -615,7 +615,7 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, int warm_start, spec
         c->track_variance = ob_optim_default_track_variance(c, warm_start);
         if (s->model.kind != OB_MODEL_TRANSFORMER && !json_object_get(o, "freeze_step") &&
             !json_object_get(o, "track_factor"))
-            ob_optim_default_mlp_tracking(c);
+            ob_optim_default_mlp_tracking(c, warm_start);
     }
     ob_status st = ob_optim_config_validate(c, ONE);
     if (st) {

@@ -77,18 +77,27 @@ double ob_optim_track_factor(const ob_optim_config *cfg)
     return cfg->track_factor > 0.0 ? cfg->track_factor : OB_TRACK_FACTOR;
 }
 
-long ob_optim_default_track_variance(const ob_optim_config *cfg, int warm_start)
+/* The conditions of the tracked default other than the LR warmup. */
+static int track_default_fits(const ob_optim_config *cfg, int warm_start)
 {
     if (cfg->kind != OB_OPTIM_ONEBIT_ADAM || cfg->mode != OB_ONEBIT_COMPRESSED) return 0;
     if (cfg->freeze_step != 0 || cfg->precondition || cfg->refresh_steps > 0 || warm_start)
         return 0;
-    if (cfg->stabilizer != OB_STABILIZER_ADAM_BOUND) return 0;
-    return cfg->lr_warmup_steps >= OB_TRACK_DEFAULT_MIN_WARMUP ? OB_TRACK_DEFAULT_INTERVAL : 0;
+    return cfg->stabilizer == OB_STABILIZER_ADAM_BOUND;
 }
 
-void ob_optim_default_mlp_tracking(ob_optim_config *cfg)
+long ob_optim_default_track_variance(const ob_optim_config *cfg, int warm_start)
 {
-    if (cfg->track_variance <= 0 || cfg->freeze_step != 0) return;
+    return track_default_fits(cfg, warm_start) &&
+                   cfg->lr_warmup_steps >= OB_TRACK_DEFAULT_MIN_WARMUP
+               ? OB_TRACK_DEFAULT_INTERVAL
+               : 0;
+}
+
+void ob_optim_default_mlp_tracking(ob_optim_config *cfg, int warm_start)
+{
+    if (!track_default_fits(cfg, warm_start)) return;
+    cfg->track_variance = OB_TRACK_DEFAULT_INTERVAL;
     cfg->freeze_step = OB_TRACK_MLP_FREEZE;
     cfg->track_factor = OB_TRACK_MLP_FACTOR;
     cfg->freeze_max_step = 0;

@@ -58,7 +58,8 @@
  *     onebit_adam only:
  *       compression?      on | off | naive [on] (OB_ONEBIT_COMPRESSED, _UNCOMPRESSED, _NAIVE)
  *       freeze_step?      "auto" | integer > 0 ["auto", stored as 0; OB_TRACK_MLP_FREEZE for
- *                         a softmax or mlp model: ob_optim_default_mlp_tracking]
+ *                         a softmax or mlp model, whatever its LR warmup:
+ *                         ob_optim_default_mlp_tracking]
  *       freeze_threshold? [0.96]   freeze_min_steps? [0]   block_size? [2048]
  *       freeze_max_fraction? in [0, 1] [OB_FREEZE_MAX_FRACTION; 0 with stabilizer none]: an
  *                         auto freeze comes at the latest at step max(ceil(fraction * steps),
@@ -75,14 +76,17 @@
  *                         OB_TRACK_DEFAULT_INTERVAL with an LR warmup of at least
  *                         OB_TRACK_DEFAULT_MIN_WARMUP steps and neither precondition,
  *                         refresh_steps, a fixed freeze_step, stabilizer none nor a
- *                         warm_start; else 0, off]: v re-estimated every
+ *                         warm_start (a softmax or mlp model: whatever the LR warmup, below);
+ *                         else 0, off]: v re-estimated every
  *                         K compression steps from every rank's own statistics, the auto
  *                         freeze at max(lr.warmup_steps, freeze_min_steps, K) (ob_optim_config)
  *       track_factor?     (0, 100], or 0 [0]: OB_TRACK_FACTOR, the estimate's factor
  *                         [OB_TRACK_MLP_FACTOR for a softmax or mlp model]
  *     A softmax or mlp model whose optimizer names none of freeze_step, track_variance and
- *     track_factor, where the tracked default applies: frozen at OB_TRACK_MLP_FREEZE with the
- *     factor OB_TRACK_MLP_FACTOR (ob_optim_default_mlp_tracking); the canonical spec names both.
+ *     track_factor, where the tracked default applies but for the LR warmup (any length, none
+ *     included): tracked every OB_TRACK_DEFAULT_INTERVAL steps, frozen at OB_TRACK_MLP_FREEZE
+ *     with the factor OB_TRACK_MLP_FACTOR (ob_optim_default_mlp_tracking); the canonical spec
+ *     names all three.
  *     optim.lr_warmup_steps is set from lr.warmup_steps (the auto-freeze guard).
  *   batch_size     per-rank examples per step, 1 .. 2^24                           (required)
  *   steps          optimizer steps, > 0                                            (required)

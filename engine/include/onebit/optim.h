@@ -312,16 +312,21 @@ long ob_optim_default_track_variance(const ob_optim_config *cfg, int warm_start)
 
 /* The default of a job whose model has no attention (a job spec's softmax and mlp models) and
  * whose optimizer names none of freeze_step, track_variance and track_factor: where
- * ob_optim_default_track_variance set tracking on an auto freeze, the freeze moves to step
- * OB_TRACK_MLP_FREEZE and the factor to OB_TRACK_MLP_FACTOR (no latest freeze: it is fixed);
- * else cfg is left as it is. Measured on the robustness suite's 24 MLP jobs (LR warmup 100,
- * beta2 0.99): median -0.06 % against Adam, worst +3.73 %, where the tracked freeze at the LR
- * warmup's end ends at -0.72 % and +5.47 % (0.59 % ahead of this in the median); and on
- * bench/peers' MLP 2.1x sooner to its target than that at 50 Mbit/s (13.81x DDP fp32) and
- * 1.75x at 200 Mbit/s (7.53x). The transformers are left out: frozen at 16 the suite's pylib
- * transformer ended 4-6 % behind the auto freeze, and gpt.py goes wrong with a freeze inside
- * its LR warmup (docs/research/variance-tracking.md, "An early freeze for MLPs"). */
-void ob_optim_default_mlp_tracking(ob_optim_config *cfg);
+ * ob_optim_default_track_variance's conditions hold but for the LR warmup (onebit_adam
+ * compressed, the auto freeze, adam_bound, neither precondition, refresh_steps nor a warm
+ * start), tracking every OB_TRACK_DEFAULT_INTERVAL steps from a freeze at step
+ * OB_TRACK_MLP_FREEZE with the factor OB_TRACK_MLP_FACTOR (no latest freeze: it is fixed),
+ * whatever the LR warmup; else cfg is left as it is. Measured on the robustness suite's 24 MLP
+ * jobs: with their LR warmup of 100 steps (beta2 0.99) median -0.06 % against Adam, worst
+ * +3.73 %, where the tracked freeze at the LR warmup's end ends at -0.72 % and +5.47 % (0.59 %
+ * ahead of this in the median); without an LR warmup -1.16 % and +2.56 % against Adam, where
+ * the auto freeze (then untracked) ended at -0.37 % and +4.04 %, with 1.22x its bytes; and on
+ * bench/peers' MLP 2.1x sooner to its target than the freeze at the LR warmup's end at
+ * 50 Mbit/s (13.81x DDP fp32) and 1.75x at 200 Mbit/s (7.53x). The transformers are left out:
+ * frozen at 16 the suite's pylib transformer ended 4-6 % behind the auto freeze, and gpt.py goes
+ * wrong with a freeze inside its LR warmup (docs/research/variance-tracking.md, "An early freeze
+ * for MLPs"; docs/robustness/README.md, "Without an LR warmup"). */
+void ob_optim_default_mlp_tracking(ob_optim_config *cfg, int warm_start);
 
 /* The default of a transformer job's onebit_adam whose optimizer names neither overlap nor
  * bucket_mb (a transformer runs on the CPU), for a model of num_params parameters that fill at
