@@ -88,7 +88,7 @@ void ob_scale_by(float *x, const float *r, size_t d);
 double ob_l1_norm(const float *v, size_t d);
 /* How many i have (gscale g[i])^2 > k2 v[i]: the warm-start check (an exact count). */
 size_t ob_count_exceeding(const float *g, const float *v, size_t d, float gscale, float k2);
-/* ||v||_2^2 in double: four lanes in a fixed order (the compression-health norms). */
+/* ||v||_2^2 in double: sixteen lanes in a fixed order (the compression-health norms). */
 double ob_sum_squares(const float *v, size_t d);
 /* How many i have v[i] == 0 exactly (-0 included; an exact count). */
 size_t ob_count_zero(const float *v, size_t d);
