@@ -612,10 +612,11 @@ static ob_status read_optim(const json_t *o, ob_jobspec *s, int warm_start, spec
     if (kind == OB_OPTIM_ONEBIT_ADAM) read_onebit_fields(o, c, E);
     if (since(E, before)) return OB_ERR_INVALID_ARG;
     if (kind == OB_OPTIM_ONEBIT_ADAM && !json_object_get(o, "track_variance")) {
-        c->track_variance = ob_optim_default_track_variance(c, warm_start);
         if (s->model.kind != OB_MODEL_TRANSFORMER && !json_object_get(o, "freeze_step") &&
             !json_object_get(o, "track_factor"))
             ob_optim_default_mlp_tracking(c, warm_start);
+        else
+            c->track_variance = ob_optim_default_track_variance(c, warm_start);
     }
     ob_status st = ob_optim_config_validate(c, ONE);
     if (st) {

@@ -88,10 +88,9 @@ static int track_default_fits(const ob_optim_config *cfg, int warm_start)
 
 long ob_optim_default_track_variance(const ob_optim_config *cfg, int warm_start)
 {
-    return track_default_fits(cfg, warm_start) &&
-                   cfg->lr_warmup_steps >= OB_TRACK_DEFAULT_MIN_WARMUP
-               ? OB_TRACK_DEFAULT_INTERVAL
-               : 0;
+    if (!track_default_fits(cfg, warm_start) || cfg->lr_warmup_steps < OB_TRACK_DEFAULT_MIN_WARMUP)
+        return 0;
+    return OB_TRACK_DEFAULT_INTERVAL;
 }
 
 void ob_optim_default_mlp_tracking(ob_optim_config *cfg, int warm_start)

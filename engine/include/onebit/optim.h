@@ -319,13 +319,14 @@ long ob_optim_default_track_variance(const ob_optim_config *cfg, int warm_start)
  * whatever the LR warmup; else cfg is left as it is. Measured on the robustness suite's 24 MLP
  * jobs: with their LR warmup of 100 steps (beta2 0.99) median -0.06 % against Adam, worst
  * +3.73 %, where the tracked freeze at the LR warmup's end ends at -0.72 % and +5.47 % (0.59 %
- * ahead of this in the median); without an LR warmup -1.16 % and +2.56 % against Adam, where
- * the auto freeze (then untracked) ended at -0.37 % and +4.04 %, with 1.22x its bytes; and on
+ * ahead of this in the median); with LR warmups of 0, 25 and 50 steps -1.16 %, -0.34 % and
+ * -0.70 % in the median (worst +2.56 %, +5.57 %, +4.57 %, one overfitting job), where the auto
+ * freeze (then untracked) ended at -0.37 %, -0.03 % and +0.30 %, with 1.2x these bytes; and on
  * bench/peers' MLP 2.1x sooner to its target than the freeze at the LR warmup's end at
  * 50 Mbit/s (13.81x DDP fp32) and 1.75x at 200 Mbit/s (7.53x). The transformers are left out:
  * frozen at 16 the suite's pylib transformer ended 4-6 % behind the auto freeze, and gpt.py goes
  * wrong with a freeze inside its LR warmup (docs/research/variance-tracking.md, "An early freeze
- * for MLPs"; docs/robustness/README.md, "Without an LR warmup"). */
+ * for MLPs"; docs/robustness/README.md, "The MLPs' defaults at any LR warmup"). */
 void ob_optim_default_mlp_tracking(ob_optim_config *cfg, int warm_start);
 
 /* The default of a transformer job's onebit_adam whose optimizer names neither overlap nor
