@@ -444,15 +444,22 @@ static void budget_close_all(ob__rest_conns *c, budget_conn *bc, int n)
     }
 }
 
+/* A budget of 16 slots with room for max_waiting waiting connections, deadlines far off. */
+static ob__rest_conns *budget_new(int max_waiting)
+{
+    ob__rest_conns *c = NULL;
+    ob_err err;
+    assert_int_equal(ob__rest_conns_create(&c, 16, max_waiting, 60.0, 60.0, &err), OB_OK);
+    return c;
+}
+
 /* Over the waiting budget, the connection closed is the longest-waiting one of the client
  * holding the most waiting connections, not a newcomer from another address that came first
  * (the health probe among trickling clients: tests/test_slow_clients.sh). */
 static void test_budget_cuts_the_busiest_client(void **state)
 {
     (void)state;
-    ob__rest_conns *c;
-    ob_err err;
-    assert_int_equal(ob__rest_conns_create(&c, 16, 4, 60.0, 60.0, &err), OB_OK);
+    ob__rest_conns *c = budget_new(4);
     budget_conn bc[6];
     budget_open(c, &bc[0], "127.0.0.1"); /* the probe, the longest waiting of all */
     budget_open(c, &bc[1], "127.0.0.10");
@@ -481,9 +488,7 @@ static void test_budget_cuts_the_busiest_client(void **state)
 static void test_budget_oldest_of_equals(void **state)
 {
     (void)state;
-    ob__rest_conns *c;
-    ob_err err;
-    assert_int_equal(ob__rest_conns_create(&c, 16, 3, 60.0, 60.0, &err), OB_OK);
+    ob__rest_conns *c = budget_new(3);
     budget_conn bc[9];
     budget_open(c, &bc[0], "10.0.0.1");
     budget_open(c, &bc[1], "10.0.0.2");

@@ -192,7 +192,7 @@ void *ob__rest_conns_open(ob__rest_conns *c, const struct sockaddr *client, int 
         if (sl->state == SLOT_FREE && !free_slot) free_slot = sl;
         if (sl->state == SLOT_WAITING || sl->state == SLOT_UPLOADING) c->scratch[waiting++] = sl;
     }
-    if (waiting >= c->max_waiting && waiting > 0) cut(c, choose_cut(c, waiting));
+    if (waiting >= c->max_waiting) cut(c, choose_cut(c, waiting)); /* max_waiting >= 1 */
     if (free_slot) {
         set_state(c, free_slot, SLOT_WAITING);
         free_slot->fd = fd;
