@@ -29,7 +29,7 @@ import subprocess
 import tempfile
 
 SYSTEMS = ["onebit", "onebit-fp32", "onebit-fp16", "onebit-short", "onebit-refresh", "onebit-short-fp8", "onebit-refresh-fp8",
-           "onebit-refresh-fp8-overlap", "onebit-warm", "onebit-overlap", "onebit-plain", "onebit-track", "onebit-track-pre", "onebit-track16", "onebit-track-overlap", "onebit-track16-overlap", "onebit-track-flat", "adam", "adam-fp16", "adam-overlap",
+           "onebit-refresh-fp8-overlap", "onebit-warm", "onebit-overlap", "onebit-plain", "onebit-track", "onebit-track-pre", "onebit-track16", "onebit-track-overlap", "onebit-track16-overlap", "onebit-track-flat", "onebit-defaults", "adam", "adam-fp16", "adam-overlap",
            "ddp-fp32", "ddp-fp16", "ddp-powersgd1", "ddp-powersgd4"]
 LABEL = {"onebit": "onebit 1-bit Adam (defaults)", "onebit-fp32": "onebit 1-bit Adam, fp32 warmup",
          "onebit-overlap": "onebit 1-bit Adam, overlap",
@@ -43,10 +43,11 @@ LABEL = {"onebit": "onebit 1-bit Adam (defaults)", "onebit-fp32": "onebit 1-bit 
          "onebit-plain": "onebit 1-bit Adam, no precondition, auto freeze",
          "onebit-track": "onebit 1-bit Adam, no precondition, track_variance 25 (the transformer defaults since 2026-11-28, with the overlap since 2026-12-02)",
          "onebit-track-pre": "onebit 1-bit Adam, track_variance 25",
-         "onebit-track16": "onebit 1-bit Adam, no precondition, track_variance 25, frozen at 16, track_factor 1.25 (the MLP defaults since 2026-11-28)",
+         "onebit-track16": "onebit 1-bit Adam, no precondition, track_variance 25, frozen at SHORT_FREEZE (16), track_factor 1.25 (the MLP defaults from 2026-11-28 to 2026-12-02)",
          "onebit-track-overlap": "onebit 1-bit Adam, the transformer defaults, overlap",
          "onebit-track16-overlap": "onebit 1-bit Adam, the MLP defaults, overlap",
          "onebit-track-flat": "onebit 1-bit Adam, no precondition, track_variance 25, overlap false (the transformer defaults until 2026-12-02)",
+         "onebit-defaults": "onebit 1-bit Adam, only the type and betas named (the defaults of the day)",
          "adam": "onebit Adam (fp32)", "adam-overlap": "onebit Adam, overlap", "ddp-fp32": "DDP fp32",
          "ddp-fp16": "DDP + fp16 hook", "ddp-powersgd1": "DDP + PowerSGD r1",
          "ddp-powersgd4": "DDP + PowerSGD r4"}
@@ -55,7 +56,7 @@ COLOR = {"onebit": "#7b2cbf", "onebit-fp32": "#a05fd6", "onebit-overlap": "#c77d
          "onebit-short-fp8": "#240046", "onebit-refresh-fp8": "#9d4edd",
          "onebit-refresh-fp8-overlap": "#b5179e", "onebit-plain": "#6a4c93", "onebit-track": "#ff006e", "onebit-track-pre": "#fb5607",
          "onebit-track16": "#3a86ff", "onebit-track-overlap": "#c9184a", "onebit-track16-overlap": "#023e8a",
-         "onebit-track-flat": "#ff8fab",
+         "onebit-track-flat": "#ff8fab", "onebit-defaults": "#2d6a4f",
          "adam-fp16": "#1d6b62", "adam": "#2a9d8f",
          "adam-overlap": "#8ad1c8", "ddp-fp32": "#e76f51", "ddp-fp16": "#f4a261",
          "ddp-powersgd1": "#264653", "ddp-powersgd4": "#6c757d"}
@@ -65,7 +66,8 @@ RATIO = {"onebit": "1-bit", "onebit-fp32": "1-bit fp32 warmup", "onebit-fp16": "
          "onebit-refresh-fp8": "refresh fp8", "onebit-refresh-fp8-overlap": "refresh fp8 overlap",
          "onebit-warm": "warm", "onebit-plain": "no precondition", "onebit-track": "tracked", "onebit-track-pre": "tracked + precondition",
          "onebit-track16": "tracked from 16", "onebit-track-overlap": "tracked, overlap",
-         "onebit-track16-overlap": "tracked from 16, overlap", "onebit-track-flat": "tracked, no overlap"}
+         "onebit-track16-overlap": "tracked from 16, overlap", "onebit-track-flat": "tracked, no overlap",
+         "onebit-defaults": "defaults"}
 RATES = ["50m", "200m", "1g", "unshaped"]
 RATE_LABEL = {"50m": "50 Mbit/s", "200m": "200 Mbit/s", "1g": "1 Gbit/s", "unshaped": "unshaped"}
 RATE_X = {"50m": 50, "200m": 200, "1g": 1000, "unshaped": 10000}

@@ -46,7 +46,10 @@
 #                                     onebit-track16-overlap: the same with overlap: true,
 #                                     bucket_mb: 1 (a transformer's default since
 #                                     2026-12-02); onebit-track-flat: onebit-track with
-#                                     overlap: false (a transformer's default before))
+#                                     overlap: false (a transformer's default before);
+#                                     onebit-defaults: the optimizer names only its type and
+#                                     betas, so the run gets the engine's defaults of the day
+#                                     for the model, whatever they are)
 #                                     [--quick] [--no-compute] [--no-ref] [--keep-targets] [--skip-runs] [--cleanup]
 #   --quick      smoke run (MLP, unshaped, targets from 60 steps; about 3 minutes) into build-net/peers-quick/
 #   --long       a later target: the MLP's from step 1200 of the reference (cap 1800 steps, eval
@@ -58,6 +61,9 @@
 #                table's other rows were timed to (a rerun of some systems stays comparable)
 #   --skip-runs  only rebuild the table and the plot from the TSVs in docs/peers/
 #   --cleanup    remove namespaces left by a killed run
+# Environment: SHORT_FREEZE, REFRESH_STEPS (above); WORKER_ARGS: more onebit-worker arguments
+# for every onebit run, e.g. --profile (the split of rank 0's step time, a "profile" event at
+# the end of the run's raw log).
 # Needs root (ip netns, tc), Open MPI, jq, gnuplot, Debian's python3-torch (installed here if
 # missing: a benchmark-only dependency). Namespaces: OBNET_PREFIX (default obpeer), OBNET_SUBNET
 # (default 10.231.78).
@@ -167,7 +173,7 @@ onebit_run() {
   : > "$LOGS/$name.jsonl"
   obnet_mpirun_args "$HOSTFILE"
   mpirun "${OBNET_MPIRUN_ARGS[@]}" -np 4 --mca btl tcp,self -x OPENBLAS_NUM_THREADS \
-    "$WORKER" --spec "$LOGS/$name.yaml" > "$LOGS/$name.jsonl" 2> "$LOGS/$name.err" < /dev/null &
+    "$WORKER" ${WORKER_ARGS:-} --spec "$LOGS/$name.yaml" > "$LOGS/$name.jsonl" 2> "$LOGS/$name.err" < /dev/null &
   pid=$!
   PIDS=$pid
   while kill -0 "$pid" 2>/dev/null; do
@@ -219,7 +225,8 @@ ONEBIT_TRACK="${ONEBIT_TRACK%\}}, track_variance: 25}"
 ONEBIT_PLAIN="${ONEBIT_TRACK/track_variance: 25/track_variance: 0}"
 ONEBIT_TRACK_PRE="${ONEBIT%\}}, track_variance: 25}"
 ONEBIT_TRACK16="${ONEBIT_TRACK/freeze_step: auto/freeze_step: ${SHORT_FREEZE:-16}}"
-ONEBIT_TRACK16="${ONEBIT_TRACK16%\}}, track_factor: 1.25}"   # the MLPs' defaults since 2026-11-28
+ONEBIT_TRACK16="${ONEBIT_TRACK16%\}}, track_factor: 1.25}"   # the MLPs' defaults 2026-11-28 .. 12-02
+ONEBIT_DEFAULTS="optimizer: {type: onebit_adam, beta1: 0.9, beta2: 0.99}"
 T0=$(date +%s)
 
 if [ "$NO_COMPUTE" -eq 0 ]; then
@@ -298,6 +305,7 @@ for rate in $RATES; do
         onebit-track) onebit_run "$name" "$model" "$ONEBIT_TRACK" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-track-pre) onebit_run "$name" "$model" "$ONEBIT_TRACK_PRE" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-track16) onebit_run "$name" "$model" "$ONEBIT_TRACK16" "${!cap}" "${!eval}" "$target" || true ;;
+        onebit-defaults) onebit_run "$name" "$model" "$ONEBIT_DEFAULTS" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-track-overlap) onebit_run "$name" "$model" "${ONEBIT_TRACK%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-track-flat) onebit_run "$name" "$model" "${ONEBIT_TRACK%\}}, overlap: false}" "${!cap}" "${!eval}" "$target" || true ;;
         onebit-track16-overlap) onebit_run "$name" "$model" "${ONEBIT_TRACK16%\}}, overlap: true, bucket_mb: 1}" "${!cap}" "${!eval}" "$target" || true ;;

@@ -286,7 +286,9 @@ def track_table(by):
              "track-25-f1.25": "`track_variance: 25`, `track_factor: 1.25`",
              "track-25-at16": "`track_variance: 25`, `freeze_step: 16`",
              "track-25-f1.25-at16": "`track_variance: 25`, `track_factor: 1.25`, `freeze_step: "
-                                    "16` (the default of the MLPs since 2026-11-28)"}
+                                    "16` (the default of the MLPs from 2026-11-28 to 2026-12-02)",
+             "track-25-f1.25-at8": "`track_variance: 25`, `track_factor: 1.25`, `freeze_step: "
+                                   "8` (the default of the MLPs since 2026-12-02)"}
     return variants_table(by, "A tracked variance", TRACK, names, track_cases())
 
 

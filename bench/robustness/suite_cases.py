@@ -253,10 +253,11 @@ def short_cases():
 
 # track-25: the default factor (1 since 2026-11-28); track-25-f1.25: the factor before;
 # track-25-at16, track-25-f1.25-at16: a fixed freeze at step 16 (the latter the MLPs' default
-# since 2026-11-28, ob_optim_default_mlp_tracking). The rows
+# from 2026-11-28 to 2026-12-02); track-25-f1.25-at8: at step 8 (the MLPs' default since,
+# ob_optim_default_mlp_tracking). The rows
 # of the first engine build (the estimate in v_hat's scale, factor 1.25) are track-25-v1 in
 # docs/robustness/results.tsv (docs/research/variance-tracking.md, "The warmup's scale").
-TRACK = ("track-25", "track-25-f1.25", "track-25-at16", "track-25-f1.25-at16")
+TRACK = ("track-25", "track-25-f1.25", "track-25-at16", "track-25-f1.25-at16", "track-25-f1.25-at8")
 
 
 def track_cases():

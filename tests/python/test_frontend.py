@@ -133,7 +133,7 @@ class Validation(unittest.TestCase):
 
     def test_no_mlp_default_for_a_pytorch_model(self):
         # The binding's spec names a softmax model only as a placeholder. A job spec's MLP
-        # default (ob_optim_default_mlp_tracking, frozen at step 16) must not reach a model
+        # default (ob_optim_default_mlp_tracking, frozen at step 8) must not reach a model
         # the binding cannot see, whether freeze_step is left alone or given as None.
         for fs in ("auto", None):
             with self.subTest(freeze_step=fs):

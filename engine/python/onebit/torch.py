@@ -435,8 +435,8 @@ class OnebitAdam(_EngineOptimizer):
     (freeze_step "auto" or a step), then only the error-compensated 1-bit momentum crosses
     the network. Defaults and validation are the job spec's (docs: README "Job spec"): with
     lr_warmup_steps >= 75 the variance is tracked (track_variance 25, frozen at the warmup's
-    end) unless track_variance=0, whatever the model (a job spec's MLP is frozen at step 16 by
-    default; here that takes freeze_step=16, track_factor=1.25); total_steps (optional) bounds
+    end) unless track_variance=0, whatever the model (a job spec's MLP is frozen at step 8 by
+    default; here that takes freeze_step=8, track_factor=1.25); total_steps (optional) bounds
     the auto freeze as a spec's steps do."""
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=None, weight_decay=None,
@@ -457,7 +457,7 @@ class OnebitAdam(_EngineOptimizer):
                     stabilizer=stabilizer, stability_bound=stability_bound,
                     frozen_step_ratio=frozen_step_ratio, refresh_steps=refresh_steps,
                     # Always named. The spec's model is only a placeholder, and a job spec's
-                    # MLP default (frozen at step 16) is not for a model the binding cannot see.
+                    # MLP default (frozen at step 8) is not for a model the binding cannot see.
                     freeze_step="auto" if freeze_step is None else freeze_step)
         super().__init__("onebit_adam", params, lr, betas, total_steps, lr_warmup_steps,
                          log_interval, names, opts)
