@@ -190,7 +190,8 @@ def cmd_run(args):
                                             args.variant == "onebit-pre" or
                                             re.search(r"-lw[0-9]+$", args.variant))) or \
                 (c["group"] == "binsgdm" and args.variant in ("softsign", "binsgdm-t0"))
-        return c["variants"] + ([args.variant] if extra else [])
+        # (once: a variant the case already lists is not added again)
+        return c["variants"] + ([args.variant] if extra and args.variant not in c["variants"] else [])
     pending = [(c, v) for c in all_cases(args.group) for v in variants(c)
             if (not args.only or args.only in c["case"]) and (not args.variant or v == args.variant)
             and (args.rerun or (c["case"], v) not in have)]

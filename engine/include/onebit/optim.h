@@ -319,15 +319,15 @@ long ob_optim_default_track_variance(const ob_optim_config *cfg, int warm_start)
  * whatever the LR warmup; else cfg is left as it is. Measured on the robustness suite's 24 MLP
  * jobs: frozen at 8, with their LR warmup of 100 steps (beta2 0.99) median -0.89 % against
  * Adam, worst +3.44 %, and without an LR warmup -1.35 %, +2.61 %, where the freeze at 16 (the
- * default until 2026-12-02) ended at -0.06 % and +3.73 % (an earlier machine), -1.16 % and
- * +2.56 %, and the freeze at 4 at -0.28 % and +4.83 %, -0.45 % and +3.81 %; with LR warmups of
- * 25 and 50 steps the freeze at 16 ended at -0.34 % and -0.70 % in the median (worst +5.57 %,
- * +4.57 %, one overfitting job), where the auto freeze (then untracked) ended at -0.03 % and
- * +0.30 %. On bench/peers' MLP the freeze at 8 reaches the target at the same step as the
- * freeze at 16 in 10.9-12.2 s at 200 Mbit/s (16: 13.5-14.6 s; DDP fp32 134.2 s in the same
- * session) and 22.8-24.0 s at 50 Mbit/s (16: 25.8 s; DDP fp32 419.8 s). The transformers are
- * left out: frozen at 16 the suite's pylib transformer ended 4-6 % behind
- * the auto freeze, and gpt.py goes wrong with a freeze inside its LR warmup
+ * default until 2026-12-02) ended at -0.06 % and +3.73 % (the same bits on two machines),
+ * -1.16 % and +2.56 %, and the freeze at 4 at -0.28 % and +4.83 %, -0.45 % and +3.81 %; with
+ * LR warmups of 25 and 50 steps the freeze at 16 ended at -0.34 % and -0.70 % in the median
+ * (worst +5.57 %, +4.57 %, one overfitting job), where the auto freeze (then untracked) ended at
+ * -0.03 % and +0.30 %. On bench/peers' MLP the freeze at 8 reaches the target at the same step
+ * as the freeze at 16 in 10.9-12.2 s at 200 Mbit/s (16: 13.5-14.6 s; DDP fp32 134.2 s in the
+ * same session) and 22.8-24.0 s at 50 Mbit/s (16: 25.8 s; DDP fp32 419.8 s). The transformers
+ * are left out: frozen at 16 the suite's pylib transformer ended 4-6 % behind the auto freeze,
+ * and gpt.py goes wrong with a freeze inside its LR warmup
  * (docs/research/variance-tracking.md, "An early freeze for MLPs"; docs/robustness/README.md,
  * "The MLPs' freeze at step 8" and "The MLPs' defaults at any LR warmup"). */
 void ob_optim_default_mlp_tracking(ob_optim_config *cfg, int warm_start);
