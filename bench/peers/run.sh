@@ -226,7 +226,7 @@ ONEBIT_PLAIN="${ONEBIT_TRACK/track_variance: 25/track_variance: 0}"
 ONEBIT_TRACK_PRE="${ONEBIT%\}}, track_variance: 25}"
 ONEBIT_TRACK16="${ONEBIT_TRACK/freeze_step: auto/freeze_step: ${SHORT_FREEZE:-16}}"
 ONEBIT_TRACK16="${ONEBIT_TRACK16%\}}, track_factor: 1.25}"   # the MLPs' defaults 2026-11-28 .. 12-02
-ONEBIT_DEFAULTS="optimizer: {type: onebit_adam, beta1: 0.9, beta2: 0.99}"
+ONEBIT_DEFAULTS="${ADAM/type: adam/type: onebit_adam}"   # the betas of every system, nothing else
 T0=$(date +%s)
 
 if [ "$NO_COMPUTE" -eq 0 ]; then
