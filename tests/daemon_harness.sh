@@ -7,6 +7,8 @@
 #   echo "$passed passed, $failed failed"
 #   [ "$failed" -eq 0 ]
 TMP=$(mktemp -d)
+# tests/fake_worker.sh writes its checkpoints with the fake_checkpoint program built beside onebitd.
+export FAKE_CKPT_WRITER=${FAKE_CKPT_WRITER:-$(dirname "$ONEBITD")/fake_checkpoint}
 PID=""
 passed=0
 failed=0

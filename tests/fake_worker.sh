@@ -12,9 +12,10 @@
 #       FAKE_RANK_LINES  when set, every rank prints "rank R step S" at each log interval
 #       FAKE_REWARM_AT   steps at which rank 0 reports a rewarm (space-separated), as the divergence
 #                        guard of the real worker does
-#       FAKE_CKPT_WRITER tests/fake_checkpoint.c's program: checkpoints that verify (the
-#                        coordinator resumes from and reports only those); unset: stand-in
-#                        files that do not
+#       FAKE_CKPT_WRITER tests/fake_checkpoint.c's program, which writes checkpoints that verify
+#                        (the coordinator resumes from and reports only those, and takes exit 0
+#                        as done only beside the checkpoint of the last step); daemon_harness.sh
+#                        points it at the one beside onebitd
 set -u
 if [ -n "${FAKE_CONTROL:-}" ] && [ -f "$FAKE_CONTROL" ]; then . "$FAKE_CONTROL"; fi
 spec="" job="" ckdir="" resume=0
@@ -28,6 +29,10 @@ while [ $# -gt 0 ]; do
     *) echo "fake_worker: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
+if [ -z "${FAKE_CKPT_WRITER:-}" ] || [ ! -x "$FAKE_CKPT_WRITER" ]; then
+  echo "fake_worker: FAKE_CKPT_WRITER must name the fake_checkpoint program" >&2
+  exit 2
+fi
 rank=${OMPI_COMM_WORLD_RANK:-0}
 size=${OMPI_COMM_WORLD_SIZE:-1}
 if [ -n "${FAKE_ENV_FILE:-}" ] && [ "$rank" = 0 ]; then env > "$FAKE_ENV_FILE"; fi
@@ -40,7 +45,7 @@ start=0
 if [ "$resume" = 1 ]; then
   # The newest whose state.h5 is an HDF5 file (the real worker takes the newest that verifies).
   newest=$(for d in $(ls -d "$dir"/step-???????? 2>/dev/null | sort -r); do
-    if [ -z "${FAKE_CKPT_WRITER:-}" ] || [ "$(head -c 4 "$d/state.h5" 2>/dev/null | od -An -c | tr -d ' ')" = '211HDF' ]; then
+    if [ "$(head -c 4 "$d/state.h5" 2>/dev/null | od -An -c | tr -d ' ')" = '211HDF' ]; then
       echo "$d"; break
     fi
   done)
@@ -50,14 +55,12 @@ say() { if [ "$rank" = 0 ]; then echo "$1"; fi; }
 checkpoint() {
   if [ "$rank" = 0 ]; then
     local d; d=$(printf '%s/step-%08d' "$dir" "$1")
-    if [ -n "${FAKE_CKPT_WRITER:-}" ]; then # a real checkpoint, which verifies
-      "$FAKE_CKPT_WRITER" "$dir" "$1" || return
-    else
-      mkdir -p "$d.tmp" && echo "$1" > "$d.tmp/state.h5" && mv "$d.tmp" "$d"
-    fi
+    "$FAKE_CKPT_WRITER" "$dir" "$1" || return
+    last_ckpt=$1
     say "{\"event\":\"checkpoint\",\"step\":$1,\"path\":\"$d\"}"
   fi
 }
+last_ckpt=$start
 term=0
 trap 'term=1' TERM
 say "{\"event\":\"start\",\"world_size\":$size,\"num_params\":1000,\"resumed_from\":$start}"
@@ -91,5 +94,7 @@ for ((s = start + 1; s <= steps; s++)); do
     exit 0
   fi
 done
+# The real worker's end: the checkpoint of the last step, unless the last periodic one is it.
+if [ "$last_ckpt" != "$steps" ]; then checkpoint "$steps"; fi
 say "{\"event\":\"summary\",\"steps\":$steps}"
 exit 0

@@ -2,16 +2,16 @@
 # onebitd on a full disk: its state directory on a small tmpfs, filled by a file while a job runs
 # (tests/fake_worker.sh under the real mpirun). While the store cannot be written, health says
 # NOT_SERVING (gRPC grpc.health.v1 and GET /healthz 503) and submits and cancels are refused with
-# UNAVAILABLE / 503 and a message that says why; the job's workers finish meanwhile. When the
-# filler is deleted, health returns to SERVING by itself, the job ends SUCCEEDED with its attempt
-# closed (no RUNNING job without a process), and a submit is taken again.
+# UNAVAILABLE / 503 and a message that says why; the job's workers finish meanwhile, their
+# checkpoints on another file system (bound at STATE/checkpoints: a job is done only beside the
+# checkpoint of its last step). When the filler is deleted, health returns to SERVING by itself,
+# the job ends SUCCEEDED with its attempt closed (no RUNNING job without a process), and a submit
+# is taken again.
 # Needs root to mount the tmpfs: without it the test says so and exits 77 (skipped).
 # usage: test_full_disk.sh ONEBITD OBRPC FAKE_WORKER
 set -u
 ONEBITD=$1
 OBRPC=$2
-# The fake worker writes checkpoints that verify (built beside obrpc).
-export FAKE_CKPT_WRITER="$(dirname "$OBRPC")/fake_checkpoint"
 FAKE=$3
 . "$(dirname "$0")/daemon_harness.sh"
 MNT=$TMP/var
@@ -25,10 +25,14 @@ full_disk_cleanup() {
   PID=""
   pkill -KILL -f "$TMP/" 2>/dev/null
   sleep 0.2
+  umount "$MNT/checkpoints" 2>/dev/null || umount -l "$MNT/checkpoints" 2>/dev/null
   umount "$MNT" 2>/dev/null || umount -l "$MNT"
   cleanup
 }
 trap full_disk_cleanup EXIT
+mkdir -p "$MNT/checkpoints" "$TMP/checkpoints"
+mount --bind "$TMP/checkpoints" "$MNT/checkpoints" ||
+  { echo "FAILED: cannot bind the checkpoint directory"; exit 1; }
 
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export FAKE_STEP_S=0.03

@@ -99,6 +99,13 @@ mpijob() { state | jq -c --arg n "$1" '.mpijobs[$n]'; }
 secret() { state | jq -c --arg n "$1" '.secrets[$n]'; }
 events() { curl -s -N --max-time 3 "http://$REST/v1/jobs/$1/events" | grep -o '"message":"[^"]*"'; }
 submit() { rpc submit "$TMP/job.yaml" "$1" "${2:-2}" 2>/dev/null | jq -r .id; }
+# The MPIJob onebit-<job>-<attempt> Succeeded, as its workers would leave it: the checkpoint of the
+# job's last step on the volume first (exit 0 without it is a failed attempt).
+succeed() { # MPIJOB
+  local job=${1#onebit-}
+  "$FAKE_CKPT_WRITER" "$TMP/var/checkpoints/${job%-*}" "$(jq -r .steps "$TMP/var/jobs/${job%-*}/spec.json")" &&
+    ctl succeed "{\"name\":\"$1\"}" > /dev/null
+}
 
 start_k8s_daemon
 [ -s "$TMP/ready" ] || { echo "FAILED: onebitd did not start"; cat "$TMP/onebitd.log"; exit 1; }
@@ -139,7 +146,7 @@ ctl log "{\"name\":\"$n1\",\"index\":1,\"text\":$big}" > /dev/null
 check "a worker pod's log is copied up to --k8s-worker-log-max, then a line says so" 'wait_for 10 "grep -q \"^\[worker 1\] onebitd: pod $n1-worker-1 wrote more than 4096 bytes of log\" \"$TMP/var/jobs/$a/worker.log\"" && grep -q "^\[worker 1\] line 000 x" "$TMP/var/jobs/$a/worker.log" && ! grep -q "line 059" "$TMP/var/jobs/$a/worker.log" && [ "$(grep -c "^\[worker 1\]" "$TMP/var/jobs/$a/worker.log")" -lt 45 ]' "$(grep -c . "$TMP/var/jobs/$a/worker.log")"
 logs=$(curl -s "http://$REST/v1/jobs/$a/logs?maxBytes=65536" | jq -r .data | base64 -d 2>/dev/null)
 check "GetJobLogs serves the launcher's and the workers' lines" 'echo "$logs" | grep -q "^hello from the launcher pod$" && echo "$logs" | grep -q "^\[worker 0\] sshd on worker zero$"' "$logs"
-ctl succeed "{\"name\":\"$n1\"}" > /dev/null
+succeed "$n1"
 wait_for 15 '[ "$(jstate "$a")" = SUCCEEDED ]'
 j=$(get "$a")
 check "MPIJob Succeeded: the job SUCCEEDED, its attempt carries the MPIJob's name" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && [ "$(echo "$j" | jq -r .attempts[0].external_id)" = "$n1" ] && [ "$(echo "$j" | jq .restarts)" = 0 ]' "$j"
@@ -161,7 +168,7 @@ check "failed worker: the attempt's reason names the pod and its exit code" 'ech
 m2=$(mpijob "onebit-$b-2")
 check "failed worker: attempt 2 is a new MPIJob that resumes" 'echo "$m2" | jq -e ".spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].args | index(\"--resume\")" > /dev/null && [ "$(echo "$m2" | jq -r ".metadata.labels[\"onebit.dev/attempt\"]")" = 2 ]' "$m2"
 sleep 0.5
-ctl succeed "{\"name\":\"onebit-$b-2\"}" > /dev/null
+succeed "onebit-$b-2"
 wait_for 15 '[ "$(jstate "$b")" = SUCCEEDED ]'
 check "failed worker: the job ends SUCCEEDED with restarts=1" '[ "$(jstate "$b")" = SUCCEEDED ] && [ "$(get "$b" | jq .restarts)" = 1 ]' "$(get "$b")"
 
@@ -207,7 +214,7 @@ ctl log "{\"name\":\"onebit-$f-1\",\"text\":\"written while no coordinator ran\"
 start_k8s_daemon
 wait_for 10 'events "$f" | grep -q "re-attached to MPIJob onebit-$f-1"'
 check "restart: re-attached to MPIJob onebit-$f-1 by its labels" 'events "$f" | grep -q "coordinator restarted; re-attached to MPIJob onebit-$f-1 (attempt 1)"' "$(events "$f")"
-ctl succeed "{\"name\":\"onebit-$f-1\"}" > /dev/null
+succeed "onebit-$f-1"
 wait_for 15 '[ "$(jstate "$f")" = SUCCEEDED ]'
 j=$(get "$f")
 check "restart: the same MPIJob ends the job SUCCEEDED, no other was created" '[ "$(echo "$j" | jq -r .state)" = SUCCEEDED ] && [ "$(echo "$j" | jq ".attempts | length")" = 1 ] && [ "$(state | jq ".created | length")" = "$created_before" ]' "$j $(state | jq -c .created)"
@@ -219,7 +226,7 @@ wait_for 10 '[ "$(mpijob "onebit-$g-1")" != null ]'
 sleep 0.5
 lists_before=$(state | jq '.requests["LIST mpijobs"] // 0')
 ctl down > /dev/null
-ctl succeed "{\"name\":\"onebit-$g-1\"}" > /dev/null   # while nobody can watch
+succeed "onebit-$g-1"   # while nobody can watch
 sleep 2
 check "API server away: the job stays RUNNING and says why" '[ "$(jstate "$g")" = RUNNING ] && events "$g" | grep -q "cannot be watched"' "$(get "$g" | jq -c .state) $(events "$g" | tail -3)"
 t0=$(date +%s%N)
@@ -231,7 +238,7 @@ ctl up > /dev/null
 wait_for 20 '[ "$(jstate "$g")" = SUCCEEDED ]'
 check "API server back: the MPIJob submitted meanwhile is created" 'wait_for 10 "[ \"\$(mpijob onebit-$g2-1)\" != null ]"' "$(state | jq -c .created)"
 sleep 0.5
-ctl succeed "{\"name\":\"onebit-$g2-1\"}" > /dev/null
+succeed "onebit-$g2-1"
 wait_for 15 '[ "$(jstate "$g2")" = SUCCEEDED ]'
 check "API server back: the watch reconnects, relists and sees the MPIJob Succeeded" '[ "$(jstate "$g")" = SUCCEEDED ] && [ "$(state | jq ".requests[\"LIST mpijobs\"]")" -gt "$lists_before" ]' "$(get "$g" | jq -c .state)"
 
@@ -242,7 +249,7 @@ sleep 0.5
 gone_before=$(state | jq .gone_sent)
 lists_before=$(state | jq '.requests["LIST mpijobs"] // 0')
 ctl compact > /dev/null
-ctl succeed "{\"name\":\"onebit-$h-1\"}" > /dev/null
+succeed "onebit-$h-1"
 wait_for 20 '[ "$(jstate "$h")" = SUCCEEDED ]'
 check "410 Gone on a watch: onebitd relists and the job ends SUCCEEDED" '[ "$(jstate "$h")" = SUCCEEDED ] && [ "$(state | jq .gone_sent)" -gt "$gone_before" ] && [ "$(state | jq ".requests[\"LIST mpijobs\"]")" -gt "$lists_before" ]' "gone $(state | jq .gone_sent) lists $(state | jq -c .requests)"
 
@@ -252,7 +259,7 @@ wait_for 10 '[ "$(mpijob "onebit-$i-1")" != null ]'
 sleep 0.5
 ctl garbage > /dev/null
 sleep 1
-ctl succeed "{\"name\":\"onebit-$i-1\"}" > /dev/null
+succeed "onebit-$i-1"
 wait_for 20 '[ "$(jstate "$i")" = SUCCEEDED ]'
 check "non-JSON, mistyped and 5 MiB watch events are dropped; onebitd carries on" 'kill -0 $PID && [ "$(jstate "$i")" = SUCCEEDED ]' "$(get "$i" | jq -c .state)"
 # --- 10. the name is taken by an MPIJob that is not this attempt's: 409, then the attempt ends -----
@@ -272,7 +279,7 @@ wait_for 30 '[[ "$(secret "onebit-$s1-1-report" | jq -r .data.token | base64 -d 
 sec=$(secret "onebit-$s1-1-report")
 check "409 on a Secret of this attempt left by an earlier start: deleted and made again with this start's credential" '[ "$s1b" = "$s1" ] && [[ "$(echo "$sec" | jq -r .data.token | base64 -d)" =~ ^[0-9a-f]{64}$ ]] && [ "$(echo "$sec" | jq -r ".metadata.ownerReferences[0].name")" = "onebit-$s1-1" ] && [ "$(jstate "$s1")" = RUNNING ] && state | jq -r ".deletes[]" | grep -q "/secrets/onebit-$s1-1-report$"' "$s1b $sec $(get "$s1" | jq -c .message)"
 sleep 0.5
-ctl succeed "{\"name\":\"onebit-$s1-1\"}" > /dev/null
+succeed "onebit-$s1-1"
 wait_for 15 '[ "$(jstate "$s1")" = SUCCEEDED ]'
 s2=$(printf 'job-%06d' $((10#${s1#job-} + 1)))
 ctl precreate_secret "{\"name\":\"onebit-$s2-1-report\",\"job\":\"job-elsewhere\",\"attempt\":1,\"token\":\"someone-elses\"}" > /dev/null
@@ -288,7 +295,7 @@ lists_before=$(state | jq '.requests["LIST mpijobs"] // 0')
 ctl silence '{"on":true}' > /dev/null
 sleep 0.5
 t0=$(date +%s%N)
-ctl succeed "{\"name\":\"onebit-$q-1\"}" > /dev/null   # while every watch says nothing
+succeed "onebit-$q-1"   # while every watch says nothing
 wait_for 20 '[ "$(jstate "$q")" = SUCCEEDED ]'
 t1=$(date +%s%N)
 silent=$(state | jq .silent_watches)
@@ -334,7 +341,7 @@ pcopy=$(echo "$L" | jq -r '.args | index("--spec") as $i | .[$i+1]')
 check "its MPIJob runs onebit-worker on the job's spec, with the job id, checkpoint dir and report address" 'echo "$L" | jq -e --arg id "$pj" --arg ck "$TMP/var/checkpoints" "(.args | index(\"onebit-worker\")) and (.args | index(\"--job-id\") as \$i | .[\$i+1] == \$id) and (.args | index(\"--checkpoint-dir\") as \$i | .[\$i+1] == \$ck) and (.args | index(\"--report\"))" > /dev/null' "$L"
 check "the spec copy on the volume names the program where the pods see it (pinned workdir and entrypoint)" '[ "$(jq -c "[.program.workdir, .program.entrypoint, .program.args, .program.interpreter]" "$pcopy")" = "[\"$PD\",\"$PD/train.py\",[\"--steps\",\"3\"],\"python3\"]" ] && [[ "$pcopy" == "$TMP/var/checkpoints/"* ]] && [ "$(echo "$m" | jq -r .spec.mpiReplicaSpecs.Worker.template.spec.containers[0].volumeMounts[0].mountPath)" = "$TMP/var/checkpoints" ]' "$(cat "$pcopy" 2>&1)"
 check "the launcher forwards the report credential's file to the program's ranks (-x ONEBIT_REPORT_TOKEN_FILE)" 'echo "$L" | jq -e "(.args | index(\"ONEBIT_REPORT_TOKEN_FILE\")) and ([.env[] | select(.name == \"ONEBIT_REPORT_TOKEN_FILE\")] | length == 1)" > /dev/null' "$L"
-ctl succeed "{\"name\":\"onebit-$pj-1\"}" > /dev/null
+ctl succeed "{\"name\":\"onebit-$pj-1\"}" > /dev/null # a program's checkpoints are its own
 check "the program job succeeds with its MPIJob" 'wait_for 15 "[ \"\$(jstate $pj)\" = SUCCEEDED ]"' "$(get "$pj" | jq -c "[.state, .message]")"
 UPMSG="program jobs with uploaded files cannot run on the kubernetes launcher: its pods mount only the checkpoint volume"
 njobs=$(curl -s "http://$REST/v1/jobs" | jq '.jobs | length')

@@ -9,8 +9,6 @@
 set -u
 ONEBITD=$1
 OBRPC=$2
-# The fake worker writes checkpoints that verify (built beside obrpc).
-export FAKE_CKPT_WRITER="$(dirname "$OBRPC")/fake_checkpoint"
 FAKE=$3
 WORKER=${4:-}
 . "$(dirname "$0")/daemon_harness.sh"

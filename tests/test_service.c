@@ -3,6 +3,7 @@
  * cancel (pending, running, with and without a cooperative SIGTERM), the progress timeout,
  * progress reports, recovery of jobs a killed coordinator left RUNNING, and the progress-line
  * parser. */
+#include "fake_checkpoint.h"
 #include "onebit/service.h"
 #include "onebit/status_map.h"
 #include "onebit/store.h"
@@ -39,7 +40,8 @@ typedef struct launch {
     int permanent;
     int adopted; /* made by attach, not start */
     char log_path[OB_JOB_PATH_LEN];
-    uint64_t memory_limit; /* ob_launch_req.memory_limit */
+    char ckpt_dir[OB_JOB_PATH_LEN]; /* where the attempt's checkpoints go (checkpoint_dir/job) */
+    uint64_t memory_limit;          /* ob_launch_req.memory_limit */
 } launch;
 
 typedef struct mock {
@@ -73,6 +75,7 @@ static ob_status m_start(ob_launcher *lb, const ob_launch_req *req, ob_launch_ha
     x->resume = req->resume;
     x->memory_limit = req->memory_limit;
     snprintf(x->log_path, sizeof x->log_path, "%s", req->log_path ? req->log_path : "");
+    snprintf(x->ckpt_dir, sizeof x->ckpt_dir, "%s/%s", req->checkpoint_dir, req->job_id);
     snprintf(x->report_token, sizeof x->report_token, "%s",
              req->report_token ? req->report_token : "");
     ob_store *st = NULL;
@@ -206,6 +209,19 @@ static void finish(mock *m, int i, int code)
     m->l[i].exit_code = code;
     m->l[i].done = 1;
     pthread_mutex_unlock(&m->mu);
+}
+
+/* Attempt i ends as the real worker's does after its last step: the checkpoint of that step
+ * written (good_spec: step 100), then exit 0. */
+static void complete(mock *m, int i, long last_step)
+{
+    pthread_mutex_lock(&m->mu);
+    char dir[OB_JOB_PATH_LEN];
+    snprintf(dir, sizeof dir, "%s", m->l[i].ckpt_dir);
+    pthread_mutex_unlock(&m->mu);
+    ob_err err = {0};
+    if (fake_checkpoint_write(dir, last_step, &err) != OB_OK) fail_msg("%s", err.msg);
+    finish(m, i, 0);
 }
 
 static int launches(mock *m)
@@ -511,7 +527,7 @@ static void test_restart_then_succeed(void **state)
     assert_true(wait_launches(f, 2));
     assert_int_equal(f->m.l[1].attempt, 2);
     assert_int_equal(f->m.l[1].resume, 1);
-    finish(&f->m, 1, 0);
+    complete(&f->m, 1, 100);
     assert_true(wait_state(f, id, OB_JOB_SUCCEEDED));
     ob_job j;
     ob_err err;
@@ -532,6 +548,41 @@ static void test_restart_then_succeed(void **state)
     for (size_t i = 0; i < n; i++)
         assert_int_equal(evs[i].state, want[i]);
     free(evs);
+}
+
+/* Exit code 0 without the checkpoint of the last step is a failed attempt, not a finished job:
+ * srun exits 0 when its step fails to launch, and ranks stopped by a signal the service did not
+ * send checkpoint and exit 0. The job restarts from its newest checkpoint, then succeeds. */
+static void test_exit_zero_before_the_last_step(void **state)
+{
+    fx *f = *state;
+    start(f);
+    char id[OB_JOB_ID_LEN];
+    submit(f, 1, -1, id);
+    assert_true(wait_launches(f, 1));
+    assert_true(wait_state(f, id, OB_JOB_RUNNING));
+    ob_err err = {0};
+    assert_int_equal(fake_checkpoint_write(f->m.l[0].ckpt_dir, 40, &err), OB_OK);
+    finish(&f->m, 0, 0); /* exits 0 at step 40 of 100 */
+    assert_true(wait_launches(f, 2));
+    assert_int_equal(f->m.l[1].resume, 1);
+    ob_job j;
+    assert_int_equal(ob_service_get(f->svc, id, &j, &err), OB_OK);
+    assert_int_equal(j.restarts, 1);
+    assert_int_equal(j.ckpt_step, 40);
+    if (!strstr(
+            j.attempts[0].exit_reason,
+            "exited with code 0 without the checkpoint of their last step, 100 (newest: step 40)"))
+        fail_msg("exit reason: %s", j.attempts[0].exit_reason);
+    ob_job_clear(&j);
+    finish(&f->m, 1, 0); /* no checkpoint at all past step 40 again */
+    assert_true(wait_launches(f, 3));
+    complete(&f->m, 2, 100);
+    assert_true(wait_state(f, id, OB_JOB_SUCCEEDED));
+    assert_int_equal(ob_service_get(f->svc, id, &j, &err), OB_OK);
+    assert_int_equal(j.restarts, 2);
+    assert_int_equal(j.ckpt_step, 100);
+    ob_job_clear(&j);
 }
 
 static void test_restarts_run_out(void **state)
@@ -1026,7 +1077,7 @@ static void test_attempt_written_ahead(void **state)
     assert_int_equal(f->m.l[1].stored_state, OB_JOB_RUNNING);
     assert_int_equal(f->m.l[1].stored_attempts, 2);
     assert_int_equal(f->m.l[1].stored_open, 1);
-    finish(&f->m, 1, 0);
+    complete(&f->m, 1, 100);
     assert_true(wait_state(f, a, OB_JOB_SUCCEEDED));
 }
 
@@ -1350,11 +1401,11 @@ static void test_delete(void **state)
             snprintf(cmd, sizeof cmd, "mkdir -p '%s' && touch '%s/state.h5'", dir, dir);
             assert_int_equal(system(cmd), 0);
         }
-        finish(&f->m, strcmp(f->m.l[0].job_id, id) == 0 ? 0 : 1, 0);
+        complete(&f->m, strcmp(f->m.l[0].job_id, id) == 0 ? 0 : 1, 100);
         assert_true(wait_state(f, id, OB_JOB_SUCCEEDED));
     }
     assert_int_equal(ob_service_delete(f->svc, a, 0, &deleted, &err), OB_OK);
-    assert_int_equal(deleted, 2);
+    assert_int_equal(deleted, 3); /* steps 10, 20 and the last, 100 */
     ob_job j;
     assert_int_equal(ob_service_get(f->svc, a, &j, &err), OB_ERR_NOT_FOUND);
     ob_job_event *evs = NULL;
@@ -1662,6 +1713,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_upload_limits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failure_reason_skips_warnings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_then_succeed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exit_zero_before_the_last_step, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarts_run_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_permanent_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slots, setup, teardown),

@@ -114,6 +114,11 @@ InactiveLimit=0
 NodeName=$NODE NodeAddr=127.0.0.1 CPUs=4 State=UNKNOWN
 PartitionName=test Nodes=$NODE Default=YES MaxTime=INFINITE State=UP OverSubscribe=YES
 EOF
+  # PMIx's per-step client directories (spmix_appdir_<uid>_<job>.<step>, /tmp by default) in
+  # this cluster's own directory: job ids start at 1 in every test cluster, and a directory a
+  # step left behind in /tmp would stop that step of a later cluster from launching.
+  mkdir -p "$S/pmix"
+  echo "PMIxCliTmpDirBase=$S/pmix" > "$S/mpi.conf"
 }
 export SLURM_CONF=$S/slurm.conf
 # One try: fresh ports, state and spool; slurmctld and slurmd started; the node idle within 45 s.

@@ -219,11 +219,13 @@ static ob_status write_file_atomic(const char *path, const char *text, ob_err *e
 }
 
 /* The steps of a stored spec: the canonical JSON that submit validated, read by the one spec
- * parser (0 if it no longer parses, which only a damaged store can cause). */
-static int64_t spec_steps(const char *spec_json)
+ * parser (0 if it no longer parses, which only a damaged store can cause). With engine_only, 0
+ * for a program job too: its checkpoints are its own. */
+static int64_t spec_steps(const char *spec_json, int engine_only)
 {
     ob_jobspec spec;
-    if (ob_jobspec_parse(&spec, spec_json, strlen(spec_json), OB_SPEC_JSON, NULL) != OB_OK)
+    if (ob_jobspec_parse(&spec, spec_json, strlen(spec_json), OB_SPEC_JSON, NULL) != OB_OK ||
+        (engine_only && ob_jobspec_is_program(&spec)))
         return 0;
     return spec.steps;
 }
@@ -329,7 +331,7 @@ static ob_status launch(ob_service *svc, ob_job *j, ob_err *err)
     r->attempt = number;
     r->world_size = j->world_size;
     r->start_step = resume ? start_step : 0;
-    r->total_steps = spec_steps(j->spec_json);
+    r->total_steps = spec_steps(j->spec_json, 0);
     r->memory_limit = attempt_memory_limit(svc, j);
     r->started_ms = r->last_progress_ms = ob_wall_ms();
     FILE *lf = fopen(log_path, "a");
@@ -427,7 +429,7 @@ ob_status ob__svc_adopt(ob_service *svc, const ob_job *j, const ob_attempt *a,
     r->attempt = a->number;
     r->world_size = j->world_size;
     r->start_step = a->start_step;
-    r->total_steps = spec_steps(j->spec_json);
+    r->total_steps = spec_steps(j->spec_json, 0);
     r->started_ms = a->started_ms;
     r->last_progress_ms = ob_wall_ms();
     r->deadline_at_ms = deadline_at(j);
@@ -474,6 +476,18 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
     else
         snprintf(status, sizeof status, "exit code %d", ex->exit_code);
     int success = !r->launch_failed && ex->exit_code == 0 && !r->stop_reason[0];
+    /* The last checkpoint is the newest that verifies: a higher-numbered directory that does
+     * not (damaged, or put there) is not what the job would resume from. */
+    ob_checkpoint_info ck;
+    int have_ck = ob__svc_newest_checkpoint(svc, j.id, &ck) == 0;
+    /* Exit code 0 is not proof that a built-in model's job is done: srun exits 0 when its step
+     * fails to launch, and ranks stopped by a signal the service did not send checkpoint and exit
+     * 0. Such a job has written the checkpoint of its last step; without it the attempt failed. */
+    int64_t last_step = success && !j.cancel_requested ? spec_steps(j.spec_json, 1) : 0;
+    int unfinished = last_step > 0 && (!have_ck || ck.step < last_step);
+    if (unfinished) success = 0;
+    char newest[32] = "none";
+    if (have_ck) snprintf(newest, sizeof newest, "step %" PRId64, ck.step);
     /* The worker's deterministic statuses (2, 3, 4; 5 under a memory limit): the same spec,
      * data and checkpoint give the same failure again. */
     ob_exit_verdict v;
@@ -482,6 +496,11 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
         ob_strlcpy(reason, ex->reason, sizeof reason);
     else if (success)
         snprintf(reason, sizeof reason, "completed");
+    else if (unfinished)
+        snprintf(reason, sizeof reason,
+                 "the workers exited with code 0 without the checkpoint of their last step, "
+                 "%" PRId64 " (newest: %s); the launch may have failed: %.200s",
+                 last_step, newest, r->last_text[0] ? r->last_text : "no output");
     else if (r->stop_reason[0])
         snprintf(reason, sizeof reason, "%.200s (%s)", r->stop_reason, status);
     else if (ex->reason[0])
@@ -510,10 +529,7 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
     } else {
         a = NULL;
     }
-    /* The last checkpoint is the newest that verifies: a higher-numbered directory that does
-     * not (damaged, or put there) is not what the job would resume from. */
-    ob_checkpoint_info ck;
-    if (ob__svc_newest_checkpoint(svc, j.id, &ck) == 0) {
+    if (have_ck) {
         j.ckpt_step = ck.step;
         j.ckpt_ms = ck.time_ms;
         ob_strlcpy(j.ckpt_path, ck.path, sizeof j.ckpt_path);
