@@ -61,7 +61,8 @@
 #                table's other rows were timed to (a rerun of some systems stays comparable)
 #   --skip-runs  only rebuild the table and the plot from the TSVs in docs/peers/
 #   --cleanup    remove namespaces left by a killed run
-# Environment: SHORT_FREEZE, REFRESH_STEPS (above); WORKER_ARGS: more onebit-worker arguments
+# Environment: SHORT_FREEZE, REFRESH_STEPS (above); TRACK_K: the track_variance of the
+# onebit-track systems (default 25, the engine's interval); WORKER_ARGS: more onebit-worker arguments
 # for every onebit run, e.g. --profile (the split of rank 0's step time, a "profile" event at
 # the end of the run's raw log).
 # Needs root (ip netns, tc), Open MPI, jq, gnuplot, Debian's python3-torch (installed here if
@@ -221,8 +222,8 @@ ONEBIT_REFRESH="${ONEBIT_SHORT%\}}, refresh_steps: ${REFRESH_STEPS:-16}}"
 ONEBIT_SHORT8="${ONEBIT_SHORT/gradient_exchange: fp16/gradient_exchange: fp8}"
 ONEBIT_REFRESH8="${ONEBIT_REFRESH/gradient_exchange: fp16/gradient_exchange: fp8}"
 ONEBIT_TRACK="${ONEBIT/precondition: true, /}"   # the defaults since 2026-11-28
-ONEBIT_TRACK="${ONEBIT_TRACK%\}}, track_variance: 25}"
-ONEBIT_PLAIN="${ONEBIT_TRACK/track_variance: 25/track_variance: 0}"
+ONEBIT_TRACK="${ONEBIT_TRACK%\}}, track_variance: ${TRACK_K:-25}}"
+ONEBIT_PLAIN="${ONEBIT_TRACK/track_variance: ${TRACK_K:-25}/track_variance: 0}"
 ONEBIT_TRACK_PRE="${ONEBIT%\}}, track_variance: 25}"
 ONEBIT_TRACK16="${ONEBIT_TRACK/freeze_step: auto/freeze_step: ${SHORT_FREEZE:-16}}"
 ONEBIT_TRACK16="${ONEBIT_TRACK16%\}}, track_factor: 1.25}"   # the MLPs' defaults 2026-11-28 .. 12-02
