@@ -23,6 +23,36 @@
 #include <time.h>
 #include <unistd.h>
 
+/* ---- a directory listing that lags ---------------------------------------------------------- */
+
+/* The binary is linked with --wrap=readdir (tests/service.cmake): every readdir of the service
+ * and the checkpoint library comes here, and leaves out the entry named `hidden_entry`, as an
+ * NFS client serves a directory's listing from its cache for up to a minute after another host
+ * added an entry, while a lookup by that name already finds it. */
+struct dirent *__real_readdir(DIR *d);
+struct dirent *__wrap_readdir(DIR *d);
+static pthread_mutex_t hidden_mu = PTHREAD_MUTEX_INITIALIZER;
+static char hidden_entry[64];
+
+struct dirent *__wrap_readdir(DIR *d)
+{
+    for (;;) {
+        struct dirent *e = __real_readdir(d);
+        if (!e) return NULL;
+        pthread_mutex_lock(&hidden_mu);
+        int hide = hidden_entry[0] && strcmp(e->d_name, hidden_entry) == 0;
+        pthread_mutex_unlock(&hidden_mu);
+        if (!hide) return e;
+    }
+}
+
+static void hide_entry(const char *name)
+{
+    pthread_mutex_lock(&hidden_mu);
+    snprintf(hidden_entry, sizeof hidden_entry, "%s", name ? name : "");
+    pthread_mutex_unlock(&hidden_mu);
+}
+
 /* ---- a scripted launcher ------------------------------------------------------------------ */
 
 #define MAX_LAUNCHES 32
@@ -583,6 +613,39 @@ static void test_exit_zero_before_the_last_step(void **state)
     assert_int_equal(j.restarts, 2);
     assert_int_equal(j.ckpt_step, 100);
     ob_job_clear(&j);
+}
+
+/* The attempt exits 0 after writing the checkpoint of its last step, which the directory's
+ * listing does not show yet (a shared file system's cache, stood in for by the wrapped
+ * readdir): found by its name, the job is done, not restarted. */
+static void test_exit_zero_listing_lags(void **state)
+{
+    fx *f = *state;
+    start(f);
+    char id[OB_JOB_ID_LEN];
+    submit(f, 1, 2, id);
+    assert_true(wait_launches(f, 1));
+    assert_true(wait_state(f, id, OB_JOB_RUNNING));
+    ob_err err = {0};
+    assert_int_equal(fake_checkpoint_write(f->m.l[0].ckpt_dir, 40, &err), OB_OK);
+    hide_entry("step-00000100");
+    DIR *d = opendir(f->m.l[0].ckpt_dir);
+    assert_non_null(d);
+    complete(&f->m, 0, 100);
+    int listed = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        listed += strcmp(e->d_name, "step-00000100") == 0;
+    closedir(d);
+    assert_int_equal(listed, 0); /* the stand-in hides it */
+    assert_true(wait_state(f, id, OB_JOB_SUCCEEDED));
+    hide_entry(NULL);
+    ob_job j;
+    assert_int_equal(ob_service_get(f->svc, id, &j, &err), OB_OK);
+    assert_int_equal(j.restarts, 0);
+    assert_int_equal(j.ckpt_step, 100);
+    assert_non_null(strstr(j.ckpt_path, "step-00000100"));
+    ob_job_clear(&j);
+    assert_int_equal(launches(&f->m), 1);
 }
 
 static void test_restarts_run_out(void **state)
@@ -1714,6 +1777,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_failure_reason_skips_warnings, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restart_then_succeed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exit_zero_before_the_last_step, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exit_zero_listing_lags, setup, teardown),
         cmocka_unit_test_setup_teardown(test_restarts_run_out, setup, teardown),
         cmocka_unit_test_setup_teardown(test_permanent_failures, setup, teardown),
         cmocka_unit_test_setup_teardown(test_slots, setup, teardown),

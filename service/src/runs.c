@@ -286,6 +286,17 @@ ob_status ob__svc_scan_checkpoints(const ob_service *svc, const char *id, ob_che
     return OB_OK;
 }
 
+/* *out from a checkpoint's directory and metadata. */
+static void checkpoint_info(ob_checkpoint_info *out, const char *path, const ob_ckpt_meta *meta)
+{
+    out->step = meta->step;
+    out->world_size = meta->world_size;
+    ob_strlcpy(out->path, path, sizeof out->path);
+    struct stat st;
+    if (stat(path, &st) == 0)
+        out->time_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+}
+
 /* The newest checkpoint that verifies (service_internal.h). */
 int ob__svc_newest_checkpoint(const ob_service *svc, const char *id, ob_checkpoint_info *out)
 {
@@ -295,11 +306,23 @@ int ob__svc_newest_checkpoint(const ob_service *svc, const char *id, ob_checkpoi
     char path[OB_CKPT_PATH_LEN];
     ob_ckpt_meta meta;
     if (ob_ckpt_find_latest(dir, path, &meta, NULL, NULL, NULL) != OB_OK) return -1;
-    out->step = meta.step;
-    out->world_size = meta.world_size;
-    ob_strlcpy(out->path, path, sizeof out->path);
-    struct stat st;
-    if (stat(path, &st) == 0)
-        out->time_ms = (int64_t)st.st_mtim.tv_sec * 1000 + st.st_mtim.tv_nsec / 1000000;
+    checkpoint_info(out, path, &meta);
+    return 0;
+}
+
+/* The checkpoint of one step, looked up by its name (service_internal.h). */
+int ob__svc_checkpoint_at(const ob_service *svc, const char *id, int64_t step,
+                          ob_checkpoint_info *out)
+{
+    memset(out, 0, sizeof *out);
+    char dir[OB_JOB_PATH_LEN];
+    snprintf(dir, sizeof dir, "%s/%s", svc->ckpt_dir, id);
+    char path[OB_CKPT_PATH_LEN];
+    ob_ckpt_meta meta;
+    if (step <= 0 || (int64_t)(long)step != step ||
+        ob_ckpt_step_dir(path, dir, (long)step, 0, NULL) != OB_OK ||
+        ob_ckpt_verify(path, &meta, NULL) != OB_OK || meta.step != step)
+        return -1;
+    checkpoint_info(out, path, &meta);
     return 0;
 }

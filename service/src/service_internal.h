@@ -231,6 +231,12 @@ ob_status ob__svc_scan_checkpoints(const ob_service *svc, const char *id, ob_che
  * 0 when there is one, -1 (and *out zeroed) when there is none. What the service says a job
  * resumes from and what its last checkpoint is. */
 int ob__svc_newest_checkpoint(const ob_service *svc, const char *id, ob_checkpoint_info *out);
+/* The checkpoint of step `step` of job `id`, looked up by its directory's name rather than
+ * found in a listing, if it verifies: 0 and *out, or -1 (and *out zeroed). A shared file
+ * system's client can serve a directory's listing from its cache for up to a minute after
+ * another host added an entry (NFS: acdirmin / acdirmax); a lookup by name asks the server. */
+int ob__svc_checkpoint_at(const ob_service *svc, const char *id, int64_t step,
+                          ob_checkpoint_info *out);
 
 /* ---- supervisor.c, logs.c -------------------------------------------------------------------- */
 

@@ -485,6 +485,14 @@ static void finish_attempt(ob_service *svc, ob__run *r, const ob_launch_exit *ex
      * 0. Such a job has written the checkpoint of its last step; without it the attempt failed. */
     int64_t last_step = success && !j.cancel_requested ? spec_steps(j.spec_json, 1) : 0;
     int unfinished = last_step > 0 && (!have_ck || ck.step < last_step);
+    /* The listing may lag the directory on a shared file system (service_internal.h): the last
+     * step's checkpoint is looked up by name before the attempt is called unfinished. */
+    ob_checkpoint_info last;
+    if (unfinished && ob__svc_checkpoint_at(svc, j.id, last_step, &last) == 0) {
+        ck = last;
+        have_ck = 1;
+        unfinished = 0;
+    }
     if (unfinished) success = 0;
     char newest[32] = "none";
     if (have_ck) snprintf(newest, sizeof newest, "step %" PRId64, ck.step);
