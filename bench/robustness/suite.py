@@ -2,7 +2,7 @@
 """The robustness suite: whole training runs of onebit-worker on several models, seeds and
 settings, 1-bit Adam beside its baselines (Adam, and for warm starts the same job from scratch).
 
-    bench/robustness/suite.py run [--group warm|stability|freeze|wide|fp16|ratio|cap|short|track|binsgdm|all] [--only SUBSTR] [--rerun]
+    bench/robustness/suite.py run [--group warm|stability|freeze|wide|fp16|ratio|cap|short|track|seeds|binsgdm|all] [--only SUBSTR] [--rerun]
     bench/robustness/suite.py report [--docs]  # tables + SVG plot (--docs: into docs/robustness/)
 
 Runs go one at a time (4 MPI ranks each, `mpirun --oversubscribe`); every finished run appends
@@ -740,7 +740,7 @@ def main():
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run")
     r.add_argument("--group", default="warm", choices=["warm", "stability", "freeze", "wide", "fp16", "ratio", "cap", "short",
-                                                       "track", "binsgdm", "all"])
+                                                       "track", "seeds", "binsgdm", "all"])
     r.add_argument("--only", default="")
     r.add_argument("--variant", default="", help="only this variant (adam, scratch, warm, ...)")
     r.add_argument("--rerun", action="store_true")

@@ -268,6 +268,21 @@ def track_cases():
     return [dict(c, group="track", variants=list(TRACK)) for c in wide_cases() + stability_cases()]
 
 
+def seed_cases():
+    """More seeds (7 to 10) of the stability group's configurations, as the track group's jobs
+    (its variants by name: track-K[-fF][-atN][-lwN], adam-lwN); Adam with the spec's LR warmup
+    runs by default. For a gap between two variants that one seed per job cannot settle."""
+    out = []
+    for seed in (7, 8, 9, 10):
+        for c in stability_cases():
+            if c["case"].endswith("-s3"):
+                sp = json.loads(json.dumps(c["spec"]))
+                sp["seed"] = seed
+                out.append({"case": c["case"][:-len("s3")] + "s%d" % seed, "group": "track",
+                            "spec": sp, "variants": ["adam"]})
+    return out
+
+
 def binsgdm_cases():
     """BinSGDM (no warmup, its defaults) beside Adam on every configuration of the stability and
     wide groups, three seeds each (the groups' case names where they have the seed). The MLPs
@@ -302,7 +317,7 @@ def binsgdm_cases():
 
 
 # Groups that are their own cases, and groups that "all" runs together (in this order).
-SEPARATE = {"binsgdm": binsgdm_cases, "short": short_cases, "track": track_cases,
+SEPARATE = {"binsgdm": binsgdm_cases, "short": short_cases, "track": track_cases, "seeds": seed_cases,
             "cap": cap_cases, "fp16": fp16_cases, "ratio": ratio_cases}
 TOGETHER = (("wide", wide_cases), ("freeze", freeze_cases), ("warm", warm_cases),
             ("stability", stability_cases))
